@@ -1,0 +1,22 @@
+//! Compiles `proto/lifeline/v1/*.proto` with protox (pure Rust), so a fresh
+//! machine needs no `protoc` binary.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let files = [
+        "proto/lifeline/v1/cluster.proto",
+        "proto/lifeline/v1/signals.proto",
+        "proto/lifeline/v1/service_config.proto",
+    ];
+    for f in &files {
+        println!("cargo:rerun-if-changed={f}");
+    }
+    let fds = protox::compile(files, ["proto"])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        // `rpc Connect` (a fixed contract name) would collide with the
+        // generated `connect()` constructor; channels are built explicitly.
+        .build_transport(false)
+        .compile_fds(fds)?;
+    Ok(())
+}

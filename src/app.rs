@@ -1,0 +1,284 @@
+//! Starts and stops one Lifeline: store → fleet → HTTP and gRPC listeners →
+//! ingest. Used by `lifeline serve`, `lifeline demo`, the tests and the
+//! benchmarks alike, so they all run the same thing.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::SqlitePool;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use crate::backoff::Backoff;
+use crate::clock::Clock;
+use crate::config::{Config, ConfigError};
+use crate::fleet::actor::{self, FleetOptions};
+use crate::fleet::state::Rules;
+use crate::fleet::FleetHandle;
+use crate::http::{self, AppState};
+use crate::ingest::validate::Limits;
+use crate::ingest::{health, watcher};
+use crate::model::Kind;
+use crate::stats::Stats;
+use crate::store::{self, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot listen for {what} on {addr}: {source}")]
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// A running Lifeline.
+pub struct Lifeline {
+    pub http_addr: SocketAddr,
+    pub grpc_addr: SocketAddr,
+    pub fleet: FleetHandle,
+    pub db: SqlitePool,
+    pub stats: Arc<Stats>,
+    pub clock: Clock,
+    shutdown: CancellationToken,
+    fleet_task: JoinHandle<()>,
+    writer_task: JoinHandle<()>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Knobs that tests and benches set beyond the config file.
+#[derive(Clone, Debug)]
+pub struct Tuning {
+    /// Capacity of the state-change broadcast.
+    pub change_capacity: usize,
+    /// Batches that may wait for the store writer.
+    pub writer_depth: usize,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            change_capacity: 4096,
+            writer_depth: 4,
+        }
+    }
+}
+
+async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, StartError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { what, addr, source })
+}
+
+impl Lifeline {
+    pub async fn start(cfg: &Config, clock: Clock) -> Result<Lifeline, StartError> {
+        Self::start_tuned(cfg, clock, Tuning::default()).await
+    }
+
+    pub async fn start_tuned(
+        cfg: &Config,
+        clock: Clock,
+        tuning: Tuning,
+    ) -> Result<Lifeline, StartError> {
+        cfg.validate()?;
+        let stats = Arc::new(Stats::default());
+        let db = store::open(&cfg.storage.path).await?;
+        let loaded = store::read::load(&db).await.map_err(StoreError::Query)?;
+        let (writer, writer_task) =
+            store::spawn_writer(db.clone(), stats.clone(), tuning.writer_depth);
+        let shutdown = CancellationToken::new();
+        let static_auth: Vec<(String, String)> = cfg
+            .auth_servers
+            .iter()
+            .map(|a| (a.name.clone(), a.addr.clone()))
+            .collect();
+        let (fleet, fleet_task) = actor::spawn(
+            FleetOptions {
+                clock,
+                rules: Rules {
+                    unknown_grace: cfg.health.unknown_grace,
+                    max_pending_events: cfg.storage.max_pending_events,
+                },
+                command_queue: cfg.fleet.command_queue,
+                change_capacity: tuning.change_capacity,
+                static_auth: static_auth.clone(),
+            },
+            loaded,
+            stats.clone(),
+            writer,
+            shutdown.clone(),
+        );
+
+        let http_listener = bind("HTTP", cfg.listen_addr()?).await?;
+        let grpc_listener = bind("gRPC", cfg.grpc_listen_addr()?).await?;
+        let http_addr = http_listener
+            .local_addr()
+            .map_err(|source| StartError::Bind {
+                what: "HTTP",
+                addr: cfg.listen_addr().unwrap_or_else(|_| ([0, 0, 0, 0], 0).into()),
+                source,
+            })?;
+        let grpc_addr = grpc_listener
+            .local_addr()
+            .map_err(|source| StartError::Bind {
+                what: "gRPC",
+                addr: cfg
+                    .grpc_listen_addr()
+                    .unwrap_or_else(|_| ([0, 0, 0, 0], 0).into()),
+                source,
+            })?;
+        let mut tasks = Vec::new();
+
+        let router = http::router(
+            AppState {
+                fleet: fleet.clone(),
+                db: db.clone(),
+                stats: stats.clone(),
+            },
+            cfg.server.max_body_bytes,
+        );
+        let stop = shutdown.clone();
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = axum::serve(http_listener, router)
+                .with_graceful_shutdown(stop.cancelled_owned())
+                .await
+            {
+                error!(error = %e, "HTTP server failed");
+            }
+        }));
+
+        let (reporter, health_service) = tonic_health::server::health_reporter();
+        reporter
+            .set_service_status("", tonic_health::ServingStatus::Serving)
+            .await;
+        let stop = shutdown.clone();
+        tasks.push(tokio::spawn(async move {
+            let _keep = reporter;
+            if let Err(e) = tonic::transport::Server::builder()
+                .add_service(health_service)
+                .serve_with_incoming_shutdown(
+                    TcpListenerStream::new(grpc_listener),
+                    stop.cancelled_owned(),
+                )
+                .await
+            {
+                error!(error = %e, "gRPC server failed");
+            }
+        }));
+
+        let limits = Limits {
+            default_ttl: cfg.fleet.default_ttl,
+            max_expired_age: cfg.fleet.max_expired_age,
+            max_ttl: cfg.fleet.max_ttl,
+        };
+        let wcfg = watcher::WatcherConfig {
+            uri: cfg.cluster_uri()?,
+            watcher_name: cfg.cluster.watcher_name.clone(),
+            kinds: Kind::ALL.to_vec(),
+            page_size: cfg.cluster.page_size,
+            max_message_bytes: cfg.cluster.max_message_bytes,
+            connect_timeout: cfg.cluster.connect_timeout,
+            backoff: Backoff::new(cfg.cluster.backoff_base, cfg.cluster.backoff_cap),
+            limits,
+        };
+        tasks.push(tokio::spawn(watcher::run(
+            wcfg,
+            clock,
+            fleet.clone(),
+            stats.clone(),
+            shutdown.clone(),
+        )));
+        let hcfg = health::HealthWatchConfig {
+            service: cfg.health.service.clone(),
+            timeout: cfg.health.timeout,
+            poll_interval: cfg.health.poll_interval,
+            backoff: Backoff::new(cfg.health.backoff_base, cfg.health.backoff_cap),
+        };
+        tasks.push(tokio::spawn(health::run(
+            hcfg,
+            static_auth,
+            fleet.auth_targets(),
+            fleet.clone(),
+            stats.clone(),
+            shutdown.clone(),
+        )));
+        tasks.push(tokio::spawn(prune_loop(
+            db.clone(),
+            clock,
+            cfg.storage.retention,
+            cfg.storage.prune_interval,
+            shutdown.clone(),
+        )));
+
+        info!(%http_addr, %grpc_addr, cluster = %cfg.cluster.addr, db = %cfg.storage.path.display(), "Lifeline started");
+        Ok(Lifeline {
+            http_addr,
+            grpc_addr,
+            fleet,
+            db,
+            stats,
+            clock,
+            shutdown,
+            fleet_task,
+            writer_task,
+            tasks,
+        })
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.http_addr)
+    }
+
+    /// A token that fires when Lifeline is shutting down.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Stops everything and commits the last writes.
+    pub async fn shutdown(self) {
+        self.shutdown.cancel();
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        if self.fleet_task.await.is_err() {
+            warn!("fleet task ended abnormally");
+        }
+        if tokio::time::timeout(Duration::from_secs(30), self.writer_task)
+            .await
+            .is_err()
+        {
+            warn!("store writer did not finish within 30s");
+        }
+        self.db.close().await;
+        info!("Lifeline stopped");
+    }
+}
+
+async fn prune_loop(
+    db: SqlitePool,
+    clock: Clock,
+    retention: Duration,
+    every: Duration,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+        let before = clock.now().saturating_sub(retention);
+        match store::writer::prune(&db, before).await {
+            Ok(0) => {}
+            Ok(n) => debug!(rows = n, "pruned history past retention"),
+            Err(e) => warn!(error = %e, "pruning history failed; will retry"),
+        }
+    }
+}

@@ -1,0 +1,428 @@
+//! `lifeline bench <scenario>`: benchmarks that drive the real pipeline
+//! (simulator → gRPC → watcher → fleet → SQLite) on loopback and print JSON.
+//! Run them from a release build; figures go in the README.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::app::{Lifeline, StartError, Tuning};
+use crate::clock::{Clock, Ts};
+use crate::config::Config;
+use crate::model::{AgentState, Kind, Server};
+use crate::proto::v1 as pb;
+use crate::sim::cluster::{agent_name, proxy_name, put_server};
+use crate::sim::{SimCluster, SimSpec};
+use crate::store::{self, EventRow, StoreError, WriteBatch};
+
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum Scenario {
+    /// Events/s from a ClusterEvents stream through the model into SQLite,
+    /// against the raw batched-insert rate of the same rows.
+    Ingest {
+        #[arg(long, default_value_t = 100_000)]
+        agents: usize,
+        #[arg(long, default_value_t = 1_000)]
+        proxies: usize,
+        /// Heartbeat events to stream.
+        #[arg(long, default_value_t = 500_000)]
+        events: usize,
+    },
+    /// INIT + paged list + classify of a large cluster.
+    Resync {
+        #[arg(long, default_value_t = 100_000)]
+        agents: usize,
+        #[arg(long, default_value_t = 1_000)]
+        proxies: usize,
+        #[arg(long, default_value_t = 2)]
+        tunnels_per_agent: usize,
+        #[arg(long, default_value_t = 5_000)]
+        page_size: u32,
+    },
+    /// Latency from an expiry instant to the agents it strands being flagged.
+    Detect {
+        #[arg(long, default_value_t = 100_000)]
+        agents: usize,
+        #[arg(long, default_value_t = 1_000)]
+        proxies: usize,
+        /// Consecutive proxies that expire (agents on two of them strand).
+        #[arg(long, default_value_t = 100)]
+        expiring: usize,
+        /// Time between consecutive expiries.
+        #[arg(long, default_value = "20ms", value_parser = humantime::parse_duration)]
+        spacing: Duration,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("simulator: {0}")]
+    Sim(std::io::Error),
+    #[error(transparent)]
+    Start(#[from] StartError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("timed out: {0}")]
+    Timeout(&'static str),
+    #[error("the fleet stopped")]
+    FleetGone,
+}
+
+impl From<crate::fleet::FleetGone> for BenchError {
+    fn from(_: crate::fleet::FleetGone) -> Self {
+        BenchError::FleetGone
+    }
+}
+
+pub async fn run(s: Scenario) -> Result<Value, BenchError> {
+    match s {
+        Scenario::Ingest {
+            agents,
+            proxies,
+            events,
+        } => ingest(agents, proxies, events).await,
+        Scenario::Resync {
+            agents,
+            proxies,
+            tunnels_per_agent,
+            page_size,
+        } => resync(agents, proxies, tunnels_per_agent, page_size).await,
+        Scenario::Detect {
+            agents,
+            proxies,
+            expiring,
+            spacing,
+        } => detect(agents, proxies, expiring, spacing).await,
+    }
+}
+
+/// A scratch directory removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let p = std::env::temp_dir().join(format!(
+            "lifeline-bench-{name}-{}-{}",
+            std::process::id(),
+            Ts::from_system(std::time::SystemTime::now()).as_micros()
+        ));
+        let _ = std::fs::create_dir_all(&p);
+        Scratch(p)
+    }
+    fn db(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn config(sim: &SimCluster, db: PathBuf, page_size: u32) -> Config {
+    let mut cfg = Config::default();
+    cfg.server.listen = "127.0.0.1:0".into();
+    cfg.server.grpc_listen = "127.0.0.1:0".into();
+    cfg.cluster.addr = sim.uri();
+    cfg.cluster.page_size = page_size;
+    cfg.cluster.max_message_bytes = 64 * 1024 * 1024;
+    cfg.storage.path = db;
+    cfg.fleet.command_queue = 4096;
+    cfg
+}
+
+fn peak_rss_kib() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    s.lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+async fn wait_until(
+    what: &'static str,
+    limit: Duration,
+    mut f: impl FnMut() -> bool,
+) -> Result<(), BenchError> {
+    let start = Instant::now();
+    while !f() {
+        if start.elapsed() > limit {
+            return Err(BenchError::Timeout(what));
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    Ok(())
+}
+
+fn spec(agents: usize, proxies: usize, tunnels: usize, buffer: usize) -> SimSpec {
+    SimSpec {
+        agents,
+        proxies,
+        auth_servers: 2,
+        ttl: Duration::from_secs(600),
+        agent_ttl: Duration::from_secs(600),
+        tunnels_per_agent: tunnels,
+        heartbeats: false,
+        event_buffer: buffer,
+        ..SimSpec::default()
+    }
+}
+
+async fn ingest(agents: usize, proxies: usize, events: usize) -> Result<Value, BenchError> {
+    let clock = Clock::system();
+    let scratch = Scratch::new("ingest");
+    let sim = SimCluster::start(spec(agents, proxies, 2, events + 1024), clock)
+        .await
+        .map_err(BenchError::Sim)?;
+    let ll = Lifeline::start_tuned(
+        &config(&sim, scratch.db("pipeline.db"), 5000),
+        clock,
+        Tuning::default(),
+    )
+    .await?;
+    ll.fleet.wait_ready().await?;
+    ll.fleet.flush().await?;
+
+    // The stream: heartbeats round-robin over every agent and proxy, each
+    // moving `expires` so each is a real heartbeat.
+    let names: Vec<(Kind, String)> = (0..agents)
+        .map(|i| (Kind::Agent, agent_name(i)))
+        .chain((0..proxies).map(|i| (Kind::Proxy, proxy_name(i))))
+        .collect();
+    let mut templates = Vec::with_capacity(names.len());
+    for (k, n) in &names {
+        if let Some(s) = sim.get_server(*k, n).await {
+            templates.push(s);
+        }
+    }
+    let base = clock.now().saturating_add(Duration::from_secs(600));
+    let stream: Vec<pb::Event> = (0..events)
+        .map(|i| {
+            let mut s = templates[i % templates.len()].clone();
+            s.expires = Some(crate::ingest::validate::to_timestamp(Ts(
+                base.as_micros() + i as i64,
+            )));
+            put_server(s)
+        })
+        .collect();
+
+    let applied0 = ll.stats.events_applied.load(Ordering::Relaxed);
+    let tx = sim.sender();
+    let t0 = Instant::now();
+    for ev in stream {
+        let _ = tx.send(ev);
+    }
+    let stats = ll.stats.clone();
+    wait_until("ingest pipeline", Duration::from_secs(600), || {
+        stats.events_applied.load(Ordering::Relaxed) >= applied0 + events as u64
+    })
+    .await?;
+    ll.fleet.flush().await?;
+    let pipeline = t0.elapsed();
+    let dropped = ll.stats.store_events_dropped.load(Ordering::Relaxed);
+    ll.shutdown().await;
+    sim.shutdown();
+
+    // The same rows, straight into SQLite in batches.
+    let db = store::open(&scratch.db("raw.db")).await?;
+    let rows: Vec<Server> = templates
+        .iter()
+        .filter_map(|s| {
+            crate::ingest::validate::server(
+                s.clone(),
+                clock.now(),
+                &crate::ingest::validate::Limits {
+                    default_ttl: Duration::from_secs(600),
+                    max_expired_age: Duration::from_secs(3600),
+                    max_ttl: Duration::from_secs(7 * 86400),
+                },
+            )
+            .ok()
+        })
+        .collect();
+    let now = clock.now();
+    let batch_size = 5000;
+    let t0 = Instant::now();
+    let mut i = 0;
+    while i < events {
+        let mut b = WriteBatch::default();
+        for j in i..(i + batch_size).min(events) {
+            let mut s = rows[j % rows.len()].clone();
+            s.expires = Ts(base.as_micros() + j as i64);
+            b.event(
+                EventRow {
+                    at: now,
+                    kind: s.kind.as_str(),
+                    name: s.name.clone(),
+                    event: "heartbeat",
+                    expires: Some(s.expires),
+                    ttl_us: Some(crate::clock::dur_micros(s.ttl)),
+                    detail: String::new(),
+                },
+                usize::MAX,
+            );
+            b.put_server(&s);
+        }
+        store::writer::commit(&db, &b).await?;
+        i += batch_size;
+    }
+    let raw = t0.elapsed();
+    db.close().await;
+
+    let p_rate = events as f64 / pipeline.as_secs_f64();
+    let r_rate = events as f64 / raw.as_secs_f64();
+    Ok(json!({
+        "scenario": "ingest",
+        "agents": agents,
+        "proxies": proxies,
+        "events": events,
+        "pipeline_seconds": pipeline.as_secs_f64(),
+        "pipeline_events_per_s": p_rate.round(),
+        "raw_insert_seconds": raw.as_secs_f64(),
+        "raw_insert_events_per_s": r_rate.round(),
+        "ratio": (p_rate / r_rate * 1000.0).round() / 1000.0,
+        "history_rows_dropped": dropped,
+        "target": {"pipeline_events_per_s": 100000, "ratio": 0.5},
+        "peak_rss_kib": peak_rss_kib(),
+    }))
+}
+
+async fn resync(
+    agents: usize,
+    proxies: usize,
+    tunnels_per_agent: usize,
+    page_size: u32,
+) -> Result<Value, BenchError> {
+    let clock = Clock::system();
+    let scratch = Scratch::new("resync");
+    let sim = SimCluster::start(spec(agents, proxies, tunnels_per_agent, 1024), clock)
+        .await
+        .map_err(BenchError::Sim)?;
+    let t0 = Instant::now();
+    let ll = Lifeline::start(&config(&sim, scratch.db("resync.db"), page_size), clock).await?;
+    ll.fleet.wait_ready().await?;
+    let counts = ll
+        .fleet
+        .read(|f| (f.agents.len(), f.proxies.len(), f.tunnels.len()))
+        .await?;
+    let cold = t0.elapsed();
+
+    // A second resync on a warm process: the stream dies, comes back.
+    sim.kill_streams();
+    ll.fleet.wait_not_ready().await?;
+    let t1 = Instant::now();
+    ll.fleet.wait_ready().await?;
+    ll.fleet.read(|f| f.agents.len()).await?;
+    let warm = t1.elapsed();
+    ll.fleet.flush().await?;
+    ll.shutdown().await;
+    sim.shutdown();
+    Ok(json!({
+        "scenario": "resync",
+        "agents": counts.0,
+        "proxies": counts.1,
+        "tunnels": counts.2,
+        "page_size": page_size,
+        "cold_start_resync_ms": cold.as_millis(),
+        "warm_resync_ms": warm.as_millis(),
+        "note": "warm_resync_ms includes the reconnect backoff (full jitter from 250 ms)",
+        "target_ms": 2000,
+        "peak_rss_kib": peak_rss_kib(),
+    }))
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+async fn detect(
+    agents: usize,
+    proxies: usize,
+    expiring: usize,
+    spacing: Duration,
+) -> Result<Value, BenchError> {
+    let clock = Clock::system();
+    let scratch = Scratch::new("detect");
+    let sim = SimCluster::start(spec(agents, proxies, 2, 1 << 16), clock)
+        .await
+        .map_err(BenchError::Sim)?;
+    let ll = Lifeline::start_tuned(
+        &config(&sim, scratch.db("detect.db"), 5000),
+        clock,
+        Tuning {
+            change_capacity: agents * 2 + 1024,
+            ..Tuning::default()
+        },
+    )
+    .await?;
+    ll.fleet.wait_ready().await?;
+    let mut changes = ll.fleet.subscribe();
+
+    // Proxies 1..=expiring stop heartbeating: each announces an expiry a
+    // little later than the one before. Agents on two of them strand when
+    // the second expires.
+    let start = clock.now().saturating_add(Duration::from_secs(2));
+    let expiring = expiring.min(proxies);
+    for i in 0..expiring {
+        let at = start.saturating_add(spacing * i as u32);
+        let name = proxy_name(i);
+        if let Some(mut s) = sim.get_server(Kind::Proxy, &name).await {
+            s.expires = Some(crate::ingest::validate::to_timestamp(at));
+            sim.put_server(s).await;
+        }
+    }
+    let expected = if expiring >= 2 {
+        (0..agents)
+            .filter(|i| i % proxies < expiring - 1 && proxies > 1)
+            .count()
+    } else {
+        0
+    };
+    let deadline = Instant::now()
+        + Duration::from_secs(10)
+        + spacing * expiring as u32
+        + Duration::from_secs(2);
+    let mut lat_ms = Vec::with_capacity(expected);
+    while lat_ms.len() < expected && Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_millis(200), changes.recv()).await {
+            Ok(Ok(c)) if c.to == AgentState::Stranded => {
+                lat_ms.push((c.detected_at.as_micros() - c.since.as_micros()) as f64 / 1000.0);
+            }
+            Ok(Ok(_)) | Err(_) => {}
+            Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => {}
+            Ok(Err(_)) => break,
+        }
+    }
+    let fired = ll.stats.timers_fired.load(Ordering::Relaxed);
+    ll.shutdown().await;
+    sim.shutdown();
+    lat_ms.sort_by(|a, b| a.total_cmp(b));
+    Ok(json!({
+        "scenario": "detect",
+        "agents": agents,
+        "proxies": proxies,
+        "expiring_proxies": expiring,
+        "spacing_ms": spacing.as_millis(),
+        "stranded_expected": expected,
+        "stranded_seen": lat_ms.len(),
+        "latency_ms": {
+            "p50": percentile(&lat_ms, 0.50),
+            "p99": percentile(&lat_ms, 0.99),
+            "max": lat_ms.last().copied().unwrap_or(0.0),
+        },
+        "timers_fired": fired,
+        "target_p99_ms": 50,
+        "peak_rss_kib": peak_rss_kib(),
+    }))
+}

@@ -1,0 +1,504 @@
+//! Static configuration: a TOML file (`--config`), overridden by `LIFELINE_*`
+//! environment variables, validated once at start. Every error names the field
+//! (or variable) at fault, so a broken config stops start-up with a message an
+//! operator can act on. Plain data: no handles, no I/O beyond reading the file.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Everything Lifeline needs to start. Defaults make `lifeline demo` need none.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub cluster: ClusterConfig,
+    /// Auth servers to watch in addition to those the cluster announces.
+    pub auth_servers: Vec<StaticAuthServer>,
+    pub health: HealthConfig,
+    pub storage: StorageConfig,
+    pub fleet: FleetConfig,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// HTTP (API, dashboard, probes). Env: `LIFELINE_LISTEN`.
+    pub listen: String,
+    /// gRPC (agent signals, Lifeline's own health). Env: `LIFELINE_GRPC_LISTEN`.
+    pub grpc_listen: String,
+    /// Largest accepted HTTP request body, bytes.
+    pub max_body_bytes: usize,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Where `ClusterEvents` is served (`http://host:port` or `host:port`).
+    /// Env: `LIFELINE_CLUSTER_ADDR`.
+    pub addr: String,
+    /// Name Lifeline gives itself in `WatchRequest.watcher_name`.
+    pub watcher_name: String,
+    /// `ListResources` page size during a resync.
+    pub page_size: u32,
+    /// Largest gRPC message accepted from the cluster, bytes.
+    pub max_message_bytes: usize,
+    /// Timeout for connecting to the cluster.
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// First reconnect wait ceiling (full jitter, doubling).
+    #[serde(with = "humantime_serde")]
+    pub backoff_base: Duration,
+    /// Largest reconnect wait.
+    #[serde(with = "humantime_serde")]
+    pub backoff_cap: Duration,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StaticAuthServer {
+    pub name: String,
+    /// `host:port` serving grpc.health.v1.
+    pub addr: String,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HealthConfig {
+    /// grpc.health.v1 service name to watch ("" is the whole server).
+    pub service: String,
+    /// How long UNKNOWN may last before the auth server's agents count as
+    /// `auth_unhealthy`. Env: `LIFELINE_AUTH_UNKNOWN_GRACE`.
+    #[serde(with = "humantime_serde")]
+    pub unknown_grace: Duration,
+    /// `Check` interval for servers whose `Watch` is UNIMPLEMENTED.
+    #[serde(with = "humantime_serde")]
+    pub poll_interval: Duration,
+    /// Timeout for connecting and for each `Check`.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub backoff_base: Duration,
+    #[serde(with = "humantime_serde")]
+    pub backoff_cap: Duration,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StorageConfig {
+    /// SQLite file; created when missing. Env: `LIFELINE_DB`.
+    pub path: PathBuf,
+    /// How long event history (heartbeats, health transitions) is kept.
+    /// Env: `LIFELINE_RETENTION`.
+    #[serde(with = "humantime_serde")]
+    pub retention: Duration,
+    /// How often old history is pruned.
+    #[serde(with = "humantime_serde")]
+    pub prune_interval: Duration,
+    /// Writes held in memory while SQLite is slow; history past this is
+    /// dropped (and counted), current state never is.
+    pub max_pending_events: usize,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FleetConfig {
+    /// TTL assumed for a server that announces none (Teleport's 10 min).
+    #[serde(with = "humantime_serde")]
+    pub default_ttl: Duration,
+    /// An `expires` older than this is rejected as bad input rather than
+    /// taken as an instantly expired heartbeat.
+    #[serde(with = "humantime_serde")]
+    pub max_expired_age: Duration,
+    /// An `expires` further ahead than this is rejected.
+    #[serde(with = "humantime_serde")]
+    pub max_ttl: Duration,
+    /// Bound of the fleet's command channel.
+    pub command_queue: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: "127.0.0.1:8080".into(),
+            grpc_listen: "127.0.0.1:9090".into(),
+            max_body_bytes: 64 * 1024,
+        }
+    }
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            addr: "http://127.0.0.1:3025".into(),
+            watcher_name: "lifeline".into(),
+            page_size: 500,
+            max_message_bytes: 4 * 1024 * 1024,
+            connect_timeout: Duration::from_secs(5),
+            backoff_base: Duration::from_millis(250),
+            backoff_cap: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            service: String::new(),
+            unknown_grace: Duration::from_secs(30),
+            poll_interval: Duration::from_secs(5),
+            timeout: Duration::from_secs(2),
+            backoff_base: Duration::from_millis(250),
+            backoff_cap: Duration::from_secs(16),
+        }
+    }
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            path: PathBuf::from("lifeline.db"),
+            retention: Duration::from_secs(24 * 3600),
+            prune_interval: Duration::from_secs(60),
+            max_pending_events: 1_000_000,
+        }
+    }
+}
+
+impl Default for FleetConfig {
+    fn default() -> Self {
+        FleetConfig {
+            default_ttl: Duration::from_secs(600),
+            max_expired_age: Duration::from_secs(3600),
+            max_ttl: Duration::from_secs(7 * 24 * 3600),
+            command_queue: 1024,
+        }
+    }
+}
+
+/// A configuration that cannot be used; the message names the field.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("environment variable {var}: {message}")]
+    Env { var: &'static str, message: String },
+    #[error("config field `{field}`: {message}")]
+    Invalid { field: String, message: String },
+}
+
+fn invalid(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+impl Config {
+    /// Reads `path` (when given), applies `LIFELINE_*` overrides from `env`,
+    /// and validates.
+    pub fn load(
+        path: Option<&Path>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let mut cfg = match path {
+            Some(p) => Config::from_file(p)?,
+            None => Config::default(),
+        };
+        cfg.apply_env(env)?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::from_toml(&text).map_err(|message| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message,
+        })
+    }
+
+    /// Parses TOML; the error text names the offending key and line.
+    pub fn from_toml(text: &str) -> Result<Config, String> {
+        toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())
+    }
+
+    /// The environment overrides, in one table so the README can list them.
+    pub const ENV_VARS: &'static [(&'static str, &'static str)] = &[
+        ("LIFELINE_LISTEN", "server.listen"),
+        ("LIFELINE_GRPC_LISTEN", "server.grpc_listen"),
+        ("LIFELINE_CLUSTER_ADDR", "cluster.addr"),
+        ("LIFELINE_DB", "storage.path"),
+        ("LIFELINE_RETENTION", "storage.retention"),
+        ("LIFELINE_AUTH_UNKNOWN_GRACE", "health.unknown_grace"),
+        (
+            "LIFELINE_AUTH_SERVERS",
+            "auth_servers (name=host:port,name=host:port)",
+        ),
+    ];
+
+    pub fn apply_env(&mut self, env: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+        let dur = |var: &'static str, v: &str| {
+            humantime::parse_duration(v).map_err(|e| ConfigError::Env {
+                var,
+                message: format!("invalid duration {v:?}: {e}"),
+            })
+        };
+        if let Some(v) = env("LIFELINE_LISTEN") {
+            self.server.listen = v;
+        }
+        if let Some(v) = env("LIFELINE_GRPC_LISTEN") {
+            self.server.grpc_listen = v;
+        }
+        if let Some(v) = env("LIFELINE_CLUSTER_ADDR") {
+            self.cluster.addr = v;
+        }
+        if let Some(v) = env("LIFELINE_DB") {
+            self.storage.path = PathBuf::from(v);
+        }
+        if let Some(v) = env("LIFELINE_RETENTION") {
+            self.storage.retention = dur("LIFELINE_RETENTION", &v)?;
+        }
+        if let Some(v) = env("LIFELINE_AUTH_UNKNOWN_GRACE") {
+            self.health.unknown_grace = dur("LIFELINE_AUTH_UNKNOWN_GRACE", &v)?;
+        }
+        if let Some(v) = env("LIFELINE_AUTH_SERVERS") {
+            let mut list = Vec::new();
+            for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                let (name, addr) = item.split_once('=').ok_or_else(|| ConfigError::Env {
+                    var: "LIFELINE_AUTH_SERVERS",
+                    message: format!("{item:?} is not name=host:port"),
+                })?;
+                list.push(StaticAuthServer {
+                    name: name.trim().to_string(),
+                    addr: addr.trim().to_string(),
+                });
+            }
+            self.auth_servers = list;
+        }
+        Ok(())
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        parse_socket("server.listen", &self.server.listen)?;
+        parse_socket("server.grpc_listen", &self.server.grpc_listen)?;
+        if self.server.max_body_bytes < 1024 {
+            return Err(invalid("server.max_body_bytes", "must be at least 1024"));
+        }
+        cluster_uri(&self.cluster.addr)?;
+        if !(1..=10_000).contains(&self.cluster.page_size) {
+            return Err(invalid("cluster.page_size", "must be between 1 and 10000"));
+        }
+        if self.cluster.max_message_bytes < 64 * 1024 {
+            return Err(invalid(
+                "cluster.max_message_bytes",
+                "must be at least 65536",
+            ));
+        }
+        positive("cluster.connect_timeout", self.cluster.connect_timeout)?;
+        positive("cluster.backoff_base", self.cluster.backoff_base)?;
+        if self.cluster.backoff_cap < self.cluster.backoff_base {
+            return Err(invalid(
+                "cluster.backoff_cap",
+                "must not be smaller than cluster.backoff_base",
+            ));
+        }
+        let mut names = HashSet::new();
+        for (i, a) in self.auth_servers.iter().enumerate() {
+            if a.name.trim().is_empty() {
+                return Err(invalid(format!("auth_servers[{i}].name"), "must not be empty"));
+            }
+            if !names.insert(a.name.as_str()) {
+                return Err(invalid(
+                    format!("auth_servers[{i}].name"),
+                    format!("{:?} is listed twice", a.name),
+                ));
+            }
+            host_port(&format!("auth_servers[{i}].addr"), &a.addr)?;
+        }
+        positive("health.unknown_grace", self.health.unknown_grace)?;
+        positive("health.poll_interval", self.health.poll_interval)?;
+        positive("health.timeout", self.health.timeout)?;
+        positive("health.backoff_base", self.health.backoff_base)?;
+        if self.health.backoff_cap < self.health.backoff_base {
+            return Err(invalid(
+                "health.backoff_cap",
+                "must not be smaller than health.backoff_base",
+            ));
+        }
+        if self.storage.path.as_os_str().is_empty() {
+            return Err(invalid("storage.path", "must not be empty"));
+        }
+        if self.storage.retention < Duration::from_secs(60) {
+            return Err(invalid("storage.retention", "must be at least 1m"));
+        }
+        positive("storage.prune_interval", self.storage.prune_interval)?;
+        if self.storage.max_pending_events < 1000 {
+            return Err(invalid(
+                "storage.max_pending_events",
+                "must be at least 1000",
+            ));
+        }
+        positive("fleet.default_ttl", self.fleet.default_ttl)?;
+        positive("fleet.max_expired_age", self.fleet.max_expired_age)?;
+        if self.fleet.max_ttl < self.fleet.default_ttl {
+            return Err(invalid(
+                "fleet.max_ttl",
+                "must not be smaller than fleet.default_ttl",
+            ));
+        }
+        if self.fleet.command_queue == 0 {
+            return Err(invalid("fleet.command_queue", "must be at least 1"));
+        }
+        Ok(())
+    }
+
+    pub fn listen_addr(&self) -> Result<SocketAddr, ConfigError> {
+        parse_socket("server.listen", &self.server.listen)
+    }
+
+    pub fn grpc_listen_addr(&self) -> Result<SocketAddr, ConfigError> {
+        parse_socket("server.grpc_listen", &self.server.grpc_listen)
+    }
+
+    /// The cluster address as a URI tonic can dial.
+    pub fn cluster_uri(&self) -> Result<String, ConfigError> {
+        cluster_uri(&self.cluster.addr)
+    }
+}
+
+fn positive(field: &str, d: Duration) -> Result<(), ConfigError> {
+    if d.is_zero() {
+        Err(invalid(field, "must be greater than zero"))
+    } else {
+        Ok(())
+    }
+}
+
+fn parse_socket(field: &str, v: &str) -> Result<SocketAddr, ConfigError> {
+    v.parse()
+        .map_err(|_| invalid(field, format!("{v:?} is not an ip:port address")))
+}
+
+/// `host:port` with a non-empty host and a numeric port.
+pub fn host_port(field: &str, v: &str) -> Result<(), ConfigError> {
+    let ok = v
+        .rsplit_once(':')
+        .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(field, format!("{v:?} is not host:port")))
+    }
+}
+
+fn cluster_uri(v: &str) -> Result<String, ConfigError> {
+    let uri = if v.starts_with("http://") || v.starts_with("https://") {
+        v.to_string()
+    } else {
+        format!("http://{v}")
+    };
+    let rest = uri.split_once("://").map(|(_, r)| r).unwrap_or_default();
+    host_port("cluster.addr", rest.trim_end_matches('/'))?;
+    Ok(uri)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        Config::default().validate().unwrap();
+    }
+
+    #[test]
+    fn example_config_parses_and_validates() {
+        let text = include_str!("../lifeline.example.toml");
+        let cfg = Config::from_toml(text).unwrap();
+        cfg.validate().unwrap();
+        assert_eq!(cfg.auth_servers.len(), 2);
+    }
+
+    #[test]
+    fn unknown_key_names_the_key() {
+        let err = Config::from_toml("[storage]\nretension = \"1h\"\n").unwrap_err();
+        assert!(err.contains("retension"), "{err}");
+    }
+
+    #[test]
+    fn bad_duration_names_the_field() {
+        let err = Config::from_toml("[health]\nunknown_grace = \"soon\"\n").unwrap_err();
+        assert!(err.contains("unknown_grace"), "{err}");
+    }
+
+    #[test]
+    fn invalid_values_name_the_field() {
+        let mut c = Config::default();
+        c.server.listen = "localhost".into();
+        assert!(c.validate().unwrap_err().to_string().contains("server.listen"));
+
+        let mut c = Config::default();
+        c.cluster.page_size = 0;
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("cluster.page_size"));
+
+        let c = Config {
+            auth_servers: vec![StaticAuthServer {
+                name: "a".into(),
+                addr: "nope".into(),
+            }],
+            ..Config::default()
+        };
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("auth_servers[0].addr"));
+    }
+
+    #[test]
+    fn env_overrides_win_and_bad_env_names_the_variable() {
+        let env = |k: &str| match k {
+            "LIFELINE_LISTEN" => Some("127.0.0.1:18080".to_string()),
+            "LIFELINE_AUTH_SERVERS" => Some("a=127.0.0.1:1, b=127.0.0.1:2".to_string()),
+            _ => None,
+        };
+        let cfg = Config::load(None, env).unwrap();
+        assert_eq!(cfg.server.listen, "127.0.0.1:18080");
+        assert_eq!(cfg.auth_servers.len(), 2);
+        assert_eq!(cfg.auth_servers[1].name, "b");
+
+        let env = |k: &str| (k == "LIFELINE_RETENTION").then(|| "forever".to_string());
+        let err = Config::load(None, env).unwrap_err().to_string();
+        assert!(err.contains("LIFELINE_RETENTION"), "{err}");
+        Config::load(None, no_env).unwrap();
+    }
+
+    #[test]
+    fn cluster_addr_accepts_bare_host_port() {
+        let mut c = Config::default();
+        c.cluster.addr = "127.0.0.1:3025".into();
+        assert_eq!(c.cluster_uri().unwrap(), "http://127.0.0.1:3025");
+        c.cluster.addr = "http://".into();
+        assert!(c.cluster_uri().is_err());
+    }
+}

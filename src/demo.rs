@@ -1,0 +1,78 @@
+//! `lifeline demo`: the service plus a simulated cluster, over real gRPC on
+//! loopback, with chaos in a loop. Nothing to configure.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tracing::info;
+
+use crate::app::{Lifeline, StartError};
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::sim::{chaos, SimCluster, SimSpec};
+
+#[derive(Clone, Debug)]
+pub struct DemoOptions {
+    pub listen: SocketAddr,
+    pub grpc_listen: SocketAddr,
+    pub agents: usize,
+    pub proxies: usize,
+    pub auth_servers: usize,
+    pub ttl: Duration,
+    /// None: no chaos.
+    pub chaos_period: Option<Duration>,
+    pub seed: u64,
+    pub db: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error("cannot start the simulated cluster: {0}")]
+    Sim(std::io::Error),
+    #[error(transparent)]
+    Start(#[from] StartError),
+}
+
+/// A running demo.
+pub struct Demo {
+    pub lifeline: Lifeline,
+    pub sim: SimCluster,
+}
+
+impl Demo {
+    pub async fn start(o: &DemoOptions, clock: Clock) -> Result<Demo, DemoError> {
+        let sim = SimCluster::start(
+            SimSpec {
+                agents: o.agents,
+                proxies: o.proxies,
+                auth_servers: o.auth_servers,
+                ttl: o.ttl,
+                agent_ttl: o.ttl,
+                seed: o.seed,
+                ..SimSpec::default()
+            },
+            clock,
+        )
+        .await
+        .map_err(DemoError::Sim)?;
+        let mut cfg = Config::default();
+        cfg.server.listen = o.listen.to_string();
+        cfg.server.grpc_listen = o.grpc_listen.to_string();
+        cfg.cluster.addr = sim.uri();
+        cfg.storage.path = o.db.clone();
+        // Demo TTLs are short; so is the grace for an unknown auth server.
+        cfg.health.unknown_grace = o.ttl.min(Duration::from_secs(30));
+        let lifeline = Lifeline::start(&cfg, clock).await?;
+        if let Some(period) = o.chaos_period {
+            tokio::spawn(chaos::run(sim.clone(), period, lifeline.shutdown_token()));
+        }
+        Ok(Demo { lifeline, sim })
+    }
+
+    pub async fn shutdown(self) {
+        self.lifeline.shutdown().await;
+        self.sim.shutdown();
+        info!("demo stopped");
+    }
+}

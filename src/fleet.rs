@@ -1,0 +1,181 @@
+//! The fleet room: the one owner of current state.
+//!
+//! Owns: every proxy, auth server, agent and tunnel as last seen; per-kind
+//! watcher state (initializing / ready / rejected / stale); the expiry
+//! schedule; each agent's classification and open episode.
+//! Receives: validated changes, resyncs and health updates over one bounded
+//! command channel (`FleetHandle`); reads arrive on the same channel as
+//! closures, so every read sees a settled, consistent state.
+//! Emits: write batches to the store (never waiting on a commit), state
+//! changes on a broadcast channel, readiness and the auth servers to watch on
+//! `watch` channels.
+//! Must not touch: the network or SQLite directly.
+
+pub mod actor;
+pub mod classify;
+pub mod schedule;
+pub mod state;
+pub mod view;
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
+
+use crate::clock::Ts;
+use crate::ingest::validate::{Change, Rejection};
+use crate::model::{AgentState, Health, HealthMode, Kind, Reasons, Server, Tunnel};
+
+pub use state::Fleet;
+
+/// Where a kind's data stands (partial-cache-healthiness RFD).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WatchState {
+    /// Never listed yet.
+    Initializing,
+    /// Listed in the current generation and following events.
+    Ready,
+    /// The source cannot watch this kind; not an error.
+    Rejected,
+    /// The stream that fed it is down: nothing expires from this data.
+    Stale,
+}
+
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct KindStatus {
+    pub state: WatchState,
+    pub generation: u64,
+    pub since: Ts,
+}
+
+/// What `/readyz` and the summary report about the watcher.
+#[derive(Clone, Debug, Serialize)]
+pub struct Readiness {
+    pub ready: bool,
+    pub kinds: BTreeMap<&'static str, KindStatus>,
+}
+
+/// One input from the watcher, in stream order.
+#[derive(Debug)]
+pub enum Ingested {
+    Change(Change),
+    Rejected(Rejection),
+}
+
+/// A kind's full listing, from a resync.
+#[derive(Debug)]
+pub enum Snapshot {
+    Servers(Kind, Vec<Server>),
+    Tunnels(Vec<Tunnel>),
+}
+
+#[derive(Debug)]
+pub struct Resync {
+    pub generation: u64,
+    pub snapshots: Vec<Snapshot>,
+    pub rejected: Vec<Kind>,
+}
+
+#[derive(Clone, Debug)]
+pub struct HealthUpdate {
+    pub auth_server: String,
+    pub addr: String,
+    pub health: Health,
+    pub mode: HealthMode,
+    pub detail: String,
+}
+
+/// An agent changed state (sent on the broadcast channel).
+#[derive(Clone, Debug, Serialize)]
+pub struct StateChange {
+    pub agent: String,
+    pub from: AgentState,
+    pub to: AgentState,
+    pub reasons: Reasons,
+    pub cause: Option<String>,
+    pub cause_resource: Option<String>,
+    /// When the condition began (e.g. the expiry instant).
+    pub since: Ts,
+    /// When Lifeline classified it.
+    pub detected_at: Ts,
+    pub episode: Option<i64>,
+}
+
+pub type ReadFn = Box<dyn FnOnce(&mut Fleet) + Send>;
+
+pub enum Command {
+    Apply(Vec<Ingested>),
+    Resync(Resync),
+    /// The watch stream of `generation` ended: its kinds turn stale.
+    WatchDown { generation: u64, error: String },
+    Health(HealthUpdate),
+    /// Runs against settled state; used for every query.
+    Read(ReadFn),
+    /// Answers once every write produced so far is committed.
+    Flush(oneshot::Sender<()>),
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("the fleet has stopped")]
+pub struct FleetGone;
+
+/// The cloneable front of the fleet actor.
+#[derive(Clone)]
+pub struct FleetHandle {
+    tx: mpsc::Sender<Command>,
+    readiness: watch::Receiver<Readiness>,
+    changes: broadcast::Sender<StateChange>,
+    auth_targets: watch::Receiver<BTreeMap<String, String>>,
+}
+
+impl FleetHandle {
+    pub async fn send(&self, cmd: Command) -> Result<(), FleetGone> {
+        self.tx.send(cmd).await.map_err(|_| FleetGone)
+    }
+
+    /// Runs `f` on the settled state inside the actor and returns its result.
+    pub async fn read<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Fleet) -> R + Send + 'static,
+    ) -> Result<R, FleetGone> {
+        let (tx, rx) = oneshot::channel();
+        self.send(Command::Read(Box::new(move |fleet: &mut Fleet| {
+            let _ = tx.send(f(fleet));
+        })))
+        .await?;
+        rx.await.map_err(|_| FleetGone)
+    }
+
+    /// Waits until everything applied so far is committed to SQLite.
+    pub async fn flush(&self) -> Result<(), FleetGone> {
+        let (tx, rx) = oneshot::channel();
+        self.send(Command::Flush(tx)).await?;
+        rx.await.map_err(|_| FleetGone)
+    }
+
+    pub fn readiness(&self) -> Readiness {
+        self.readiness.borrow().clone()
+    }
+
+    /// Waits until every kind is ready or rejected.
+    pub async fn wait_ready(&self) -> Result<(), FleetGone> {
+        let mut rx = self.readiness.clone();
+        rx.wait_for(|r| r.ready).await.map(|_| ()).map_err(|_| FleetGone)
+    }
+
+    /// Waits until no kind is ready any more (e.g. the stream died).
+    pub async fn wait_not_ready(&self) -> Result<(), FleetGone> {
+        let mut rx = self.readiness.clone();
+        rx.wait_for(|r| !r.ready).await.map(|_| ()).map_err(|_| FleetGone)
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<StateChange> {
+        self.changes.subscribe()
+    }
+
+    /// Auth servers the cluster announces: name → health address.
+    pub fn auth_targets(&self) -> watch::Receiver<BTreeMap<String, String>> {
+        self.auth_targets.clone()
+    }
+}

@@ -1,0 +1,151 @@
+//! The fleet actor: one task that owns `Fleet`, applies commands in order,
+//! sleeps until the next expiry, and hands writes to the store without ever
+//! waiting on a commit.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug_span, warn};
+
+use super::state::{Fleet, Rules};
+use super::{Command, FleetHandle};
+use crate::clock::Clock;
+use crate::stats::Stats;
+use crate::store::read::Loaded;
+use crate::store::WriterHandle;
+
+/// Commands applied per wake-up before timers and classification run.
+const DRAIN: usize = 256;
+/// How soon to retry handing writes to a busy store.
+const STORE_RETRY: Duration = Duration::from_millis(20);
+
+pub struct FleetOptions {
+    pub clock: Clock,
+    pub rules: Rules,
+    pub command_queue: usize,
+    /// Capacity of the state-change broadcast (slow subscribers lag, never block).
+    pub change_capacity: usize,
+    pub static_auth: Vec<(String, String)>,
+}
+
+/// Builds the fleet from the loaded state and starts its actor.
+pub fn spawn(
+    opts: FleetOptions,
+    loaded: Loaded,
+    stats: Arc<Stats>,
+    writer: WriterHandle,
+    shutdown: CancellationToken,
+) -> (FleetHandle, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = mpsc::channel(opts.command_queue.max(1));
+    let (changes, _) = broadcast::channel(opts.change_capacity.max(16));
+    let (ready_tx, ready_rx) = watch::channel(super::Readiness {
+        ready: false,
+        kinds: BTreeMap::new(),
+    });
+    let (targets_tx, targets_rx) = watch::channel(BTreeMap::new());
+    let mut fleet = Fleet::new(
+        opts.clock,
+        opts.rules,
+        stats,
+        changes.clone(),
+        ready_tx,
+        targets_tx,
+    );
+    fleet.load(loaded);
+    for (name, addr) in &opts.static_auth {
+        fleet.add_static_auth(name, addr);
+    }
+    let handle = FleetHandle {
+        tx,
+        readiness: ready_rx,
+        changes,
+        auth_targets: targets_rx,
+    };
+    let task = tokio::spawn(run(fleet, rx, writer, shutdown));
+    (handle, task)
+}
+
+async fn run(
+    mut fleet: Fleet,
+    mut rx: mpsc::Receiver<Command>,
+    writer: WriterHandle,
+    shutdown: CancellationToken,
+) {
+    // Flush requests wait until their writes have been handed over, so the
+    // marker reaches the writer after them (batches stay in order).
+    let mut flush_waiters: Vec<tokio::sync::oneshot::Sender<()>> = Vec::new();
+    loop {
+        let deadline = fleet.next_deadline().map(|t| fleet.clock.instant_at(t));
+        let retry_store = fleet.has_pending();
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            cmd = rx.recv() => {
+                let Some(cmd) = cmd else { break };
+                let span = debug_span!("fleet.apply");
+                let _g = span.enter();
+                flush_waiters.extend(handle(&mut fleet, cmd));
+                for _ in 0..DRAIN {
+                    match rx.try_recv() {
+                        Ok(cmd) => flush_waiters.extend(handle(&mut fleet, cmd)),
+                        Err(_) => break,
+                    }
+                }
+            }
+            _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(tokio::time::Instant::now)).await }, if deadline.is_some() => {}
+            _ = tokio::time::sleep(STORE_RETRY), if retry_store => {}
+        }
+        fleet.fire_due();
+        fleet.settle();
+        hand_over(&mut fleet, &writer);
+        if !fleet.has_pending() && !flush_waiters.is_empty() {
+            let waiters = std::mem::take(&mut flush_waiters);
+            let writer = writer.clone();
+            tokio::spawn(async move {
+                let _ = writer.flush().await;
+                for w in waiters {
+                    let _ = w.send(());
+                }
+            });
+        }
+    }
+    // Last writes on the way out.
+    fleet.fire_due();
+    fleet.settle();
+    let batch = fleet.take_pending();
+    if !batch.is_empty() && writer.send(batch).await.is_err() {
+        warn!("store writer gone at shutdown; last writes lost");
+    }
+}
+
+/// Applies one command; returns a flush request to answer later.
+fn handle(fleet: &mut Fleet, cmd: Command) -> Option<tokio::sync::oneshot::Sender<()>> {
+    match cmd {
+        Command::Apply(batch) => fleet.apply(batch),
+        Command::Resync(r) => {
+            let _s = debug_span!("fleet.resync", generation = r.generation).entered();
+            fleet.resync(r);
+        }
+        Command::WatchDown { generation, error } => fleet.watch_down(generation, &error),
+        Command::Health(u) => fleet.health(u),
+        Command::Read(f) => {
+            fleet.fire_due();
+            fleet.settle();
+            f(fleet);
+        }
+        Command::Flush(done) => return Some(done),
+    }
+    None
+}
+
+fn hand_over(fleet: &mut Fleet, writer: &WriterHandle) {
+    if !fleet.has_pending() {
+        return;
+    }
+    let batch = Box::new(fleet.take_pending());
+    if let Err(back) = writer.try_send(batch) {
+        fleet.restore_pending(*back);
+    }
+}

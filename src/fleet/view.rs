@@ -1,0 +1,505 @@
+//! Read models: plain serialisable views computed from the fleet's state.
+//! The HTTP layer only serialises these; every rule about what an operator
+//! sees (states, TTL windows, root causes) lives here, testable without a
+//! server.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::state::{Fleet, ResEntry};
+use super::{Readiness, WatchState};
+use crate::clock::{dur_micros, Ts};
+use crate::model::{AgentState, CauseKind, Health, Kind, Reasons};
+use crate::stats::StatsSnapshot;
+
+#[derive(Debug, Serialize)]
+pub struct Summary {
+    pub generated_at: Ts,
+    pub agents: AgentCounts,
+    pub proxies: ProxyCounts,
+    pub auth_servers: BTreeMap<&'static str, usize>,
+    pub watcher: Readiness,
+    /// False while some kind is stale or initialising: agent states are
+    /// frozen rather than computed from data Lifeline cannot trust.
+    pub classification_live: bool,
+    pub root_causes: Vec<RootCause>,
+    pub ingest: StatsSnapshot,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct AgentCounts {
+    pub total: usize,
+    pub healthy: usize,
+    pub degraded: usize,
+    pub stranded: usize,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct ProxyCounts {
+    pub total: usize,
+    pub live: usize,
+    pub expired: usize,
+}
+
+/// Stranded agents grouped by what stranded them: one failure, one line.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RootCause {
+    pub cause: &'static str,
+    pub resource: String,
+    pub agents: usize,
+    pub since: Ts,
+}
+
+pub fn summary(f: &Fleet) -> Summary {
+    let mut agents = AgentCounts::default();
+    for a in f.agents.values() {
+        agents.total += 1;
+        match a.state {
+            AgentState::Healthy => agents.healthy += 1,
+            AgentState::Degraded => agents.degraded += 1,
+            AgentState::Stranded => agents.stranded += 1,
+        }
+    }
+    let mut proxies = ProxyCounts::default();
+    for p in f.proxies.values() {
+        proxies.total += 1;
+        if p.expired {
+            proxies.expired += 1;
+        } else {
+            proxies.live += 1;
+        }
+    }
+    let mut auth_servers = BTreeMap::new();
+    for a in f.auths.values() {
+        *auth_servers.entry(a.health.as_str()).or_default() += 1;
+    }
+    Summary {
+        generated_at: f.now(),
+        agents,
+        proxies,
+        auth_servers,
+        watcher: f.readiness_now(),
+        classification_live: f.classification_enabled(),
+        root_causes: root_causes(f),
+        ingest: f.stats.snapshot(),
+    }
+}
+
+pub fn root_causes(f: &Fleet) -> Vec<RootCause> {
+    let mut groups: BTreeMap<(CauseKind, &str), (usize, Ts)> = BTreeMap::new();
+    for a in f.agents.values() {
+        if a.state != AgentState::Stranded {
+            continue;
+        }
+        let (kind, res) = match &a.cause {
+            Some(c) => (c.kind, c.resource.as_str()),
+            None => (CauseKind::NoTunnels, ""),
+        };
+        let g = groups.entry((kind, res)).or_insert((0, a.since));
+        g.0 += 1;
+        g.1 = g.1.min(a.since);
+    }
+    let mut out: Vec<RootCause> = groups
+        .into_iter()
+        .map(|((kind, res), (n, min_since))| {
+            // Prefer the resource's own moment ("proxy-2 expired 41 s ago").
+            let since = match kind {
+                CauseKind::ProxyExpired => f.proxies.get(res).map(|p| p.server.expires),
+                CauseKind::AuthNotServing => f.auths.get(res).map(|a| a.health_since),
+                CauseKind::AuthUnknown => f
+                    .auths
+                    .get(res)
+                    .map(|a| a.health_since.saturating_add(f.rules.unknown_grace)),
+                _ => None,
+            }
+            .unwrap_or(min_since);
+            RootCause {
+                cause: kind.as_str(),
+                resource: res.to_string(),
+                agents: n,
+                since,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| b.agents.cmp(&a.agents).then(a.since.cmp(&b.since)));
+    out
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TunnelItem {
+    pub name: String,
+    pub proxy: String,
+    /// live | expired | missing | tunnel_expired
+    pub proxy_state: &'static str,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CauseView {
+    pub kind: &'static str,
+    pub resource: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AgentItem {
+    pub name: String,
+    pub state: AgentState,
+    pub reasons: Reasons,
+    pub since: Ts,
+    pub cause: Option<CauseView>,
+    pub auth_server: String,
+    pub auth_health: Option<Health>,
+    pub tunnels: Vec<TunnelItem>,
+    pub last_heartbeat_at: Ts,
+    pub expires_at: Ts,
+    pub ttl_ms: i64,
+    /// True while the data behind this agent is stale.
+    pub stale: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct AgentFilter {
+    pub state: Option<AgentState>,
+    pub proxy: Option<String>,
+    pub auth_server: Option<String>,
+    /// Substring of the name.
+    pub q: Option<String>,
+    /// Names after this one (the paging cursor).
+    pub after: Option<String>,
+    pub limit: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct AgentPage {
+    pub items: Vec<AgentItem>,
+    /// Pass as `cursor` to get the next page; absent on the last page.
+    pub next_cursor: Option<String>,
+}
+
+fn tunnel_items(f: &Fleet, agent: &str, now: Ts) -> Vec<TunnelItem> {
+    f.agent_tunnels
+        .get(agent)
+        .into_iter()
+        .flatten()
+        .filter_map(|t| f.tunnels.get(t))
+        .map(|t| TunnelItem {
+            name: t.tunnel.name.clone(),
+            proxy: t.tunnel.proxy.clone(),
+            proxy_state: match f.tunnel_dead(t, now) {
+                None => "live",
+                Some((CauseKind::TunnelExpired, _)) => "tunnel_expired",
+                Some((CauseKind::ProxyMissing, _)) => "missing",
+                Some(_) => "expired",
+            },
+        })
+        .collect()
+}
+
+fn agent_item(f: &Fleet, name: &str, now: Ts) -> Option<AgentItem> {
+    let a = f.agents.get(name)?;
+    let s = &a.res.server;
+    Some(AgentItem {
+        name: name.to_string(),
+        state: a.state,
+        reasons: a.reasons,
+        since: a.since,
+        cause: a.cause.as_ref().map(|c| CauseView {
+            kind: c.kind.as_str(),
+            resource: c.resource.clone(),
+        }),
+        auth_server: s.auth_server.clone(),
+        auth_health: f.auths.get(&s.auth_server).map(|e| e.health),
+        tunnels: tunnel_items(f, name, now),
+        last_heartbeat_at: s.last_heartbeat(),
+        expires_at: s.expires,
+        ttl_ms: dur_micros(s.ttl) / 1000,
+        stale: !f.classification_enabled(),
+    })
+}
+
+pub fn agents(f: &Fleet, filter: &AgentFilter) -> AgentPage {
+    let now = f.now();
+    let start = match &filter.after {
+        Some(c) => Bound::Excluded(c.clone()),
+        None => Bound::Unbounded,
+    };
+    let matches = |name: &String| -> bool {
+        let Some(a) = f.agents.get(name) else {
+            return false;
+        };
+        if filter.state.is_some_and(|s| s != a.state) {
+            return false;
+        }
+        if let Some(q) = &filter.q {
+            if !name.contains(q.as_str()) {
+                return false;
+            }
+        }
+        if let Some(auth) = &filter.auth_server {
+            if &a.res.server.auth_server != auth {
+                return false;
+            }
+        }
+        if let Some(p) = &filter.proxy {
+            let on = f
+                .proxy_agents
+                .get(p)
+                .is_some_and(|m| m.contains_key(name.as_str()));
+            if !on {
+                return false;
+            }
+        }
+        true
+    };
+    let mut items = Vec::with_capacity(filter.limit.min(1000));
+    let mut more = false;
+    for (name, _) in f.agents.range((start, Bound::Unbounded)) {
+        if !matches(name) {
+            continue;
+        }
+        if items.len() == filter.limit {
+            more = true;
+            break;
+        }
+        if let Some(item) = agent_item(f, name, now) {
+            items.push(item);
+        }
+    }
+    let next_cursor = if more {
+        items.last().map(|i: &AgentItem| i.name.clone())
+    } else {
+        None
+    };
+    AgentPage { items, next_cursor }
+}
+
+#[derive(Debug, Serialize)]
+pub struct AgentDetail {
+    #[serde(flatten)]
+    pub item: AgentItem,
+    pub addr: String,
+    pub version: String,
+    pub labels: BTreeMap<String, String>,
+    pub ttl_window: TtlWindow,
+    pub open_episode: Option<i64>,
+}
+
+pub fn agent(f: &Fleet, name: &str) -> Option<AgentDetail> {
+    let now = f.now();
+    let item = agent_item(f, name, now)?;
+    let a = f.agents.get(name)?;
+    Some(AgentDetail {
+        item,
+        addr: a.res.server.addr.clone(),
+        version: a.res.server.version.clone(),
+        labels: a.res.server.labels.clone(),
+        ttl_window: ttl_window(f, &a.res, now),
+        open_episode: a.episode,
+    })
+}
+
+/// The TTL window of one resource.
+#[derive(Debug, Clone, Serialize)]
+pub struct TtlWindow {
+    pub kind: Kind,
+    pub name: String,
+    pub last_heartbeat_at: Ts,
+    pub ttl_ms: i64,
+    pub expires_at: Ts,
+    /// Negative once expired.
+    pub remaining_ms: i64,
+    pub expired: bool,
+    pub stale: bool,
+    /// Heartbeats come every TTL/2 + random(TTL/10).
+    pub heartbeat_interval_ms: [i64; 2],
+    /// The latest moment the next heartbeat was due.
+    pub next_heartbeat_due_at: Ts,
+    pub heartbeats_seen: u64,
+    pub heartbeats_missed: u64,
+}
+
+pub fn ttl_window(f: &Fleet, e: &ResEntry, now: Ts) -> TtlWindow {
+    let s = &e.server;
+    let ttl_us = dur_micros(s.ttl).max(1);
+    let last = s.last_heartbeat();
+    let max_interval = ttl_us / 2 + ttl_us / 10;
+    let elapsed = now.as_micros() - last.as_micros();
+    TtlWindow {
+        kind: s.kind,
+        name: s.name.clone(),
+        last_heartbeat_at: last,
+        ttl_ms: ttl_us / 1000,
+        expires_at: s.expires,
+        remaining_ms: (s.expires.as_micros() - now.as_micros()) / 1000,
+        expired: e.expired,
+        stale: f.kind(s.kind).state != WatchState::Ready,
+        heartbeat_interval_ms: [ttl_us / 2000, max_interval / 1000],
+        next_heartbeat_due_at: Ts(last.as_micros() + max_interval),
+        heartbeats_seen: e.heartbeats,
+        heartbeats_missed: if elapsed > 0 {
+            (elapsed / max_interval.max(1)) as u64
+        } else {
+            0
+        },
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct TtlPage {
+    pub items: Vec<TtlWindow>,
+    pub next_cursor: Option<String>,
+}
+
+/// TTL windows of one kind (proxies and auth servers when `kind` is None).
+pub fn ttl_windows(f: &Fleet, kind: Option<Kind>, after: Option<&str>, limit: usize) -> TtlPage {
+    let now = f.now();
+    let mut entries: Vec<&ResEntry> = Vec::new();
+    let after_ok = |n: &str| after.is_none_or(|a| n > a);
+    let want = |k: Kind| kind.is_none_or(|x| x == k);
+    if want(Kind::Proxy) {
+        entries.extend(f.proxies.iter().filter(|(n, _)| after_ok(n)).map(|(_, e)| e));
+    }
+    if want(Kind::AuthServer) {
+        entries.extend(
+            f.auths
+                .iter()
+                .filter(|(n, _)| after_ok(n))
+                .filter_map(|(_, a)| a.resource.as_ref()),
+        );
+    }
+    if kind == Some(Kind::Agent) {
+        let mut more = false;
+        for (n, a) in f.agents.range::<str, _>((
+            after.map_or(Bound::Unbounded, Bound::Excluded),
+            Bound::Unbounded,
+        )) {
+            if entries.len() == limit {
+                more = true;
+                break;
+            }
+            let _ = n;
+            entries.push(&a.res);
+        }
+        let items: Vec<TtlWindow> = entries.iter().map(|e| ttl_window(f, e, now)).collect();
+        let next_cursor = more.then(|| items.last().map(|w| w.name.clone())).flatten();
+        return TtlPage { items, next_cursor };
+    }
+    let more = entries.len() > limit;
+    entries.truncate(limit);
+    let items: Vec<TtlWindow> = entries.iter().map(|e| ttl_window(f, e, now)).collect();
+    let next_cursor = more.then(|| items.last().map(|w| w.name.clone())).flatten();
+    TtlPage { items, next_cursor }
+}
+
+#[derive(Debug, Serialize)]
+pub struct ProxyView {
+    pub name: String,
+    pub addr: String,
+    pub version: String,
+    pub group_id: String,
+    pub group_generation: u64,
+    /// live | expired
+    pub state: &'static str,
+    pub stale: bool,
+    pub last_heartbeat_at: Ts,
+    pub expires_at: Ts,
+    pub ttl_ms: i64,
+    pub remaining_ms: i64,
+    pub heartbeats_seen: u64,
+    pub heartbeats_missed: u64,
+    pub agents: usize,
+}
+
+fn proxy_view(f: &Fleet, e: &ResEntry, now: Ts) -> ProxyView {
+    let w = ttl_window(f, e, now);
+    let s = &e.server;
+    ProxyView {
+        name: s.name.clone(),
+        addr: s.addr.clone(),
+        version: s.version.clone(),
+        group_id: s.group_id.clone(),
+        group_generation: s.group_generation,
+        state: if e.expired { "expired" } else { "live" },
+        stale: w.stale,
+        last_heartbeat_at: w.last_heartbeat_at,
+        expires_at: w.expires_at,
+        ttl_ms: w.ttl_ms,
+        remaining_ms: w.remaining_ms,
+        heartbeats_seen: w.heartbeats_seen,
+        heartbeats_missed: w.heartbeats_missed,
+        agents: f.proxy_agents.get(&s.name).map_or(0, |m| m.len()),
+    }
+}
+
+pub fn proxies(f: &Fleet) -> Vec<ProxyView> {
+    let now = f.now();
+    f.proxies.values().map(|e| proxy_view(f, e, now)).collect()
+}
+
+#[derive(Debug, Serialize)]
+pub struct ProxyDetail {
+    #[serde(flatten)]
+    pub proxy: ProxyView,
+    pub agents_by_state: BTreeMap<&'static str, usize>,
+}
+
+pub fn proxy(f: &Fleet, name: &str) -> Option<ProxyDetail> {
+    let e = f.proxies.get(name)?;
+    let mut agents_by_state = BTreeMap::new();
+    for agent in f.proxy_agents.get(name).into_iter().flat_map(|m| m.keys()) {
+        if let Some(a) = f.agents.get(agent) {
+            *agents_by_state.entry(a.state.as_str()).or_default() += 1;
+        }
+    }
+    Some(ProxyDetail {
+        proxy: proxy_view(f, e, f.now()),
+        agents_by_state,
+    })
+}
+
+#[derive(Debug, Serialize)]
+pub struct AuthView {
+    pub name: String,
+    pub addr: String,
+    pub health: Health,
+    pub since: Ts,
+    pub mode: &'static str,
+    pub detail: String,
+    /// True when its agents count as `auth_unhealthy`.
+    pub strands_agents: bool,
+    pub agents: usize,
+    /// cluster | config | both
+    pub source: &'static str,
+    pub expires_at: Option<Ts>,
+    pub expired: Option<bool>,
+}
+
+pub fn auth_servers(f: &Fleet) -> Vec<AuthView> {
+    f.auths
+        .iter()
+        .map(|(name, a)| AuthView {
+            name: name.clone(),
+            addr: a.addr().to_string(),
+            health: a.health,
+            since: a.health_since,
+            mode: a.mode.as_str(),
+            detail: a.detail.clone(),
+            strands_agents: a.unhealthy,
+            agents: f.auth_agents.get(name).map_or(0, |s| s.len()),
+            source: match (a.resource.is_some(), a.static_addr.is_some()) {
+                (true, true) => "both",
+                (false, true) => "config",
+                _ => "cluster",
+            },
+            expires_at: a.resource.as_ref().map(|r| r.server.expires),
+            expired: a.resource.as_ref().map(|r| r.expired),
+        })
+        .collect()
+}
+
+/// How long until a resource's TTL runs out (zero when past).
+pub fn remaining(e: &ResEntry, now: Ts) -> Duration {
+    e.server.expires.since(now)
+}

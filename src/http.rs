@@ -1,0 +1,48 @@
+//! The HTTP room: REST API (`/api/v1`), the server-rendered overview, and the
+//! probes (`/healthz`, `/readyz`), on one axum router.
+//!
+//! Owns: request parsing, validation of parameters, JSON and HTML rendering.
+//! Reads fleet state through `FleetHandle::read` (a closure run by the fleet
+//! actor) and history straight from SQLite (read-only queries).
+//! Must not touch: fleet state directly, or write to SQLite.
+
+pub mod api;
+pub mod error;
+pub mod probes;
+pub mod ui;
+
+use std::sync::Arc;
+
+use axum::Router;
+use sqlx::SqlitePool;
+use tower_http::compression::CompressionLayer;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::trace::{DefaultMakeSpan, DefaultOnResponse, TraceLayer};
+use tracing::Level;
+
+use crate::fleet::FleetHandle;
+use crate::stats::Stats;
+
+/// What every handler gets.
+#[derive(Clone)]
+pub struct AppState {
+    pub fleet: FleetHandle,
+    pub db: SqlitePool,
+    pub stats: Arc<Stats>,
+}
+
+pub fn router(state: AppState, max_body_bytes: usize) -> Router {
+    Router::new()
+        .merge(api::router())
+        .merge(probes::router())
+        .merge(ui::router())
+        .fallback(error::not_found)
+        .with_state(state)
+        .layer(RequestBodyLimitLayer::new(max_body_bytes))
+        .layer(CompressionLayer::new())
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(DefaultMakeSpan::new().level(Level::INFO))
+                .on_response(DefaultOnResponse::new().level(Level::DEBUG)),
+        )
+}

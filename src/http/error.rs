@@ -1,0 +1,89 @@
+//! One error type for every HTTP surface: `{"error":{"code","message"}}` with
+//! the right status. Internal errors are logged here, once, and never leak
+//! their detail to the client.
+
+use axum::extract::{FromRequestParts, Query};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use tracing::error;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    BadParameter(String),
+    #[error("{what} {name:?} not found")]
+    NotFound { what: &'static str, name: String },
+    #[error("no route for {0}")]
+    NoRoute(String),
+    #[error("the fleet has stopped")]
+    FleetGone,
+    #[error("database error")]
+    Db(#[from] sqlx::Error),
+}
+
+impl From<crate::fleet::FleetGone> for ApiError {
+    fn from(_: crate::fleet::FleetGone) -> Self {
+        ApiError::FleetGone
+    }
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadParameter(_) => StatusCode::BAD_REQUEST,
+            ApiError::NotFound { .. } | ApiError::NoRoute(_) => StatusCode::NOT_FOUND,
+            ApiError::FleetGone => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Db(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::BadParameter(_) => "bad_parameter",
+            ApiError::NotFound { .. } => "not_found",
+            ApiError::NoRoute(_) => "no_route",
+            ApiError::FleetGone => "unavailable",
+            ApiError::Db(_) => "internal",
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if let ApiError::Db(e) = &self {
+            error!(error = %e, "database query failed");
+        }
+        let body = json!({"error": {"code": self.code(), "message": self.to_string()}});
+        (self.status(), Json(body)).into_response()
+    }
+}
+
+pub async fn not_found(uri: axum::http::Uri) -> ApiError {
+    ApiError::NoRoute(uri.path().to_string())
+}
+
+/// `Query<T>` whose rejection is our JSON error (unknown or malformed
+/// parameters are a 400 that names the parameter).
+pub struct ApiQuery<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for ApiQuery<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(v)) => Ok(ApiQuery(v)),
+            Err(e) => Err(ApiError::BadParameter(
+                e.body_text()
+                    .replace("Failed to deserialize query string: ", "invalid query: "),
+            )),
+        }
+    }
+}

@@ -1,0 +1,494 @@
+//! Turns wire messages into validated domain values. Anything that comes from
+//! the network is checked here, once; a bad input becomes a `Rejection` with a
+//! stable code (counted per code) and a message, never a panic.
+
+use std::time::Duration;
+
+use crate::clock::{dur_micros, Ts};
+use crate::model::{Kind, Server, Tunnel};
+use crate::proto::v1 as pb;
+
+/// Stable codes for rejected inputs (metric labels; API field names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RejectCode {
+    UnknownKind,
+    EmptyName,
+    NameTooLong,
+    BadTtl,
+    MissingExpires,
+    ExpiredTooLongAgo,
+    ExpiresTooFar,
+    BadTimestamp,
+    MissingField,
+    EmptyEvent,
+    BadEventType,
+    OversizedMessage,
+    StreamProtocol,
+}
+
+impl RejectCode {
+    pub const COUNT: usize = 13;
+    pub const ALL: [RejectCode; RejectCode::COUNT] = [
+        RejectCode::UnknownKind,
+        RejectCode::EmptyName,
+        RejectCode::NameTooLong,
+        RejectCode::BadTtl,
+        RejectCode::MissingExpires,
+        RejectCode::ExpiredTooLongAgo,
+        RejectCode::ExpiresTooFar,
+        RejectCode::BadTimestamp,
+        RejectCode::MissingField,
+        RejectCode::EmptyEvent,
+        RejectCode::BadEventType,
+        RejectCode::OversizedMessage,
+        RejectCode::StreamProtocol,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectCode::UnknownKind => "unknown_kind",
+            RejectCode::EmptyName => "empty_name",
+            RejectCode::NameTooLong => "name_too_long",
+            RejectCode::BadTtl => "bad_ttl",
+            RejectCode::MissingExpires => "missing_expires",
+            RejectCode::ExpiredTooLongAgo => "expired_too_long_ago",
+            RejectCode::ExpiresTooFar => "expires_too_far",
+            RejectCode::BadTimestamp => "bad_timestamp",
+            RejectCode::MissingField => "missing_field",
+            RejectCode::EmptyEvent => "empty_event",
+            RejectCode::BadEventType => "bad_event_type",
+            RejectCode::OversizedMessage => "oversized_message",
+            RejectCode::StreamProtocol => "stream_protocol",
+        }
+    }
+}
+
+/// A rejected input: what it was (as far as known) and why.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("{kind}/{name}: {message}")]
+pub struct Rejection {
+    pub code: RejectCode,
+    /// The kind as sent (may be unknown).
+    pub kind: String,
+    /// The name as sent (may be empty), cut to a printable length.
+    pub name: String,
+    pub message: String,
+}
+
+/// Bounds that validation enforces.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub default_ttl: Duration,
+    pub max_expired_age: Duration,
+    pub max_ttl: Duration,
+}
+
+pub const MAX_NAME_LEN: usize = 253;
+
+fn reject(code: RejectCode, kind: &str, name: &str, message: impl Into<String>) -> Rejection {
+    let mut name = name.to_string();
+    if name.len() > 80 {
+        let mut cut = 80;
+        while !name.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        name.truncate(cut);
+        name.push('…');
+    }
+    Rejection {
+        code,
+        kind: kind.to_string(),
+        name,
+        message: message.into(),
+    }
+}
+
+pub fn timestamp(ts: &prost_types::Timestamp) -> Option<Ts> {
+    if !(0..1_000_000_000).contains(&ts.nanos) {
+        return None;
+    }
+    ts.seconds
+        .checked_mul(1_000_000)
+        .and_then(|us| us.checked_add(i64::from(ts.nanos / 1000)))
+        .map(Ts)
+}
+
+pub fn to_timestamp(t: Ts) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: t.0.div_euclid(1_000_000),
+        nanos: (t.0.rem_euclid(1_000_000) * 1000) as i32,
+    }
+}
+
+pub fn to_duration(d: Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
+    }
+}
+
+fn check_name(kind: &str, name: &str, field: &str) -> Result<(), Rejection> {
+    if name.trim().is_empty() {
+        return Err(reject(
+            RejectCode::EmptyName,
+            kind,
+            name,
+            format!("{field} is empty"),
+        ));
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(reject(
+            RejectCode::NameTooLong,
+            kind,
+            name,
+            format!("{field} is {} bytes; at most {MAX_NAME_LEN}", name.len()),
+        ));
+    }
+    Ok(())
+}
+
+fn check_expires(
+    kind: &str,
+    name: &str,
+    expires: Option<&prost_types::Timestamp>,
+    now: Ts,
+    limits: &Limits,
+) -> Result<Option<Ts>, Rejection> {
+    let Some(raw) = expires else { return Ok(None) };
+    let t = timestamp(raw).ok_or_else(|| {
+        reject(
+            RejectCode::BadTimestamp,
+            kind,
+            name,
+            format!("expires {}s/{}ns is not a valid timestamp", raw.seconds, raw.nanos),
+        )
+    })?;
+    if t < now.saturating_sub(limits.max_expired_age) {
+        return Err(reject(
+            RejectCode::ExpiredTooLongAgo,
+            kind,
+            name,
+            format!(
+                "expires {t} is more than {} in the past",
+                humantime::format_duration(limits.max_expired_age)
+            ),
+        ));
+    }
+    if t > now.saturating_add(limits.max_ttl) {
+        return Err(reject(
+            RejectCode::ExpiresTooFar,
+            kind,
+            name,
+            format!(
+                "expires {t} is more than {} ahead",
+                humantime::format_duration(limits.max_ttl)
+            ),
+        ));
+    }
+    Ok(Some(t))
+}
+
+/// Validates a `Server`. `now` is Lifeline's clock.
+pub fn server(p: pb::Server, now: Ts, limits: &Limits) -> Result<Server, Rejection> {
+    let kind: Kind = match p.kind.parse() {
+        Ok(k) if Kind::is_server(k) => k,
+        _ => {
+            return Err(reject(
+                RejectCode::UnknownKind,
+                &p.kind,
+                &p.name,
+                format!(
+                    "unknown server kind {:?} (expected proxy, auth_server or agent)",
+                    p.kind
+                ),
+            ))
+        }
+    };
+    let k = kind.as_str();
+    check_name(k, &p.name, "name")?;
+    let ttl = match &p.ttl {
+        None => limits.default_ttl,
+        Some(d) => {
+            if d.seconds < 0 || d.nanos < 0 || (d.seconds == 0 && d.nanos == 0) {
+                return Err(reject(
+                    RejectCode::BadTtl,
+                    k,
+                    &p.name,
+                    format!("ttl {}s/{}ns must be positive", d.seconds, d.nanos),
+                ));
+            }
+            let ttl = Duration::new(d.seconds as u64, d.nanos.clamp(0, 999_999_999) as u32);
+            if ttl > limits.max_ttl {
+                return Err(reject(
+                    RejectCode::BadTtl,
+                    k,
+                    &p.name,
+                    format!(
+                        "ttl {} exceeds the maximum {}",
+                        humantime::format_duration(ttl),
+                        humantime::format_duration(limits.max_ttl)
+                    ),
+                ));
+            }
+            ttl
+        }
+    };
+    let expires = check_expires(k, &p.name, p.expires.as_ref(), now, limits)?.ok_or_else(|| {
+        reject(
+            RejectCode::MissingExpires,
+            k,
+            &p.name,
+            "a heartbeating server needs expires",
+        )
+    })?;
+    if kind == Kind::Agent && !p.auth_server.is_empty() {
+        check_name(k, &p.auth_server, "auth_server")?;
+    }
+    debug_assert!(dur_micros(ttl) > 0);
+    Ok(Server {
+        kind,
+        name: p.name,
+        addr: p.addr,
+        version: p.version,
+        group_id: p.group_id,
+        group_generation: p.group_generation,
+        expires,
+        ttl,
+        labels: p.labels.into_iter().collect(),
+        auth_server: p.auth_server,
+    })
+}
+
+/// Validates a `TunnelConnection`.
+pub fn tunnel(p: pb::TunnelConnection, now: Ts, limits: &Limits) -> Result<Tunnel, Rejection> {
+    let k = Kind::TunnelConnection.as_str();
+    check_name(k, &p.name, "name")?;
+    if p.agent.is_empty() || p.proxy.is_empty() {
+        return Err(reject(
+            RejectCode::MissingField,
+            k,
+            &p.name,
+            "a tunnel needs both agent and proxy",
+        ));
+    }
+    check_name(k, &p.agent, "agent")?;
+    check_name(k, &p.proxy, "proxy")?;
+    let expires = check_expires(k, &p.name, p.expires.as_ref(), now, limits)?;
+    let last_heartbeat = match &p.last_heartbeat {
+        None => None,
+        Some(raw) => Some(timestamp(raw).ok_or_else(|| {
+            reject(
+                RejectCode::BadTimestamp,
+                k,
+                &p.name,
+                "last_heartbeat is not a valid timestamp",
+            )
+        })?),
+    };
+    Ok(Tunnel {
+        name: p.name,
+        agent: p.agent,
+        proxy: p.proxy,
+        last_heartbeat,
+        expires,
+    })
+}
+
+/// A validated upstream change.
+#[derive(Clone, Debug)]
+pub enum Change {
+    PutServer(Server),
+    DeleteServer(Kind, String),
+    PutTunnel(Tunnel),
+    DeleteTunnel(String),
+}
+
+/// Validates a non-INIT event.
+pub fn event(ev: pb::Event, now: Ts, limits: &Limits) -> Result<Change, Rejection> {
+    use pb::event::Resource;
+    let ty = pb::EventType::try_from(ev.r#type).ok();
+    match (ty, ev.resource) {
+        (_, None) => Err(reject(
+            RejectCode::EmptyEvent,
+            "",
+            "",
+            "event carries no resource",
+        )),
+        (Some(pb::EventType::Put), Some(Resource::Server(s))) => {
+            server(s, now, limits).map(Change::PutServer)
+        }
+        (Some(pb::EventType::Put), Some(Resource::Tunnel(t))) => {
+            tunnel(t, now, limits).map(Change::PutTunnel)
+        }
+        (Some(pb::EventType::Delete), Some(Resource::Server(s))) => {
+            let kind = match s.kind.parse::<Kind>() {
+                Ok(k) if k.is_server() => k,
+                _ => {
+                    return Err(reject(
+                        RejectCode::UnknownKind,
+                        &s.kind,
+                        &s.name,
+                        format!("unknown server kind {:?}", s.kind),
+                    ))
+                }
+            };
+            check_name(kind.as_str(), &s.name, "name")?;
+            Ok(Change::DeleteServer(kind, s.name))
+        }
+        (Some(pb::EventType::Delete), Some(Resource::Tunnel(t))) => {
+            check_name(Kind::TunnelConnection.as_str(), &t.name, "name")?;
+            Ok(Change::DeleteTunnel(t.name))
+        }
+        (_, Some(Resource::Status(_))) => Err(reject(
+            RejectCode::BadEventType,
+            "",
+            "",
+            "WatchStatus outside the INIT event",
+        )),
+        (ty, Some(_)) => Err(reject(
+            RejectCode::BadEventType,
+            "",
+            "",
+            format!("unexpected event type {:?} ({})", ty, ev.r#type),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: Ts = Ts(1_700_000_000_000_000);
+
+    fn limits() -> Limits {
+        Limits {
+            default_ttl: Duration::from_secs(600),
+            max_expired_age: Duration::from_secs(3600),
+            max_ttl: Duration::from_secs(7 * 86400),
+        }
+    }
+
+    fn proxy(name: &str) -> pb::Server {
+        pb::Server {
+            kind: "proxy".into(),
+            name: name.into(),
+            expires: Some(to_timestamp(NOW.saturating_add(Duration::from_secs(60)))),
+            ttl: Some(to_duration(Duration::from_secs(60))),
+            ..Default::default()
+        }
+    }
+
+    fn code(r: Result<Server, Rejection>) -> RejectCode {
+        r.unwrap_err().code
+    }
+
+    #[test]
+    fn good_proxy_is_accepted() {
+        let s = server(proxy("p1"), NOW, &limits()).unwrap();
+        assert_eq!(s.kind, Kind::Proxy);
+        assert_eq!(s.ttl, Duration::from_secs(60));
+        assert_eq!(s.last_heartbeat(), NOW);
+    }
+
+    #[test]
+    fn missing_ttl_takes_the_default() {
+        let mut p = proxy("p1");
+        p.ttl = None;
+        assert_eq!(
+            server(p, NOW, &limits()).unwrap().ttl,
+            Duration::from_secs(600)
+        );
+    }
+
+    #[test]
+    fn bad_servers_are_rejected_with_codes() {
+        let l = limits();
+        let mut p = proxy("p1");
+        p.kind = "node".into();
+        assert_eq!(code(server(p, NOW, &l)), RejectCode::UnknownKind);
+
+        assert_eq!(code(server(proxy(""), NOW, &l)), RejectCode::EmptyName);
+        assert_eq!(
+            code(server(proxy(&"x".repeat(300)), NOW, &l)),
+            RejectCode::NameTooLong
+        );
+
+        for (s, n) in [(0, 0), (-5, 0), (0, -1)] {
+            let mut p = proxy("p1");
+            p.ttl = Some(prost_types::Duration {
+                seconds: s,
+                nanos: n,
+            });
+            assert_eq!(code(server(p, NOW, &l)), RejectCode::BadTtl, "{s}/{n}");
+        }
+
+        let mut p = proxy("p1");
+        p.expires = None;
+        assert_eq!(code(server(p, NOW, &l)), RejectCode::MissingExpires);
+
+        let mut p = proxy("p1");
+        p.expires = Some(to_timestamp(NOW.saturating_sub(Duration::from_secs(7200))));
+        assert_eq!(code(server(p, NOW, &l)), RejectCode::ExpiredTooLongAgo);
+
+        let mut p = proxy("p1");
+        p.expires = Some(prost_types::Timestamp {
+            seconds: i64::MAX,
+            nanos: 0,
+        });
+        assert_eq!(code(server(p, NOW, &l)), RejectCode::BadTimestamp);
+
+        let mut p = proxy("p1");
+        p.expires = Some(prost_types::Timestamp {
+            seconds: 1,
+            nanos: -4,
+        });
+        assert_eq!(code(server(p, NOW, &l)), RejectCode::BadTimestamp);
+    }
+
+    #[test]
+    fn recently_expired_is_accepted() {
+        let mut p = proxy("p1");
+        p.expires = Some(to_timestamp(NOW.saturating_sub(Duration::from_secs(5))));
+        assert!(server(p, NOW, &limits()).is_ok());
+    }
+
+    #[test]
+    fn tunnels_need_agent_and_proxy() {
+        let t = pb::TunnelConnection {
+            name: "t1".into(),
+            agent: "a1".into(),
+            proxy: String::new(),
+            ..Default::default()
+        };
+        assert_eq!(
+            tunnel(t, NOW, &limits()).unwrap_err().code,
+            RejectCode::MissingField
+        );
+    }
+
+    #[test]
+    fn events_without_resource_or_type_are_rejected() {
+        let ev = pb::Event {
+            r#type: pb::EventType::Put as i32,
+            resource: None,
+        };
+        assert_eq!(
+            event(ev, NOW, &limits()).unwrap_err().code,
+            RejectCode::EmptyEvent
+        );
+        let ev = pb::Event {
+            r#type: 42,
+            resource: Some(pb::event::Resource::Server(proxy("p"))),
+        };
+        assert_eq!(
+            event(ev, NOW, &limits()).unwrap_err().code,
+            RejectCode::BadEventType
+        );
+    }
+
+    #[test]
+    fn long_names_are_cut_in_rejections() {
+        let r = server(proxy(&"é".repeat(200)), NOW, &limits()).unwrap_err();
+        assert!(r.name.chars().count() <= 81);
+    }
+}

@@ -1,0 +1,345 @@
+//! The cluster watcher. Protocol (Teleport's cache): open `WatchEvents`, wait
+//! for INIT, list every accepted kind (paged), hand the fleet one `Resync`
+//! that replaces those kinds, then apply the events that follow. Every stream
+//! is a new generation; a lost stream turns the data stale and reconnects
+//! with exponential backoff and full jitter.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::{Channel, Endpoint};
+use tonic::Code;
+use tracing::{info, info_span, warn, Instrument};
+
+use super::validate::{self, Limits, RejectCode, Rejection};
+use crate::backoff::Backoff;
+use crate::clock::Clock;
+use crate::fleet::{Command, FleetHandle, Ingested, Resync, Snapshot};
+use crate::model::Kind;
+use crate::proto::v1 as pb;
+use crate::proto::v1::cluster_events_client::ClusterEventsClient;
+use crate::stats::Stats;
+
+/// Events forwarded to the fleet in one command, at most.
+const MAX_BATCH: usize = 1024;
+
+#[derive(Clone, Debug)]
+pub struct WatcherConfig {
+    pub uri: String,
+    pub watcher_name: String,
+    pub kinds: Vec<Kind>,
+    pub page_size: u32,
+    pub max_message_bytes: usize,
+    pub connect_timeout: Duration,
+    pub backoff: Backoff,
+    pub limits: Limits,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error("invalid cluster address {uri}: {source}")]
+    Address {
+        uri: String,
+        source: tonic::transport::Error,
+    },
+    #[error("cannot connect to the cluster at {uri}: {source}")]
+    Connect {
+        uri: String,
+        source: tonic::transport::Error,
+    },
+    #[error("WatchEvents failed: {0}")]
+    Watch(tonic::Status),
+    #[error("the first event was not INIT")]
+    NoInit,
+    #[error("ListResources({kind}) failed: {status}")]
+    List { kind: Kind, status: tonic::Status },
+    #[error("the event stream ended")]
+    Ended,
+    #[error("the event stream failed: {0}")]
+    Stream(tonic::Status),
+    #[error("the fleet has stopped")]
+    FleetGone,
+}
+
+/// Runs until `shutdown`: connect, resync, follow; on any loss, mark stale,
+/// back off, repeat.
+pub async fn run(
+    cfg: WatcherConfig,
+    clock: Clock,
+    fleet: FleetHandle,
+    stats: Arc<Stats>,
+    shutdown: CancellationToken,
+) {
+    let mut generation = 0u64;
+    let mut attempt = 0u32;
+    loop {
+        generation += 1;
+        let span = info_span!("watcher.session", generation, uri = %cfg.uri);
+        let mut reached_ready = false;
+        let result = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = session(&cfg, clock, &fleet, &stats, generation, &mut reached_ready).instrument(span) => r,
+        };
+        let err = match result {
+            Ok(()) => WatchError::Ended,
+            Err(WatchError::FleetGone) => return,
+            Err(e) => e,
+        };
+        Stats::inc(&stats.watch_failures);
+        if fleet
+            .send(Command::WatchDown {
+                generation,
+                error: err.to_string(),
+            })
+            .await
+            .is_err()
+        {
+            return;
+        }
+        if reached_ready {
+            attempt = 0;
+        }
+        let delay = cfg.backoff.delay(attempt);
+        warn!(error = %err, generation, retry_in_ms = delay.as_millis() as u64, "cluster watch lost; will resync");
+        attempt = attempt.saturating_add(1);
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+async fn connect(cfg: &WatcherConfig) -> Result<ClusterEventsClient<Channel>, WatchError> {
+    let endpoint = Endpoint::from_shared(cfg.uri.clone())
+        .map_err(|source| WatchError::Address {
+            uri: cfg.uri.clone(),
+            source,
+        })?
+        .connect_timeout(cfg.connect_timeout)
+        .tcp_nodelay(true);
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|source| WatchError::Connect {
+            uri: cfg.uri.clone(),
+            source,
+        })?;
+    Ok(ClusterEventsClient::new(channel)
+        .max_decoding_message_size(cfg.max_message_bytes)
+        .max_encoding_message_size(cfg.max_message_bytes))
+}
+
+fn count_stream_error(stats: &Stats, status: &tonic::Status) {
+    // tonic reports a message over max_decoding_message_size as OutOfRange.
+    if status.code() == Code::OutOfRange || status.message().contains("message length too large") {
+        stats.reject(RejectCode::OversizedMessage);
+    }
+}
+
+async fn session(
+    cfg: &WatcherConfig,
+    clock: Clock,
+    fleet: &FleetHandle,
+    stats: &Stats,
+    generation: u64,
+    reached_ready: &mut bool,
+) -> Result<(), WatchError> {
+    let mut client = connect(cfg).await?;
+    let req = pb::WatchRequest {
+        kinds: cfg.kinds.iter().map(|k| k.as_str().to_string()).collect(),
+        allow_rejected_kinds: true,
+        watcher_name: cfg.watcher_name.clone(),
+    };
+    let mut stream = client
+        .watch_events(req)
+        .await
+        .map_err(WatchError::Watch)?
+        .into_inner();
+    Stats::inc(&stats.watch_generations);
+
+    let first = stream.message().await.map_err(|s| {
+        count_stream_error(stats, &s);
+        WatchError::Stream(s)
+    })?;
+    let Some(first) = first else {
+        return Err(WatchError::Ended);
+    };
+    if pb::EventType::try_from(first.r#type) != Ok(pb::EventType::Init) {
+        stats.reject(RejectCode::StreamProtocol);
+        return Err(WatchError::NoInit);
+    }
+    let mut rejected = Vec::new();
+    if let Some(pb::event::Resource::Status(st)) = first.resource {
+        for name in st.rejected_kinds {
+            match name.parse::<Kind>() {
+                Ok(k) if cfg.kinds.contains(&k) => rejected.push(k),
+                _ => warn!(kind = %name, "source rejected a kind Lifeline did not ask for; ignored"),
+            }
+        }
+    }
+    let accepted: Vec<Kind> = cfg
+        .kinds
+        .iter()
+        .copied()
+        .filter(|k| !rejected.contains(k))
+        .collect();
+
+    let mut snapshots = Vec::with_capacity(accepted.len());
+    let mut list_rejections = Vec::new();
+    for kind in &accepted {
+        let snap = list_kind(&mut client, cfg, clock, stats, *kind, &mut list_rejections)
+            .instrument(info_span!("watcher.list", kind = %kind))
+            .await?;
+        snapshots.push(snap);
+    }
+    let listed: usize = snapshots.iter().map(Snapshot::len).sum();
+    if !list_rejections.is_empty() {
+        fleet
+            .send(Command::Apply(list_rejections))
+            .await
+            .map_err(|_| WatchError::FleetGone)?;
+    }
+    fleet
+        .send(Command::Resync(Resync {
+            generation,
+            snapshots,
+            rejected: rejected.clone(),
+        }))
+        .await
+        .map_err(|_| WatchError::FleetGone)?;
+    *reached_ready = true;
+    info!(
+        generation,
+        listed,
+        rejected = ?rejected.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
+        "cluster watch ready"
+    );
+
+    loop {
+        let first = stream.message().await.map_err(|s| {
+            count_stream_error(stats, &s);
+            WatchError::Stream(s)
+        })?;
+        let Some(ev) = first else {
+            return Err(WatchError::Ended);
+        };
+        let mut batch = Vec::with_capacity(16);
+        push_event(&mut batch, ev, clock, cfg, stats);
+        // Take whatever else already arrived, without waiting, so a burst
+        // becomes one fleet command.
+        while batch.len() < MAX_BATCH {
+            match stream.message().now_or_never() {
+                Some(Ok(Some(ev))) => push_event(&mut batch, ev, clock, cfg, stats),
+                Some(Ok(None)) => {
+                    fleet
+                        .send(Command::Apply(batch))
+                        .await
+                        .map_err(|_| WatchError::FleetGone)?;
+                    return Err(WatchError::Ended);
+                }
+                Some(Err(s)) => {
+                    count_stream_error(stats, &s);
+                    fleet
+                        .send(Command::Apply(batch))
+                        .await
+                        .map_err(|_| WatchError::FleetGone)?;
+                    return Err(WatchError::Stream(s));
+                }
+                None => break,
+            }
+        }
+        fleet
+            .send(Command::Apply(batch))
+            .await
+            .map_err(|_| WatchError::FleetGone)?;
+    }
+}
+
+fn push_event(
+    batch: &mut Vec<Ingested>,
+    ev: pb::Event,
+    clock: Clock,
+    cfg: &WatcherConfig,
+    stats: &Stats,
+) {
+    if pb::EventType::try_from(ev.r#type) == Ok(pb::EventType::Init) {
+        stats.reject(RejectCode::StreamProtocol);
+        warn!("INIT in the middle of a stream; ignored");
+        return;
+    }
+    match validate::event(ev, clock.now(), &cfg.limits) {
+        Ok(c) => batch.push(Ingested::Change(c)),
+        Err(r) => batch.push(rejected(stats, r)),
+    }
+}
+
+fn rejected(stats: &Stats, r: Rejection) -> Ingested {
+    stats.reject(r.code);
+    warn!(code = r.code.as_str(), kind = %r.kind, name = %r.name, "rejected input: {}", r.message);
+    Ingested::Rejected(r)
+}
+
+async fn list_kind(
+    client: &mut ClusterEventsClient<Channel>,
+    cfg: &WatcherConfig,
+    clock: Clock,
+    stats: &Stats,
+    kind: Kind,
+    rejections: &mut Vec<Ingested>,
+) -> Result<Snapshot, WatchError> {
+    let mut servers = Vec::new();
+    let mut tunnels = Vec::new();
+    let mut token = String::new();
+    loop {
+        let resp = client
+            .list_resources(pb::ListResourcesRequest {
+                kind: kind.as_str().to_string(),
+                page_size: cfg.page_size,
+                page_token: token.clone(),
+            })
+            .await
+            .map_err(|status| {
+                count_stream_error(stats, &status);
+                WatchError::List { kind, status }
+            })?
+            .into_inner();
+        let now = clock.now();
+        for s in resp.servers {
+            match validate::server(s, now, &cfg.limits) {
+                Ok(s) if s.kind == kind => servers.push(s),
+                Ok(s) => rejections.push(rejected(
+                    stats,
+                    Rejection {
+                        code: RejectCode::UnknownKind,
+                        kind: s.kind.as_str().into(),
+                        name: s.name,
+                        message: format!("listed under {kind}"),
+                    },
+                )),
+                Err(r) => rejections.push(rejected(stats, r)),
+            }
+        }
+        for t in resp.tunnels {
+            match validate::tunnel(t, now, &cfg.limits) {
+                Ok(t) => tunnels.push(t),
+                Err(r) => rejections.push(rejected(stats, r)),
+            }
+        }
+        if resp.next_page_token.is_empty() || resp.next_page_token == token {
+            break;
+        }
+        token = resp.next_page_token;
+    }
+    Ok(match kind {
+        Kind::TunnelConnection => Snapshot::Tunnels(tunnels),
+        k => Snapshot::Servers(k, servers),
+    })
+}
+
+/// Generations opened so far (for tests and benches).
+pub fn generations(stats: &Stats) -> u64 {
+    stats.watch_generations.load(Ordering::Relaxed)
+}

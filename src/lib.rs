@@ -1,0 +1,25 @@
+//! Lifeline: finds agents stranded by unhealthy auth servers or proxies, says
+//! why, and keeps the history. See README.md's Architecture section for the
+//! rooms (`ingest` → `fleet` → `store` / `http`) and `sim` for the demo cluster.
+
+#![forbid(unsafe_code)]
+
+pub mod app;
+pub mod backoff;
+pub mod bench;
+pub mod clock;
+pub mod config;
+pub mod demo;
+pub mod fleet;
+pub mod http;
+pub mod ingest;
+pub mod model;
+pub mod proto;
+pub mod sim;
+pub mod stats;
+pub mod store;
+pub mod telemetry;
+
+pub use app::Lifeline;
+pub use clock::{Clock, Ts};
+pub use config::Config;

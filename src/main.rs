@@ -1,0 +1,200 @@
+//! The `lifeline` command line. Parses arguments and calls into the library;
+//! nothing else lives here.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use lifeline::config::Config;
+use lifeline::demo::{Demo, DemoOptions};
+use lifeline::telemetry::{self, LogFormat};
+use lifeline::{Clock, Lifeline};
+
+/// Lifeline: finds agents stranded by unhealthy auth servers or proxies.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run against a real cluster, configured by a TOML file and LIFELINE_* variables.
+    Serve {
+        /// Config file (see lifeline.example.toml). Optional: defaults apply.
+        #[arg(long, env = "LIFELINE_CONFIG")]
+        config: Option<PathBuf>,
+    },
+    /// Validate a config file (with LIFELINE_* overrides) and print the result.
+    CheckConfig {
+        #[arg(long, env = "LIFELINE_CONFIG")]
+        config: Option<PathBuf>,
+    },
+    /// Run Lifeline with a simulated cluster and chaos; dashboard on localhost.
+    Demo {
+        /// HTTP address (dashboard, API).
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+        /// gRPC address (agent signals, Lifeline's health).
+        #[arg(long, default_value = "127.0.0.1:9090")]
+        grpc_listen: SocketAddr,
+        #[arg(long, default_value_t = 200)]
+        agents: usize,
+        #[arg(long, default_value_t = 3)]
+        proxies: usize,
+        #[arg(long, default_value_t = 2)]
+        auth_servers: usize,
+        /// Announce TTL of proxies, auth servers and agents (e.g. 30s, 1m).
+        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+        ttl: Duration,
+        /// Time between chaos steps; 0 turns chaos off.
+        #[arg(long, default_value = "45s", value_parser = humantime::parse_duration)]
+        chaos_period: Duration,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// SQLite file for the demo.
+        #[arg(long, default_value = "lifeline-demo.db")]
+        db: PathBuf,
+    },
+    /// Run a benchmark and print JSON (use a release build).
+    Bench {
+        #[command(subcommand)]
+        scenario: lifeline::bench::Scenario,
+    },
+}
+
+/// sysexits' EX_CONFIG: the configuration is at fault.
+const EXIT_CONFIG: u8 = 78;
+
+fn load_config(path: Option<&PathBuf>) -> Result<Config, lifeline::config::ConfigError> {
+    Config::load(path.map(|p| p.as_path()), |k| std::env::var(k).ok())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let quiet = matches!(cli.cmd, Cmd::Bench { .. });
+    telemetry::init(
+        cli.log_format,
+        if quiet { "warn" } else { telemetry::DEFAULT_FILTER },
+    );
+    match run(cli.cmd).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("lifeline: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
+    match cmd {
+        Cmd::Serve { config } => {
+            let cfg = match load_config(config.as_ref()) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("lifeline: {e}");
+                    return Ok(ExitCode::from(EXIT_CONFIG));
+                }
+            };
+            let ll = Lifeline::start(&cfg, Clock::system())
+                .await
+                .context("start-up failed")?;
+            println!(
+                "Lifeline: API http://{}/api/v1/summary, dashboard http://{}/, gRPC {}",
+                ll.http_addr, ll.http_addr, ll.grpc_addr
+            );
+            wait_for_signal().await;
+            ll.shutdown().await;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::CheckConfig { config } => match load_config(config.as_ref()) {
+            Ok(c) => {
+                println!("config OK: {c:#?}");
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => {
+                eprintln!("lifeline: {e}");
+                Ok(ExitCode::from(EXIT_CONFIG))
+            }
+        },
+        Cmd::Demo {
+            listen,
+            grpc_listen,
+            agents,
+            proxies,
+            auth_servers,
+            ttl,
+            chaos_period,
+            seed,
+            db,
+        } => {
+            anyhow::ensure!(!ttl.is_zero(), "--ttl must be greater than zero");
+            let opts = DemoOptions {
+                listen,
+                grpc_listen,
+                agents,
+                proxies,
+                auth_servers,
+                ttl,
+                chaos_period: (!chaos_period.is_zero()).then_some(chaos_period),
+                seed,
+                db,
+            };
+            let demo = Demo::start(&opts, Clock::system())
+                .await
+                .context("demo start-up failed")?;
+            let http = demo.lifeline.http_addr;
+            println!("Lifeline demo is running ({agents} agents, {proxies} proxies, {auth_servers} auth servers, TTL {}).", humantime::format_duration(ttl));
+            println!("  dashboard  http://{http}/");
+            println!("  API        http://{http}/api/v1/summary");
+            println!("             http://{http}/api/v1/agents?state=stranded");
+            println!("  gRPC       {}", demo.lifeline.grpc_addr);
+            println!("  cluster    {} (simulated)", demo.sim.uri());
+            println!("  database   {}", opts.db.display());
+            match opts.chaos_period {
+                Some(p) => println!("Chaos every {}: a proxy stops heartbeating, an auth server turns NOT_SERVING, both heal.", humantime::format_duration(p)),
+                None => println!("Chaos is off."),
+            }
+            println!("Press Ctrl-C to stop.");
+            wait_for_signal().await;
+            demo.shutdown().await;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Bench { scenario } => {
+            let report = lifeline::bench::run(scenario).await?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

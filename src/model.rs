@@ -1,0 +1,338 @@
+//! Domain types shared by every room: resource kinds, validated servers and
+//! tunnels, auth health, agent states and reasons. Plain data; no I/O.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Ts;
+
+/// A kind of resource Lifeline watches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Proxy,
+    AuthServer,
+    Agent,
+    TunnelConnection,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 4] = [
+        Kind::Proxy,
+        Kind::AuthServer,
+        Kind::Agent,
+        Kind::TunnelConnection,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Proxy => "proxy",
+            Kind::AuthServer => "auth_server",
+            Kind::Agent => "agent",
+            Kind::TunnelConnection => "tunnel_connection",
+        }
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Kinds that a `Server` message may carry.
+    pub fn is_server(self) -> bool {
+        !matches!(self, Kind::TunnelConnection)
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("unknown kind {0:?} (expected proxy, auth_server, agent or tunnel_connection)")]
+pub struct UnknownKind(pub String);
+
+impl FromStr for Kind {
+    type Err = UnknownKind;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Kind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| UnknownKind(s.to_string()))
+    }
+}
+
+/// A validated heartbeating server (proxy, auth server or agent).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Server {
+    pub kind: Kind,
+    pub name: String,
+    pub addr: String,
+    pub version: String,
+    pub group_id: String,
+    pub group_generation: u64,
+    pub expires: Ts,
+    /// The announce TTL (the kind's default when the source sent none).
+    pub ttl: Duration,
+    pub labels: BTreeMap<String, String>,
+    /// For agents: the auth server they are attached to.
+    pub auth_server: String,
+}
+
+impl Server {
+    /// The moment of the heartbeat that set `expires` (`expires - ttl`).
+    pub fn last_heartbeat(&self) -> Ts {
+        self.expires.saturating_sub(self.ttl)
+    }
+}
+
+/// A validated reverse tunnel from an agent to a proxy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tunnel {
+    pub name: String,
+    pub agent: String,
+    pub proxy: String,
+    pub last_heartbeat: Option<Ts>,
+    /// `None`: lives until deleted.
+    pub expires: Option<Ts>,
+}
+
+/// An auth server's health, normalised from grpc.health.v1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Health {
+    Serving,
+    NotServing,
+    /// No answer: stream broken, not connected yet, or the server said UNKNOWN.
+    Unknown,
+    /// The server does not know the watched service (NOT_FOUND / SERVICE_UNKNOWN).
+    ServiceUnknown,
+}
+
+impl Health {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Health::Serving => "SERVING",
+            Health::NotServing => "NOT_SERVING",
+            Health::Unknown => "UNKNOWN",
+            Health::ServiceUnknown => "SERVICE_UNKNOWN",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Health> {
+        [
+            Health::Serving,
+            Health::NotServing,
+            Health::Unknown,
+            Health::ServiceUnknown,
+        ]
+        .into_iter()
+        .find(|h| h.as_str() == s)
+    }
+}
+
+/// How Lifeline learns an auth server's health.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HealthMode {
+    /// A `Watch` stream (the normal case).
+    Watch,
+    /// The server answered `Watch` with UNIMPLEMENTED; Lifeline polls `Check`.
+    Poll,
+}
+
+impl HealthMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HealthMode::Watch => "watch",
+            HealthMode::Poll => "poll",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentState {
+    Healthy,
+    Degraded,
+    Stranded,
+}
+
+impl AgentState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentState::Healthy => "healthy",
+            AgentState::Degraded => "degraded",
+            AgentState::Stranded => "stranded",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<AgentState> {
+        match s {
+            "healthy" => Some(AgentState::Healthy),
+            "degraded" => Some(AgentState::Degraded),
+            "stranded" => Some(AgentState::Stranded),
+            _ => None,
+        }
+    }
+}
+
+/// Why an agent is not healthy. The first three strand it; the last degrades it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    AuthUnhealthy,
+    NoLiveTunnel,
+    AgentExpired,
+    TunnelToExpiredProxy,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 4] = [
+        Reason::AuthUnhealthy,
+        Reason::NoLiveTunnel,
+        Reason::AgentExpired,
+        Reason::TunnelToExpiredProxy,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::AuthUnhealthy => "auth_unhealthy",
+            Reason::NoLiveTunnel => "no_live_tunnel",
+            Reason::AgentExpired => "agent_expired",
+            Reason::TunnelToExpiredProxy => "tunnel_to_expired_proxy",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Reason> {
+        Reason::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
+    fn bit(self) -> u8 {
+        1 << (self as u8)
+    }
+}
+
+/// A small set of reasons (a bit set; ordered iteration).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Reasons(u8);
+
+impl Reasons {
+    pub fn insert(&mut self, r: Reason) {
+        self.0 |= r.bit();
+    }
+    pub fn contains(self, r: Reason) -> bool {
+        self.0 & r.bit() != 0
+    }
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+    pub fn iter(self) -> impl Iterator<Item = Reason> {
+        Reason::ALL.into_iter().filter(move |r| self.contains(*r))
+    }
+    /// Comma-separated names, as stored in SQLite.
+    pub fn join(self) -> String {
+        self.iter().map(Reason::as_str).collect::<Vec<_>>().join(",")
+    }
+    pub fn parse_joined(s: &str) -> Reasons {
+        let mut out = Reasons::default();
+        for r in s.split(',').filter_map(Reason::parse) {
+            out.insert(r);
+        }
+        out
+    }
+}
+
+impl Serialize for Reasons {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.iter())
+    }
+}
+
+/// What stranded (or degraded) an agent: the root cause that groups agents on
+/// the dashboard ("38 agents: proxy-2 expired").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CauseKind {
+    /// Its auth server is NOT_SERVING.
+    AuthNotServing,
+    /// Its auth server's health has been unknown for longer than the grace.
+    AuthUnknown,
+    /// The last live proxy among its tunnels expired.
+    ProxyExpired,
+    /// Its tunnels point at proxies Lifeline does not know (deleted).
+    ProxyMissing,
+    /// Its tunnel records themselves expired.
+    TunnelExpired,
+    /// It has no tunnels at all.
+    NoTunnels,
+    /// Its own heartbeat expired; grouped by its auth server.
+    AgentExpired,
+}
+
+impl CauseKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CauseKind::AuthNotServing => "auth_not_serving",
+            CauseKind::AuthUnknown => "auth_unknown",
+            CauseKind::ProxyExpired => "proxy_expired",
+            CauseKind::ProxyMissing => "proxy_missing",
+            CauseKind::TunnelExpired => "tunnel_expired",
+            CauseKind::NoTunnels => "no_tunnels",
+            CauseKind::AgentExpired => "agent_expired",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<CauseKind> {
+        [
+            CauseKind::AuthNotServing,
+            CauseKind::AuthUnknown,
+            CauseKind::ProxyExpired,
+            CauseKind::ProxyMissing,
+            CauseKind::TunnelExpired,
+            CauseKind::NoTunnels,
+            CauseKind::AgentExpired,
+        ]
+        .into_iter()
+        .find(|c| c.as_str() == s)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cause {
+    pub kind: CauseKind,
+    /// The resource behind the cause (proxy or auth server name; may be empty).
+    pub resource: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_parse_and_print() {
+        for k in Kind::ALL {
+            assert_eq!(k.as_str().parse::<Kind>().ok(), Some(k));
+        }
+        let err = "node".parse::<Kind>().unwrap_err();
+        assert!(err.to_string().contains("\"node\""));
+    }
+
+    #[test]
+    fn reasons_round_trip_through_storage_form() {
+        let mut r = Reasons::default();
+        r.insert(Reason::NoLiveTunnel);
+        r.insert(Reason::AuthUnhealthy);
+        assert_eq!(r.join(), "auth_unhealthy,no_live_tunnel");
+        assert_eq!(Reasons::parse_joined(&r.join()), r);
+        assert_eq!(
+            serde_json::to_string(&r).unwrap(),
+            r#"["auth_unhealthy","no_live_tunnel"]"#
+        );
+    }
+}

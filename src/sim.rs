@@ -1,0 +1,15 @@
+//! The sim room: a whole simulated cluster over real gRPC on loopback, used by
+//! `lifeline demo`, the integration tests and the benchmarks.
+//!
+//! Owns: a `ClusterEvents` server (watch + paged list, Teleport's INIT
+//! semantics, optional rejected kinds), auth servers serving
+//! `grpc.health.v1` (tonic-health, or a Check-only flavour), proxies, agents
+//! and their tunnels heartbeating at TTL/2 + random(TTL/10), and a chaos loop.
+//! Must not touch: anything of Lifeline's but its public gRPC contracts.
+
+pub mod auth;
+pub mod chaos;
+pub mod cluster;
+
+pub use auth::AuthFlavor;
+pub use cluster::{SimCluster, SimSpec};

@@ -1,0 +1,127 @@
+//! Simulated auth servers: each serves `grpc.health.v1.Health` on its own
+//! loopback port. `Standard` is tonic-health itself; `CheckOnly` answers
+//! `Watch` with UNIMPLEMENTED, like an older server, so Lifeline must poll.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+use tonic_health::server::HealthReporter;
+use tonic_health::ServingStatus;
+
+use crate::proto::health::health_server::{Health, HealthServer};
+use crate::proto::health::{health_check_response, HealthCheckRequest, HealthCheckResponse};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthFlavor {
+    /// tonic-health: Watch streams, NOT_FOUND for an unknown service.
+    Standard,
+    /// Watch is UNIMPLEMENTED; only Check works.
+    CheckOnly,
+}
+
+pub struct SimAuth {
+    pub name: String,
+    pub addr: SocketAddr,
+    pub flavor: AuthFlavor,
+    reporter: Option<HealthReporter>,
+    check_only: Option<watch::Sender<ServingStatus>>,
+    stop: CancellationToken,
+}
+
+impl SimAuth {
+    pub async fn start(
+        name: String,
+        flavor: AuthFlavor,
+        parent: &CancellationToken,
+    ) -> std::io::Result<SimAuth> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let stop = parent.child_token();
+        let incoming = TcpListenerStream::new(listener);
+        let (reporter, check_only) = match flavor {
+            AuthFlavor::Standard => {
+                let (reporter, service) = tonic_health::server::health_reporter();
+                let stop2 = stop.clone();
+                tokio::spawn(async move {
+                    let _ = tonic::transport::Server::builder()
+                        .add_service(service)
+                        .serve_with_incoming_shutdown(incoming, stop2.cancelled_owned())
+                        .await;
+                });
+                (Some(reporter), None)
+            }
+            AuthFlavor::CheckOnly => {
+                let (tx, rx) = watch::channel(ServingStatus::Serving);
+                let stop2 = stop.clone();
+                tokio::spawn(async move {
+                    let _ = tonic::transport::Server::builder()
+                        .add_service(HealthServer::new(CheckOnly { status: rx }))
+                        .serve_with_incoming_shutdown(incoming, stop2.cancelled_owned())
+                        .await;
+                });
+                (None, Some(tx))
+            }
+        };
+        Ok(SimAuth {
+            name,
+            addr,
+            flavor,
+            reporter,
+            check_only,
+            stop,
+        })
+    }
+
+    pub async fn set_status(&self, status: ServingStatus) {
+        if let Some(r) = &self.reporter {
+            r.set_service_status("", status).await;
+        }
+        if let Some(tx) = &self.check_only {
+            tx.send_replace(status);
+        }
+    }
+
+    /// Stops serving entirely (a crashed auth server).
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+}
+
+struct CheckOnly {
+    status: watch::Receiver<ServingStatus>,
+}
+
+type WatchStream =
+    Pin<Box<dyn futures::Stream<Item = Result<HealthCheckResponse, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl Health for CheckOnly {
+    async fn check(
+        &self,
+        req: Request<HealthCheckRequest>,
+    ) -> Result<Response<HealthCheckResponse>, Status> {
+        if !req.get_ref().service.is_empty() {
+            return Err(Status::not_found("service not registered"));
+        }
+        let s = match *self.status.borrow() {
+            ServingStatus::Serving => health_check_response::ServingStatus::Serving,
+            ServingStatus::NotServing => health_check_response::ServingStatus::NotServing,
+            ServingStatus::Unknown => health_check_response::ServingStatus::Unknown,
+        };
+        Ok(Response::new(HealthCheckResponse { status: s as i32 }))
+    }
+
+    type WatchStream = WatchStream;
+
+    async fn watch(
+        &self,
+        _req: Request<HealthCheckRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        Err(Status::unimplemented("Watch is not implemented by this server"))
+    }
+}

@@ -1,0 +1,633 @@
+//! The simulated cluster: state, heartbeats, and the `ClusterEvents` server.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use tokio::net::TcpListener;
+use tokio::sync::{broadcast, mpsc, watch, Mutex};
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+use tonic_health::ServingStatus;
+use tracing::{debug, info};
+
+use super::auth::{AuthFlavor, SimAuth};
+use crate::clock::{Clock, Ts};
+use crate::ingest::validate::{to_duration, to_timestamp};
+use crate::model::Kind;
+use crate::proto::v1 as pb;
+use crate::proto::v1::cluster_events_server::{ClusterEvents, ClusterEventsServer};
+
+/// The shape of a simulated cluster.
+#[derive(Clone, Debug)]
+pub struct SimSpec {
+    pub agents: usize,
+    pub proxies: usize,
+    pub auth_servers: usize,
+    /// Announce TTL of proxies and auth servers.
+    pub ttl: Duration,
+    /// Announce TTL of agents.
+    pub agent_ttl: Duration,
+    pub tunnels_per_agent: usize,
+    pub seed: u64,
+    /// Run heartbeat loops (off for benchmarks that drive events themselves).
+    pub heartbeats: bool,
+    /// Kinds the source rejects (reported on INIT).
+    pub rejected_kinds: Vec<Kind>,
+    /// Send INIT without a WatchStatus, like an older source.
+    pub legacy_init: bool,
+    pub auth_flavor: AuthFlavor,
+    /// Events buffered per watcher before it is cut off as too slow.
+    pub event_buffer: usize,
+    /// Where to serve ClusterEvents (`127.0.0.1:0` for any port).
+    pub listen: SocketAddr,
+    /// Largest message the source will send.
+    pub max_message_bytes: usize,
+}
+
+impl Default for SimSpec {
+    fn default() -> Self {
+        SimSpec {
+            agents: 20,
+            proxies: 3,
+            auth_servers: 2,
+            ttl: Duration::from_secs(30),
+            agent_ttl: Duration::from_secs(30),
+            tunnels_per_agent: 2,
+            seed: 1,
+            heartbeats: true,
+            rejected_kinds: Vec::new(),
+            legacy_init: false,
+            auth_flavor: AuthFlavor::Standard,
+            event_buffer: 65_536,
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            max_message_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+pub fn proxy_name(i: usize) -> String {
+    format!("proxy-{}", i + 1)
+}
+
+pub fn auth_name(i: usize) -> String {
+    format!("auth-{}", i + 1)
+}
+
+pub fn agent_name(i: usize) -> String {
+    format!("agent-{:05}", i + 1)
+}
+
+#[derive(Default)]
+struct State {
+    servers: BTreeMap<(Kind, String), pb::Server>,
+    tunnels: BTreeMap<String, pb::TunnelConnection>,
+    paused: HashSet<String>,
+    auth_status: HashMap<String, ServingStatus>,
+}
+
+struct Inner {
+    clock: Clock,
+    spec: SimSpec,
+    state: Mutex<State>,
+    events: broadcast::Sender<pb::Event>,
+    accepting: AtomicBool,
+    rejected: std::sync::RwLock<Vec<Kind>>,
+    kill: watch::Sender<u64>,
+    auths: Vec<SimAuth>,
+    stop: CancellationToken,
+}
+
+/// A running simulated cluster. Cheap to clone.
+#[derive(Clone)]
+pub struct SimCluster {
+    inner: Arc<Inner>,
+    addr: SocketAddr,
+}
+
+impl SimCluster {
+    pub async fn start(spec: SimSpec, clock: Clock) -> std::io::Result<SimCluster> {
+        let stop = CancellationToken::new();
+        let mut auths = Vec::new();
+        for i in 0..spec.auth_servers {
+            auths.push(SimAuth::start(auth_name(i), spec.auth_flavor, &stop).await?);
+        }
+        let now = clock.now();
+        let mut st = State::default();
+        for a in &auths {
+            let s = server(Kind::AuthServer, &a.name, &a.addr.to_string(), "", spec.ttl, now);
+            st.servers.insert((Kind::AuthServer, a.name.clone()), s);
+            st.auth_status.insert(a.name.clone(), ServingStatus::Serving);
+        }
+        for i in 0..spec.proxies {
+            let name = proxy_name(i);
+            // Proxies have no listener in the simulator; the address is nominal.
+            let addr = format!("127.0.0.1:{}", 30_000 + i);
+            let s = server(Kind::Proxy, &name, &addr, "", spec.ttl, now);
+            st.servers.insert((Kind::Proxy, name), s);
+        }
+        for i in 0..spec.agents {
+            let name = agent_name(i);
+            let auth = if spec.auth_servers > 0 {
+                auth_name(i % spec.auth_servers)
+            } else {
+                String::new()
+            };
+            let s = server(Kind::Agent, &name, "", &auth, spec.agent_ttl, now);
+            st.servers.insert((Kind::Agent, name.clone()), s);
+            for j in 0..spec.tunnels_per_agent.min(spec.proxies) {
+                let proxy = proxy_name((i + j) % spec.proxies);
+                let t = pb::TunnelConnection {
+                    name: format!("{name}.{proxy}"),
+                    agent: name.clone(),
+                    proxy,
+                    last_heartbeat: Some(to_timestamp(now)),
+                    expires: None,
+                };
+                st.tunnels.insert(t.name.clone(), t);
+            }
+        }
+        let (events, _) = broadcast::channel(spec.event_buffer.max(16));
+        let (kill, _) = watch::channel(0u64);
+        let listener = TcpListener::bind(spec.listen).await?;
+        let addr = listener.local_addr()?;
+        let inner = Arc::new(Inner {
+            clock,
+            rejected: std::sync::RwLock::new(spec.rejected_kinds.clone()),
+            spec,
+            state: Mutex::new(st),
+            events,
+            accepting: AtomicBool::new(true),
+            kill,
+            auths,
+            stop,
+        });
+        let svc = ClusterEventsServer::new(Service {
+            inner: inner.clone(),
+        })
+        .max_encoding_message_size(inner.spec.max_message_bytes)
+        .max_decoding_message_size(inner.spec.max_message_bytes);
+        let stop2 = inner.stop.clone();
+        tokio::spawn(async move {
+            let _ = tonic::transport::Server::builder()
+                .add_service(svc)
+                .serve_with_incoming_shutdown(
+                    TcpListenerStream::new(listener),
+                    stop2.cancelled_owned(),
+                )
+                .await;
+        });
+        let sim = SimCluster { inner, addr };
+        if sim.inner.spec.heartbeats {
+            sim.start_heartbeats().await;
+        }
+        info!(%addr, agents = sim.inner.spec.agents, proxies = sim.inner.spec.proxies, auth_servers = sim.inner.spec.auth_servers, "simulated cluster up");
+        Ok(sim)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn uri(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn spec(&self) -> &SimSpec {
+        &self.inner.spec
+    }
+
+    pub fn clock(&self) -> Clock {
+        self.inner.clock
+    }
+
+    pub fn auth_addr(&self, name: &str) -> Option<SocketAddr> {
+        self.inner.auths.iter().find(|a| a.name == name).map(|a| a.addr)
+    }
+
+    pub fn shutdown(&self) {
+        self.inner.stop.cancel();
+    }
+
+    async fn start_heartbeats(&self) {
+        let keys: Vec<(Kind, String, Duration)> = {
+            let st = self.inner.state.lock().await;
+            st.servers
+                .iter()
+                .map(|((k, n), s)| {
+                    let ttl = s
+                        .ttl
+                        .as_ref()
+                        .map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32))
+                        .unwrap_or(self.inner.spec.ttl);
+                    (*k, n.clone(), ttl)
+                })
+                .collect()
+        };
+        for (i, (kind, name, ttl)) in keys.into_iter().enumerate() {
+            let sim = self.clone();
+            let seed = self.inner.spec.seed.wrapping_add(i as u64);
+            tokio::spawn(async move {
+                let mut rng = SmallRng::seed_from_u64(seed);
+                loop {
+                    let interval = heartbeat_interval(ttl, &mut rng);
+                    tokio::select! {
+                        _ = sim.inner.stop.cancelled() => return,
+                        _ = tokio::time::sleep(interval) => {}
+                    }
+                    sim.heartbeat(kind, &name).await;
+                }
+            });
+        }
+    }
+
+    /// One heartbeat now: `expires = now + ttl`, published as a PUT. Skipped
+    /// while paused, and for agents whose auth server is not serving (they
+    /// cannot reach the backend).
+    pub async fn heartbeat(&self, kind: Kind, name: &str) -> bool {
+        let now = self.inner.clock.now();
+        let mut st = self.inner.state.lock().await;
+        if st.paused.contains(name) {
+            return false;
+        }
+        let auth_down = match st.servers.get(&(kind, name.to_string())) {
+            Some(s) if kind == Kind::Agent => {
+                st.auth_status.get(&s.auth_server).copied() == Some(ServingStatus::NotServing)
+            }
+            Some(_) => false,
+            None => return false,
+        };
+        if auth_down {
+            return false;
+        }
+        let Some(s) = st.servers.get_mut(&(kind, name.to_string())) else {
+            return false;
+        };
+        let ttl = s
+            .ttl
+            .as_ref()
+            .map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32))
+            .unwrap_or(self.inner.spec.ttl);
+        s.expires = Some(to_timestamp(now.saturating_add(ttl)));
+        let ev = put_server(s.clone());
+        drop(st);
+        let _ = self.inner.events.send(ev);
+        true
+    }
+
+    /// Stops a resource's heartbeats (a hung proxy, say).
+    pub async fn pause_heartbeats(&self, name: &str) {
+        self.inner.state.lock().await.paused.insert(name.to_string());
+        info!(%name, "sim: heartbeats paused");
+    }
+
+    /// Resumes heartbeats, with one right away.
+    pub async fn resume_heartbeats(&self, kind: Kind, name: &str) {
+        self.inner.state.lock().await.paused.remove(name);
+        info!(%name, "sim: heartbeats resumed");
+        self.heartbeat(kind, name).await;
+    }
+
+    pub async fn set_auth_status(&self, name: &str, status: ServingStatus) {
+        self.inner
+            .state
+            .lock()
+            .await
+            .auth_status
+            .insert(name.to_string(), status);
+        if let Some(a) = self.inner.auths.iter().find(|a| a.name == name) {
+            a.set_status(status).await;
+        }
+        info!(%name, ?status, "sim: auth health set");
+    }
+
+    /// Crashes an auth server's health endpoint.
+    pub fn stop_auth(&self, name: &str) {
+        if let Some(a) = self.inner.auths.iter().find(|a| a.name == name) {
+            a.stop();
+        }
+    }
+
+    /// Ends every open watch stream with UNAVAILABLE.
+    pub fn kill_streams(&self) {
+        self.inner.kill.send_modify(|g| *g += 1);
+        info!("sim: watch streams killed");
+    }
+
+    /// While false, new watches are refused with UNAVAILABLE.
+    pub fn set_accepting(&self, on: bool) {
+        self.inner.accepting.store(on, Ordering::SeqCst);
+    }
+
+    pub fn set_rejected_kinds(&self, kinds: Vec<Kind>) {
+        if let Ok(mut r) = self.inner.rejected.write() {
+            *r = kinds;
+        }
+    }
+
+    /// Publishes a raw event without storing it (bad-input tests).
+    pub fn inject(&self, ev: pb::Event) {
+        let _ = self.inner.events.send(ev);
+    }
+
+    /// Stores and publishes a server as given (no validation: tests use this
+    /// to send what a buggy cluster would).
+    pub async fn put_server(&self, s: pb::Server) {
+        let kind = s.kind.parse::<Kind>().unwrap_or(Kind::Agent);
+        self.inner
+            .state
+            .lock()
+            .await
+            .servers
+            .insert((kind, s.name.clone()), s.clone());
+        let _ = self.inner.events.send(put_server(s));
+    }
+
+    pub async fn get_server(&self, kind: Kind, name: &str) -> Option<pb::Server> {
+        self.inner
+            .state
+            .lock()
+            .await
+            .servers
+            .get(&(kind, name.to_string()))
+            .cloned()
+    }
+
+    pub async fn delete_server(&self, kind: Kind, name: &str) {
+        let removed = self
+            .inner
+            .state
+            .lock()
+            .await
+            .servers
+            .remove(&(kind, name.to_string()));
+        if let Some(s) = removed {
+            let _ = self.inner.events.send(pb::Event {
+                r#type: pb::EventType::Delete as i32,
+                resource: Some(pb::event::Resource::Server(s)),
+            });
+        }
+    }
+
+    pub async fn put_tunnel(&self, t: pb::TunnelConnection) {
+        self.inner
+            .state
+            .lock()
+            .await
+            .tunnels
+            .insert(t.name.clone(), t.clone());
+        let _ = self.inner.events.send(pb::Event {
+            r#type: pb::EventType::Put as i32,
+            resource: Some(pb::event::Resource::Tunnel(t)),
+        });
+    }
+
+    pub async fn delete_tunnel(&self, name: &str) {
+        let removed = self.inner.state.lock().await.tunnels.remove(name);
+        if let Some(t) = removed {
+            let _ = self.inner.events.send(pb::Event {
+                r#type: pb::EventType::Delete as i32,
+                resource: Some(pb::event::Resource::Tunnel(t)),
+            });
+        }
+    }
+
+    /// Sets a server's expiry without publishing (benchmarks stage a list).
+    pub async fn set_expires(&self, kind: Kind, name: &str, at: Ts) {
+        if let Some(s) = self
+            .inner
+            .state
+            .lock()
+            .await
+            .servers
+            .get_mut(&(kind, name.to_string()))
+        {
+            s.expires = Some(to_timestamp(at));
+        }
+    }
+
+    /// Names of every tunnel's proxy for an agent.
+    pub async fn tunnels_of(&self, agent: &str) -> Vec<String> {
+        self.inner
+            .state
+            .lock()
+            .await
+            .tunnels
+            .values()
+            .filter(|t| t.agent == agent)
+            .map(|t| t.proxy.clone())
+            .collect()
+    }
+
+    /// Publishes a pre-built event stream as fast as the channel takes it
+    /// (the ingest benchmark). Waits when watchers lag rather than cutting
+    /// them off: the bench measures throughput, not loss.
+    pub fn sender(&self) -> broadcast::Sender<pb::Event> {
+        self.inner.events.clone()
+    }
+
+    /// Watchers currently subscribed.
+    pub fn watchers(&self) -> usize {
+        self.inner.events.receiver_count()
+    }
+}
+
+/// TTL/2 + random(TTL/10), as Teleport heartbeats.
+pub fn heartbeat_interval(ttl: Duration, rng: &mut impl Rng) -> Duration {
+    let jitter_us = (ttl.as_micros() / 10) as u64;
+    ttl / 2 + Duration::from_micros(rng.random_range(0..=jitter_us))
+}
+
+pub fn server(kind: Kind, name: &str, addr: &str, auth: &str, ttl: Duration, now: Ts) -> pb::Server {
+    pb::Server {
+        kind: kind.as_str().to_string(),
+        name: name.to_string(),
+        addr: addr.to_string(),
+        version: "17.0.0".to_string(),
+        group_id: if kind == Kind::Proxy {
+            "proxy-group".into()
+        } else {
+            String::new()
+        },
+        group_generation: 1,
+        expires: Some(to_timestamp(now.saturating_add(ttl))),
+        ttl: Some(to_duration(ttl)),
+        labels: Default::default(),
+        auth_server: auth.to_string(),
+    }
+}
+
+pub fn put_server(s: pb::Server) -> pb::Event {
+    pb::Event {
+        r#type: pb::EventType::Put as i32,
+        resource: Some(pb::event::Resource::Server(s)),
+    }
+}
+
+struct Service {
+    inner: Arc<Inner>,
+}
+
+fn event_kind(ev: &pb::Event) -> Option<Kind> {
+    match &ev.resource {
+        Some(pb::event::Resource::Server(s)) => s.kind.parse().ok(),
+        Some(pb::event::Resource::Tunnel(_)) => Some(Kind::TunnelConnection),
+        _ => None,
+    }
+}
+
+#[tonic::async_trait]
+impl ClusterEvents for Service {
+    type WatchEventsStream = ReceiverStream<Result<pb::Event, Status>>;
+
+    async fn watch_events(
+        &self,
+        req: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchEventsStream>, Status> {
+        if !self.inner.accepting.load(Ordering::SeqCst) {
+            return Err(Status::unavailable("cluster is not accepting watches"));
+        }
+        let req = req.into_inner();
+        let mut requested = Vec::new();
+        for k in &req.kinds {
+            match k.parse::<Kind>() {
+                Ok(k) => requested.push(k),
+                Err(_) if req.allow_rejected_kinds => {}
+                Err(e) => return Err(Status::invalid_argument(e.to_string())),
+            }
+        }
+        let rejected: Vec<Kind> = self
+            .inner
+            .rejected
+            .read()
+            .map(|r| r.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|k| requested.contains(k))
+            .collect();
+        if !rejected.is_empty() && !req.allow_rejected_kinds {
+            return Err(Status::invalid_argument(format!(
+                "kinds not supported: {rejected:?}"
+            )));
+        }
+        let mut unknown: Vec<String> = req
+            .kinds
+            .iter()
+            .filter(|k| k.parse::<Kind>().is_err())
+            .cloned()
+            .collect();
+        unknown.extend(rejected.iter().map(|k| k.as_str().to_string()));
+        let wanted: HashSet<Kind> = requested
+            .into_iter()
+            .filter(|k| !rejected.contains(k))
+            .collect();
+        let mut sub = self.inner.events.subscribe();
+        let mut kill = self.inner.kill.subscribe();
+        kill.borrow_and_update();
+        let (tx, rx) = mpsc::channel(1024);
+        let init = pb::Event {
+            r#type: pb::EventType::Init as i32,
+            resource: if self.inner.spec.legacy_init {
+                None
+            } else {
+                Some(pb::event::Resource::Status(pb::WatchStatus {
+                    rejected_kinds: unknown,
+                }))
+            },
+        };
+        let stop = self.inner.stop.clone();
+        debug!(watcher = %req.watcher_name, "sim: watch opened");
+        tokio::spawn(async move {
+            if tx.send(Ok(init)).await.is_err() {
+                return;
+            }
+            loop {
+                let ev = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = kill.changed() => {
+                        let _ = tx.send(Err(Status::unavailable("stream killed by the simulator"))).await;
+                        return;
+                    }
+                    ev = sub.recv() => ev,
+                };
+                match ev {
+                    Ok(ev) => {
+                        // Raw injected events (no kind) pass through.
+                        if event_kind(&ev).is_some_and(|k| !wanted.contains(&k)) {
+                            continue;
+                        }
+                        if tx.send(Ok(ev)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        let _ = tx
+                            .send(Err(Status::aborted(format!(
+                                "watcher fell behind by {n} events; resync"
+                            ))))
+                            .await;
+                        return;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn list_resources(
+        &self,
+        req: Request<pb::ListResourcesRequest>,
+    ) -> Result<Response<pb::ListResourcesResponse>, Status> {
+        let req = req.into_inner();
+        let kind: Kind = req
+            .kind
+            .parse()
+            .map_err(|e: crate::model::UnknownKind| Status::invalid_argument(e.to_string()))?;
+        let page = req.page_size.clamp(1, 10_000) as usize;
+        let st = self.inner.state.lock().await;
+        let mut resp = pb::ListResourcesResponse::default();
+        let after = req.page_token;
+        if kind == Kind::TunnelConnection {
+            let mut it = st
+                .tunnels
+                .range::<String, _>((
+                    if after.is_empty() {
+                        std::ops::Bound::Unbounded
+                    } else {
+                        std::ops::Bound::Excluded(&after)
+                    },
+                    std::ops::Bound::Unbounded,
+                ))
+                .map(|(_, t)| t.clone());
+            resp.tunnels = it.by_ref().take(page).collect();
+            if it.next().is_some() {
+                resp.next_page_token = resp.tunnels.last().map(|t| t.name.clone()).unwrap_or_default();
+            }
+        } else {
+            let start = (kind, after.clone());
+            let mut it = st
+                .servers
+                .range((
+                    if after.is_empty() {
+                        std::ops::Bound::Included((kind, String::new()))
+                    } else {
+                        std::ops::Bound::Excluded(start)
+                    },
+                    std::ops::Bound::Unbounded,
+                ))
+                .take_while(|((k, _), _)| *k == kind)
+                .map(|(_, s)| s.clone());
+            resp.servers = it.by_ref().take(page).collect();
+            if it.next().is_some() {
+                resp.next_page_token = resp.servers.last().map(|s| s.name.clone()).unwrap_or_default();
+            }
+        }
+        Ok(Response::new(resp))
+    }
+}

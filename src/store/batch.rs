@@ -1,0 +1,184 @@
+//! What the fleet asks the store to write. A `WriteBatch` coalesces current
+//! state by key (only the latest row per resource is written) and appends
+//! history in order. Bounded: history past `max_events` is dropped and
+//! counted; coalesced state is bounded by the number of resources.
+
+use std::collections::HashMap;
+
+use crate::clock::Ts;
+use crate::model::{Kind, Server, Tunnel};
+
+/// One row of history (`events` table).
+#[derive(Clone, Debug)]
+pub struct EventRow {
+    pub at: Ts,
+    pub kind: &'static str,
+    pub name: String,
+    /// heartbeat | update | delete | expired | resync | stale | rejected | health
+    pub event: &'static str,
+    pub expires: Option<Ts>,
+    pub ttl_us: Option<i64>,
+    pub detail: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct HealthRow {
+    pub auth_server: String,
+    pub addr: String,
+    pub at: Ts,
+    pub from: &'static str,
+    pub to: &'static str,
+    pub mode: &'static str,
+    pub detail: String,
+}
+
+#[derive(Clone, Debug)]
+pub enum EpisodeOp {
+    Open {
+        id: i64,
+        agent: String,
+        state: &'static str,
+        reasons: String,
+        cause: &'static str,
+        cause_resource: String,
+        started: Ts,
+    },
+    Update {
+        id: i64,
+        reasons: String,
+        cause: &'static str,
+        cause_resource: String,
+    },
+    Close {
+        id: i64,
+        ended: Ts,
+        ended_by_signal: Option<i64>,
+        end_reason: &'static str,
+    },
+}
+
+#[derive(Debug, Default)]
+pub struct WriteBatch {
+    /// Whole-kind replacements (resync), applied before `servers`.
+    pub replace_servers: Vec<(Kind, Vec<Server>)>,
+    /// Latest row per (kind, name); `None` deletes.
+    pub servers: HashMap<(Kind, String), Option<Server>>,
+    /// Whole replacement of tunnels (resync), applied before `tunnels`.
+    pub replace_tunnels: Option<Vec<Tunnel>>,
+    pub tunnels: HashMap<String, Option<Tunnel>>,
+    pub events: Vec<EventRow>,
+    pub health: Vec<HealthRow>,
+    pub episodes: Vec<EpisodeOp>,
+    /// History rows dropped while this batch waited.
+    pub dropped_events: u64,
+}
+
+impl WriteBatch {
+    pub fn is_empty(&self) -> bool {
+        self.replace_servers.is_empty()
+            && self.servers.is_empty()
+            && self.replace_tunnels.is_none()
+            && self.tunnels.is_empty()
+            && self.events.is_empty()
+            && self.health.is_empty()
+            && self.episodes.is_empty()
+    }
+
+    pub fn put_server(&mut self, s: &Server) {
+        self.servers
+            .insert((s.kind, s.name.clone()), Some(s.clone()));
+    }
+
+    pub fn delete_server(&mut self, kind: Kind, name: &str) {
+        self.servers.insert((kind, name.to_string()), None);
+    }
+
+    pub fn replace_kind(&mut self, kind: Kind, rows: Vec<Server>) {
+        self.servers.retain(|(k, _), _| *k != kind);
+        self.replace_servers.retain(|(k, _)| *k != kind);
+        self.replace_servers.push((kind, rows));
+    }
+
+    pub fn put_tunnel(&mut self, t: &Tunnel) {
+        self.tunnels.insert(t.name.clone(), Some(t.clone()));
+    }
+
+    pub fn delete_tunnel(&mut self, name: &str) {
+        self.tunnels.insert(name.to_string(), None);
+    }
+
+    pub fn replace_tunnels(&mut self, rows: Vec<Tunnel>) {
+        self.tunnels.clear();
+        self.replace_tunnels = Some(rows);
+    }
+
+    /// Appends history unless `max_events` are already waiting.
+    pub fn event(&mut self, row: EventRow, max_events: usize) {
+        if self.events.len() >= max_events {
+            self.dropped_events += 1;
+        } else {
+            self.events.push(row);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn server(name: &str, expires: i64) -> Server {
+        Server {
+            kind: Kind::Proxy,
+            name: name.into(),
+            addr: String::new(),
+            version: String::new(),
+            group_id: String::new(),
+            group_generation: 0,
+            expires: Ts(expires),
+            ttl: Duration::from_secs(1),
+            labels: Default::default(),
+            auth_server: String::new(),
+        }
+    }
+
+    #[test]
+    fn state_coalesces_to_the_latest_row() {
+        let mut b = WriteBatch::default();
+        b.put_server(&server("p1", 1));
+        b.put_server(&server("p1", 2));
+        b.put_server(&server("p2", 1));
+        assert_eq!(b.servers.len(), 2);
+        assert_eq!(
+            b.servers[&(Kind::Proxy, "p1".to_string())]
+                .as_ref()
+                .map(|s| s.expires),
+            Some(Ts(2))
+        );
+        b.replace_kind(Kind::Proxy, vec![server("p3", 1)]);
+        assert!(b.servers.is_empty());
+        b.put_server(&server("p4", 1));
+        assert_eq!(b.servers.len(), 1);
+    }
+
+    #[test]
+    fn history_is_bounded_and_drops_are_counted() {
+        let mut b = WriteBatch::default();
+        for i in 0..5 {
+            b.event(
+                EventRow {
+                    at: Ts(i),
+                    kind: "proxy",
+                    name: "p".into(),
+                    event: "heartbeat",
+                    expires: None,
+                    ttl_us: None,
+                    detail: String::new(),
+                },
+                3,
+            );
+        }
+        assert_eq!(b.events.len(), 3);
+        assert_eq!(b.dropped_events, 2);
+    }
+}

@@ -1,0 +1,326 @@
+//! Read queries: the last known state loaded at start, and the history the
+//! API pages through. Dynamic filters go through `QueryBuilder` with bound
+//! parameters only.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use sqlx::{QueryBuilder, Sqlite, SqlitePool};
+
+use crate::clock::Ts;
+use crate::model::{AgentState, Health, Server, Tunnel};
+
+#[derive(sqlx::FromRow)]
+struct ResourceRow {
+    kind: String,
+    name: String,
+    addr: String,
+    version: String,
+    group_id: String,
+    group_generation: i64,
+    expires_us: i64,
+    ttl_us: i64,
+    labels: String,
+    auth_server: String,
+}
+
+#[derive(sqlx::FromRow)]
+struct TunnelRow {
+    name: String,
+    agent: String,
+    proxy: String,
+    last_heartbeat_us: Option<i64>,
+    expires_us: Option<i64>,
+}
+
+#[derive(sqlx::FromRow)]
+struct EpisodeRow {
+    id: i64,
+    agent: String,
+    state: String,
+    reasons: String,
+    cause: String,
+    cause_resource: String,
+    started_us: i64,
+    ended_us: Option<i64>,
+    ended_by_signal: Option<i64>,
+    end_reason: Option<String>,
+}
+
+/// One degraded or stranded period of an agent.
+#[derive(Clone, Debug, Serialize)]
+pub struct Episode {
+    pub id: i64,
+    pub agent: String,
+    pub state: String,
+    pub reasons: Vec<String>,
+    pub cause: String,
+    pub cause_resource: String,
+    pub started_at: Ts,
+    pub ended_at: Option<Ts>,
+    pub ended_by_signal: Option<i64>,
+    pub end_reason: Option<String>,
+}
+
+impl From<EpisodeRow> for Episode {
+    fn from(r: EpisodeRow) -> Self {
+        Episode {
+            id: r.id,
+            agent: r.agent,
+            state: r.state,
+            reasons: r
+                .reasons
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect(),
+            cause: r.cause,
+            cause_resource: r.cause_resource,
+            started_at: Ts(r.started_us),
+            ended_at: r.ended_us.map(Ts),
+            ended_by_signal: r.ended_by_signal,
+            end_reason: r.end_reason,
+        }
+    }
+}
+
+/// The last known auth health, from the newest transition of each server.
+#[derive(Clone, Debug)]
+pub struct LastHealth {
+    pub auth_server: String,
+    pub addr: String,
+    pub health: Health,
+    pub since: Ts,
+}
+
+/// What Lifeline knew when it last stopped.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub servers: Vec<Server>,
+    pub tunnels: Vec<Tunnel>,
+    pub open_episodes: Vec<Episode>,
+    pub next_episode_id: i64,
+    pub health: Vec<LastHealth>,
+}
+
+pub async fn load(pool: &SqlitePool) -> Result<Loaded, sqlx::Error> {
+    let rows: Vec<ResourceRow> = sqlx::query_as(
+        "SELECT kind, name, addr, version, group_id, group_generation, expires_us, ttl_us, labels, auth_server FROM resources",
+    )
+    .fetch_all(pool)
+    .await?;
+    let servers = rows
+        .into_iter()
+        .filter_map(|r| {
+            Some(Server {
+                kind: r.kind.parse().ok()?,
+                name: r.name,
+                addr: r.addr,
+                version: r.version,
+                group_id: r.group_id,
+                group_generation: u64::try_from(r.group_generation).unwrap_or(0),
+                expires: Ts(r.expires_us),
+                ttl: Duration::from_micros(u64::try_from(r.ttl_us).ok().filter(|t| *t > 0)?),
+                labels: serde_json::from_str(&r.labels).unwrap_or_default(),
+                auth_server: r.auth_server,
+            })
+        })
+        .collect();
+    let rows: Vec<TunnelRow> = sqlx::query_as(
+        "SELECT name, agent, proxy, last_heartbeat_us, expires_us FROM tunnels",
+    )
+    .fetch_all(pool)
+    .await?;
+    let tunnels = rows
+        .into_iter()
+        .map(|r| Tunnel {
+            name: r.name,
+            agent: r.agent,
+            proxy: r.proxy,
+            last_heartbeat: r.last_heartbeat_us.map(Ts),
+            expires: r.expires_us.map(Ts),
+        })
+        .collect();
+    let rows: Vec<EpisodeRow> = sqlx::query_as(
+        "SELECT id, agent, state, reasons, cause, cause_resource, started_us, ended_us, ended_by_signal, end_reason \
+         FROM episodes WHERE ended_us IS NULL ORDER BY id",
+    )
+    .fetch_all(pool)
+    .await?;
+    let open_episodes = rows.into_iter().map(Episode::from).collect();
+    let max: Option<i64> = sqlx::query_scalar("SELECT MAX(id) FROM episodes")
+        .fetch_one(pool)
+        .await?;
+    let rows: Vec<(String, String, String, i64)> = sqlx::query_as(
+        "SELECT auth_server, addr, to_status, at_us FROM health_transitions \
+         WHERE id IN (SELECT MAX(id) FROM health_transitions GROUP BY auth_server)",
+    )
+    .fetch_all(pool)
+    .await?;
+    let health = rows
+        .into_iter()
+        .filter_map(|(auth_server, addr, to, at)| {
+            Some(LastHealth {
+                auth_server,
+                addr,
+                health: Health::parse(&to)?,
+                since: Ts(at),
+            })
+        })
+        .collect();
+    Ok(Loaded {
+        servers,
+        tunnels,
+        open_episodes,
+        next_episode_id: max.unwrap_or(0) + 1,
+        health,
+    })
+}
+
+/// Filters for `/api/v1/episodes`. `before` is the paging cursor (an id).
+#[derive(Clone, Debug, Default)]
+pub struct EpisodeFilter {
+    pub agent: Option<String>,
+    pub state: Option<AgentState>,
+    pub open: Option<bool>,
+    pub cause_resource: Option<String>,
+    pub before: Option<i64>,
+    pub limit: u32,
+}
+
+pub async fn episodes(pool: &SqlitePool, f: &EpisodeFilter) -> Result<Vec<Episode>, sqlx::Error> {
+    let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
+        "SELECT id, agent, state, reasons, cause, cause_resource, started_us, ended_us, ended_by_signal, end_reason \
+         FROM episodes WHERE 1 = 1",
+    );
+    if let Some(a) = &f.agent {
+        q.push(" AND agent = ").push_bind(a.as_str());
+    }
+    if let Some(s) = f.state {
+        q.push(" AND state = ").push_bind(s.as_str());
+    }
+    match f.open {
+        Some(true) => {
+            q.push(" AND ended_us IS NULL");
+        }
+        Some(false) => {
+            q.push(" AND ended_us IS NOT NULL");
+        }
+        None => {}
+    }
+    if let Some(r) = &f.cause_resource {
+        q.push(" AND cause_resource = ").push_bind(r.as_str());
+    }
+    if let Some(b) = f.before {
+        q.push(" AND id < ").push_bind(b);
+    }
+    q.push(" ORDER BY id DESC LIMIT ").push_bind(i64::from(f.limit));
+    let rows: Vec<EpisodeRow> = q.build_query_as().fetch_all(pool).await?;
+    Ok(rows.into_iter().map(Episode::from).collect())
+}
+
+#[derive(sqlx::FromRow)]
+struct EventDbRow {
+    id: i64,
+    at_us: i64,
+    kind: String,
+    name: String,
+    event: String,
+    expires_us: Option<i64>,
+    ttl_us: Option<i64>,
+    detail: String,
+}
+
+/// One history row as the API shows it.
+#[derive(Clone, Debug, Serialize)]
+pub struct EventView {
+    pub id: i64,
+    pub at: Ts,
+    pub kind: String,
+    pub name: String,
+    pub event: String,
+    pub expires_at: Option<Ts>,
+    pub ttl_ms: Option<i64>,
+    pub detail: String,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct EventFilter {
+    pub since: Option<Ts>,
+    pub kind: Option<String>,
+    pub name: Option<String>,
+    pub event: Option<String>,
+    pub before: Option<i64>,
+    pub limit: u32,
+}
+
+pub async fn events(pool: &SqlitePool, f: &EventFilter) -> Result<Vec<EventView>, sqlx::Error> {
+    let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
+        "SELECT id, at_us, kind, name, event, expires_us, ttl_us, detail FROM events WHERE 1 = 1",
+    );
+    if let Some(s) = f.since {
+        q.push(" AND at_us >= ").push_bind(s.as_micros());
+    }
+    if let Some(k) = &f.kind {
+        q.push(" AND kind = ").push_bind(k.as_str());
+    }
+    if let Some(n) = &f.name {
+        q.push(" AND name = ").push_bind(n.as_str());
+    }
+    if let Some(e) = &f.event {
+        q.push(" AND event = ").push_bind(e.as_str());
+    }
+    if let Some(b) = f.before {
+        q.push(" AND id < ").push_bind(b);
+    }
+    q.push(" ORDER BY id DESC LIMIT ").push_bind(i64::from(f.limit));
+    let rows: Vec<EventDbRow> = q.build_query_as().fetch_all(pool).await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| EventView {
+            id: r.id,
+            at: Ts(r.at_us),
+            kind: r.kind,
+            name: r.name,
+            event: r.event,
+            expires_at: r.expires_us.map(Ts),
+            ttl_ms: r.ttl_us.map(|t| t / 1000),
+            detail: r.detail,
+        })
+        .collect())
+}
+
+/// One auth health transition as the API shows it.
+#[derive(Clone, Debug, Serialize, sqlx::FromRow)]
+pub struct Transition {
+    pub id: i64,
+    pub auth_server: String,
+    pub addr: String,
+    #[serde(skip)]
+    pub at_us: i64,
+    pub from_status: String,
+    pub to_status: String,
+    pub mode: String,
+    pub detail: String,
+}
+
+impl Transition {
+    pub fn at(&self) -> Ts {
+        Ts(self.at_us)
+    }
+}
+
+pub async fn transitions(
+    pool: &SqlitePool,
+    auth_server: &str,
+    limit: u32,
+) -> Result<Vec<Transition>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, auth_server, addr, at_us, from_status, to_status, mode, detail \
+         FROM health_transitions WHERE auth_server = ? ORDER BY id DESC LIMIT ?",
+    )
+    .bind(auth_server)
+    .bind(i64::from(limit))
+    .fetch_all(pool)
+    .await
+}

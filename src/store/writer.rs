@@ -1,0 +1,353 @@
+//! The single writer: takes `WriteBatch`es from a bounded channel and commits
+//! each in one transaction with multi-row statements. A failed commit is
+//! retried with backoff; a batch that still fails is dropped, logged once with
+//! its size, and counted, so one bad moment of the disk never wedges ingest.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::{QueryBuilder, Sqlite, SqlitePool};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{error, info_span, warn, Instrument};
+
+use super::batch::{EpisodeOp, WriteBatch};
+use super::StoreError;
+use crate::backoff::Backoff;
+use crate::clock::{dur_micros, Ts};
+use crate::model::{Kind, Server, Tunnel};
+use crate::stats::Stats;
+
+/// Rows per multi-row statement (well below SQLite's 32766 bound parameters).
+const CHUNK: usize = 500;
+const COMMIT_ATTEMPTS: u32 = 5;
+
+pub enum WriterMsg {
+    Batch(Box<WriteBatch>),
+    /// Answers once everything sent before it is committed.
+    Flush(oneshot::Sender<()>),
+}
+
+/// The sending side of the writer's bounded channel.
+#[derive(Clone)]
+pub struct WriterHandle {
+    tx: mpsc::Sender<WriterMsg>,
+}
+
+impl WriterHandle {
+    /// Hands a batch over if the writer has room; gives it back otherwise.
+    pub fn try_send(&self, batch: Box<WriteBatch>) -> Result<(), Box<WriteBatch>> {
+        match self.tx.try_send(WriterMsg::Batch(batch)) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(WriterMsg::Batch(b)))
+            | Err(mpsc::error::TrySendError::Closed(WriterMsg::Batch(b))) => Err(b),
+            Err(_) => Err(Box::default()),
+        }
+    }
+
+    /// Sends a batch, waiting for room.
+    pub async fn send(&self, batch: WriteBatch) -> Result<(), StoreError> {
+        self.tx
+            .send(WriterMsg::Batch(Box::new(batch)))
+            .await
+            .map_err(|_| StoreError::WriterGone)
+    }
+
+    /// Waits until everything sent so far is committed.
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(WriterMsg::Flush(tx))
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
+        rx.await.map_err(|_| StoreError::WriterGone)
+    }
+}
+
+/// Starts the writer task. `depth` bounds the batches waiting in the channel.
+pub fn spawn_writer(
+    pool: SqlitePool,
+    stats: Arc<Stats>,
+    depth: usize,
+) -> (WriterHandle, tokio::task::JoinHandle<()>) {
+    let (tx, mut rx) = mpsc::channel::<WriterMsg>(depth.max(1));
+    let task = tokio::spawn(async move {
+        while let Some(msg) = rx.recv().await {
+            match msg {
+                WriterMsg::Batch(batch) => commit_with_retry(&pool, &stats, *batch).await,
+                WriterMsg::Flush(done) => {
+                    let _ = done.send(());
+                }
+            }
+        }
+    });
+    (WriterHandle { tx }, task)
+}
+
+async fn commit_with_retry(pool: &SqlitePool, stats: &Stats, batch: WriteBatch) {
+    if batch.dropped_events > 0 {
+        Stats::add(&stats.store_events_dropped, batch.dropped_events);
+        warn!(
+            dropped = batch.dropped_events,
+            "SQLite fell behind: history rows dropped (current state is kept)"
+        );
+    }
+    if batch.is_empty() {
+        return;
+    }
+    let backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
+    let events = batch.events.len() as u64;
+    let span = info_span!("store.commit", events, servers = batch.servers.len());
+    for attempt in 0..COMMIT_ATTEMPTS {
+        match commit(pool, &batch).instrument(span.clone()).await {
+            Ok(()) => {
+                Stats::inc(&stats.store_batches);
+                Stats::add(&stats.store_events_committed, events);
+                return;
+            }
+            Err(e) => {
+                Stats::inc(&stats.store_errors);
+                if attempt + 1 == COMMIT_ATTEMPTS {
+                    error!(error = %e, events, "giving up on a write batch after {COMMIT_ATTEMPTS} attempts");
+                    Stats::add(&stats.store_events_dropped, events);
+                    return;
+                }
+                warn!(error = %e, attempt, "write batch failed; retrying");
+                tokio::time::sleep(backoff.delay(attempt)).await;
+            }
+        }
+    }
+}
+
+/// Commits one batch in one transaction.
+pub async fn commit(pool: &SqlitePool, b: &WriteBatch) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    for (kind, rows) in &b.replace_servers {
+        sqlx::query("DELETE FROM resources WHERE kind = ?")
+            .bind(kind.as_str())
+            .execute(&mut *tx)
+            .await?;
+        for chunk in rows.chunks(CHUNK) {
+            upsert_servers(&mut tx, chunk.iter()).await?;
+        }
+    }
+    let (puts, dels): (Vec<_>, Vec<_>) = b.servers.iter().partition(|(_, v)| v.is_some());
+    let puts: Vec<&Server> = puts.into_iter().filter_map(|(_, v)| v.as_ref()).collect();
+    for chunk in puts.chunks(CHUNK) {
+        upsert_servers(&mut tx, chunk.iter().copied()).await?;
+    }
+    for ((kind, name), _) in dels {
+        sqlx::query("DELETE FROM resources WHERE kind = ? AND name = ?")
+            .bind(kind.as_str())
+            .bind(name.as_str())
+            .execute(&mut *tx)
+            .await?;
+    }
+    if let Some(rows) = &b.replace_tunnels {
+        sqlx::query("DELETE FROM tunnels").execute(&mut *tx).await?;
+        for chunk in rows.chunks(CHUNK) {
+            upsert_tunnels(&mut tx, chunk.iter()).await?;
+        }
+    }
+    let (puts, dels): (Vec<_>, Vec<_>) = b.tunnels.iter().partition(|(_, v)| v.is_some());
+    let puts: Vec<&Tunnel> = puts.into_iter().filter_map(|(_, v)| v.as_ref()).collect();
+    for chunk in puts.chunks(CHUNK) {
+        upsert_tunnels(&mut tx, chunk.iter().copied()).await?;
+    }
+    for (name, _) in dels {
+        sqlx::query("DELETE FROM tunnels WHERE name = ?")
+            .bind(name.as_str())
+            .execute(&mut *tx)
+            .await?;
+    }
+    for chunk in b.events.chunks(CHUNK) {
+        let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
+            "INSERT INTO events (at_us, kind, name, event, expires_us, ttl_us, detail) ",
+        );
+        q.push_values(chunk, |mut r, e| {
+            r.push_bind(e.at.as_micros())
+                .push_bind(e.kind)
+                .push_bind(e.name.as_str())
+                .push_bind(e.event)
+                .push_bind(e.expires.map(Ts::as_micros))
+                .push_bind(e.ttl_us)
+                .push_bind(e.detail.as_str());
+        });
+        q.build().execute(&mut *tx).await?;
+    }
+    for chunk in b.health.chunks(CHUNK) {
+        let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
+            "INSERT INTO health_transitions (auth_server, addr, at_us, from_status, to_status, mode, detail) ",
+        );
+        q.push_values(chunk, |mut r, h| {
+            r.push_bind(h.auth_server.as_str())
+                .push_bind(h.addr.as_str())
+                .push_bind(h.at.as_micros())
+                .push_bind(h.from)
+                .push_bind(h.to)
+                .push_bind(h.mode)
+                .push_bind(h.detail.as_str());
+        });
+        q.build().execute(&mut *tx).await?;
+    }
+    for op in &b.episodes {
+        match op {
+            EpisodeOp::Open {
+                id,
+                agent,
+                state,
+                reasons,
+                cause,
+                cause_resource,
+                started,
+            } => {
+                sqlx::query(
+                    "INSERT INTO episodes (id, agent, state, reasons, cause, cause_resource, started_us) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?)",
+                )
+                .bind(id)
+                .bind(agent.as_str())
+                .bind(*state)
+                .bind(reasons.as_str())
+                .bind(*cause)
+                .bind(cause_resource.as_str())
+                .bind(started.as_micros())
+                .execute(&mut *tx)
+                .await?;
+            }
+            EpisodeOp::Update {
+                id,
+                reasons,
+                cause,
+                cause_resource,
+            } => {
+                sqlx::query(
+                    "UPDATE episodes SET reasons = ?, cause = ?, cause_resource = ? WHERE id = ?",
+                )
+                .bind(reasons.as_str())
+                .bind(*cause)
+                .bind(cause_resource.as_str())
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            }
+            EpisodeOp::Close {
+                id,
+                ended,
+                ended_by_signal,
+                end_reason,
+            } => {
+                sqlx::query(
+                    "UPDATE episodes SET ended_us = ?, ended_by_signal = ?, end_reason = ? WHERE id = ?",
+                )
+                .bind(ended.as_micros())
+                .bind(*ended_by_signal)
+                .bind(*end_reason)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
+    }
+    tx.commit().await
+}
+
+async fn upsert_servers<'a>(
+    tx: &mut sqlx::Transaction<'_, Sqlite>,
+    rows: impl Iterator<Item = &'a Server>,
+) -> Result<(), sqlx::Error> {
+    let rows: Vec<(&Server, String)> = rows
+        .map(|s| {
+            let labels = serde_json::to_string(&s.labels).unwrap_or_else(|_| "{}".into());
+            (s, labels)
+        })
+        .collect();
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
+        "INSERT INTO resources (kind, name, addr, version, group_id, group_generation, expires_us, ttl_us, labels, auth_server) ",
+    );
+    q.push_values(&rows, |mut r, (s, labels)| {
+        r.push_bind(s.kind.as_str())
+            .push_bind(s.name.as_str())
+            .push_bind(s.addr.as_str())
+            .push_bind(s.version.as_str())
+            .push_bind(s.group_id.as_str())
+            .push_bind(i64::try_from(s.group_generation).unwrap_or(i64::MAX))
+            .push_bind(s.expires.as_micros())
+            .push_bind(dur_micros(s.ttl))
+            .push_bind(labels.as_str())
+            .push_bind(s.auth_server.as_str());
+    });
+    q.push(
+        " ON CONFLICT (kind, name) DO UPDATE SET addr = excluded.addr, version = excluded.version, \
+         group_id = excluded.group_id, group_generation = excluded.group_generation, \
+         expires_us = excluded.expires_us, ttl_us = excluded.ttl_us, labels = excluded.labels, \
+         auth_server = excluded.auth_server",
+    );
+    q.build().execute(&mut **tx).await?;
+    Ok(())
+}
+
+async fn upsert_tunnels<'a>(
+    tx: &mut sqlx::Transaction<'_, Sqlite>,
+    rows: impl Iterator<Item = &'a Tunnel>,
+) -> Result<(), sqlx::Error> {
+    let rows: Vec<&Tunnel> = rows.collect();
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
+        "INSERT INTO tunnels (name, agent, proxy, last_heartbeat_us, expires_us) ",
+    );
+    q.push_values(&rows, |mut r, t| {
+        r.push_bind(t.name.as_str())
+            .push_bind(t.agent.as_str())
+            .push_bind(t.proxy.as_str())
+            .push_bind(t.last_heartbeat.map(Ts::as_micros))
+            .push_bind(t.expires.map(Ts::as_micros));
+    });
+    q.push(
+        " ON CONFLICT (name) DO UPDATE SET agent = excluded.agent, proxy = excluded.proxy, \
+         last_heartbeat_us = excluded.last_heartbeat_us, expires_us = excluded.expires_us",
+    );
+    q.build().execute(&mut **tx).await?;
+    Ok(())
+}
+
+/// Deletes history older than `before`, in small steps so readers and the
+/// writer are never blocked for long. Returns the rows deleted.
+pub async fn prune(pool: &SqlitePool, before: Ts) -> Result<u64, sqlx::Error> {
+    let mut total = 0;
+    loop {
+        let n = sqlx::query(
+            "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE at_us < ? ORDER BY at_us LIMIT 5000)",
+        )
+        .bind(before.as_micros())
+        .execute(pool)
+        .await?
+        .rows_affected();
+        total += n;
+        if n < 5000 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    let n = sqlx::query("DELETE FROM health_transitions WHERE at_us < ?")
+        .bind(before.as_micros())
+        .execute(pool)
+        .await?
+        .rows_affected();
+    Ok(total + n)
+}
+
+/// Kinds as stored.
+pub fn kind_from_db(s: &str) -> Option<Kind> {
+    s.parse().ok()
+}
+
+/// Counter check for tests and benches: history rows committed so far.
+pub fn committed(stats: &Stats) -> u64 {
+    stats.store_events_committed.load(Ordering::Relaxed)
+}
