@@ -123,7 +123,9 @@ impl Lifeline {
             .local_addr()
             .map_err(|source| StartError::Bind {
                 what: "HTTP",
-                addr: cfg.listen_addr().unwrap_or_else(|_| ([0, 0, 0, 0], 0).into()),
+                addr: cfg
+                    .listen_addr()
+                    .unwrap_or_else(|_| ([0, 0, 0, 0], 0).into()),
                 source,
             })?;
         let grpc_addr = grpc_listener

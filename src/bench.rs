@@ -207,7 +207,7 @@ async fn ingest(agents: usize, proxies: usize, events: usize) -> Result<Value, B
         .map(|i| {
             let mut s = templates[i % templates.len()].clone();
             s.expires = Some(crate::ingest::validate::to_timestamp(Ts(
-                base.as_micros() + i as i64,
+                base.as_micros() + i as i64
             )));
             put_server(s)
         })

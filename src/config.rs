@@ -317,7 +317,10 @@ impl Config {
         let mut names = HashSet::new();
         for (i, a) in self.auth_servers.iter().enumerate() {
             if a.name.trim().is_empty() {
-                return Err(invalid(format!("auth_servers[{i}].name"), "must not be empty"));
+                return Err(invalid(
+                    format!("auth_servers[{i}].name"),
+                    "must not be empty",
+                ));
             }
             if !names.insert(a.name.as_str()) {
                 return Err(invalid(
@@ -451,7 +454,11 @@ mod tests {
     fn invalid_values_name_the_field() {
         let mut c = Config::default();
         c.server.listen = "localhost".into();
-        assert!(c.validate().unwrap_err().to_string().contains("server.listen"));
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("server.listen"));
 
         let mut c = Config::default();
         c.cluster.page_size = 0;

@@ -108,7 +108,10 @@ pub enum Command {
     Apply(Vec<Ingested>),
     Resync(Resync),
     /// The watch stream of `generation` ended: its kinds turn stale.
-    WatchDown { generation: u64, error: String },
+    WatchDown {
+        generation: u64,
+        error: String,
+    },
     Health(HealthUpdate),
     /// Runs against settled state; used for every query.
     Read(ReadFn),
@@ -161,13 +164,19 @@ impl FleetHandle {
     /// Waits until every kind is ready or rejected.
     pub async fn wait_ready(&self) -> Result<(), FleetGone> {
         let mut rx = self.readiness.clone();
-        rx.wait_for(|r| r.ready).await.map(|_| ()).map_err(|_| FleetGone)
+        rx.wait_for(|r| r.ready)
+            .await
+            .map(|_| ())
+            .map_err(|_| FleetGone)
     }
 
     /// Waits until no kind is ready any more (e.g. the stream died).
     pub async fn wait_not_ready(&self) -> Result<(), FleetGone> {
         let mut rx = self.readiness.clone();
-        rx.wait_for(|r| !r.ready).await.map(|_| ()).map_err(|_| FleetGone)
+        rx.wait_for(|r| !r.ready)
+            .await
+            .map(|_| ())
+            .map_err(|_| FleetGone)
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<StateChange> {

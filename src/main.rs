@@ -83,7 +83,11 @@ async fn main() -> ExitCode {
     let quiet = matches!(cli.cmd, Cmd::Bench { .. });
     telemetry::init(
         cli.log_format,
-        if quiet { "warn" } else { telemetry::DEFAULT_FILTER },
+        if quiet {
+            "warn"
+        } else {
+            telemetry::DEFAULT_FILTER
+        },
     );
     match run(cli.cmd).await {
         Ok(code) => code,

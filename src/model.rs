@@ -237,7 +237,10 @@ impl Reasons {
     }
     /// Comma-separated names, as stored in SQLite.
     pub fn join(self) -> String {
-        self.iter().map(Reason::as_str).collect::<Vec<_>>().join(",")
+        self.iter()
+            .map(Reason::as_str)
+            .collect::<Vec<_>>()
+            .join(",")
     }
     pub fn parse_joined(s: &str) -> Reasons {
         let mut out = Reasons::default();

@@ -11,6 +11,8 @@ use crate::ingest::validate::RejectCode;
 pub struct Stats {
     /// Upstream events applied (PUT/DELETE, after validation).
     pub events_applied: AtomicU64,
+    /// Stream events (after INIT) handed to the fleet, valid or not.
+    pub stream_events: AtomicU64,
     /// PUTs whose `expires` moved.
     pub heartbeats: AtomicU64,
     /// Rejected inputs, by code (indexed by `RejectCode as usize`).
@@ -49,7 +51,10 @@ impl Stats {
     }
 
     pub fn rejected_total(&self) -> u64 {
-        self.rejected.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+        self.rejected
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
     }
 
     pub fn snapshot(&self) -> StatsSnapshot {

@@ -187,7 +187,10 @@ mod tests {
         assert!(v.reasons.contains(Reason::NoLiveTunnel));
         assert_eq!(v.since, Ts(700));
         let c = v.cause.unwrap();
-        assert_eq!((c.kind, c.resource.as_str()), (CauseKind::ProxyExpired, "p2"));
+        assert_eq!(
+            (c.kind, c.resource.as_str()),
+            (CauseKind::ProxyExpired, "p2")
+        );
     }
 
     #[test]
@@ -215,7 +218,10 @@ mod tests {
         assert_eq!(v.reasons.iter().count(), 3);
         assert_eq!(v.since, Ts(100));
         let c = v.cause.unwrap();
-        assert_eq!((c.kind, c.resource.as_str()), (CauseKind::AuthNotServing, "auth-1"));
+        assert_eq!(
+            (c.kind, c.resource.as_str()),
+            (CauseKind::AuthNotServing, "auth-1")
+        );
     }
 
     #[test]
@@ -226,6 +232,9 @@ mod tests {
         assert_eq!(v.state, AgentState::Stranded);
         assert_eq!(v.since, Ts(900));
         let c = v.cause.unwrap();
-        assert_eq!((c.kind, c.resource.as_str()), (CauseKind::AgentExpired, "auth-1"));
+        assert_eq!(
+            (c.kind, c.resource.as_str()),
+            (CauseKind::AgentExpired, "auth-1")
+        );
     }
 }

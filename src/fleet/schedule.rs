@@ -84,7 +84,10 @@ mod tests {
         s.arm(key("a"), Ts(10));
         assert_eq!(s.next(), Some(Ts(10)));
         assert!(s.pop_due(Ts(9)).is_empty());
-        assert_eq!(s.pop_due(Ts(25)), vec![(Ts(10), key("a")), (Ts(20), key("b"))]);
+        assert_eq!(
+            s.pop_due(Ts(25)),
+            vec![(Ts(10), key("a")), (Ts(20), key("b"))]
+        );
         assert!(s.pop_due(Ts(100)).is_empty());
         assert!(s.is_empty());
     }
@@ -105,7 +108,10 @@ mod tests {
         s.arm(key("a"), Ts(10));
         assert_eq!(s.pop_due(Ts(10)), vec![(Ts(10), key("a"))]);
         s.arm(key("a"), Ts(50));
-        assert!(s.pop_due(Ts(40)).is_empty(), "stale entry at 30 must not fire");
+        assert!(
+            s.pop_due(Ts(40)).is_empty(),
+            "stale entry at 30 must not fire"
+        );
         assert_eq!(s.pop_due(Ts(50)), vec![(Ts(50), key("a"))]);
     }
 }

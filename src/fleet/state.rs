@@ -225,7 +225,12 @@ impl Fleet {
     pub fn classification_enabled(&self) -> bool {
         [Kind::Proxy, Kind::Agent, Kind::TunnelConnection]
             .iter()
-            .all(|k| matches!(self.kind(*k).state, WatchState::Ready | WatchState::Rejected))
+            .all(|k| {
+                matches!(
+                    self.kind(*k).state,
+                    WatchState::Ready | WatchState::Rejected
+                )
+            })
     }
 
     pub fn readiness_now(&self) -> Readiness {
@@ -345,8 +350,10 @@ impl Fleet {
                 }
                 Kind::AuthServer => {
                     let name = e.server.name.clone();
-                    self.auths.entry(name).or_insert_with(|| AuthEntry::new(now)).resource =
-                        Some(e);
+                    self.auths
+                        .entry(name)
+                        .or_insert_with(|| AuthEntry::new(now))
+                        .resource = Some(e);
                 }
                 Kind::Agent => {
                     let name = e.server.name.clone();
@@ -408,8 +415,10 @@ impl Fleet {
         }
         let names: Vec<String> = self.auths.keys().cloned().collect();
         for n in names {
-            self.schedule
-                .arm(TimerKey::AuthGrace(n), now.saturating_add(self.rules.unknown_grace));
+            self.schedule.arm(
+                TimerKey::AuthGrace(n),
+                now.saturating_add(self.rules.unknown_grace),
+            );
         }
         info!(
             servers = n_servers,
@@ -588,7 +597,11 @@ impl Fleet {
                 let r = match self.agents.get_mut(&name) {
                     Some(a) => {
                         let (hb, flipped) = a.res.update(s, now);
-                        (if hb { "heartbeat" } else { "update" }, flipped, a.res.expired)
+                        (
+                            if hb { "heartbeat" } else { "update" },
+                            flipped,
+                            a.res.expired,
+                        )
                     }
                     None => {
                         let e = ResEntry::new(s, now);
@@ -635,7 +648,8 @@ impl Fleet {
             self.server_event(&s, event, now);
         }
         if !expired {
-            self.schedule.arm(TimerKey::Expiry(kind, name.clone()), expires);
+            self.schedule
+                .arm(TimerKey::Expiry(kind, name.clone()), expires);
         }
         if flipped_or_new {
             match kind {
@@ -729,7 +743,8 @@ impl Fleet {
             ttl_us: None,
             detail: format!("{} → {}", t.agent, t.proxy),
         });
-        self.tunnels.insert(t.name.clone(), TunnelEntry { tunnel: t, expired });
+        self.tunnels
+            .insert(t.name.clone(), TunnelEntry { tunnel: t, expired });
     }
 
     fn delete_tunnel(&mut self, name: &str, _now: Ts) {
@@ -799,8 +814,7 @@ impl Fleet {
                         }
                     }
                     Kind::AuthServer => {
-                        let listed: HashSet<String> =
-                            list.iter().map(|s| s.name.clone()).collect();
+                        let listed: HashSet<String> = list.iter().map(|s| s.name.clone()).collect();
                         self.auths.retain(|name, a| {
                             if !listed.contains(name) {
                                 a.resource = None;
@@ -820,7 +834,8 @@ impl Fleet {
                                 None => entry.resource = Some(ResEntry::new(s, now)),
                             }
                             if entry.health == Health::Unknown && !entry.unhealthy {
-                                let at = entry.health_since.saturating_add(self.rules.unknown_grace);
+                                let at =
+                                    entry.health_since.saturating_add(self.rules.unknown_grace);
                                 self.schedule.arm(TimerKey::AuthGrace(name), at);
                             }
                         }
@@ -921,7 +936,10 @@ impl Fleet {
             }
         }
         if changed {
-            warn!(generation, error, "watch stream lost: cluster data is stale until resync");
+            warn!(
+                generation,
+                error, "watch stream lost: cluster data is stale until resync"
+            );
             self.note("watcher", "", "stale", error.to_string());
             self.publish_readiness();
         }
@@ -1000,7 +1018,10 @@ impl Fleet {
             return;
         }
         let current = match kind {
-            Kind::Proxy => self.proxies.get_mut(&name).map(|e| (&mut e.expired, e.server.expires)),
+            Kind::Proxy => self
+                .proxies
+                .get_mut(&name)
+                .map(|e| (&mut e.expired, e.server.expires)),
             Kind::AuthServer => self
                 .auths
                 .get_mut(&name)
@@ -1159,7 +1180,11 @@ impl Fleet {
                     state: v.state.as_str(),
                     reasons: v.reasons.join(),
                     cause: v.cause.as_ref().map_or("", |c| c.kind.as_str()),
-                    cause_resource: v.cause.as_ref().map(|c| c.resource.clone()).unwrap_or_default(),
+                    cause_resource: v
+                        .cause
+                        .as_ref()
+                        .map(|c| c.resource.clone())
+                        .unwrap_or_default(),
                     started: since,
                 });
             }
@@ -1187,7 +1212,11 @@ impl Fleet {
                     id,
                     reasons: v.reasons.join(),
                     cause: v.cause.as_ref().map_or("", |c| c.kind.as_str()),
-                    cause_resource: v.cause.as_ref().map(|c| c.resource.clone()).unwrap_or_default(),
+                    cause_resource: v
+                        .cause
+                        .as_ref()
+                        .map(|c| c.resource.clone())
+                        .unwrap_or_default(),
                 });
             }
             a.reasons = v.reasons;

@@ -359,7 +359,12 @@ pub fn ttl_windows(f: &Fleet, kind: Option<Kind>, after: Option<&str>, limit: us
     let after_ok = |n: &str| after.is_none_or(|a| n > a);
     let want = |k: Kind| kind.is_none_or(|x| x == k);
     if want(Kind::Proxy) {
-        entries.extend(f.proxies.iter().filter(|(n, _)| after_ok(n)).map(|(_, e)| e));
+        entries.extend(
+            f.proxies
+                .iter()
+                .filter(|(n, _)| after_ok(n))
+                .map(|(_, e)| e),
+        );
     }
     if want(Kind::AuthServer) {
         entries.extend(

@@ -160,7 +160,10 @@ fn check_expires(
             RejectCode::BadTimestamp,
             kind,
             name,
-            format!("expires {}s/{}ns is not a valid timestamp", raw.seconds, raw.nanos),
+            format!(
+                "expires {}s/{}ns is not a valid timestamp",
+                raw.seconds, raw.nanos
+            ),
         )
     })?;
     if t < now.saturating_sub(limits.max_expired_age) {

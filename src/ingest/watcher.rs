@@ -176,7 +176,9 @@ async fn session(
         for name in st.rejected_kinds {
             match name.parse::<Kind>() {
                 Ok(k) if cfg.kinds.contains(&k) => rejected.push(k),
-                _ => warn!(kind = %name, "source rejected a kind Lifeline did not ask for; ignored"),
+                _ => {
+                    warn!(kind = %name, "source rejected a kind Lifeline did not ask for; ignored")
+                }
             }
         }
     }
@@ -251,10 +253,12 @@ async fn session(
                 None => break,
             }
         }
+        let n = batch.len() as u64;
         fleet
             .send(Command::Apply(batch))
             .await
             .map_err(|_| WatchError::FleetGone)?;
+        Stats::add(&stats.stream_events, n);
     }
 }
 

@@ -1,6 +1,7 @@
 //! Simulated auth servers: each serves `grpc.health.v1.Health` on its own
-//! loopback port. `Standard` is tonic-health itself; `CheckOnly` answers
-//! `Watch` with UNIMPLEMENTED, like an older server, so Lifeline must poll.
+//! loopback port. `Standard` is tonic-health's own service; `CheckOnly`
+//! answers `Watch` with UNIMPLEMENTED, like an older server, so Lifeline must
+//! poll. `stop()` crashes the server: open streams break, new calls fail.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -8,9 +9,10 @@ use std::pin::Pin;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
-use tonic_health::server::HealthReporter;
+use tonic_health::server::{HealthReporter, HealthService};
 use tonic_health::ServingStatus;
 
 use crate::proto::health::health_server::{Health, HealthServer};
@@ -30,6 +32,7 @@ pub struct SimAuth {
     pub flavor: AuthFlavor,
     reporter: Option<HealthReporter>,
     check_only: Option<watch::Sender<ServingStatus>>,
+    crashed: watch::Sender<bool>,
     stop: CancellationToken,
 }
 
@@ -43,13 +46,18 @@ impl SimAuth {
         let addr = listener.local_addr()?;
         let stop = parent.child_token();
         let incoming = TcpListenerStream::new(listener);
+        let (crashed, crashed_rx) = watch::channel(false);
         let (reporter, check_only) = match flavor {
             AuthFlavor::Standard => {
-                let (reporter, service) = tonic_health::server::health_reporter();
+                let reporter = HealthReporter::new();
+                let inner = HealthService::from_health_reporter(reporter.clone());
                 let stop2 = stop.clone();
                 tokio::spawn(async move {
                     let _ = tonic::transport::Server::builder()
-                        .add_service(service)
+                        .add_service(HealthServer::new(Crashable {
+                            inner,
+                            crashed: crashed_rx,
+                        }))
                         .serve_with_incoming_shutdown(incoming, stop2.cancelled_owned())
                         .await;
                 });
@@ -60,7 +68,10 @@ impl SimAuth {
                 let stop2 = stop.clone();
                 tokio::spawn(async move {
                     let _ = tonic::transport::Server::builder()
-                        .add_service(HealthServer::new(CheckOnly { status: rx }))
+                        .add_service(HealthServer::new(CheckOnly {
+                            status: rx,
+                            crashed: crashed_rx,
+                        }))
                         .serve_with_incoming_shutdown(incoming, stop2.cancelled_owned())
                         .await;
                 });
@@ -73,6 +84,7 @@ impl SimAuth {
             flavor,
             reporter,
             check_only,
+            crashed,
             stop,
         })
     }
@@ -88,12 +100,67 @@ impl SimAuth {
 
     /// Stops serving entirely (a crashed auth server).
     pub fn stop(&self) {
+        self.crashed.send_replace(true);
         self.stop.cancel();
+    }
+}
+
+fn crash_error() -> Status {
+    Status::unavailable("auth server crashed")
+}
+
+/// tonic-health's service, plus a crash switch.
+struct Crashable {
+    inner: HealthService,
+    crashed: watch::Receiver<bool>,
+}
+
+#[tonic::async_trait]
+impl Health for Crashable {
+    async fn check(
+        &self,
+        req: Request<HealthCheckRequest>,
+    ) -> Result<Response<HealthCheckResponse>, Status> {
+        if *self.crashed.borrow() {
+            return Err(crash_error());
+        }
+        self.inner.check(req).await
+    }
+
+    type WatchStream = WatchStream;
+
+    async fn watch(
+        &self,
+        req: Request<HealthCheckRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        if *self.crashed.borrow() {
+            return Err(crash_error());
+        }
+        let mut inner = self.inner.watch(req).await?.into_inner();
+        let mut crashed = self.crashed.clone();
+        let stream = async_stream::stream! {
+            loop {
+                let item = tokio::select! {
+                    r = crashed.wait_for(|c| *c) => { drop(r); None }
+                    item = inner.next() => Some(item),
+                };
+                match item {
+                    None => {
+                        yield Err(crash_error());
+                        return;
+                    }
+                    Some(Some(item)) => yield item,
+                    Some(None) => return,
+                }
+            }
+        };
+        Ok(Response::new(Box::pin(stream)))
     }
 }
 
 struct CheckOnly {
     status: watch::Receiver<ServingStatus>,
+    crashed: watch::Receiver<bool>,
 }
 
 type WatchStream =
@@ -105,6 +172,9 @@ impl Health for CheckOnly {
         &self,
         req: Request<HealthCheckRequest>,
     ) -> Result<Response<HealthCheckResponse>, Status> {
+        if *self.crashed.borrow() {
+            return Err(crash_error());
+        }
         if !req.get_ref().service.is_empty() {
             return Err(Status::not_found("service not registered"));
         }
@@ -122,6 +192,8 @@ impl Health for CheckOnly {
         &self,
         _req: Request<HealthCheckRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        Err(Status::unimplemented("Watch is not implemented by this server"))
+        Err(Status::unimplemented(
+            "Watch is not implemented by this server",
+        ))
     }
 }

@@ -99,6 +99,8 @@ struct Inner {
     accepting: AtomicBool,
     rejected: std::sync::RwLock<Vec<Kind>>,
     kill: watch::Sender<u64>,
+    /// Events handed to watch streams (INIT excluded).
+    delivered: std::sync::atomic::AtomicU64,
     auths: Vec<SimAuth>,
     stop: CancellationToken,
 }
@@ -120,9 +122,17 @@ impl SimCluster {
         let now = clock.now();
         let mut st = State::default();
         for a in &auths {
-            let s = server(Kind::AuthServer, &a.name, &a.addr.to_string(), "", spec.ttl, now);
+            let s = server(
+                Kind::AuthServer,
+                &a.name,
+                &a.addr.to_string(),
+                "",
+                spec.ttl,
+                now,
+            );
             st.servers.insert((Kind::AuthServer, a.name.clone()), s);
-            st.auth_status.insert(a.name.clone(), ServingStatus::Serving);
+            st.auth_status
+                .insert(a.name.clone(), ServingStatus::Serving);
         }
         for i in 0..spec.proxies {
             let name = proxy_name(i);
@@ -164,6 +174,7 @@ impl SimCluster {
             events,
             accepting: AtomicBool::new(true),
             kill,
+            delivered: std::sync::atomic::AtomicU64::new(0),
             auths,
             stop,
         });
@@ -207,7 +218,11 @@ impl SimCluster {
     }
 
     pub fn auth_addr(&self, name: &str) -> Option<SocketAddr> {
-        self.inner.auths.iter().find(|a| a.name == name).map(|a| a.addr)
+        self.inner
+            .auths
+            .iter()
+            .find(|a| a.name == name)
+            .map(|a| a.addr)
     }
 
     pub fn shutdown(&self) {
@@ -282,7 +297,12 @@ impl SimCluster {
 
     /// Stops a resource's heartbeats (a hung proxy, say).
     pub async fn pause_heartbeats(&self, name: &str) {
-        self.inner.state.lock().await.paused.insert(name.to_string());
+        self.inner
+            .state
+            .lock()
+            .await
+            .paused
+            .insert(name.to_string());
         info!(%name, "sim: heartbeats paused");
     }
 
@@ -431,6 +451,11 @@ impl SimCluster {
         self.inner.events.clone()
     }
 
+    /// Events handed to watch streams so far (INIT excluded).
+    pub fn delivered(&self) -> u64 {
+        self.inner.delivered.load(Ordering::SeqCst)
+    }
+
     /// Watchers currently subscribed.
     pub fn watchers(&self) -> usize {
         self.inner.events.receiver_count()
@@ -443,7 +468,14 @@ pub fn heartbeat_interval(ttl: Duration, rng: &mut impl Rng) -> Duration {
     ttl / 2 + Duration::from_micros(rng.random_range(0..=jitter_us))
 }
 
-pub fn server(kind: Kind, name: &str, addr: &str, auth: &str, ttl: Duration, now: Ts) -> pb::Server {
+pub fn server(
+    kind: Kind,
+    name: &str,
+    addr: &str,
+    auth: &str,
+    ttl: Duration,
+    now: Ts,
+) -> pb::Server {
     pb::Server {
         kind: kind.as_str().to_string(),
         name: name.to_string(),
@@ -541,6 +573,7 @@ impl ClusterEvents for Service {
             },
         };
         let stop = self.inner.stop.clone();
+        let inner = self.inner.clone();
         debug!(watcher = %req.watcher_name, "sim: watch opened");
         tokio::spawn(async move {
             if tx.send(Ok(init)).await.is_err() {
@@ -564,6 +597,7 @@ impl ClusterEvents for Service {
                         if tx.send(Ok(ev)).await.is_err() {
                             return;
                         }
+                        inner.delivered.fetch_add(1, Ordering::SeqCst);
                     }
                     Err(broadcast::error::RecvError::Lagged(n)) => {
                         let _ = tx
@@ -607,7 +641,11 @@ impl ClusterEvents for Service {
                 .map(|(_, t)| t.clone());
             resp.tunnels = it.by_ref().take(page).collect();
             if it.next().is_some() {
-                resp.next_page_token = resp.tunnels.last().map(|t| t.name.clone()).unwrap_or_default();
+                resp.next_page_token = resp
+                    .tunnels
+                    .last()
+                    .map(|t| t.name.clone())
+                    .unwrap_or_default();
             }
         } else {
             let start = (kind, after.clone());
@@ -625,7 +663,11 @@ impl ClusterEvents for Service {
                 .map(|(_, s)| s.clone());
             resp.servers = it.by_ref().take(page).collect();
             if it.next().is_some() {
-                resp.next_page_token = resp.servers.last().map(|s| s.name.clone()).unwrap_or_default();
+                resp.next_page_token = resp
+                    .servers
+                    .last()
+                    .map(|s| s.name.clone())
+                    .unwrap_or_default();
             }
         }
         Ok(Response::new(resp))

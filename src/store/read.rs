@@ -126,11 +126,10 @@ pub async fn load(pool: &SqlitePool) -> Result<Loaded, sqlx::Error> {
             })
         })
         .collect();
-    let rows: Vec<TunnelRow> = sqlx::query_as(
-        "SELECT name, agent, proxy, last_heartbeat_us, expires_us FROM tunnels",
-    )
-    .fetch_all(pool)
-    .await?;
+    let rows: Vec<TunnelRow> =
+        sqlx::query_as("SELECT name, agent, proxy, last_heartbeat_us, expires_us FROM tunnels")
+            .fetch_all(pool)
+            .await?;
     let tunnels = rows
         .into_iter()
         .map(|r| Tunnel {
@@ -214,7 +213,8 @@ pub async fn episodes(pool: &SqlitePool, f: &EpisodeFilter) -> Result<Vec<Episod
     if let Some(b) = f.before {
         q.push(" AND id < ").push_bind(b);
     }
-    q.push(" ORDER BY id DESC LIMIT ").push_bind(i64::from(f.limit));
+    q.push(" ORDER BY id DESC LIMIT ")
+        .push_bind(i64::from(f.limit));
     let rows: Vec<EpisodeRow> = q.build_query_as().fetch_all(pool).await?;
     Ok(rows.into_iter().map(Episode::from).collect())
 }
@@ -273,7 +273,8 @@ pub async fn events(pool: &SqlitePool, f: &EventFilter) -> Result<Vec<EventView>
     if let Some(b) = f.before {
         q.push(" AND id < ").push_bind(b);
     }
-    q.push(" ORDER BY id DESC LIMIT ").push_bind(i64::from(f.limit));
+    q.push(" ORDER BY id DESC LIMIT ")
+        .push_bind(i64::from(f.limit));
     let rows: Vec<EventDbRow> = q.build_query_as().fetch_all(pool).await?;
     Ok(rows
         .into_iter()

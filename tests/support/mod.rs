@@ -1,0 +1,343 @@
+//! Shared helpers: a builder that starts a simulated cluster and a real
+//! Lifeline (real gRPC, real HTTP, a real SQLite file in a temp dir), and
+//! small HTTP helpers.
+//!
+//! Time: tests run with tokio's clock paused (`start_paused = true`) and the
+//! builder holds a blocking task for the whole test, which stops tokio from
+//! auto-advancing the clock whenever the runtime looks idle (it would, while
+//! loopback TCP or a SQLite commit is still in flight on another thread).
+//! So virtual time moves only by `advance`/`advance_to`; every TTL and expiry
+//! instant is exact. Waiting for messages to cross real sockets is bounded in
+//! real time (`eventually`, `quiesce`) and never a sleep.
+
+#![allow(dead_code)]
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use lifeline::app::{Lifeline, Tuning};
+use lifeline::clock::{Clock, Ts};
+use lifeline::config::Config;
+use lifeline::model::Kind;
+use lifeline::sim::{AuthFlavor, SimCluster, SimSpec};
+use serde_json::Value;
+use tempfile::TempDir;
+
+pub struct Cluster {
+    spec: SimSpec,
+    grace: Duration,
+    max_message_bytes: usize,
+}
+
+/// `Cluster::new().agents(6).proxies(3).start().await`
+impl Cluster {
+    pub fn new() -> Self {
+        Cluster {
+            spec: SimSpec {
+                agents: 6,
+                proxies: 3,
+                auth_servers: 2,
+                ttl: Duration::from_secs(10),
+                agent_ttl: Duration::from_secs(10),
+                ..SimSpec::default()
+            },
+            grace: Duration::from_secs(5),
+            max_message_bytes: 4 * 1024 * 1024,
+        }
+    }
+    pub fn agents(mut self, n: usize) -> Self {
+        self.spec.agents = n;
+        self
+    }
+    pub fn proxies(mut self, n: usize) -> Self {
+        self.spec.proxies = n;
+        self
+    }
+    pub fn auth_servers(mut self, n: usize) -> Self {
+        self.spec.auth_servers = n;
+        self
+    }
+    pub fn ttl(mut self, d: Duration) -> Self {
+        self.spec.ttl = d;
+        self.spec.agent_ttl = d;
+        self
+    }
+    pub fn agent_ttl(mut self, d: Duration) -> Self {
+        self.spec.agent_ttl = d;
+        self
+    }
+    /// No heartbeat loops: the test drives every event.
+    pub fn quiet(mut self) -> Self {
+        self.spec.heartbeats = false;
+        self
+    }
+    pub fn reject(mut self, k: Kind) -> Self {
+        self.spec.rejected_kinds.push(k);
+        self
+    }
+    pub fn legacy_init(mut self) -> Self {
+        self.spec.legacy_init = true;
+        self
+    }
+    pub fn check_only_auth(mut self) -> Self {
+        self.spec.auth_flavor = AuthFlavor::CheckOnly;
+        self
+    }
+    pub fn unknown_grace(mut self, d: Duration) -> Self {
+        self.grace = d;
+        self
+    }
+    pub fn max_message_bytes(mut self, n: usize) -> Self {
+        self.max_message_bytes = n;
+        self
+    }
+
+    pub async fn start(self) -> Running {
+        logs();
+        let anchor = hold_clock();
+        let clock = Clock::system();
+        let sim = SimCluster::start(self.spec, clock)
+            .await
+            .expect("simulated cluster starts");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut cfg = Config::default();
+        cfg.server.listen = "127.0.0.1:0".into();
+        cfg.server.grpc_listen = "127.0.0.1:0".into();
+        cfg.cluster.addr = sim.uri();
+        cfg.cluster.max_message_bytes = self.max_message_bytes;
+        cfg.storage.path = dir.path().join("lifeline.db");
+        cfg.health.unknown_grace = self.grace;
+        cfg.health.poll_interval = Duration::from_secs(1);
+        let ll = Lifeline::start_tuned(
+            &cfg,
+            clock,
+            Tuning {
+                change_capacity: 65_536,
+                ..Tuning::default()
+            },
+        )
+        .await
+        .expect("lifeline starts");
+        Running {
+            sim,
+            ll: Some(ll),
+            cfg,
+            clock,
+            _dir: dir,
+            http: reqwest::Client::new(),
+            _anchor: anchor,
+        }
+    }
+}
+
+pub struct Running {
+    pub sim: SimCluster,
+    ll: Option<Lifeline>,
+    pub cfg: Config,
+    pub clock: Clock,
+    _dir: TempDir,
+    pub http: reqwest::Client,
+    _anchor: std::sync::mpsc::Sender<()>,
+}
+
+impl Running {
+    pub fn ll(&self) -> &Lifeline {
+        self.ll.as_ref().expect("lifeline running")
+    }
+
+    pub async fn ready(&self) {
+        real_timeout(REAL_WAIT, self.ll().fleet.wait_ready())
+            .await
+            .expect("Lifeline ready in time")
+            .expect("fleet alive");
+        // Every auth server has reported its first health.
+        self.eventually("auth health known", || async {
+            let auths = self.ok("/api/v1/auth-servers").await;
+            auths["items"]
+                .as_array()
+                .is_some_and(|a| a.iter().all(|x| x["health"] != "UNKNOWN"))
+        })
+        .await;
+    }
+
+    /// Waits until Lifeline has consumed every event the simulator sent, and
+    /// the fleet has applied them (a read is a barrier: it runs after every
+    /// earlier command, with due timers fired).
+    pub async fn quiesce(&self) {
+        let ll = self.ll();
+        let _ = real_timeout(Duration::from_secs(3), async {
+            while ll.stats.stream_events.load(Ordering::SeqCst) < self.sim.delivered() {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        let _ = ll.fleet.read(|_| ()).await;
+    }
+
+    /// Moves virtual time forward by `d`, in small steps so heartbeats and
+    /// expiries happen in order, letting the pipeline settle after each.
+    pub async fn advance(&self, d: Duration) {
+        let step = Duration::from_millis(250);
+        let mut left = d;
+        while !left.is_zero() {
+            let s = left.min(step);
+            tokio::time::advance(s).await;
+            self.quiesce().await;
+            left -= s;
+        }
+    }
+
+    /// Moves virtual time until just past wall time `t` (1 ms: tokio's timer
+    /// granularity), landing exactly there.
+    pub async fn advance_to(&self, t: Ts) {
+        let target = t.saturating_add(Duration::from_millis(1));
+        let now = self.clock.now();
+        let gap = target.since(now);
+        if gap > Duration::from_millis(250) {
+            self.advance(gap - Duration::from_millis(250)).await;
+        }
+        let rest = target.since(self.clock.now());
+        tokio::time::advance(rest).await;
+        self.quiesce().await;
+    }
+
+    /// Polls `cond` until true; panics after a real-time bound.
+    pub async fn eventually<F, Fut>(&self, what: &str, mut cond: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let deadline = std::time::Instant::now() + REAL_WAIT;
+        loop {
+            if cond().await {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "not true within {REAL_WAIT:?}: {what}"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// Waits until every write so far is committed.
+    pub async fn flush(&self) {
+        self.ll().fleet.flush().await.expect("flush");
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let (status, text) = self.get_text(path).await;
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    pub async fn get_text(&self, path: &str) -> (u16, String) {
+        let url = format!("{}{}", self.ll().base_url(), path);
+        let resp = self.http.get(&url).send().await.expect("HTTP request");
+        let status = resp.status().as_u16();
+        (status, resp.text().await.unwrap_or_default())
+    }
+
+    pub async fn ok(&self, path: &str) -> Value {
+        let (status, body) = self.get(path).await;
+        assert_eq!(status, 200, "GET {path} → {status}: {body}");
+        body
+    }
+
+    pub async fn summary(&self) -> Value {
+        self.ok("/api/v1/summary").await
+    }
+
+    /// Names of agents in `state`, sorted.
+    pub async fn agents_in(&self, state: &str) -> Vec<String> {
+        let body = self
+            .ok(&format!("/api/v1/agents?state={state}&limit=1000"))
+            .await;
+        names(&body["items"])
+    }
+
+    /// The announced expiry of a simulated server.
+    pub async fn expires(&self, kind: Kind, name: &str) -> Ts {
+        let s = self
+            .sim
+            .get_server(kind, name)
+            .await
+            .expect("server exists");
+        let e = s.expires.expect("has expires");
+        Ts(e.seconds * 1_000_000 + i64::from(e.nanos / 1000))
+    }
+
+    pub async fn stop_lifeline(&mut self) {
+        if let Some(ll) = self.ll.take() {
+            ll.shutdown().await;
+        }
+    }
+
+    /// Starts a new Lifeline on the same database.
+    pub async fn restart_lifeline(&mut self) {
+        self.stop_lifeline().await;
+        let ll = Lifeline::start(&self.cfg, self.clock)
+            .await
+            .expect("lifeline restarts");
+        self.ll = Some(ll);
+    }
+
+    pub async fn shutdown(mut self) {
+        self.stop_lifeline().await;
+        self.sim.shutdown();
+    }
+}
+
+pub fn names(items: &Value) -> Vec<String> {
+    let mut v: Vec<String> = items
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|i| i["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Parses an API timestamp.
+pub fn ts(v: &Value) -> Ts {
+    Ts::parse_rfc3339(v.as_str().expect("timestamp string")).expect("RFC 3339")
+}
+
+/// Logs to the test's output when `RUST_LOG` is set.
+pub fn logs() {
+    if let Ok(f) = std::env::var("RUST_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(f))
+            .with_test_writer()
+            .try_init();
+    }
+}
+
+/// How long a test waits, in real time, for something to cross real sockets.
+pub const REAL_WAIT: Duration = Duration::from_secs(20);
+
+/// Keeps tokio from auto-advancing a paused clock: a running blocking task
+/// inhibits auto-advance. Dropping the sender ends it.
+pub fn hold_clock() -> std::sync::mpsc::Sender<()> {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    tokio::task::spawn_blocking(move || {
+        let _ = rx.recv();
+    });
+    tx
+}
+
+/// A timeout in real time (the tokio clock is paused in tests).
+pub async fn real_timeout<F: std::future::Future>(d: Duration, f: F) -> Option<F::Output> {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    std::thread::spawn(move || {
+        std::thread::sleep(d);
+        let _ = tx.send(());
+    });
+    tokio::select! {
+        v = f => Some(v),
+        _ = rx => None,
+    }
+}
