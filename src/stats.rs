@@ -13,6 +13,8 @@ pub struct Stats {
     pub events_applied: AtomicU64,
     /// Stream events (after INIT) handed to the fleet, valid or not.
     pub stream_events: AtomicU64,
+    /// The same, for the current watch session only.
+    pub session_events: AtomicU64,
     /// PUTs whose `expires` moved.
     pub heartbeats: AtomicU64,
     /// Rejected inputs, by code (indexed by `RejectCode as usize`).

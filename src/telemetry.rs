@@ -1,6 +1,8 @@
 //! Logging setup: `tracing` with an env filter (`LIFELINE_LOG`, then
 //! `RUST_LOG`), text or JSON lines. OpenTelemetry export plugs in here.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{fmt, EnvFilter};
@@ -23,7 +25,11 @@ pub fn init(format: LogFormat, default_filter: &str) {
     let registry = tracing_subscriber::registry().with(filter);
     let _ = match format {
         LogFormat::Text => registry
-            .with(fmt::layer().with_writer(std::io::stderr))
+            .with(
+                fmt::layer()
+                    .with_ansi(std::io::stderr().is_terminal())
+                    .with_writer(std::io::stderr),
+            )
             .try_init(),
         LogFormat::Json => registry
             .with(fmt::layer().json().with_writer(std::io::stderr))

@@ -147,6 +147,7 @@ async fn session(
     generation: u64,
     reached_ready: &mut bool,
 ) -> Result<(), WatchError> {
+    stats.session_events.store(0, Ordering::SeqCst);
     let mut client = connect(cfg).await?;
     let req = pb::WatchRequest {
         kinds: cfg.kinds.iter().map(|k| k.as_str().to_string()).collect(),
@@ -259,6 +260,7 @@ async fn session(
             .await
             .map_err(|_| WatchError::FleetGone)?;
         Stats::add(&stats.stream_events, n);
+        Stats::add(&stats.session_events, n);
     }
 }
 

@@ -451,7 +451,7 @@ impl SimCluster {
         self.inner.events.clone()
     }
 
-    /// Events handed to watch streams so far (INIT excluded).
+    /// Events handed to the newest watch stream (INIT excluded).
     pub fn delivered(&self) -> u64 {
         self.inner.delivered.load(Ordering::SeqCst)
     }
@@ -558,6 +558,8 @@ impl ClusterEvents for Service {
             .into_iter()
             .filter(|k| !rejected.contains(k))
             .collect();
+        // One watcher at a time in tests: count per stream.
+        self.inner.delivered.store(0, Ordering::SeqCst);
         let mut sub = self.inner.events.subscribe();
         let mut kill = self.inner.kill.subscribe();
         kill.borrow_and_update();

@@ -166,7 +166,10 @@ impl Running {
     pub async fn quiesce(&self) {
         let ll = self.ll();
         let _ = real_timeout(Duration::from_secs(3), async {
-            while ll.stats.stream_events.load(Ordering::SeqCst) < self.sim.delivered() {
+            // Nothing more arrives while the stream is down.
+            while ll.fleet.readiness().ready
+                && ll.stats.session_events.load(Ordering::SeqCst) < self.sim.delivered()
+            {
                 tokio::task::yield_now().await;
             }
         })
@@ -199,6 +202,23 @@ impl Running {
         let rest = target.since(self.clock.now());
         tokio::time::advance(rest).await;
         self.quiesce().await;
+    }
+
+    /// Advances virtual time in steps until `cond` holds (at most `max`).
+    pub async fn advance_until<F, Fut>(&self, what: &str, max: Duration, mut cond: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let mut spent = Duration::ZERO;
+        while !cond().await {
+            assert!(
+                spent < max,
+                "not true within {max:?} of virtual time: {what}"
+            );
+            self.advance(Duration::from_millis(250)).await;
+            spent += Duration::from_millis(250);
+        }
     }
 
     /// Polls `cond` until true; panics after a real-time bound.

@@ -1,0 +1,165 @@
+//! The REST API's contract: shapes, filters, pagination, and a JSON error
+//! with the right status for every bad parameter.
+
+mod support;
+
+use support::{names, Cluster};
+
+/// Guards the error contract: each bad parameter is a 400 whose JSON body
+/// names what is wrong; unknown names are 404s.
+#[tokio::test(start_paused = true)]
+async fn bad_parameters_get_json_errors() {
+    let c = Cluster::new().quiet().start().await;
+    c.ready().await;
+    let cases = [
+        ("/api/v1/agents?limit=abc", 400, "limit"),
+        ("/api/v1/agents?limit=0", 400, "limit"),
+        ("/api/v1/agents?limit=5000", 400, "limit"),
+        ("/api/v1/agents?state=lost", 400, "unknown variant"),
+        ("/api/v1/agents?stat=stranded", 400, "unknown field"),
+        ("/api/v1/agents?proxy=", 400, "proxy"),
+        ("/api/v1/episodes?cursor=abc", 400, "cursor"),
+        ("/api/v1/episodes?state=healthy", 400, "state"),
+        ("/api/v1/episodes?open=maybe", 400, "open"),
+        ("/api/v1/events?since=yesterday", 400, "since"),
+        ("/api/v1/events?kind=node", 400, "kind"),
+        ("/api/v1/ttl-windows?kind=tunnel_connection", 400, "kind"),
+        ("/api/v1/ttl-windows?kind=node", 400, "kind"),
+        ("/api/v1/agents/agent-99999", 404, "agent-99999"),
+        ("/api/v1/proxies/proxy-9", 404, "proxy-9"),
+        ("/api/v1/auth-servers/auth-9", 404, "auth-9"),
+        ("/api/v1/nope", 404, "/api/v1/nope"),
+    ];
+    for (path, status, needle) in cases {
+        let (got, body) = c.get(path).await;
+        assert_eq!(got, status, "{path}: {body}");
+        let code = body["error"]["code"].as_str().unwrap_or_default();
+        let msg = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(!code.is_empty(), "{path}: no error code in {body}");
+        assert!(
+            msg.contains(needle),
+            "{path}: {msg:?} should mention {needle:?}"
+        );
+    }
+    c.shutdown().await;
+}
+
+/// Guards pagination: following `next_cursor` visits every agent once.
+#[tokio::test(start_paused = true)]
+async fn agents_paginate_with_a_cursor_and_filter() {
+    let c = Cluster::new().agents(25).quiet().start().await;
+    c.ready().await;
+    let mut all = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(cur) => format!("/api/v1/agents?limit=7&cursor={cur}"),
+            None => "/api/v1/agents?limit=7".to_string(),
+        };
+        let page = c.ok(&path).await;
+        all.extend(names(&page["items"]));
+        match page["next_cursor"].as_str() {
+            Some(n) => cursor = Some(n.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(all.len(), 25);
+    let mut dedup = all.clone();
+    dedup.dedup();
+    assert_eq!(dedup, all);
+
+    let on_auth = c.ok("/api/v1/agents?auth_server=auth-2&limit=100").await;
+    assert_eq!(on_auth["items"].as_array().unwrap().len(), 12);
+    let on_proxy = c.ok("/api/v1/agents?proxy=proxy-1&limit=100").await;
+    for a in on_proxy["items"].as_array().unwrap() {
+        assert!(a["tunnels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["proxy"] == "proxy-1"));
+    }
+    let q = c.ok("/api/v1/agents?q=0002").await;
+    assert_eq!(
+        names(&q["items"]),
+        vec![
+            "agent-00002",
+            "agent-00020",
+            "agent-00021",
+            "agent-00022",
+            "agent-00023",
+            "agent-00024",
+            "agent-00025"
+        ]
+    );
+
+    let item = &c.ok("/api/v1/agents?limit=1").await["items"][0];
+    for field in [
+        "name",
+        "state",
+        "reasons",
+        "since",
+        "auth_server",
+        "tunnels",
+        "last_heartbeat_at",
+        "expires_at",
+        "ttl_ms",
+    ] {
+        assert!(!item[field].is_null(), "agent item lacks {field}: {item}");
+    }
+    assert_eq!(item["ttl_ms"], 10_000);
+    c.shutdown().await;
+}
+
+/// Guards the TTL window: last heartbeat, TTL, expiry, time remaining and
+/// missed heartbeats, for proxies and auth servers by default.
+#[tokio::test(start_paused = true)]
+async fn ttl_windows_count_missed_heartbeats() {
+    let c = Cluster::new().quiet().start().await;
+    c.ready().await;
+    let all = c.ok("/api/v1/ttl-windows").await;
+    let kinds: Vec<&str> = all["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds.iter().filter(|k| **k == "proxy").count(), 3);
+    assert_eq!(kinds.iter().filter(|k| **k == "auth_server").count(), 2);
+
+    // Quiet cluster: nobody heartbeats; 7 s is past the 6 s max interval.
+    c.advance(std::time::Duration::from_secs(7)).await;
+    let w = c.ok("/api/v1/ttl-windows?kind=proxy&limit=1").await;
+    let p = &w["items"][0];
+    assert_eq!(p["ttl_ms"], 10_000);
+    assert_eq!(p["heartbeat_interval_ms"], serde_json::json!([5000, 6000]));
+    assert_eq!(p["heartbeats_missed"], 1, "{p}");
+    let remaining = p["remaining_ms"].as_i64().unwrap();
+    assert!((2_900..=3_000).contains(&remaining), "{p}");
+    assert_eq!(w["next_cursor"], "proxy-1");
+    c.shutdown().await;
+}
+
+/// Guards escaping: names come from the network; the overview must never
+/// render them as markup.
+#[tokio::test(start_paused = true)]
+async fn overview_escapes_names_from_the_network() {
+    let c = Cluster::new().quiet().start().await;
+    c.ready().await;
+    let mut p = c
+        .sim
+        .get_server(lifeline::model::Kind::AuthServer, "auth-1")
+        .await
+        .unwrap();
+    p.name = "<script>alert(1)</script>".into();
+    p.addr = "127.0.0.1:1".into();
+    c.sim.put_server(p).await;
+    c.quiesce().await;
+    let (status, html) = c.get_text("/").await;
+    assert_eq!(status, 200);
+    assert!(
+        !html.contains("<script>alert(1)</script>"),
+        "unescaped name"
+    );
+    assert!(html.contains("&#60;script&#62;") || html.contains("&lt;script&gt;"));
+    c.shutdown().await;
+}
