@@ -224,6 +224,7 @@ async fn ingest(agents: usize, proxies: usize, events: usize) -> Result<Value, B
         stats.events_applied.load(Ordering::Relaxed) >= applied0 + events as u64
     })
     .await?;
+    let applied_at = t0.elapsed();
     ll.fleet.flush().await?;
     let pipeline = t0.elapsed();
     let dropped = ll.stats.store_events_dropped.load(Ordering::Relaxed);
@@ -284,6 +285,7 @@ async fn ingest(agents: usize, proxies: usize, events: usize) -> Result<Value, B
         "proxies": proxies,
         "events": events,
         "pipeline_seconds": pipeline.as_secs_f64(),
+        "applied_in_fleet_seconds": applied_at.as_secs_f64(),
         "pipeline_events_per_s": p_rate.round(),
         "raw_insert_seconds": raw.as_secs_f64(),
         "raw_insert_events_per_s": r_rate.round(),

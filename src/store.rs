@@ -67,6 +67,9 @@ pub async fn open(path: &Path) -> Result<SqlitePool, StoreError> {
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(SqliteSynchronous::Normal)
         .busy_timeout(Duration::from_secs(2))
+        // Index pages of 100k resources fit; the default 2 MiB does not.
+        .pragma("cache_size", "-65536")
+        .pragma("temp_store", "memory")
         .foreign_keys(false);
     let pool = SqlitePoolOptions::new()
         .max_connections(4)

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -15,12 +14,11 @@ use super::{Command, FleetHandle};
 use crate::clock::Clock;
 use crate::stats::Stats;
 use crate::store::read::Loaded;
+use crate::store::writer::WriterMsg;
 use crate::store::WriterHandle;
 
 /// Commands applied per wake-up before timers and classification run.
 const DRAIN: usize = 256;
-/// How soon to retry handing writes to a busy store.
-const STORE_RETRY: Duration = Duration::from_millis(20);
 
 pub struct FleetOptions {
     pub clock: Clock,
@@ -78,8 +76,14 @@ async fn run(
     // marker reaches the writer after them (batches stay in order).
     let mut flush_waiters: Vec<tokio::sync::oneshot::Sender<()>> = Vec::new();
     loop {
-        let deadline = fleet.next_deadline().map(|t| fleet.clock.instant_at(t));
-        let retry_store = fleet.has_pending();
+        let deadline = [fleet.next_deadline(), fleet.state_due_at()]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|t| fleet.clock.instant_at(t));
+        // Writes wait for room in the writer's channel (event-driven: no
+        // polling timer), while commands and expiries keep being served.
+        let want_store = fleet.has_due() || (!flush_waiters.is_empty() && fleet.has_pending());
         tokio::select! {
             _ = shutdown.cancelled() => break,
             cmd = rx.recv() => {
@@ -88,6 +92,9 @@ async fn run(
                 let _g = span.enter();
                 flush_waiters.extend(handle(&mut fleet, cmd));
                 for _ in 0..DRAIN {
+                    // Keep the writer busy: it takes a batch whenever it has
+                    // room; otherwise writes keep coalescing here.
+                    hand_over(&mut fleet, &writer);
                     match rx.try_recv() {
                         Ok(cmd) => flush_waiters.extend(handle(&mut fleet, cmd)),
                         Err(_) => break,
@@ -95,11 +102,27 @@ async fn run(
                 }
             }
             _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(tokio::time::Instant::now)).await }, if deadline.is_some() => {}
-            _ = tokio::time::sleep(STORE_RETRY), if retry_store => {}
+            permit = writer.reserve(), if want_store => {
+                if let Ok(permit) = permit {
+                    let batch = if flush_waiters.is_empty() {
+                        fleet.take_due()
+                    } else {
+                        fleet.take_pending()
+                    };
+                    permit.send(WriterMsg::Batch(Box::new(batch)));
+                }
+            }
         }
         fleet.fire_due();
         fleet.settle();
-        hand_over(&mut fleet, &writer);
+        if flush_waiters.is_empty() {
+            hand_over(&mut fleet, &writer);
+        } else if fleet.has_pending() {
+            let batch = Box::new(fleet.take_pending());
+            if let Err(back) = writer.try_send(batch) {
+                fleet.restore_pending(*back);
+            }
+        }
         if !fleet.has_pending() && !flush_waiters.is_empty() {
             let waiters = std::mem::take(&mut flush_waiters);
             let writer = writer.clone();
@@ -126,7 +149,14 @@ fn handle(fleet: &mut Fleet, cmd: Command) -> Option<tokio::sync::oneshot::Sende
         Command::Apply(batch) => fleet.apply(batch),
         Command::Resync(r) => {
             let _s = debug_span!("fleet.resync", generation = r.generation).entered();
+            let started = std::time::Instant::now();
             fleet.resync(r);
+            fleet.settle();
+            tracing::info!(
+                agents = fleet.agents.len(),
+                ms = started.elapsed().as_millis() as u64,
+                "resync applied and classified"
+            );
         }
         Command::WatchDown { generation, error } => fleet.watch_down(generation, &error),
         Command::Health(u) => fleet.health(u),
@@ -141,10 +171,10 @@ fn handle(fleet: &mut Fleet, cmd: Command) -> Option<tokio::sync::oneshot::Sende
 }
 
 fn hand_over(fleet: &mut Fleet, writer: &WriterHandle) {
-    if !fleet.has_pending() {
+    if !fleet.has_due() || !writer.has_room() {
         return;
     }
-    let batch = Box::new(fleet.take_pending());
+    let batch = Box::new(fleet.take_due());
     if let Err(back) = writer.try_send(batch) {
         fleet.restore_pending(*back);
     }

@@ -5,7 +5,9 @@
 //! current expiry"). So the heap holds at most about two entries per key.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
+
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::clock::Ts;
 use crate::model::Kind;

@@ -1,7 +1,9 @@
 //! The fleet's state and the rules that change it. Plain synchronous code:
 //! the actor calls it, unit tests call it directly with a paused clock.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +23,9 @@ use crate::model::{
 use crate::stats::Stats;
 use crate::store::read::Loaded;
 use crate::store::{EpisodeOp, EventRow, HealthRow, WriteBatch};
+
+/// How often the current-state snapshot is written at most.
+pub const STATE_WRITE_EVERY: Duration = Duration::from_secs(1);
 
 /// Tunables of the rules.
 #[derive(Clone, Copy, Debug)]
@@ -151,6 +156,8 @@ pub struct Fleet {
     schedule: Schedule,
     dirty: HashSet<String>,
     pending: WriteBatch,
+    /// When current-state rows last went to the store.
+    state_written: Ts,
     next_episode: i64,
     changes: broadcast::Sender<StateChange>,
     readiness: watch::Sender<Readiness>,
@@ -180,13 +187,14 @@ impl Fleet {
             proxies: BTreeMap::new(),
             auths: BTreeMap::new(),
             agents: BTreeMap::new(),
-            tunnels: HashMap::new(),
-            agent_tunnels: HashMap::new(),
-            proxy_agents: HashMap::new(),
-            auth_agents: HashMap::new(),
+            tunnels: HashMap::default(),
+            agent_tunnels: HashMap::default(),
+            proxy_agents: HashMap::default(),
+            auth_agents: HashMap::default(),
             schedule: Schedule::default(),
-            dirty: HashSet::new(),
+            dirty: HashSet::default(),
             pending: WriteBatch::default(),
+            state_written: now,
             next_episode: 1,
             changes,
             readiness,
@@ -276,19 +284,6 @@ impl Fleet {
         self.pending.event(row, self.rules.max_pending_events);
     }
 
-    fn server_event(&mut self, s: &Server, event: &'static str, now: Ts) {
-        let row = EventRow {
-            at: now,
-            kind: s.kind.as_str(),
-            name: s.name.clone(),
-            event,
-            expires: Some(s.expires),
-            ttl_us: Some(dur_micros(s.ttl)),
-            detail: String::new(),
-        };
-        self.history(row);
-    }
-
     fn note(&mut self, kind: &'static str, name: &str, event: &'static str, detail: String) {
         let now = self.now();
         self.history(EventRow {
@@ -302,29 +297,71 @@ impl Fleet {
         });
     }
 
-    /// Takes what must be written; the actor hands it to the store.
+    /// Takes everything that must be written; the actor hands it over.
     pub fn take_pending(&mut self) -> WriteBatch {
+        self.state_written = self.now();
         std::mem::take(&mut self.pending)
+    }
+
+    /// Takes what is due: history at once; the current-state snapshot (what
+    /// a restart loads) at most every `STATE_WRITE_EVERY`, coalesced per
+    /// resource, so a heartbeat storm costs one row per resource per period.
+    pub fn take_due(&mut self) -> WriteBatch {
+        let now = self.now();
+        if self.pending.has_state() && now.since(self.state_written) >= STATE_WRITE_EVERY {
+            return self.take_pending();
+        }
+        self.pending.take_history()
+    }
+
+    /// True when something is due for the store now.
+    pub fn has_due(&self) -> bool {
+        let p = &self.pending;
+        !p.events.is_empty()
+            || !p.health.is_empty()
+            || !p.episodes.is_empty()
+            || p.dropped_events > 0
+            || (p.has_state() && self.now().since(self.state_written) >= STATE_WRITE_EVERY)
+    }
+
+    /// When the held current-state rows fall due, if any are held.
+    pub fn state_due_at(&self) -> Option<Ts> {
+        self.pending
+            .has_state()
+            .then(|| self.state_written.saturating_add(STATE_WRITE_EVERY))
     }
 
     /// Puts back a batch the store had no room for; newer rows win.
     pub fn restore_pending(&mut self, mut older: WriteBatch) {
-        let newer = std::mem::take(&mut self.pending);
-        for (k, rows) in newer.replace_servers {
-            older.replace_kind(k, rows);
+        let mut newer = std::mem::take(&mut self.pending);
+        if older.has_state() {
+            for (k, rows) in newer.replace_servers.drain(..) {
+                older.replace_kind(k, rows);
+            }
+            older.servers.extend(newer.servers.drain());
+            if let Some(rows) = newer.replace_tunnels.take() {
+                older.replace_tunnels(rows);
+            }
+            older.tunnels.extend(newer.tunnels.drain());
+            std::mem::swap(&mut older.servers, &mut newer.servers);
+            std::mem::swap(&mut older.tunnels, &mut newer.tunnels);
+            newer.replace_servers = std::mem::take(&mut older.replace_servers);
+            newer.replace_tunnels = older.replace_tunnels.take();
         }
-        older.servers.extend(newer.servers);
-        if let Some(rows) = newer.replace_tunnels {
-            older.replace_tunnels(rows);
+        // History keeps its order: the older rows first.
+        older.events.append(&mut newer.events);
+        older.health.append(&mut newer.health);
+        older.episodes.append(&mut newer.episodes);
+        newer.events = older.events;
+        newer.health = older.health;
+        newer.episodes = older.episodes;
+        newer.dropped_events += older.dropped_events;
+        let cap = self.rules.max_pending_events;
+        if newer.events.len() > cap {
+            newer.dropped_events += (newer.events.len() - cap) as u64;
+            newer.events.truncate(cap);
         }
-        older.tunnels.extend(newer.tunnels);
-        older.dropped_events += newer.dropped_events;
-        for e in newer.events {
-            older.event(e, self.rules.max_pending_events);
-        }
-        older.health.extend(newer.health);
-        older.episodes.extend(newer.episodes);
-        self.pending = older;
+        self.pending = newer;
     }
 
     pub fn has_pending(&self) -> bool {
@@ -547,6 +584,7 @@ impl Fleet {
         let kind = s.kind;
         let name = s.name.clone();
         let expires = s.expires;
+        let ttl_us = dur_micros(s.ttl);
         self.pending.put_server(&s);
         let (event, flipped_or_new, expired) = match kind {
             Kind::Proxy => match self.proxies.get_mut(&name) {
@@ -634,19 +672,15 @@ impl Fleet {
         if event == "heartbeat" {
             Stats::inc(&self.stats.heartbeats);
         }
-        let logged = match kind {
-            Kind::Proxy => self.proxies.get(&name).map(|e| e.server.clone()),
-            Kind::AuthServer => self
-                .auths
-                .get(&name)
-                .and_then(|a| a.resource.as_ref())
-                .map(|e| e.server.clone()),
-            Kind::Agent => self.agents.get(&name).map(|a| a.res.server.clone()),
-            Kind::TunnelConnection => None,
-        };
-        if let Some(s) = logged {
-            self.server_event(&s, event, now);
-        }
+        self.history(EventRow {
+            at: now,
+            kind: kind.as_str(),
+            name: name.clone(),
+            event,
+            expires: Some(expires),
+            ttl_us: Some(ttl_us),
+            detail: String::new(),
+        });
         if !expired {
             self.schedule
                 .arm(TimerKey::Expiry(kind, name.clone()), expires);

@@ -190,15 +190,28 @@ async fn session(
         .filter(|k| !rejected.contains(k))
         .collect();
 
+    let list_started = std::time::Instant::now();
+    // Kinds are listed concurrently: HTTP/2 multiplexes the calls, so the
+    // source's encoding and our decoding overlap.
+    let lists = accepted.iter().map(|kind| {
+        let mut client = client.clone();
+        let kind = *kind;
+        async move {
+            let mut rejections = Vec::new();
+            let snap = list_kind(&mut client, cfg, clock, stats, kind, &mut rejections)
+                .instrument(info_span!("watcher.list", kind = %kind))
+                .await?;
+            Ok::<_, WatchError>((snap, rejections))
+        }
+    });
     let mut snapshots = Vec::with_capacity(accepted.len());
     let mut list_rejections = Vec::new();
-    for kind in &accepted {
-        let snap = list_kind(&mut client, cfg, clock, stats, *kind, &mut list_rejections)
-            .instrument(info_span!("watcher.list", kind = %kind))
-            .await?;
+    for (snap, rejections) in futures::future::try_join_all(lists).await? {
         snapshots.push(snap);
+        list_rejections.extend(rejections);
     }
     let listed: usize = snapshots.iter().map(Snapshot::len).sum();
+    let list_ms = list_started.elapsed().as_millis() as u64;
     if !list_rejections.is_empty() {
         fleet
             .send(Command::Apply(list_rejections))
@@ -217,6 +230,7 @@ async fn session(
     info!(
         generation,
         listed,
+        list_ms,
         rejected = ?rejected.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
         "cluster watch ready"
     );

@@ -3,7 +3,7 @@
 //! history in order. Bounded: history past `max_events` is dropped and
 //! counted; coalesced state is bounded by the number of resources.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::clock::Ts;
 use crate::model::{Kind, Server, Tunnel};
@@ -112,6 +112,26 @@ impl WriteBatch {
         self.replace_tunnels = Some(rows);
     }
 
+    /// True when current-state rows (servers, tunnels) are waiting.
+    pub fn has_state(&self) -> bool {
+        !self.replace_servers.is_empty()
+            || !self.servers.is_empty()
+            || self.replace_tunnels.is_some()
+            || !self.tunnels.is_empty()
+    }
+
+    /// Moves out everything but the current-state rows, which keep
+    /// coalescing: history, health transitions and episodes go out now.
+    pub fn take_history(&mut self) -> WriteBatch {
+        WriteBatch {
+            events: std::mem::take(&mut self.events),
+            health: std::mem::take(&mut self.health),
+            episodes: std::mem::take(&mut self.episodes),
+            dropped_events: std::mem::take(&mut self.dropped_events),
+            ..WriteBatch::default()
+        }
+    }
+
     /// Appends history unless `max_events` are already waiting.
     pub fn event(&mut self, row: EventRow, max_events: usize) {
         if self.events.len() >= max_events {
@@ -159,6 +179,23 @@ mod tests {
         assert!(b.servers.is_empty());
         b.put_server(&server("p4", 1));
         assert_eq!(b.servers.len(), 1);
+    }
+
+    #[test]
+    fn take_history_leaves_state_to_coalesce() {
+        let mut b = WriteBatch::default();
+        b.put_server(&server("p1", 1));
+        b.episodes.push(EpisodeOp::Close {
+            id: 1,
+            ended: Ts(1),
+            ended_by_signal: None,
+            end_reason: "recovered",
+        });
+        let h = b.take_history();
+        assert_eq!(h.episodes.len(), 1);
+        assert!(!h.has_state());
+        assert!(b.has_state());
+        assert!(b.episodes.is_empty());
     }
 
     #[test]

@@ -45,6 +45,16 @@ impl WriterHandle {
         }
     }
 
+    /// Waits until the writer has room for one batch.
+    pub async fn reserve(&self) -> Result<mpsc::Permit<'_, WriterMsg>, StoreError> {
+        self.tx.reserve().await.map_err(|_| StoreError::WriterGone)
+    }
+
+    /// True when a batch would be taken right now.
+    pub fn has_room(&self) -> bool {
+        self.tx.capacity() > 0
+    }
+
     /// Sends a batch, waiting for room.
     pub async fn send(&self, batch: WriteBatch) -> Result<(), StoreError> {
         self.tx
@@ -99,8 +109,16 @@ async fn commit_with_retry(pool: &SqlitePool, stats: &Stats, batch: WriteBatch) 
     let events = batch.events.len() as u64;
     let span = info_span!("store.commit", events, servers = batch.servers.len());
     for attempt in 0..COMMIT_ATTEMPTS {
+        let started = std::time::Instant::now();
         match commit(pool, &batch).instrument(span.clone()).await {
             Ok(()) => {
+                tracing::debug!(
+                    events,
+                    servers = batch.servers.len(),
+                    episodes = batch.episodes.len(),
+                    ms = started.elapsed().as_millis() as u64,
+                    "committed"
+                );
                 Stats::inc(&stats.store_batches);
                 Stats::add(&stats.store_events_committed, events);
                 return;
