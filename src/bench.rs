@@ -363,7 +363,7 @@ async fn detect(
         &config(&sim, scratch.db("detect.db"), 5000),
         clock,
         Tuning {
-            change_capacity: agents * 2 + 1024,
+            change_capacity: 1024,
             ..Tuning::default()
         },
     )
@@ -398,10 +398,12 @@ async fn detect(
     let mut lat_ms = Vec::with_capacity(expected);
     while lat_ms.len() < expected && Instant::now() < deadline {
         match tokio::time::timeout(Duration::from_millis(200), changes.recv()).await {
-            Ok(Ok(c)) if c.to == AgentState::Stranded => {
-                lat_ms.push((c.detected_at.as_micros() - c.since.as_micros()) as f64 / 1000.0);
+            Ok(Ok(batch)) => {
+                for c in batch.iter().filter(|c| c.to == AgentState::Stranded) {
+                    lat_ms.push((c.detected_at.as_micros() - c.since.as_micros()) as f64 / 1000.0);
+                }
             }
-            Ok(Ok(_)) | Err(_) => {}
+            Err(_) => {}
             Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => {}
             Ok(Err(_)) => break,
         }

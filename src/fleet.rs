@@ -86,14 +86,18 @@ pub struct HealthUpdate {
     pub detail: String,
 }
 
-/// An agent changed state (sent on the broadcast channel).
+/// State changes from one classification pass, published together so a
+/// burst of thousands costs one broadcast, not thousands of wake-ups.
+pub type Changes = std::sync::Arc<Vec<StateChange>>;
+
+/// An agent changed state.
 #[derive(Clone, Debug, Serialize)]
 pub struct StateChange {
     pub agent: String,
     pub from: AgentState,
     pub to: AgentState,
     pub reasons: Reasons,
-    pub cause: Option<String>,
+    pub cause: Option<&'static str>,
     pub cause_resource: Option<String>,
     /// When the condition began (e.g. the expiry instant).
     pub since: Ts,
@@ -128,7 +132,7 @@ pub struct FleetGone;
 pub struct FleetHandle {
     tx: mpsc::Sender<Command>,
     readiness: watch::Receiver<Readiness>,
-    changes: broadcast::Sender<StateChange>,
+    changes: broadcast::Sender<Changes>,
     auth_targets: watch::Receiver<BTreeMap<String, String>>,
 }
 
@@ -179,7 +183,7 @@ impl FleetHandle {
             .map_err(|_| FleetGone)
     }
 
-    pub fn subscribe(&self) -> broadcast::Receiver<StateChange> {
+    pub fn subscribe(&self) -> broadcast::Receiver<Changes> {
         self.changes.subscribe()
     }
 

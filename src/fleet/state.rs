@@ -13,7 +13,8 @@ use tracing::{debug, info, warn};
 use super::classify::{classify, Inputs, TunnelView, Verdict};
 use super::schedule::{Schedule, TimerKey};
 use super::{
-    HealthUpdate, Ingested, KindStatus, Readiness, Resync, Snapshot, StateChange, WatchState,
+    Changes, HealthUpdate, Ingested, KindStatus, Readiness, Resync, Snapshot, StateChange,
+    WatchState,
 };
 use crate::clock::{dur_micros, Clock, Ts};
 use crate::ingest::validate::Change;
@@ -143,9 +144,12 @@ pub struct Fleet {
     pub rules: Rules,
     pub stats: Arc<Stats>,
     pub kinds: [KindStatus; 4],
-    pub proxies: BTreeMap<String, ResEntry>,
+    /// Hashed, not ordered: these are looked up for every classification.
+    pub proxies: HashMap<String, ResEntry>,
     pub auths: BTreeMap<String, AuthEntry>,
-    pub agents: BTreeMap<String, AgentEntry>,
+    pub agents: HashMap<String, AgentEntry>,
+    /// Agent names in order, for paging only.
+    pub agent_order: BTreeSet<String>,
     pub tunnels: HashMap<String, TunnelEntry>,
     /// agent → its tunnel names.
     pub agent_tunnels: HashMap<String, BTreeSet<String>>,
@@ -159,7 +163,9 @@ pub struct Fleet {
     /// When current-state rows last went to the store.
     state_written: Ts,
     next_episode: i64,
-    changes: broadcast::Sender<StateChange>,
+    changes: broadcast::Sender<Changes>,
+    /// Changes of the current classification pass, published at its end.
+    changed: Vec<StateChange>,
     readiness: watch::Sender<Readiness>,
     auth_targets: watch::Sender<BTreeMap<String, String>>,
 }
@@ -169,7 +175,7 @@ impl Fleet {
         clock: Clock,
         rules: Rules,
         stats: Arc<Stats>,
-        changes: broadcast::Sender<StateChange>,
+        changes: broadcast::Sender<Changes>,
         readiness: watch::Sender<Readiness>,
         auth_targets: watch::Sender<BTreeMap<String, String>>,
     ) -> Fleet {
@@ -184,9 +190,10 @@ impl Fleet {
             rules,
             stats,
             kinds: [status; 4],
-            proxies: BTreeMap::new(),
+            proxies: HashMap::default(),
             auths: BTreeMap::new(),
-            agents: BTreeMap::new(),
+            agents: HashMap::default(),
+            agent_order: BTreeSet::new(),
             tunnels: HashMap::default(),
             agent_tunnels: HashMap::default(),
             proxy_agents: HashMap::default(),
@@ -197,6 +204,7 @@ impl Fleet {
             state_written: now,
             next_episode: 1,
             changes,
+            changed: Vec::new(),
             readiness,
             auth_targets,
         };
@@ -395,6 +403,7 @@ impl Fleet {
                 Kind::Agent => {
                     let name = e.server.name.clone();
                     self.index_agent_auth(&name, &e.server.auth_server);
+                    self.agent_order.insert(name.clone());
                     self.agents.insert(
                         name,
                         AgentEntry {
@@ -644,6 +653,7 @@ impl Fleet {
                     None => {
                         let e = ResEntry::new(s, now);
                         let expired = e.expired;
+                        self.agent_order.insert(name.clone());
                         self.agents.insert(
                             name.clone(),
                             AgentEntry {
@@ -718,6 +728,7 @@ impl Fleet {
             }
             Kind::Agent => match self.agents.remove(name) {
                 Some(a) => {
+                    self.agent_order.remove(name);
                     self.unindex_agent_auth(name, &a.res.server.auth_server);
                     if let Some(id) = a.episode {
                         self.pending.episodes.push(EpisodeOp::Close {
@@ -834,6 +845,7 @@ impl Fleet {
                 match kind {
                     Kind::Proxy => {
                         let mut old = std::mem::take(&mut self.proxies);
+                        self.proxies.reserve(list.len());
                         for s in list {
                             let e = match old.remove(&s.name) {
                                 Some(mut e) => {
@@ -876,6 +888,7 @@ impl Fleet {
                     }
                     Kind::Agent => {
                         let mut old = std::mem::take(&mut self.agents);
+                        self.agents.reserve(list.len());
                         self.auth_agents.clear();
                         for s in list {
                             let name = s.name.clone();
@@ -897,9 +910,13 @@ impl Fleet {
                                 },
                             };
                             self.index_agent_auth(&name, &auth);
+                            if !self.agent_order.contains(&name) {
+                                self.agent_order.insert(name.clone());
+                            }
                             self.agents.insert(name, a);
                         }
-                        for (_, gone) in old {
+                        for (name, gone) in old {
+                            self.agent_order.remove(&name);
                             if let Some(id) = gone.episode {
                                 self.pending.episodes.push(EpisodeOp::Close {
                                     id,
@@ -1133,10 +1150,23 @@ impl Fleet {
         }
         let now = self.now();
         let dirty = std::mem::take(&mut self.dirty);
+        let started = std::time::Instant::now();
+        let n = dirty.len();
         for name in dirty {
             if let Some(v) = self.verdict(&name, now) {
                 self.apply_verdict(&name, v, now);
             }
+        }
+        if !self.changed.is_empty() {
+            let batch = std::sync::Arc::new(std::mem::take(&mut self.changed));
+            let _ = self.changes.send(batch);
+        }
+        if n > 1000 {
+            debug!(
+                agents = n,
+                us = started.elapsed().as_micros() as u64,
+                "classified"
+            );
         }
     }
 
@@ -1224,13 +1254,14 @@ impl Fleet {
             }
             let change = StateChange {
                 agent: name.to_string(),
+                // Stamped per agent, when its own classification is done.
+                detected_at: self.clock.now(),
                 from: a.state,
                 to: v.state,
                 reasons: v.reasons,
-                cause: v.cause.as_ref().map(|c| c.kind.as_str().to_string()),
+                cause: v.cause.as_ref().map(|c| c.kind.as_str()),
                 cause_resource: v.cause.as_ref().map(|c| c.resource.clone()),
                 since,
-                detected_at: now,
                 episode: a.episode,
             };
             debug!(agent = %name, from = a.state.as_str(), to = v.state.as_str(), reasons = %v.reasons.join(), "agent state changed");
@@ -1239,7 +1270,7 @@ impl Fleet {
             a.reasons = v.reasons;
             a.cause = v.cause;
             Stats::inc(&self.stats.state_changes);
-            let _ = self.changes.send(change);
+            self.changed.push(change);
         } else if v.reasons != a.reasons || v.cause != a.cause {
             if let Some(id) = a.episode {
                 self.pending.episodes.push(EpisodeOp::Update {

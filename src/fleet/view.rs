@@ -255,7 +255,7 @@ pub fn agents(f: &Fleet, filter: &AgentFilter) -> AgentPage {
     };
     let mut items = Vec::with_capacity(filter.limit.min(1000));
     let mut more = false;
-    for (name, _) in f.agents.range((start, Bound::Unbounded)) {
+    for name in f.agent_order.range((start, Bound::Unbounded)) {
         if !matches(name) {
             continue;
         }
@@ -376,7 +376,7 @@ pub fn ttl_windows(f: &Fleet, kind: Option<Kind>, after: Option<&str>, limit: us
     }
     if kind == Some(Kind::Agent) {
         let mut more = false;
-        for (n, a) in f.agents.range::<str, _>((
+        for n in f.agent_order.range::<str, _>((
             after.map_or(Bound::Unbounded, Bound::Excluded),
             Bound::Unbounded,
         )) {
@@ -384,8 +384,9 @@ pub fn ttl_windows(f: &Fleet, kind: Option<Kind>, after: Option<&str>, limit: us
                 more = true;
                 break;
             }
-            let _ = n;
-            entries.push(&a.res);
+            if let Some(a) = f.agents.get(n) {
+                entries.push(&a.res);
+            }
         }
         let items: Vec<TtlWindow> = entries.iter().map(|e| ttl_window(f, e, now)).collect();
         let next_cursor = more.then(|| items.last().map(|w| w.name.clone())).flatten();
@@ -440,7 +441,17 @@ fn proxy_view(f: &Fleet, e: &ResEntry, now: Ts) -> ProxyView {
 
 pub fn proxies(f: &Fleet) -> Vec<ProxyView> {
     let now = f.now();
-    f.proxies.values().map(|e| proxy_view(f, e, now)).collect()
+    sorted_proxies(f)
+        .into_iter()
+        .map(|e| proxy_view(f, e, now))
+        .collect()
+}
+
+/// Proxies by name (the map is hashed for lookups; lists are small).
+fn sorted_proxies(f: &Fleet) -> Vec<&ResEntry> {
+    let mut v: Vec<&ResEntry> = f.proxies.values().collect();
+    v.sort_unstable_by(|a, b| a.server.name.cmp(&b.server.name));
+    v
 }
 
 #[derive(Debug, Serialize)]
