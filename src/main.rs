@@ -55,7 +55,7 @@ enum Cmd {
         #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
         ttl: Duration,
         /// Time between chaos steps; 0 turns chaos off.
-        #[arg(long, default_value = "45s", value_parser = humantime::parse_duration)]
+        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
         chaos_period: Duration,
         #[arg(long, default_value_t = 1)]
         seed: u64,

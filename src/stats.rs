@@ -52,13 +52,6 @@ impl Stats {
         Stats::inc(&self.rejected[code as usize]);
     }
 
-    pub fn rejected_total(&self) -> u64 {
-        self.rejected
-            .iter()
-            .map(|c| c.load(Ordering::Relaxed))
-            .sum()
-    }
-
     pub fn snapshot(&self) -> StatsSnapshot {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         StatsSnapshot {

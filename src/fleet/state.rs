@@ -1316,3 +1316,95 @@ impl Snapshot {
         self.len() == 0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::EpisodeOp;
+
+    fn fleet() -> Fleet {
+        let (changes, _) = broadcast::channel(16);
+        let (ready, _) = watch::channel(Readiness {
+            ready: false,
+            kinds: BTreeMap::new(),
+        });
+        let (targets, _) = watch::channel(BTreeMap::new());
+        Fleet::new(
+            Clock::starting_at(Ts(1_000_000)),
+            Rules {
+                unknown_grace: Duration::from_secs(5),
+                max_pending_events: 10,
+            },
+            Arc::new(Stats::default()),
+            changes,
+            ready,
+            targets,
+        )
+    }
+
+    fn proxy(name: &str, expires: i64) -> Server {
+        Server {
+            kind: Kind::Proxy,
+            name: name.into(),
+            addr: String::new(),
+            version: String::new(),
+            group_id: String::new(),
+            group_generation: 0,
+            expires: Ts(expires),
+            ttl: Duration::from_secs(1),
+            labels: Default::default(),
+            auth_server: String::new(),
+        }
+    }
+
+    fn close(id: i64) -> EpisodeOp {
+        EpisodeOp::Close {
+            id,
+            ended: Ts(0),
+            ended_by_signal: None,
+            end_reason: "recovered",
+        }
+    }
+
+    /// Guards the store-busy path: a batch the writer had no room for goes
+    /// back in front of newer writes; newer current state wins.
+    #[test]
+    fn restored_batch_keeps_history_order_and_newer_state_wins() {
+        let mut f = fleet();
+        f.pending.put_server(&proxy("p1", 1));
+        f.pending.episodes.push(close(1));
+        let older = f.take_pending();
+        f.pending.put_server(&proxy("p1", 2));
+        f.pending.episodes.push(close(2));
+        f.restore_pending(older);
+        let ids: Vec<i64> = f
+            .pending
+            .episodes
+            .iter()
+            .map(|e| match e {
+                EpisodeOp::Close { id, .. } => *id,
+                _ => 0,
+            })
+            .collect();
+        assert_eq!(ids, vec![1, 2]);
+        let p1 = &f.pending.servers[&(Kind::Proxy, "p1".to_string())];
+        assert_eq!(p1.as_ref().map(|s| s.expires), Some(Ts(2)));
+    }
+
+    /// Guards the snapshot throttle: history is due at once, current state
+    /// only after STATE_WRITE_EVERY.
+    #[tokio::test(start_paused = true)]
+    async fn current_state_is_written_at_most_every_period() {
+        let mut f = fleet();
+        f.take_pending();
+        f.pending.put_server(&proxy("p1", 5));
+        f.note("proxy", "p1", "update", String::new());
+        let first = f.take_due();
+        assert_eq!(first.events.len(), 1);
+        assert!(!first.has_state(), "state waits for its period");
+        assert!(f.has_pending() && !f.has_due());
+        tokio::time::advance(STATE_WRITE_EVERY).await;
+        assert!(f.has_due());
+        assert!(f.take_due().has_state());
+    }
+}

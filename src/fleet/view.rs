@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::time::Duration;
 
 use serde::Serialize;
 
@@ -513,9 +512,4 @@ pub fn auth_servers(f: &Fleet) -> Vec<AuthView> {
             expired: a.resource.as_ref().map(|r| r.expired),
         })
         .collect()
-}
-
-/// How long until a resource's TTL runs out (zero when past).
-pub fn remaining(e: &ResEntry, now: Ts) -> Duration {
-    e.server.expires.since(now)
 }

@@ -358,8 +358,3 @@ async fn list_kind(
         k => Snapshot::Servers(k, servers),
     })
 }
-
-/// Generations opened so far (for tests and benches).
-pub fn generations(stats: &Stats) -> u64 {
-    stats.watch_generations.load(Ordering::Relaxed)
-}

@@ -3,7 +3,7 @@
 //! 2. an auth server turns NOT_SERVING (its agents are stranded),
 //! 3. that auth server heals,
 //! 4. a second proxy stops too (agents on both are stranded: no live tunnel),
-//! 5. both proxies heal.
+//! 5. two steps later, both proxies heal (so the outage outlasts the TTL).
 //!
 //! Then again with the next proxies and auth server.
 
@@ -31,9 +31,10 @@ pub async fn run(sim: SimCluster, period: Duration, stop: CancellationToken) {
             "proxies heal",
         ];
         for (i, step) in steps.iter().enumerate() {
+            let wait = if i == 4 { period * 2 } else { period };
             tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(period) => {}
+                _ = tokio::time::sleep(wait) => {}
             }
             info!(round, step, "chaos");
             match i {

@@ -417,36 +417,9 @@ impl SimCluster {
         }
     }
 
-    /// Sets a server's expiry without publishing (benchmarks stage a list).
-    pub async fn set_expires(&self, kind: Kind, name: &str, at: Ts) {
-        if let Some(s) = self
-            .inner
-            .state
-            .lock()
-            .await
-            .servers
-            .get_mut(&(kind, name.to_string()))
-        {
-            s.expires = Some(to_timestamp(at));
-        }
-    }
-
-    /// Names of every tunnel's proxy for an agent.
-    pub async fn tunnels_of(&self, agent: &str) -> Vec<String> {
-        self.inner
-            .state
-            .lock()
-            .await
-            .tunnels
-            .values()
-            .filter(|t| t.agent == agent)
-            .map(|t| t.proxy.clone())
-            .collect()
-    }
-
-    /// Publishes a pre-built event stream as fast as the channel takes it
-    /// (the ingest benchmark). Waits when watchers lag rather than cutting
-    /// them off: the bench measures throughput, not loss.
+    /// The broadcast behind every watch stream. The ingest benchmark sends
+    /// pre-built events through it; a watcher that falls more than
+    /// `event_buffer` behind is cut off (and resyncs), so size it for bursts.
     pub fn sender(&self) -> broadcast::Sender<pb::Event> {
         self.inner.events.clone()
     }
@@ -454,11 +427,6 @@ impl SimCluster {
     /// Events handed to the newest watch stream (INIT excluded).
     pub fn delivered(&self) -> u64 {
         self.inner.delivered.load(Ordering::SeqCst)
-    }
-
-    /// Watchers currently subscribed.
-    pub fn watchers(&self) -> usize {
-        self.inner.events.receiver_count()
     }
 }
 

@@ -3,7 +3,6 @@
 //! retried with backoff; a batch that still fails is dropped, logged once with
 //! its size, and counted, so one bad moment of the disk never wedges ingest.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +14,7 @@ use super::batch::{EpisodeOp, WriteBatch};
 use super::StoreError;
 use crate::backoff::Backoff;
 use crate::clock::{dur_micros, Ts};
-use crate::model::{Kind, Server, Tunnel};
+use crate::model::{Server, Tunnel};
 use crate::stats::Stats;
 
 /// Rows per multi-row statement (well below SQLite's 32766 bound parameters).
@@ -358,14 +357,4 @@ pub async fn prune(pool: &SqlitePool, before: Ts) -> Result<u64, sqlx::Error> {
         .await?
         .rows_affected();
     Ok(total + n)
-}
-
-/// Kinds as stored.
-pub fn kind_from_db(s: &str) -> Option<Kind> {
-    s.parse().ok()
-}
-
-/// Counter check for tests and benches: history rows committed so far.
-pub fn committed(stats: &Stats) -> u64 {
-    stats.store_events_committed.load(Ordering::Relaxed)
 }
