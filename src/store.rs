@@ -71,39 +71,29 @@ pub async fn open(path: &Path) -> Result<SqlitePool, StoreError> {
         .pragma("cache_size", "-65536")
         .pragma("temp_store", "memory")
         .foreign_keys(false);
+    let open_error = |source: sqlx::Error| {
+        if is_locked(&source) {
+            StoreError::Locked {
+                path: shown.clone(),
+            }
+        } else {
+            StoreError::Open {
+                path: shown.clone(),
+                source,
+            }
+        }
+    };
     let pool = SqlitePoolOptions::new()
         .max_connections(4)
         .acquire_timeout(Duration::from_secs(600))
         .connect_with(opts)
         .await
-        .map_err(|source| {
-            if is_locked(&source) {
-                StoreError::Locked {
-                    path: shown.clone(),
-                }
-            } else {
-                StoreError::Open {
-                    path: shown.clone(),
-                    source,
-                }
-            }
-        })?;
+        .map_err(open_error)?;
     // Taking the write lock once proves nobody else holds it.
     sqlx::query("BEGIN IMMEDIATE; COMMIT;")
         .execute(&pool)
         .await
-        .map_err(|source| {
-            if is_locked(&source) {
-                StoreError::Locked {
-                    path: shown.clone(),
-                }
-            } else {
-                StoreError::Open {
-                    path: shown.clone(),
-                    source,
-                }
-            }
-        })?;
+        .map_err(open_error)?;
     sqlx::migrate!("./migrations")
         .run(&pool)
         .await

@@ -133,6 +133,20 @@ pub struct AgentEntry {
     pub episode: Option<i64>,
 }
 
+impl AgentEntry {
+    /// A newly seen agent: healthy until classified.
+    fn new(res: ResEntry, now: Ts) -> Self {
+        AgentEntry {
+            res,
+            state: AgentState::Healthy,
+            reasons: Reasons::default(),
+            since: now,
+            cause: None,
+            episode: None,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct TunnelEntry {
     pub tunnel: Tunnel,
@@ -404,17 +418,7 @@ impl Fleet {
                     let name = e.server.name.clone();
                     self.index_agent_auth(&name, &e.server.auth_server);
                     self.agent_order.insert(name.clone());
-                    self.agents.insert(
-                        name,
-                        AgentEntry {
-                            res: e,
-                            state: AgentState::Healthy,
-                            reasons: Reasons::default(),
-                            since: now,
-                            cause: None,
-                            episode: None,
-                        },
-                    );
+                    self.agents.insert(name, AgentEntry::new(e, now));
                 }
                 Kind::TunnelConnection => {}
             }
@@ -654,17 +658,7 @@ impl Fleet {
                         let e = ResEntry::new(s, now);
                         let expired = e.expired;
                         self.agent_order.insert(name.clone());
-                        self.agents.insert(
-                            name.clone(),
-                            AgentEntry {
-                                res: e,
-                                state: AgentState::Healthy,
-                                reasons: Reasons::default(),
-                                since: now,
-                                cause: None,
-                                episode: None,
-                            },
-                        );
+                        self.agents.insert(name.clone(), AgentEntry::new(e, now));
                         ("added", true, expired)
                     }
                 };
@@ -900,14 +894,7 @@ impl Fleet {
                                     }
                                     a
                                 }
-                                None => AgentEntry {
-                                    res: ResEntry::new(s, now),
-                                    state: AgentState::Healthy,
-                                    reasons: Reasons::default(),
-                                    since: now,
-                                    cause: None,
-                                    episode: None,
-                                },
+                                None => AgentEntry::new(ResEntry::new(s, now), now),
                             };
                             self.index_agent_auth(&name, &auth);
                             if !self.agent_order.contains(&name) {
