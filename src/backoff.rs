@@ -31,6 +31,22 @@ impl Backoff {
     }
 }
 
+/// An error with its sources, `outer: inner: root` (tonic's transport errors
+/// say only "transport error" at the top; the cause is underneath).
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cur = s.source();
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,7 +17,7 @@ use axum::Router;
 use sqlx::SqlitePool;
 use tower_http::compression::CompressionLayer;
 use tower_http::limit::RequestBodyLimitLayer;
-use tower_http::trace::{DefaultMakeSpan, DefaultOnResponse, TraceLayer};
+use tower_http::trace::{DefaultMakeSpan, DefaultOnFailure, DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
 use crate::fleet::FleetHandle;
@@ -43,6 +43,9 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .layer(
             TraceLayer::new_for_http()
                 .make_span_with(DefaultMakeSpan::new().level(Level::INFO))
-                .on_response(DefaultOnResponse::new().level(Level::DEBUG)),
+                .on_response(DefaultOnResponse::new().level(Level::DEBUG))
+                // A 503 from /readyz is an answer, not a failure; real errors
+                // are logged once where they are handled (ApiError).
+                .on_failure(DefaultOnFailure::new().level(Level::DEBUG)),
         )
 }

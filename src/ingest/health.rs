@@ -156,7 +156,7 @@ async fn watch_one(
         }
         let delay = cfg.backoff.delay(attempt);
         attempt = attempt.saturating_add(1);
-        warn!(detail = %end.detail, retry_in_ms = delay.as_millis() as u64, "auth health stream ended");
+        warn!(detail = %end.detail, retry_in_ms = delay.as_millis() as u64, "auth health not available (UNKNOWN); retrying");
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(delay) => {}
@@ -180,7 +180,12 @@ async fn session(addr: &str, cfg: &HealthWatchConfig, rep: &mut Reporter) -> Opt
     };
     let channel = match endpoint.connect().await {
         Ok(c) => c,
-        Err(e) => return end(format!("connect failed: {e}"), false),
+        Err(e) => {
+            return end(
+                format!("connect failed: {}", crate::backoff::chain(&e)),
+                false,
+            )
+        }
     };
     let mut client = HealthClient::new(channel);
     let req = HealthCheckRequest {

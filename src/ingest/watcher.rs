@@ -45,7 +45,10 @@ pub enum WatchError {
         uri: String,
         source: tonic::transport::Error,
     },
-    #[error("cannot connect to the cluster at {uri}: {source}")]
+    #[error(
+        "cannot connect to the cluster at {uri}: {}",
+        crate::backoff::chain(source)
+    )]
     Connect {
         uri: String,
         source: tonic::transport::Error,
@@ -73,15 +76,15 @@ pub async fn run(
     stats: Arc<Stats>,
     shutdown: CancellationToken,
 ) {
+    // A generation is one opened stream; failed connects do not count.
     let mut generation = 0u64;
     let mut attempt = 0u32;
     loop {
-        generation += 1;
-        let span = info_span!("watcher.session", generation, uri = %cfg.uri);
+        let span = info_span!("watcher.session", next_generation = generation + 1, uri = %cfg.uri);
         let mut reached_ready = false;
         let result = tokio::select! {
             _ = shutdown.cancelled() => return,
-            r = session(&cfg, clock, &fleet, &stats, generation, &mut reached_ready).instrument(span) => r,
+            r = session(&cfg, clock, &fleet, &stats, &mut generation, &mut reached_ready).instrument(span) => r,
         };
         let err = match result {
             Ok(()) => WatchError::Ended,
@@ -103,7 +106,13 @@ pub async fn run(
             attempt = 0;
         }
         let delay = cfg.backoff.delay(attempt);
-        warn!(error = %err, generation, retry_in_ms = delay.as_millis() as u64, "cluster watch lost; will resync");
+        let retry_in_ms = delay.as_millis() as u64;
+        match &err {
+            WatchError::Address { .. } | WatchError::Connect { .. } | WatchError::Watch(_) => {
+                warn!(error = %err, attempt, retry_in_ms, "cannot open the cluster watch; retrying")
+            }
+            _ => warn!(error = %err, generation, retry_in_ms, "cluster watch lost; will resync"),
+        }
         attempt = attempt.saturating_add(1);
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -144,7 +153,7 @@ async fn session(
     clock: Clock,
     fleet: &FleetHandle,
     stats: &Stats,
-    generation: u64,
+    generation: &mut u64,
     reached_ready: &mut bool,
 ) -> Result<(), WatchError> {
     stats.session_events.store(0, Ordering::SeqCst);
@@ -159,6 +168,8 @@ async fn session(
         .await
         .map_err(WatchError::Watch)?
         .into_inner();
+    *generation += 1;
+    let generation = *generation;
     Stats::inc(&stats.watch_generations);
 
     let first = stream.message().await.map_err(|s| {
