@@ -23,6 +23,7 @@ use crate::http::{self, AppState};
 use crate::ingest::validate::Limits;
 use crate::ingest::{health, watcher};
 use crate::model::Kind;
+use crate::signals::service_config::{self, LbPolicy};
 use crate::stats::Stats;
 use crate::store::{self, StoreError};
 
@@ -48,6 +49,8 @@ pub struct Lifeline {
     pub db: SqlitePool,
     pub stats: Arc<Stats>,
     pub clock: Clock,
+    /// The policy `GetServiceConfig` serves; sending changes it live.
+    pub lb_policy: tokio::sync::watch::Sender<LbPolicy>,
     shutdown: CancellationToken,
     fleet_task: JoinHandle<()>,
     writer_task: JoinHandle<()>,
@@ -157,6 +160,7 @@ impl Lifeline {
             }
         }));
 
+        let (lb_policy, lb_policy_rx) = tokio::sync::watch::channel(cfg.lb_policy()?);
         let (reporter, health_service) = tonic_health::server::health_reporter();
         reporter
             .set_service_status("", tonic_health::ServingStatus::Serving)
@@ -166,6 +170,7 @@ impl Lifeline {
             let _keep = reporter;
             if let Err(e) = tonic::transport::Server::builder()
                 .add_service(health_service)
+                .add_service(service_config::Service::server(lb_policy_rx))
                 .serve_with_incoming_shutdown(
                     TcpListenerStream::new(grpc_listener),
                     stop.cancelled_owned(),
@@ -228,6 +233,7 @@ impl Lifeline {
             db,
             stats,
             clock,
+            lb_policy,
             shutdown,
             fleet_task,
             writer_task,

@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::signals::service_config::LbPolicy;
+
 /// Everything Lifeline needs to start. Defaults make `lifeline demo` need none.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -21,6 +23,16 @@ pub struct Config {
     pub health: HealthConfig,
     pub storage: StorageConfig,
     pub fleet: FleetConfig,
+    pub signals: SignalsConfig,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SignalsConfig {
+    /// The client load-balancing policy served by `GetServiceConfig`, in
+    /// RFD 0226's JSON form; empty means pick_first.
+    /// Env: `LIFELINE_GRPC_CLIENT_LB_POLICY`.
+    pub grpc_client_lb_policy: String,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -243,6 +255,10 @@ impl Config {
         ("LIFELINE_RETENTION", "storage.retention"),
         ("LIFELINE_AUTH_UNKNOWN_GRACE", "health.unknown_grace"),
         (
+            "LIFELINE_GRPC_CLIENT_LB_POLICY",
+            "signals.grpc_client_lb_policy",
+        ),
+        (
             "LIFELINE_AUTH_SERVERS",
             "auth_servers (name=host:port,name=host:port)",
         ),
@@ -272,6 +288,13 @@ impl Config {
         }
         if let Some(v) = env("LIFELINE_AUTH_UNKNOWN_GRACE") {
             self.health.unknown_grace = dur("LIFELINE_AUTH_UNKNOWN_GRACE", &v)?;
+        }
+        if let Some(v) = env("LIFELINE_GRPC_CLIENT_LB_POLICY") {
+            LbPolicy::parse(&v).map_err(|e| ConfigError::Env {
+                var: "LIFELINE_GRPC_CLIENT_LB_POLICY",
+                message: e.to_string(),
+            })?;
+            self.signals.grpc_client_lb_policy = v;
         }
         if let Some(v) = env("LIFELINE_AUTH_SERVERS") {
             let mut list = Vec::new();
@@ -364,7 +387,14 @@ impl Config {
         if self.fleet.command_queue == 0 {
             return Err(invalid("fleet.command_queue", "must be at least 1"));
         }
+        self.lb_policy()?;
         Ok(())
+    }
+
+    /// The parsed `signals.grpc_client_lb_policy`.
+    pub fn lb_policy(&self) -> Result<LbPolicy, ConfigError> {
+        LbPolicy::parse(&self.signals.grpc_client_lb_policy)
+            .map_err(|e| invalid("signals.grpc_client_lb_policy", e.to_string()))
     }
 
     pub fn listen_addr(&self) -> Result<SocketAddr, ConfigError> {
@@ -498,6 +528,24 @@ mod tests {
         let err = Config::load(None, env).unwrap_err().to_string();
         assert!(err.contains("LIFELINE_RETENTION"), "{err}");
         Config::load(None, no_env).unwrap();
+    }
+
+    #[test]
+    fn lb_policy_json_is_validated_at_start() {
+        let c = Config::from_toml(
+            "[signals]\ngrpc_client_lb_policy = '{\"loadBalancingConfig\":[{\"teleport_pick_healthy\":{\"mode\":\"reconnect\"}}]}'\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.lb_policy().unwrap().mode,
+            crate::signals::service_config::LbMode::Reconnect
+        );
+        let c = Config::from_toml("[signals]\ngrpc_client_lb_policy = '{nope'\n").unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("signals.grpc_client_lb_policy"), "{e}");
+        let env = |k: &str| (k == "LIFELINE_GRPC_CLIENT_LB_POLICY").then(|| "[]".to_string());
+        let e = Config::load(None, env).unwrap_err().to_string();
+        assert!(e.contains("LIFELINE_GRPC_CLIENT_LB_POLICY"), "{e}");
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod http;
 pub mod ingest;
 pub mod model;
 pub mod proto;
+pub mod signals;
 pub mod sim;
 pub mod stats;
 pub mod store;

@@ -22,6 +22,10 @@ fn invalid_config_names_the_field_and_exits_78() {
             "auth_servers[0].addr",
         ),
         ("this is not toml", "config file"),
+        (
+            "[signals]\ngrpc_client_lb_policy = '{\"loadBalancingConfig\": 1}'\n",
+            "signals.grpc_client_lb_policy",
+        ),
     ];
     for (i, (text, needle)) in cases.iter().enumerate() {
         let path = dir.path().join(format!("bad{i}.toml"));

@@ -27,6 +27,7 @@ pub struct Cluster {
     spec: SimSpec,
     grace: Duration,
     max_message_bytes: usize,
+    lb_policy: String,
 }
 
 /// `Cluster::new().agents(6).proxies(3).start().await`
@@ -43,6 +44,7 @@ impl Cluster {
             },
             grace: Duration::from_secs(5),
             max_message_bytes: 4 * 1024 * 1024,
+            lb_policy: String::new(),
         }
     }
     pub fn agents(mut self, n: usize) -> Self {
@@ -87,6 +89,11 @@ impl Cluster {
         self.grace = d;
         self
     }
+    /// `signals.grpc_client_lb_policy`, RFD JSON form.
+    pub fn lb_policy(mut self, json: &str) -> Self {
+        self.lb_policy = json.to_string();
+        self
+    }
     pub fn max_message_bytes(mut self, n: usize) -> Self {
         self.max_message_bytes = n;
         self
@@ -108,6 +115,7 @@ impl Cluster {
         cfg.storage.path = dir.path().join("lifeline.db");
         cfg.health.unknown_grace = self.grace;
         cfg.health.poll_interval = Duration::from_secs(1);
+        cfg.signals.grpc_client_lb_policy = self.lb_policy;
         let ll = Lifeline::start_tuned(
             &cfg,
             clock,
