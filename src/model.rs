@@ -313,6 +313,23 @@ pub struct Cause {
     pub resource: String,
 }
 
+/// A minimal server for unit tests elsewhere in the crate.
+#[cfg(test)]
+pub(crate) fn test_server(kind: Kind, name: &str, expires: Ts) -> Server {
+    Server {
+        kind,
+        name: name.into(),
+        addr: String::new(),
+        version: String::new(),
+        group_id: String::new(),
+        group_generation: 0,
+        expires,
+        ttl: Duration::from_secs(1),
+        labels: BTreeMap::new(),
+        auth_server: String::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

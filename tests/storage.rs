@@ -11,7 +11,7 @@ use lifeline::model::Kind;
 use lifeline::{Clock, Config, Lifeline};
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::ConnectOptions;
-use support::Cluster;
+use support::{ids, Cluster};
 
 /// Guards persistence: a restart on the same database keeps the open
 /// episodes (same ids), the history, and shows last known state while stale.
@@ -28,13 +28,8 @@ async fn restart_on_the_same_database_keeps_episodes_and_history() {
     c.advance_to(last).await;
     c.flush().await;
     let before = c.ok("/api/v1/episodes?open=true&state=stranded").await;
-    let ids: Vec<i64> = before["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["id"].as_i64().unwrap())
-        .collect();
-    assert_eq!(ids.len(), 2);
+    let before_ids = ids(&before["items"]);
+    assert_eq!(before_ids.len(), 2);
     let history = c.ok("/api/v1/events?event=expired").await;
     assert_eq!(history["items"].as_array().unwrap().len(), 2);
 
@@ -69,13 +64,8 @@ async fn restart_on_the_same_database_keeps_episodes_and_history() {
     );
     c.flush().await;
     let open = c.ok("/api/v1/episodes?open=true&state=stranded").await;
-    let now_ids: Vec<i64> = open["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["id"].as_i64().unwrap())
-        .collect();
-    assert_eq!(now_ids, ids);
+    let now_ids = ids(&open["items"]);
+    assert_eq!(now_ids, before_ids);
     c.shutdown().await;
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lifeline::model::{AgentState, Kind};
 use serde_json::json;
-use support::{ts, Cluster};
+use support::{strs, ts, Cluster};
 use tonic_health::ServingStatus;
 
 // Six agents on three proxies: agent i has tunnels to proxies i%3 and
@@ -56,12 +56,7 @@ async fn proxy_expiry_strands_its_agents() {
     assert_eq!(agent["state"], "stranded");
     assert_eq!(agent["reasons"], json!(["no_live_tunnel"]));
     assert_eq!(ts(&agent["since"]).as_millis(), last.as_millis());
-    let states: Vec<&str> = agent["tunnels"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["proxy_state"].as_str().unwrap())
-        .collect();
+    let states = strs(&agent["tunnels"], "proxy_state");
     assert_eq!(states, vec!["expired", "expired"]);
 
     // One failure, one line.
@@ -147,12 +142,7 @@ async fn auth_not_serving_strands_and_serving_closes_the_episode() {
     let len = ts(&ep["ended_at"]).as_micros() - ts(&ep["started_at"]).as_micros();
     assert_eq!(len, 1_000_000, "the episode lasts exactly the outage");
     let auth = c.ok("/api/v1/auth-servers/auth-1").await;
-    let to: Vec<&str> = auth["transitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["to_status"].as_str().unwrap())
-        .collect();
+    let to = strs(&auth["transitions"], "to_status");
     assert_eq!(to[..2], ["SERVING", "NOT_SERVING"], "{to:?}");
     c.shutdown().await;
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use lifeline::ingest::validate::{to_duration, to_timestamp};
 use lifeline::model::Kind;
 use lifeline::proto::v1 as pb;
-use support::Cluster;
+use support::{strs, Cluster};
 
 fn put(s: pb::Server) -> pb::Event {
     pb::Event {
@@ -91,12 +91,7 @@ async fn same_expiry_put_is_not_a_heartbeat() {
 
     c.flush().await;
     let ev = c.ok("/api/v1/events?name=proxy-1").await;
-    let kinds: Vec<&str> = ev["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["event"].as_str().unwrap())
-        .collect();
+    let kinds = strs(&ev["items"], "event");
     assert_eq!(kinds, vec!["heartbeat", "update"], "newest first");
     c.shutdown().await;
 }

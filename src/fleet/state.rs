@@ -618,6 +618,12 @@ impl Fleet {
                     .entry(name.clone())
                     .or_insert_with(|| AuthEntry::new(now));
                 let fresh_entry = entry.resource.is_none() && entry.static_addr.is_none();
+                // Health watchers follow addresses: only a new or moved one
+                // needs publishing, not every heartbeat.
+                let addr_changed = entry
+                    .resource
+                    .as_ref()
+                    .is_none_or(|r| r.server.addr != s.addr);
                 let r = match entry.resource.as_mut() {
                     Some(e) => {
                         let (hb, flipped) = e.update(s, now);
@@ -636,7 +642,9 @@ impl Fleet {
                         now.saturating_add(self.rules.unknown_grace),
                     );
                 }
-                self.publish_auth_targets();
+                if addr_changed {
+                    self.publish_auth_targets();
+                }
                 r
             }
             Kind::Agent => {
@@ -748,19 +756,24 @@ impl Fleet {
         self.pending.put_tunnel(&t);
         let expired = t.expires.is_some_and(|e| e <= now);
         let mut event = "added";
-        match self.tunnels.get(&t.name).cloned() {
-            Some(old) => {
-                event = if old.tunnel.expires != t.expires {
+        let old = self.tunnels.get(&t.name).map(|o| {
+            let moved = o.tunnel.agent != t.agent || o.tunnel.proxy != t.proxy;
+            // Only a moved tunnel needs its old record (to unindex it).
+            (o.tunnel.expires, o.expired, moved.then(|| o.tunnel.clone()))
+        });
+        match old {
+            Some((old_expires, old_expired, moved)) => {
+                event = if old_expires != t.expires {
                     "heartbeat"
                 } else {
                     "update"
                 };
-                if old.tunnel.agent != t.agent || old.tunnel.proxy != t.proxy {
-                    self.unindex_tunnel(&old.tunnel);
+                if let Some(old) = moved {
+                    self.unindex_tunnel(&old);
                     self.index_tunnel(&t);
-                    self.dirty.insert(old.tunnel.agent.clone());
+                    self.dirty.insert(old.agent);
                     self.dirty.insert(t.agent.clone());
-                } else if old.expired != expired {
+                } else if old_expired != expired {
                     self.dirty.insert(t.agent.clone());
                 }
             }
@@ -1330,18 +1343,7 @@ mod tests {
     }
 
     fn proxy(name: &str, expires: i64) -> Server {
-        Server {
-            kind: Kind::Proxy,
-            name: name.into(),
-            addr: String::new(),
-            version: String::new(),
-            group_id: String::new(),
-            group_generation: 0,
-            expires: Ts(expires),
-            ttl: Duration::from_secs(1),
-            labels: Default::default(),
-            auth_server: String::new(),
-        }
+        crate::model::test_server(Kind::Proxy, name, Ts(expires))
     }
 
     fn close(id: i64) -> EpisodeOp {

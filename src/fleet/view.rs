@@ -351,51 +351,59 @@ pub struct TtlPage {
     pub next_cursor: Option<String>,
 }
 
-/// TTL windows of one kind (proxies and auth servers when `kind` is None).
+/// TTL windows of one kind, or of proxies and auth servers together when
+/// `kind` is None, in a stable order. The cursor is opaque: the name for one
+/// kind, `kind:name` for the mixed listing (names of different kinds may
+/// collide, and each kind is ordered on its own).
 pub fn ttl_windows(f: &Fleet, kind: Option<Kind>, after: Option<&str>, limit: usize) -> TtlPage {
     let now = f.now();
-    let mut entries: Vec<&ResEntry> = Vec::new();
-    let after_ok = |n: &str| after.is_none_or(|a| n > a);
-    let want = |k: Kind| kind.is_none_or(|x| x == k);
-    if want(Kind::Proxy) {
-        entries.extend(
-            f.proxies
-                .iter()
-                .filter(|(n, _)| after_ok(n))
-                .map(|(_, e)| e),
-        );
-    }
-    if want(Kind::AuthServer) {
-        entries.extend(
-            f.auths
-                .iter()
-                .filter(|(n, _)| after_ok(n))
-                .filter_map(|(_, a)| a.resource.as_ref()),
-        );
-    }
-    if kind == Some(Kind::Agent) {
-        let mut more = false;
-        for n in f.agent_order.range::<str, _>((
-            after.map_or(Bound::Unbounded, Bound::Excluded),
-            Bound::Unbounded,
-        )) {
-            if entries.len() == limit {
-                more = true;
-                break;
-            }
-            if let Some(a) = f.agents.get(n) {
-                entries.push(&a.res);
-            }
-        }
-        let items: Vec<TtlWindow> = entries.iter().map(|e| ttl_window(f, e, now)).collect();
-        let next_cursor = more.then(|| items.last().map(|w| w.name.clone())).flatten();
-        return TtlPage { items, next_cursor };
-    }
+    let after_ok = |key: &String| after.is_none_or(|a| key.as_str() > a);
+    let proxies = || {
+        sorted_proxies(f)
+            .into_iter()
+            .map(|e| (e.server.name.clone(), e))
+    };
+    let auths = || {
+        f.auths
+            .iter()
+            .filter_map(|(n, a)| a.resource.as_ref().map(|e| (n.clone(), e)))
+    };
+    let entries: Vec<(String, &ResEntry)> = match kind {
+        Some(Kind::Agent) => f
+            .agent_order
+            .range::<str, _>((
+                after.map_or(Bound::Unbounded, Bound::Excluded),
+                Bound::Unbounded,
+            ))
+            .filter_map(|n| f.agents.get(n).map(|a| (n.clone(), &a.res)))
+            .take(limit + 1)
+            .collect(),
+        Some(Kind::Proxy) => proxies()
+            .filter(|(k, _)| after_ok(k))
+            .take(limit + 1)
+            .collect(),
+        Some(Kind::AuthServer) => auths()
+            .filter(|(k, _)| after_ok(k))
+            .take(limit + 1)
+            .collect(),
+        // "auth_server:" sorts before "proxy:", so this chain is in key order.
+        _ => auths()
+            .map(|(n, e)| (format!("auth_server:{n}"), e))
+            .chain(proxies().map(|(n, e)| (format!("proxy:{n}"), e)))
+            .filter(|(k, _)| after_ok(k))
+            .take(limit + 1)
+            .collect(),
+    };
     let more = entries.len() > limit;
-    entries.truncate(limit);
-    let items: Vec<TtlWindow> = entries.iter().map(|e| ttl_window(f, e, now)).collect();
-    let next_cursor = more.then(|| items.last().map(|w| w.name.clone())).flatten();
-    TtlPage { items, next_cursor }
+    let page = &entries[..entries.len().min(limit)];
+    TtlPage {
+        items: page.iter().map(|(_, e)| ttl_window(f, e, now)).collect(),
+        next_cursor: if more {
+            page.last().map(|(k, _)| k.clone())
+        } else {
+            None
+        },
+    }
 }
 
 #[derive(Debug, Serialize)]

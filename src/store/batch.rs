@@ -145,21 +145,9 @@ impl WriteBatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     fn server(name: &str, expires: i64) -> Server {
-        Server {
-            kind: Kind::Proxy,
-            name: name.into(),
-            addr: String::new(),
-            version: String::new(),
-            group_id: String::new(),
-            group_generation: 0,
-            expires: Ts(expires),
-            ttl: Duration::from_secs(1),
-            labels: Default::default(),
-            auth_server: String::new(),
-        }
+        crate::model::test_server(Kind::Proxy, name, Ts(expires))
     }
 
     #[test]

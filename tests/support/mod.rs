@@ -329,6 +329,26 @@ pub fn names(items: &Value) -> Vec<String> {
     v
 }
 
+/// `items[*][key]` as strings, in the API's order.
+pub fn strs(items: &Value, key: &str) -> Vec<String> {
+    items
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|i| i[key].as_str().expect("a string field").to_string())
+        .collect()
+}
+
+/// `items[*]["id"]`, in the API's order.
+pub fn ids(items: &Value) -> Vec<i64> {
+    items
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|i| i["id"].as_i64().expect("an integer id"))
+        .collect()
+}
+
 /// Parses an API timestamp.
 pub fn ts(v: &Value) -> Ts {
     Ts::parse_rfc3339(v.as_str().expect("timestamp string")).expect("RFC 3339")
