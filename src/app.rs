@@ -23,6 +23,9 @@ use crate::http::{self, AppState};
 use crate::ingest::validate::Limits;
 use crate::ingest::{health, watcher};
 use crate::model::Kind;
+use crate::signals::board::Board;
+use crate::signals::hub::{Hub, HubConfig, LiveSettings};
+use crate::signals::reconnect::{self, Guard, ReconnectConfig};
 use crate::signals::service_config::{self, LbPolicy};
 use crate::stats::Stats;
 use crate::store::{self, StoreError};
@@ -51,6 +54,10 @@ pub struct Lifeline {
     pub clock: Clock,
     /// The policy `GetServiceConfig` serves; sending changes it live.
     pub lb_policy: tokio::sync::watch::Sender<LbPolicy>,
+    /// Agent streams and audited signals.
+    pub hub: Arc<Hub>,
+    /// The storm guard's current state.
+    pub guard: tokio::sync::watch::Receiver<Guard>,
     shutdown: CancellationToken,
     fleet_task: JoinHandle<()>,
     writer_task: JoinHandle<()>,
@@ -98,6 +105,7 @@ impl Lifeline {
         let (writer, writer_task) =
             store::spawn_writer(db.clone(), stats.clone(), tuning.writer_depth);
         let shutdown = CancellationToken::new();
+        let board = Board::new(cfg.signals.discovery_backlog, clock.now());
         let static_auth: Vec<(String, String)> = cfg
             .auth_servers
             .iter()
@@ -113,6 +121,7 @@ impl Lifeline {
                 command_queue: cfg.fleet.command_queue,
                 change_capacity: tuning.change_capacity,
                 static_auth: static_auth.clone(),
+                board: board.clone(),
             },
             loaded,
             stats.clone(),
@@ -140,13 +149,47 @@ impl Lifeline {
                     .unwrap_or_else(|_| ([0, 0, 0, 0], 0).into()),
                 source,
             })?;
-        let mut tasks = Vec::new();
+        let (hub, mut tasks) = Hub::start(
+            HubConfig {
+                full_discovery_interval: cfg.signals.full_discovery_interval,
+                max_delta_proxies: cfg.signals.max_delta_proxies,
+                signal_queue: cfg.signals.signal_queue,
+                hello_timeout: cfg.signals.hello_timeout,
+                ack_timeout: cfg.signals.ack_timeout,
+                max_message_bytes: cfg.signals.max_message_bytes,
+            },
+            Arc::new(LiveSettings::from(&cfg.signals)),
+            clock,
+            board,
+            fleet.clone(),
+            db.clone(),
+            stats.clone(),
+            shutdown.clone(),
+        )
+        .await
+        .map_err(StoreError::Query)?;
+        let (guard, more) = reconnect::spawn(
+            ReconnectConfig {
+                backoff_base: cfg.signals.reconnect_backoff_base,
+                backoff_cap: cfg.signals.reconnect_backoff_cap,
+                storm_window: cfg.signals.storm_window,
+                periodic_max_per_second: cfg.signals.periodic_max_per_second,
+                graceful_threshold: cfg.signals.graceful_threshold,
+            },
+            hub.clone(),
+            fleet.clone(),
+            clock,
+            shutdown.clone(),
+        );
+        tasks.extend(more);
 
         let router = http::router(
             AppState {
                 fleet: fleet.clone(),
                 db: db.clone(),
                 stats: stats.clone(),
+                hub: hub.clone(),
+                guard: guard.clone(),
             },
             cfg.server.max_body_bytes,
         );
@@ -166,11 +209,13 @@ impl Lifeline {
             .set_service_status("", tonic_health::ServingStatus::Serving)
             .await;
         let stop = shutdown.clone();
+        let grpc_hub = hub.clone();
         tasks.push(tokio::spawn(async move {
             let _keep = reporter;
             if let Err(e) = tonic::transport::Server::builder()
                 .add_service(health_service)
                 .add_service(service_config::Service::server(lb_policy_rx))
+                .add_service(grpc_hub.server())
                 .serve_with_incoming_shutdown(
                     TcpListenerStream::new(grpc_listener),
                     stop.cancelled_owned(),
@@ -234,6 +279,8 @@ impl Lifeline {
             stats,
             clock,
             lb_policy,
+            hub,
+            guard,
             shutdown,
             fleet_task,
             writer_task,

@@ -117,6 +117,23 @@ pub enum Command {
         error: String,
     },
     Health(HealthUpdate),
+    /// An agent's signal stream opened (`Some`) or closed (`None`).
+    Link {
+        agent: String,
+        link: Option<state::Link>,
+    },
+    /// An agent's own tunnel report.
+    Report {
+        agent: String,
+        proxies: Vec<String>,
+        auth_server: String,
+    },
+    /// An audited signal was sent to the agent.
+    Signaled {
+        agent: String,
+        id: i64,
+        at: Ts,
+    },
     /// Runs against settled state; used for every query.
     Read(ReadFn),
     /// Answers once every write produced so far is committed.
@@ -163,6 +180,10 @@ impl FleetHandle {
 
     pub fn readiness(&self) -> Readiness {
         self.readiness.borrow().clone()
+    }
+
+    pub fn readiness_watch(&self) -> watch::Receiver<Readiness> {
+        self.readiness.clone()
     }
 
     /// Waits until every kind is ready or rejected.

@@ -4,11 +4,13 @@
 //! Owns: request parsing, validation of parameters, JSON and HTML rendering.
 //! Reads fleet state through `FleetHandle::read` (a closure run by the fleet
 //! actor) and history straight from SQLite (read-only queries).
+//! Signals are asked of the hub, which records them before answering.
 //! Must not touch: fleet state directly, or write to SQLite.
 
 pub mod api;
 pub mod error;
 pub mod probes;
+pub mod signals;
 pub mod ui;
 
 use std::sync::Arc;
@@ -21,6 +23,8 @@ use tower_http::trace::{DefaultMakeSpan, DefaultOnFailure, DefaultOnResponse, Tr
 use tracing::Level;
 
 use crate::fleet::FleetHandle;
+use crate::signals::hub::Hub;
+use crate::signals::reconnect::Guard;
 use crate::stats::Stats;
 
 /// What every handler gets.
@@ -29,12 +33,15 @@ pub struct AppState {
     pub fleet: FleetHandle,
     pub db: SqlitePool,
     pub stats: Arc<Stats>,
+    pub hub: Arc<Hub>,
+    pub guard: tokio::sync::watch::Receiver<Guard>,
 }
 
 pub fn router(state: AppState, max_body_bytes: usize) -> Router {
     Router::new()
         .merge(api::router())
         .merge(probes::router())
+        .merge(signals::router())
         .merge(ui::router())
         .fallback(error::not_found)
         .with_state(state)

@@ -1,9 +1,15 @@
 //! The signals room: what Lifeline tells agents.
 //!
-//! Owns: the gRPC services agents call — `ServiceConfigDiscoveryService`
-//! (the client load-balancing policy, RFD 0226) now; `AgentSignals` (delta
-//! discovery, reconnect and close-tunnel signals) next.
-//! Reads: settings and fleet snapshots. Must not touch: fleet state or
-//! SQLite directly.
+//! Owns: the gRPC services agents call — `AgentSignals.Connect` (the hub:
+//! every agent stream, delta discovery from the `board`, audited reconnect
+//! and close-tunnel signals and their acks), the automatic / periodic /
+//! graceful loops and the storm guard (`reconnect`), and
+//! `ServiceConfigDiscoveryService` (the client load-balancing policy).
+//! Reads: fleet snapshots and state changes, the board the fleet writes.
+//! Writes: signal audit rows (through `store::signals`) and fleet commands.
+//! Must not touch: fleet state directly, or history tables.
 
+pub mod board;
+pub mod hub;
+pub mod reconnect;
 pub mod service_config;

@@ -37,6 +37,20 @@ pub struct Stats {
     pub timers_fired: AtomicU64,
     /// Agent state changes.
     pub state_changes: AtomicU64,
+    /// Discovery messages sent, full and delta, and their encoded bytes.
+    pub discovery_full: AtomicU64,
+    pub discovery_delta: AtomicU64,
+    pub discovery_bytes: AtomicU64,
+    /// Audited signals by what became of them.
+    pub signals_sent: AtomicU64,
+    pub signals_acked: AtomicU64,
+    pub signals_failed: AtomicU64,
+    pub signals_undeliverable: AtomicU64,
+    pub signals_timeout: AtomicU64,
+    /// Signal audit updates dropped because SQLite fell behind.
+    pub signal_updates_dropped: AtomicU64,
+    /// Agent messages refused (bad Hello, bad report, unknown ack).
+    pub agent_messages_rejected: AtomicU64,
 }
 
 impl Stats {
@@ -71,6 +85,18 @@ impl Stats {
             store_errors: get(&self.store_errors),
             timers_fired: get(&self.timers_fired),
             state_changes: get(&self.state_changes),
+            signals: SignalStatsSnapshot {
+                discovery_full: get(&self.discovery_full),
+                discovery_delta: get(&self.discovery_delta),
+                discovery_bytes: get(&self.discovery_bytes),
+                sent: get(&self.signals_sent),
+                acked: get(&self.signals_acked),
+                failed: get(&self.signals_failed),
+                undeliverable: get(&self.signals_undeliverable),
+                timeout: get(&self.signals_timeout),
+                audit_updates_dropped: get(&self.signal_updates_dropped),
+                agent_messages_rejected: get(&self.agent_messages_rejected),
+            },
         }
     }
 }
@@ -89,4 +115,19 @@ pub struct StatsSnapshot {
     pub store_errors: u64,
     pub timers_fired: u64,
     pub state_changes: u64,
+    pub signals: SignalStatsSnapshot,
+}
+
+#[derive(Debug, Serialize, Clone)]
+pub struct SignalStatsSnapshot {
+    pub discovery_full: u64,
+    pub discovery_delta: u64,
+    pub discovery_bytes: u64,
+    pub sent: u64,
+    pub acked: u64,
+    pub failed: u64,
+    pub undeliverable: u64,
+    pub timeout: u64,
+    pub audit_updates_dropped: u64,
+    pub agent_messages_rejected: u64,
 }

@@ -9,6 +9,7 @@
 
 pub mod batch;
 pub mod read;
+pub mod signals;
 pub mod writer;
 
 use std::path::Path;

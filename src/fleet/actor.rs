@@ -27,6 +27,8 @@ pub struct FleetOptions {
     /// Capacity of the state-change broadcast (slow subscribers lag, never block).
     pub change_capacity: usize,
     pub static_auth: Vec<(String, String)>,
+    /// Where proxy expiries are published for discovery.
+    pub board: Arc<crate::signals::board::Board>,
 }
 
 /// Builds the fleet from the loaded state and starts its actor.
@@ -51,6 +53,7 @@ pub fn spawn(
         changes.clone(),
         ready_tx,
         targets_tx,
+        opts.board,
     );
     fleet.load(loaded);
     for (name, addr) in &opts.static_auth {
@@ -160,6 +163,13 @@ fn handle(fleet: &mut Fleet, cmd: Command) -> Option<tokio::sync::oneshot::Sende
         }
         Command::WatchDown { generation, error } => fleet.watch_down(generation, &error),
         Command::Health(u) => fleet.health(u),
+        Command::Link { agent, link } => fleet.link(&agent, link),
+        Command::Report {
+            agent,
+            proxies,
+            auth_server,
+        } => fleet.report(&agent, proxies, auth_server),
+        Command::Signaled { agent, id, at } => fleet.signaled(&agent, id, at),
         Command::Read(f) => {
             fleet.fire_due();
             fleet.settle();

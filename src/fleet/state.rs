@@ -21,6 +21,7 @@ use crate::ingest::validate::Change;
 use crate::model::{
     AgentState, Cause, CauseKind, Health, HealthMode, Kind, Reasons, Server, Tunnel,
 };
+use crate::signals::board::Board;
 use crate::stats::Stats;
 use crate::store::read::Loaded;
 use crate::store::{EpisodeOp, EventRow, HealthRow, WriteBatch};
@@ -131,6 +132,20 @@ pub struct AgentEntry {
     pub since: Ts,
     pub cause: Option<Cause>,
     pub episode: Option<i64>,
+    /// The last audited signal sent to it, and when: an episode that ends
+    /// after it is recorded as ended by that signal.
+    pub last_signal: Option<(i64, Ts)>,
+}
+
+/// An agent's own stream to Lifeline (`AgentSignals.Connect`).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Link {
+    pub since: Ts,
+    pub version: String,
+    pub desired_tunnels: u32,
+    /// The auth server the agent last reported.
+    pub auth_server: String,
+    pub reports: u64,
 }
 
 impl AgentEntry {
@@ -143,6 +158,7 @@ impl AgentEntry {
             since: now,
             cause: None,
             episode: None,
+            last_signal: None,
         }
     }
 }
@@ -182,6 +198,10 @@ pub struct Fleet {
     changed: Vec<StateChange>,
     readiness: watch::Sender<Readiness>,
     auth_targets: watch::Sender<BTreeMap<String, String>>,
+    /// Proxy expiries for discovery; the signals room reads it.
+    pub board: Arc<Board>,
+    /// Agents connected to Lifeline's signal stream.
+    pub links: HashMap<String, Link>,
 }
 
 impl Fleet {
@@ -192,6 +212,7 @@ impl Fleet {
         changes: broadcast::Sender<Changes>,
         readiness: watch::Sender<Readiness>,
         auth_targets: watch::Sender<BTreeMap<String, String>>,
+        board: Arc<Board>,
     ) -> Fleet {
         let now = clock.now();
         let status = KindStatus {
@@ -221,6 +242,8 @@ impl Fleet {
             changed: Vec::new(),
             readiness,
             auth_targets,
+            board,
+            links: HashMap::default(),
         };
         fleet.publish_readiness();
         fleet
@@ -600,18 +623,24 @@ impl Fleet {
         let ttl_us = dur_micros(s.ttl);
         self.pending.put_server(&s);
         let (event, flipped_or_new, expired) = match kind {
-            Kind::Proxy => match self.proxies.get_mut(&name) {
-                Some(e) => {
-                    let (hb, flipped) = e.update(s, now);
-                    (if hb { "heartbeat" } else { "update" }, flipped, e.expired)
+            Kind::Proxy => {
+                let r = match self.proxies.get_mut(&name) {
+                    Some(e) => {
+                        let (hb, flipped) = e.update(s, now);
+                        (if hb { "heartbeat" } else { "update" }, flipped, e.expired)
+                    }
+                    None => {
+                        let e = ResEntry::new(s, now);
+                        let expired = e.expired;
+                        self.proxies.insert(name.clone(), e);
+                        ("added", true, expired)
+                    }
+                };
+                if let Some(e) = self.proxies.get(&name) {
+                    self.board.put(&e.server, now);
                 }
-                None => {
-                    let e = ResEntry::new(s, now);
-                    let expired = e.expired;
-                    self.proxies.insert(name.clone(), e);
-                    ("added", true, expired)
-                }
-            },
+                r
+            }
             Kind::AuthServer => {
                 let entry = self
                     .auths
@@ -713,6 +742,7 @@ impl Fleet {
         let existed = match kind {
             Kind::Proxy => {
                 let r = self.proxies.remove(name).is_some();
+                self.board.remove(name, now);
                 self.dirty_proxy_agents(name);
                 r
             }
@@ -865,6 +895,8 @@ impl Fleet {
                             };
                             self.proxies.insert(e.server.name.clone(), e);
                         }
+                        self.board
+                            .replace(self.proxies.values().map(|e| &e.server), now);
                     }
                     Kind::AuthServer => {
                         let listed: HashSet<String> = list.iter().map(|s| s.name.clone()).collect();
@@ -1042,6 +1074,82 @@ impl Fleet {
         }
     }
 
+    // ---- agent streams ----------------------------------------------------
+
+    /// An agent opened (`Some`) or lost (`None`) its signal stream. Losing
+    /// it is recorded, never a reason to strand the agent.
+    pub fn link(&mut self, agent: &str, link: Option<Link>) {
+        match link {
+            Some(l) => {
+                self.note(
+                    Kind::Agent.as_str(),
+                    agent,
+                    "connected",
+                    format!(
+                        "signal stream open (version {}, wants {} tunnels)",
+                        l.version, l.desired_tunnels
+                    ),
+                );
+                self.links.insert(agent.to_string(), l);
+            }
+            None => {
+                if self.links.remove(agent).is_some() {
+                    self.note(
+                        Kind::Agent.as_str(),
+                        agent,
+                        "disconnected",
+                        "signal stream closed".into(),
+                    );
+                }
+            }
+        }
+    }
+
+    /// An agent's own report of its tunnels. Merged with the cluster's
+    /// tunnel records, latest observation wins: a proxy it no longer names
+    /// loses its tunnel, a proxy it names without a tunnel gains one.
+    pub fn report(&mut self, agent: &str, proxies: Vec<String>, auth_server: String) {
+        let now = self.now();
+        if let Some(l) = self.links.get_mut(agent) {
+            l.reports += 1;
+            l.auth_server = auth_server;
+        }
+        let current: Vec<(String, String)> = self
+            .agent_tunnels
+            .get(agent)
+            .into_iter()
+            .flatten()
+            .filter_map(|t| self.tunnels.get(t))
+            .map(|t| (t.tunnel.name.clone(), t.tunnel.proxy.clone()))
+            .collect();
+        for p in &proxies {
+            if !current.iter().any(|(_, cp)| cp == p) {
+                self.put_tunnel(
+                    Tunnel {
+                        name: format!("{agent}.{p}"),
+                        agent: agent.to_string(),
+                        proxy: p.clone(),
+                        last_heartbeat: Some(now),
+                        expires: None,
+                    },
+                    now,
+                );
+            }
+        }
+        for (name, proxy) in current {
+            if !proxies.contains(&proxy) {
+                self.delete_tunnel(&name, now);
+            }
+        }
+    }
+
+    /// An audited signal went to `agent` at `at`.
+    pub fn signaled(&mut self, agent: &str, id: i64, at: Ts) {
+        if let Some(a) = self.agents.get_mut(agent) {
+            a.last_signal = Some((id, at));
+        }
+    }
+
     // ---- time -------------------------------------------------------------
 
     pub fn next_deadline(&self) -> Option<Ts> {
@@ -1145,6 +1253,7 @@ impl Fleet {
 
     /// Reclassifies every agent touched since the last call.
     pub fn settle(&mut self) {
+        self.board.publish();
         if self.dirty.is_empty() || !self.classification_enabled() {
             return;
         }
@@ -1224,10 +1333,14 @@ impl Fleet {
                 v.since.clamp(a.since, now)
             };
             if let Some(id) = a.episode.take() {
+                let started = a.since;
                 self.pending.episodes.push(EpisodeOp::Close {
                     id,
                     ended: since,
-                    ended_by_signal: None,
+                    ended_by_signal: a
+                        .last_signal
+                        .filter(|(_, at)| *at >= started)
+                        .map(|(id, _)| id),
                     end_reason: if v.state == AgentState::Healthy {
                         "recovered"
                     } else {
@@ -1339,6 +1452,7 @@ mod tests {
             changes,
             ready,
             targets,
+            Board::new(64, Ts(0)),
         )
     }
 

@@ -283,6 +283,9 @@ pub struct AgentDetail {
     pub labels: BTreeMap<String, String>,
     pub ttl_window: TtlWindow,
     pub open_episode: Option<i64>,
+    /// Its signal stream to Lifeline, when connected.
+    pub link: Option<crate::fleet::state::Link>,
+    pub last_signal: Option<i64>,
 }
 
 pub fn agent(f: &Fleet, name: &str) -> Option<AgentDetail> {
@@ -296,6 +299,8 @@ pub fn agent(f: &Fleet, name: &str) -> Option<AgentDetail> {
         labels: a.res.server.labels.clone(),
         ttl_window: ttl_window(f, &a.res, now),
         open_episode: a.episode,
+        link: f.links.get(name).cloned(),
+        last_signal: a.last_signal.map(|(id, _)| id),
     })
 }
 

@@ -30,7 +30,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/events", get(events))
 }
 
-fn limit(l: Option<u32>) -> Result<u32, ApiError> {
+pub(super) fn limit(l: Option<u32>) -> Result<u32, ApiError> {
     let l = l.unwrap_or(DEFAULT_LIMIT);
     if (1..=MAX_LIMIT).contains(&l) {
         Ok(l)
@@ -41,7 +41,7 @@ fn limit(l: Option<u32>) -> Result<u32, ApiError> {
     }
 }
 
-fn nonempty(name: &str, v: Option<String>) -> Result<Option<String>, ApiError> {
+pub(super) fn nonempty(name: &str, v: Option<String>) -> Result<Option<String>, ApiError> {
     match v {
         Some(s) if s.is_empty() => Err(ApiError::BadParameter(format!("{name} must not be empty"))),
         v => Ok(v),
@@ -58,8 +58,41 @@ fn id_cursor(c: Option<String>) -> Result<Option<i64>, ApiError> {
     .transpose()
 }
 
-async fn summary(State(s): State<AppState>) -> Result<Json<view::Summary>, ApiError> {
-    Ok(Json(s.fleet.read(view::summary).await?))
+#[derive(Serialize)]
+struct SummaryResponse {
+    #[serde(flatten)]
+    fleet: view::Summary,
+    signals: SignalsSummary,
+}
+
+#[derive(Serialize)]
+struct SignalsSummary {
+    connected_agents: usize,
+    awaiting_ack: usize,
+    auto_reconnect: bool,
+    full_discovery: bool,
+    reconnect_interval: Option<String>,
+    graceful_tunnel_closing: bool,
+    storm_guard: crate::signals::reconnect::Guard,
+}
+
+async fn summary(State(s): State<AppState>) -> Result<Json<SummaryResponse>, ApiError> {
+    let fleet = s.fleet.read(view::summary).await?;
+    let set = &s.hub.settings;
+    Ok(Json(SummaryResponse {
+        fleet,
+        signals: SignalsSummary {
+            connected_agents: s.hub.connected(),
+            awaiting_ack: s.hub.in_flight(),
+            auto_reconnect: set.auto_reconnect(),
+            full_discovery: set.full_discovery(),
+            reconnect_interval: set
+                .reconnect_interval()
+                .map(|d| humantime::format_duration(d).to_string()),
+            graceful_tunnel_closing: set.graceful_tunnel_closing(),
+            storm_guard: s.guard.borrow().clone(),
+        },
+    }))
 }
 
 #[derive(Deserialize)]

@@ -19,6 +19,11 @@ pub enum ApiError {
     NotFound { what: &'static str, name: String },
     #[error("no route for {0}")]
     NoRoute(String),
+    #[error("{0}")]
+    BadBody(String),
+    /// The request is valid but the target's state forbids it now.
+    #[error("{message}")]
+    Conflict { code: &'static str, message: String },
     #[error("the fleet has stopped")]
     FleetGone,
     #[error("database error")]
@@ -36,6 +41,8 @@ impl ApiError {
         match self {
             ApiError::BadParameter(_) => StatusCode::BAD_REQUEST,
             ApiError::NotFound { .. } | ApiError::NoRoute(_) => StatusCode::NOT_FOUND,
+            ApiError::BadBody(_) => StatusCode::BAD_REQUEST,
+            ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::FleetGone => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Db(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -46,6 +53,8 @@ impl ApiError {
             ApiError::BadParameter(_) => "bad_parameter",
             ApiError::NotFound { .. } => "not_found",
             ApiError::NoRoute(_) => "no_route",
+            ApiError::BadBody(_) => "bad_body",
+            ApiError::Conflict { code, .. } => code,
             ApiError::FleetGone => "unavailable",
             ApiError::Db(_) => "internal",
         }
@@ -84,6 +93,25 @@ where
                 e.body_text()
                     .replace("Failed to deserialize query string: ", "invalid query: "),
             )),
+        }
+    }
+}
+
+/// `Json<T>` whose rejection is our JSON error: a body that is not JSON, or
+/// not the expected shape, is a 400 that says what is wrong.
+pub struct ApiJson<T>(pub T);
+
+impl<S, T> axum::extract::FromRequest<S> for ApiJson<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(v)) => Ok(ApiJson(v)),
+            Err(e) => Err(ApiError::BadBody(format!("invalid JSON body: {}", e.body_text()))),
         }
     }
 }

@@ -1,0 +1,369 @@
+//! `/api/v1` signal endpoints: manual reconnects (one agent or a selector)
+//! and the signal audit. Every signal is committed to SQLite by the hub
+//! before these handlers answer.
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+
+use super::api::{limit, nonempty};
+use super::error::{ApiError, ApiJson, ApiQuery};
+use super::AppState;
+use crate::model::AgentState;
+use crate::signals::hub::{Ask, SendError, SignalRequest};
+use crate::store::signals::{self as audit, SignalFilter, SignalRecord};
+
+/// Most agents one selector may signal at once.
+pub const MAX_SELECTED: usize = 100_000;
+const MAX_REASON: usize = 256;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/agents/{name}/reconnect", post(reconnect_one))
+        .route("/api/v1/reconnects", post(reconnect_many))
+        .route("/api/v1/signals", get(list))
+        .route("/api/v1/signals/{id}", get(one))
+}
+
+impl From<SendError> for ApiError {
+    fn from(e: SendError) -> Self {
+        match e {
+            SendError::Db(e) => ApiError::Db(e),
+            SendError::FleetGone => ApiError::FleetGone,
+        }
+    }
+}
+
+/// Who asked, from `X-Requested-By` (the CLI and UI set it); `api` otherwise.
+fn requested_by(h: &HeaderMap) -> String {
+    h.get("x-requested-by")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.chars()
+                .filter(|c| c.is_ascii_alphanumeric() || "-_.:@".contains(*c))
+                .take(64)
+                .collect::<String>()
+        })
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "api".into())
+}
+
+fn reason(r: Option<String>, default: &str) -> Result<String, ApiError> {
+    match r {
+        Some(r) if r.chars().count() > MAX_REASON => Err(ApiError::BadBody(format!(
+            "reason must be at most {MAX_REASON} characters"
+        ))),
+        Some(r) if !r.trim().is_empty() => Ok(r.trim().to_string()),
+        _ => Ok(default.to_string()),
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ReconnectBody {
+    proxy: Option<String>,
+    reason: Option<String>,
+}
+
+async fn reconnect_one(
+    State(s): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<(StatusCode, Json<SignalRecord>), ApiError> {
+    // The body is optional: none means "any proxy, default reason".
+    let body: ReconnectBody = if body.iter().all(u8::is_ascii_whitespace) {
+        ReconnectBody::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::BadBody(format!("invalid JSON body: {e}")))?
+    };
+    let proxy = nonempty("proxy", body.proxy).map_err(|e| ApiError::BadBody(e.to_string()))?;
+    let reason = reason(body.reason, "manual reconnect")?;
+    let n = name.clone();
+    let p = proxy.clone();
+    let (known, holds) = s
+        .fleet
+        .read(move |f| {
+            let known = f.agents.contains_key(&n);
+            let holds = p.as_ref().is_none_or(|p| {
+                f.agent_tunnels
+                    .get(&n)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|t| f.tunnels.get(t))
+                    .any(|t| &t.tunnel.proxy == p)
+            });
+            (known, holds)
+        })
+        .await?;
+    if !known {
+        return Err(ApiError::NotFound {
+            what: "agent",
+            name,
+        });
+    }
+    if !s.hub.is_connected(&name) {
+        return Err(ApiError::Conflict {
+            code: "not_connected",
+            message: format!(
+                "agent {name:?} is not connected to Lifeline's signal stream, so it cannot be told to reconnect; it will get signals once it connects"
+            ),
+        });
+    }
+    if !holds {
+        return Err(ApiError::Conflict {
+            code: "no_such_tunnel",
+            message: format!(
+                "agent {name:?} holds no tunnel to proxy {:?}",
+                proxy.unwrap_or_default()
+            ),
+        });
+    }
+    let rows = s
+        .hub
+        .send(vec![SignalRequest {
+            agent: name,
+            ask: Ask::Reconnect {
+                proxy: proxy.unwrap_or_default(),
+            },
+            reason,
+            requested_by: requested_by(&headers),
+        }])
+        .await?;
+    let row = rows.into_iter().next().ok_or(ApiError::FleetGone)?;
+    Ok((StatusCode::ACCEPTED, Json(row)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Selector {
+    state: Option<AgentState>,
+    proxy: Option<String>,
+    auth_server: Option<String>,
+    reason: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Skipped {
+    agent: String,
+    reason: &'static str,
+}
+
+#[derive(Serialize)]
+struct ReconnectsResponse {
+    /// Agents the selector matched.
+    matched: usize,
+    signals: Vec<SignalRecord>,
+    /// Matched agents that got no signal, and why.
+    skipped: Vec<Skipped>,
+}
+
+async fn reconnect_many(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    ApiJson(sel): ApiJson<Selector>,
+) -> Result<(StatusCode, Json<ReconnectsResponse>), ApiError> {
+    let given = [
+        sel.state.is_some(),
+        sel.proxy.is_some(),
+        sel.auth_server.is_some(),
+    ]
+    .iter()
+    .filter(|b| **b)
+    .count();
+    if given != 1 {
+        return Err(ApiError::BadBody(
+            "give exactly one selector: {\"state\":\"stranded\"}, {\"proxy\":\"NAME\"} or {\"auth_server\":\"NAME\"}".into(),
+        ));
+    }
+    if sel.state == Some(AgentState::Healthy) {
+        return Err(ApiError::BadBody(
+            "state must be \"stranded\" or \"degraded\": healthy agents need no reconnect".into(),
+        ));
+    }
+    let proxy = nonempty("proxy", sel.proxy).map_err(|e| ApiError::BadBody(e.to_string()))?;
+    let auth = nonempty("auth_server", sel.auth_server)
+        .map_err(|e| ApiError::BadBody(e.to_string()))?;
+    let (state, p2, a2) = (sel.state, proxy.clone(), auth.clone());
+    let matched: Option<Vec<String>> = s
+        .fleet
+        .read(move |f| {
+            if let Some(p) = &p2 {
+                if !f.proxies.contains_key(p) && !f.proxy_agents.contains_key(p) {
+                    return None;
+                }
+                let mut v: Vec<String> = f
+                    .proxy_agents
+                    .get(p)
+                    .map(|m| m.keys().cloned().collect())
+                    .unwrap_or_default();
+                v.sort();
+                return Some(v);
+            }
+            if let Some(a) = &a2 {
+                if !f.auths.contains_key(a) && !f.auth_agents.contains_key(a) {
+                    return None;
+                }
+                return Some(
+                    f.auth_agents
+                        .get(a)
+                        .map(|s| s.iter().cloned().collect())
+                        .unwrap_or_default(),
+                );
+            }
+            let st = state.unwrap_or(AgentState::Stranded);
+            Some(
+                f.agent_order
+                    .iter()
+                    .filter(|n| f.agents.get(*n).is_some_and(|a| a.state == st))
+                    .cloned()
+                    .collect(),
+            )
+        })
+        .await?;
+    let Some(agents) = matched else {
+        return Err(match (proxy, auth) {
+            (Some(p), _) => ApiError::NotFound {
+                what: "proxy",
+                name: p,
+            },
+            (_, Some(a)) => ApiError::NotFound {
+                what: "auth server",
+                name: a,
+            },
+            _ => ApiError::FleetGone,
+        });
+    };
+    if agents.len() > MAX_SELECTED {
+        return Err(ApiError::BadBody(format!(
+            "the selector matches {} agents; at most {MAX_SELECTED} per request",
+            agents.len()
+        )));
+    }
+    let reason = reason(sel.reason, "manual reconnect")?;
+    let by = requested_by(&headers);
+    let matched = agents.len();
+    let mut skipped = Vec::new();
+    let mut reqs = Vec::new();
+    for agent in agents {
+        if !s.hub.is_connected(&agent) {
+            skipped.push(Skipped {
+                agent,
+                reason: "not connected to Lifeline",
+            });
+            continue;
+        }
+        reqs.push(SignalRequest {
+            agent,
+            ask: Ask::Reconnect {
+                // Leaving the selected proxy is the point of selecting it.
+                proxy: proxy.clone().unwrap_or_default(),
+            },
+            reason: reason.clone(),
+            requested_by: by.clone(),
+        });
+    }
+    let signals = s.hub.send(reqs).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(ReconnectsResponse {
+            matched,
+            signals,
+            skipped,
+        }),
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    agent: Option<String>,
+    outcome: Option<String>,
+    kind: Option<String>,
+    requested_by: Option<String>,
+    limit: Option<u32>,
+    cursor: Option<String>,
+}
+
+#[derive(Serialize)]
+struct SignalPage {
+    items: Vec<SignalRecord>,
+    next_cursor: Option<String>,
+}
+
+const OUTCOMES: &[&str] = &[
+    "pending",
+    "delivered",
+    "acked",
+    "failed",
+    "undeliverable",
+    "timeout",
+];
+
+async fn list(
+    State(s): State<AppState>,
+    ApiQuery(q): ApiQuery<ListQuery>,
+) -> Result<Json<SignalPage>, ApiError> {
+    if let Some(o) = &q.outcome {
+        if !OUTCOMES.contains(&o.as_str()) {
+            return Err(ApiError::BadParameter(format!(
+                "outcome must be one of {}, got {o:?}",
+                OUTCOMES.join(", ")
+            )));
+        }
+    }
+    if let Some(k) = &q.kind {
+        if !["reconnect", "close_tunnel"].contains(&k.as_str()) {
+            return Err(ApiError::BadParameter(format!(
+                "kind must be reconnect or close_tunnel, got {k:?}"
+            )));
+        }
+    }
+    let limit = limit(q.limit)?;
+    let before_id = q
+        .cursor
+        .map(|c| {
+            c.parse::<i64>()
+                .ok()
+                .filter(|v| *v > 0)
+                .ok_or_else(|| ApiError::BadParameter(format!("cursor {c:?} is not a valid cursor")))
+        })
+        .transpose()?;
+    let items = audit::list(
+        &s.db,
+        &SignalFilter {
+            agent: nonempty("agent", q.agent)?,
+            outcome: q.outcome,
+            kind: q.kind,
+            requested_by: nonempty("requested_by", q.requested_by)?,
+            before_id,
+            limit,
+        },
+    )
+    .await?;
+    let next_cursor = (items.len() == limit as usize)
+        .then(|| items.last().map(|r| r.id.to_string()))
+        .flatten();
+    Ok(Json(SignalPage { items, next_cursor }))
+}
+
+async fn one(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<SignalRecord>, ApiError> {
+    let n = id
+        .parse::<i64>()
+        .ok()
+        .filter(|v| *v > 0)
+        .ok_or_else(|| ApiError::BadParameter(format!("signal id {id:?} is not a positive integer")))?;
+    audit::get(&s.db, n)
+        .await?
+        .map(Json)
+        .ok_or(ApiError::NotFound {
+            what: "signal",
+            name: id,
+        })
+}

@@ -1,0 +1,682 @@
+//! The hub: every agent's `AgentSignals.Connect` stream, and the one place
+//! audited signals are created, queued, delivered and acked.
+//!
+//! Each stream costs a bounded queue of control signals and one version
+//! number for discovery (see `board`): a stuck agent's stream only stops
+//! pulling; nothing else waits on it and nothing grows.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::Stream;
+use prost::Message;
+use sqlx::SqlitePool;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status, Streaming};
+use tracing::{debug, info, info_span, warn, Instrument};
+
+use super::board::{Board, Pending};
+use crate::clock::{dur_micros, Clock, Ts};
+use crate::fleet::state::Link;
+use crate::fleet::{Command, FleetHandle};
+use crate::ingest::validate::to_timestamp;
+use crate::proto::v1 as pb;
+use crate::proto::v1::agent_signals_server::{AgentSignals, AgentSignalsServer};
+use crate::stats::Stats;
+use crate::store::signals::{self as audit, SignalRecord, SignalUpdate};
+
+/// Longest agent or proxy name accepted from an agent.
+const MAX_NAME: usize = 253;
+/// Most proxies one tunnel report may name.
+const MAX_REPORTED: usize = 256;
+/// Audit updates waiting for SQLite.
+const UPDATE_QUEUE: usize = 16_384;
+/// Signals awaiting an ack, across all agents.
+const MAX_IN_FLIGHT: usize = 200_000;
+
+#[derive(Clone, Debug)]
+pub struct HubConfig {
+    pub full_discovery_interval: Duration,
+    pub max_delta_proxies: usize,
+    pub signal_queue: usize,
+    pub hello_timeout: Duration,
+    pub ack_timeout: Duration,
+    pub max_message_bytes: usize,
+}
+
+/// Settings the hub and the reconnect loops read on every use, so they can
+/// change at run time.
+#[derive(Debug)]
+pub struct LiveSettings {
+    pub full_discovery: AtomicBool,
+    pub auto_reconnect: AtomicBool,
+    pub graceful_tunnel_closing: AtomicBool,
+    /// Storm share in parts per million.
+    pub storm_share_ppm: AtomicU64,
+    /// Periodic reconnect interval in ms; 0 = off.
+    pub reconnect_interval_ms: AtomicU64,
+}
+
+impl LiveSettings {
+    pub fn full_discovery(&self) -> bool {
+        self.full_discovery.load(Ordering::Relaxed)
+    }
+    pub fn auto_reconnect(&self) -> bool {
+        self.auto_reconnect.load(Ordering::Relaxed)
+    }
+    pub fn graceful_tunnel_closing(&self) -> bool {
+        self.graceful_tunnel_closing.load(Ordering::Relaxed)
+    }
+    pub fn storm_share(&self) -> f64 {
+        self.storm_share_ppm.load(Ordering::Relaxed) as f64 / 1e6
+    }
+    pub fn reconnect_interval(&self) -> Option<Duration> {
+        match self.reconnect_interval_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
+        }
+    }
+}
+
+impl From<&crate::config::SignalsConfig> for LiveSettings {
+    fn from(c: &crate::config::SignalsConfig) -> Self {
+        LiveSettings {
+            full_discovery: AtomicBool::new(c.full_discovery),
+            auto_reconnect: AtomicBool::new(c.auto_reconnect),
+            graceful_tunnel_closing: AtomicBool::new(c.graceful_tunnel_closing),
+            storm_share_ppm: AtomicU64::new((c.storm_share * 1e6) as u64),
+            reconnect_interval_ms: AtomicU64::new(
+                c.reconnect_interval.map_or(0, |d| d.as_millis() as u64),
+            ),
+        }
+    }
+}
+
+/// What to ask of an agent.
+#[derive(Clone, Debug)]
+pub enum Ask {
+    Reconnect { proxy: String },
+    CloseTunnel { proxy: String },
+}
+
+impl Ask {
+    fn kind(&self) -> &'static str {
+        match self {
+            Ask::Reconnect { .. } => "reconnect",
+            Ask::CloseTunnel { .. } => "close_tunnel",
+        }
+    }
+    fn proxy(&self) -> &str {
+        match self {
+            Ask::Reconnect { proxy } | Ask::CloseTunnel { proxy } => proxy,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct SignalRequest {
+    pub agent: String,
+    pub ask: Ask,
+    pub reason: String,
+    pub requested_by: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error("cannot record the signal: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("the fleet has stopped")]
+    FleetGone,
+}
+
+struct Conn {
+    id: u64,
+    tx: mpsc::Sender<pb::Signal>,
+}
+
+struct InFlight {
+    agent: String,
+    created: Ts,
+    deadline: Ts,
+}
+
+pub struct Hub {
+    cfg: HubConfig,
+    pub settings: Arc<LiveSettings>,
+    clock: Clock,
+    board: Arc<Board>,
+    fleet: FleetHandle,
+    db: SqlitePool,
+    stats: Arc<Stats>,
+    conns: Mutex<HashMap<String, Conn>>,
+    next_conn: AtomicU64,
+    next_id: AtomicI64,
+    in_flight: Mutex<HashMap<i64, InFlight>>,
+    updates: mpsc::Sender<SignalUpdate>,
+    shutdown: CancellationToken,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Hub {
+    /// Builds the hub and starts its audit and ack-timeout tasks.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn start(
+        cfg: HubConfig,
+        settings: Arc<LiveSettings>,
+        clock: Clock,
+        board: Arc<Board>,
+        fleet: FleetHandle,
+        db: SqlitePool,
+        stats: Arc<Stats>,
+        shutdown: CancellationToken,
+    ) -> Result<(Arc<Hub>, Vec<tokio::task::JoinHandle<()>>), sqlx::Error> {
+        let max_id = audit::max_id(&db).await?;
+        let (updates, rx) = mpsc::channel(UPDATE_QUEUE);
+        let hub = Arc::new(Hub {
+            cfg,
+            settings,
+            clock,
+            board,
+            fleet,
+            db: db.clone(),
+            stats,
+            conns: Mutex::new(HashMap::new()),
+            next_conn: AtomicU64::new(1),
+            next_id: AtomicI64::new(max_id + 1),
+            in_flight: Mutex::new(HashMap::new()),
+            updates,
+            shutdown: shutdown.clone(),
+        });
+        let tasks = vec![
+            tokio::spawn(audit_writer(db, rx, hub.stats.clone())),
+            tokio::spawn(timeouts(hub.clone(), shutdown)),
+        ];
+        Ok((hub, tasks))
+    }
+
+    pub fn server(self: &Arc<Self>) -> AgentSignalsServer<Service> {
+        AgentSignalsServer::new(Service { hub: self.clone() })
+            .max_decoding_message_size(self.cfg.max_message_bytes)
+            .max_encoding_message_size(self.cfg.max_message_bytes)
+    }
+
+    pub fn board(&self) -> &Board {
+        &self.board
+    }
+
+    pub fn is_connected(&self, agent: &str) -> bool {
+        lock(&self.conns).contains_key(agent)
+    }
+
+    pub fn connected(&self) -> usize {
+        lock(&self.conns).len()
+    }
+
+    pub fn connected_agents(&self) -> Vec<String> {
+        let mut v: Vec<String> = lock(&self.conns).keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    pub fn in_flight(&self) -> usize {
+        lock(&self.in_flight).len()
+    }
+
+    fn update(&self, u: SignalUpdate) {
+        if self.updates.try_send(u).is_err() {
+            Stats::inc(&self.stats.signal_updates_dropped);
+        }
+    }
+
+    /// Records each signal (committed before this returns), tells the fleet,
+    /// and queues it on the agent's stream. An agent that is not connected,
+    /// or whose queue is full, gets an `undeliverable` row instead.
+    pub async fn send(&self, reqs: Vec<SignalRequest>) -> Result<Vec<SignalRecord>, SendError> {
+        if reqs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = self.clock.now();
+        let first = self.next_id.fetch_add(reqs.len() as i64, Ordering::Relaxed);
+        let mut rows: Vec<SignalRecord> = reqs
+            .iter()
+            .enumerate()
+            .map(|(i, r)| SignalRecord {
+                id: first + i as i64,
+                kind: r.ask.kind().to_string(),
+                agent: r.agent.clone(),
+                proxy: r.ask.proxy().to_string(),
+                reason: r.reason.clone(),
+                requested_by: r.requested_by.clone(),
+                created: now,
+                delivered: None,
+                acked: None,
+                outcome: "pending".into(),
+                detail: String::new(),
+                latency_ms: None,
+            })
+            .collect();
+        audit::insert(&self.db, &rows).await?;
+        for row in &rows {
+            self.fleet
+                .send(Command::Signaled {
+                    agent: row.agent.clone(),
+                    id: row.id,
+                    at: now,
+                })
+                .await
+                .map_err(|_| SendError::FleetGone)?;
+        }
+        let deadline = now.saturating_add(self.cfg.ack_timeout);
+        for (row, req) in rows.iter_mut().zip(reqs) {
+            let signal = pb::Signal {
+                id: row.id as u64,
+                kind: Some(match req.ask {
+                    Ask::Reconnect { proxy } => pb::signal::Kind::Reconnect(pb::Reconnect {
+                        proxy,
+                        reason: req.reason,
+                        requested_by: req.requested_by,
+                        deadline: Some(to_timestamp(deadline)),
+                    }),
+                    Ask::CloseTunnel { proxy } => {
+                        pb::signal::Kind::CloseTunnel(pb::CloseTunnel {
+                            proxy,
+                            reason: req.reason,
+                        })
+                    }
+                }),
+                trace_context: Default::default(),
+            };
+            let refused = {
+                let mut in_flight = lock(&self.in_flight);
+                if in_flight.len() >= MAX_IN_FLIGHT {
+                    Some("too many signals awaiting an ack".to_string())
+                } else {
+                    let conns = lock(&self.conns);
+                    match conns.get(&row.agent) {
+                        None => Some("agent is not connected to Lifeline".to_string()),
+                        Some(c) => match c.tx.try_send(signal) {
+                            Ok(()) => {
+                                in_flight.insert(
+                                    row.id,
+                                    InFlight {
+                                        agent: row.agent.clone(),
+                                        created: now,
+                                        deadline,
+                                    },
+                                );
+                                None
+                            }
+                            Err(mpsc::error::TrySendError::Full(_)) => Some(format!(
+                                "agent's signal queue is full ({} waiting)",
+                                self.cfg.signal_queue
+                            )),
+                            Err(mpsc::error::TrySendError::Closed(_)) => {
+                                Some("agent's stream is closing".to_string())
+                            }
+                        },
+                    }
+                }
+            };
+            match refused {
+                None => Stats::inc(&self.stats.signals_sent),
+                Some(detail) => {
+                    Stats::inc(&self.stats.signals_undeliverable);
+                    row.outcome = "undeliverable".into();
+                    row.detail = detail.clone();
+                    self.update(SignalUpdate::Outcome {
+                        id: row.id,
+                        at: now,
+                        outcome: "undeliverable",
+                        detail,
+                        acked: false,
+                        latency_us: None,
+                    });
+                }
+            }
+        }
+        Ok(rows)
+    }
+
+    fn delivered(&self, id: i64) {
+        if id > 0 {
+            self.update(SignalUpdate::Delivered {
+                id,
+                at: self.clock.now(),
+            });
+        }
+    }
+
+    fn ack(&self, agent: &str, a: pb::SignalAck) {
+        let id = a.signal_id as i64;
+        let entry = {
+            let mut m = lock(&self.in_flight);
+            match m.get(&id) {
+                Some(f) if f.agent == agent => m.remove(&id),
+                _ => None,
+            }
+        };
+        let Some(f) = entry else {
+            Stats::inc(&self.stats.agent_messages_rejected);
+            debug!(agent, id, "ack for a signal not awaiting one (late, duplicate or foreign)");
+            return;
+        };
+        let now = self.clock.now();
+        let latency = now.since(f.created);
+        let outcome = if a.ok { "acked" } else { "failed" };
+        Stats::inc(if a.ok {
+            &self.stats.signals_acked
+        } else {
+            &self.stats.signals_failed
+        });
+        if !a.ok {
+            info!(agent, id, detail = %a.detail, "agent could not carry out a signal");
+        }
+        self.update(SignalUpdate::Outcome {
+            id,
+            at: now,
+            outcome,
+            detail: a.detail.chars().take(1024).collect(),
+            acked: true,
+            latency_us: Some(dur_micros(latency)),
+        });
+    }
+
+    fn register(&self, agent: &str, tx: mpsc::Sender<pb::Signal>) -> u64 {
+        let id = self.next_conn.fetch_add(1, Ordering::Relaxed);
+        if lock(&self.conns)
+            .insert(agent.to_string(), Conn { id, tx })
+            .is_some()
+        {
+            info!(agent, "agent reconnected its signal stream; the old one is closed");
+        }
+        id
+    }
+
+    /// Removes the stream if it is still the agent's current one.
+    fn unregister(&self, agent: &str, conn: u64) -> bool {
+        let mut m = lock(&self.conns);
+        if m.get(agent).is_some_and(|c| c.id == conn) {
+            m.remove(agent);
+            true
+        } else {
+            false
+        }
+    }
+
+    fn discovery(&self, p: Pending) -> pb::Signal {
+        let s = pb::Signal {
+            id: 0,
+            kind: Some(pb::signal::Kind::Discovery(pb::Discovery {
+                full: p.full,
+                proxies: p.proxies,
+            })),
+            trace_context: Default::default(),
+        };
+        let bytes = s.encoded_len();
+        Stats::inc(if matches!(&s.kind, Some(pb::signal::Kind::Discovery(d)) if d.full) {
+            &self.stats.discovery_full
+        } else {
+            &self.stats.discovery_delta
+        });
+        Stats::add(&self.stats.discovery_bytes, bytes as u64);
+        s
+    }
+}
+
+/// The gRPC front of the hub.
+pub struct Service {
+    hub: Arc<Hub>,
+}
+
+type SignalStream = Pin<Box<dyn Stream<Item = Result<pb::Signal, Status>> + Send>>;
+
+fn valid_name(s: &str) -> bool {
+    !s.is_empty() && s.len() <= MAX_NAME && !s.chars().any(char::is_control)
+}
+
+#[tonic::async_trait]
+impl AgentSignals for Service {
+    type ConnectStream = SignalStream;
+
+    async fn connect(
+        &self,
+        req: Request<Streaming<pb::AgentMessage>>,
+    ) -> Result<Response<SignalStream>, Status> {
+        let hub = self.hub.clone();
+        let mut inbound = req.into_inner();
+        let first = tokio::time::timeout(hub.cfg.hello_timeout, inbound.message())
+            .await
+            .map_err(|_| {
+                Status::deadline_exceeded(format!(
+                    "no Hello within {:?}",
+                    hub.cfg.hello_timeout
+                ))
+            })??;
+        let hello = match first.and_then(|m| m.msg) {
+            Some(pb::agent_message::Msg::Hello(h)) => h,
+            _ => {
+                Stats::inc(&hub.stats.agent_messages_rejected);
+                return Err(Status::invalid_argument(
+                    "the first message on a Connect stream must be Hello",
+                ));
+            }
+        };
+        if !valid_name(&hello.agent) {
+            Stats::inc(&hub.stats.agent_messages_rejected);
+            return Err(Status::invalid_argument(format!(
+                "Hello.agent must be 1..={MAX_NAME} printable characters"
+            )));
+        }
+        let agent = hello.agent.clone();
+        let (tx, rx) = mpsc::channel(hub.cfg.signal_queue.max(1));
+        let conn = hub.register(&agent, tx);
+        let link = Link {
+            since: hub.clock.now(),
+            version: hello.version.chars().take(64).collect(),
+            desired_tunnels: hello.desired_tunnels,
+            auth_server: String::new(),
+            reports: 0,
+        };
+        if hub
+            .fleet
+            .send(Command::Link {
+                agent: agent.clone(),
+                link: Some(link),
+            })
+            .await
+            .is_err()
+        {
+            hub.unregister(&agent, conn);
+            return Err(Status::unavailable("Lifeline is shutting down"));
+        }
+        debug!(%agent, "agent signal stream open");
+        let span = info_span!("signals.agent_stream", %agent);
+        tokio::spawn(read_agent(hub.clone(), agent.clone(), conn, inbound).instrument(span));
+        Ok(Response::new(Box::pin(outbound(hub, rx))))
+    }
+}
+
+/// Reads what the agent sends until its stream ends.
+async fn read_agent(
+    hub: Arc<Hub>,
+    agent: String,
+    conn: u64,
+    mut inbound: Streaming<pb::AgentMessage>,
+) {
+    loop {
+        let msg = tokio::select! {
+            _ = hub.shutdown.cancelled() => break,
+            m = inbound.message() => m,
+        };
+        match msg {
+            Ok(Some(m)) => match m.msg {
+                Some(pb::agent_message::Msg::Tunnels(r)) => {
+                    if r.proxies.len() > MAX_REPORTED
+                        || !r.proxies.iter().all(|p| valid_name(p))
+                        || r.auth_server.len() > MAX_NAME
+                    {
+                        Stats::inc(&hub.stats.agent_messages_rejected);
+                        warn!(%agent, proxies = r.proxies.len(), "tunnel report refused: bad proxy names or too many");
+                        continue;
+                    }
+                    let mut proxies = r.proxies;
+                    proxies.sort();
+                    proxies.dedup();
+                    let cmd = Command::Report {
+                        agent: agent.clone(),
+                        proxies,
+                        auth_server: r.auth_server,
+                    };
+                    if hub.fleet.send(cmd).await.is_err() {
+                        break;
+                    }
+                }
+                Some(pb::agent_message::Msg::Ack(a)) => hub.ack(&agent, a),
+                Some(pb::agent_message::Msg::Hello(_)) | None => {
+                    Stats::inc(&hub.stats.agent_messages_rejected);
+                    debug!(%agent, "ignored a second Hello or an empty message");
+                }
+            },
+            Ok(None) => break,
+            Err(status) => {
+                debug!(%agent, error = %status, "agent stream ended with an error");
+                break;
+            }
+        }
+    }
+    if hub.unregister(&agent, conn) {
+        debug!(%agent, "agent signal stream closed");
+        let _ = hub
+            .fleet
+            .send(Command::Link {
+                agent,
+                link: None,
+            })
+            .await;
+    }
+}
+
+/// What Lifeline sends one agent: a full Discovery first, then deltas as
+/// proxies heartbeat, and every queued control signal.
+fn outbound(
+    hub: Arc<Hub>,
+    mut rx: mpsc::Receiver<pb::Signal>,
+) -> impl Stream<Item = Result<pb::Signal, Status>> + Send {
+    async_stream::stream! {
+        let mut versions = hub.board.subscribe();
+        let first = hub.board.full(hub.clock.now());
+        let mut sent = first.version;
+        versions.borrow_and_update();
+        yield Ok(hub.discovery(first));
+        let mut full_tick = tokio::time::interval_at(
+            tokio::time::Instant::now() + hub.cfg.full_discovery_interval,
+            hub.cfg.full_discovery_interval,
+        );
+        full_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                _ = hub.shutdown.cancelled() => break,
+                s = rx.recv() => match s {
+                    Some(s) => {
+                        hub.delivered(s.id as i64);
+                        yield Ok(s);
+                    }
+                    // Replaced by a newer stream of the same agent.
+                    None => break,
+                },
+                changed = versions.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    let now = hub.clock.now();
+                    let p = if hub.settings.full_discovery() {
+                        hub.board.full(now)
+                    } else {
+                        hub.board.delta(sent, now, hub.cfg.max_delta_proxies)
+                    };
+                    sent = p.version;
+                    if p.full || !p.proxies.is_empty() {
+                        yield Ok(hub.discovery(p));
+                    }
+                }
+                _ = full_tick.tick() => {
+                    if hub.settings.full_discovery() {
+                        let p = hub.board.full(hub.clock.now());
+                        sent = p.version;
+                        yield Ok(hub.discovery(p));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Commits delivery and ack updates in batches; never blocks the hub.
+async fn audit_writer(db: SqlitePool, mut rx: mpsc::Receiver<SignalUpdate>, stats: Arc<Stats>) {
+    let mut buf = Vec::with_capacity(512);
+    while rx.recv_many(&mut buf, 512).await > 0 {
+        let backoff = crate::backoff::Backoff::new(
+            Duration::from_millis(50),
+            Duration::from_secs(2),
+        );
+        let mut attempt = 0;
+        loop {
+            match audit::update(&db, &buf).await {
+                Ok(()) => break,
+                Err(e) if attempt < 4 => {
+                    debug!(error = %e, "signal audit update failed; retrying");
+                    tokio::time::sleep(backoff.delay(attempt)).await;
+                    attempt += 1;
+                }
+                Err(e) => {
+                    Stats::add(&stats.signal_updates_dropped, buf.len() as u64);
+                    warn!(error = %e, updates = buf.len(), "signal audit updates lost after retries");
+                    break;
+                }
+            }
+        }
+        buf.clear();
+    }
+}
+
+/// Signals not acked by their deadline are recorded as `timeout`.
+async fn timeouts(hub: Arc<Hub>, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+        let now = hub.clock.now();
+        let expired: Vec<(i64, InFlight)> = {
+            let mut m = lock(&hub.in_flight);
+            let ids: Vec<i64> = m
+                .iter()
+                .filter(|(_, f)| f.deadline <= now)
+                .map(|(id, _)| *id)
+                .collect();
+            ids.into_iter()
+                .filter_map(|id| m.remove(&id).map(|f| (id, f)))
+                .collect()
+        };
+        for (id, f) in expired {
+            Stats::inc(&hub.stats.signals_timeout);
+            info!(agent = %f.agent, id, "signal not acked before its deadline");
+            hub.update(SignalUpdate::Outcome {
+                id,
+                at: now,
+                outcome: "timeout",
+                detail: "no ack before the deadline".into(),
+                acked: false,
+                latency_us: None,
+            });
+        }
+    }
+}

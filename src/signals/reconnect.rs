@@ -1,0 +1,553 @@
+//! Automatic, periodic and graceful signals, and the storm guard.
+//!
+//! - automatic: an agent that turns stranded with `no_live_tunnel`, or holds
+//!   a tunnel to an expired proxy, gets a Reconnect at once and again with
+//!   backoff (1 s base, 16 s cap, up to 50 % jitter) until it recovers;
+//! - storm guard: automatic reconnects pause while any watched kind is stale
+//!   or initialising, or while more than a share of all agents turned
+//!   stranded within one window; manual signals are never paused;
+//! - periodic: every connected agent gets a Reconnect each interval (plus
+//!   jitter), at a bounded rate per second;
+//! - graceful: an agent with more tunnels than it wants gets a CloseTunnel
+//!   once the proxy topology has been still for a (randomised) threshold,
+//!   never for its last live tunnel.
+//!
+//! Reads fleet state through `FleetHandle` and changes from its broadcast;
+//! sends only through the hub. Must not touch SQLite or agent streams.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use tokio::sync::{broadcast, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::time::{delay_queue, DelayQueue};
+use tracing::{debug, info, info_span, warn, Instrument};
+
+use super::hub::{Ask, Hub, SignalRequest};
+use crate::clock::{Clock, Ts};
+use crate::fleet::{FleetHandle, StateChange};
+use crate::model::{AgentState, Reason};
+
+#[derive(Clone, Debug)]
+pub struct ReconnectConfig {
+    pub backoff_base: Duration,
+    pub backoff_cap: Duration,
+    pub storm_window: Duration,
+    pub periodic_max_per_second: u32,
+    pub graceful_threshold: Duration,
+}
+
+/// The storm guard as the summary and the dashboard show it.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Guard {
+    /// Automatic reconnects are paused.
+    pub paused: bool,
+    /// Why, in words an operator can act on.
+    pub reason: Option<String>,
+    pub since: Option<Ts>,
+    /// Agents that turned stranded within the window.
+    pub stranded_in_window: usize,
+    pub agents: usize,
+    pub share_limit: f64,
+    /// Agents waiting for their next automatic reconnect.
+    pub agents_retrying: usize,
+}
+
+/// Backoff with "up to 50 %" jitter on top: base·2^n capped, then × [1, 1.5).
+pub fn retry_delay(base: Duration, cap: Duration, attempt: u32, rng: &mut impl Rng) -> Duration {
+    let exp = base.saturating_mul(1u32 << attempt.min(20));
+    let d = exp.min(cap);
+    d.mul_f64(1.0 + rng.random_range(0.0..0.5))
+}
+
+struct Need {
+    key: delay_queue::Key,
+    attempt: u32,
+    proxy: String,
+    reason: String,
+}
+
+/// What automatic reconnects need to know of a change, if anything.
+fn wants_reconnect(c: &StateChange) -> Option<(String, String)> {
+    let to_expired_proxy = c.reasons.contains(Reason::TunnelToExpiredProxy);
+    let no_live = c.reasons.contains(Reason::NoLiveTunnel);
+    if !(no_live || to_expired_proxy) || c.to == AgentState::Healthy {
+        return None;
+    }
+    let proxy = match c.cause {
+        Some("proxy_expired") | Some("proxy_missing") => c.cause_resource.clone().unwrap_or_default(),
+        _ => String::new(),
+    };
+    let why = if no_live { "no_live_tunnel" } else { "tunnel_to_expired_proxy" };
+    let reason = if proxy.is_empty() {
+        why.to_string()
+    } else {
+        format!("{why}: {proxy} expired")
+    };
+    Some((proxy, reason))
+}
+
+/// Starts the automatic, periodic and graceful loops.
+pub fn spawn(
+    cfg: ReconnectConfig,
+    hub: Arc<Hub>,
+    fleet: FleetHandle,
+    clock: Clock,
+    stop: CancellationToken,
+) -> (watch::Receiver<Guard>, Vec<tokio::task::JoinHandle<()>>) {
+    let (guard_tx, guard_rx) = watch::channel(Guard {
+        share_limit: hub.settings.storm_share(),
+        ..Guard::default()
+    });
+    let tasks = vec![
+        tokio::spawn(
+            automatic(cfg.clone(), hub.clone(), fleet.clone(), clock, guard_tx, stop.clone())
+                .instrument(info_span!("signals.auto_reconnect")),
+        ),
+        tokio::spawn(
+            periodic(cfg.clone(), hub.clone(), stop.clone())
+                .instrument(info_span!("signals.periodic_reconnect")),
+        ),
+        tokio::spawn(
+            graceful(cfg, hub, fleet, clock, stop).instrument(info_span!("signals.graceful_close")),
+        ),
+    ];
+    (guard_rx, tasks)
+}
+
+struct Auto {
+    cfg: ReconnectConfig,
+    hub: Arc<Hub>,
+    fleet: FleetHandle,
+    clock: Clock,
+    needs: HashMap<String, Need>,
+    queue: DelayQueue<String>,
+    recent: VecDeque<Instant>,
+    agents: usize,
+    guard: watch::Sender<Guard>,
+    rng: rand::rngs::SmallRng,
+}
+
+impl Auto {
+    fn note(&mut self, c: &StateChange) {
+        if c.to == AgentState::Stranded && c.from != AgentState::Stranded {
+            self.recent.push_back(Instant::now());
+        }
+        match wants_reconnect(c) {
+            Some((proxy, reason)) => match self.needs.get_mut(&c.agent) {
+                Some(n) => {
+                    n.proxy = proxy;
+                    n.reason = reason;
+                }
+                None => {
+                    let key = self.queue.insert(c.agent.clone(), Duration::ZERO);
+                    self.needs.insert(
+                        c.agent.clone(),
+                        Need {
+                            key,
+                            attempt: 0,
+                            proxy,
+                            reason,
+                        },
+                    );
+                }
+            },
+            None => {
+                if let Some(n) = self.needs.remove(&c.agent) {
+                    self.queue.remove(&n.key);
+                }
+            }
+        }
+    }
+
+    /// Re-reads who needs a reconnect (after missing changes).
+    async fn resync(&mut self) {
+        let Ok(list) = self
+            .fleet
+            .read(|f| {
+                let mut v = Vec::new();
+                for (name, a) in &f.agents {
+                    if a.state != AgentState::Healthy {
+                        v.push(StateChange {
+                            agent: name.clone(),
+                            from: a.state,
+                            to: a.state,
+                            reasons: a.reasons,
+                            cause: a.cause.as_ref().map(|c| c.kind.as_str()),
+                            cause_resource: a.cause.as_ref().map(|c| c.resource.clone()),
+                            since: a.since,
+                            detected_at: a.since,
+                            episode: a.episode,
+                        });
+                    }
+                }
+                (v, f.agents.len())
+            })
+            .await
+        else {
+            return;
+        };
+        self.agents = list.1;
+        let keep: std::collections::HashSet<String> =
+            list.0.iter().map(|c| c.agent.clone()).collect();
+        let gone: Vec<String> = self
+            .needs
+            .keys()
+            .filter(|a| !keep.contains(*a))
+            .cloned()
+            .collect();
+        for a in gone {
+            if let Some(n) = self.needs.remove(&a) {
+                self.queue.remove(&n.key);
+            }
+        }
+        for c in &list.0 {
+            self.note(c);
+        }
+    }
+
+    fn evaluate(&mut self) -> bool {
+        let now = Instant::now();
+        while self
+            .recent
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > self.cfg.storm_window)
+        {
+            self.recent.pop_front();
+        }
+        let share = self.hub.settings.storm_share();
+        let readiness = self.fleet.readiness();
+        let stale: Vec<&str> = readiness
+            .kinds
+            .iter()
+            .filter(|(_, s)| {
+                !matches!(
+                    s.state,
+                    crate::fleet::WatchState::Ready | crate::fleet::WatchState::Rejected
+                )
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        let limit = (share * self.agents as f64).floor() as usize;
+        let reason = if !stale.is_empty() {
+            Some(format!(
+                "cluster data is not current for {}: Lifeline cannot tell stranded from unseen, so it sends no automatic signal",
+                stale.join(", ")
+            ))
+        } else if self.agents > 0 && self.recent.len() > limit {
+            Some(format!(
+                "storm guard: {} of {} agents ({:.0}%) turned stranded within {:?}, more than the {:.0}% limit; automatic reconnects pause until the window passes (manual ones still work)",
+                self.recent.len(),
+                self.agents,
+                100.0 * self.recent.len() as f64 / self.agents as f64,
+                self.cfg.storm_window,
+                share * 100.0
+            ))
+        } else {
+            None
+        };
+        let paused = reason.is_some();
+        let stranded_in_window = self.recent.len();
+        let agents = self.agents;
+        let retrying = self.needs.len();
+        let clock_now = self.clock.now();
+        self.guard.send_if_modified(|g| {
+            let flipped = g.paused != paused || g.reason.is_some() != reason.is_some();
+            if flipped {
+                if paused {
+                    warn!(reason = reason.as_deref().unwrap_or(""), "automatic reconnects paused");
+                } else {
+                    info!("automatic reconnects resumed");
+                }
+                g.since = Some(clock_now);
+            }
+            let next = Guard {
+                paused,
+                reason: reason.clone(),
+                since: g.since,
+                stranded_in_window,
+                agents,
+                share_limit: share,
+                agents_retrying: retrying,
+            };
+            if *g == next {
+                false
+            } else {
+                *g = next;
+                true
+            }
+        });
+        paused
+    }
+
+    async fn attempt(&mut self, agent: String) {
+        let Some(n) = self.needs.get_mut(&agent) else {
+            return;
+        };
+        let (base, cap) = (self.cfg.backoff_base, self.cfg.backoff_cap);
+        let paused = !self.hub.settings.auto_reconnect();
+        let attempt = n.attempt;
+        let req = SignalRequest {
+            agent: agent.clone(),
+            ask: Ask::Reconnect {
+                proxy: n.proxy.clone(),
+            },
+            reason: n.reason.clone(),
+            requested_by: "auto".into(),
+        };
+        let guard_paused = self.evaluate();
+        let delay;
+        if paused || guard_paused || !self.hub.is_connected(&agent) {
+            // Hold, and look again soon; the attempt count does not grow.
+            delay = retry_delay(base, cap, 0, &mut self.rng);
+        } else {
+            match self.hub.send(vec![req]).await {
+                Ok(rows) => {
+                    if let Some(r) = rows.first() {
+                        debug!(%agent, id = r.id, attempt, outcome = %r.outcome, "automatic reconnect sent");
+                    }
+                }
+                Err(e) => warn!(%agent, error = %e, "automatic reconnect not sent"),
+            }
+            delay = retry_delay(base, cap, attempt + 1, &mut self.rng);
+            if let Some(n) = self.needs.get_mut(&agent) {
+                n.attempt = attempt + 1;
+            }
+        }
+        if let Some(n) = self.needs.get_mut(&agent) {
+            n.key = self.queue.insert(agent, delay);
+        }
+    }
+}
+
+async fn automatic(
+    cfg: ReconnectConfig,
+    hub: Arc<Hub>,
+    fleet: FleetHandle,
+    clock: Clock,
+    guard: watch::Sender<Guard>,
+    stop: CancellationToken,
+) {
+    let mut changes = fleet.subscribe();
+    let mut readiness = fleet.readiness_watch();
+    let mut auto = Auto {
+        cfg,
+        hub,
+        fleet,
+        clock,
+        needs: HashMap::new(),
+        queue: DelayQueue::new(),
+        recent: VecDeque::new(),
+        agents: 0,
+        guard,
+        rng: rand::rngs::SmallRng::from_os_rng(),
+    };
+    auto.resync().await;
+    auto.evaluate();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            c = changes.recv() => match c {
+                Ok(batch) => {
+                    if let Ok(n) = auto.fleet.read(|f| f.agents.len()).await {
+                        auto.agents = n;
+                    }
+                    for ch in batch.iter() {
+                        auto.note(ch);
+                    }
+                    auto.evaluate();
+                }
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    warn!(missed = n, "automatic reconnects missed state changes; re-reading the fleet");
+                    auto.resync().await;
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+            r = readiness.changed() => {
+                if r.is_err() { return; }
+                auto.evaluate();
+            }
+            Some(exp) = auto.queue.next(), if !auto.queue.is_empty() => {
+                auto.attempt(exp.into_inner()).await;
+            }
+            _ = tick.tick() => { auto.evaluate(); }
+        }
+    }
+}
+
+async fn periodic(cfg: ReconnectConfig, hub: Arc<Hub>, stop: CancellationToken) {
+    let mut rng: rand::rngs::SmallRng = rand::rngs::SmallRng::from_os_rng();
+    loop {
+        let wait = match hub.settings.reconnect_interval() {
+            Some(i) => i + i.mul_f64(rng.random_range(0.0..0.1)),
+            // Off: look again in a while (the setting can change at run time).
+            None => Duration::from_secs(5),
+        };
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        if hub.settings.reconnect_interval().is_none() {
+            continue;
+        }
+        let agents = hub.connected_agents();
+        info!(agents = agents.len(), rate = cfg.periodic_max_per_second, "periodic reconnect round");
+        let per_tick = cfg.periodic_max_per_second.max(1) as usize;
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        for chunk in agents.chunks(per_tick) {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let reqs = chunk
+                .iter()
+                .map(|a| SignalRequest {
+                    agent: a.clone(),
+                    ask: Ask::Reconnect {
+                        proxy: String::new(),
+                    },
+                    reason: "periodic reconnect".into(),
+                    requested_by: "periodic".into(),
+                })
+                .collect();
+            if let Err(e) = hub.send(reqs).await {
+                warn!(error = %e, "periodic reconnects not sent");
+            }
+        }
+    }
+}
+
+/// One agent's excess tunnel to close.
+struct Excess {
+    agent: String,
+    proxy: String,
+    reason: String,
+}
+
+async fn graceful(
+    cfg: ReconnectConfig,
+    hub: Arc<Hub>,
+    fleet: FleetHandle,
+    clock: Clock,
+    stop: CancellationToken,
+) {
+    let mut rng: rand::rngs::SmallRng = rand::rngs::SmallRng::from_os_rng();
+    let mut seen_change = Ts::ZERO;
+    let mut threshold = cfg.graceful_threshold;
+    let mut recently: HashMap<String, Ts> = HashMap::new();
+    let check = (cfg.graceful_threshold / 10).clamp(Duration::from_secs(1), Duration::from_secs(60));
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(check) => {}
+        }
+        if !hub.settings.graceful_tunnel_closing() {
+            continue;
+        }
+        let changed = fleet_board_changed(&hub);
+        if changed != seen_change {
+            // A new still period: roll its threshold (30 min up to 60 by default).
+            seen_change = changed;
+            threshold = cfg.graceful_threshold + cfg.graceful_threshold.mul_f64(rng.random_range(0.0..1.0));
+        }
+        let now = clock.now();
+        if now.since(changed) < threshold || !fleet.readiness().ready {
+            continue;
+        }
+        recently.retain(|_, at| now.since(*at) < threshold);
+        let Ok(list) = fleet
+            .read(|f| {
+                let now = f.now();
+                let mut out = Vec::new();
+                for (agent, link) in &f.links {
+                    if link.desired_tunnels == 0 {
+                        continue;
+                    }
+                    let tunnels: Vec<(&str, bool)> = f
+                        .agent_tunnels
+                        .get(agent)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|t| f.tunnels.get(t))
+                        .map(|t| (t.tunnel.proxy.as_str(), f.tunnel_dead(t, now).is_none()))
+                        .collect();
+                    if tunnels.len() <= link.desired_tunnels as usize {
+                        continue;
+                    }
+                    let live = tunnels.iter().filter(|(_, l)| *l).count();
+                    // A dead tunnel first; a live one only if another stays.
+                    let pick = tunnels
+                        .iter()
+                        .find(|(_, l)| !*l)
+                        .or_else(|| (live > 1).then(|| tunnels.iter().max_by_key(|(p, _)| *p)).flatten());
+                    if let Some((proxy, _)) = pick {
+                        out.push(Excess {
+                            agent: agent.clone(),
+                            proxy: proxy.to_string(),
+                            reason: format!(
+                                "{} tunnels, {} wanted; topology still",
+                                tunnels.len(),
+                                link.desired_tunnels
+                            ),
+                        });
+                    }
+                }
+                out
+            })
+            .await
+        else {
+            return;
+        };
+        let mut reqs: Vec<SignalRequest> = Vec::new();
+        for e in list {
+            if reqs.len() >= cfg.periodic_max_per_second.max(1) as usize {
+                break;
+            }
+            if recently.contains_key(&e.agent) {
+                continue;
+            }
+            recently.insert(e.agent.clone(), now);
+            reqs.push(SignalRequest {
+                agent: e.agent,
+                ask: Ask::CloseTunnel { proxy: e.proxy },
+                reason: e.reason,
+                requested_by: "graceful".into(),
+            });
+        }
+        if !reqs.is_empty() {
+            info!(agents = reqs.len(), "closing excess tunnels");
+            if let Err(e) = hub.send(reqs).await {
+                warn!(error = %e, "graceful tunnel closing not sent");
+            }
+        }
+    }
+}
+
+fn fleet_board_changed(hub: &Hub) -> Ts {
+    hub.board().topology_changed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_one_second_to_sixteen_with_up_to_half_jitter() {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+        let (b, c) = (Duration::from_secs(1), Duration::from_secs(16));
+        for attempt in 0..10 {
+            let ceiling = Duration::from_secs(1 << attempt.min(4));
+            for _ in 0..50 {
+                let d = retry_delay(b, c, attempt, &mut rng);
+                assert!(d >= ceiling && d < ceiling.mul_f64(1.5), "{attempt}: {d:?}");
+            }
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! The signal audit in SQLite. Unlike history, these rows are written
+//! directly (not through the batch writer): a signal's row must be committed
+//! before the API answers for it, and SQLite serialises the two writers.
+//! Delivery and ack updates arrive in batches from the signals room.
+
+use serde::Serialize;
+use sqlx::{QueryBuilder, Sqlite, SqlitePool};
+
+use crate::clock::Ts;
+
+/// Rows per multi-row statement.
+const CHUNK: usize = 400;
+
+/// One audited signal, as stored and as the API shows it.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct SignalRecord {
+    pub id: i64,
+    pub kind: String,
+    pub agent: String,
+    pub proxy: String,
+    pub reason: String,
+    pub requested_by: String,
+    pub created: Ts,
+    pub delivered: Option<Ts>,
+    pub acked: Option<Ts>,
+    pub outcome: String,
+    pub detail: String,
+    /// Created → acked, in milliseconds.
+    pub latency_ms: Option<f64>,
+}
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    id: i64,
+    kind: String,
+    agent: String,
+    proxy: String,
+    reason: String,
+    requested_by: String,
+    created_us: i64,
+    delivered_us: Option<i64>,
+    acked_us: Option<i64>,
+    outcome: String,
+    detail: String,
+    latency_us: Option<i64>,
+}
+
+impl From<Row> for SignalRecord {
+    fn from(r: Row) -> Self {
+        SignalRecord {
+            id: r.id,
+            kind: r.kind,
+            agent: r.agent,
+            proxy: r.proxy,
+            reason: r.reason,
+            requested_by: r.requested_by,
+            created: Ts(r.created_us),
+            delivered: r.delivered_us.map(Ts),
+            acked: r.acked_us.map(Ts),
+            outcome: r.outcome,
+            detail: r.detail,
+            latency_ms: r.latency_us.map(|us| us as f64 / 1000.0),
+        }
+    }
+}
+
+/// A change to an audited signal after it was created.
+#[derive(Clone, Debug)]
+pub enum SignalUpdate {
+    Delivered {
+        id: i64,
+        at: Ts,
+    },
+    /// Final: acked (ok or failed), undeliverable or timed out.
+    Outcome {
+        id: i64,
+        at: Ts,
+        outcome: &'static str,
+        detail: String,
+        /// Set when the agent acked.
+        acked: bool,
+        latency_us: Option<i64>,
+    },
+}
+
+/// The highest signal id stored, so ids stay unique across restarts.
+pub async fn max_id(pool: &SqlitePool) -> Result<i64, sqlx::Error> {
+    let (max,): (Option<i64>,) = sqlx::query_as("SELECT max(id) FROM signals")
+        .fetch_one(pool)
+        .await?;
+    Ok(max.unwrap_or(0))
+}
+
+/// Commits new signal rows in one transaction.
+pub async fn insert(pool: &SqlitePool, rows: &[SignalRecord]) -> Result<(), sqlx::Error> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut tx = pool.begin().await?;
+    for chunk in rows.chunks(CHUNK) {
+        let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
+            "INSERT INTO signals (id, kind, agent, proxy, reason, requested_by, created_us, delivered_us, acked_us, outcome, detail, latency_us) ",
+        );
+        q.push_values(chunk, |mut b, r| {
+            b.push_bind(r.id)
+                .push_bind(r.kind.clone())
+                .push_bind(r.agent.clone())
+                .push_bind(r.proxy.clone())
+                .push_bind(r.reason.clone())
+                .push_bind(r.requested_by.clone())
+                .push_bind(r.created.as_micros())
+                .push_bind(r.delivered.map(|t| t.as_micros()))
+                .push_bind(r.acked.map(|t| t.as_micros()))
+                .push_bind(r.outcome.clone())
+                .push_bind(r.detail.clone())
+                .push_bind(r.latency_ms.map(|ms| (ms * 1000.0) as i64));
+        });
+        q.build().execute(&mut *tx).await?;
+    }
+    tx.commit().await
+}
+
+/// Applies delivery and outcome updates in one transaction. An outcome never
+/// goes back to `delivered`.
+pub async fn update(pool: &SqlitePool, updates: &[SignalUpdate]) -> Result<(), sqlx::Error> {
+    if updates.is_empty() {
+        return Ok(());
+    }
+    let mut tx = pool.begin().await?;
+    for u in updates {
+        match u {
+            SignalUpdate::Delivered { id, at } => {
+                sqlx::query(
+                    "UPDATE signals SET delivered_us = coalesce(delivered_us, ?), outcome = CASE WHEN outcome = 'pending' THEN 'delivered' ELSE outcome END WHERE id = ?",
+                )
+                .bind(at.as_micros())
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            }
+            SignalUpdate::Outcome {
+                id,
+                at,
+                outcome,
+                detail,
+                acked,
+                latency_us,
+            } => {
+                sqlx::query(
+                    "UPDATE signals SET outcome = ?, detail = ?, acked_us = ?, latency_us = ? WHERE id = ?",
+                )
+                .bind(*outcome)
+                .bind(detail.as_str())
+                .bind(acked.then(|| at.as_micros()))
+                .bind(latency_us)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
+    }
+    tx.commit().await
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct SignalFilter {
+    pub agent: Option<String>,
+    pub outcome: Option<String>,
+    pub kind: Option<String>,
+    pub requested_by: Option<String>,
+    /// Newest first, ids below this.
+    pub before_id: Option<i64>,
+    pub limit: u32,
+}
+
+const COLUMNS: &str = "SELECT id, kind, agent, proxy, reason, requested_by, created_us, delivered_us, acked_us, outcome, detail, latency_us FROM signals";
+
+pub async fn list(pool: &SqlitePool, f: &SignalFilter) -> Result<Vec<SignalRecord>, sqlx::Error> {
+    let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(COLUMNS);
+    q.push(" WHERE 1=1");
+    if let Some(a) = &f.agent {
+        q.push(" AND agent = ").push_bind(a.clone());
+    }
+    if let Some(o) = &f.outcome {
+        q.push(" AND outcome = ").push_bind(o.clone());
+    }
+    if let Some(k) = &f.kind {
+        q.push(" AND kind = ").push_bind(k.clone());
+    }
+    if let Some(r) = &f.requested_by {
+        q.push(" AND requested_by = ").push_bind(r.clone());
+    }
+    if let Some(b) = f.before_id {
+        q.push(" AND id < ").push_bind(b);
+    }
+    q.push(" ORDER BY id DESC LIMIT ").push_bind(f.limit as i64);
+    let rows: Vec<Row> = q.build_query_as().fetch_all(pool).await?;
+    Ok(rows.into_iter().map(Into::into).collect())
+}
+
+pub async fn get(pool: &SqlitePool, id: i64) -> Result<Option<SignalRecord>, sqlx::Error> {
+    let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(COLUMNS);
+    q.push(" WHERE id = ").push_bind(id);
+    let row: Option<Row> = q.build_query_as().fetch_optional(pool).await?;
+    Ok(row.map(Into::into))
+}
