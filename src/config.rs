@@ -490,7 +490,10 @@ impl Config {
         }
         self.lb_policy()?;
         let sg = &self.signals;
-        positive("signals.full_discovery_interval", sg.full_discovery_interval)?;
+        positive(
+            "signals.full_discovery_interval",
+            sg.full_discovery_interval,
+        )?;
         if sg.discovery_backlog < 16 {
             return Err(invalid("signals.discovery_backlog", "must be at least 16"));
         }

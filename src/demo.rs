@@ -10,7 +10,8 @@ use tracing::info;
 use crate::app::{Lifeline, StartError};
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::sim::{chaos, SimCluster, SimSpec};
+use crate::signals::service_config::LbPolicy;
+use crate::sim::{chaos, SimAgent, SimCluster, SimSpec};
 
 #[derive(Clone, Debug)]
 pub struct DemoOptions {
@@ -24,6 +25,8 @@ pub struct DemoOptions {
     pub chaos_period: Option<Duration>,
     pub seed: u64,
     pub db: PathBuf,
+    /// Share of simulated agents that ignore discovery TTLs.
+    pub legacy_share: f64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -32,12 +35,15 @@ pub enum DemoError {
     Sim(std::io::Error),
     #[error(transparent)]
     Start(#[from] StartError),
+    #[error("cannot connect the simulated agents: {0}")]
+    Agents(tonic::transport::Error),
 }
 
 /// A running demo.
 pub struct Demo {
     pub lifeline: Lifeline,
     pub sim: SimCluster,
+    pub agents: Vec<SimAgent>,
 }
 
 impl Demo {
@@ -63,14 +69,33 @@ impl Demo {
         cfg.storage.path = o.db.clone();
         // Demo TTLs are short; so is the grace for an unknown auth server.
         cfg.health.unknown_grace = o.ttl.min(Duration::from_secs(30));
+        // Agents follow teleport_pick_healthy in reconnect mode: they move
+        // off a NOT_SERVING auth server by themselves.
+        cfg.signals.grpc_client_lb_policy = LbPolicy::reconnect().to_json();
         let lifeline = Lifeline::start(&cfg, clock).await?;
+        let agents = SimAgent::start_for_cluster(
+            &sim,
+            lifeline.grpc_addr,
+            o.legacy_share,
+            100,
+            &lifeline.shutdown_token(),
+        )
+        .await
+        .map_err(DemoError::Agents)?;
         if let Some(period) = o.chaos_period {
             tokio::spawn(chaos::run(sim.clone(), period, lifeline.shutdown_token()));
         }
-        Ok(Demo { lifeline, sim })
+        Ok(Demo {
+            lifeline,
+            sim,
+            agents,
+        })
     }
 
     pub async fn shutdown(self) {
+        for a in &self.agents {
+            a.stop();
+        }
         self.lifeline.shutdown().await;
         self.sim.shutdown();
         info!("demo stopped");

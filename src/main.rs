@@ -62,6 +62,10 @@ enum Cmd {
         /// SQLite file for the demo.
         #[arg(long, default_value = "lifeline-demo.db")]
         db: PathBuf,
+        /// Share of simulated agents that ignore discovery TTLs (they stay
+        /// on a dead proxy until Lifeline signals them).
+        #[arg(long, default_value_t = 0.2)]
+        legacy_share: f64,
     },
     /// Run a benchmark and print JSON (use a release build).
     Bench {
@@ -139,8 +143,13 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             chaos_period,
             seed,
             db,
+            legacy_share,
         } => {
             anyhow::ensure!(!ttl.is_zero(), "--ttl must be greater than zero");
+            anyhow::ensure!(
+                (0.0..=1.0).contains(&legacy_share),
+                "--legacy-share must be between 0 and 1"
+            );
             let opts = DemoOptions {
                 listen,
                 grpc_listen,
@@ -151,6 +160,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 chaos_period: (!chaos_period.is_zero()).then_some(chaos_period),
                 seed,
                 db,
+                legacy_share,
             };
             let demo = Demo::start(&opts, Clock::system())
                 .await

@@ -7,9 +7,11 @@
 //! and their tunnels heartbeating at TTL/2 + random(TTL/10), and a chaos loop.
 //! Must not touch: anything of Lifeline's but its public gRPC contracts.
 
+pub mod agent;
 pub mod auth;
 pub mod chaos;
 pub mod cluster;
 
+pub use agent::{AgentEvent, AgentOptions, SimAgent};
 pub use auth::AuthFlavor;
 pub use cluster::{SimCluster, SimSpec};

@@ -111,7 +111,10 @@ where
     async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
         match Json::<T>::from_request(req, state).await {
             Ok(Json(v)) => Ok(ApiJson(v)),
-            Err(e) => Err(ApiError::BadBody(format!("invalid JSON body: {}", e.body_text()))),
+            Err(e) => Err(ApiError::BadBody(format!(
+                "invalid JSON body: {}",
+                e.body_text()
+            ))),
         }
     }
 }

@@ -185,8 +185,8 @@ async fn reconnect_many(
         ));
     }
     let proxy = nonempty("proxy", sel.proxy).map_err(|e| ApiError::BadBody(e.to_string()))?;
-    let auth = nonempty("auth_server", sel.auth_server)
-        .map_err(|e| ApiError::BadBody(e.to_string()))?;
+    let auth =
+        nonempty("auth_server", sel.auth_server).map_err(|e| ApiError::BadBody(e.to_string()))?;
     let (state, p2, a2) = (sel.state, proxy.clone(), auth.clone());
     let matched: Option<Vec<String>> = s
         .fleet
@@ -326,10 +326,9 @@ async fn list(
     let before_id = q
         .cursor
         .map(|c| {
-            c.parse::<i64>()
-                .ok()
-                .filter(|v| *v > 0)
-                .ok_or_else(|| ApiError::BadParameter(format!("cursor {c:?} is not a valid cursor")))
+            c.parse::<i64>().ok().filter(|v| *v > 0).ok_or_else(|| {
+                ApiError::BadParameter(format!("cursor {c:?} is not a valid cursor"))
+            })
         })
         .transpose()?;
     let items = audit::list(
@@ -354,11 +353,9 @@ async fn one(
     State(s): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<SignalRecord>, ApiError> {
-    let n = id
-        .parse::<i64>()
-        .ok()
-        .filter(|v| *v > 0)
-        .ok_or_else(|| ApiError::BadParameter(format!("signal id {id:?} is not a positive integer")))?;
+    let n = id.parse::<i64>().ok().filter(|v| *v > 0).ok_or_else(|| {
+        ApiError::BadParameter(format!("signal id {id:?} is not a positive integer"))
+    })?;
     audit::get(&s.db, n)
         .await?
         .map(Json)

@@ -195,7 +195,7 @@ impl Hub {
             shutdown: shutdown.clone(),
         });
         let tasks = vec![
-            tokio::spawn(audit_writer(db, rx, hub.stats.clone())),
+            tokio::spawn(audit_writer(db, rx, hub.stats.clone(), shutdown.clone())),
             tokio::spawn(timeouts(hub.clone(), shutdown)),
         ];
         Ok((hub, tasks))
@@ -284,12 +284,10 @@ impl Hub {
                         requested_by: req.requested_by,
                         deadline: Some(to_timestamp(deadline)),
                     }),
-                    Ask::CloseTunnel { proxy } => {
-                        pb::signal::Kind::CloseTunnel(pb::CloseTunnel {
-                            proxy,
-                            reason: req.reason,
-                        })
-                    }
+                    Ask::CloseTunnel { proxy } => pb::signal::Kind::CloseTunnel(pb::CloseTunnel {
+                        proxy,
+                        reason: req.reason,
+                    }),
                 }),
                 trace_context: Default::default(),
             };
@@ -364,7 +362,10 @@ impl Hub {
         };
         let Some(f) = entry else {
             Stats::inc(&self.stats.agent_messages_rejected);
-            debug!(agent, id, "ack for a signal not awaiting one (late, duplicate or foreign)");
+            debug!(
+                agent,
+                id, "ack for a signal not awaiting one (late, duplicate or foreign)"
+            );
             return;
         };
         let now = self.clock.now();
@@ -394,7 +395,10 @@ impl Hub {
             .insert(agent.to_string(), Conn { id, tx })
             .is_some()
         {
-            info!(agent, "agent reconnected its signal stream; the old one is closed");
+            info!(
+                agent,
+                "agent reconnected its signal stream; the old one is closed"
+            );
         }
         id
     }
@@ -420,11 +424,13 @@ impl Hub {
             trace_context: Default::default(),
         };
         let bytes = s.encoded_len();
-        Stats::inc(if matches!(&s.kind, Some(pb::signal::Kind::Discovery(d)) if d.full) {
-            &self.stats.discovery_full
-        } else {
-            &self.stats.discovery_delta
-        });
+        Stats::inc(
+            if matches!(&s.kind, Some(pb::signal::Kind::Discovery(d)) if d.full) {
+                &self.stats.discovery_full
+            } else {
+                &self.stats.discovery_delta
+            },
+        );
         Stats::add(&self.stats.discovery_bytes, bytes as u64);
         s
     }
@@ -454,10 +460,7 @@ impl AgentSignals for Service {
         let first = tokio::time::timeout(hub.cfg.hello_timeout, inbound.message())
             .await
             .map_err(|_| {
-                Status::deadline_exceeded(format!(
-                    "no Hello within {:?}",
-                    hub.cfg.hello_timeout
-                ))
+                Status::deadline_exceeded(format!("no Hello within {:?}", hub.cfg.hello_timeout))
             })??;
         let hello = match first.and_then(|m| m.msg) {
             Some(pb::agent_message::Msg::Hello(h)) => h,
@@ -553,13 +556,7 @@ async fn read_agent(
     }
     if hub.unregister(&agent, conn) {
         debug!(%agent, "agent signal stream closed");
-        let _ = hub
-            .fleet
-            .send(Command::Link {
-                agent,
-                link: None,
-            })
-            .await;
+        let _ = hub.fleet.send(Command::Link { agent, link: None }).await;
     }
 }
 
@@ -620,13 +617,35 @@ fn outbound(
 }
 
 /// Commits delivery and ack updates in batches; never blocks the hub.
-async fn audit_writer(db: SqlitePool, mut rx: mpsc::Receiver<SignalUpdate>, stats: Arc<Stats>) {
+async fn audit_writer(
+    db: SqlitePool,
+    mut rx: mpsc::Receiver<SignalUpdate>,
+    stats: Arc<Stats>,
+    stop: CancellationToken,
+) {
     let mut buf = Vec::with_capacity(512);
-    while rx.recv_many(&mut buf, 512).await > 0 {
-        let backoff = crate::backoff::Backoff::new(
-            Duration::from_millis(50),
-            Duration::from_secs(2),
-        );
+    loop {
+        let n = tokio::select! {
+            n = rx.recv_many(&mut buf, 512) => n,
+            _ = stop.cancelled() => {
+                // Last updates on the way out.
+                while buf.len() < 4096 {
+                    match rx.try_recv() {
+                        Ok(u) => buf.push(u),
+                        Err(_) => break,
+                    }
+                }
+                if let Err(e) = audit::update(&db, &buf).await {
+                    warn!(error = %e, updates = buf.len(), "signal audit updates lost at shutdown");
+                }
+                return;
+            }
+        };
+        if n == 0 {
+            return;
+        }
+        let backoff =
+            crate::backoff::Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
         let mut attempt = 0;
         loop {
             match audit::update(&db, &buf).await {

@@ -80,10 +80,16 @@ fn wants_reconnect(c: &StateChange) -> Option<(String, String)> {
         return None;
     }
     let proxy = match c.cause {
-        Some("proxy_expired") | Some("proxy_missing") => c.cause_resource.clone().unwrap_or_default(),
+        Some("proxy_expired") | Some("proxy_missing") => {
+            c.cause_resource.clone().unwrap_or_default()
+        }
         _ => String::new(),
     };
-    let why = if no_live { "no_live_tunnel" } else { "tunnel_to_expired_proxy" };
+    let why = if no_live {
+        "no_live_tunnel"
+    } else {
+        "tunnel_to_expired_proxy"
+    };
     let reason = if proxy.is_empty() {
         why.to_string()
     } else {
@@ -106,8 +112,15 @@ pub fn spawn(
     });
     let tasks = vec![
         tokio::spawn(
-            automatic(cfg.clone(), hub.clone(), fleet.clone(), clock, guard_tx, stop.clone())
-                .instrument(info_span!("signals.auto_reconnect")),
+            automatic(
+                cfg.clone(),
+                hub.clone(),
+                fleet.clone(),
+                clock,
+                guard_tx,
+                stop.clone(),
+            )
+            .instrument(info_span!("signals.auto_reconnect")),
         ),
         tokio::spawn(
             periodic(cfg.clone(), hub.clone(), stop.clone())
@@ -260,7 +273,10 @@ impl Auto {
             let flipped = g.paused != paused || g.reason.is_some() != reason.is_some();
             if flipped {
                 if paused {
-                    warn!(reason = reason.as_deref().unwrap_or(""), "automatic reconnects paused");
+                    warn!(
+                        reason = reason.as_deref().unwrap_or(""),
+                        "automatic reconnects paused"
+                    );
                 } else {
                     info!("automatic reconnects resumed");
                 }
@@ -398,7 +414,11 @@ async fn periodic(cfg: ReconnectConfig, hub: Arc<Hub>, stop: CancellationToken) 
             continue;
         }
         let agents = hub.connected_agents();
-        info!(agents = agents.len(), rate = cfg.periodic_max_per_second, "periodic reconnect round");
+        info!(
+            agents = agents.len(),
+            rate = cfg.periodic_max_per_second,
+            "periodic reconnect round"
+        );
         let per_tick = cfg.periodic_max_per_second.max(1) as usize;
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         for chunk in agents.chunks(per_tick) {
@@ -442,7 +462,8 @@ async fn graceful(
     let mut seen_change = Ts::ZERO;
     let mut threshold = cfg.graceful_threshold;
     let mut recently: HashMap<String, Ts> = HashMap::new();
-    let check = (cfg.graceful_threshold / 10).clamp(Duration::from_secs(1), Duration::from_secs(60));
+    let check =
+        (cfg.graceful_threshold / 10).clamp(Duration::from_secs(1), Duration::from_secs(60));
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
@@ -455,7 +476,8 @@ async fn graceful(
         if changed != seen_change {
             // A new still period: roll its threshold (30 min up to 60 by default).
             seen_change = changed;
-            threshold = cfg.graceful_threshold + cfg.graceful_threshold.mul_f64(rng.random_range(0.0..1.0));
+            threshold =
+                cfg.graceful_threshold + cfg.graceful_threshold.mul_f64(rng.random_range(0.0..1.0));
         }
         let now = clock.now();
         if now.since(changed) < threshold || !fleet.readiness().ready {
@@ -483,10 +505,11 @@ async fn graceful(
                     }
                     let live = tunnels.iter().filter(|(_, l)| *l).count();
                     // A dead tunnel first; a live one only if another stays.
-                    let pick = tunnels
-                        .iter()
-                        .find(|(_, l)| !*l)
-                        .or_else(|| (live > 1).then(|| tunnels.iter().max_by_key(|(p, _)| *p)).flatten());
+                    let pick = tunnels.iter().find(|(_, l)| !*l).or_else(|| {
+                        (live > 1)
+                            .then(|| tunnels.iter().max_by_key(|(p, _)| *p))
+                            .flatten()
+                    });
                     if let Some((proxy, _)) = pick {
                         out.push(Excess {
                             agent: agent.clone(),

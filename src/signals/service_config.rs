@@ -79,6 +79,14 @@ struct JsonHealthCheck {
 }
 
 impl LbPolicy {
+    /// `teleport_pick_healthy` in reconnect mode, health of the default service.
+    pub fn reconnect() -> LbPolicy {
+        LbPolicy {
+            mode: LbMode::Reconnect,
+            health_service: String::new(),
+        }
+    }
+
     /// Parses the RFD's JSON form. Empty text is the default (pick_first).
     pub fn parse(text: &str) -> Result<LbPolicy, PolicyError> {
         if text.trim().is_empty() {

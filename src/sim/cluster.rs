@@ -394,6 +394,48 @@ impl SimCluster {
         }
     }
 
+    /// Every auth server: name and health address.
+    pub fn auth_servers(&self) -> Vec<(String, SocketAddr)> {
+        self.inner
+            .auths
+            .iter()
+            .map(|a| (a.name.clone(), a.addr))
+            .collect()
+    }
+
+    /// The proxies an agent holds tunnels to, as the cluster records them.
+    pub async fn agent_proxies(&self, agent: &str) -> Vec<String> {
+        let st = self.inner.state.lock().await;
+        let mut v: Vec<String> = st
+            .tunnels
+            .values()
+            .filter(|t| t.agent == agent)
+            .map(|t| t.proxy.clone())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The auth server an agent is attached to.
+    pub async fn agent_auth(&self, agent: &str) -> Option<String> {
+        let st = self.inner.state.lock().await;
+        st.servers
+            .get(&(Kind::Agent, agent.to_string()))
+            .map(|s| s.auth_server.clone())
+    }
+
+    /// The agent moved to another auth server: its record says so at once.
+    pub async fn set_agent_auth(&self, agent: &str, auth: &str) {
+        let mut st = self.inner.state.lock().await;
+        let Some(s) = st.servers.get_mut(&(Kind::Agent, agent.to_string())) else {
+            return;
+        };
+        s.auth_server = auth.to_string();
+        let ev = put_server(s.clone());
+        drop(st);
+        let _ = self.inner.events.send(ev);
+    }
+
     pub async fn put_tunnel(&self, t: pb::TunnelConnection) {
         self.inner
             .state

@@ -17,17 +17,22 @@ use std::time::Duration;
 
 use lifeline::app::{Lifeline, Tuning};
 use lifeline::clock::{Clock, Ts};
-use lifeline::config::Config;
+use lifeline::config::{Config, SignalsConfig};
 use lifeline::model::Kind;
-use lifeline::sim::{AuthFlavor, SimCluster, SimSpec};
+use lifeline::sim::{AuthFlavor, SimAgent, SimCluster, SimSpec};
 use serde_json::Value;
 use tempfile::TempDir;
+
+type SignalsEdit = Box<dyn FnOnce(&mut SignalsConfig)>;
 
 pub struct Cluster {
     spec: SimSpec,
     grace: Duration,
     max_message_bytes: usize,
     lb_policy: String,
+    signals: Vec<SignalsEdit>,
+    /// Start a simulated agent per cluster agent, this share legacy.
+    sim_agents: Option<f64>,
 }
 
 /// `Cluster::new().agents(6).proxies(3).start().await`
@@ -45,6 +50,8 @@ impl Cluster {
             grace: Duration::from_secs(5),
             max_message_bytes: 4 * 1024 * 1024,
             lb_policy: String::new(),
+            signals: Vec::new(),
+            sim_agents: None,
         }
     }
     pub fn agents(mut self, n: usize) -> Self {
@@ -94,6 +101,17 @@ impl Cluster {
         self.lb_policy = json.to_string();
         self
     }
+    /// Changes `[signals]` settings.
+    pub fn signals(mut self, f: impl FnOnce(&mut SignalsConfig) + 'static) -> Self {
+        self.signals.push(Box::new(f));
+        self
+    }
+    /// Connects a simulated agent for every cluster agent; `legacy_share`
+    /// of them ignore discovery TTLs.
+    pub fn sim_agents(mut self, legacy_share: f64) -> Self {
+        self.sim_agents = Some(legacy_share);
+        self
+    }
     pub fn max_message_bytes(mut self, n: usize) -> Self {
         self.max_message_bytes = n;
         self
@@ -116,6 +134,9 @@ impl Cluster {
         cfg.health.unknown_grace = self.grace;
         cfg.health.poll_interval = Duration::from_secs(1);
         cfg.signals.grpc_client_lb_policy = self.lb_policy;
+        for f in self.signals {
+            f(&mut cfg.signals);
+        }
         let ll = Lifeline::start_tuned(
             &cfg,
             clock,
@@ -126,8 +147,17 @@ impl Cluster {
         )
         .await
         .expect("lifeline starts");
+        let agents = match self.sim_agents {
+            Some(share) => {
+                SimAgent::start_for_cluster(&sim, ll.grpc_addr, share, 1000, &ll.shutdown_token())
+                    .await
+                    .expect("simulated agents start")
+            }
+            None => Vec::new(),
+        };
         Running {
             sim,
+            agents,
             ll: Some(ll),
             cfg,
             clock,
@@ -140,6 +170,7 @@ impl Cluster {
 
 pub struct Running {
     pub sim: SimCluster,
+    pub agents: Vec<SimAgent>,
     ll: Option<Lifeline>,
     pub cfg: Config,
     pub clock: Clock,
@@ -272,6 +303,37 @@ impl Running {
         body
     }
 
+    pub async fn post(&self, path: &str, body: &str) -> (u16, Value) {
+        let url = format!("{}{}", self.ll().base_url(), path);
+        let resp = self
+            .http
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("HTTP request");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    pub fn agent(&self, name: &str) -> &SimAgent {
+        self.agents
+            .iter()
+            .find(|a| a.name == name)
+            .expect("simulated agent exists")
+    }
+
+    /// Waits until every simulated agent holds its signal stream open.
+    pub async fn agents_connected(&self) {
+        let n = self.agents.len();
+        self.eventually("every simulated agent connected", || async {
+            self.ll().hub.connected() == n && self.agents.iter().all(|a| a.is_connected())
+        })
+        .await;
+    }
+
     pub async fn summary(&self) -> Value {
         self.ok("/api/v1/summary").await
     }
@@ -311,6 +373,9 @@ impl Running {
     }
 
     pub async fn shutdown(mut self) {
+        for a in &self.agents {
+            a.stop();
+        }
         self.stop_lifeline().await;
         self.sim.shutdown();
     }

@@ -1,0 +1,647 @@
+//! Simulated agents that follow Lifeline's contract, over real gRPC.
+//!
+//! Each agent holds `AgentSignals.Connect` open to Lifeline and:
+//! - tracks proxies from Discovery with each proxy's TTL (a *legacy* agent
+//!   ignores TTLs and keeps Teleport's 3-minute default expiry, so it stays
+//!   on a dead proxy until told);
+//! - moves a tunnel off a proxy whose expiry passed, on its own;
+//! - obeys Reconnect: opens a tunnel to a live proxy it is not on *before*
+//!   closing the old one, reports, then acks; obeys CloseTunnel (never its
+//!   last tunnel);
+//! - follows `teleport_pick_healthy` for its auth connection: asks Lifeline's
+//!   `GetServiceConfig`; in reconnect mode watches its auth server's health,
+//!   and on NOT_SERVING opens a backup connection to another auth server
+//!   (backoff 1 s..16 s, up to 50 % jitter), switches once it is healthy,
+//!   and leaves streams already open on the old connection to finish; if the
+//!   old server recovers first, the backup is dropped.
+//!
+//! Tunnels live in the simulated cluster's records when one is given (what
+//! a real proxy would record), and always in the agent's own reports.
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::{Channel, Endpoint};
+use tracing::{debug, info};
+
+use super::cluster::SimCluster;
+use crate::ingest::validate::to_timestamp;
+use crate::proto::health::health_check_response::ServingStatus;
+use crate::proto::health::health_client::HealthClient;
+use crate::proto::health::HealthCheckRequest;
+use crate::proto::v1 as pb;
+use crate::proto::v1::agent_signals_client::AgentSignalsClient;
+use crate::proto::v1::service_config_discovery_service_client::ServiceConfigDiscoveryServiceClient;
+use crate::signals::reconnect::retry_delay;
+
+/// What a legacy agent assumes a proxy lives without hearing of it again.
+pub const LEGACY_EXPIRY: Duration = Duration::from_secs(180);
+
+#[derive(Clone, Debug)]
+pub struct AgentOptions {
+    pub legacy: bool,
+    pub desired_tunnels: u32,
+    /// How often the agent looks at its proxies' expiries.
+    pub check_every: Duration,
+    pub backoff_base: Duration,
+    pub backoff_cap: Duration,
+    pub seed: u64,
+}
+
+impl Default for AgentOptions {
+    fn default() -> Self {
+        AgentOptions {
+            legacy: false,
+            desired_tunnels: 2,
+            check_every: Duration::from_secs(1),
+            backoff_base: Duration::from_secs(1),
+            backoff_cap: Duration::from_secs(16),
+            seed: 1,
+        }
+    }
+}
+
+/// What an agent did, in order; tests read it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AgentEvent {
+    Connected,
+    Disconnected,
+    Discovery {
+        full: bool,
+        proxies: Vec<(String, Duration)>,
+    },
+    Opened(String),
+    Closed(String),
+    Acked {
+        id: u64,
+        ok: bool,
+    },
+    /// Moved its auth connection.
+    AuthSwitched {
+        from: String,
+        to: String,
+    },
+    /// The old auth server recovered before the backup was ready.
+    BackupDropped(String),
+}
+
+#[derive(Default)]
+struct Shared {
+    tunnels: BTreeSet<String>,
+    auth: String,
+    /// proxy → when the agent stops believing it is alive.
+    known: HashMap<String, Instant>,
+    events: Vec<AgentEvent>,
+    connected: bool,
+}
+
+/// A running simulated agent.
+#[derive(Clone)]
+pub struct SimAgent {
+    pub name: String,
+    shared: Arc<Mutex<Shared>>,
+    changed: Arc<Notify>,
+    report: Arc<Notify>,
+    stop: CancellationToken,
+}
+
+fn lock(m: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// An RPC stream the agent holds open on an auth connection.
+pub struct OpenStream {
+    pub auth: String,
+    open: Arc<AtomicBool>,
+    stop: CancellationToken,
+}
+
+impl OpenStream {
+    pub fn is_open(&self) -> bool {
+        self.open.load(Ordering::SeqCst)
+    }
+    /// Finishes the stream (the work it carried is done).
+    pub fn finish(&self) {
+        self.stop.cancel();
+    }
+}
+
+impl SimAgent {
+    /// Starts an agent with the tunnels and auth server it has now.
+    /// `lifeline` is the channel to Lifeline's gRPC port (shared by many
+    /// agents if wanted); `cluster` is where its tunnels are recorded.
+    pub fn start(
+        name: String,
+        opts: AgentOptions,
+        lifeline: Channel,
+        cluster: Option<SimCluster>,
+        tunnels: Vec<String>,
+        auth: String,
+        parent: &CancellationToken,
+    ) -> SimAgent {
+        let agent = SimAgent {
+            name,
+            shared: Arc::new(Mutex::new(Shared {
+                tunnels: tunnels.into_iter().collect(),
+                auth,
+                ..Shared::default()
+            })),
+            changed: Arc::new(Notify::new()),
+            report: Arc::new(Notify::new()),
+            stop: parent.child_token(),
+        };
+        let a = agent.clone();
+        let (opts2, ch2, cl2) = (opts.clone(), lifeline.clone(), cluster.clone());
+        tokio::spawn(async move { a.signals_loop(opts2, ch2, cl2).await });
+        if let Some(c) = cluster {
+            if !c.auth_servers().is_empty() {
+                let a = agent.clone();
+                tokio::spawn(async move { a.auth_loop(opts, lifeline, c).await });
+            }
+        }
+        agent
+    }
+
+    /// Starts one agent per cluster agent, multiplexed over
+    /// `per_connection` agents per HTTP/2 connection to Lifeline.
+    pub async fn start_for_cluster(
+        cluster: &SimCluster,
+        lifeline: SocketAddr,
+        legacy_share: f64,
+        per_connection: usize,
+        parent: &CancellationToken,
+    ) -> Result<Vec<SimAgent>, tonic::transport::Error> {
+        let n = cluster.spec().agents;
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(cluster.spec().seed ^ 0xa6e7);
+        let mut out = Vec::with_capacity(n);
+        let mut channel = None;
+        for i in 0..n {
+            if i % per_connection.max(1) == 0 {
+                channel = Some(lifeline_channel(lifeline)?);
+            }
+            let Some(ch) = channel.clone() else { break };
+            let name = super::cluster::agent_name(i);
+            let tunnels = cluster.agent_proxies(&name).await;
+            let auth = cluster.agent_auth(&name).await.unwrap_or_default();
+            let opts = AgentOptions {
+                legacy: rng.random_bool(legacy_share.clamp(0.0, 1.0)),
+                desired_tunnels: cluster.spec().tunnels_per_agent as u32,
+                seed: cluster.spec().seed.wrapping_add(i as u64),
+                ..AgentOptions::default()
+            };
+            out.push(SimAgent::start(
+                name,
+                opts,
+                ch,
+                Some(cluster.clone()),
+                tunnels,
+                auth,
+                parent,
+            ));
+        }
+        Ok(out)
+    }
+
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    pub fn events(&self) -> Vec<AgentEvent> {
+        lock(&self.shared).events.clone()
+    }
+
+    pub fn tunnels(&self) -> Vec<String> {
+        lock(&self.shared).tunnels.iter().cloned().collect()
+    }
+
+    pub fn auth(&self) -> String {
+        lock(&self.shared).auth.clone()
+    }
+
+    pub fn is_connected(&self) -> bool {
+        lock(&self.shared).connected
+    }
+
+    /// Waits until the agent's state satisfies `f` (re-checked on every
+    /// change). Time moves only as the caller moves it.
+    pub async fn wait_for(&self, f: impl Fn(&SimAgent) -> bool) {
+        loop {
+            let n = self.changed.notified();
+            if f(self) {
+                return;
+            }
+            n.await;
+        }
+    }
+
+    fn record(&self, e: AgentEvent) {
+        lock(&self.shared).events.push(e);
+        self.changed.notify_waiters();
+    }
+
+    /// Opens a long-lived stream (a health Watch) on the current auth
+    /// connection, standing for a session the agent is serving.
+    pub fn open_auth_stream(&self, cluster: &SimCluster) -> Option<OpenStream> {
+        let auth = self.auth();
+        let addr = cluster
+            .auth_servers()
+            .into_iter()
+            .find(|(n, _)| *n == auth)?
+            .1;
+        let channel = Endpoint::from_shared(format!("http://{addr}"))
+            .ok()?
+            .connect_lazy();
+        let open = Arc::new(AtomicBool::new(true));
+        let stop = self.stop.child_token();
+        let (o, s) = (open.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut client = HealthClient::new(channel);
+            if let Ok(resp) = client
+                .watch(HealthCheckRequest {
+                    service: String::new(),
+                })
+                .await
+            {
+                let mut stream = resp.into_inner();
+                loop {
+                    tokio::select! {
+                        _ = s.cancelled() => break,
+                        m = stream.message() => match m {
+                            Ok(Some(_)) => {}
+                            _ => break,
+                        },
+                    }
+                }
+            }
+            o.store(false, Ordering::SeqCst);
+        });
+        Some(OpenStream { auth, open, stop })
+    }
+
+    fn report_msg(&self) -> pb::AgentMessage {
+        let s = lock(&self.shared);
+        pb::AgentMessage {
+            msg: Some(pb::agent_message::Msg::Tunnels(pb::TunnelReport {
+                proxies: s.tunnels.iter().cloned().collect(),
+                auth_server: s.auth.clone(),
+            })),
+        }
+    }
+
+    async fn open_tunnel(&self, cluster: &Option<SimCluster>, proxy: &str) {
+        if let Some(c) = cluster {
+            let now = c.clock().now();
+            c.put_tunnel(pb::TunnelConnection {
+                name: format!("{}.{proxy}", self.name),
+                agent: self.name.clone(),
+                proxy: proxy.to_string(),
+                last_heartbeat: Some(to_timestamp(now)),
+                expires: None,
+            })
+            .await;
+        }
+        lock(&self.shared).tunnels.insert(proxy.to_string());
+        self.record(AgentEvent::Opened(proxy.to_string()));
+    }
+
+    async fn close_tunnel(&self, cluster: &Option<SimCluster>, proxy: &str) {
+        if let Some(c) = cluster {
+            c.delete_tunnel(&format!("{}.{proxy}", self.name)).await;
+        }
+        lock(&self.shared).tunnels.remove(proxy);
+        self.record(AgentEvent::Closed(proxy.to_string()));
+    }
+
+    /// A live proxy the agent is not on, the one with the most time left.
+    fn pick_target(&self) -> Option<String> {
+        let s = lock(&self.shared);
+        let now = Instant::now();
+        s.known
+            .iter()
+            .filter(|(p, until)| **until > now && !s.tunnels.contains(*p))
+            .max_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0)))
+            .map(|(p, _)| p.clone())
+    }
+
+    /// The tunnel to give up when none is named: the least healthy one.
+    fn least_healthy(&self) -> Option<String> {
+        let s = lock(&self.shared);
+        let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+        s.tunnels
+            .iter()
+            .min_by_key(|p| s.known.get(*p).copied().unwrap_or(Instant::now()).min(far))
+            .cloned()
+    }
+
+    /// Open first, then close: never a moment with fewer tunnels.
+    async fn move_off(&self, cluster: &Option<SimCluster>, from: &str) -> Result<String, String> {
+        let target = self
+            .pick_target()
+            .ok_or_else(|| "no live proxy to move to".to_string())?;
+        self.open_tunnel(cluster, &target).await;
+        if lock(&self.shared).tunnels.contains(from) {
+            self.close_tunnel(cluster, from).await;
+        }
+        Ok(target)
+    }
+
+    async fn on_signal(
+        &self,
+        s: pb::Signal,
+        opts: &AgentOptions,
+        cluster: &Option<SimCluster>,
+        out: &mpsc::Sender<pb::AgentMessage>,
+    ) {
+        let (ok, detail) = match s.kind {
+            Some(pb::signal::Kind::Discovery(d)) => {
+                let now = Instant::now();
+                let list: Vec<(String, Duration)> = d
+                    .proxies
+                    .iter()
+                    .map(|p| {
+                        let ttl = p
+                            .ttl
+                            .as_ref()
+                            .map(|t| Duration::new(t.seconds.max(0) as u64, t.nanos.max(0) as u32))
+                            .unwrap_or_default();
+                        (p.name.clone(), ttl)
+                    })
+                    .collect();
+                {
+                    let mut sh = lock(&self.shared);
+                    if d.full && !opts.legacy {
+                        sh.known.clear();
+                    }
+                    for (name, ttl) in &list {
+                        let keep = if opts.legacy { LEGACY_EXPIRY } else { *ttl };
+                        sh.known.insert(name.clone(), now + keep);
+                    }
+                }
+                self.record(AgentEvent::Discovery {
+                    full: d.full,
+                    proxies: list,
+                });
+                return;
+            }
+            Some(pb::signal::Kind::Reconnect(r)) => {
+                let from = if r.proxy.is_empty() {
+                    self.least_healthy().unwrap_or_default()
+                } else {
+                    r.proxy.clone()
+                };
+                match self.move_off(cluster, &from).await {
+                    Ok(to) => (true, format!("moved {from} → {to}")),
+                    Err(e) => (false, e),
+                }
+            }
+            Some(pb::signal::Kind::CloseTunnel(c)) => {
+                let n = lock(&self.shared).tunnels.len();
+                if !lock(&self.shared).tunnels.contains(&c.proxy) {
+                    (false, format!("no tunnel to {}", c.proxy))
+                } else if n <= 1 {
+                    (false, "refused: it is my last tunnel".to_string())
+                } else {
+                    self.close_tunnel(cluster, &c.proxy).await;
+                    (true, format!("closed {}", c.proxy))
+                }
+            }
+            None => return,
+        };
+        let _ = out.send(self.report_msg()).await;
+        let _ = out
+            .send(pb::AgentMessage {
+                msg: Some(pb::agent_message::Msg::Ack(pb::SignalAck {
+                    signal_id: s.id,
+                    ok,
+                    detail,
+                })),
+            })
+            .await;
+        self.record(AgentEvent::Acked { id: s.id, ok });
+    }
+
+    /// Moves tunnels off proxies whose expiry (as the agent knows it) passed.
+    async fn check(&self, cluster: &Option<SimCluster>, out: &mpsc::Sender<pb::AgentMessage>) {
+        let stale: Vec<String> = {
+            let s = lock(&self.shared);
+            if s.known.is_empty() {
+                return;
+            }
+            let now = Instant::now();
+            s.tunnels
+                .iter()
+                .filter(|p| s.known.get(*p).is_none_or(|until| *until <= now))
+                .cloned()
+                .collect()
+        };
+        let mut moved = false;
+        for p in stale {
+            if self.move_off(cluster, &p).await.is_ok() {
+                moved = true;
+            }
+        }
+        if moved {
+            let _ = out.send(self.report_msg()).await;
+        }
+    }
+
+    async fn signals_loop(self, opts: AgentOptions, channel: Channel, cluster: Option<SimCluster>) {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(opts.seed);
+        let mut attempt = 0u32;
+        loop {
+            let (tx, rx) = mpsc::channel(16);
+            let hello = pb::AgentMessage {
+                msg: Some(pb::agent_message::Msg::Hello(pb::Hello {
+                    agent: self.name.clone(),
+                    version: "sim".into(),
+                    desired_tunnels: opts.desired_tunnels,
+                })),
+            };
+            let _ = tx.send(hello).await;
+            let _ = tx.send(self.report_msg()).await;
+            let mut client = AgentSignalsClient::new(channel.clone());
+            let resp = tokio::select! {
+                _ = self.stop.cancelled() => return,
+                r = client.connect(ReceiverStream::new(rx)) => r,
+            };
+            match resp {
+                Ok(resp) => {
+                    attempt = 0;
+                    lock(&self.shared).connected = true;
+                    self.record(AgentEvent::Connected);
+                    let mut inbound = resp.into_inner();
+                    let mut tick = tokio::time::interval(opts.check_every);
+                    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                    loop {
+                        tokio::select! {
+                            _ = self.stop.cancelled() => return,
+                            m = inbound.message() => match m {
+                                Ok(Some(s)) => self.on_signal(s, &opts, &cluster, &tx).await,
+                                Ok(None) => break,
+                                Err(e) => {
+                                    debug!(agent = %self.name, error = %e, "signal stream broke");
+                                    break;
+                                }
+                            },
+                            _ = tick.tick() => self.check(&cluster, &tx).await,
+                            _ = self.report.notified() => {
+                                let _ = tx.send(self.report_msg()).await;
+                            }
+                        }
+                    }
+                    lock(&self.shared).connected = false;
+                    self.record(AgentEvent::Disconnected);
+                }
+                Err(e) => debug!(agent = %self.name, error = %e, "cannot open the signal stream"),
+            }
+            let d = retry_delay(opts.backoff_base, opts.backoff_cap, attempt, &mut rng);
+            attempt = attempt.saturating_add(1);
+            tokio::select! {
+                _ = self.stop.cancelled() => return,
+                _ = tokio::time::sleep(d) => {}
+            }
+        }
+    }
+
+    /// `teleport_pick_healthy` for the auth connection.
+    async fn auth_loop(self, opts: AgentOptions, lifeline: Channel, cluster: SimCluster) {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(opts.seed ^ 0x5eed);
+        let policy = ServiceConfigDiscoveryServiceClient::new(lifeline)
+            .get_service_config(pb::GetServiceConfigRequest {})
+            .await;
+        let (reconnect, service) = match policy {
+            Ok(r) => {
+                let cfg = crate::signals::service_config::LbPolicy::from_proto(&r.into_inner());
+                (
+                    cfg.mode == crate::signals::service_config::LbMode::Reconnect,
+                    cfg.health_service,
+                )
+            }
+            // Per RFD 0226: treat the connection as healthy, no checking.
+            Err(_) => (false, String::new()),
+        };
+        if !reconnect {
+            return;
+        }
+        let addr_of = |name: &str| {
+            cluster
+                .auth_servers()
+                .into_iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, a)| a)
+        };
+        'outer: loop {
+            let current = self.auth();
+            let Some(addr) = addr_of(&current) else {
+                return;
+            };
+            let Ok(ep) = Endpoint::from_shared(format!("http://{addr}")) else {
+                return;
+            };
+            let mut health = HealthClient::new(ep.connect_lazy());
+            let watch = tokio::select! {
+                _ = self.stop.cancelled() => return,
+                w = health.watch(HealthCheckRequest { service: service.clone() }) => w,
+            };
+            let mut stream = match watch {
+                Ok(w) => w.into_inner(),
+                Err(_) => {
+                    tokio::select! {
+                        _ = self.stop.cancelled() => return,
+                        _ = tokio::time::sleep(retry_delay(opts.backoff_base, opts.backoff_cap, 0, &mut rng)) => {}
+                    }
+                    continue;
+                }
+            };
+            loop {
+                let m = tokio::select! {
+                    _ = self.stop.cancelled() => return,
+                    m = stream.message() => m,
+                };
+                let status = match m {
+                    Ok(Some(r)) => r.status,
+                    _ => continue 'outer,
+                };
+                if status != ServingStatus::NotServing as i32 {
+                    continue;
+                }
+                // NOT_SERVING: look for a backup, with backoff, unless the
+                // current server recovers first.
+                let mut attempt = 0u32;
+                loop {
+                    let d = retry_delay(opts.backoff_base, opts.backoff_cap, attempt, &mut rng);
+                    attempt = attempt.saturating_add(1);
+                    tokio::select! {
+                        _ = self.stop.cancelled() => return,
+                        m = stream.message() => match m {
+                            Ok(Some(r)) if r.status == ServingStatus::Serving as i32 => {
+                                self.record(AgentEvent::BackupDropped(current.clone()));
+                                break;
+                            }
+                            Ok(Some(_)) => {}
+                            _ => continue 'outer,
+                        },
+                        _ = tokio::time::sleep(d) => {
+                            if let Some(to) = self.try_backup(&cluster, &current, &service).await {
+                                info!(agent = %self.name, from = %current, %to, "sim agent moved its auth connection");
+                                lock(&self.shared).auth = to.clone();
+                                cluster.set_agent_auth(&self.name, &to).await;
+                                self.record(AgentEvent::AuthSwitched { from: current.clone(), to });
+                                self.report.notify_one();
+                                // The old connection is not closed: streams
+                                // open on it finish on their own.
+                                continue 'outer;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Connects to another auth server and returns it once it is SERVING.
+    async fn try_backup(
+        &self,
+        cluster: &SimCluster,
+        current: &str,
+        service: &str,
+    ) -> Option<String> {
+        for (name, addr) in cluster.auth_servers() {
+            if name == current {
+                continue;
+            }
+            let Ok(ep) = Endpoint::from_shared(format!("http://{addr}")) else {
+                continue;
+            };
+            let Ok(ch) = ep.connect_timeout(Duration::from_secs(2)).connect().await else {
+                continue;
+            };
+            let ok = HealthClient::new(ch)
+                .check(HealthCheckRequest {
+                    service: service.to_string(),
+                })
+                .await
+                .is_ok_and(|r| r.into_inner().status == ServingStatus::Serving as i32);
+            if ok {
+                return Some(name);
+            }
+        }
+        None
+    }
+}
+
+/// A channel to Lifeline's gRPC port (connects lazily, reconnects itself).
+pub fn lifeline_channel(addr: SocketAddr) -> Result<Channel, tonic::transport::Error> {
+    Ok(Endpoint::from_shared(format!("http://{addr}"))?
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true)
+        .connect_lazy())
+}

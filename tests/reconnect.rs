@@ -1,0 +1,366 @@
+//! Getting stranded agents out: manual and automatic reconnects with real
+//! simulated agents on real gRPC streams, the audit, and the storm guard.
+
+mod support;
+
+use std::time::Duration;
+
+use lifeline::model::Kind;
+use lifeline::sim::AgentEvent;
+use serde_json::Value;
+use support::{Cluster, Running};
+
+const AGENT: &str = "agent-00001";
+
+/// 6 agents on 4 proxies (agent i tunnels to proxies i%4 and (i+1)%4), all
+/// legacy so none heals itself: whatever moves them is Lifeline.
+fn fleet() -> Cluster {
+    Cluster::new()
+        .agents(6)
+        .proxies(4)
+        .ttl(Duration::from_secs(10))
+        .sim_agents(1.0)
+}
+
+/// Stops proxy-1 and proxy-2: agent-00001 (and agent-00005) lose every
+/// live tunnel; the rest keep one.
+async fn strand(c: &Running) {
+    c.sim.pause_heartbeats("proxy-1").await;
+    c.sim.pause_heartbeats("proxy-2").await;
+    let e1 = c.expires(Kind::Proxy, "proxy-1").await;
+    let e2 = c.expires(Kind::Proxy, "proxy-2").await;
+    c.advance_to(e1.max(e2)).await;
+}
+
+async fn signal(c: &Running, id: i64) -> Value {
+    c.ok(&format!("/api/v1/signals/{id}")).await
+}
+
+async fn wait_outcome(c: &Running, id: i64, outcome: &str) -> Value {
+    c.eventually(&format!("signal {id} {outcome}"), || async {
+        signal(c, id).await["outcome"] == outcome
+    })
+    .await;
+    signal(c, id).await
+}
+
+async fn state(c: &Running, agent: &str) -> String {
+    c.ok(&format!("/api/v1/agents/{agent}")).await["state"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn position(events: &[AgentEvent], e: &AgentEvent) -> usize {
+    events
+        .iter()
+        .position(|x| x == e)
+        .unwrap_or_else(|| panic!("{e:?} not in {events:?}"))
+}
+
+/// Guards the manual path end to end: a legacy agent stranded by proxy
+/// expiry is told to reconnect, opens a new tunnel before closing the old,
+/// acks; the audit row says so and the episode is closed by that signal.
+#[tokio::test(start_paused = true)]
+async fn manual_reconnect_recovers_a_stranded_legacy_agent() {
+    let c = fleet().signals(|s| s.auto_reconnect = false).start().await;
+    c.ready().await;
+    c.agents_connected().await;
+    strand(&c).await;
+    assert!(c.agents_in("stranded").await.contains(&AGENT.to_string()));
+
+    let (status, body) = c
+        .post(
+            &format!("/api/v1/agents/{AGENT}/reconnect"),
+            r#"{"proxy":"proxy-1","reason":"incident 42"}"#,
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let id = body["id"].as_i64().expect("signal id");
+    assert_eq!(body["agent"], AGENT);
+    assert_eq!(body["proxy"], "proxy-1");
+    assert_eq!(body["reason"], "incident 42");
+    assert_eq!(body["requested_by"], "api");
+    assert_eq!(body["kind"], "reconnect");
+    // Committed before the answer: readable at once.
+    assert_eq!(signal(&c, id).await["id"], id);
+
+    let row = wait_outcome(&c, id, "acked").await;
+    assert!(
+        row["delivered"].is_string() && row["acked"].is_string(),
+        "{row}"
+    );
+    assert!(row["latency_ms"].as_f64().is_some(), "{row}");
+
+    let ev = c.agent(AGENT).events();
+    let opened = ev
+        .iter()
+        .position(|e| matches!(e, AgentEvent::Opened(p) if p == "proxy-3" || p == "proxy-4"))
+        .expect("opened a tunnel to a live proxy");
+    let closed = position(&ev, &AgentEvent::Closed("proxy-1".into()));
+    assert!(opened < closed, "opened before closing: {ev:?}");
+    assert!(ev.contains(&AgentEvent::Acked {
+        id: id as u64,
+        ok: true
+    }));
+
+    c.advance_until(
+        "agent no longer stranded",
+        Duration::from_secs(5),
+        || async { state(&c, AGENT).await != "stranded" },
+    )
+    .await;
+    c.flush().await;
+    let eps = c
+        .ok(&format!("/api/v1/episodes?agent={AGENT}&state=stranded"))
+        .await;
+    let ep = &eps["items"][0];
+    assert!(ep["ended_at"].is_string(), "{eps}");
+    assert_eq!(
+        ep["ended_by_signal"], id,
+        "episode ended by the signal: {eps}"
+    );
+    // Auto reconnect is off: this was the only signal.
+    assert_eq!(
+        c.ok("/api/v1/signals").await["items"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+    c.shutdown().await;
+}
+
+/// Guards automatic recovery: with nobody acting, the stranded agent gets
+/// a Reconnect, moves, and then (still degraded, one tunnel on a dead
+/// proxy) gets another until it is healthy.
+#[tokio::test(start_paused = true)]
+async fn automatic_reconnect_recovers_without_a_person() {
+    let c = fleet().start().await;
+    c.ready().await;
+    c.agents_connected().await;
+    strand(&c).await;
+    c.advance_until("agent healthy again", Duration::from_secs(40), || async {
+        state(&c, AGENT).await == "healthy"
+    })
+    .await;
+    c.flush().await;
+    let sigs = c
+        .ok(&format!("/api/v1/signals?agent={AGENT}&requested_by=auto"))
+        .await;
+    let items = sigs["items"].as_array().expect("items");
+    assert!(!items.is_empty(), "automatic signals recorded");
+    assert!(items.iter().any(|s| s["outcome"] == "acked"), "{sigs}");
+    let eps = c
+        .ok(&format!("/api/v1/episodes?agent={AGENT}&state=stranded"))
+        .await;
+    assert!(eps["items"][0]["ended_by_signal"].is_i64(), "{eps}");
+    // Every agent is off the dead proxies now.
+    for a in &c.agents {
+        let t = a.tunnels();
+        assert!(
+            !t.contains(&"proxy-1".to_string()) && !t.contains(&"proxy-2".to_string()),
+            "{}: {t:?}",
+            a.name
+        );
+    }
+    c.shutdown().await;
+}
+
+/// Guards "no false alarms from Lifeline's own blindness": with the watch
+/// stream gone, proxies that stop heartbeating strand nobody and no
+/// automatic signal is sent; the summary says why.
+#[tokio::test(start_paused = true)]
+async fn a_killed_upstream_stream_sends_no_automatic_signal() {
+    let c = fleet().start().await;
+    c.ready().await;
+    c.agents_connected().await;
+    c.sim.set_accepting(false);
+    c.sim.kill_streams();
+    real_wait_not_ready(&c).await;
+    strand(&c).await;
+    c.advance(Duration::from_secs(30)).await;
+    let sigs = c.ok("/api/v1/signals").await;
+    assert_eq!(sigs["items"].as_array().map(Vec::len), Some(0), "{sigs}");
+    let g = &c.summary().await["signals"]["storm_guard"];
+    assert_eq!(g["paused"], true, "{g}");
+    assert!(
+        g["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not current"),
+        "{g}"
+    );
+    c.shutdown().await;
+}
+
+async fn real_wait_not_ready(c: &Running) {
+    support::real_timeout(support::REAL_WAIT, c.ll().fleet.wait_not_ready())
+        .await
+        .expect("stream loss noticed")
+        .expect("fleet alive");
+}
+
+/// Guards the storm guard: every agent stranded at once (both proxies
+/// expire at the same instant) pauses automatic reconnects, the summary
+/// says so; a manual reconnect still goes out.
+#[tokio::test(start_paused = true)]
+async fn more_than_the_storm_share_stranded_pauses_automatic_signals() {
+    let c = Cluster::new()
+        .agents(6)
+        .proxies(2)
+        .quiet()
+        .ttl(Duration::from_secs(10))
+        .agent_ttl(Duration::from_secs(3600))
+        .sim_agents(1.0)
+        .start()
+        .await;
+    c.ready().await;
+    c.agents_connected().await;
+    let e = c.expires(Kind::Proxy, "proxy-1").await;
+    c.advance_to(e).await;
+    c.advance(Duration::from_secs(5)).await;
+    assert_eq!(c.agents_in("stranded").await.len(), 6);
+    let g = c.summary().await["signals"]["storm_guard"].clone();
+    assert_eq!(g["paused"], true, "{g}");
+    assert!(
+        g["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("storm guard"),
+        "{g}"
+    );
+    assert_eq!(g["stranded_in_window"], 6, "{g}");
+    let auto = c.ok("/api/v1/signals?requested_by=auto").await;
+    assert_eq!(auto["items"].as_array().map(Vec::len), Some(0), "{auto}");
+
+    let (status, body) = c
+        .post(&format!("/api/v1/agents/{AGENT}/reconnect"), "")
+        .await;
+    assert_eq!(status, 202, "{body}");
+    // No live proxy to move to: the agent says so.
+    let row = wait_outcome(&c, body["id"].as_i64().unwrap_or_default(), "failed").await;
+    assert!(
+        row["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("no live proxy"),
+        "{row}"
+    );
+    c.shutdown().await;
+}
+
+/// Guards the selector endpoint and its refusals.
+#[tokio::test(start_paused = true)]
+async fn reconnect_selectors_and_refusals() {
+    let c = fleet().signals(|s| s.auto_reconnect = false).start().await;
+    c.ready().await;
+    c.agents_connected().await;
+    strand(&c).await;
+
+    let (status, body) = c
+        .post("/api/v1/reconnects", r#"{"state":"stranded"}"#)
+        .await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["matched"], 2, "{body}");
+    let mut agents = support::strs(&body["signals"], "agent");
+    agents.sort();
+    assert_eq!(agents, ["agent-00001", "agent-00005"]);
+
+    let (status, body) = c.post("/api/v1/reconnects", r#"{"proxy":"proxy-4"}"#).await;
+    assert_eq!(status, 202, "{body}");
+    assert!(support::strs(&body["signals"], "proxy")
+        .iter()
+        .all(|p| p == "proxy-4"));
+    let (status, body) = c
+        .post("/api/v1/reconnects", r#"{"auth_server":"auth-1"}"#)
+        .await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["matched"], 3, "{body}");
+
+    for (path, payload, code, error) in [
+        ("/api/v1/reconnects", "{}", 400, "bad_body"),
+        (
+            "/api/v1/reconnects",
+            r#"{"state":"stranded","proxy":"proxy-1"}"#,
+            400,
+            "bad_body",
+        ),
+        (
+            "/api/v1/reconnects",
+            r#"{"state":"healthy"}"#,
+            400,
+            "bad_body",
+        ),
+        (
+            "/api/v1/reconnects",
+            r#"{"proxy":"proxy-9"}"#,
+            404,
+            "not_found",
+        ),
+        ("/api/v1/reconnects", "not json", 400, "bad_body"),
+        ("/api/v1/agents/nobody/reconnect", "", 404, "not_found"),
+        (
+            "/api/v1/agents/agent-00001/reconnect",
+            r#"{"proxy":7}"#,
+            400,
+            "bad_body",
+        ),
+        (
+            "/api/v1/agents/agent-00001/reconnect",
+            r#"{"bogus":1}"#,
+            400,
+            "bad_body",
+        ),
+        (
+            "/api/v1/agents/agent-00002/reconnect",
+            r#"{"proxy":"proxy-1"}"#,
+            409,
+            "no_such_tunnel",
+        ),
+    ] {
+        let (status, body) = c.post(path, payload).await;
+        assert_eq!(status, code, "{path} {payload}: {body}");
+        assert_eq!(body["error"]["code"], error, "{path} {payload}: {body}");
+        assert!(body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()));
+    }
+    for (path, code) in [
+        ("/api/v1/signals/abc", 400),
+        ("/api/v1/signals/99999", 404),
+        ("/api/v1/signals?outcome=maybe", 400),
+        ("/api/v1/signals?limit=0", 400),
+        ("/api/v1/signals?cursor=x", 400),
+    ] {
+        assert_eq!(c.get(path).await.0, code, "{path}");
+    }
+    // Paging through the audit, newest first.
+    let p1 = c.ok("/api/v1/signals?limit=2").await;
+    let cursor = p1["next_cursor"].as_str().expect("a next page").to_string();
+    let p2 = c
+        .ok(&format!("/api/v1/signals?limit=2&cursor={cursor}"))
+        .await;
+    let (a, b) = (support::ids(&p1["items"]), support::ids(&p2["items"]));
+    assert!(a[0] > a[1] && a[1] > b[0], "{a:?} {b:?}");
+    c.shutdown().await;
+}
+
+/// Guards 409: an agent that is known but not on a signal stream.
+#[tokio::test(start_paused = true)]
+async fn reconnect_to_an_agent_without_a_stream_is_a_conflict() {
+    let c = Cluster::new().agents(2).start().await;
+    c.ready().await;
+    let (status, body) = c
+        .post(&format!("/api/v1/agents/{AGENT}/reconnect"), "")
+        .await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "not_connected");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not connected"),
+        "{body}"
+    );
+    c.shutdown().await;
+}
