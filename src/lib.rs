@@ -7,6 +7,7 @@
 pub mod app;
 pub mod backoff;
 pub mod bench;
+pub mod client;
 pub mod clock;
 pub mod config;
 pub mod demo;

@@ -67,6 +67,29 @@ enum Cmd {
         #[arg(long, default_value_t = 0.2)]
         legacy_share: f64,
     },
+    /// Ask agents to reconnect through a running Lifeline's REST API, and
+    /// print what became of each signal. Exits non-zero unless every signal
+    /// was acked.
+    Reconnect {
+        /// The agent to move (omit with --stranded).
+        #[arg(required_unless_present = "stranded", conflicts_with = "stranded")]
+        agent: Option<String>,
+        /// Every agent Lifeline currently counts as stranded.
+        #[arg(long)]
+        stranded: bool,
+        /// The proxy whose tunnel the agent should leave (default: its least healthy).
+        #[arg(long, conflicts_with = "stranded")]
+        proxy: Option<String>,
+        /// Why, for the audit log.
+        #[arg(long)]
+        reason: Option<String>,
+        /// Lifeline's HTTP address.
+        #[arg(long, env = "LIFELINE_SERVER", default_value = "http://127.0.0.1:8080")]
+        server: String,
+        /// How long to wait for the agents' acks.
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        wait: Duration,
+    },
     /// Run a benchmark and print JSON (use a release build).
     Bench {
         #[command(subcommand)]
@@ -182,12 +205,73 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             demo.shutdown().await;
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Reconnect {
+            agent,
+            stranded,
+            proxy,
+            reason,
+            server,
+            wait,
+        } => reconnect(agent, stranded, proxy, reason, &server, wait).await,
         Cmd::Bench { scenario } => {
             let report = lifeline::bench::run(scenario).await?;
             println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+fn describe(s: &lifeline::client::SignalRecordIn) -> String {
+    let mut line = format!("signal {} to {}: {}", s.id, s.agent, s.outcome);
+    if let Some(ms) = s.latency_ms {
+        line.push_str(&format!(" in {ms:.1} ms"));
+    }
+    if !s.detail.is_empty() {
+        line.push_str(&format!(" ({})", s.detail));
+    }
+    line
+}
+
+async fn reconnect(
+    agent: Option<String>,
+    stranded: bool,
+    proxy: Option<String>,
+    reason: Option<String>,
+    server: &str,
+    wait: Duration,
+) -> anyhow::Result<ExitCode> {
+    let client = lifeline::client::Client::new(server)?;
+    let sent = if stranded {
+        let r = client.reconnect_stranded(reason.as_deref()).await?;
+        println!(
+            "{} stranded agents; {} signalled, {} skipped",
+            r.matched,
+            r.signals.len(),
+            r.skipped.len()
+        );
+        for s in &r.skipped {
+            println!("skipped {}: {}", s.agent, s.reason);
+        }
+        r.signals
+    } else {
+        let agent = agent.context("name an agent or use --stranded")?;
+        vec![
+            client
+                .reconnect(&agent, proxy.as_deref(), reason.as_deref())
+                .await?,
+        ]
+    };
+    let mut all_acked = true;
+    for s in sent {
+        let s = client.wait_final(s, wait).await?;
+        println!("{}", describe(&s));
+        all_acked &= s.outcome == "acked";
+    }
+    Ok(if all_acked {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 async fn wait_for_signal() {

@@ -364,3 +364,59 @@ async fn reconnect_to_an_agent_without_a_stream_is_a_conflict() {
     );
     c.shutdown().await;
 }
+
+async fn cli(c: &Running, args: &[&str]) -> (i32, String, String) {
+    let out = support::real_timeout(
+        support::REAL_WAIT,
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_lifeline"))
+            .args(args)
+            .args(["--server", &c.ll().base_url(), "--wait", "10s"])
+            .env_remove("RUST_LOG")
+            .output(),
+    )
+    .await
+    .expect("CLI finished in time")
+    .expect("CLI runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Guards `lifeline reconnect`: it prints the signal's outcome and its exit
+/// code says whether the agent acked; refusals are clear and non-zero.
+#[tokio::test(start_paused = true)]
+async fn the_cli_reconnects_and_reports_the_outcome() {
+    let c = fleet().signals(|s| s.auto_reconnect = false).start().await;
+    c.ready().await;
+    c.agents_connected().await;
+    strand(&c).await;
+
+    let (code, out, err) = cli(
+        &c,
+        &[
+            "reconnect",
+            AGENT,
+            "--proxy",
+            "proxy-1",
+            "--reason",
+            "cli test",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(&format!("to {AGENT}: acked")), "{out}");
+    let rows = c.ok(&format!("/api/v1/signals?agent={AGENT}")).await;
+    assert_eq!(rows["items"][0]["requested_by"], "cli");
+    assert_eq!(rows["items"][0]["reason"], "cli test");
+
+    let (code, out, _) = cli(&c, &["reconnect", "--stranded"]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("1 stranded agents; 1 signalled"), "{out}");
+
+    let (code, _, err) = cli(&c, &["reconnect", "nobody"]).await;
+    assert_ne!(code, 0);
+    assert!(err.contains("404") && err.contains("nobody"), "{err}");
+    c.shutdown().await;
+}

@@ -1,0 +1,203 @@
+//! A small client of Lifeline's REST API, for the command line
+//! (`lifeline reconnect`). Speaks only the public API.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::store::signals::SignalRecord;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot reach Lifeline at {url}: {source}")]
+    Http { url: String, source: reqwest::Error },
+    /// Lifeline answered with an error body.
+    #[error("{status} {code}: {message}")]
+    Api {
+        status: u16,
+        code: String,
+        message: String,
+    },
+    #[error("unexpected answer from {url}: {detail}")]
+    Decode { url: String, detail: String },
+    #[error("invalid server URL {0:?}: {1}")]
+    Url(String, String),
+}
+
+#[derive(Deserialize)]
+struct ErrorBody {
+    error: ErrorInner,
+}
+
+#[derive(Deserialize)]
+struct ErrorInner {
+    code: String,
+    message: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Skipped {
+    pub agent: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Reconnects {
+    pub matched: usize,
+    pub signals: Vec<SignalRecordIn>,
+    pub skipped: Vec<Skipped>,
+}
+
+/// A signal row as the API returns it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct SignalRecordIn {
+    pub id: i64,
+    pub agent: String,
+    pub proxy: String,
+    pub outcome: String,
+    #[serde(default)]
+    pub detail: String,
+    pub latency_ms: Option<f64>,
+}
+
+impl From<&SignalRecord> for SignalRecordIn {
+    fn from(r: &SignalRecord) -> Self {
+        SignalRecordIn {
+            id: r.id,
+            agent: r.agent.clone(),
+            proxy: r.proxy.clone(),
+            outcome: r.outcome.clone(),
+            detail: r.detail.clone(),
+            latency_ms: r.latency_ms,
+        }
+    }
+}
+
+impl SignalRecordIn {
+    /// True once nothing more will happen to the signal.
+    pub fn is_final(&self) -> bool {
+        matches!(
+            self.outcome.as_str(),
+            "acked" | "failed" | "undeliverable" | "timeout"
+        )
+    }
+}
+
+pub struct Client {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Client {
+    pub fn new(server: &str) -> Result<Client, ClientError> {
+        let u =
+            url::Url::parse(server).map_err(|e| ClientError::Url(server.into(), e.to_string()))?;
+        if !matches!(u.scheme(), "http" | "https") {
+            return Err(ClientError::Url(
+                server.into(),
+                "use http:// or https://".into(),
+            ));
+        }
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|source| ClientError::Http {
+                url: server.into(),
+                source,
+            })?;
+        Ok(Client {
+            base: server.trim_end_matches('/').to_string(),
+            http,
+        })
+    }
+
+    async fn call(&self, req: reqwest::RequestBuilder, url: &str) -> Result<Value, ClientError> {
+        let resp = req
+            .header("x-requested-by", "cli")
+            .send()
+            .await
+            .map_err(|source| ClientError::Http {
+                url: url.into(),
+                source,
+            })?;
+        let status = resp.status().as_u16();
+        let text = resp.text().await.map_err(|source| ClientError::Http {
+            url: url.into(),
+            source,
+        })?;
+        if !(200..300).contains(&status) {
+            return Err(match serde_json::from_str::<ErrorBody>(&text) {
+                Ok(b) => ClientError::Api {
+                    status,
+                    code: b.error.code,
+                    message: b.error.message,
+                },
+                Err(_) => ClientError::Api {
+                    status,
+                    code: "http".into(),
+                    message: text.chars().take(200).collect(),
+                },
+            });
+        }
+        serde_json::from_str(&text).map_err(|e| ClientError::Decode {
+            url: url.into(),
+            detail: e.to_string(),
+        })
+    }
+
+    fn decode<T: for<'de> Deserialize<'de>>(v: Value, url: &str) -> Result<T, ClientError> {
+        serde_json::from_value(v).map_err(|e| ClientError::Decode {
+            url: url.into(),
+            detail: e.to_string(),
+        })
+    }
+
+    pub async fn reconnect(
+        &self,
+        agent: &str,
+        proxy: Option<&str>,
+        reason: Option<&str>,
+    ) -> Result<SignalRecordIn, ClientError> {
+        let url = format!(
+            "{}/api/v1/agents/{}/reconnect",
+            self.base,
+            url::form_urlencoded::byte_serialize(agent.as_bytes()).collect::<String>()
+        );
+        let body = json!({"proxy": proxy, "reason": reason});
+        let v = self.call(self.http.post(&url).json(&body), &url).await?;
+        Self::decode(v, &url)
+    }
+
+    pub async fn reconnect_stranded(
+        &self,
+        reason: Option<&str>,
+    ) -> Result<Reconnects, ClientError> {
+        let url = format!("{}/api/v1/reconnects", self.base);
+        let body = json!({"state": "stranded", "reason": reason});
+        let v = self.call(self.http.post(&url).json(&body), &url).await?;
+        Self::decode(v, &url)
+    }
+
+    pub async fn signal(&self, id: i64) -> Result<SignalRecordIn, ClientError> {
+        let url = format!("{}/api/v1/signals/{id}", self.base);
+        let v = self.call(self.http.get(&url), &url).await?;
+        Self::decode(v, &url)
+    }
+
+    /// Polls a signal until it is final or `wait` has passed.
+    pub async fn wait_final(
+        &self,
+        mut s: SignalRecordIn,
+        wait: Duration,
+    ) -> Result<SignalRecordIn, ClientError> {
+        let deadline = std::time::Instant::now() + wait;
+        let mut pause = Duration::from_millis(5);
+        while !s.is_final() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(250));
+            s = self.signal(s.id).await?;
+        }
+        Ok(s)
+    }
+}
