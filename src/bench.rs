@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+pub mod signals;
+
 use crate::app::{Lifeline, StartError, Tuning};
 use crate::clock::{Clock, Ts};
 use crate::config::Config;
@@ -54,6 +56,57 @@ pub enum Scenario {
         #[arg(long, default_value = "20ms", value_parser = humantime::parse_duration)]
         spacing: Duration,
     },
+    /// Connected agents (in a child process); latency from a proxy heartbeat
+    /// to its Discovery reaching every agent; server RSS per agent.
+    Fanout {
+        #[arg(long, default_value_t = 10_000)]
+        agents: usize,
+        /// Heartbeats measured (each of a different proxy, 500 ms apart).
+        #[arg(long, default_value_t = 20)]
+        rounds: usize,
+        #[arg(long, default_value_t = 100)]
+        per_connection: usize,
+    },
+    /// Discovery bytes and messages over a simulated hour: delta vs full_discovery.
+    DiscoveryTraffic {
+        #[arg(long, default_value_t = 10_000)]
+        agents: usize,
+        #[arg(long, default_value_t = 100)]
+        proxies: usize,
+        #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
+        ttl: Duration,
+        #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        /// Real agent streams measured (the rest are the same sequence).
+        #[arg(long, default_value_t = 10)]
+        streams: usize,
+    },
+    /// Latency from `POST /api/v1/agents/{name}/reconnect` to the agent's ack.
+    Reconnect {
+        #[arg(long, default_value_t = 1_000)]
+        agents: usize,
+        #[arg(long, default_value_t = 1_000)]
+        requests: usize,
+    },
+    /// Expiry of two proxies → every stranded agent back on a live tunnel,
+    /// with simulated agents and automatic reconnects.
+    Recovery {
+        #[arg(long, default_value_t = 1_000)]
+        agents: usize,
+        /// Share of agents that ignore TTLs (only Lifeline's signal moves them).
+        #[arg(long, default_value_t = 1.0)]
+        legacy_share: f64,
+    },
+    /// (internal) The agents process of `fanout` and `reconnect`.
+    #[command(hide = true)]
+    Agents {
+        #[arg(long)]
+        lifeline: std::net::SocketAddr,
+        #[arg(long)]
+        agents: usize,
+        #[arg(long, default_value_t = 100)]
+        per_connection: usize,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +123,8 @@ pub enum BenchError {
     Timeout(&'static str),
     #[error("the fleet stopped")]
     FleetGone,
+    #[error("agents: {0}")]
+    Agents(String),
 }
 
 impl From<crate::fleet::FleetGone> for BenchError {
@@ -97,6 +152,32 @@ pub async fn run(s: Scenario) -> Result<Value, BenchError> {
             expiring,
             spacing,
         } => detect(agents, proxies, expiring, spacing).await,
+        Scenario::Fanout {
+            agents,
+            rounds,
+            per_connection,
+        } => signals::fanout(agents, rounds, per_connection).await,
+        Scenario::DiscoveryTraffic {
+            agents,
+            proxies,
+            ttl,
+            duration,
+            streams,
+        } => tokio::task::spawn_blocking(move || {
+            signals::discovery_traffic(agents, proxies, ttl, duration, streams)
+        })
+        .await
+        .map_err(|e| BenchError::Agents(e.to_string()))?,
+        Scenario::Reconnect { agents, requests } => signals::reconnect(agents, requests).await,
+        Scenario::Recovery {
+            agents,
+            legacy_share,
+        } => signals::recovery(agents, legacy_share).await,
+        Scenario::Agents {
+            lifeline,
+            agents,
+            per_connection,
+        } => signals::agents_process(lifeline, agents, per_connection).await,
     }
 }
 
@@ -157,6 +238,26 @@ async fn wait_until(
             return Err(BenchError::Timeout(what));
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    Ok(())
+}
+
+async fn wait_until_async<F, Fut>(
+    what: &'static str,
+    limit: Duration,
+    mut f: F,
+) -> Result<(), BenchError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !f().await {
+        if start.elapsed() > limit {
+            return Err(BenchError::Timeout(what));
+        }
+        tokio::task::yield_now().await;
+        std::thread::sleep(Duration::from_micros(200));
     }
     Ok(())
 }
