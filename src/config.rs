@@ -680,6 +680,37 @@ mod tests {
     }
 
     #[test]
+    fn signal_settings_are_validated_and_overridable() {
+        let c = Config::from_toml("[signals]\nstorm_share = 1.5\n").unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("signals.storm_share"), "{e}");
+        let c = Config::from_toml("[signals]\nreconnect_interval = \"100ms\"\n").unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("signals.reconnect_interval"), "{e}");
+        let mut c = Config::default();
+        c.apply_env(|k| match k {
+            "LIFELINE_AUTO_RECONNECT" => Some("off".into()),
+            "LIFELINE_RECONNECT_INTERVAL" => Some("6h".into()),
+            "LIFELINE_FULL_DISCOVERY" => Some("true".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert!(!c.signals.auto_reconnect && c.signals.full_discovery);
+        assert_eq!(
+            c.signals.reconnect_interval,
+            Some(Duration::from_secs(6 * 3600))
+        );
+        let e = Config::default()
+            .apply_env(|k| (k == "LIFELINE_AUTO_RECONNECT").then(|| "maybe".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("LIFELINE_AUTO_RECONNECT") && e.contains("maybe"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn lb_policy_json_is_validated_at_start() {
         let c = Config::from_toml(
             "[signals]\ngrpc_client_lb_policy = '{\"loadBalancingConfig\":[{\"teleport_pick_healthy\":{\"mode\":\"reconnect\"}}]}'\n",

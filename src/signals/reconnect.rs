@@ -246,6 +246,11 @@ impl Auto {
             })
             .map(|(k, _)| *k)
             .collect();
+        // Still listing for the first time: expected, not worth a warning.
+        let starting = readiness
+            .kinds
+            .values()
+            .all(|s| s.state != crate::fleet::WatchState::Stale);
         let limit = (share * self.agents as f64).floor() as usize;
         let reason = if !stale.is_empty() {
             Some(format!(
@@ -272,7 +277,9 @@ impl Auto {
         self.guard.send_if_modified(|g| {
             let flipped = g.paused != paused || g.reason.is_some() != reason.is_some();
             if flipped {
-                if paused {
+                if paused && starting {
+                    info!("automatic reconnects wait until the cluster data is listed");
+                } else if paused {
                     warn!(
                         reason = reason.as_deref().unwrap_or(""),
                         "automatic reconnects paused"
