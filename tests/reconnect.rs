@@ -154,15 +154,32 @@ async fn automatic_reconnect_recovers_without_a_person() {
         .ok(&format!("/api/v1/episodes?agent={AGENT}&state=stranded"))
         .await;
     assert!(eps["items"][0]["ended_by_signal"].is_i64(), "{eps}");
-    // Every agent is off the dead proxies now.
-    for a in &c.agents {
-        let t = a.tunnels();
-        assert!(
-            !t.contains(&"proxy-1".to_string()) && !t.contains(&"proxy-2".to_string()),
-            "{}: {t:?}",
-            a.name
-        );
+    // Every agent gets off the dead proxies (the others on their own
+    // backoff schedules), and all end healthy.
+    let dead = ["proxy-1".to_string(), "proxy-2".to_string()];
+    let off = || {
+        c.agents
+            .iter()
+            .all(|a| a.tunnels().iter().all(|t| !dead.contains(t)))
+    };
+    for _ in 0..240 {
+        if off() {
+            break;
+        }
+        c.advance(Duration::from_millis(250)).await;
     }
+    if !off() {
+        for a in &c.agents {
+            eprintln!("{} {:?} {:?}", a.name, a.tunnels(), a.events());
+        }
+        eprintln!("{}", c.ok("/api/v1/signals?limit=50").await);
+        eprintln!("{}", c.summary().await["signals"]);
+        panic!("agents left on dead proxies");
+    }
+    c.advance_until("every agent healthy", Duration::from_secs(5), || async {
+        c.agents_in("healthy").await.len() == 6
+    })
+    .await;
     c.shutdown().await;
 }
 
@@ -418,5 +435,92 @@ async fn the_cli_reconnects_and_reports_the_outcome() {
     let (code, _, err) = cli(&c, &["reconnect", "nobody"]).await;
     assert_ne!(code, 0);
     assert!(err.contains("404") && err.contains("nobody"), "{err}");
+    c.shutdown().await;
+}
+
+/// Guards periodic reconnects: every connected agent gets one per interval,
+/// spread so no more than the configured rate goes out per second.
+#[tokio::test(start_paused = true)]
+async fn periodic_reconnects_reach_every_agent_at_a_bounded_rate() {
+    let c = Cluster::new()
+        .agents(6)
+        .proxies(4)
+        .sim_agents(0.0)
+        .signals(|s| {
+            s.reconnect_interval = Some(Duration::from_secs(20));
+            s.periodic_max_per_second = 2;
+        })
+        .start()
+        .await;
+    c.ready().await;
+    c.agents_connected().await;
+    c.advance_until("a periodic round done", Duration::from_secs(40), || async {
+        c.ok("/api/v1/signals?requested_by=periodic").await["items"]
+            .as_array()
+            .is_some_and(|a| a.len() >= 6)
+    })
+    .await;
+    c.flush().await;
+    let rows = c.ok("/api/v1/signals?requested_by=periodic&limit=6").await;
+    let mut agents = support::strs(&rows["items"], "agent");
+    agents.sort();
+    agents.dedup();
+    assert_eq!(agents.len(), 6, "one per agent: {rows}");
+    // At most 2 per second: 6 signals span at least 2 s.
+    let times: Vec<_> = rows["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|r| support::ts(&r["created"]))
+        .collect();
+    let (first, last) = (times.iter().min().unwrap(), times.iter().max().unwrap());
+    assert!(last.since(*first) >= Duration::from_secs(2), "{rows}");
+    c.shutdown().await;
+}
+
+/// Guards graceful tunnel closing: agents that want one tunnel but hold two
+/// get a CloseTunnel once the topology has been still past the threshold,
+/// and never lose their last live tunnel.
+#[tokio::test(start_paused = true)]
+async fn graceful_closing_trims_excess_tunnels_after_a_still_period() {
+    let c = Cluster::new()
+        .agents(4)
+        .proxies(3)
+        .sim_agents(0.0)
+        .desired_tunnels(1)
+        .signals(|s| {
+            s.graceful_tunnel_closing = true;
+            s.graceful_threshold = Duration::from_secs(10);
+        })
+        .start()
+        .await;
+    c.ready().await;
+    c.agents_connected().await;
+    // Not before the (randomised) threshold of 10–20 s.
+    c.advance(Duration::from_secs(8)).await;
+    assert_eq!(
+        c.ok("/api/v1/signals?kind=close_tunnel").await["items"]
+            .as_array()
+            .map(Vec::len),
+        Some(0)
+    );
+    c.advance_until(
+        "every agent down to one tunnel",
+        Duration::from_secs(40),
+        || async { c.agents.iter().all(|a| a.tunnels().len() == 1) },
+    )
+    .await;
+    c.flush().await;
+    let rows = c.ok("/api/v1/signals?kind=close_tunnel").await;
+    assert!(support::strs(&rows["items"], "requested_by")
+        .iter()
+        .all(|r| r == "graceful"));
+    c.advance(Duration::from_secs(30)).await;
+    for a in &c.agents {
+        assert_eq!(a.tunnels().len(), 1, "{} keeps its last tunnel", a.name);
+    }
+    for name in ["agent-00001", "agent-00002", "agent-00003", "agent-00004"] {
+        assert_eq!(state(&c, name).await, "healthy");
+    }
     c.shutdown().await;
 }

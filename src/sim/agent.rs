@@ -179,6 +179,28 @@ impl SimAgent {
         per_connection: usize,
         parent: &CancellationToken,
     ) -> Result<Vec<SimAgent>, tonic::transport::Error> {
+        let desired = cluster.spec().tunnels_per_agent as u32;
+        Self::start_for_cluster_wanting(
+            cluster,
+            lifeline,
+            legacy_share,
+            per_connection,
+            desired,
+            parent,
+        )
+        .await
+    }
+
+    /// As `start_for_cluster`, with agents that want `desired_tunnels`
+    /// (fewer than they hold makes them candidates for graceful closing).
+    pub async fn start_for_cluster_wanting(
+        cluster: &SimCluster,
+        lifeline: SocketAddr,
+        legacy_share: f64,
+        per_connection: usize,
+        desired_tunnels: u32,
+        parent: &CancellationToken,
+    ) -> Result<Vec<SimAgent>, tonic::transport::Error> {
         let n = cluster.spec().agents;
         let mut rng = rand::rngs::SmallRng::seed_from_u64(cluster.spec().seed ^ 0xa6e7);
         let mut out = Vec::with_capacity(n);
@@ -193,7 +215,7 @@ impl SimAgent {
             let auth = cluster.agent_auth(&name).await.unwrap_or_default();
             let opts = AgentOptions {
                 legacy: rng.random_bool(legacy_share.clamp(0.0, 1.0)),
-                desired_tunnels: cluster.spec().tunnels_per_agent as u32,
+                desired_tunnels,
                 seed: cluster.spec().seed.wrapping_add(i as u64),
                 ..AgentOptions::default()
             };
@@ -320,13 +342,14 @@ impl SimAgent {
         self.record(AgentEvent::Closed(proxy.to_string()));
     }
 
-    /// A live proxy the agent is not on, the one with the most time left.
-    fn pick_target(&self) -> Option<String> {
+    /// A live proxy the agent is not on (nor leaving), the one with the
+    /// most time left.
+    fn pick_target(&self, leaving: &str) -> Option<String> {
         let s = lock(&self.shared);
         let now = Instant::now();
         s.known
             .iter()
-            .filter(|(p, until)| **until > now && !s.tunnels.contains(*p))
+            .filter(|(p, until)| **until > now && !s.tunnels.contains(*p) && p.as_str() != leaving)
             .max_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0)))
             .map(|(p, _)| p.clone())
     }
@@ -344,7 +367,7 @@ impl SimAgent {
     /// Open first, then close: never a moment with fewer tunnels.
     async fn move_off(&self, cluster: &Option<SimCluster>, from: &str) -> Result<String, String> {
         let target = self
-            .pick_target()
+            .pick_target(from)
             .ok_or_else(|| "no live proxy to move to".to_string())?;
         self.open_tunnel(cluster, &target).await;
         if lock(&self.shared).tunnels.contains(from) {
@@ -397,9 +420,14 @@ impl SimAgent {
                 } else {
                     r.proxy.clone()
                 };
-                match self.move_off(cluster, &from).await {
-                    Ok(to) => (true, format!("moved {from} → {to}")),
-                    Err(e) => (false, e),
+                if !lock(&self.shared).tunnels.contains(&from) {
+                    // Already moved (the signal crossed the move): done.
+                    (true, format!("not on {from}; nothing to move"))
+                } else {
+                    match self.move_off(cluster, &from).await {
+                        Ok(to) => (true, format!("moved {from} → {to}")),
+                        Err(e) => (false, e),
+                    }
                 }
             }
             Some(pb::signal::Kind::CloseTunnel(c)) => {

@@ -33,6 +33,7 @@ pub struct Cluster {
     signals: Vec<SignalsEdit>,
     /// Start a simulated agent per cluster agent, this share legacy.
     sim_agents: Option<f64>,
+    desired_tunnels: Option<u32>,
 }
 
 /// `Cluster::new().agents(6).proxies(3).start().await`
@@ -52,6 +53,7 @@ impl Cluster {
             lb_policy: String::new(),
             signals: Vec::new(),
             sim_agents: None,
+            desired_tunnels: None,
         }
     }
     pub fn agents(mut self, n: usize) -> Self {
@@ -112,6 +114,11 @@ impl Cluster {
         self.sim_agents = Some(legacy_share);
         self
     }
+    /// Simulated agents want this many tunnels (default: what they hold).
+    pub fn desired_tunnels(mut self, n: u32) -> Self {
+        self.desired_tunnels = Some(n);
+        self
+    }
     pub fn max_message_bytes(mut self, n: usize) -> Self {
         self.max_message_bytes = n;
         self
@@ -148,11 +155,17 @@ impl Cluster {
         .await
         .expect("lifeline starts");
         let agents = match self.sim_agents {
-            Some(share) => {
-                SimAgent::start_for_cluster(&sim, ll.grpc_addr, share, 1000, &ll.shutdown_token())
-                    .await
-                    .expect("simulated agents start")
-            }
+            Some(share) => SimAgent::start_for_cluster_wanting(
+                &sim,
+                ll.grpc_addr,
+                share,
+                1000,
+                self.desired_tunnels
+                    .unwrap_or(sim.spec().tunnels_per_agent as u32),
+                &ll.shutdown_token(),
+            )
+            .await
+            .expect("simulated agents start"),
             None => Vec::new(),
         };
         Running {
