@@ -218,9 +218,14 @@ fn config(sim: &SimCluster, db: PathBuf, page_size: u32) -> Config {
 }
 
 fn peak_rss_kib() -> Option<u64> {
+    proc_status_kib("VmHWM:")
+}
+
+/// A `kB` field of `/proc/self/status` (`VmRSS:`, `VmHWM:`).
+fn proc_status_kib(field: &str) -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
     s.lines()
-        .find(|l| l.starts_with("VmHWM:"))?
+        .find(|l| l.starts_with(field))?
         .split_whitespace()
         .nth(1)?
         .parse()

@@ -6,8 +6,6 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::store::signals::SignalRecord;
-
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     #[error("cannot reach Lifeline at {url}: {source}")]
@@ -49,7 +47,8 @@ pub struct Reconnects {
     pub skipped: Vec<Skipped>,
 }
 
-/// A signal row as the API returns it.
+/// The fields of a signal row (`store::signals::SignalRecord` as JSON) the
+/// CLI prints.
 #[derive(Debug, Clone, Deserialize)]
 pub struct SignalRecordIn {
     pub id: i64,
@@ -59,19 +58,6 @@ pub struct SignalRecordIn {
     #[serde(default)]
     pub detail: String,
     pub latency_ms: Option<f64>,
-}
-
-impl From<&SignalRecord> for SignalRecordIn {
-    fn from(r: &SignalRecord) -> Self {
-        SignalRecordIn {
-            id: r.id,
-            agent: r.agent.clone(),
-            proxy: r.proxy.clone(),
-            outcome: r.outcome.clone(),
-            detail: r.detail.clone(),
-            latency_ms: r.latency_ms,
-        }
-    }
 }
 
 impl SignalRecordIn {

@@ -128,10 +128,10 @@ pub enum Command {
         proxies: Vec<String>,
         auth_server: String,
     },
-    /// An audited signal was sent to the agent.
+    /// Audited signals (agent, id) were sent at `at`: one command per
+    /// request, however many agents it names.
     Signaled {
-        agent: String,
-        id: i64,
+        signals: Vec<(String, i64)>,
         at: Ts,
     },
     /// Runs against settled state; used for every query.

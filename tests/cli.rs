@@ -7,6 +7,15 @@ fn lifeline() -> Command {
     Command::new(env!("CARGO_BIN_EXE_lifeline"))
 }
 
+/// Runs a command that must stop on its configuration: exit 78, and the
+/// message on stderr (returned).
+fn config_error(cmd: &mut Command, what: &str) -> String {
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(78), "{what}: {err}");
+    err
+}
+
 /// Guards "a broken config file gets a clear error": the field is named and
 /// the exit code is EX_CONFIG (78).
 #[test]
@@ -30,14 +39,13 @@ fn invalid_config_names_the_field_and_exits_78() {
     for (i, (text, needle)) in cases.iter().enumerate() {
         let path = dir.path().join(format!("bad{i}.toml"));
         std::fs::write(&path, text).unwrap();
-        let out = lifeline()
-            .args(["serve", "--config"])
-            .arg(&path)
-            .env("LIFELINE_DB", dir.path().join("x.db"))
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(78), "{text:?}: {err}");
+        let err = config_error(
+            lifeline()
+                .args(["serve", "--config"])
+                .arg(&path)
+                .env("LIFELINE_DB", dir.path().join("x.db")),
+            text,
+        );
         assert!(
             err.contains(needle),
             "{text:?}: {err:?} should name {needle:?}"
@@ -47,24 +55,21 @@ fn invalid_config_names_the_field_and_exits_78() {
 
 #[test]
 fn bad_environment_override_names_the_variable() {
-    let out = lifeline()
-        .args(["check-config"])
-        .env("LIFELINE_RETENTION", "forever")
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(78), "{err}");
+    let err = config_error(
+        lifeline()
+            .args(["check-config"])
+            .env("LIFELINE_RETENTION", "forever"),
+        "LIFELINE_RETENTION=forever",
+    );
     assert!(err.contains("LIFELINE_RETENTION"), "{err}");
 }
 
 #[test]
 fn missing_config_file_is_a_clear_error() {
-    let out = lifeline()
-        .args(["serve", "--config", "/nonexistent/lifeline.toml"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(78), "{err}");
+    let err = config_error(
+        lifeline().args(["serve", "--config", "/nonexistent/lifeline.toml"]),
+        "missing file",
+    );
     assert!(err.contains("/nonexistent/lifeline.toml"), "{err}");
 }
 

@@ -35,15 +35,9 @@ async fn connect_with(c: &Running, agent: &str, window: Option<u32>) -> Raw {
     }
     let ch = ep.connect().await.expect("Lifeline's gRPC port answers");
     let (tx, rx) = mpsc::channel(4);
-    tx.send(pb::AgentMessage {
-        msg: Some(pb::agent_message::Msg::Hello(pb::Hello {
-            agent: agent.into(),
-            version: "test".into(),
-            desired_tunnels: 2,
-        })),
-    })
-    .await
-    .expect("hello queued");
+    tx.send(pb::AgentMessage::hello(agent, "test", 2))
+        .await
+        .expect("hello queued");
     let inbound = AgentSignalsClient::new(ch)
         .connect(ReceiverStream::new(rx))
         .await
@@ -59,13 +53,12 @@ fn discovery(s: pb::Signal) -> pb::Discovery {
     }
 }
 
-async fn next(c: &Running, r: &mut Raw) -> pb::Discovery {
+async fn next(r: &mut Raw) -> pb::Discovery {
     let m = support::real_timeout(support::REAL_WAIT, r.inbound.message())
         .await
         .expect("a message in time")
         .expect("stream healthy")
         .expect("stream open");
-    let _ = c;
     discovery(m)
 }
 
@@ -96,7 +89,7 @@ async fn discovery_is_full_first_then_coalesced_deltas() {
     c.ready().await;
     c.advance(Duration::from_secs(20)).await;
     let mut r = connect(&c, "agent-00001").await;
-    let first = next(&c, &mut r).await;
+    let first = next(&mut r).await;
     assert!(first.full);
     assert_eq!(names(&first), ["proxy-1", "proxy-2", "proxy-3"]);
     for p in &first.proxies {
@@ -118,7 +111,7 @@ async fn discovery_is_full_first_then_coalesced_deltas() {
         .heartbeat(lifeline::model::Kind::Proxy, "proxy-3")
         .await;
     c.quiesce().await;
-    let d = next(&c, &mut r).await;
+    let d = next(&mut r).await;
     assert!(!d.full);
     assert_eq!(names(&d), ["proxy-1", "proxy-3"]);
     assert_eq!(ttl_s(&d, "proxy-1"), 60);
@@ -129,7 +122,7 @@ async fn discovery_is_full_first_then_coalesced_deltas() {
         .heartbeat(lifeline::model::Kind::Proxy, "proxy-2")
         .await;
     c.quiesce().await;
-    let d = next(&c, &mut r).await;
+    let d = next(&mut r).await;
     assert!(!d.full);
     assert_eq!(names(&d), ["proxy-2"]);
     assert_eq!(ttl_s(&d, "proxy-2"), 60);
@@ -158,18 +151,17 @@ async fn a_stalled_stream_does_not_delay_the_others() {
     c.ready().await;
     let mut stalled = connect_with(&c, "agent-00001", Some(4096)).await;
     let mut live = connect(&c, "agent-00002").await;
-    assert!(next(&c, &mut stalled).await.full);
-    assert!(next(&c, &mut live).await.full);
+    assert!(next(&mut stalled).await.full);
+    assert!(next(&mut live).await.full);
     // Enough heartbeats to fill the stalled stream's HTTP/2 window.
-    let mut last = String::new();
     for i in 0..3000 {
         tokio::time::advance(Duration::from_millis(1)).await;
-        last = format!("proxy-{}", i % 3 + 1);
-        c.sim.heartbeat(lifeline::model::Kind::Proxy, &last).await;
+        let proxy = format!("proxy-{}", i % 3 + 1);
+        c.sim.heartbeat(lifeline::model::Kind::Proxy, &proxy).await;
         if i % 100 == 99 {
             c.quiesce().await;
             // The live stream keeps up while the other is not read at all.
-            let d = next(&c, &mut live).await;
+            let d = next(&mut live).await;
             assert!(!d.proxies.is_empty());
             while let Some(Some(Ok(_))) =
                 futures::FutureExt::now_or_never(live.inbound.message()).map(|m| m.transpose())
@@ -191,7 +183,6 @@ async fn a_stalled_stream_does_not_delay_the_others() {
     }
     assert!(got < 3000, "bounded: {got} messages");
     assert!(saw_full, "caught up with a full Discovery");
-    let _ = last;
     c.shutdown().await;
 }
 
@@ -207,7 +198,6 @@ async fn a_sim_agent_moves_off_a_not_serving_auth_without_dropping_a_stream() {
         .start()
         .await;
     c.ready().await;
-    c.agents_connected().await;
     let a = c.agent("agent-00001");
     assert_eq!(a.auth(), "auth-1");
     let open = a.open_auth_stream(&c.sim).expect("stream opened");
@@ -248,7 +238,6 @@ async fn a_sim_agent_moves_off_a_not_serving_auth_without_dropping_a_stream() {
 async fn under_pick_first_a_sim_agent_does_not_watch_auth_health() {
     let c = Cluster::new().agents(2).sim_agents(0.0).start().await;
     c.ready().await;
-    c.agents_connected().await;
     c.sim
         .set_auth_status("auth-1", tonic_health::ServingStatus::NotServing)
         .await;

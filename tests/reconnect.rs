@@ -65,7 +65,6 @@ fn position(events: &[AgentEvent], e: &AgentEvent) -> usize {
 async fn manual_reconnect_recovers_a_stranded_legacy_agent() {
     let c = fleet().signals(|s| s.auto_reconnect = false).start().await;
     c.ready().await;
-    c.agents_connected().await;
     strand(&c).await;
     assert!(c.agents_in("stranded").await.contains(&AGENT.to_string()));
 
@@ -137,7 +136,6 @@ async fn manual_reconnect_recovers_a_stranded_legacy_agent() {
 async fn automatic_reconnect_recovers_without_a_person() {
     let c = fleet().start().await;
     c.ready().await;
-    c.agents_connected().await;
     strand(&c).await;
     c.advance_until("agent healthy again", Duration::from_secs(40), || async {
         state(&c, AGENT).await == "healthy"
@@ -190,7 +188,6 @@ async fn automatic_reconnect_recovers_without_a_person() {
 async fn a_killed_upstream_stream_sends_no_automatic_signal() {
     let c = fleet().start().await;
     c.ready().await;
-    c.agents_connected().await;
     c.sim.set_accepting(false);
     c.sim.kill_streams();
     real_wait_not_ready(&c).await;
@@ -232,7 +229,6 @@ async fn more_than_the_storm_share_stranded_pauses_automatic_signals() {
         .start()
         .await;
     c.ready().await;
-    c.agents_connected().await;
     let e = c.expires(Kind::Proxy, "proxy-1").await;
     c.advance_to(e).await;
     c.advance(Duration::from_secs(5)).await;
@@ -271,9 +267,21 @@ async fn more_than_the_storm_share_stranded_pauses_automatic_signals() {
 async fn reconnect_selectors_and_refusals() {
     let c = fleet().signals(|s| s.auto_reconnect = false).start().await;
     c.ready().await;
-    c.agents_connected().await;
     strand(&c).await;
 
+    // Before anything moves: proxy-4 carries agent-00003 (proxy-3, proxy-4)
+    // and agent-00004 (proxy-4, proxy-1).
+    let (status, body) = c.post("/api/v1/reconnects", r#"{"proxy":"proxy-4"}"#).await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["matched"], 2, "{body}");
+    let mut agents = support::strs(&body["signals"], "agent");
+    agents.sort();
+    assert_eq!(agents, ["agent-00003", "agent-00004"]);
+    assert!(support::strs(&body["signals"], "proxy")
+        .iter()
+        .all(|p| p == "proxy-4"));
+
+    // Moving those two strands nobody: still the two on proxy-1 + proxy-2.
     let (status, body) = c
         .post("/api/v1/reconnects", r#"{"state":"stranded"}"#)
         .await;
@@ -283,11 +291,6 @@ async fn reconnect_selectors_and_refusals() {
     agents.sort();
     assert_eq!(agents, ["agent-00001", "agent-00005"]);
 
-    let (status, body) = c.post("/api/v1/reconnects", r#"{"proxy":"proxy-4"}"#).await;
-    assert_eq!(status, 202, "{body}");
-    assert!(support::strs(&body["signals"], "proxy")
-        .iter()
-        .all(|p| p == "proxy-4"));
     let (status, body) = c
         .post("/api/v1/reconnects", r#"{"auth_server":"auth-1"}"#)
         .await;
@@ -407,7 +410,6 @@ async fn cli(c: &Running, args: &[&str]) -> (i32, String, String) {
 async fn the_cli_reconnects_and_reports_the_outcome() {
     let c = fleet().signals(|s| s.auto_reconnect = false).start().await;
     c.ready().await;
-    c.agents_connected().await;
     strand(&c).await;
 
     let (code, out, err) = cli(
@@ -453,7 +455,6 @@ async fn periodic_reconnects_reach_every_agent_at_a_bounded_rate() {
         .start()
         .await;
     c.ready().await;
-    c.agents_connected().await;
     c.advance_until("a periodic round done", Duration::from_secs(40), || async {
         c.ok("/api/v1/signals?requested_by=periodic").await["items"]
             .as_array()
@@ -495,7 +496,6 @@ async fn graceful_closing_trims_excess_tunnels_after_a_still_period() {
         .start()
         .await;
     c.ready().await;
-    c.agents_connected().await;
     // Not before the (randomised) threshold of 10–20 s.
     c.advance(Duration::from_secs(8)).await;
     assert_eq!(

@@ -32,13 +32,23 @@ fn wall_us() -> i64 {
 }
 
 fn rss_kib() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/self/status").ok()?;
-    s.lines()
-        .find(|l| l.starts_with("VmRSS:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
+    super::proc_status_kib("VmRSS:")
+}
+
+/// Opens one bare agent stream: Hello sent, the sender kept for acks.
+async fn agent_stream(
+    ch: tonic::transport::Channel,
+    name: &str,
+) -> Option<(mpsc::Sender<pb::AgentMessage>, tonic::Streaming<pb::Signal>)> {
+    let (tx, rx) = mpsc::channel(8);
+    tx.send(pb::AgentMessage::hello(name, "bench", 2))
+        .await
+        .ok()?;
+    let resp = AgentSignalsClient::new(ch)
+        .connect(ReceiverStream::new(rx))
+        .await
+        .ok()?;
+    Some((tx, resp.into_inner()))
 }
 
 /// What the agents process reports when its stdin closes.
@@ -72,26 +82,11 @@ pub async fn agents_process(
         let Some(ch) = channel.clone() else { break };
         let (stop, done, connected) = (stop.clone(), done_tx.clone(), connected.clone());
         tokio::spawn(async move {
-            let name = agent_name(i);
-            let (tx, rx) = mpsc::channel(8);
-            let _ = tx
-                .send(pb::AgentMessage {
-                    msg: Some(pb::agent_message::Msg::Hello(pb::Hello {
-                        agent: name,
-                        version: "bench".into(),
-                        desired_tunnels: 2,
-                    })),
-                })
-                .await;
             let mut got: Vec<(String, i64)> = Vec::new();
             let (mut acks, mut messages) = (0usize, 0u64);
             let mut seen: std::collections::HashSet<String> = Default::default();
-            if let Ok(resp) = AgentSignalsClient::new(ch)
-                .connect(ReceiverStream::new(rx))
-                .await
-            {
+            if let Some((tx, mut inbound)) = agent_stream(ch, &agent_name(i)).await {
                 connected.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let mut inbound = resp.into_inner();
                 loop {
                     let m = tokio::select! {
                         _ = stop.cancelled() => break,
@@ -112,13 +107,7 @@ pub async fn agents_process(
                         | Some(pb::signal::Kind::CloseTunnel(_)) => {
                             acks += 1;
                             let _ = tx
-                                .send(pb::AgentMessage {
-                                    msg: Some(pb::agent_message::Msg::Ack(pb::SignalAck {
-                                        signal_id: s.id,
-                                        ok: true,
-                                        detail: String::new(),
-                                    })),
-                                })
+                                .send(pb::AgentMessage::ack(s.id, true, String::new()))
                                 .await;
                         }
                         _ => {}
@@ -217,7 +206,6 @@ impl Child {
         if let Some(mut stdin) = self.proc.stdin.take() {
             let _ = stdin.shutdown().await;
         }
-        drop(self.proc.stdin.take());
         let mut json = String::new();
         while let Ok(Some(line)) = self.lines.next_line().await {
             if !line.starts_with("connected ") {
@@ -481,37 +469,20 @@ async fn traffic_run(
     })
     .await?;
     let stop = CancellationToken::new();
-    let counted = Arc::new(std::sync::atomic::AtomicU64::new(0));
     for i in 0..streams {
         let ch = lifeline_channel(ll.grpc_addr).map_err(|e| BenchError::Agents(e.to_string()))?;
-        let (stop, counted) = (stop.clone(), counted.clone());
+        let stop = stop.clone();
         tokio::spawn(async move {
-            let (tx, rx) = mpsc::channel(4);
-            let _ = tx
-                .send(pb::AgentMessage {
-                    msg: Some(pb::agent_message::Msg::Hello(pb::Hello {
-                        agent: agent_name(i),
-                        version: "bench".into(),
-                        desired_tunnels: 2,
-                    })),
-                })
-                .await;
-            if let Ok(r) = AgentSignalsClient::new(ch)
-                .connect(ReceiverStream::new(rx))
-                .await
-            {
-                let mut s = r.into_inner();
-                loop {
-                    tokio::select! {
-                        _ = stop.cancelled() => break,
-                        m = s.message() => match m {
-                            Ok(Some(_)) => { counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed); }
-                            _ => break,
-                        },
-                    }
+            // Lifeline counts what it sends; the agent only has to read it.
+            let Some((_tx, mut inbound)) = agent_stream(ch, &agent_name(i)).await else {
+                return;
+            };
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    m = inbound.message() => if !matches!(m, Ok(Some(_))) { break },
                 }
             }
-            drop(tx);
         });
     }
     let hub = ll.hub.clone();

@@ -169,7 +169,11 @@ fn handle(fleet: &mut Fleet, cmd: Command) -> Option<tokio::sync::oneshot::Sende
             proxies,
             auth_server,
         } => fleet.report(&agent, proxies, auth_server),
-        Command::Signaled { agent, id, at } => fleet.signaled(&agent, id, at),
+        Command::Signaled { signals, at } => {
+            for (agent, id) in signals {
+                fleet.signaled(&agent, id, at);
+            }
+        }
         Command::Read(f) => {
             fleet.fire_due();
             fleet.settle();

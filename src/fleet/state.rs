@@ -38,6 +38,9 @@ pub struct Rules {
     pub max_pending_events: usize,
 }
 
+/// What one PUT did: (event name, liveness flipped or new, now expired).
+type Observed = (&'static str, bool, bool);
+
 /// A heartbeating resource as last seen.
 #[derive(Clone, Debug)]
 pub struct ResEntry {
@@ -56,6 +59,23 @@ impl ResEntry {
             heartbeats: 0,
             first_seen: now,
         }
+    }
+
+    /// A first PUT: the entry, and ("added", new, expired).
+    fn added(server: Server, now: Ts) -> (ResEntry, Observed) {
+        let e = ResEntry::new(server, now);
+        let expired = e.expired;
+        (e, ("added", true, expired))
+    }
+
+    /// A PUT to a known resource: (event, liveness flipped, expired).
+    fn observe(&mut self, server: Server, now: Ts) -> Observed {
+        let (hb, flipped) = self.update(server, now);
+        (
+            if hb { "heartbeat" } else { "update" },
+            flipped,
+            self.expired,
+        )
     }
 
     /// Returns (heartbeat, liveness flipped).
@@ -623,24 +643,19 @@ impl Fleet {
         let ttl_us = dur_micros(s.ttl);
         self.pending.put_server(&s);
         let (event, flipped_or_new, expired) = match kind {
-            Kind::Proxy => {
-                let r = match self.proxies.get_mut(&name) {
-                    Some(e) => {
-                        let (hb, flipped) = e.update(s, now);
-                        (if hb { "heartbeat" } else { "update" }, flipped, e.expired)
-                    }
-                    None => {
-                        let e = ResEntry::new(s, now);
-                        let expired = e.expired;
-                        self.proxies.insert(name.clone(), e);
-                        ("added", true, expired)
-                    }
-                };
-                if let Some(e) = self.proxies.get(&name) {
+            Kind::Proxy => match self.proxies.get_mut(&name) {
+                Some(e) => {
+                    let r = e.observe(s, now);
                     self.board.put(&e.server, now);
+                    r
                 }
-                r
-            }
+                None => {
+                    let (e, r) = ResEntry::added(s, now);
+                    self.board.put(&e.server, now);
+                    self.proxies.insert(name.clone(), e);
+                    r
+                }
+            },
             Kind::AuthServer => {
                 let entry = self
                     .auths
@@ -654,15 +669,11 @@ impl Fleet {
                     .as_ref()
                     .is_none_or(|r| r.server.addr != s.addr);
                 let r = match entry.resource.as_mut() {
-                    Some(e) => {
-                        let (hb, flipped) = e.update(s, now);
-                        (if hb { "heartbeat" } else { "update" }, flipped, e.expired)
-                    }
+                    Some(e) => e.observe(s, now),
                     None => {
-                        let e = ResEntry::new(s, now);
-                        let expired = e.expired;
+                        let (e, r) = ResEntry::added(s, now);
                         entry.resource = Some(e);
-                        ("added", true, expired)
+                        r
                     }
                 };
                 if fresh_entry {
@@ -683,20 +694,12 @@ impl Fleet {
                     .map(|a| a.res.server.auth_server.clone());
                 let new_auth = s.auth_server.clone();
                 let r = match self.agents.get_mut(&name) {
-                    Some(a) => {
-                        let (hb, flipped) = a.res.update(s, now);
-                        (
-                            if hb { "heartbeat" } else { "update" },
-                            flipped,
-                            a.res.expired,
-                        )
-                    }
+                    Some(a) => a.res.observe(s, now),
                     None => {
-                        let e = ResEntry::new(s, now);
-                        let expired = e.expired;
+                        let (e, r) = ResEntry::added(s, now);
                         self.agent_order.insert(name.clone());
                         self.agents.insert(name.clone(), AgentEntry::new(e, now));
-                        ("added", true, expired)
+                        r
                     }
                 };
                 if old_auth.as_deref() != Some(new_auth.as_str()) {

@@ -48,7 +48,7 @@ pub(super) fn nonempty(name: &str, v: Option<String>) -> Result<Option<String>, 
     }
 }
 
-fn id_cursor(c: Option<String>) -> Result<Option<i64>, ApiError> {
+pub(super) fn id_cursor(c: Option<String>) -> Result<Option<i64>, ApiError> {
     c.map(|c| {
         c.parse::<i64>()
             .ok()

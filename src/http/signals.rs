@@ -8,7 +8,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
-use super::api::{limit, nonempty};
+use super::api::{id_cursor, limit, nonempty};
 use super::error::{ApiError, ApiJson, ApiQuery};
 use super::AppState;
 use crate::model::AgentState;
@@ -323,14 +323,7 @@ async fn list(
         }
     }
     let limit = limit(q.limit)?;
-    let before_id = q
-        .cursor
-        .map(|c| {
-            c.parse::<i64>().ok().filter(|v| *v > 0).ok_or_else(|| {
-                ApiError::BadParameter(format!("cursor {c:?} is not a valid cursor"))
-            })
-        })
-        .transpose()?;
+    let before_id = id_cursor(q.cursor)?;
     let items = audit::list(
         &s.db,
         &SignalFilter {

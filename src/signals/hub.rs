@@ -263,16 +263,13 @@ impl Hub {
             })
             .collect();
         audit::insert(&self.db, &rows).await?;
-        for row in &rows {
-            self.fleet
-                .send(Command::Signaled {
-                    agent: row.agent.clone(),
-                    id: row.id,
-                    at: now,
-                })
-                .await
-                .map_err(|_| SendError::FleetGone)?;
-        }
+        self.fleet
+            .send(Command::Signaled {
+                signals: rows.iter().map(|r| (r.agent.clone(), r.id)).collect(),
+                at: now,
+            })
+            .await
+            .map_err(|_| SendError::FleetGone)?;
         let deadline = now.saturating_add(self.cfg.ack_timeout);
         for (row, req) in rows.iter_mut().zip(reqs) {
             let signal = pb::Signal {
@@ -291,40 +288,9 @@ impl Hub {
                 }),
                 trace_context: Default::default(),
             };
-            let refused = {
-                let mut in_flight = lock(&self.in_flight);
-                if in_flight.len() >= MAX_IN_FLIGHT {
-                    Some("too many signals awaiting an ack".to_string())
-                } else {
-                    let conns = lock(&self.conns);
-                    match conns.get(&row.agent) {
-                        None => Some("agent is not connected to Lifeline".to_string()),
-                        Some(c) => match c.tx.try_send(signal) {
-                            Ok(()) => {
-                                in_flight.insert(
-                                    row.id,
-                                    InFlight {
-                                        agent: row.agent.clone(),
-                                        created: now,
-                                        deadline,
-                                    },
-                                );
-                                None
-                            }
-                            Err(mpsc::error::TrySendError::Full(_)) => Some(format!(
-                                "agent's signal queue is full ({} waiting)",
-                                self.cfg.signal_queue
-                            )),
-                            Err(mpsc::error::TrySendError::Closed(_)) => {
-                                Some("agent's stream is closing".to_string())
-                            }
-                        },
-                    }
-                }
-            };
-            match refused {
-                None => Stats::inc(&self.stats.signals_sent),
-                Some(detail) => {
+            match self.enqueue(&row.agent, signal, now, deadline) {
+                Ok(()) => Stats::inc(&self.stats.signals_sent),
+                Err(detail) => {
                     Stats::inc(&self.stats.signals_undeliverable);
                     row.outcome = "undeliverable".into();
                     row.detail = detail.clone();
@@ -340,6 +306,42 @@ impl Hub {
             }
         }
         Ok(rows)
+    }
+
+    /// Queues a signal on the agent's stream and awaits its ack; the error
+    /// says why it cannot be delivered.
+    fn enqueue(
+        &self,
+        agent: &str,
+        signal: pb::Signal,
+        now: Ts,
+        deadline: Ts,
+    ) -> Result<(), String> {
+        let id = signal.id as i64;
+        let mut in_flight = lock(&self.in_flight);
+        if in_flight.len() >= MAX_IN_FLIGHT {
+            return Err("too many signals awaiting an ack".into());
+        }
+        let conns = lock(&self.conns);
+        let conn = conns
+            .get(agent)
+            .ok_or_else(|| "agent is not connected to Lifeline".to_string())?;
+        conn.tx.try_send(signal).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => format!(
+                "agent's signal queue is full ({} waiting)",
+                self.cfg.signal_queue
+            ),
+            mpsc::error::TrySendError::Closed(_) => "agent's stream is closing".to_string(),
+        })?;
+        in_flight.insert(
+            id,
+            InFlight {
+                agent: agent.to_string(),
+                created: now,
+                deadline,
+            },
+        );
+        Ok(())
     }
 
     fn delivered(&self, id: i64) {
@@ -414,7 +416,13 @@ impl Hub {
         }
     }
 
+    /// Wraps a Discovery for the wire and counts it (by mode, and bytes).
     fn discovery(&self, p: Pending) -> pb::Signal {
+        Stats::inc(if p.full {
+            &self.stats.discovery_full
+        } else {
+            &self.stats.discovery_delta
+        });
         let s = pb::Signal {
             id: 0,
             kind: Some(pb::signal::Kind::Discovery(pb::Discovery {
@@ -423,15 +431,7 @@ impl Hub {
             })),
             trace_context: Default::default(),
         };
-        let bytes = s.encoded_len();
-        Stats::inc(
-            if matches!(&s.kind, Some(pb::signal::Kind::Discovery(d)) if d.full) {
-                &self.stats.discovery_full
-            } else {
-                &self.stats.discovery_delta
-            },
-        );
-        Stats::add(&self.stats.discovery_bytes, bytes as u64);
+        Stats::add(&self.stats.discovery_bytes, s.encoded_len() as u64);
         s
     }
 }

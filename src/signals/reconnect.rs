@@ -19,7 +19,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use tokio::sync::{broadcast, watch};
@@ -308,42 +308,50 @@ impl Auto {
         paused
     }
 
-    async fn attempt(&mut self, agent: String) {
-        let Some(n) = self.needs.get_mut(&agent) else {
-            return;
-        };
+    /// Sends one Reconnect to every due agent, as one batch (one audit
+    /// transaction), and re-arms each with its next backoff. While paused
+    /// or for an agent without a stream, it holds: looks again soon, and the
+    /// attempt count does not grow.
+    async fn attempt(&mut self, due: Vec<String>) {
         let (base, cap) = (self.cfg.backoff_base, self.cfg.backoff_cap);
-        let paused = !self.hub.settings.auto_reconnect();
-        let attempt = n.attempt;
-        let req = SignalRequest {
-            agent: agent.clone(),
-            ask: Ask::Reconnect {
-                proxy: n.proxy.clone(),
-            },
-            reason: n.reason.clone(),
-            requested_by: "auto".into(),
-        };
-        let guard_paused = self.evaluate();
-        let delay;
-        if paused || guard_paused || !self.hub.is_connected(&agent) {
-            // Hold, and look again soon; the attempt count does not grow.
-            delay = retry_delay(base, cap, 0, &mut self.rng);
-        } else {
-            match self.hub.send(vec![req]).await {
-                Ok(rows) => {
-                    if let Some(r) = rows.first() {
-                        debug!(%agent, id = r.id, attempt, outcome = %r.outcome, "automatic reconnect sent");
-                    }
-                }
-                Err(e) => warn!(%agent, error = %e, "automatic reconnect not sent"),
+        // The guard is re-evaluated on every change batch, readiness change
+        // and second, so it is current here.
+        let hold = !self.hub.settings.auto_reconnect() || self.guard.borrow().paused;
+        let mut reqs = Vec::new();
+        for agent in due {
+            let Some(n) = self.needs.get_mut(&agent) else {
+                continue;
+            };
+            if hold || !self.hub.is_connected(&agent) {
+                n.key = self
+                    .queue
+                    .insert(agent, retry_delay(base, cap, 0, &mut self.rng));
+                continue;
             }
-            delay = retry_delay(base, cap, attempt + 1, &mut self.rng);
-            if let Some(n) = self.needs.get_mut(&agent) {
-                n.attempt = attempt + 1;
-            }
+            reqs.push(SignalRequest {
+                agent,
+                ask: Ask::Reconnect {
+                    proxy: n.proxy.clone(),
+                },
+                reason: n.reason.clone(),
+                requested_by: "auto".into(),
+            });
         }
-        if let Some(n) = self.needs.get_mut(&agent) {
-            n.key = self.queue.insert(agent, delay);
+        if reqs.is_empty() {
+            return;
+        }
+        let sent: Vec<String> = reqs.iter().map(|r| r.agent.clone()).collect();
+        match self.hub.send(reqs).await {
+            Ok(rows) => debug!(signals = rows.len(), "automatic reconnects sent"),
+            Err(e) => warn!(agents = sent.len(), error = %e, "automatic reconnects not sent"),
+        }
+        for agent in sent {
+            if let Some(n) = self.needs.get_mut(&agent) {
+                // The first retry comes after the base (1 s), then doubles.
+                let d = retry_delay(base, cap, n.attempt, &mut self.rng);
+                n.attempt += 1;
+                n.key = self.queue.insert(agent, d);
+            }
         }
     }
 }
@@ -398,7 +406,12 @@ async fn automatic(
                 auto.evaluate();
             }
             Some(exp) = auto.queue.next(), if !auto.queue.is_empty() => {
-                auto.attempt(exp.into_inner()).await;
+                // Everything due now goes out together.
+                let mut due = vec![exp.into_inner()];
+                while let Some(Some(e)) = auto.queue.next().now_or_never() {
+                    due.push(e.into_inner());
+                }
+                auto.attempt(due).await;
             }
             _ = tick.tick() => { auto.evaluate(); }
         }
@@ -479,7 +492,7 @@ async fn graceful(
         if !hub.settings.graceful_tunnel_closing() {
             continue;
         }
-        let changed = fleet_board_changed(&hub);
+        let changed = hub.board().topology_changed();
         if changed != seen_change {
             // A new still period: roll its threshold (30 min up to 60 by default).
             seen_change = changed;
@@ -558,10 +571,6 @@ async fn graceful(
             }
         }
     }
-}
-
-fn fleet_board_changed(hub: &Hub) -> Ts {
-    hub.board().topology_changed()
 }
 
 #[cfg(test)]

@@ -310,12 +310,7 @@ impl SimAgent {
 
     fn report_msg(&self) -> pb::AgentMessage {
         let s = lock(&self.shared);
-        pb::AgentMessage {
-            msg: Some(pb::agent_message::Msg::Tunnels(pb::TunnelReport {
-                proxies: s.tunnels.iter().cloned().collect(),
-                auth_server: s.auth.clone(),
-            })),
-        }
+        pb::AgentMessage::tunnels(s.tunnels.iter().cloned().collect(), s.auth.clone())
     }
 
     async fn open_tunnel(&self, cluster: &Option<SimCluster>, proxy: &str) {
@@ -357,10 +352,11 @@ impl SimAgent {
     /// The tunnel to give up when none is named: the least healthy one.
     fn least_healthy(&self) -> Option<String> {
         let s = lock(&self.shared);
-        let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+        let now = Instant::now();
+        // An unknown proxy counts as expired now.
         s.tunnels
             .iter()
-            .min_by_key(|p| s.known.get(*p).copied().unwrap_or(Instant::now()).min(far))
+            .min_by_key(|p| s.known.get(*p).copied().unwrap_or(now))
             .cloned()
     }
 
@@ -393,7 +389,7 @@ impl SimAgent {
                         let ttl = p
                             .ttl
                             .as_ref()
-                            .map(|t| Duration::new(t.seconds.max(0) as u64, t.nanos.max(0) as u32))
+                            .map(crate::proto::std_duration)
                             .unwrap_or_default();
                         (p.name.clone(), ttl)
                     })
@@ -444,15 +440,7 @@ impl SimAgent {
             None => return,
         };
         let _ = out.send(self.report_msg()).await;
-        let _ = out
-            .send(pb::AgentMessage {
-                msg: Some(pb::agent_message::Msg::Ack(pb::SignalAck {
-                    signal_id: s.id,
-                    ok,
-                    detail,
-                })),
-            })
-            .await;
+        let _ = out.send(pb::AgentMessage::ack(s.id, ok, detail)).await;
         self.record(AgentEvent::Acked { id: s.id, ok });
     }
 
@@ -486,13 +474,7 @@ impl SimAgent {
         let mut attempt = 0u32;
         loop {
             let (tx, rx) = mpsc::channel(16);
-            let hello = pb::AgentMessage {
-                msg: Some(pb::agent_message::Msg::Hello(pb::Hello {
-                    agent: self.name.clone(),
-                    version: "sim".into(),
-                    desired_tunnels: opts.desired_tunnels,
-                })),
-            };
+            let hello = pb::AgentMessage::hello(&self.name, "sim", opts.desired_tunnels);
             let _ = tx.send(hello).await;
             let _ = tx.send(self.report_msg()).await;
             let mut client = AgentSignalsClient::new(channel.clone());

@@ -238,7 +238,7 @@ impl SimCluster {
                     let ttl = s
                         .ttl
                         .as_ref()
-                        .map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32))
+                        .map(crate::proto::std_duration)
                         .unwrap_or(self.inner.spec.ttl);
                     (*k, n.clone(), ttl)
                 })
@@ -286,7 +286,7 @@ impl SimCluster {
         let ttl = s
             .ttl
             .as_ref()
-            .map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32))
+            .map(crate::proto::std_duration)
             .unwrap_or(self.inner.spec.ttl);
         s.expires = Some(to_timestamp(now.saturating_add(ttl)));
         let ev = put_server(s.clone());

@@ -197,6 +197,8 @@ impl Running {
         self.ll.as_ref().expect("lifeline running")
     }
 
+    /// Waits until Lifeline is ready, every auth server's health is known
+    /// and every simulated agent is connected.
     pub async fn ready(&self) {
         real_timeout(REAL_WAIT, self.ll().fleet.wait_ready())
             .await
@@ -208,6 +210,12 @@ impl Running {
             auths["items"]
                 .as_array()
                 .is_some_and(|a| a.iter().all(|x| x["health"] != "UNKNOWN"))
+        })
+        .await;
+        // Every simulated agent holds its signal stream open.
+        let n = self.agents.len();
+        self.eventually("every simulated agent connected", || async {
+            self.ll().hub.connected() == n && self.agents.iter().all(|a| a.is_connected())
         })
         .await;
     }
@@ -336,15 +344,6 @@ impl Running {
             .iter()
             .find(|a| a.name == name)
             .expect("simulated agent exists")
-    }
-
-    /// Waits until every simulated agent holds its signal stream open.
-    pub async fn agents_connected(&self) {
-        let n = self.agents.len();
-        self.eventually("every simulated agent connected", || async {
-            self.ll().hub.connected() == n && self.agents.iter().all(|a| a.is_connected())
-        })
-        .await;
     }
 
     pub async fn summary(&self) -> Value {
