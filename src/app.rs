@@ -183,16 +183,17 @@ impl Lifeline {
         );
         tasks.extend(more);
 
-        let router = http::router(
-            AppState {
-                fleet: fleet.clone(),
-                db: db.clone(),
-                stats: stats.clone(),
-                hub: hub.clone(),
-                guard: guard.clone(),
-            },
-            cfg.server.max_body_bytes,
-        );
+        let state = AppState {
+            fleet: fleet.clone(),
+            ui: Arc::new(http::ui::UiShared::new(cfg.server.max_live_streams)),
+            shutdown: shutdown.clone(),
+            db: db.clone(),
+            stats: stats.clone(),
+            hub: hub.clone(),
+            guard: guard.clone(),
+        };
+        tasks.push(http::ui::live::spawn(state.clone()));
+        let router = http::router(state, cfg.server.max_body_bytes);
         let stop = shutdown.clone();
         tasks.push(tokio::spawn(async move {
             if let Err(e) = axum::serve(http_listener, router)

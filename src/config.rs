@@ -115,6 +115,9 @@ pub struct ServerConfig {
     pub grpc_listen: String,
     /// Largest accepted HTTP request body, bytes.
     pub max_body_bytes: usize,
+    /// Most dashboards following the live overview at once (each holds
+    /// one Server-Sent Events stream; beyond it, a 503 that says so).
+    pub max_live_streams: usize,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -209,6 +212,7 @@ impl Default for ServerConfig {
             listen: "127.0.0.1:8080".into(),
             grpc_listen: "127.0.0.1:9090".into(),
             max_body_bytes: 64 * 1024,
+            max_live_streams: 256,
         }
     }
 }
@@ -417,6 +421,9 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         parse_socket("server.listen", &self.server.listen)?;
         parse_socket("server.grpc_listen", &self.server.grpc_listen)?;
+        if self.server.max_live_streams == 0 {
+            return Err(invalid("server.max_live_streams", "must be at least 1"));
+        }
         if self.server.max_body_bytes < 1024 {
             return Err(invalid("server.max_body_bytes", "must be at least 1024"));
         }

@@ -1,4 +1,4 @@
-//! The HTTP room: REST API (`/api/v1`), the server-rendered overview, and the
+//! The HTTP room: REST API (`/api/v1`), the dashboard (`/`, `ui`), and the
 //! probes (`/healthz`, `/readyz`), on one axum router.
 //!
 //! Owns: request parsing, validation of parameters, JSON and HTML rendering.
@@ -31,6 +31,9 @@ use crate::stats::Stats;
 #[derive(Clone)]
 pub struct AppState {
     pub fleet: FleetHandle,
+    pub ui: Arc<ui::UiShared>,
+    /// Fires when Lifeline stops: long-lived responses (live streams) end.
+    pub shutdown: tokio_util::sync::CancellationToken,
     pub db: SqlitePool,
     pub stats: Arc<Stats>,
     pub hub: Arc<Hub>,

@@ -52,7 +52,8 @@ pub struct RootCause {
     pub since: Ts,
 }
 
-pub fn summary(f: &Fleet) -> Summary {
+/// Agents by state, and when they were counted.
+pub fn summary_counts(f: &Fleet) -> (Ts, AgentCounts) {
     let mut agents = AgentCounts::default();
     for a in f.agents.values() {
         agents.total += 1;
@@ -62,6 +63,11 @@ pub fn summary(f: &Fleet) -> Summary {
             AgentState::Stranded => agents.stranded += 1,
         }
     }
+    (f.now(), agents)
+}
+
+pub fn summary(f: &Fleet) -> Summary {
+    let (_, agents) = summary_counts(f);
     let mut proxies = ProxyCounts::default();
     for p in f.proxies.values() {
         proxies.total += 1;

@@ -24,6 +24,12 @@ pub enum ApiError {
     /// The request is valid but the target's state forbids it now.
     #[error("{message}")]
     Conflict { code: &'static str, message: String },
+    /// The request is refused (a failed CSRF check, later missing rights).
+    #[error("{message}")]
+    Forbidden { code: &'static str, message: String },
+    /// A bounded resource is full (e.g. live streams); try again later.
+    #[error("{message}")]
+    Busy { code: &'static str, message: String },
     #[error("the fleet has stopped")]
     FleetGone,
     #[error("database error")]
@@ -43,6 +49,8 @@ impl ApiError {
             ApiError::NotFound { .. } | ApiError::NoRoute(_) => StatusCode::NOT_FOUND,
             ApiError::BadBody(_) => StatusCode::BAD_REQUEST,
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
+            ApiError::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::FleetGone => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Db(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -55,6 +63,8 @@ impl ApiError {
             ApiError::NoRoute(_) => "no_route",
             ApiError::BadBody(_) => "bad_body",
             ApiError::Conflict { code, .. } => code,
+            ApiError::Forbidden { code, .. } => code,
+            ApiError::Busy { code, .. } => code,
             ApiError::FleetGone => "unavailable",
             ApiError::Db(_) => "internal",
         }

@@ -37,7 +37,7 @@ impl From<SendError> for ApiError {
 }
 
 /// Who asked, from `X-Requested-By` (the CLI and UI set it); `api` otherwise.
-fn requested_by(h: &HeaderMap) -> String {
+pub(super) fn requested_by(h: &HeaderMap) -> String {
     h.get("x-requested-by")
         .and_then(|v| v.to_str().ok())
         .map(|v| {
@@ -50,7 +50,7 @@ fn requested_by(h: &HeaderMap) -> String {
         .unwrap_or_else(|| "api".into())
 }
 
-fn reason(r: Option<String>, default: &str) -> Result<String, ApiError> {
+pub(super) fn reason(r: Option<String>, default: &str) -> Result<String, ApiError> {
     match r {
         Some(r) if r.chars().count() > MAX_REASON => Err(ApiError::BadBody(format!(
             "reason must be at most {MAX_REASON} characters"
@@ -82,6 +82,20 @@ async fn reconnect_one(
     };
     let proxy = nonempty("proxy", body.proxy).map_err(|e| ApiError::BadBody(e.to_string()))?;
     let reason = reason(body.reason, "manual reconnect")?;
+    let row = reconnect_agent(&s, name, proxy, reason, requested_by(&headers)).await?;
+    Ok((StatusCode::ACCEPTED, Json(row)))
+}
+
+/// One manual Reconnect: checks the agent is known, connected and (when a
+/// proxy is named) holds a tunnel to it; the row is committed on return.
+/// The API and the dashboard's forms both come through here.
+pub(super) async fn reconnect_agent(
+    s: &AppState,
+    name: String,
+    proxy: Option<String>,
+    reason: String,
+    requested_by: String,
+) -> Result<SignalRecord, ApiError> {
     let n = name.clone();
     let p = proxy.clone();
     let (known, holds) = s
@@ -130,11 +144,10 @@ async fn reconnect_one(
                 proxy: proxy.unwrap_or_default(),
             },
             reason,
-            requested_by: requested_by(&headers),
+            requested_by,
         }])
         .await?;
-    let row = rows.into_iter().next().ok_or(ApiError::FleetGone)?;
-    Ok((StatusCode::ACCEPTED, Json(row)))
+    rows.into_iter().next().ok_or(ApiError::FleetGone)
 }
 
 #[derive(Deserialize)]
@@ -147,9 +160,9 @@ struct Selector {
 }
 
 #[derive(Serialize)]
-struct Skipped {
-    agent: String,
-    reason: &'static str,
+pub(super) struct Skipped {
+    pub agent: String,
+    pub reason: &'static str,
 }
 
 #[derive(Serialize)]
@@ -187,7 +200,31 @@ async fn reconnect_many(
     let proxy = nonempty("proxy", sel.proxy).map_err(|e| ApiError::BadBody(e.to_string()))?;
     let auth =
         nonempty("auth_server", sel.auth_server).map_err(|e| ApiError::BadBody(e.to_string()))?;
-    let (state, p2, a2) = (sel.state, proxy.clone(), auth.clone());
+    let agents = select(&s, sel.state, proxy.clone(), auth).await?;
+    let reason = reason(sel.reason, "manual reconnect")?;
+    let matched = agents.len();
+    let (signals, skipped) =
+        reconnect_selected(&s, agents, proxy, reason, requested_by(&headers)).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(ReconnectsResponse {
+            matched,
+            signals,
+            skipped,
+        }),
+    ))
+}
+
+/// The agents a selector names (one of state, proxy, auth server), in name
+/// order. An unknown proxy or auth server is a 404; more than
+/// [`MAX_SELECTED`] agents is refused.
+pub(super) async fn select(
+    s: &AppState,
+    state: Option<AgentState>,
+    proxy: Option<String>,
+    auth: Option<String>,
+) -> Result<Vec<String>, ApiError> {
+    let (p2, a2) = (proxy.clone(), auth.clone());
     let matched: Option<Vec<String>> = s
         .fleet
         .read(move |f| {
@@ -207,12 +244,13 @@ async fn reconnect_many(
                 if !f.auths.contains_key(a) && !f.auth_agents.contains_key(a) {
                     return None;
                 }
-                return Some(
-                    f.auth_agents
-                        .get(a)
-                        .map(|s| s.iter().cloned().collect())
-                        .unwrap_or_default(),
-                );
+                let mut v: Vec<String> = f
+                    .auth_agents
+                    .get(a)
+                    .map(|s| s.iter().cloned().collect())
+                    .unwrap_or_default();
+                v.sort();
+                return Some(v);
             }
             let st = state.unwrap_or(AgentState::Stranded);
             Some(
@@ -243,9 +281,18 @@ async fn reconnect_many(
             agents.len()
         )));
     }
-    let reason = reason(sel.reason, "manual reconnect")?;
-    let by = requested_by(&headers);
-    let matched = agents.len();
+    Ok(agents)
+}
+
+/// Sends a Reconnect to each connected agent of `agents` (leaving `proxy`
+/// when given); the rest are skipped with the reason.
+pub(super) async fn reconnect_selected(
+    s: &AppState,
+    agents: Vec<String>,
+    proxy: Option<String>,
+    reason: String,
+    by: String,
+) -> Result<(Vec<SignalRecord>, Vec<Skipped>), ApiError> {
     let mut skipped = Vec::new();
     let mut reqs = Vec::new();
     for agent in agents {
@@ -267,14 +314,7 @@ async fn reconnect_many(
         });
     }
     let signals = s.hub.send(reqs).await?;
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(ReconnectsResponse {
-            matched,
-            signals,
-            skipped,
-        }),
-    ))
+    Ok((signals, skipped))
 }
 
 #[derive(Deserialize)]
@@ -294,7 +334,7 @@ struct SignalPage {
     next_cursor: Option<String>,
 }
 
-const OUTCOMES: &[&str] = &[
+pub(super) const OUTCOMES: &[&str] = &[
     "pending",
     "delivered",
     "acked",

@@ -1,75 +1,283 @@
-//! The server-rendered overview (`/`): counts, root causes, watcher state and
-//! auth health, refreshed by the browser every few seconds. Everything shown
-//! comes from the network, so everything is escaped (askama's default).
-//! Static assets are compiled into the binary: it runs from any directory.
+//! The dashboard: server-rendered HTML (askama, `templates/`), plain CSS
+//! and one small hand-written JS module (`static/`), live through
+//! Server-Sent Events. Every page works with JS off; JS adds the live
+//! overview, countdowns and in-place reconnect progress.
+//!
+//! Owns: page view-models (preformatted strings, so templates stay simple
+//! and renders cheap), the TTL timeline's SVG geometry, CSRF for its forms,
+//! the shared live-overview broadcaster, and the pages' security headers.
+//! Must not: decide anything about agents (it reads `fleet::view`), write
+//! SQLite (reconnects go through `http::signals`, which asks the hub), or
+//! show a name unescaped: templates autoescape, hrefs are percent-encoded,
+//! and the JS only sets `textContent` or swaps in fragments this server
+//! rendered and escaped.
+
+mod actions;
+pub mod csrf;
+pub mod fmt;
+pub mod live;
+mod pages;
+pub mod ttl_svg;
+
+use std::time::Instant;
 
 use askama::Template;
-use askama_web::WebTemplate;
-use axum::extract::State;
-use axum::http::header;
-use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::extract::{FromRequestParts, Query};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
 use axum::Router;
+use serde::de::DeserializeOwned;
+use tracing::error;
 
 use super::error::ApiError;
 use super::AppState;
-use crate::fleet::view::{self, AuthView, RootCause, Summary};
+
+/// Shared by every dashboard handler.
+pub struct UiShared {
+    pub csrf: csrf::Csrf,
+    pub live: live::Live,
+}
+
+impl UiShared {
+    pub fn new(max_live_streams: usize) -> Self {
+        UiShared {
+            csrf: csrf::Csrf::default(),
+            live: live::Live::new(max_live_streams),
+        }
+    }
+}
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/", get(overview))
+        .route("/", get(pages::overview))
+        .route("/ttl", get(pages::ttl))
+        .route("/agents", get(pages::agents))
+        .route("/agents/{name}", get(pages::agent))
+        .route("/agents/{name}/reconnect", post(actions::reconnect_one))
+        .route("/auth", get(pages::auth))
+        .route("/signals", get(pages::signals))
+        .route(
+            "/reconnect-stranded",
+            get(pages::confirm_stranded).post(actions::reconnect_stranded),
+        )
+        .route("/live/overview", get(live::overview_stream))
         .route("/static/lifeline.css", get(css))
+        .route("/static/lifeline.js", get(js))
 }
 
-#[derive(Template, WebTemplate)]
-#[template(path = "overview.html")]
-struct Overview {
-    s: Summary,
-    causes: Vec<(RootCause, String)>,
-    auths: Vec<AuthView>,
-    kinds: Vec<(&'static str, String, u64)>,
-}
-
-async fn overview(State(st): State<AppState>) -> Result<Overview, ApiError> {
-    let (s, auths) = st
-        .fleet
-        .read(|f| (view::summary(f), view::auth_servers(f)))
-        .await?;
-    let now = s.generated_at;
-    let causes = s
-        .root_causes
-        .iter()
-        .map(|c| {
-            let ago = humantime::format_duration(std::time::Duration::from_secs(
-                now.since(c.since).as_secs(),
-            ))
-            .to_string();
-            (c.clone(), ago)
-        })
-        .collect();
-    let kinds = s
-        .watcher
-        .kinds
-        .iter()
-        .map(|(k, st)| {
-            let state = serde_json::to_value(st.state)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default();
-            (*k, state, st.generation)
-        })
-        .collect();
-    Ok(Overview {
-        s,
-        causes,
-        auths,
-        kinds,
-    })
-}
+pub const CSS: &str = include_str!("../../static/lifeline.css");
+pub const JS: &str = include_str!("../../static/lifeline.js");
+/// Appended to asset URLs so a new build is never served a cached old one.
+pub const ASSET_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 async fn css() -> impl IntoResponse {
+    asset("text/css; charset=utf-8", CSS)
+}
+
+async fn js() -> impl IntoResponse {
+    asset("text/javascript; charset=utf-8", JS)
+}
+
+fn asset(ct: &'static str, body: &'static str) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
-        include_str!("../../static/lifeline.css"),
+        [
+            (header::CONTENT_TYPE, ct),
+            (header::CACHE_CONTROL, "public, max-age=3600"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        body,
     )
+}
+
+/// What every page's frame needs.
+pub struct Layout {
+    pub nav: &'static str,
+    pub title: String,
+    /// This browser's CSRF token, for the page's forms.
+    pub csrf: String,
+    pub version: &'static str,
+}
+
+/// Per-request context of a page: the browser's CSRF session, whether it
+/// asked for JSON (the JS does, for forms), and when the request started.
+pub struct Ctx {
+    pub session: csrf::Session,
+    pub wants_json: bool,
+    pub started: Instant,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Ctx {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Ctx {
+            session: csrf::session(&parts.headers),
+            wants_json: wants_json(&parts.headers),
+            started: Instant::now(),
+        })
+    }
+}
+
+fn wants_json(h: &HeaderMap) -> bool {
+    h.get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("application/json"))
+}
+
+impl Ctx {
+    pub fn layout(&self, st: &AppState, nav: &'static str, title: String) -> Layout {
+        Layout {
+            nav,
+            title,
+            csrf: st.ui.csrf.token(&self.session.id),
+            version: ASSET_VERSION,
+        }
+    }
+
+    /// Renders a page with the dashboard's headers: CSP (no inline script
+    /// or style, so an escaping slip still cannot run), the CSRF cookie on
+    /// a first visit, and `Server-Timing` with the time spent rendering.
+    pub fn render(&self, status: StatusCode, t: &impl Template) -> Response {
+        match t.render() {
+            Ok(html) => {
+                let mut r = (status, html).into_response();
+                let h = r.headers_mut();
+                h.insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/html; charset=utf-8"),
+                );
+                security_headers(h);
+                h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+                if self.session.new {
+                    h.insert(header::SET_COOKIE, csrf::set_cookie(&self.session.id));
+                }
+                let us = self.started.elapsed().as_micros();
+                if let Ok(v) = HeaderValue::from_str(&format!(
+                    "app;desc=\"render\";dur={}.{:03}",
+                    us / 1000,
+                    us % 1000
+                )) {
+                    h.insert("server-timing", v);
+                }
+                r
+            }
+            Err(e) => {
+                error!(error = %e, "dashboard template failed to render");
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the page failed to render",
+                )
+                    .into_response()
+            }
+        }
+    }
+}
+
+pub fn security_headers(h: &mut HeaderMap) {
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+             connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+        ),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+}
+
+#[derive(Template)]
+#[template(path = "error.html")]
+struct ErrorPage {
+    status: u16,
+    reason: String,
+    code: &'static str,
+    message: String,
+}
+
+/// A dashboard error: an HTML page with the status and the same message
+/// the API would give (or the API's JSON when the browser's JS asked).
+pub struct UiError {
+    pub err: ApiError,
+    pub json: bool,
+}
+
+impl From<ApiError> for UiError {
+    fn from(err: ApiError) -> Self {
+        UiError { err, json: false }
+    }
+}
+
+impl From<crate::fleet::FleetGone> for UiError {
+    fn from(e: crate::fleet::FleetGone) -> Self {
+        UiError::from(ApiError::from(e))
+    }
+}
+
+impl From<sqlx::Error> for UiError {
+    fn from(e: sqlx::Error) -> Self {
+        UiError::from(ApiError::from(e))
+    }
+}
+
+impl IntoResponse for UiError {
+    fn into_response(self) -> Response {
+        if self.json {
+            return self.err.into_response();
+        }
+        let status = self.err.status();
+        if let ApiError::Db(e) = &self.err {
+            error!(error = %e, "database query failed");
+        }
+        let page = ErrorPage {
+            status: status.as_u16(),
+            reason: status.canonical_reason().unwrap_or("Error").to_string(),
+            code: self.err.code(),
+            message: match &self.err {
+                ApiError::Db(_) => "database error (logged on the server)".to_string(),
+                e => e.to_string(),
+            },
+        };
+        let mut r = match page.render() {
+            Ok(html) => (status, html).into_response(),
+            Err(_) => (status, page.message).into_response(),
+        };
+        let h = r.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/html; charset=utf-8"),
+        );
+        security_headers(h);
+        r
+    }
+}
+
+/// `Query<T>` whose rejection is the dashboard's error page (400 naming the
+/// parameter), like `ApiQuery` for the API.
+pub struct UiQuery<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for UiQuery<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = UiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(v)) => Ok(UiQuery(v)),
+            Err(e) => Err(UiError::from(ApiError::BadParameter(
+                e.body_text()
+                    .replace("Failed to deserialize query string: ", "invalid query: "),
+            ))),
+        }
+    }
 }

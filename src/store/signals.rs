@@ -204,3 +204,20 @@ pub async fn get(pool: &SqlitePool, id: i64) -> Result<Option<SignalRecord>, sql
     let row: Option<Row> = q.build_query_as().fetch_optional(pool).await?;
     Ok(row.map(Into::into))
 }
+
+/// The rows with these ids (at most [`CHUNK`] are looked up; the dashboard
+/// asks for one page of agents' last signals at a time).
+pub async fn by_ids(pool: &SqlitePool, ids: &[i64]) -> Result<Vec<SignalRecord>, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(COLUMNS);
+    q.push(" WHERE id IN (");
+    let mut sep = q.separated(", ");
+    for id in ids.iter().take(CHUNK) {
+        sep.push_bind(*id);
+    }
+    q.push(")");
+    let rows: Vec<Row> = q.build_query_as().fetch_all(pool).await?;
+    Ok(rows.into_iter().map(Into::into).collect())
+}

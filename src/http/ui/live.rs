@@ -1,0 +1,129 @@
+//! The overview's live stream (Server-Sent Events at `/live/overview`).
+//!
+//! One broadcaster renders the overview's live fragment once a second, and
+//! only while someone is watching; every open overview receives the same
+//! bytes through a `watch` channel, so a hundred open dashboards cost one
+//! render a second, and a slow browser only ever skips to the newest
+//! fragment (nothing queues). Streams are capped; each ends on shutdown.
+//! The fragment carries no per-browser data (no CSRF tokens).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use askama::Template;
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::IntoResponse;
+use futures::{Stream, StreamExt};
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::WatchStream;
+use tracing::{debug, warn, Instrument};
+
+use super::pages::{overview_model, OverviewLive};
+use super::UiError;
+use crate::http::error::ApiError;
+use crate::http::AppState;
+
+/// How often the shared fragment is re-rendered while watched.
+pub const EVERY: Duration = Duration::from_secs(1);
+
+pub struct Live {
+    tx: watch::Sender<Arc<str>>,
+    streams: Arc<Semaphore>,
+    max: usize,
+}
+
+impl Live {
+    pub fn new(max_streams: usize) -> Self {
+        Live {
+            tx: watch::Sender::new(Arc::from("")),
+            streams: Arc::new(Semaphore::new(max_streams)),
+            max: max_streams,
+        }
+    }
+
+    /// Open live streams.
+    pub fn watching(&self) -> usize {
+        self.tx.receiver_count()
+    }
+}
+
+async fn render(st: &AppState) -> Result<Arc<str>, UiError> {
+    let live = overview_model(st).await?;
+    match (OverviewLive { live }).render() {
+        // SSE cannot carry a carriage return, and a name from the network
+        // might hold one: as a character reference it means the same.
+        Ok(html) if html.contains('\r') => Ok(Arc::from(html.replace('\r', "&#13;"))),
+        Ok(html) => Ok(Arc::from(html)),
+        Err(e) => {
+            warn!(error = %e, "live overview failed to render");
+            Err(UiError::from(ApiError::FleetGone))
+        }
+    }
+}
+
+/// The broadcaster; ends with Lifeline.
+pub fn spawn(st: AppState) -> JoinHandle<()> {
+    let span = tracing::info_span!("ui_live");
+    tokio::spawn(
+        async move {
+            let mut tick = tokio::time::interval(EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                tokio::select! {
+                    _ = st.shutdown.cancelled() => break,
+                    _ = tick.tick() => {}
+                }
+                if st.ui.live.tx.receiver_count() == 0 {
+                    continue;
+                }
+                match render(&st).await {
+                    Ok(html) => {
+                        st.ui.live.tx.send_replace(html);
+                    }
+                    // The fleet is gone: Lifeline is stopping.
+                    Err(_) => break,
+                }
+            }
+            debug!("live overview stopped");
+        }
+        .instrument(span),
+    )
+}
+
+/// `GET /live/overview`: a fresh fragment at once, then the shared one as
+/// it changes.
+pub async fn overview_stream(State(st): State<AppState>) -> Result<impl IntoResponse, UiError> {
+    let Ok(permit) = st.ui.live.streams.clone().try_acquire_owned() else {
+        return Err(UiError {
+            err: ApiError::Busy {
+                code: "too_many_streams",
+                message: format!(
+                    "{} live streams are open, the most Lifeline serves; close a dashboard tab or reload later",
+                    st.ui.live.max
+                ),
+            },
+            json: true,
+        });
+    };
+    let mut rx = st.ui.live.tx.subscribe();
+    rx.mark_unchanged();
+    let first = render(&st).await?;
+    let stop = st.shutdown.clone();
+    let stream = futures::stream::once(async move { first })
+        .chain(WatchStream::from_changes(rx))
+        .map(move |html| {
+            let _held = &permit;
+            Ok::<_, Infallible>(Event::default().event("overview").data(&*html))
+        })
+        .take_until(stop.cancelled_owned());
+    Ok(Sse::new(boxed(stream)).keep_alive(KeepAlive::default()))
+}
+
+fn boxed(
+    s: impl Stream<Item = Result<Event, Infallible>> + Send + 'static,
+) -> std::pin::Pin<Box<dyn Stream<Item = Result<Event, Infallible>> + Send>> {
+    Box::pin(s)
+}
