@@ -27,6 +27,7 @@ pub struct DemoOptions {
     pub db: PathBuf,
     /// Share of simulated agents that ignore discovery TTLs.
     pub legacy_share: f64,
+    pub auto_reconnect: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -72,6 +73,7 @@ impl Demo {
         // Agents follow teleport_pick_healthy in reconnect mode: they move
         // off a NOT_SERVING auth server by themselves.
         cfg.signals.grpc_client_lb_policy = LbPolicy::reconnect().to_json();
+        cfg.signals.auto_reconnect = o.auto_reconnect;
         let lifeline = Lifeline::start(&cfg, clock).await?;
         let agents = SimAgent::start_for_cluster(
             &sim,

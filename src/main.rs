@@ -66,6 +66,10 @@ enum Cmd {
         /// on a dead proxy until Lifeline signals them).
         #[arg(long, default_value_t = 0.2)]
         legacy_share: f64,
+        /// Leave stranded agents for you to reconnect from the dashboard
+        /// (automatic reconnects are on by default).
+        #[arg(long)]
+        no_auto_reconnect: bool,
     },
     /// Ask agents to reconnect through a running Lifeline's REST API, and
     /// print what became of each signal. Exits non-zero unless every signal
@@ -167,6 +171,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             seed,
             db,
             legacy_share,
+            no_auto_reconnect,
         } => {
             anyhow::ensure!(!ttl.is_zero(), "--ttl must be greater than zero");
             anyhow::ensure!(
@@ -184,6 +189,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 seed,
                 db,
                 legacy_share,
+                auto_reconnect: !no_auto_reconnect,
             };
             let demo = Demo::start(&opts, Clock::system())
                 .await

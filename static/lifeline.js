@@ -94,7 +94,8 @@ function say(out, phase, text) {
 }
 
 // sent → delivered → acked → recovered, shown next to the button.
-async function follow(out, agent, sig) {
+// Recovered: healthy, or no longer stranded for an agent that was.
+async function follow(out, agent, from, sig) {
   let steps = `sent #${sig.id}`;
   say(out, 'sent', steps);
   for (let i = 0; i < 120; i++) {
@@ -116,13 +117,14 @@ async function follow(out, agent, sig) {
   if (out.dataset.phase !== 'acked') return;
   for (let i = 0; i < 120; i++) {
     const { ok, body } = await getJson(`/api/v1/agents/${encodeURIComponent(agent)}`);
-    if (ok && body.state === 'healthy') {
-      say(out, 'recovered', `${steps} → recovered ✓`);
+    if (ok && (body.state === 'healthy' || (from === 'stranded' && body.state === 'degraded'))) {
+      const healthy = body.state === 'healthy';
+      say(out, 'recovered', `${steps} → recovered ${healthy ? '✓ healthy' : '◐ degraded: reachable again'}`);
       const badge = document.getElementById('agent-state');
       if (badge) {
-        badge.textContent = '✓ healthy';
-        badge.dataset.state = 'healthy';
-        badge.className = 'pill ok';
+        badge.textContent = healthy ? '✓ healthy' : '◐ degraded';
+        badge.dataset.state = body.state;
+        badge.className = `pill ${healthy ? 'ok' : 'warn'}`;
       }
       return;
     }
@@ -153,7 +155,7 @@ function forms() {
         say(out, 'failed', `✕ ${msg}`);
         return;
       }
-      await follow(out, form.dataset.agent, body);
+      await follow(out, form.dataset.agent, form.dataset.state, body);
     } catch (err) {
       say(out, 'failed', `✕ ${err}`);
     } finally {

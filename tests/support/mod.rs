@@ -24,6 +24,7 @@ use serde_json::Value;
 use tempfile::TempDir;
 
 type SignalsEdit = Box<dyn FnOnce(&mut SignalsConfig)>;
+type ConfigEdit = Box<dyn FnOnce(&mut Config)>;
 
 pub struct Cluster {
     spec: SimSpec,
@@ -31,6 +32,7 @@ pub struct Cluster {
     max_message_bytes: usize,
     lb_policy: String,
     signals: Vec<SignalsEdit>,
+    configs: Vec<ConfigEdit>,
     /// Start a simulated agent per cluster agent, this share legacy.
     sim_agents: Option<f64>,
     desired_tunnels: Option<u32>,
@@ -52,6 +54,7 @@ impl Cluster {
             max_message_bytes: 4 * 1024 * 1024,
             lb_policy: String::new(),
             signals: Vec::new(),
+            configs: Vec::new(),
             sim_agents: None,
             desired_tunnels: None,
         }
@@ -110,6 +113,12 @@ impl Cluster {
     }
     /// Connects a simulated agent for every cluster agent; `legacy_share`
     /// of them ignore discovery TTLs.
+    /// Any other change to Lifeline's config.
+    pub fn config(mut self, f: impl FnOnce(&mut Config) + 'static) -> Self {
+        self.configs.push(Box::new(f));
+        self
+    }
+
     pub fn sim_agents(mut self, legacy_share: f64) -> Self {
         self.sim_agents = Some(legacy_share);
         self
@@ -143,6 +152,9 @@ impl Cluster {
         cfg.signals.grpc_client_lb_policy = self.lb_policy;
         for f in self.signals {
             f(&mut cfg.signals);
+        }
+        for f in self.configs {
+            f(&mut cfg);
         }
         let ll = Lifeline::start_tuned(
             &cfg,

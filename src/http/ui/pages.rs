@@ -551,6 +551,7 @@ pub async fn ttl(
             .into())
         }
     };
+    let limit_s = field(q.limit.clone());
     let limit = page_limit(q.limit)?;
     let cursor = field(q.cursor);
     let c2 = cursor.clone();
@@ -562,10 +563,15 @@ pub async fn ttl(
     let next_href = page.next_cursor.as_ref().map(|c| {
         format!(
             "/ttl{}",
-            qs(&[("kind", &kind_v), ("cursor", &Some(c.clone()))])
+            qs(&[
+                ("kind", &kind_v),
+                ("limit", &limit_s),
+                ("cursor", &Some(c.clone())),
+            ])
         )
     });
-    let first_href = cursor.map(|_| format!("/ttl{}", qs(&[("kind", &kind_v)])));
+    let first_href =
+        cursor.map(|_| format!("/ttl{}", qs(&[("kind", &kind_v), ("limit", &limit_s)])));
     Ok(ctx.render(
         StatusCode::OK,
         &TtlPage {
@@ -632,8 +638,9 @@ pub async fn agents(
         auth_server: auth.clone(),
         q: name_q.clone(),
         after: cursor.clone(),
-        limit: page_limit(q.limit)?,
+        limit: page_limit(q.limit.clone())?,
     };
+    let limit_s = field(q.limit);
     let ((page, last), summary, mut auth_names) = st
         .fleet
         .read(move |f| {
@@ -651,6 +658,7 @@ pub async fn agents(
             ("proxy", &proxy),
             ("auth_server", &auth),
             ("q", &name_q),
+            ("limit", &limit_s),
             ("cursor", &c),
         ])
     };
@@ -998,6 +1006,7 @@ pub async fn signals(
             ApiError::BadParameter(format!("cursor {c:?} is not a valid cursor"))
         })?),
     };
+    let limit_s = field(q.limit.clone());
     let limit = page_limit(q.limit)?;
     let (now, counts) = st.fleet.read(view::summary_counts).await?;
     let recs = audit::list(
@@ -1021,6 +1030,7 @@ pub async fn signals(
             ("outcome", &outcome),
             ("kind", &kind),
             ("requested_by", &by),
+            ("limit", &limit_s),
             ("cursor", &c),
         ])
     };
