@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 pub mod signals;
+pub mod ui;
 
 use crate::app::{Lifeline, StartError, Tuning};
 use crate::clock::{Clock, Ts};
@@ -97,6 +98,20 @@ pub enum Scenario {
         #[arg(long, default_value_t = 1.0)]
         legacy_share: f64,
     },
+    /// Server time to render the overview and the stranded agents page of
+    /// a large fleet, and the overview's download size.
+    Ui {
+        #[arg(long, default_value_t = 100_000)]
+        agents: usize,
+        #[arg(long, default_value_t = 1_000)]
+        proxies: usize,
+        /// Consecutive proxies that expire (agents on two of them strand).
+        #[arg(long, default_value_t = 20)]
+        expiring: usize,
+        /// Requests measured per page.
+        #[arg(long, default_value_t = 200)]
+        requests: usize,
+    },
     /// (internal) The agents process of `fanout` and `reconnect`.
     #[command(hide = true)]
     Agents {
@@ -173,6 +188,12 @@ pub async fn run(s: Scenario) -> Result<Value, BenchError> {
             agents,
             legacy_share,
         } => signals::recovery(agents, legacy_share).await,
+        Scenario::Ui {
+            agents,
+            proxies,
+            expiring,
+            requests,
+        } => ui::ui(agents, proxies, expiring, requests).await,
         Scenario::Agents {
             lifeline,
             agents,
