@@ -230,6 +230,28 @@ async fn operator_reconnects_a_stranded_agent_in_a_real_browser() {
         },
     )
     .await;
+    // Keyboard: a TTL row takes focus and then shows its details. (A click
+    // on a heading first gives the headless window focus, as a user has.)
+    c.find(Locator::Id("h-causes"))
+        .await
+        .expect("a heading")
+        .click()
+        .await
+        .expect("click");
+    let tip = js(
+        &c,
+        "const row = document.querySelector('svg.ttl a.row');
+         row.focus();
+         const tip = row.querySelector('.tip');
+         return [document.activeElement === row, getComputedStyle(tip).display, tip.textContent];",
+    )
+    .await;
+    assert_eq!(tip[0], Value::Bool(true), "a TTL row is focusable: {tip}");
+    assert_ne!(tip[1], "none", "focus shows the row's details: {tip}");
+    let text = tip[2].as_str().unwrap_or_default();
+    for part in ["last heartbeat", "TTL", "expires", "heartbeats missed"] {
+        assert!(text.contains(part), "details name {part}: {text}");
+    }
     shot(&c, "1-overview.png").await;
 
     // Chaos stops proxies; legacy agents on both dead proxies are stranded
