@@ -64,21 +64,24 @@ function live() {
   });
 }
 
-// Elements with data-refresh="N" are re-fetched from this page every N s.
+// Elements with data-refresh="N" (and an id) are re-fetched from this page
+// every N s: one fetch per round swaps them all.
 function refreshers() {
-  for (const el of document.querySelectorAll('[data-refresh]')) {
-    const every = Math.max(2, Number(el.dataset.refresh) || 5) * 1000;
-    setInterval(async () => {
-      if (document.hidden) return;
-      try {
-        const r = await fetch(location.href, { headers: { Accept: 'text/html' } });
-        if (!r.ok) return;
-        const doc = new DOMParser().parseFromString(await r.text(), 'text/html');
+  const els = [...document.querySelectorAll('[data-refresh][id]')];
+  if (!els.length) return;
+  const every = Math.max(2, Math.min(...els.map((e) => Number(e.dataset.refresh) || 5))) * 1000;
+  setInterval(async () => {
+    if (document.hidden) return;
+    try {
+      const r = await fetch(location.href, { headers: { Accept: 'text/html' } });
+      if (!r.ok) return;
+      const doc = new DOMParser().parseFromString(await r.text(), 'text/html');
+      for (const el of els) {
         const next = doc.getElementById(el.id);
         if (next) swap(el, next.childNodes);
-      } catch (_) { /* next round */ }
-    }, every);
-  }
+      }
+    } catch (_) { /* next round */ }
+  }, every);
 }
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
