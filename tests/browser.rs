@@ -231,10 +231,11 @@ async fn operator_reconnects_a_stranded_agent_in_a_real_browser() {
     )
     .await;
     // Keyboard: a TTL row takes focus and then shows its details. (A click
-    // on a heading first gives the headless window focus, as a user has.)
-    c.find(Locator::Id("h-causes"))
+    // first gives the headless window focus, as a user has; it lands on the
+    // header's status text, which live updates never replace.)
+    c.find(Locator::Id("live-status"))
         .await
-        .expect("a heading")
+        .expect("the live status")
         .click()
         .await
         .expect("click");
