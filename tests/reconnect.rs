@@ -5,7 +5,6 @@ mod support;
 
 use std::time::Duration;
 
-use lifeline::model::Kind;
 use lifeline::sim::AgentEvent;
 use serde_json::Value;
 use support::{Cluster, Running};
@@ -25,11 +24,7 @@ fn fleet() -> Cluster {
 /// Stops proxy-1 and proxy-2: agent-00001 (and agent-00005) lose every
 /// live tunnel; the rest keep one.
 async fn strand(c: &Running) {
-    c.sim.pause_heartbeats("proxy-1").await;
-    c.sim.pause_heartbeats("proxy-2").await;
-    let e1 = c.expires(Kind::Proxy, "proxy-1").await;
-    let e2 = c.expires(Kind::Proxy, "proxy-2").await;
-    c.advance_to(e1.max(e2)).await;
+    c.stop_proxies(&["proxy-1", "proxy-2"]).await;
 }
 
 async fn signal(c: &Running, id: i64) -> Value {
@@ -219,19 +214,9 @@ async fn real_wait_not_ready(c: &Running) {
 /// says so; a manual reconnect still goes out.
 #[tokio::test(start_paused = true)]
 async fn more_than_the_storm_share_stranded_pauses_automatic_signals() {
-    let c = Cluster::new()
-        .agents(6)
-        .proxies(2)
-        .quiet()
-        .ttl(Duration::from_secs(10))
-        .agent_ttl(Duration::from_secs(3600))
-        .sim_agents(1.0)
-        .start()
-        .await;
+    let c = Cluster::storm().start().await;
     c.ready().await;
-    let e = c.expires(Kind::Proxy, "proxy-1").await;
-    c.advance_to(e).await;
-    c.advance(Duration::from_secs(5)).await;
+    c.strand_everyone().await;
     assert_eq!(c.agents_in("stranded").await.len(), 6);
     let g = c.summary().await["signals"]["storm_guard"].clone();
     assert_eq!(g["paused"], true, "{g}");

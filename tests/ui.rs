@@ -49,12 +49,7 @@ fn fleet() -> Cluster {
 }
 
 async fn strand(c: &Running) {
-    c.sim.pause_heartbeats("proxy-1").await;
-    c.sim.pause_heartbeats("proxy-2").await;
-    let e1 = c.expires(Kind::Proxy, "proxy-1").await;
-    let e2 = c.expires(Kind::Proxy, "proxy-2").await;
-    c.advance_to(e1.max(e2)).await;
-    c.quiesce().await;
+    c.stop_proxies(&["proxy-1", "proxy-2"]).await;
 }
 
 /// The browser's CSRF cookie and the page's form token.
@@ -84,10 +79,30 @@ async fn form_token(c: &Running, path: &str) -> (String, String) {
     (cookie, token)
 }
 
+/// How a form is sent: as a browser without the cookie, with it, and
+/// whether its JS asks for JSON.
+#[derive(Default)]
 struct Form<'a> {
     cookie: Option<&'a str>,
     json: bool,
     extra: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> Form<'a> {
+    fn cookie(c: &'a str) -> Self {
+        Form {
+            cookie: Some(c),
+            ..Form::default()
+        }
+    }
+    fn json(mut self) -> Self {
+        self.json = true;
+        self
+    }
+    fn header(mut self, k: &'a str, v: &'a str) -> Self {
+        self.extra.push((k, v));
+        self
+    }
 }
 
 async fn post_form(
@@ -204,9 +219,13 @@ async fn names_from_the_network_are_escaped_on_every_page() {
     let agent = page(&c, &format!("/agents/{enc}")).await;
     assert!(escaped(&agent, SCRIPT));
     // An error page repeats the name it could not find: escaped too.
-    let (status, html) = c.get_text("/agents/%3Cscript%3Ex").await;
+    let (status, html) = c.get_text(&format!("/agents/{enc}-gone")).await;
     assert_eq!(status, 404);
     assert_safe("404 page", &html);
+    assert!(
+        escaped(&html, SCRIPT),
+        "the 404 names the agent, escaped: {html}"
+    );
     // The live fragment.
     let frag = first_live_event(&c).await;
     assert_safe("live fragment", &frag);
@@ -312,20 +331,9 @@ async fn overview_tells_what_failed_and_when() {
 /// overview says so and why.
 #[tokio::test(start_paused = true)]
 async fn overview_says_when_automatic_reconnects_are_paused() {
-    let c = Cluster::new()
-        .agents(6)
-        .proxies(2)
-        .quiet()
-        .ttl(Duration::from_secs(10))
-        .agent_ttl(Duration::from_secs(3600))
-        .sim_agents(1.0)
-        .start()
-        .await;
+    let c = Cluster::storm().start().await;
     c.ready().await;
-    let e = c.expires(Kind::Proxy, "proxy-1").await;
-    c.advance_to(e).await;
-    c.advance(Duration::from_secs(5)).await;
-    c.quiesce().await;
+    c.strand_everyone().await;
     let html = page(&c, "/").await;
     assert!(html.contains("Automatic reconnects are paused"), "{html}");
     assert!(html.contains("storm guard"), "the reason");
@@ -345,36 +353,21 @@ async fn reconnect_form_is_csrf_protected_and_works_without_js() {
     let path = format!("/agents/{AGENT}");
     let (cookie, token) = form_token(&c, &path).await;
     let action = format!("{path}/reconnect");
-    let none = || Form {
-        cookie: None,
-        json: false,
-        extra: vec![],
-    };
 
-    let (status, _, html) = post_form(&c, &action, &[("csrf", &token)], none()).await;
+    let (status, _, html) = post_form(&c, &action, &[("csrf", &token)], Form::default()).await;
     assert_eq!(status, 403);
     assert!(html.contains("CSRF cookie"), "{html}");
-    let (status, _, html) = post_form(
-        &c,
-        &action,
-        &[("csrf", "00ff")],
-        Form {
-            cookie: Some(&cookie),
-            ..none()
-        },
-    )
-    .await;
+    let (status, _, html) =
+        post_form(&c, &action, &[("csrf", "00ff")], Form::cookie(&cookie)).await;
     assert_eq!(status, 403);
     assert!(html.contains("does not match"), "{html}");
     let (status, _, body) = post_form(
         &c,
         &action,
         &[("csrf", &token)],
-        Form {
-            cookie: Some(&cookie),
-            json: true,
-            extra: vec![("sec-fetch-site", "cross-site")],
-        },
+        Form::cookie(&cookie)
+            .json()
+            .header("sec-fetch-site", "cross-site"),
     )
     .await;
     assert_eq!(status, 403);
@@ -382,16 +375,7 @@ async fn reconnect_form_is_csrf_protected_and_works_without_js() {
         body.contains("\"code\":\"csrf\""),
         "JSON for the JS: {body}"
     );
-    let (status, _, html) = post_form(
-        &c,
-        &action,
-        &[("nope", "1")],
-        Form {
-            cookie: Some(&cookie),
-            ..none()
-        },
-    )
-    .await;
+    let (status, _, html) = post_form(&c, &action, &[("nope", "1")], Form::cookie(&cookie)).await;
     assert_eq!(status, 400, "{html}");
     assert!(html.contains("invalid form"), "{html}");
     assert_eq!(
@@ -410,10 +394,7 @@ async fn reconnect_form_is_csrf_protected_and_works_without_js() {
             ("proxy", "proxy-1"),
             ("reason", "from the UI"),
         ],
-        Form {
-            cookie: Some(&cookie),
-            ..none()
-        },
+        Form::cookie(&cookie),
     )
     .await;
     assert_eq!(status, 303);
@@ -447,11 +428,7 @@ async fn reconnect_form_is_csrf_protected_and_works_without_js() {
         &c,
         &action,
         &[("csrf", &token)],
-        Form {
-            cookie: Some(&cookie),
-            json: true,
-            extra: vec![],
-        },
+        Form::cookie(&cookie).json(),
     )
     .await;
     assert_eq!(status, 202, "{body}");
@@ -463,10 +440,7 @@ async fn reconnect_form_is_csrf_protected_and_works_without_js() {
         &c,
         "/agents/agent-99999/reconnect",
         &[("csrf", &token)],
-        Form {
-            cookie: Some(&cookie),
-            ..none()
-        },
+        Form::cookie(&cookie),
     )
     .await;
     assert_eq!(status, 404);
@@ -493,11 +467,7 @@ async fn reconnect_all_stranded_confirms_the_count_first() {
         &c,
         "/reconnect-stranded",
         &[("csrf", &token)],
-        Form {
-            cookie: Some(&cookie),
-            json: false,
-            extra: vec![],
-        },
+        Form::cookie(&cookie),
     )
     .await;
     assert_eq!(status, 303);

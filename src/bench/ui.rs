@@ -54,7 +54,8 @@ async fn measure(
         if !resp.status().is_success() {
             return Err(BenchError::Agents(format!("GET {url}: {}", resp.status())));
         }
-        let render = server_timing_ms(resp.headers());
+        let render = server_timing_ms(resp.headers())
+            .ok_or_else(|| BenchError::Agents(format!("GET {url}: no Server-Timing header")))?;
         let body = resp
             .text()
             .await
@@ -62,7 +63,7 @@ async fn measure(
         let rt = t.elapsed().as_secs_f64() * 1000.0;
         // The first few warm caches and the allocator.
         if i >= 5 {
-            m.render_ms.push(render.unwrap_or(f64::NAN));
+            m.render_ms.push(render);
             m.round_trip_ms.push(rt);
         }
         m.bytes = body.len();

@@ -32,6 +32,9 @@ pub enum ApiError {
     Busy { code: &'static str, message: String },
     #[error("the fleet has stopped")]
     FleetGone,
+    /// A dashboard template failed (a bug; logged where it happens).
+    #[error("the page failed to render")]
+    Render,
     #[error("database error")]
     Db(#[from] sqlx::Error),
 }
@@ -52,6 +55,7 @@ impl ApiError {
             ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
             ApiError::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::FleetGone => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Render => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Db(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -66,6 +70,7 @@ impl ApiError {
             ApiError::Forbidden { code, .. } => code,
             ApiError::Busy { code, .. } => code,
             ApiError::FleetGone => "unavailable",
+            ApiError::Render => "internal",
             ApiError::Db(_) => "internal",
         }
     }

@@ -343,25 +343,35 @@ pub(super) const OUTCOMES: &[&str] = &[
     "timeout",
 ];
 
-async fn list(
-    State(s): State<AppState>,
-    ApiQuery(q): ApiQuery<ListQuery>,
-) -> Result<Json<SignalPage>, ApiError> {
-    if let Some(o) = &q.outcome {
-        if !OUTCOMES.contains(&o.as_str()) {
+/// Checks the audit's `outcome` and `kind` filters (the API and the
+/// dashboard's Signals page share them).
+pub(super) fn check_signal_filter(
+    outcome: Option<&str>,
+    kind: Option<&str>,
+) -> Result<(), ApiError> {
+    if let Some(o) = outcome {
+        if !OUTCOMES.contains(&o) {
             return Err(ApiError::BadParameter(format!(
                 "outcome must be one of {}, got {o:?}",
                 OUTCOMES.join(", ")
             )));
         }
     }
-    if let Some(k) = &q.kind {
-        if !["reconnect", "close_tunnel"].contains(&k.as_str()) {
+    if let Some(k) = kind {
+        if !["reconnect", "close_tunnel"].contains(&k) {
             return Err(ApiError::BadParameter(format!(
                 "kind must be reconnect or close_tunnel, got {k:?}"
             )));
         }
     }
+    Ok(())
+}
+
+async fn list(
+    State(s): State<AppState>,
+    ApiQuery(q): ApiQuery<ListQuery>,
+) -> Result<Json<SignalPage>, ApiError> {
+    check_signal_filter(q.outcome.as_deref(), q.kind.as_deref())?;
     let limit = limit(q.limit)?;
     let before_id = id_cursor(q.cursor)?;
     let items = audit::list(

@@ -22,7 +22,7 @@ pub mod ttl_svg;
 use std::time::Instant;
 
 use askama::Template;
-use axum::extract::{FromRequestParts, Query};
+use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -31,7 +31,7 @@ use axum::Router;
 use serde::de::DeserializeOwned;
 use tracing::error;
 
-use super::error::ApiError;
+use super::error::{ApiError, ApiQuery};
 use super::AppState;
 
 /// Shared by every dashboard handler.
@@ -100,11 +100,10 @@ pub struct Layout {
     pub version: &'static str,
 }
 
-/// Per-request context of a page: the browser's CSRF session, whether it
-/// asked for JSON (the JS does, for forms), and when the request started.
+/// Per-request context of a page: the browser's CSRF session and when the
+/// request started.
 pub struct Ctx {
     pub session: csrf::Session,
-    pub wants_json: bool,
     pub started: Instant,
 }
 
@@ -114,13 +113,13 @@ impl<S: Send + Sync> FromRequestParts<S> for Ctx {
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
         Ok(Ctx {
             session: csrf::session(&parts.headers),
-            wants_json: wants_json(&parts.headers),
             started: Instant::now(),
         })
     }
 }
 
-fn wants_json(h: &HeaderMap) -> bool {
+/// True when the request asked for JSON (the page's JS does, for forms).
+pub fn wants_json(h: &HeaderMap) -> bool {
     h.get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains("application/json"))
@@ -165,11 +164,7 @@ impl Ctx {
             }
             Err(e) => {
                 error!(error = %e, "dashboard template failed to render");
-                (
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "the page failed to render",
-                )
-                    .into_response()
+                UiError::from(ApiError::Render).into_response()
             }
         }
     }
@@ -197,6 +192,7 @@ pub fn security_headers(h: &mut HeaderMap) {
 #[derive(Template)]
 #[template(path = "error.html")]
 struct ErrorPage {
+    layout: Layout,
     status: u16,
     reason: String,
     code: &'static str,
@@ -237,9 +233,17 @@ impl IntoResponse for UiError {
         if let ApiError::Db(e) = &self.err {
             error!(error = %e, "database query failed");
         }
+        let reason = status.canonical_reason().unwrap_or("Error").to_string();
         let page = ErrorPage {
+            // No forms on an error page, so no CSRF token.
+            layout: Layout {
+                nav: "",
+                title: format!("{} {reason} · Lifeline", status.as_u16()),
+                csrf: String::new(),
+                version: ASSET_VERSION,
+            },
             status: status.as_u16(),
-            reason: status.canonical_reason().unwrap_or("Error").to_string(),
+            reason,
             code: self.err.code(),
             message: match &self.err {
                 ApiError::Db(_) => "database error (logged on the server)".to_string(),
@@ -272,12 +276,7 @@ where
     type Rejection = UiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        match Query::<T>::from_request_parts(parts, state).await {
-            Ok(Query(v)) => Ok(UiQuery(v)),
-            Err(e) => Err(UiError::from(ApiError::BadParameter(
-                e.body_text()
-                    .replace("Failed to deserialize query string: ", "invalid query: "),
-            ))),
-        }
+        let ApiQuery(v) = ApiQuery::from_request_parts(parts, state).await?;
+        Ok(UiQuery(v))
     }
 }

@@ -59,6 +59,20 @@ impl Cluster {
             desired_tunnels: None,
         }
     }
+    /// 6 legacy simulated agents, each on both of 2 proxies that announce
+    /// the same expiry, and agents that never expire: with
+    /// [`Running::strand_everyone`], one instant strands every agent (the
+    /// storm guard's case).
+    pub fn storm() -> Self {
+        Cluster::new()
+            .agents(6)
+            .proxies(2)
+            .quiet()
+            .ttl(Duration::from_secs(10))
+            .agent_ttl(Duration::from_secs(3600))
+            .sim_agents(1.0)
+    }
+
     pub fn agents(mut self, n: usize) -> Self {
         self.spec.agents = n;
         self
@@ -260,6 +274,26 @@ impl Running {
             self.quiesce().await;
             left -= s;
         }
+    }
+
+    /// The named proxies stop heartbeating; returns once the last of them
+    /// has expired (virtual time) and what that caused has crossed the
+    /// sockets.
+    pub async fn stop_proxies(&self, names: &[&str]) {
+        let mut last = self.clock.now();
+        for p in names {
+            self.sim.pause_heartbeats(p).await;
+            last = last.max(self.expires(Kind::Proxy, p).await);
+        }
+        self.advance_to(last).await;
+        self.quiesce().await;
+    }
+
+    /// In a [`Cluster::storm`]: both proxies expire together, then 5 s pass.
+    pub async fn strand_everyone(&self) {
+        let e = self.expires(Kind::Proxy, "proxy-1").await;
+        self.advance_to(e).await;
+        self.advance(Duration::from_secs(5)).await;
     }
 
     /// Moves virtual time until just past wall time `t` (1 ms: tokio's timer

@@ -1,23 +1,29 @@
 //! The dashboard's forms (POST): reconnect one agent, reconnect every
-//! stranded agent. CSRF-checked; without JS they answer 303 to a page that
-//! shows the result, with JS (`Accept: application/json`) they answer the
-//! API's JSON so the page can follow the signal in place.
+//! stranded agent. Every form goes through [`Checked`]: parsed, then
+//! CSRF-checked, before a handler sees it. Without JS they answer 303 to a
+//! page that shows the result; with JS (`Accept: application/json`) they
+//! answer the API's JSON so the page can follow the signal in place.
 
-use axum::extract::rejection::FormRejection;
-use axum::extract::{Form, Path, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::extract::{Form, FromRequest, Path, Request, State};
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::json;
 use tracing::info;
 
 use super::fmt::agent_href;
-use super::{csrf, Ctx, UiError};
+use super::{csrf, wants_json, UiError};
 use crate::http::error::ApiError;
 use crate::http::signals::{reason, reconnect_agent, reconnect_selected, select};
 use crate::http::AppState;
 use crate::model::AgentState;
+
+/// A dashboard form: every one carries the browser's CSRF token.
+pub trait CsrfForm: DeserializeOwned {
+    fn csrf(&self) -> &str;
+}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -29,6 +35,12 @@ pub struct ReconnectForm {
     reason: String,
 }
 
+impl CsrfForm for ReconnectForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StrandedForm {
@@ -37,34 +49,45 @@ pub struct StrandedForm {
     reason: String,
 }
 
+impl CsrfForm for StrandedForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
+/// A parsed form whose CSRF token matched, and whether the browser's JS
+/// asked for JSON. A bad form is a 400, a refused token a 403, each as a
+/// page or as JSON to match the request.
+pub struct Checked<T> {
+    form: T,
+    json: bool,
+}
+
+impl<T: CsrfForm> FromRequest<AppState> for Checked<T> {
+    type Rejection = UiError;
+
+    async fn from_request(req: Request, st: &AppState) -> Result<Self, Self::Rejection> {
+        let json = wants_json(req.headers());
+        let headers = req.headers().clone();
+        let Form(form) = Form::<T>::from_request(req, st)
+            .await
+            .map_err(|e| UiError {
+                err: ApiError::BadBody(format!("invalid form: {}", e.body_text())),
+                json,
+            })?;
+        csrf::check(&st.ui.csrf, &headers, form.csrf()).map_err(|r| UiError {
+            err: ApiError::Forbidden {
+                code: "csrf",
+                message: r.message().to_string(),
+            },
+            json,
+        })?;
+        Ok(Checked { form, json })
+    }
+}
+
 /// Who the audit names for dashboard actions.
 const BY: &str = "ui";
-
-fn forbidden(r: csrf::Refusal, json: bool) -> Response {
-    if json {
-        return (
-            StatusCode::FORBIDDEN,
-            Json(json!({"error": {"code": "csrf", "message": r.message()}})),
-        )
-            .into_response();
-    }
-    UiError {
-        err: ApiError::Forbidden {
-            code: "csrf",
-            message: r.message().to_string(),
-        },
-        json: false,
-    }
-    .into_response()
-}
-
-fn bad_form(e: FormRejection, json: bool) -> Response {
-    UiError {
-        err: ApiError::BadBody(format!("invalid form: {}", e.body_text())),
-        json,
-    }
-    .into_response()
-}
 
 fn see_other(to: &str) -> Response {
     (StatusCode::SEE_OTHER, [(header::LOCATION, to.to_string())]).into_response()
@@ -72,85 +95,57 @@ fn see_other(to: &str) -> Response {
 
 pub async fn reconnect_one(
     State(st): State<AppState>,
-    ctx: Ctx,
-    headers: HeaderMap,
     Path(name): Path<String>,
-    form: Result<Form<ReconnectForm>, FormRejection>,
-) -> Response {
-    let json = ctx.wants_json;
-    let form = match form {
-        Ok(Form(f)) => f,
-        Err(e) => return bad_form(e, json),
-    };
-    if let Err(r) = csrf::check(&st.ui.csrf, &headers, &form.csrf) {
-        return forbidden(r, json);
-    }
-    let result = async {
-        let reason = reason(Some(form.reason), "manual reconnect from the dashboard")?;
-        let proxy = Some(form.proxy.trim().to_string()).filter(|p| !p.is_empty());
-        reconnect_agent(&st, name.clone(), proxy, reason, BY.into()).await
-    }
-    .await;
-    match result {
-        Ok(row) => {
-            info!(agent = %name, signal = row.id, "reconnect requested from the dashboard");
-            if json {
-                (StatusCode::ACCEPTED, Json(row)).into_response()
-            } else {
-                see_other(&format!("{}?signal={}#signal", agent_href(&name), row.id))
-            }
-        }
-        Err(err) => UiError { err, json }.into_response(),
-    }
+    Checked { form, json }: Checked<ReconnectForm>,
+) -> Result<Response, UiError> {
+    let with = |err| UiError { err, json };
+    let reason = reason(Some(form.reason), "manual reconnect from the dashboard").map_err(with)?;
+    let proxy = Some(form.proxy.trim().to_string()).filter(|p| !p.is_empty());
+    let row = reconnect_agent(&st, name.clone(), proxy, reason, BY.into())
+        .await
+        .map_err(with)?;
+    info!(agent = %name, signal = row.id, "reconnect requested from the dashboard");
+    Ok(if json {
+        (StatusCode::ACCEPTED, Json(row)).into_response()
+    } else {
+        see_other(&format!("{}?signal={}#signal", agent_href(&name), row.id))
+    })
 }
 
 pub async fn reconnect_stranded(
     State(st): State<AppState>,
-    ctx: Ctx,
-    headers: HeaderMap,
-    form: Result<Form<StrandedForm>, FormRejection>,
-) -> Response {
-    let json = ctx.wants_json;
-    let form = match form {
-        Ok(Form(f)) => f,
-        Err(e) => return bad_form(e, json),
-    };
-    if let Err(r) = csrf::check(&st.ui.csrf, &headers, &form.csrf) {
-        return forbidden(r, json);
-    }
-    let result = async {
-        let reason = reason(
-            Some(form.reason),
-            "reconnect all stranded, from the dashboard",
-        )?;
-        let agents = select(&st, Some(AgentState::Stranded), None, None).await?;
-        let matched = agents.len();
-        let (signals, skipped) = reconnect_selected(&st, agents, None, reason, BY.into()).await?;
-        Ok::<_, ApiError>((matched, signals, skipped))
-    }
-    .await;
-    match result {
-        Ok((matched, signals, skipped)) => {
-            info!(
-                matched,
-                sent = signals.len(),
-                skipped = skipped.len(),
-                "reconnect of all stranded agents requested from the dashboard"
-            );
-            if json {
-                (
-                    StatusCode::ACCEPTED,
-                    Json(json!({"matched": matched, "signals": signals, "skipped": skipped})),
-                )
-                    .into_response()
-            } else {
-                see_other(&format!(
-                    "/signals?requested_by={BY}&sent={}&skipped={}",
-                    signals.len(),
-                    skipped.len()
-                ))
-            }
-        }
-        Err(err) => UiError { err, json }.into_response(),
-    }
+    Checked { form, json }: Checked<StrandedForm>,
+) -> Result<Response, UiError> {
+    let with = |err| UiError { err, json };
+    let reason = reason(
+        Some(form.reason),
+        "reconnect all stranded, from the dashboard",
+    )
+    .map_err(with)?;
+    let agents = select(&st, Some(AgentState::Stranded), None, None)
+        .await
+        .map_err(with)?;
+    let matched = agents.len();
+    let (signals, skipped) = reconnect_selected(&st, agents, None, reason, BY.into())
+        .await
+        .map_err(with)?;
+    info!(
+        matched,
+        sent = signals.len(),
+        skipped = skipped.len(),
+        "reconnect of all stranded agents requested from the dashboard"
+    );
+    Ok(if json {
+        (
+            StatusCode::ACCEPTED,
+            Json(json!({"matched": matched, "signals": signals, "skipped": skipped})),
+        )
+            .into_response()
+    } else {
+        see_other(&format!(
+            "/signals?requested_by={BY}&sent={}&skipped={}",
+            signals.len(),
+            skipped.len()
+        ))
+    })
 }

@@ -15,7 +15,7 @@ use askama::Template;
 use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::IntoResponse;
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::WatchStream;
@@ -43,11 +43,6 @@ impl Live {
             max: max_streams,
         }
     }
-
-    /// Open live streams.
-    pub fn watching(&self) -> usize {
-        self.tx.receiver_count()
-    }
 }
 
 async fn render(st: &AppState) -> Result<Arc<str>, UiError> {
@@ -59,7 +54,7 @@ async fn render(st: &AppState) -> Result<Arc<str>, UiError> {
         Ok(html) => Ok(Arc::from(html)),
         Err(e) => {
             warn!(error = %e, "live overview failed to render");
-            Err(UiError::from(ApiError::FleetGone))
+            Err(UiError::from(ApiError::Render))
         }
     }
 }
@@ -84,7 +79,17 @@ pub fn spawn(st: AppState) -> JoinHandle<()> {
                         st.ui.live.tx.send_replace(html);
                     }
                     // The fleet is gone: Lifeline is stopping.
-                    Err(_) => break,
+                    Err(UiError {
+                        err: ApiError::FleetGone,
+                        ..
+                    }) => break,
+                    // A busy database: the next tick tries again.
+                    Err(UiError {
+                        err: ApiError::Db(e),
+                        ..
+                    }) => warn!(error = %e, "live overview not refreshed: database read failed"),
+                    // A failed render was logged in `render`.
+                    Err(_) => {}
                 }
             }
             debug!("live overview stopped");
@@ -108,8 +113,7 @@ pub async fn overview_stream(State(st): State<AppState>) -> Result<impl IntoResp
             json: true,
         });
     };
-    let mut rx = st.ui.live.tx.subscribe();
-    rx.mark_unchanged();
+    let rx = st.ui.live.tx.subscribe();
     let first = render(&st).await?;
     let stop = st.shutdown.clone();
     let stream = futures::stream::once(async move { first })
@@ -119,11 +123,5 @@ pub async fn overview_stream(State(st): State<AppState>) -> Result<impl IntoResp
             Ok::<_, Infallible>(Event::default().event("overview").data(&*html))
         })
         .take_until(stop.cancelled_owned());
-    Ok(Sse::new(boxed(stream)).keep_alive(KeepAlive::default()))
-}
-
-fn boxed(
-    s: impl Stream<Item = Result<Event, Infallible>> + Send + 'static,
-) -> std::pin::Pin<Box<dyn Stream<Item = Result<Event, Infallible>> + Send>> {
-    Box::pin(s)
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }

@@ -16,7 +16,9 @@ use super::{Ctx, Layout, UiError, UiQuery};
 use crate::clock::Ts;
 use crate::fleet::view::{self, AgentFilter, AgentItem, RootCause, TtlWindow};
 use crate::fleet::{Fleet, WatchState};
+use crate::http::api::id_cursor;
 use crate::http::error::ApiError;
+use crate::http::signals::{check_signal_filter, select, OUTCOMES};
 use crate::http::AppState;
 use crate::model::{AgentState, Kind};
 use crate::store::read::{self, EpisodeFilter};
@@ -117,7 +119,6 @@ pub struct AgentRow {
 
 /// The part of the overview that the live stream re-renders.
 pub struct LiveOverview {
-    pub now_ms: i64,
     pub as_of: String,
     pub counts: Counts,
     pub banners: Vec<Banner>,
@@ -321,15 +322,16 @@ fn ttl_rows(f: &Fleet, limit: usize) -> (Vec<TtlWindow>, usize) {
         .map(|e| view::ttl_window(f, e, now))
         .collect();
     let total = all.len();
-    if all.len() > limit {
-        all.select_nth_unstable_by_key(limit, |w| (w.remaining_ms, w.name.clone()));
-        all.truncate(limit);
-    }
-    all.sort_by(|a, b| {
+    let soonest = |a: &TtlWindow, b: &TtlWindow| {
         a.remaining_ms
             .cmp(&b.remaining_ms)
             .then_with(|| a.name.cmp(&b.name))
-    });
+    };
+    if all.len() > limit {
+        all.select_nth_unstable_by(limit, soonest);
+        all.truncate(limit);
+    }
+    all.sort_by(soonest);
     (all, total)
 }
 
@@ -338,7 +340,7 @@ fn ttl_rows(f: &Fleet, limit: usize) -> (Vec<TtlWindow>, usize) {
 pub async fn overview_model(st: &AppState) -> Result<LiveOverview, UiError> {
     let filter = AgentFilter {
         state: Some(AgentState::Stranded),
-        limit: OVERVIEW_STRANDED + 1,
+        limit: OVERVIEW_STRANDED,
         ..AgentFilter::default()
     };
     let (summary, auths, (ttl, ttl_total), (page, last)) = st
@@ -353,12 +355,8 @@ pub async fn overview_model(st: &AppState) -> Result<LiveOverview, UiError> {
         })
         .await?;
     let now = summary.generated_at;
-    let mut items = page.items;
-    let mut last = last;
-    let stranded_more = items.len() > OVERVIEW_STRANDED;
-    items.truncate(OVERVIEW_STRANDED);
-    last.truncate(OVERVIEW_STRANDED);
-    let stranded = agent_rows(st, now, items, last).await?;
+    let stranded_more = page.next_cursor.is_some();
+    let stranded = agent_rows(st, now, page.items, last).await?;
     let signals = audit::list(
         &st.db,
         &SignalFilter {
@@ -413,7 +411,6 @@ pub async fn overview_model(st: &AppState) -> Result<LiveOverview, UiError> {
     }
     let set = &st.hub.settings;
     Ok(LiveOverview {
-        now_ms: now.as_millis(),
         as_of: format!("{} UTC", fmt::hms(now)),
         counts: Counts {
             total: summary.agents.total,
@@ -641,7 +638,7 @@ pub async fn agents(
         limit: page_limit(q.limit.clone())?,
     };
     let limit_s = field(q.limit);
-    let ((page, last), summary, mut auth_names) = st
+    let ((page, last), (now, counts), mut auth_names) = st
         .fleet
         .read(move |f| {
             let s = view::summary_counts(f);
@@ -650,7 +647,6 @@ pub async fn agents(
         })
         .await?;
     auth_names.sort();
-    let now = summary.0;
     let rows = agent_rows(&st, now, page.items, last).await?;
     let pairs = |c: Option<String>| {
         qs(&[
@@ -684,10 +680,10 @@ pub async fn agents(
             next_href,
             first_href,
             counts: Counts {
-                total: summary.1.total,
-                healthy: summary.1.healthy,
-                degraded: summary.1.degraded,
-                stranded: summary.1.stranded,
+                total: counts.total,
+                healthy: counts.healthy,
+                degraded: counts.degraded,
+                stranded: counts.stranded,
                 proxies_live: 0,
                 proxies_total: 0,
                 connected: st.hub.connected(),
@@ -785,11 +781,14 @@ pub async fn agent(
         },
     )
     .await?;
+    // Usually among its latest signals, already read; an older one by id.
     let flash = match flash_id {
-        Some(id) => audit::get(&st.db, id)
-            .await?
-            .filter(|r| r.agent == name)
-            .map(|r| signal_row(now, r)),
+        Some(id) => match sigs.iter().find(|r| r.id == id) {
+            Some(r) => Some(r.clone()),
+            None => audit::get(&st.db, id).await?,
+        }
+        .filter(|r| r.agent == name)
+        .map(|r| signal_row(now, r)),
         None => None,
     };
     let last = d
@@ -813,11 +812,11 @@ pub async fn agent(
     let history = episodes
         .into_iter()
         .map(|e| {
-            let st = AgentState::parse(&e.state).unwrap_or(AgentState::Degraded);
+            let state = AgentState::parse(&e.state).unwrap_or(AgentState::Degraded);
             let end = e.ended_at.unwrap_or(now);
             HistoryItem {
-                icon: fmt::state_icon(st),
-                class: fmt::state_class(st),
+                icon: fmt::state_icon(state),
+                class: fmt::state_class(state),
                 from: fmt::hms(e.started_at),
                 to: match e.ended_at {
                     Some(t) => fmt::hms(t),
@@ -983,29 +982,8 @@ pub async fn signals(
         field(q.requested_by),
         field(q.cursor),
     );
-    if let Some(o) = &outcome {
-        if !crate::http::signals::OUTCOMES.contains(&o.as_str()) {
-            return Err(ApiError::BadParameter(format!(
-                "outcome must be one of {}, got {o:?}",
-                crate::http::signals::OUTCOMES.join(", ")
-            ))
-            .into());
-        }
-    }
-    if let Some(k) = &kind {
-        if !["reconnect", "close_tunnel"].contains(&k.as_str()) {
-            return Err(ApiError::BadParameter(format!(
-                "kind must be reconnect or close_tunnel, got {k:?}"
-            ))
-            .into());
-        }
-    }
-    let before_id = match &cursor {
-        None => None,
-        Some(c) => Some(c.parse::<i64>().ok().filter(|v| *v > 0).ok_or_else(|| {
-            ApiError::BadParameter(format!("cursor {c:?} is not a valid cursor"))
-        })?),
-    };
+    check_signal_filter(outcome.as_deref(), kind.as_deref())?;
+    let before_id = id_cursor(cursor.clone())?;
     let limit_s = field(q.limit.clone());
     let limit = page_limit(q.limit)?;
     let (now, counts) = st.fleet.read(view::summary_counts).await?;
@@ -1053,7 +1031,7 @@ pub async fn signals(
             outcome: outcome.clone().unwrap_or_default(),
             kind: kind.clone().unwrap_or_default(),
             requested_by: by.clone().unwrap_or_default(),
-            outcomes: crate::http::signals::OUTCOMES,
+            outcomes: OUTCOMES,
             next_href,
             first_href,
             flash,
@@ -1074,20 +1052,8 @@ pub struct ConfirmPage {
 
 /// "Reconnect all stranded": says how many agents it will touch first.
 pub async fn confirm_stranded(State(st): State<AppState>, ctx: Ctx) -> Result<Response, UiError> {
-    let names: Vec<String> = st
-        .fleet
-        .read(|f| {
-            f.agent_order
-                .iter()
-                .filter(|n| {
-                    f.agents
-                        .get(*n)
-                        .is_some_and(|a| a.state == AgentState::Stranded)
-                })
-                .cloned()
-                .collect()
-        })
-        .await?;
+    // The same selection the action makes.
+    let names = select(&st, Some(AgentState::Stranded), None, None).await?;
     let connected = names.iter().filter(|n| st.hub.is_connected(n)).count();
     Ok(ctx.render(
         StatusCode::OK,
