@@ -11,7 +11,8 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, info, warn};
+use tower_http::trace::{DefaultMakeSpan, DefaultOnFailure, DefaultOnResponse, TraceLayer};
+use tracing::{debug, error, info, warn, Level};
 
 use crate::backoff::Backoff;
 use crate::clock::Clock;
@@ -214,6 +215,12 @@ impl Lifeline {
         tasks.push(tokio::spawn(async move {
             let _keep = reporter;
             if let Err(e) = tonic::transport::Server::builder()
+                .layer(
+                    TraceLayer::new_for_grpc()
+                        .make_span_with(DefaultMakeSpan::new().level(Level::INFO))
+                        .on_response(DefaultOnResponse::new().level(Level::DEBUG))
+                        .on_failure(DefaultOnFailure::new().level(Level::DEBUG)),
+                )
                 .add_service(health_service)
                 .add_service(service_config::Service::server(lb_policy_rx))
                 .add_service(grpc_hub.server())
@@ -241,6 +248,7 @@ impl Lifeline {
             connect_timeout: cfg.cluster.connect_timeout,
             backoff: Backoff::new(cfg.cluster.backoff_base, cfg.cluster.backoff_cap),
             limits,
+            ingest_span_every: cfg.telemetry.ingest_span_every,
         };
         tasks.push(tokio::spawn(watcher::run(
             wcfg,
@@ -263,6 +271,17 @@ impl Lifeline {
             stats.clone(),
             shutdown.clone(),
         )));
+        let (hist, stop) = (stats.clone(), shutdown.clone());
+        tasks.push(tokio::spawn(async move {
+            // Folds histogram samples into buckets even when nobody scrapes.
+            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tick.tick() => hist.hist.upkeep(),
+                }
+            }
+        }));
         tasks.push(tokio::spawn(prune_loop(
             db.clone(),
             clock,

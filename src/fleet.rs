@@ -42,6 +42,24 @@ pub enum WatchState {
     Stale,
 }
 
+impl WatchState {
+    pub const ALL: [WatchState; 4] = [
+        WatchState::Initializing,
+        WatchState::Ready,
+        WatchState::Rejected,
+        WatchState::Stale,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WatchState::Initializing => "initializing",
+            WatchState::Ready => "ready",
+            WatchState::Rejected => "rejected",
+            WatchState::Stale => "stale",
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct KindStatus {
     pub state: WatchState,
@@ -104,6 +122,9 @@ pub struct StateChange {
     /// When Lifeline classified it.
     pub detected_at: Ts,
     pub episode: Option<i64>,
+    /// The failure trace this change belongs to (while exporting traces).
+    #[serde(skip)]
+    pub trace: Option<crate::telemetry::propagate::TraceRef>,
 }
 
 pub type ReadFn = Box<dyn FnOnce(&mut Fleet) + Send>;

@@ -9,6 +9,7 @@
 
 pub mod api;
 pub mod error;
+pub mod metrics;
 pub mod probes;
 pub mod signals;
 pub mod ui;
@@ -44,6 +45,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
     Router::new()
         .merge(api::router())
         .merge(probes::router())
+        .merge(metrics::router())
         .merge(signals::router())
         .merge(ui::router())
         .fallback(error::not_found)

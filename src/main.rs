@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use lifeline::config::Config;
+use lifeline::config::{Config, TelemetryConfig};
 use lifeline::demo::{Demo, DemoOptions};
-use lifeline::telemetry::{self, LogFormat};
+use lifeline::telemetry::{self, LogFormat, OtlpSettings, Pipeline};
 use lifeline::{Clock, Lifeline};
 
 /// Lifeline: finds agents stranded by unhealthy auth servers or proxies.
@@ -112,6 +112,36 @@ fn load_config(path: Option<&PathBuf>) -> Result<Config, lifeline::config::Confi
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     let quiet = matches!(cli.cmd, Cmd::Bench { .. });
+    // `serve` reads its config before logging starts: it configures export.
+    let (telemetry_cfg, serve_cfg) = match &cli.cmd {
+        Cmd::Serve { config } => match load_config(config.as_ref()) {
+            Ok(c) => (Some(c.telemetry.clone()), Some(c)),
+            Err(e) => {
+                eprintln!("lifeline: {e}");
+                return ExitCode::from(EXIT_CONFIG);
+            }
+        },
+        Cmd::Demo { .. } => (Some(TelemetryConfig::default()), None),
+        _ => (None, None),
+    };
+    let settings = telemetry_cfg
+        .map(|t| OtlpSettings::resolve(&t, |k| std::env::var(k).ok()))
+        .transpose()
+        .map(Option::flatten);
+    let pipeline = match settings {
+        Ok(Some(s)) => match Pipeline::start(&s) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                eprintln!("lifeline: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        Ok(None) => None,
+        Err(e) => {
+            eprintln!("lifeline: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
     telemetry::init(
         cli.log_format,
         if quiet {
@@ -119,26 +149,29 @@ async fn main() -> ExitCode {
         } else {
             telemetry::DEFAULT_FILTER
         },
+        pipeline.as_ref(),
     );
-    match run(cli.cmd).await {
+    if let Some(p) = &pipeline {
+        tracing::info!(endpoint = %p.endpoint, "exporting traces over OTLP/gRPC");
+    }
+    let code = match run(cli.cmd, serve_cfg).await {
         Ok(code) => code,
         Err(e) => {
             eprintln!("lifeline: {e:#}");
             ExitCode::FAILURE
         }
+    };
+    if let Some(p) = pipeline {
+        // Flushes what is still queued; bounded by the export timeout.
+        let _ = tokio::task::spawn_blocking(move || p.shutdown()).await;
     }
+    code
 }
 
-async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
+async fn run(cmd: Cmd, serve_cfg: Option<Config>) -> anyhow::Result<ExitCode> {
     match cmd {
-        Cmd::Serve { config } => {
-            let cfg = match load_config(config.as_ref()) {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("lifeline: {e}");
-                    return Ok(ExitCode::from(EXIT_CONFIG));
-                }
-            };
+        Cmd::Serve { .. } => {
+            let cfg = serve_cfg.context("config not loaded")?;
             let ll = Lifeline::start(&cfg, Clock::system())
                 .await
                 .context("start-up failed")?;

@@ -124,15 +124,15 @@ impl Health {
         }
     }
 
+    pub const ALL: [Health; 4] = [
+        Health::Serving,
+        Health::NotServing,
+        Health::Unknown,
+        Health::ServiceUnknown,
+    ];
+
     pub fn parse(s: &str) -> Option<Health> {
-        [
-            Health::Serving,
-            Health::NotServing,
-            Health::Unknown,
-            Health::ServiceUnknown,
-        ]
-        .into_iter()
-        .find(|h| h.as_str() == s)
+        Health::ALL.into_iter().find(|h| h.as_str() == s)
     }
 }
 

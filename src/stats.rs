@@ -1,16 +1,44 @@
 //! Lifeline's own counters: lock-free atomics shared by every room, read by
-//! `/api/v1/summary` and `/metrics`. Counting never blocks a hot path.
+//! `/api/v1/summary` and `/metrics`, and the latency histograms `/metrics`
+//! renders. Counting never blocks a hot path; labels are small fixed sets
+//! (kinds, outcomes, modes), never names from the network.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use metrics::Histogram;
+use metrics_exporter_prometheus::{
+    Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
+};
 use serde::Serialize;
 
 use crate::ingest::validate::RejectCode;
+
+/// Audited signal kinds, as `Stats::signals` indexes them.
+pub const SIGNAL_KINDS: [&str; 2] = ["reconnect", "close_tunnel"];
+/// What became of an audited signal, as `Stats::signals` indexes them.
+/// `sent` counts signals queued on a stream; the others are final outcomes.
+pub const SIGNAL_OUTCOMES: [&str; 5] = ["sent", "acked", "failed", "undeliverable", "timeout"];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SignalOutcome {
+    Sent = 0,
+    Acked = 1,
+    Failed = 2,
+    Undeliverable = 3,
+    Timeout = 4,
+}
+
+/// Index of an audited signal kind in `SIGNAL_KINDS`.
+pub fn signal_kind_index(kind: &str) -> usize {
+    SIGNAL_KINDS.iter().position(|k| *k == kind).unwrap_or(0)
+}
 
 #[derive(Default, Debug)]
 pub struct Stats {
     /// Upstream events applied (PUT/DELETE, after validation).
     pub events_applied: AtomicU64,
+    /// The same by kind (`Kind::index`) and type (0 PUT, 1 DELETE).
+    pub ingested: [[AtomicU64; 2]; 4],
     /// Stream events (after INIT) handed to the fleet, valid or not.
     pub stream_events: AtomicU64,
     /// The same, for the current watch session only.
@@ -40,17 +68,118 @@ pub struct Stats {
     /// Discovery messages sent, full and delta, and their encoded bytes.
     pub discovery_full: AtomicU64,
     pub discovery_delta: AtomicU64,
-    pub discovery_bytes: AtomicU64,
-    /// Audited signals by what became of them.
-    pub signals_sent: AtomicU64,
-    pub signals_acked: AtomicU64,
-    pub signals_failed: AtomicU64,
-    pub signals_undeliverable: AtomicU64,
-    pub signals_timeout: AtomicU64,
+    pub discovery_bytes_full: AtomicU64,
+    pub discovery_bytes_delta: AtomicU64,
+    /// Audited signals by kind (`SIGNAL_KINDS`) and outcome (`SIGNAL_OUTCOMES`).
+    pub signals: [[AtomicU64; 5]; 2],
     /// Signal audit updates dropped because SQLite fell behind.
     pub signal_updates_dropped: AtomicU64,
     /// Agent messages refused (bad Hello, bad report, unknown ack).
     pub agent_messages_rejected: AtomicU64,
+    /// Latency and size distributions.
+    pub hist: Histograms,
+}
+
+/// The histograms `/metrics` shows, recorded into this instance's own
+/// Prometheus recorder (so two Lifelines in one process never mix).
+pub struct Histograms {
+    recorder: PrometheusRecorder,
+    handle: PrometheusHandle,
+    /// Condition began (expiry instant, health transition) → agent flagged.
+    pub detection: Histogram,
+    /// Signal created → agent's ack, by kind (`SIGNAL_KINDS`).
+    pub signal: [Histogram; 2],
+    /// Rows per SQLite write transaction.
+    pub store_batch_rows: Histogram,
+    /// One write transaction, begin to commit.
+    pub store_commit: Histogram,
+}
+
+pub const DETECTION: &str = "lifeline_detection_latency_seconds";
+pub const SIGNAL_LATENCY: &str = "lifeline_signal_latency_seconds";
+pub const STORE_BATCH_ROWS: &str = "lifeline_store_batch_rows";
+pub const STORE_COMMIT: &str = "lifeline_store_commit_seconds";
+
+impl Default for Histograms {
+    fn default() -> Self {
+        let secs = [
+            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            30.0,
+        ];
+        let rows = [1.0, 10.0, 100.0, 1000.0, 10_000.0, 100_000.0];
+        let builder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &secs)
+            .and_then(|b| b.set_buckets_for_metric(Matcher::Full(STORE_BATCH_ROWS.into()), &rows));
+        let recorder = match builder {
+            Ok(b) => b.build_recorder(),
+            // Only an empty bucket list fails; ours are constants.
+            Err(_) => PrometheusBuilder::new().build_recorder(),
+        };
+        let handle = recorder.handle();
+        let (detection, signal, store_batch_rows, store_commit) = metrics::with_local_recorder(
+            &recorder,
+            || {
+                metrics::describe_histogram!(
+                    DETECTION,
+                    metrics::Unit::Seconds,
+                    "From the moment an agent's condition began (a proxy's expiry, an auth server's health change) to Lifeline flagging the agent."
+                );
+                metrics::describe_histogram!(
+                    SIGNAL_LATENCY,
+                    metrics::Unit::Seconds,
+                    "From an audited signal's creation to the agent's ack."
+                );
+                metrics::describe_histogram!(
+                    STORE_BATCH_ROWS,
+                    "Rows per SQLite write transaction."
+                );
+                metrics::describe_histogram!(
+                    STORE_COMMIT,
+                    metrics::Unit::Seconds,
+                    "One SQLite write transaction, begin to commit."
+                );
+                (
+                    metrics::histogram!(DETECTION),
+                    SIGNAL_KINDS.map(|k| metrics::histogram!(SIGNAL_LATENCY, "kind" => k)),
+                    metrics::histogram!(STORE_BATCH_ROWS),
+                    metrics::histogram!(STORE_COMMIT),
+                )
+            },
+        );
+        Histograms {
+            recorder,
+            handle,
+            detection,
+            signal,
+            store_batch_rows,
+            store_commit,
+        }
+    }
+}
+
+impl std::fmt::Debug for Histograms {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Histograms")
+    }
+}
+
+impl Histograms {
+    /// Runs `f` with this instance's recorder as the `metrics` recorder
+    /// (for the gauges and counters `/metrics` sets from current state).
+    pub fn with_recorder<R>(&self, f: impl FnOnce() -> R) -> R {
+        metrics::with_local_recorder(&self.recorder, f)
+    }
+
+    /// The Prometheus text exposition of everything recorded.
+    pub fn render(&self) -> String {
+        self.handle.render()
+    }
+
+    /// Folds recorded samples into their buckets, so memory stays bounded
+    /// when nobody scrapes.
+    pub fn upkeep(&self) {
+        self.handle.run_upkeep();
+    }
 }
 
 impl Stats {
@@ -60,6 +189,18 @@ impl Stats {
 
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn signal(&self, kind: usize, outcome: SignalOutcome) {
+        Stats::inc(&self.signals[kind.min(1)][outcome as usize]);
+    }
+
+    /// All kinds' count of one outcome.
+    pub fn signal_total(&self, outcome: SignalOutcome) -> u64 {
+        self.signals
+            .iter()
+            .map(|k| k[outcome as usize].load(Ordering::Relaxed))
+            .sum()
     }
 
     pub fn reject(&self, code: RejectCode) {
@@ -88,12 +229,12 @@ impl Stats {
             signals: SignalStatsSnapshot {
                 discovery_full: get(&self.discovery_full),
                 discovery_delta: get(&self.discovery_delta),
-                discovery_bytes: get(&self.discovery_bytes),
-                sent: get(&self.signals_sent),
-                acked: get(&self.signals_acked),
-                failed: get(&self.signals_failed),
-                undeliverable: get(&self.signals_undeliverable),
-                timeout: get(&self.signals_timeout),
+                discovery_bytes: get(&self.discovery_bytes_full) + get(&self.discovery_bytes_delta),
+                sent: self.signal_total(SignalOutcome::Sent),
+                acked: self.signal_total(SignalOutcome::Acked),
+                failed: self.signal_total(SignalOutcome::Failed),
+                undeliverable: self.signal_total(SignalOutcome::Undeliverable),
+                timeout: self.signal_total(SignalOutcome::Timeout),
                 audit_updates_dropped: get(&self.signal_updates_dropped),
                 agent_messages_rejected: get(&self.agent_messages_rejected),
             },

@@ -1,11 +1,25 @@
-//! Logging setup: `tracing` with an env filter (`LIFELINE_LOG`, then
-//! `RUST_LOG`), text or JSON lines. OpenTelemetry export plugs in here.
+//! Lifeline's view of itself: logs (`tracing` with an env filter, text or
+//! JSON lines carrying trace ids), OpenTelemetry trace export over OTLP/gRPC
+//! (`otlp`), W3C trace context carried across signals (`propagate`), and a
+//! small OTLP receiver the benchmark and tests export to (`sink`).
+//!
+//! Owns the process-wide subscriber and the export pipeline. Must not touch
+//! fleet state, SQLite or agent streams: the rooms create their own spans;
+//! this room only decides where they go. Prometheus metrics are rendered by
+//! `http::metrics` from `stats`.
+
+pub mod json;
+pub mod otlp;
+pub mod propagate;
+pub mod sink;
 
 use std::io::IsTerminal;
 
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::{fmt, EnvFilter};
+use tracing_subscriber::{fmt, EnvFilter, Layer};
+
+pub use otlp::{exporting, OtlpSettings, Pipeline, SPANS};
 
 pub const DEFAULT_FILTER: &str = "info,sqlx=warn,h2=warn,tower=warn,hyper=warn,tonic=warn";
 
@@ -15,24 +29,34 @@ pub enum LogFormat {
     Json,
 }
 
-/// Installs the global subscriber. Safe to call once per process.
-pub fn init(format: LogFormat, default_filter: &str) {
-    let filter = std::env::var("LIFELINE_LOG")
+/// The log filter: `LIFELINE_LOG`, then `RUST_LOG`, then `default_filter`.
+fn log_filter(default_filter: &str) -> EnvFilter {
+    std::env::var("LIFELINE_LOG")
         .ok()
         .or_else(|| std::env::var("RUST_LOG").ok())
         .and_then(|f| EnvFilter::try_new(f).ok())
-        .unwrap_or_else(|| EnvFilter::new(default_filter));
-    let registry = tracing_subscriber::registry().with(filter);
-    let _ = match format {
-        LogFormat::Text => registry
-            .with(
-                fmt::layer()
-                    .with_ansi(std::io::stderr().is_terminal())
-                    .with_writer(std::io::stderr),
-            )
-            .try_init(),
-        LogFormat::Json => registry
-            .with(fmt::layer().json().with_writer(std::io::stderr))
-            .try_init(),
+        .unwrap_or_else(|| EnvFilter::new(default_filter))
+}
+
+/// Installs the global subscriber: logs on stderr, and spans to `otel` when
+/// export is configured. The log filter does not limit what is exported (and
+/// the reverse): each layer has its own. Safe to call once per process.
+pub fn init(format: LogFormat, default_filter: &str, otel: Option<&Pipeline>) {
+    let logs = match format {
+        LogFormat::Text => fmt::layer()
+            .with_ansi(std::io::stderr().is_terminal())
+            .with_writer(std::io::stderr)
+            .with_filter(log_filter(default_filter))
+            .boxed(),
+        LogFormat::Json => fmt::layer()
+            .fmt_fields(fmt::format::JsonFields::new())
+            .event_format(json::JsonWithTrace::new())
+            .with_writer(std::io::stderr)
+            .with_filter(log_filter(default_filter))
+            .boxed(),
     };
+    let _ = tracing_subscriber::registry()
+        .with(otel.map(|p| p.layer()))
+        .with(logs)
+        .try_init();
 }

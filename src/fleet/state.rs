@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{broadcast, watch};
-use tracing::{debug, info, warn};
+use tracing::{debug, info, info_span, warn};
 
 use super::classify::{classify, Inputs, TunnelView, Verdict};
 use super::schedule::{Schedule, TimerKey};
@@ -25,6 +25,7 @@ use crate::signals::board::Board;
 use crate::stats::Stats;
 use crate::store::read::Loaded;
 use crate::store::{EpisodeOp, EventRow, HealthRow, WriteBatch};
+use crate::telemetry::propagate::{self, TraceRef};
 
 /// How often the current-state snapshot is written at most.
 pub const STATE_WRITE_EVERY: Duration = Duration::from_secs(1);
@@ -155,6 +156,8 @@ pub struct AgentEntry {
     /// The last audited signal sent to it, and when: an episode that ends
     /// after it is recorded as ended by that signal.
     pub last_signal: Option<(i64, Ts)>,
+    /// The failure trace of the open episode (while exporting traces).
+    pub trace: Option<TraceRef>,
 }
 
 /// An agent's own stream to Lifeline (`AgentSignals.Connect`).
@@ -179,6 +182,7 @@ impl AgentEntry {
             cause: None,
             episode: None,
             last_signal: None,
+            trace: None,
         }
     }
 }
@@ -222,7 +226,16 @@ pub struct Fleet {
     pub board: Arc<Board>,
     /// Agents connected to Lifeline's signal stream.
     pub links: HashMap<String, Link>,
+    /// Failure traces by (cause, resource, since): later agents stranded by
+    /// the same failure join its trace. Bounded by `MAX_FAILURE_TRACES`.
+    failures: HashMap<(&'static str, String, Ts), TraceRef>,
+    /// The pending classification follows a resync: its latencies measure
+    /// staleness, not detection, and are not recorded.
+    after_resync: bool,
 }
+
+/// Failure traces remembered for joining; beyond it, the oldest are forgotten.
+const MAX_FAILURE_TRACES: usize = 1024;
 
 impl Fleet {
     pub fn new(
@@ -264,6 +277,8 @@ impl Fleet {
             auth_targets,
             board,
             links: HashMap::default(),
+            failures: HashMap::default(),
+            after_resync: false,
         };
         fleet.publish_readiness();
         fleet
@@ -610,6 +625,13 @@ impl Fleet {
             match item {
                 Ingested::Change(c) => {
                     Stats::inc(&self.stats.events_applied);
+                    let (kind, ty) = match &c {
+                        Change::PutServer(s) => (s.kind, 0),
+                        Change::DeleteServer(k, _) => (*k, 1),
+                        Change::PutTunnel(_) => (Kind::TunnelConnection, 0),
+                        Change::DeleteTunnel(_) => (Kind::TunnelConnection, 1),
+                    };
+                    Stats::inc(&self.stats.ingested[kind.index()][ty]);
                     match c {
                         Change::PutServer(s) => self.put_server(s, now),
                         Change::DeleteServer(k, n) => self.delete_server(k, &n, now),
@@ -874,6 +896,7 @@ impl Fleet {
             );
         }
         self.dirty.extend(self.agents.keys().cloned());
+        self.after_resync = true;
         self.publish_auth_targets();
         self.publish_readiness();
     }
@@ -1269,6 +1292,16 @@ impl Fleet {
                 self.apply_verdict(&name, v, now);
             }
         }
+        let measured = !std::mem::take(&mut self.after_resync);
+        for c in &self.changed {
+            if measured && c.to != AgentState::Healthy && c.from == AgentState::Healthy {
+                let latency = c.detected_at.since(c.since);
+                self.stats.hist.detection.record(latency.as_secs_f64());
+            }
+        }
+        if !self.changed.is_empty() && crate::telemetry::exporting() {
+            self.trace_failures(now);
+        }
         if !self.changed.is_empty() {
             let batch = std::sync::Arc::new(std::mem::take(&mut self.changed));
             let _ = self.changes.send(batch);
@@ -1279,6 +1312,84 @@ impl Fleet {
                 us = started.elapsed().as_micros() as u64,
                 "classified"
             );
+        }
+    }
+
+    /// One trace per failure: a root span for each (cause, resource, since)
+    /// among this pass's new non-healthy states, a `classify` child naming
+    /// how many agents it took and why, and the trace handed to each change
+    /// (signals continue it) and to the agent (its episode's close ends it).
+    fn trace_failures(&mut self, now: Ts) {
+        let mut groups: BTreeMap<(&'static str, String, Ts), Vec<usize>> = BTreeMap::new();
+        for (i, c) in self.changed.iter().enumerate() {
+            if c.to == AgentState::Healthy {
+                continue;
+            }
+            let key = (
+                c.cause.unwrap_or("unknown"),
+                c.cause_resource.clone().unwrap_or_default(),
+                c.since,
+            );
+            groups.entry(key).or_default().push(i);
+        }
+        if self.failures.len() + groups.len() > MAX_FAILURE_TRACES {
+            self.failures.clear();
+        }
+        for (key, idx) in groups {
+            let stranded = idx
+                .iter()
+                .filter(|&&i| self.changed[i].to == AgentState::Stranded)
+                .count();
+            let reasons: BTreeSet<String> = idx
+                .iter()
+                .map(|&i| self.changed[i].reasons.join())
+                .collect();
+            let reasons = reasons.into_iter().collect::<Vec<_>>().join(";");
+            let (cause, resource, since) = (key.0, key.1.as_str(), key.2);
+            let root = match self.failures.get(&key) {
+                Some(t) => Some(t.clone()),
+                None => {
+                    let span = info_span!(
+                        parent: None,
+                        "failure",
+                        otel.name = %format!("{cause} {resource}"),
+                        cause,
+                        resource,
+                        since = %since,
+                        agents = idx.len(),
+                        stranded,
+                        reasons = %reasons,
+                        detection_ms = now.since(since).as_secs_f64() * 1e3,
+                    );
+                    TraceRef::of(&span)
+                }
+            };
+            let Some(root) = root else { continue };
+            self.failures.insert(key.clone(), root.clone());
+            let first = idx
+                .first()
+                .map(|&i| self.changed[i].agent.as_str())
+                .unwrap_or("");
+            let _classify = propagate::child(Some(&root), || {
+                info_span!(
+                    parent: None,
+                    "classify",
+                    cause,
+                    resource,
+                    agents = idx.len(),
+                    stranded,
+                    degraded = idx.len() - stranded,
+                    reasons = %reasons,
+                    first_agent = %first,
+                )
+            });
+            for &i in &idx {
+                let c = &mut self.changed[i];
+                c.trace = Some(root.clone());
+                if let Some(a) = self.agents.get_mut(&c.agent) {
+                    a.trace = Some(root.clone());
+                }
+            }
         }
     }
 
@@ -1337,18 +1448,32 @@ impl Fleet {
             };
             if let Some(id) = a.episode.take() {
                 let started = a.since;
+                let ended_by_signal = a
+                    .last_signal
+                    .filter(|(_, at)| *at >= started)
+                    .map(|(id, _)| id);
+                let end_reason = if v.state == AgentState::Healthy {
+                    "recovered"
+                } else {
+                    "state_changed"
+                };
+                let _close = propagate::child(a.trace.take().as_ref(), || {
+                    info_span!(
+                        parent: None,
+                        "episode.close",
+                        agent = %name,
+                        episode = id,
+                        end_reason,
+                        ended_by_signal,
+                        to = v.state.as_str(),
+                        lasted_ms = since.since(started).as_secs_f64() * 1e3,
+                    )
+                });
                 self.pending.episodes.push(EpisodeOp::Close {
                     id,
                     ended: since,
-                    ended_by_signal: a
-                        .last_signal
-                        .filter(|(_, at)| *at >= started)
-                        .map(|(id, _)| id),
-                    end_reason: if v.state == AgentState::Healthy {
-                        "recovered"
-                    } else {
-                        "state_changed"
-                    },
+                    ended_by_signal,
+                    end_reason,
                 });
             }
             if v.state != AgentState::Healthy {
@@ -1379,6 +1504,7 @@ impl Fleet {
                 cause_resource: v.cause.as_ref().map(|c| c.resource.clone()),
                 since,
                 episode: a.episode,
+                trace: None,
             };
             debug!(agent = %name, from = a.state.as_str(), to = v.state.as_str(), reasons = %v.reasons.join(), "agent state changed");
             a.state = v.state;

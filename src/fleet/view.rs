@@ -9,7 +9,7 @@ use std::ops::Bound;
 use serde::Serialize;
 
 use super::state::{Fleet, ResEntry};
-use super::{Readiness, WatchState};
+use super::{KindStatus, Readiness, WatchState};
 use crate::clock::{dur_micros, Ts};
 use crate::model::{AgentState, CauseKind, Health, Kind, Reasons};
 use crate::stats::StatsSnapshot;
@@ -66,8 +66,7 @@ pub fn summary_counts(f: &Fleet) -> (Ts, AgentCounts) {
     (f.now(), agents)
 }
 
-pub fn summary(f: &Fleet) -> Summary {
-    let (_, agents) = summary_counts(f);
+fn proxy_counts(f: &Fleet) -> ProxyCounts {
     let mut proxies = ProxyCounts::default();
     for p in f.proxies.values() {
         proxies.total += 1;
@@ -77,15 +76,44 @@ pub fn summary(f: &Fleet) -> Summary {
             proxies.live += 1;
         }
     }
+    proxies
+}
+
+fn auth_counts(f: &Fleet) -> BTreeMap<&'static str, usize> {
     let mut auth_servers = BTreeMap::new();
     for a in f.auths.values() {
         *auth_servers.entry(a.health.as_str()).or_default() += 1;
     }
+    auth_servers
+}
+
+/// What `/metrics` reads of the fleet: counts only, no names.
+#[derive(Debug)]
+pub struct Gauges {
+    pub agents: AgentCounts,
+    pub proxies: ProxyCounts,
+    pub auth_servers: BTreeMap<&'static str, usize>,
+    pub kinds: Vec<(Kind, KindStatus)>,
+    pub links: usize,
+}
+
+pub fn gauges(f: &Fleet) -> Gauges {
+    Gauges {
+        agents: summary_counts(f).1,
+        proxies: proxy_counts(f),
+        auth_servers: auth_counts(f),
+        kinds: Kind::ALL.iter().map(|k| (*k, f.kind(*k))).collect(),
+        links: f.links.len(),
+    }
+}
+
+pub fn summary(f: &Fleet) -> Summary {
+    let (_, agents) = summary_counts(f);
     Summary {
         generated_at: f.now(),
         agents,
-        proxies,
-        auth_servers,
+        proxies: proxy_counts(f),
+        auth_servers: auth_counts(f),
         watcher: f.readiness_now(),
         classification_live: f.classification_enabled(),
         root_causes: root_causes(f),

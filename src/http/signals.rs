@@ -145,6 +145,7 @@ pub(super) async fn reconnect_agent(
             },
             reason,
             requested_by,
+            trace: None,
         }])
         .await?;
     rows.into_iter().next().ok_or(ApiError::FleetGone)
@@ -311,6 +312,7 @@ pub(super) async fn reconnect_selected(
             },
             reason: reason.clone(),
             requested_by: by.clone(),
+            trace: None,
         });
     }
     let signals = s.hub.send(reqs).await?;

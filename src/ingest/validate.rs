@@ -306,6 +306,18 @@ pub enum Change {
     DeleteTunnel(String),
 }
 
+impl Change {
+    /// Kind, event type and resource name, for spans and logs.
+    pub fn describe(&self) -> (Kind, &'static str, &str) {
+        match self {
+            Change::PutServer(s) => (s.kind, "put", &s.name),
+            Change::DeleteServer(k, n) => (*k, "delete", n),
+            Change::PutTunnel(t) => (Kind::TunnelConnection, "put", &t.name),
+            Change::DeleteTunnel(n) => (Kind::TunnelConnection, "delete", n),
+        }
+    }
+}
+
 /// Validates a non-INIT event.
 pub fn event(ev: pb::Event, now: Ts, limits: &Limits) -> Result<Change, Rejection> {
     use pb::event::Resource;

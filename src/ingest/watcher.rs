@@ -36,6 +36,8 @@ pub struct WatcherConfig {
     pub connect_timeout: Duration,
     pub backoff: Backoff,
     pub limits: Limits,
+    /// One `ingest.event` span per this many stream events (0: none).
+    pub ingest_span_every: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -301,9 +303,37 @@ fn push_event(
         warn!("INIT in the middle of a stream; ignored");
         return;
     }
+    let every = cfg.ingest_span_every;
+    let seq = stats.stream_events.load(Ordering::Relaxed) + batch.len() as u64;
+    // Sampled: a span per event would cost more than the event.
+    let span = if every > 0 && seq % every == 0 && crate::telemetry::exporting() {
+        info_span!(
+            parent: None,
+            "ingest.event",
+            seq,
+            kind = tracing::field::Empty,
+            r#type = tracing::field::Empty,
+            name = tracing::field::Empty,
+            rejected = tracing::field::Empty,
+        )
+    } else {
+        tracing::Span::none()
+    };
+    let _in = span.enter();
     match validate::event(ev, clock.now(), &cfg.limits) {
-        Ok(c) => batch.push(Ingested::Change(c)),
-        Err(r) => batch.push(rejected(stats, r)),
+        Ok(c) => {
+            if !span.is_none() {
+                let (kind, ty, name) = c.describe();
+                span.record("kind", kind.as_str());
+                span.record("type", ty);
+                span.record("name", name);
+            }
+            batch.push(Ingested::Change(c))
+        }
+        Err(r) => {
+            span.record("rejected", r.code.as_str());
+            batch.push(rejected(stats, r))
+        }
     }
 }
 

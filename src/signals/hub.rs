@@ -26,8 +26,9 @@ use crate::fleet::{Command, FleetHandle};
 use crate::ingest::validate::to_timestamp;
 use crate::proto::v1 as pb;
 use crate::proto::v1::agent_signals_server::{AgentSignals, AgentSignalsServer};
-use crate::stats::Stats;
+use crate::stats::{signal_kind_index, SignalOutcome, Stats, SIGNAL_KINDS};
 use crate::store::signals::{self as audit, SignalRecord, SignalUpdate};
+use crate::telemetry::propagate::{self, TraceRef};
 
 /// Longest agent or proxy name accepted from an agent.
 const MAX_NAME: usize = 253;
@@ -123,6 +124,9 @@ pub struct SignalRequest {
     pub ask: Ask,
     pub reason: String,
     pub requested_by: String,
+    /// The trace this signal continues (the failure that stranded the
+    /// agent); `None`: the current span's (an API request's).
+    pub trace: Option<TraceRef>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -140,8 +144,12 @@ struct Conn {
 
 struct InFlight {
     agent: String,
+    /// Index in `stats::SIGNAL_KINDS`.
+    kind: usize,
     created: Ts,
     deadline: Ts,
+    /// The `signal.send` span, parent of the ack's.
+    trace: Option<TraceRef>,
 }
 
 pub struct Hub {
@@ -271,7 +279,24 @@ impl Hub {
             .await
             .map_err(|_| SendError::FleetGone)?;
         let deadline = now.saturating_add(self.cfg.ack_timeout);
+        let current = TraceRef::current();
         for (row, req) in rows.iter_mut().zip(reqs) {
+            let kind = signal_kind_index(req.ask.kind());
+            let span = propagate::child(req.trace.as_ref().or(current.as_ref()), || {
+                info_span!(
+                    parent: None,
+                    "signal.send",
+                    otel.name = %format!("send {}", req.ask.kind()),
+                    signal.id = row.id,
+                    signal.kind = req.ask.kind(),
+                    agent = %row.agent,
+                    proxy = %row.proxy,
+                    reason = %row.reason,
+                    requested_by = %row.requested_by,
+                    outcome = tracing::field::Empty,
+                )
+            });
+            let trace = TraceRef::of(&span);
             let signal = pb::Signal {
                 id: row.id as u64,
                 kind: Some(match req.ask {
@@ -286,12 +311,23 @@ impl Hub {
                         reason: req.reason,
                     }),
                 }),
-                trace_context: Default::default(),
+                trace_context: trace.as_ref().map(TraceRef::carrier).unwrap_or_default(),
             };
-            match self.enqueue(&row.agent, signal, now, deadline) {
-                Ok(()) => Stats::inc(&self.stats.signals_sent),
+            let flight = InFlight {
+                agent: row.agent.clone(),
+                kind,
+                created: now,
+                deadline,
+                trace,
+            };
+            match self.enqueue(signal, flight) {
+                Ok(()) => {
+                    self.stats.signal(kind, SignalOutcome::Sent);
+                    span.record("outcome", "sent");
+                }
                 Err(detail) => {
-                    Stats::inc(&self.stats.signals_undeliverable);
+                    self.stats.signal(kind, SignalOutcome::Undeliverable);
+                    span.record("outcome", "undeliverable");
                     row.outcome = "undeliverable".into();
                     row.detail = detail.clone();
                     self.update(SignalUpdate::Outcome {
@@ -310,14 +346,9 @@ impl Hub {
 
     /// Queues a signal on the agent's stream and awaits its ack; the error
     /// says why it cannot be delivered.
-    fn enqueue(
-        &self,
-        agent: &str,
-        signal: pb::Signal,
-        now: Ts,
-        deadline: Ts,
-    ) -> Result<(), String> {
+    fn enqueue(&self, signal: pb::Signal, flight: InFlight) -> Result<(), String> {
         let id = signal.id as i64;
+        let agent = flight.agent.as_str();
         let mut in_flight = lock(&self.in_flight);
         if in_flight.len() >= MAX_IN_FLIGHT {
             return Err("too many signals awaiting an ack".into());
@@ -333,14 +364,8 @@ impl Hub {
             ),
             mpsc::error::TrySendError::Closed(_) => "agent's stream is closing".to_string(),
         })?;
-        in_flight.insert(
-            id,
-            InFlight {
-                agent: agent.to_string(),
-                created: now,
-                deadline,
-            },
-        );
+        drop(conns);
+        in_flight.insert(id, flight);
         Ok(())
     }
 
@@ -373,10 +398,26 @@ impl Hub {
         let now = self.clock.now();
         let latency = now.since(f.created);
         let outcome = if a.ok { "acked" } else { "failed" };
-        Stats::inc(if a.ok {
-            &self.stats.signals_acked
-        } else {
-            &self.stats.signals_failed
+        self.stats.signal(
+            f.kind,
+            if a.ok {
+                SignalOutcome::Acked
+            } else {
+                SignalOutcome::Failed
+            },
+        );
+        self.stats.hist.signal[f.kind.min(1)].record(latency.as_secs_f64());
+        let _ack = propagate::child(f.trace.as_ref(), || {
+            info_span!(
+                parent: None,
+                "signal.ack",
+                otel.name = %format!("ack {}", SIGNAL_KINDS[f.kind.min(1)]),
+                signal.id = id,
+                agent,
+                outcome,
+                latency_ms = latency.as_secs_f64() * 1e3,
+                detail = %a.detail,
+            )
         });
         if !a.ok {
             info!(agent, id, detail = %a.detail, "agent could not carry out a signal");
@@ -418,11 +459,15 @@ impl Hub {
 
     /// Wraps a Discovery for the wire and counts it (by mode, and bytes).
     fn discovery(&self, p: Pending) -> pb::Signal {
-        Stats::inc(if p.full {
-            &self.stats.discovery_full
+        let (messages, bytes) = if p.full {
+            (&self.stats.discovery_full, &self.stats.discovery_bytes_full)
         } else {
-            &self.stats.discovery_delta
-        });
+            (
+                &self.stats.discovery_delta,
+                &self.stats.discovery_bytes_delta,
+            )
+        };
+        Stats::inc(messages);
         let s = pb::Signal {
             id: 0,
             kind: Some(pb::signal::Kind::Discovery(pb::Discovery {
@@ -431,7 +476,7 @@ impl Hub {
             })),
             trace_context: Default::default(),
         };
-        Stats::add(&self.stats.discovery_bytes, s.encoded_len() as u64);
+        Stats::add(bytes, s.encoded_len() as u64);
         s
     }
 }
@@ -686,7 +731,11 @@ async fn timeouts(hub: Arc<Hub>, stop: CancellationToken) {
                 .collect()
         };
         for (id, f) in expired {
-            Stats::inc(&hub.stats.signals_timeout);
+            hub.stats.signal(f.kind, SignalOutcome::Timeout);
+            let _span = propagate::child(
+                f.trace.as_ref(),
+                || info_span!(parent: None, "signal.timeout", signal.id = id, agent = %f.agent),
+            );
             info!(agent = %f.agent, id, "signal not acked before its deadline");
             hub.update(SignalUpdate::Outcome {
                 id,

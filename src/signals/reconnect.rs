@@ -32,6 +32,7 @@ use super::hub::{Ask, Hub, SignalRequest};
 use crate::clock::{Clock, Ts};
 use crate::fleet::{FleetHandle, StateChange};
 use crate::model::{AgentState, Reason};
+use crate::telemetry::propagate::TraceRef;
 
 #[derive(Clone, Debug)]
 pub struct ReconnectConfig {
@@ -70,6 +71,8 @@ struct Need {
     attempt: u32,
     proxy: String,
     reason: String,
+    /// The failure trace the agent's episode belongs to.
+    trace: Option<TraceRef>,
 }
 
 /// What automatic reconnects need to know of a change, if anything.
@@ -156,6 +159,7 @@ impl Auto {
                 Some(n) => {
                     n.proxy = proxy;
                     n.reason = reason;
+                    n.trace = c.trace.clone();
                 }
                 None => {
                     let key = self.queue.insert(c.agent.clone(), Duration::ZERO);
@@ -166,6 +170,7 @@ impl Auto {
                             attempt: 0,
                             proxy,
                             reason,
+                            trace: c.trace.clone(),
                         },
                     );
                 }
@@ -196,6 +201,7 @@ impl Auto {
                             since: a.since,
                             detected_at: a.since,
                             episode: a.episode,
+                            trace: a.trace.clone(),
                         });
                     }
                 }
@@ -335,6 +341,7 @@ impl Auto {
                 },
                 reason: n.reason.clone(),
                 requested_by: "auto".into(),
+                trace: n.trace.clone(),
             });
         }
         if reqs.is_empty() {
@@ -455,6 +462,7 @@ async fn periodic(cfg: ReconnectConfig, hub: Arc<Hub>, stop: CancellationToken) 
                     },
                     reason: "periodic reconnect".into(),
                     requested_by: "periodic".into(),
+                    trace: None,
                 })
                 .collect();
             if let Err(e) = hub.send(reqs).await {
@@ -562,6 +570,7 @@ async fn graceful(
                 ask: Ask::CloseTunnel { proxy: e.proxy },
                 reason: e.reason,
                 requested_by: "graceful".into(),
+                trace: None,
             });
         }
         if !reqs.is_empty() {

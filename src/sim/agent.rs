@@ -18,6 +18,7 @@
 //! Tunnels live in the simulated cluster's records when one is given (what
 //! a real proxy would record), and always in the agent's own reports.
 
+use crate::telemetry::propagate::TraceRef;
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -132,6 +133,30 @@ impl OpenStream {
     pub fn finish(&self) {
         self.stop.cancel();
     }
+}
+
+/// A simulated agent continues the trace a control signal carries, as a
+/// real agent would, exporting through the global OpenTelemetry provider
+/// (service `lifeline-sim-agent`; a no-op unless export is configured).
+fn continue_trace(s: &pb::Signal, agent: &str) -> Option<opentelemetry::global::BoxedSpan> {
+    use opentelemetry::trace::{SpanKind, Tracer};
+    let name = match &s.kind {
+        Some(pb::signal::Kind::Reconnect(_)) => "agent.reconnect",
+        Some(pb::signal::Kind::CloseTunnel(_)) => "agent.close_tunnel",
+        _ => return None,
+    };
+    let parent = TraceRef::from_carrier(&s.trace_context)?;
+    let tracer = opentelemetry::global::tracer(crate::telemetry::otlp::SIM_SERVICE);
+    Some(
+        tracer
+            .span_builder(name)
+            .with_kind(SpanKind::Consumer)
+            .with_attributes([
+                opentelemetry::KeyValue::new("agent", agent.to_string()),
+                opentelemetry::KeyValue::new("signal.id", s.id as i64),
+            ])
+            .start_with_context(&tracer, &parent.context()),
+    )
 }
 
 impl SimAgent {
@@ -379,6 +404,7 @@ impl SimAgent {
         cluster: &Option<SimCluster>,
         out: &mpsc::Sender<pb::AgentMessage>,
     ) {
+        let mut span = continue_trace(&s, &self.name);
         let (ok, detail) = match s.kind {
             Some(pb::signal::Kind::Discovery(d)) => {
                 let now = Instant::now();
@@ -439,6 +465,12 @@ impl SimAgent {
             }
             None => return,
         };
+        if let Some(span) = span.as_mut() {
+            use opentelemetry::trace::Span as _;
+            span.set_attribute(opentelemetry::KeyValue::new("ok", ok));
+            span.set_attribute(opentelemetry::KeyValue::new("detail", detail.clone()));
+            span.end();
+        }
         let _ = out.send(self.report_msg()).await;
         let _ = out.send(pb::AgentMessage::ack(s.id, ok, detail)).await;
         self.record(AgentEvent::Acked { id: s.id, ok });

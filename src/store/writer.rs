@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
-use tracing::{error, info_span, warn, Instrument};
+use tracing::{debug_span, error, warn, Instrument};
 
 use super::batch::{EpisodeOp, WriteBatch};
 use super::StoreError;
@@ -106,7 +106,8 @@ async fn commit_with_retry(pool: &SqlitePool, stats: &Stats, batch: WriteBatch) 
     }
     let backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
     let events = batch.events.len() as u64;
-    let span = info_span!("store.commit", events, servers = batch.servers.len());
+    // DEBUG: tens per second under load; the histograms cover commits.
+    let span = debug_span!("store.commit", events, servers = batch.servers.len());
     for attempt in 0..COMMIT_ATTEMPTS {
         let started = std::time::Instant::now();
         match commit(pool, &batch).instrument(span.clone()).await {
@@ -120,6 +121,13 @@ async fn commit_with_retry(pool: &SqlitePool, stats: &Stats, batch: WriteBatch) 
                 );
                 Stats::inc(&stats.store_batches);
                 Stats::add(&stats.store_events_committed, events);
+                stats
+                    .hist
+                    .store_commit
+                    .record(started.elapsed().as_secs_f64());
+                stats.hist.store_batch_rows.record(
+                    (batch.events.len() + batch.servers.len() + batch.episodes.len()) as f64,
+                );
                 return;
             }
             Err(e) => {
