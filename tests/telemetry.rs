@@ -1,0 +1,293 @@
+//! Lifeline's view of itself, end to end: spans exported over real OTLP/gRPC
+//! to a real receiver (a tonic server from `opentelemetry-proto`), one trace
+//! per failure from the expiry to the agent's ack; a dead collector that
+//! costs ingest nothing (`/metrics` itself is checked in `tests/metrics.rs`).
+//!
+//! Each test installs its own subscriber for its own thread; no other test
+//! may run in this binary, since a thread without one would share tracing's
+//! process-wide callsite cache and level hint with these.
+
+mod support;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use lifeline::telemetry::sink::{ReceivedSpan, Sink};
+use lifeline::telemetry::{OtlpSettings, Pipeline, SPANS};
+use support::{real_timeout, Cluster, Running, REAL_WAIT};
+use tracing_subscriber::layer::SubscriberExt;
+
+const AGENT: &str = "agent-00001";
+
+/// The export pipeline and the global OpenTelemetry provider the simulated
+/// agents use are process-wide: tests that export run one at a time.
+static EXPORTING: Mutex<()> = Mutex::new(());
+
+/// 6 legacy agents on 4 proxies, as in `tests/reconnect.rs`: stopping
+/// proxy-1 and proxy-2 strands agent-00001 and agent-00005.
+fn fleet() -> Cluster {
+    Cluster::new()
+        .agents(6)
+        .proxies(4)
+        .ttl(Duration::from_secs(10))
+        .sim_agents(1.0)
+}
+
+async fn state(c: &Running, agent: &str) -> String {
+    c.ok(&format!("/api/v1/agents/{agent}")).await["state"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn find(spans: &[ReceivedSpan], what: impl Fn(&ReceivedSpan) -> bool) -> Vec<&ReceivedSpan> {
+    spans.iter().filter(|s| what(s)).collect()
+}
+
+fn dump(spans: &[ReceivedSpan]) -> String {
+    spans
+        .iter()
+        .map(|s| {
+            format!(
+                "{} {} {} ← {} {:?}",
+                s.service, s.name, s.span_id, s.parent_span_id, s.attributes
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Guards the trace: a proxy's expiry strands agent-00001 → the
+/// classification → the automatic Reconnect → the simulated agent's own
+/// span → the ack → the episode's close, all one trace id, parented in that
+/// order, carrying agent, proxy and reason; the W3C context crossed the
+/// wire in `Signal.trace_context`. HTTP and gRPC requests have spans too.
+// Each test has its own runtime: the lock only orders whole tests.
+#[allow(clippy::await_holding_lock)]
+#[tokio::test(start_paused = true)]
+async fn a_failure_is_one_trace_from_expiry_to_ack() {
+    let _one = EXPORTING.lock().unwrap_or_else(|e| e.into_inner());
+    let sink = Sink::start(100_000).expect("OTLP receiver starts");
+    let pipeline = Pipeline::start(&OtlpSettings::to(sink.endpoint())).expect("pipeline");
+    let _sub =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(pipeline.layer()));
+
+    let c = fleet().start().await;
+    c.ready().await;
+    c.stop_proxies(&["proxy-1", "proxy-2"]).await;
+    let acked = format!("/api/v1/signals?agent={AGENT}&requested_by=auto&outcome=acked");
+    c.advance_until(
+        "an automatic reconnect acked",
+        Duration::from_secs(40),
+        || async {
+            c.ok(&acked).await["items"]
+                .as_array()
+                .is_some_and(|a| !a.is_empty())
+        },
+    )
+    .await;
+    c.advance_until("agent healthy again", Duration::from_secs(40), || async {
+        state(&c, AGENT).await == "healthy"
+    })
+    .await;
+    c.flush().await;
+    c.shutdown().await;
+    real_timeout(REAL_WAIT, async {
+        tokio::task::spawn_blocking(move || pipeline.shutdown()).await
+    })
+    .await
+    .expect("pipeline flushes")
+    .expect("flush task");
+    let spans = sink.spans();
+
+    let sends = find(&spans, |s| {
+        s.name == "send reconnect" && s.attr("agent") == Some(AGENT)
+    });
+    let send = *sends
+        .first()
+        .unwrap_or_else(|| panic!("no send span for {AGENT}:\n{}", dump(&spans)));
+    let trace: Vec<ReceivedSpan> = spans
+        .iter()
+        .filter(|s| s.trace_id == send.trace_id)
+        .cloned()
+        .collect();
+    let by_id: BTreeMap<&str, &ReceivedSpan> =
+        trace.iter().map(|s| (s.span_id.as_str(), s)).collect();
+    let parent = |s: &ReceivedSpan| by_id.get(s.parent_span_id.as_str()).copied();
+
+    // The root: the expiry that stranded it.
+    let root =
+        parent(send).unwrap_or_else(|| panic!("send has its failure as parent:\n{}", dump(&trace)));
+    assert!(
+        root.parent_span_id.is_empty(),
+        "the failure is the root:\n{}",
+        dump(&trace)
+    );
+    assert_eq!(root.attr("cause"), Some("proxy_expired"), "{root:?}");
+    let proxy = root.attr("resource").expect("resource").to_string();
+    assert!(proxy == "proxy-1" || proxy == "proxy-2", "{root:?}");
+    assert_eq!(root.name, format!("proxy_expired {proxy}"));
+    assert!(
+        root.attr("reasons")
+            .is_some_and(|r| r.contains("no_live_tunnel")),
+        "{root:?}"
+    );
+
+    // The classification, under the root.
+    let classify = find(&trace, |s| s.name == "classify");
+    assert!(!classify.is_empty(), "classify span:\n{}", dump(&trace));
+    assert!(classify.iter().all(|s| s.parent_span_id == root.span_id));
+    assert!(classify
+        .iter()
+        .any(|s| s.attr("stranded").is_some_and(|n| n != "0")));
+
+    // The signal, with agent, proxy and reason.
+    assert_eq!(send.attr("requested_by"), Some("auto"));
+    assert_eq!(send.attr("proxy"), Some(proxy.as_str()), "{send:?}");
+    assert!(
+        send.attr("reason")
+            .is_some_and(|r| r.contains("no_live_tunnel")),
+        "{send:?}"
+    );
+    assert_eq!(send.attr("outcome"), Some("sent"));
+
+    // The agent continued the trace from Signal.trace_context.
+    let agent_spans = find(&trace, |s| {
+        s.service == "lifeline-sim-agent"
+            && s.name == "agent.reconnect"
+            && s.attr("agent") == Some(AGENT)
+    });
+    assert!(
+        !agent_spans.is_empty(),
+        "the agent's own span:\n{}",
+        dump(&trace)
+    );
+    assert!(
+        agent_spans.iter().any(|s| s.parent_span_id == send.span_id),
+        "under the send span:\n{}",
+        dump(&trace)
+    );
+    assert!(
+        trace.iter().any(|s| s.service == "lifeline"),
+        "Lifeline's own service name"
+    );
+
+    // The ack, under the send.
+    let acks = find(&trace, |s| {
+        s.name == "ack reconnect" && s.attr("agent") == Some(AGENT)
+    });
+    assert!(
+        acks.iter()
+            .any(|s| s.parent_span_id == send.span_id && s.attr("outcome") == Some("acked")),
+        "acked under the send span:\n{}",
+        dump(&trace)
+    );
+
+    // The stranded episode's close ends the story, in the same trace.
+    let closes = find(&trace, |s| {
+        s.name == "episode.close" && s.attr("agent") == Some(AGENT)
+    });
+    assert!(
+        closes
+            .iter()
+            .any(|s| s.parent_span_id == root.span_id && s.attr("ended_by_signal").is_some()),
+        "episode close under the failure:\n{}",
+        dump(&trace)
+    );
+
+    // Requests have spans: HTTP (tower-http at INFO) and gRPC.
+    assert!(
+        spans.iter().any(|s| s
+            .attr("uri")
+            .is_some_and(|u| u.starts_with("/api/v1/agents/"))),
+        "an HTTP request span"
+    );
+    assert!(
+        spans.iter().any(|s| s
+            .attr("uri")
+            .is_some_and(|u| u.contains("AgentSignals/Connect"))),
+        "a gRPC request span"
+    );
+    // Every span of the failure trace came from one failure: one root.
+    let roots: HashSet<&str> = trace
+        .iter()
+        .filter(|s| s.parent_span_id.is_empty())
+        .map(|s| s.span_id.as_str())
+        .collect();
+    assert_eq!(roots.len(), 1, "{}", dump(&trace));
+}
+
+/// Guards "exporter failure never blocks or slows ingest": with the
+/// collector's port closed, a span for every event and a queue of 16, the
+/// fleet still applies every heartbeat on time, and the lost spans are
+/// counted on `/metrics`.
+// Each test has its own runtime: the lock only orders whole tests.
+#[allow(clippy::await_holding_lock)]
+#[tokio::test(start_paused = true)]
+async fn a_dead_collector_does_not_stall_ingest() {
+    let _one = EXPORTING.lock().unwrap_or_else(|e| e.into_inner());
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr")
+    };
+    let mut settings = OtlpSettings::to(format!("http://{dead}"));
+    settings.max_queued_spans = 16;
+    settings.batch_delay = Duration::from_millis(50);
+    settings.export_timeout = Duration::from_millis(500);
+    let pipeline = Pipeline::start(&settings).expect("pipeline");
+    let _sub =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(pipeline.layer()));
+    let lost_before = SPANS
+        .dropped_queue_full
+        .load(std::sync::atomic::Ordering::Relaxed)
+        + SPANS
+            .export_failed
+            .load(std::sync::atomic::Ordering::Relaxed);
+
+    let c = Cluster::new()
+        .agents(300)
+        .proxies(4)
+        .ttl(Duration::from_secs(10))
+        .config(|cfg| cfg.telemetry.ingest_span_every = 1)
+        .start()
+        .await;
+    c.ready().await;
+    let applied = |v: &serde_json::Value| v["ingest"]["events_applied"].as_u64().unwrap_or(0);
+    let before = applied(&c.summary().await);
+    // 60 s of heartbeats: every resource heartbeats every ~TTL/2.
+    let done = real_timeout(REAL_WAIT, async {
+        for _ in 0..60 {
+            c.advance(Duration::from_secs(1)).await;
+        }
+        c.quiesce().await;
+    })
+    .await;
+    assert!(
+        done.is_some(),
+        "ingest kept up in real time with a dead collector"
+    );
+    let after = applied(&c.summary().await);
+    // 300 agents + 4 proxies + 2 auth servers at least 5 heartbeats each.
+    assert!(after - before >= 306 * 5, "{before} → {after}");
+    assert_eq!(c.agents_in("stranded").await, Vec::<String>::new());
+
+    // The losses are counted.
+    c.eventually("lost spans counted", || async {
+        let (_, text) = c.get_text("/metrics").await;
+        let lost: f64 = text
+            .lines()
+            .filter(|l| l.starts_with("lifeline_trace_spans_dropped_total"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        lost as u64 > lost_before
+    })
+    .await;
+    c.shutdown().await;
+    real_timeout(REAL_WAIT, async {
+        tokio::task::spawn_blocking(move || pipeline.shutdown()).await
+    })
+    .await
+    .expect("shutdown does not hang on a dead collector")
+    .expect("shutdown task");
+}
