@@ -19,6 +19,9 @@ use crate::proto::v1 as pb;
 use crate::sim::cluster::{agent_name, proxy_name, put_server};
 use crate::sim::{SimCluster, SimSpec};
 use crate::store::{self, EventRow, StoreError, WriteBatch};
+use crate::telemetry::otlp;
+use crate::telemetry::sink::Sink;
+use crate::telemetry::SPANS;
 
 #[derive(clap::Subcommand, Debug, Clone)]
 pub enum Scenario {
@@ -32,6 +35,10 @@ pub enum Scenario {
         /// Heartbeat events to stream.
         #[arg(long, default_value_t = 500_000)]
         events: usize,
+        /// Skip the trace-export comparison (off vs on, to a local OTLP
+        /// receiver), which streams the events four more times.
+        #[arg(long)]
+        no_export: bool,
     },
     /// INIT + paged list + classify of a large cluster.
     Resync {
@@ -148,13 +155,30 @@ impl From<crate::fleet::FleetGone> for BenchError {
     }
 }
 
-pub async fn run(s: Scenario) -> Result<Value, BenchError> {
+impl Scenario {
+    /// The ingest scenario compares trace export off and on: `main` installs
+    /// the OTLP layer (switched off) before it runs.
+    pub fn wants_export(&self) -> bool {
+        matches!(
+            self,
+            Scenario::Ingest {
+                no_export: false,
+                ..
+            }
+        )
+    }
+}
+
+/// Runs `s`. `export` is the local OTLP receiver `main` set up for the
+/// ingest scenario (see [`Scenario::wants_export`]).
+pub async fn run(s: Scenario, export: Option<&Sink>) -> Result<Value, BenchError> {
     match s {
         Scenario::Ingest {
             agents,
             proxies,
             events,
-        } => ingest(agents, proxies, events).await,
+            no_export: _,
+        } => ingest(agents, proxies, events, export).await,
         Scenario::Resync {
             agents,
             proxies,
@@ -302,14 +326,29 @@ fn spec(agents: usize, proxies: usize, tunnels: usize, buffer: usize) -> SimSpec
     }
 }
 
-async fn ingest(agents: usize, proxies: usize, events: usize) -> Result<Value, BenchError> {
+/// One pass of the ingest pipeline: a fresh cluster and Lifeline, `events`
+/// heartbeats streamed, timed until applied and until committed.
+struct IngestLeg {
+    applied_at: Duration,
+    pipeline: Duration,
+    dropped: u64,
+    templates: Vec<pb::Server>,
+    base: Ts,
+}
+
+async fn ingest_leg(
+    agents: usize,
+    proxies: usize,
+    events: usize,
+    scratch: &Scratch,
+    db: &str,
+) -> Result<IngestLeg, BenchError> {
     let clock = Clock::system();
-    let scratch = Scratch::new("ingest");
     let sim = SimCluster::start(spec(agents, proxies, 2, events + 1024), clock)
         .await
         .map_err(BenchError::Sim)?;
     let ll = Lifeline::start_tuned(
-        &config(&sim, scratch.db("pipeline.db"), 5000),
+        &config(&sim, scratch.db(db), 5000),
         clock,
         Tuning::default(),
     )
@@ -357,6 +396,74 @@ async fn ingest(agents: usize, proxies: usize, events: usize) -> Result<Value, B
     let dropped = ll.stats.store_events_dropped.load(Ordering::Relaxed);
     ll.shutdown().await;
     sim.shutdown();
+    Ok(IngestLeg {
+        applied_at,
+        pipeline,
+        dropped,
+        templates,
+        base,
+    })
+}
+
+/// Export off vs on, alternating twice (best of each), in this process:
+/// the OTLP layer is installed by `main` and switched, spans go to the
+/// local receiver `sink`. Off is what a Lifeline without a collector pays.
+async fn ingest_export(
+    agents: usize,
+    proxies: usize,
+    events: usize,
+    scratch: &Scratch,
+    sink: &Sink,
+) -> Result<Value, BenchError> {
+    let (mut off, mut on) = (0f64, 0f64);
+    let received0 = sink.received();
+    let dropped0 = SPANS.dropped_queue_full.load(Ordering::Relaxed)
+        + SPANS.export_failed.load(Ordering::Relaxed);
+    for round in 0..2 {
+        for export in [false, true] {
+            otlp::set_enabled(export);
+            let leg = ingest_leg(
+                agents,
+                proxies,
+                events,
+                scratch,
+                &format!("export-{export}-{round}.db"),
+            )
+            .await;
+            otlp::set_enabled(false);
+            let rate = events as f64 / leg?.pipeline.as_secs_f64();
+            let best = if export { &mut on } else { &mut off };
+            *best = best.max(rate);
+        }
+    }
+    Ok(json!({
+        "collector": sink.endpoint(),
+        "off_events_per_s": off.round(),
+        "on_events_per_s": on.round(),
+        "ratio": (on / off * 1000.0).round() / 1000.0,
+        "spans_received": sink.received() - received0,
+        "spans_lost": SPANS.dropped_queue_full.load(Ordering::Relaxed)
+            + SPANS.export_failed.load(Ordering::Relaxed) - dropped0,
+        "runs": "off, on, off, on; best of each",
+        "target": {"ratio": 0.9},
+    }))
+}
+
+async fn ingest(
+    agents: usize,
+    proxies: usize,
+    events: usize,
+    export: Option<&Sink>,
+) -> Result<Value, BenchError> {
+    let clock = Clock::system();
+    let scratch = Scratch::new("ingest");
+    let IngestLeg {
+        applied_at,
+        pipeline,
+        dropped,
+        templates,
+        base,
+    } = ingest_leg(agents, proxies, events, &scratch, "pipeline.db").await?;
 
     // The same rows, straight into SQLite in batches.
     let db = store::open(&scratch.db("raw.db")).await?;
@@ -419,6 +526,10 @@ async fn ingest(agents: usize, proxies: usize, events: usize) -> Result<Value, B
         "ratio": (p_rate / r_rate * 1000.0).round() / 1000.0,
         "history_rows_dropped": dropped,
         "target": {"pipeline_events_per_s": 100000, "ratio": 0.5},
+        "export": match export {
+            Some(sink) => ingest_export(agents, proxies, events, &scratch, sink).await?,
+            None => Value::Null,
+        },
         "peak_rss_kib": peak_rss_kib(),
     }))
 }

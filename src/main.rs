@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use lifeline::config::{Config, TelemetryConfig};
 use lifeline::demo::{Demo, DemoOptions};
+use lifeline::telemetry::sink::Sink;
 use lifeline::telemetry::{self, LogFormat, OtlpSettings, Pipeline};
 use lifeline::{Clock, Lifeline};
 
@@ -112,6 +113,18 @@ fn load_config(path: Option<&PathBuf>) -> Result<Config, lifeline::config::Confi
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     let quiet = matches!(cli.cmd, Cmd::Bench { .. });
+    // `bench ingest` exports to a local receiver, with export switched off
+    // until the legs that measure it.
+    let bench_sink = match &cli.cmd {
+        Cmd::Bench { scenario } if scenario.wants_export() => match Sink::start(0) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                eprintln!("lifeline: cannot start the local OTLP receiver: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        _ => None,
+    };
     // `serve` reads its config before logging starts: it configures export.
     let (telemetry_cfg, serve_cfg) = match &cli.cmd {
         Cmd::Serve { config } => match load_config(config.as_ref()) {
@@ -124,10 +137,16 @@ async fn main() -> ExitCode {
         Cmd::Demo { .. } => (Some(TelemetryConfig::default()), None),
         _ => (None, None),
     };
-    let settings = telemetry_cfg
-        .map(|t| OtlpSettings::resolve(&t, |k| std::env::var(k).ok()))
-        .transpose()
-        .map(Option::flatten);
+    let settings = match &bench_sink {
+        Some(sink) => {
+            telemetry::otlp::set_enabled(false);
+            Ok(Some(OtlpSettings::to(sink.endpoint())))
+        }
+        None => telemetry_cfg
+            .map(|t| OtlpSettings::resolve(&t, |k| std::env::var(k).ok()))
+            .transpose()
+            .map(Option::flatten),
+    };
     let pipeline = match settings {
         Ok(Some(s)) => match Pipeline::start(&s) {
             Ok(p) => Some(p),
@@ -151,10 +170,10 @@ async fn main() -> ExitCode {
         },
         pipeline.as_ref(),
     );
-    if let Some(p) = &pipeline {
+    if let (Some(p), None) = (&pipeline, &bench_sink) {
         tracing::info!(endpoint = %p.endpoint, "exporting traces over OTLP/gRPC");
     }
-    let code = match run(cli.cmd, serve_cfg).await {
+    let code = match run(cli.cmd, serve_cfg, bench_sink.as_ref()).await {
         Ok(code) => code,
         Err(e) => {
             eprintln!("lifeline: {e:#}");
@@ -168,7 +187,11 @@ async fn main() -> ExitCode {
     code
 }
 
-async fn run(cmd: Cmd, serve_cfg: Option<Config>) -> anyhow::Result<ExitCode> {
+async fn run(
+    cmd: Cmd,
+    serve_cfg: Option<Config>,
+    bench_sink: Option<&Sink>,
+) -> anyhow::Result<ExitCode> {
     match cmd {
         Cmd::Serve { .. } => {
             let cfg = serve_cfg.context("config not loaded")?;
@@ -253,7 +276,7 @@ async fn run(cmd: Cmd, serve_cfg: Option<Config>) -> anyhow::Result<ExitCode> {
             wait,
         } => reconnect(agent, stranded, proxy, reason, &server, wait).await,
         Cmd::Bench { scenario } => {
-            let report = lifeline::bench::run(scenario).await?;
+            let report = lifeline::bench::run(scenario, bench_sink).await?;
             println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(ExitCode::SUCCESS)
         }
