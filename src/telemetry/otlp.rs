@@ -404,3 +404,84 @@ impl SpanProcessor for Bounded {
         self.inner.set_resource(resource);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn resolve(file: &str, env: &[(&str, &str)]) -> Result<Option<OtlpSettings>, TelemetryError> {
+        let cfg = TelemetryConfig {
+            otlp_endpoint: file.into(),
+            ..TelemetryConfig::default()
+        };
+        let env: HashMap<String, String> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        OtlpSettings::resolve(&cfg, |k| env.get(k).cloned())
+    }
+
+    #[test]
+    fn off_unless_an_endpoint_is_set() {
+        assert!(resolve("", &[]).unwrap().is_none());
+        let s = resolve("http://collector:4317", &[]).unwrap().unwrap();
+        assert_eq!(s.endpoint, "http://collector:4317");
+        assert_eq!(s.service_name, "lifeline");
+        assert_eq!(s.sample_ratio, Some(1.0));
+    }
+
+    #[test]
+    fn the_standard_variables_win_over_the_file() {
+        let s = resolve(
+            "http://file:4317",
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:4317"),
+                ("OTEL_SERVICE_NAME", "lifeline-eu1"),
+                ("OTEL_TRACES_SAMPLER", "traceidratio"),
+            ],
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(s.endpoint, "http://env:4317");
+        assert_eq!(s.service_name, "lifeline-eu1");
+        assert_eq!(s.sample_ratio, None, "the SDK reads the sampler itself");
+        let s = resolve(
+            "",
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:4317"),
+                ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://traces:4317"),
+            ],
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(s.endpoint, "http://traces:4317");
+        for off in [
+            ("OTEL_SDK_DISABLED", "true"),
+            ("OTEL_TRACES_EXPORTER", "none"),
+        ] {
+            assert!(
+                resolve("http://file:4317", &[off]).unwrap().is_none(),
+                "{off:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_settings_name_the_variable() {
+        for (env, var) in [
+            (
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4317"),
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+            ),
+            (("OTEL_TRACES_EXPORTER", "zipkin"), "OTEL_TRACES_EXPORTER"),
+            (
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+                "OTEL_EXPORTER_OTLP_PROTOCOL",
+            ),
+        ] {
+            let e = resolve("http://file:4317", &[env]).unwrap_err().to_string();
+            assert!(e.starts_with(var), "{e}");
+        }
+    }
+}
