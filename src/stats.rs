@@ -13,8 +13,24 @@ use serde::Serialize;
 
 use crate::ingest::validate::RejectCode;
 
-/// Audited signal kinds, as `Stats::signals` indexes them.
-pub const SIGNAL_KINDS: [&str; 2] = ["reconnect", "close_tunnel"];
+/// Audited signal kinds (discovery is not audited), as `Stats::signals`
+/// and `Histograms::signal` index them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SignalKind {
+    Reconnect = 0,
+    CloseTunnel = 1,
+}
+
+impl SignalKind {
+    pub const ALL: [SignalKind; 2] = [SignalKind::Reconnect, SignalKind::CloseTunnel];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SignalKind::Reconnect => "reconnect",
+            SignalKind::CloseTunnel => "close_tunnel",
+        }
+    }
+}
 /// What became of an audited signal, as `Stats::signals` indexes them.
 /// `sent` counts signals queued on a stream; the others are final outcomes.
 pub const SIGNAL_OUTCOMES: [&str; 5] = ["sent", "acked", "failed", "undeliverable", "timeout"];
@@ -26,11 +42,6 @@ pub enum SignalOutcome {
     Failed = 2,
     Undeliverable = 3,
     Timeout = 4,
-}
-
-/// Index of an audited signal kind in `SIGNAL_KINDS`.
-pub fn signal_kind_index(kind: &str) -> usize {
-    SIGNAL_KINDS.iter().position(|k| *k == kind).unwrap_or(0)
 }
 
 #[derive(Default, Debug)]
@@ -70,7 +81,7 @@ pub struct Stats {
     pub discovery_delta: AtomicU64,
     pub discovery_bytes_full: AtomicU64,
     pub discovery_bytes_delta: AtomicU64,
-    /// Audited signals by kind (`SIGNAL_KINDS`) and outcome (`SIGNAL_OUTCOMES`).
+    /// Audited signals by kind (`SignalKind`) and outcome (`SIGNAL_OUTCOMES`).
     pub signals: [[AtomicU64; 5]; 2],
     /// Signal audit updates dropped because SQLite fell behind.
     pub signal_updates_dropped: AtomicU64,
@@ -85,9 +96,11 @@ pub struct Stats {
 pub struct Histograms {
     recorder: PrometheusRecorder,
     handle: PrometheusHandle,
+    /// `/metrics` has given its families their help text.
+    described: std::sync::Once,
     /// Condition began (expiry instant, health transition) → agent flagged.
     pub detection: Histogram,
-    /// Signal created → agent's ack, by kind (`SIGNAL_KINDS`).
+    /// Signal created → agent's ack, by kind (`SignalKind`).
     pub signal: [Histogram; 2],
     /// Rows per SQLite write transaction.
     pub store_batch_rows: Histogram,
@@ -140,7 +153,8 @@ impl Default for Histograms {
                 );
                 (
                     metrics::histogram!(DETECTION),
-                    SIGNAL_KINDS.map(|k| metrics::histogram!(SIGNAL_LATENCY, "kind" => k)),
+                    SignalKind::ALL
+                        .map(|k| metrics::histogram!(SIGNAL_LATENCY, "kind" => k.as_str())),
                     metrics::histogram!(STORE_BATCH_ROWS),
                     metrics::histogram!(STORE_COMMIT),
                 )
@@ -149,6 +163,7 @@ impl Default for Histograms {
         Histograms {
             recorder,
             handle,
+            described: std::sync::Once::new(),
             detection,
             signal,
             store_batch_rows,
@@ -168,6 +183,13 @@ impl Histograms {
     /// (for the gauges and counters `/metrics` sets from current state).
     pub fn with_recorder<R>(&self, f: impl FnOnce() -> R) -> R {
         metrics::with_local_recorder(&self.recorder, f)
+    }
+
+    /// Runs `f` (which describes metric families) with this instance's
+    /// recorder, once in the instance's life.
+    pub fn describe_once(&self, f: impl FnOnce()) {
+        self.described
+            .call_once(|| metrics::with_local_recorder(&self.recorder, f));
     }
 
     /// The Prometheus text exposition of everything recorded.
@@ -191,8 +213,8 @@ impl Stats {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
-    pub fn signal(&self, kind: usize, outcome: SignalOutcome) {
-        Stats::inc(&self.signals[kind.min(1)][outcome as usize]);
+    pub fn signal(&self, kind: SignalKind, outcome: SignalOutcome) {
+        Stats::inc(&self.signals[kind as usize][outcome as usize]);
     }
 
     /// All kinds' count of one outcome.

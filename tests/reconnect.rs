@@ -7,25 +7,7 @@ use std::time::Duration;
 
 use lifeline::sim::AgentEvent;
 use serde_json::Value;
-use support::{Cluster, Running};
-
-const AGENT: &str = "agent-00001";
-
-/// 6 agents on 4 proxies (agent i tunnels to proxies i%4 and (i+1)%4), all
-/// legacy so none heals itself: whatever moves them is Lifeline.
-fn fleet() -> Cluster {
-    Cluster::new()
-        .agents(6)
-        .proxies(4)
-        .ttl(Duration::from_secs(10))
-        .sim_agents(1.0)
-}
-
-/// Stops proxy-1 and proxy-2: agent-00001 (and agent-00005) lose every
-/// live tunnel; the rest keep one.
-async fn strand(c: &Running) {
-    c.stop_proxies(&["proxy-1", "proxy-2"]).await;
-}
+use support::{Cluster, Running, STRANDED as AGENT};
 
 async fn signal(c: &Running, id: i64) -> Value {
     c.ok(&format!("/api/v1/signals/{id}")).await
@@ -37,13 +19,6 @@ async fn wait_outcome(c: &Running, id: i64, outcome: &str) -> Value {
     })
     .await;
     signal(c, id).await
-}
-
-async fn state(c: &Running, agent: &str) -> String {
-    c.ok(&format!("/api/v1/agents/{agent}")).await["state"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
 }
 
 fn position(events: &[AgentEvent], e: &AgentEvent) -> usize {
@@ -58,9 +33,12 @@ fn position(events: &[AgentEvent], e: &AgentEvent) -> usize {
 /// acks; the audit row says so and the episode is closed by that signal.
 #[tokio::test(start_paused = true)]
 async fn manual_reconnect_recovers_a_stranded_legacy_agent() {
-    let c = fleet().signals(|s| s.auto_reconnect = false).start().await;
+    let c = Cluster::six_legacy()
+        .signals(|s| s.auto_reconnect = false)
+        .start()
+        .await;
     c.ready().await;
-    strand(&c).await;
+    c.strand_two().await;
     assert!(c.agents_in("stranded").await.contains(&AGENT.to_string()));
 
     let (status, body) = c
@@ -101,7 +79,7 @@ async fn manual_reconnect_recovers_a_stranded_legacy_agent() {
     c.advance_until(
         "agent no longer stranded",
         Duration::from_secs(5),
-        || async { state(&c, AGENT).await != "stranded" },
+        || async { c.state(AGENT).await != "stranded" },
     )
     .await;
     c.flush().await;
@@ -129,11 +107,11 @@ async fn manual_reconnect_recovers_a_stranded_legacy_agent() {
 /// proxy) gets another until it is healthy.
 #[tokio::test(start_paused = true)]
 async fn automatic_reconnect_recovers_without_a_person() {
-    let c = fleet().start().await;
+    let c = Cluster::six_legacy().start().await;
     c.ready().await;
-    strand(&c).await;
+    c.strand_two().await;
     c.advance_until("agent healthy again", Duration::from_secs(40), || async {
-        state(&c, AGENT).await == "healthy"
+        c.state(AGENT).await == "healthy"
     })
     .await;
     c.flush().await;
@@ -181,12 +159,12 @@ async fn automatic_reconnect_recovers_without_a_person() {
 /// automatic signal is sent; the summary says why.
 #[tokio::test(start_paused = true)]
 async fn a_killed_upstream_stream_sends_no_automatic_signal() {
-    let c = fleet().start().await;
+    let c = Cluster::six_legacy().start().await;
     c.ready().await;
     c.sim.set_accepting(false);
     c.sim.kill_streams();
     real_wait_not_ready(&c).await;
-    strand(&c).await;
+    c.strand_two().await;
     c.advance(Duration::from_secs(30)).await;
     let sigs = c.ok("/api/v1/signals").await;
     assert_eq!(sigs["items"].as_array().map(Vec::len), Some(0), "{sigs}");
@@ -250,9 +228,12 @@ async fn more_than_the_storm_share_stranded_pauses_automatic_signals() {
 /// Guards the selector endpoint and its refusals.
 #[tokio::test(start_paused = true)]
 async fn reconnect_selectors_and_refusals() {
-    let c = fleet().signals(|s| s.auto_reconnect = false).start().await;
+    let c = Cluster::six_legacy()
+        .signals(|s| s.auto_reconnect = false)
+        .start()
+        .await;
     c.ready().await;
-    strand(&c).await;
+    c.strand_two().await;
 
     // Before anything moves: proxy-4 carries agent-00003 (proxy-3, proxy-4)
     // and agent-00004 (proxy-4, proxy-1).
@@ -393,9 +374,12 @@ async fn cli(c: &Running, args: &[&str]) -> (i32, String, String) {
 /// code says whether the agent acked; refusals are clear and non-zero.
 #[tokio::test(start_paused = true)]
 async fn the_cli_reconnects_and_reports_the_outcome() {
-    let c = fleet().signals(|s| s.auto_reconnect = false).start().await;
+    let c = Cluster::six_legacy()
+        .signals(|s| s.auto_reconnect = false)
+        .start()
+        .await;
     c.ready().await;
-    strand(&c).await;
+    c.strand_two().await;
 
     let (code, out, err) = cli(
         &c,
@@ -505,7 +489,7 @@ async fn graceful_closing_trims_excess_tunnels_after_a_still_period() {
         assert_eq!(a.tunnels().len(), 1, "{} keeps its last tunnel", a.name);
     }
     for name in ["agent-00001", "agent-00002", "agent-00003", "agent-00004"] {
-        assert_eq!(state(&c, name).await, "healthy");
+        assert_eq!(c.state(name).await, "healthy");
     }
     c.shutdown().await;
 }

@@ -11,12 +11,11 @@ use lifeline::ingest::validate::to_timestamp;
 use lifeline::model::Kind;
 use lifeline::proto::v1 as pb;
 use lifeline::sim::cluster::server;
-use support::{Cluster, Running};
+use support::{Cluster, Running, STRANDED as AGENT};
 use tonic_health::ServingStatus;
 
 const SCRIPT: &str = "<script>alert(1)</script>";
 const IMG: &str = "<img src=x onerror=alert(1)>";
-const AGENT: &str = "agent-00001";
 
 /// `<` in any of askama's escaped forms.
 fn escaped(html: &str, raw: &str) -> bool {
@@ -37,19 +36,10 @@ async fn page(c: &Running, path: &str) -> String {
     html
 }
 
-/// 6 legacy simulated agents on 4 proxies; agent-00001 and agent-00005 lose
-/// both proxies when proxy-1 and proxy-2 stop.
+/// [`Cluster::six_legacy`] with automatic reconnects off: only the
+/// dashboard moves agents.
 fn fleet() -> Cluster {
-    Cluster::new()
-        .agents(6)
-        .proxies(4)
-        .ttl(Duration::from_secs(10))
-        .sim_agents(1.0)
-        .signals(|s| s.auto_reconnect = false)
-}
-
-async fn strand(c: &Running) {
-    c.stop_proxies(&["proxy-1", "proxy-2"]).await;
+    Cluster::six_legacy().signals(|s| s.auto_reconnect = false)
 }
 
 /// The browser's CSRF cookie and the page's form token.
@@ -276,7 +266,7 @@ async fn overview_tells_what_failed_and_when() {
     let html = page(&c, "/").await;
     assert!(html.contains("No stranded agents"), "calm before");
     assert!(html.contains("✓ auth-1</strong> SERVING"), "auth strip");
-    strand(&c).await;
+    c.strand_two().await;
 
     let html = page(&c, "/").await;
     assert!(
@@ -349,7 +339,7 @@ async fn overview_says_when_automatic_reconnects_are_paused() {
 async fn reconnect_form_is_csrf_protected_and_works_without_js() {
     let c = fleet().start().await;
     c.ready().await;
-    strand(&c).await;
+    c.strand_two().await;
     let path = format!("/agents/{AGENT}");
     let (cookie, token) = form_token(&c, &path).await;
     let action = format!("{path}/reconnect");
@@ -454,7 +444,7 @@ async fn reconnect_form_is_csrf_protected_and_works_without_js() {
 async fn reconnect_all_stranded_confirms_the_count_first() {
     let c = fleet().start().await;
     c.ready().await;
-    strand(&c).await;
+    c.strand_two().await;
     let html = page(&c, "/reconnect-stranded").await;
     assert!(
         html.contains(
@@ -513,7 +503,7 @@ async fn live_stream_follows_the_fleet_and_is_capped() {
     assert_eq!(status, 503);
     assert_eq!(v["error"]["code"], "too_many_streams", "{v}");
 
-    strand(&c).await;
+    c.strand_two().await;
     let mut later = String::new();
     for _ in 0..50 {
         c.advance(Duration::from_secs(1)).await;

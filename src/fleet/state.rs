@@ -227,14 +227,15 @@ pub struct Fleet {
     /// Agents connected to Lifeline's signal stream.
     pub links: HashMap<String, Link>,
     /// Failure traces by (cause, resource, since): later agents stranded by
-    /// the same failure join its trace. Bounded by `MAX_FAILURE_TRACES`.
+    /// the same failure join its trace. At `MAX_FAILURE_TRACES` it is
+    /// emptied: a failure seen again after that starts a new trace.
     failures: HashMap<(&'static str, String, Ts), TraceRef>,
     /// The pending classification follows a resync: its latencies measure
     /// staleness, not detection, and are not recorded.
     after_resync: bool,
 }
 
-/// Failure traces remembered for joining; beyond it, the oldest are forgotten.
+/// Failure traces remembered for joining.
 const MAX_FAILURE_TRACES: usize = 1024;
 
 impl Fleet {
@@ -1347,7 +1348,7 @@ impl Fleet {
             let reasons = reasons.into_iter().collect::<Vec<_>>().join(";");
             let (cause, resource, since) = (key.0, key.1.as_str(), key.2);
             let root = match self.failures.get(&key) {
-                Some(t) => Some(t.clone()),
+                Some(t) => t.clone(),
                 None => {
                     let span = info_span!(
                         parent: None,
@@ -1361,11 +1362,13 @@ impl Fleet {
                         reasons = %reasons,
                         detection_ms = now.since(since).as_secs_f64() * 1e3,
                     );
-                    TraceRef::of(&span)
+                    let Some(t) = TraceRef::of(&span) else {
+                        continue;
+                    };
+                    self.failures.insert(key.clone(), t.clone());
+                    t
                 }
             };
-            let Some(root) = root else { continue };
-            self.failures.insert(key.clone(), root.clone());
             let first = idx
                 .first()
                 .map(|&i| self.changed[i].agent.as_str())

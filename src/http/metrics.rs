@@ -17,7 +17,7 @@ use crate::fleet::view::{self, Gauges};
 use crate::fleet::WatchState;
 use crate::ingest::validate::RejectCode;
 use crate::model::Health;
-use crate::stats::{Stats, SIGNAL_KINDS, SIGNAL_OUTCOMES};
+use crate::stats::{SignalKind, Stats, SIGNAL_OUTCOMES};
 use crate::telemetry::SPANS;
 
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -30,6 +30,7 @@ async fn metrics(State(s): State<AppState>) -> Result<Response, ApiError> {
     let g = s.fleet.read(view::gauges).await?;
     let guard = s.guard.borrow().clone();
     let (streams, in_flight) = (s.hub.connected(), s.hub.in_flight());
+    s.stats.hist.describe_once(describe);
     let text = s.stats.hist.with_recorder(|| {
         current_state(&g);
         gauge!("lifeline_agent_streams").set(streams as f64);
@@ -38,7 +39,6 @@ async fn metrics(State(s): State<AppState>) -> Result<Response, ApiError> {
         gauge!("lifeline_storm_guard_stranded_in_window").set(guard.stranded_in_window as f64);
         gauge!("lifeline_agents_retrying").set(guard.agents_retrying as f64);
         counters(&s.stats);
-        describe();
         s.stats.hist.render()
     });
     Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response())
@@ -88,10 +88,10 @@ fn counters(st: &Stats) {
     counter!("lifeline_health_stream_failures_total").absolute(get(&st.health_failures));
     counter!("lifeline_timers_fired_total").absolute(get(&st.timers_fired));
     counter!("lifeline_agent_state_changes_total").absolute(get(&st.state_changes));
-    for (k, kind) in SIGNAL_KINDS.into_iter().enumerate() {
+    for kind in SignalKind::ALL {
         for (o, outcome) in SIGNAL_OUTCOMES.into_iter().enumerate() {
-            counter!("lifeline_signals_total", "kind" => kind, "outcome" => outcome)
-                .absolute(get(&st.signals[k][o]));
+            counter!("lifeline_signals_total", "kind" => kind.as_str(), "outcome" => outcome)
+                .absolute(get(&st.signals[kind as usize][o]));
         }
     }
     counter!("lifeline_discovery_messages_total", "mode" => "full")

@@ -245,13 +245,13 @@ pub(super) async fn select(
                 if !f.auths.contains_key(a) && !f.auth_agents.contains_key(a) {
                     return None;
                 }
-                let mut v: Vec<String> = f
-                    .auth_agents
-                    .get(a)
-                    .map(|s| s.iter().cloned().collect())
-                    .unwrap_or_default();
-                v.sort();
-                return Some(v);
+                // A BTreeSet: already in order.
+                return Some(
+                    f.auth_agents
+                        .get(a)
+                        .map(|s| s.iter().cloned().collect())
+                        .unwrap_or_default(),
+                );
             }
             let st = state.unwrap_or(AgentState::Stranded);
             Some(

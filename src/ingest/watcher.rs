@@ -14,7 +14,7 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
 use tracing::{info, info_span, warn, Instrument};
 
-use super::validate::{self, Limits, RejectCode, Rejection};
+use super::validate::{self, Change, Limits, RejectCode, Rejection};
 use crate::backoff::Backoff;
 use crate::clock::Clock;
 use crate::fleet::{Command, FleetHandle, Ingested, Resync, Snapshot};
@@ -303,36 +303,30 @@ fn push_event(
         warn!("INIT in the middle of a stream; ignored");
         return;
     }
-    let every = cfg.ingest_span_every;
-    let seq = stats.stream_events.load(Ordering::Relaxed) + batch.len() as u64;
+    let validated = validate::event(ev, clock.now(), &cfg.limits);
     // Sampled: a span per event would cost more than the event.
-    let span = if every > 0 && seq % every == 0 && crate::telemetry::exporting() {
-        info_span!(
-            parent: None,
-            "ingest.event",
-            seq,
-            kind = tracing::field::Empty,
-            r#type = tracing::field::Empty,
-            name = tracing::field::Empty,
-            rejected = tracing::field::Empty,
-        )
-    } else {
-        tracing::Span::none()
-    };
-    let _in = span.enter();
-    match validate::event(ev, clock.now(), &cfg.limits) {
+    let every = cfg.ingest_span_every;
+    if every > 0 && crate::telemetry::exporting() {
+        let seq = stats.stream_events.load(Ordering::Relaxed) + batch.len() as u64;
+        if seq % every == 0 {
+            trace_event(seq, &validated);
+        }
+    }
+    match validated {
+        Ok(c) => batch.push(Ingested::Change(c)),
+        Err(r) => batch.push(rejected(stats, r)),
+    }
+}
+
+/// One sampled `ingest.event` span: what the event was, or why refused.
+fn trace_event(seq: u64, validated: &Result<Change, Rejection>) {
+    match validated {
         Ok(c) => {
-            if !span.is_none() {
-                let (kind, ty, name) = c.describe();
-                span.record("kind", kind.as_str());
-                span.record("type", ty);
-                span.record("name", name);
-            }
-            batch.push(Ingested::Change(c))
+            let (kind, ty, name) = c.describe();
+            info_span!(parent: None, "ingest.event", seq, kind = kind.as_str(), r#type = ty, name);
         }
         Err(r) => {
-            span.record("rejected", r.code.as_str());
-            batch.push(rejected(stats, r))
+            info_span!(parent: None, "ingest.event", seq, kind = %r.kind, rejected = r.code.as_str());
         }
     }
 }

@@ -26,7 +26,7 @@ use crate::fleet::{Command, FleetHandle};
 use crate::ingest::validate::to_timestamp;
 use crate::proto::v1 as pb;
 use crate::proto::v1::agent_signals_server::{AgentSignals, AgentSignalsServer};
-use crate::stats::{signal_kind_index, SignalOutcome, Stats, SIGNAL_KINDS};
+use crate::stats::{SignalKind, SignalOutcome, Stats};
 use crate::store::signals::{self as audit, SignalRecord, SignalUpdate};
 use crate::telemetry::propagate::{self, TraceRef};
 
@@ -105,10 +105,10 @@ pub enum Ask {
 }
 
 impl Ask {
-    fn kind(&self) -> &'static str {
+    fn kind(&self) -> SignalKind {
         match self {
-            Ask::Reconnect { .. } => "reconnect",
-            Ask::CloseTunnel { .. } => "close_tunnel",
+            Ask::Reconnect { .. } => SignalKind::Reconnect,
+            Ask::CloseTunnel { .. } => SignalKind::CloseTunnel,
         }
     }
     fn proxy(&self) -> &str {
@@ -144,8 +144,7 @@ struct Conn {
 
 struct InFlight {
     agent: String,
-    /// Index in `stats::SIGNAL_KINDS`.
-    kind: usize,
+    kind: SignalKind,
     created: Ts,
     deadline: Ts,
     /// The `signal.send` span, parent of the ack's.
@@ -257,7 +256,7 @@ impl Hub {
             .enumerate()
             .map(|(i, r)| SignalRecord {
                 id: first + i as i64,
-                kind: r.ask.kind().to_string(),
+                kind: r.ask.kind().as_str().to_string(),
                 agent: r.agent.clone(),
                 proxy: r.ask.proxy().to_string(),
                 reason: r.reason.clone(),
@@ -281,14 +280,14 @@ impl Hub {
         let deadline = now.saturating_add(self.cfg.ack_timeout);
         let current = TraceRef::current();
         for (row, req) in rows.iter_mut().zip(reqs) {
-            let kind = signal_kind_index(req.ask.kind());
+            let kind = req.ask.kind();
             let span = propagate::child(req.trace.as_ref().or(current.as_ref()), || {
                 info_span!(
                     parent: None,
                     "signal.send",
-                    otel.name = %format!("send {}", req.ask.kind()),
+                    otel.name = %format!("send {}", kind.as_str()),
                     signal.id = row.id,
-                    signal.kind = req.ask.kind(),
+                    signal.kind = kind.as_str(),
                     agent = %row.agent,
                     proxy = %row.proxy,
                     reason = %row.reason,
@@ -406,12 +405,12 @@ impl Hub {
                 SignalOutcome::Failed
             },
         );
-        self.stats.hist.signal[f.kind.min(1)].record(latency.as_secs_f64());
+        self.stats.hist.signal[f.kind as usize].record(latency.as_secs_f64());
         let _ack = propagate::child(f.trace.as_ref(), || {
             info_span!(
                 parent: None,
                 "signal.ack",
-                otel.name = %format!("ack {}", SIGNAL_KINDS[f.kind.min(1)]),
+                otel.name = %format!("ack {}", f.kind.as_str()),
                 signal.id = id,
                 agent,
                 outcome,

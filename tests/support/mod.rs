@@ -23,6 +23,9 @@ use lifeline::sim::{AuthFlavor, SimAgent, SimCluster, SimSpec};
 use serde_json::Value;
 use tempfile::TempDir;
 
+/// The agent [`Running::strand_two`] strands (with agent-00005).
+pub const STRANDED: &str = "agent-00001";
+
 type SignalsEdit = Box<dyn FnOnce(&mut SignalsConfig)>;
 type ConfigEdit = Box<dyn FnOnce(&mut Config)>;
 
@@ -133,6 +136,18 @@ impl Cluster {
         self
     }
 
+    /// 6 legacy simulated agents on 4 proxies, TTL 10 s: agent i tunnels to
+    /// proxies i%4 and (i+1)%4, so [`Running::strand_two`] strands
+    /// [`STRANDED`] and agent-00005, and only a signal moves them.
+    pub fn six_legacy() -> Self {
+        Cluster::new()
+            .agents(6)
+            .proxies(4)
+            .ttl(Duration::from_secs(10))
+            .sim_agents(1.0)
+    }
+
+    /// Starts a simulated agent per cluster agent, this share legacy.
     pub fn sim_agents(mut self, legacy_share: f64) -> Self {
         self.sim_agents = Some(legacy_share);
         self
@@ -287,6 +302,20 @@ impl Running {
         }
         self.advance_to(last).await;
         self.quiesce().await;
+    }
+
+    /// In a [`Cluster::six_legacy`]: stops proxy-1 and proxy-2, so
+    /// agent-00001 and agent-00005 lose every live tunnel; the rest keep one.
+    pub async fn strand_two(&self) {
+        self.stop_proxies(&["proxy-1", "proxy-2"]).await;
+    }
+
+    /// An agent's state as the API reports it.
+    pub async fn state(&self, agent: &str) -> String {
+        self.ok(&format!("/api/v1/agents/{agent}")).await["state"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
     }
 
     /// In a [`Cluster::storm`]: both proxies expire together, then 5 s pass.
