@@ -11,9 +11,11 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
+use tonic::service::interceptor::InterceptedService;
 use tower_http::trace::{DefaultMakeSpan, DefaultOnFailure, DefaultOnResponse, TraceLayer};
 use tracing::{debug, error, info, warn, Level};
 
+use crate::access::Access;
 use crate::backoff::Backoff;
 use crate::clock::Clock;
 use crate::config::{Config, ConfigError};
@@ -24,10 +26,11 @@ use crate::http::{self, AppState};
 use crate::ingest::validate::Limits;
 use crate::ingest::{health, watcher};
 use crate::model::Kind;
+use crate::settings::{Settings, SettingsError};
 use crate::signals::board::Board;
-use crate::signals::hub::{Hub, HubConfig, LiveSettings};
+use crate::signals::hub::{Hub, HubConfig};
 use crate::signals::reconnect::{self, Guard, ReconnectConfig};
-use crate::signals::service_config::{self, LbPolicy};
+use crate::signals::service_config;
 use crate::stats::Stats;
 use crate::store::{self, StoreError};
 
@@ -37,6 +40,8 @@ pub enum StartError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("cannot load the dynamic settings: {0}")]
+    Settings(#[from] SettingsError),
     #[error("cannot listen for {what} on {addr}: {source}")]
     Bind {
         what: &'static str,
@@ -53,8 +58,8 @@ pub struct Lifeline {
     pub db: SqlitePool,
     pub stats: Arc<Stats>,
     pub clock: Clock,
-    /// The policy `GetServiceConfig` serves; sending changes it live.
-    pub lb_policy: tokio::sync::watch::Sender<LbPolicy>,
+    /// The dynamic settings (RFD 0016); changes apply at once.
+    pub settings: Arc<Settings>,
     /// Agent streams and audited signals.
     pub hub: Arc<Hub>,
     /// The storm guard's current state.
@@ -103,6 +108,7 @@ impl Lifeline {
         let stats = Arc::new(Stats::default());
         let db = store::open(&cfg.storage.path).await?;
         let loaded = store::read::load(&db).await.map_err(StoreError::Query)?;
+        let settings = Arc::new(Settings::start(db.clone(), cfg, clock).await?);
         let (writer, writer_task) =
             store::spawn_writer(db.clone(), stats.clone(), tuning.writer_depth);
         let shutdown = CancellationToken::new();
@@ -159,7 +165,7 @@ impl Lifeline {
                 ack_timeout: cfg.signals.ack_timeout,
                 max_message_bytes: cfg.signals.max_message_bytes,
             },
-            Arc::new(LiveSettings::from(&cfg.signals)),
+            settings.live(),
             clock,
             board,
             fleet.clone(),
@@ -184,9 +190,28 @@ impl Lifeline {
         );
         tasks.extend(more);
 
+        let access = Arc::new(Access::new(&cfg.access, clock));
+        if !access.has_tokens() {
+            warn!(
+                "no API tokens configured ([[access.tokens]]): the API and dashboard are read-only"
+            );
+        }
+        if cfg.access.join_tokens.is_empty() {
+            warn!(
+                "no join tokens configured (access.join_tokens): no agent can connect for signals"
+            );
+        }
         let state = AppState {
             fleet: fleet.clone(),
-            ui: Arc::new(http::ui::UiShared::new(cfg.server.max_live_streams)),
+            ui: Arc::new(http::ui::UiShared::new(
+                cfg.server.max_live_streams,
+                cfg.server.max_live_streams_per_ip,
+            )),
+            access: access.clone(),
+            settings: settings.clone(),
+            probes: Arc::new(cfg.probes.clone()),
+            http_close_unhealthy: cfg.server.http_close_unhealthy,
+            max_body_bytes: cfg.server.max_body_bytes,
             shutdown: shutdown.clone(),
             db: db.clone(),
             stats: stats.clone(),
@@ -194,24 +219,28 @@ impl Lifeline {
             guard: guard.clone(),
         };
         tasks.push(http::ui::live::spawn(state.clone()));
-        let router = http::router(state, cfg.server.max_body_bytes);
+        let router = http::router(state);
         let stop = shutdown.clone();
         tasks.push(tokio::spawn(async move {
-            if let Err(e) = axum::serve(http_listener, router)
-                .with_graceful_shutdown(stop.cancelled_owned())
-                .await
+            if let Err(e) = axum::serve(
+                http_listener,
+                router.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .with_graceful_shutdown(stop.cancelled_owned())
+            .await
             {
                 error!(error = %e, "HTTP server failed");
             }
         }));
 
-        let (lb_policy, lb_policy_rx) = tokio::sync::watch::channel(cfg.lb_policy()?);
+        let lb_policy_rx = settings.lb_policy();
         let (reporter, health_service) = tonic_health::server::health_reporter();
         reporter
             .set_service_status("", tonic_health::ServingStatus::Serving)
             .await;
         let stop = shutdown.clone();
         let grpc_hub = hub.clone();
+        let stats_grpc = stats.clone();
         tasks.push(tokio::spawn(async move {
             let _keep = reporter;
             if let Err(e) = tonic::transport::Server::builder()
@@ -223,7 +252,10 @@ impl Lifeline {
                 )
                 .add_service(health_service)
                 .add_service(service_config::Service::server(lb_policy_rx))
-                .add_service(grpc_hub.server())
+                .add_service(InterceptedService::new(
+                    grpc_hub.server(),
+                    join_check(access, stats_grpc),
+                ))
                 .serve_with_incoming_shutdown(
                     TcpListenerStream::new(grpc_listener),
                     stop.cancelled_owned(),
@@ -285,7 +317,7 @@ impl Lifeline {
         tasks.push(tokio::spawn(prune_loop(
             db.clone(),
             clock,
-            cfg.storage.retention,
+            settings.live(),
             cfg.storage.prune_interval,
             shutdown.clone(),
         )));
@@ -298,7 +330,7 @@ impl Lifeline {
             db,
             stats,
             clock,
-            lb_policy,
+            settings,
             hub,
             guard,
             shutdown,
@@ -340,7 +372,7 @@ impl Lifeline {
 async fn prune_loop(
     db: SqlitePool,
     clock: Clock,
-    retention: Duration,
+    live: Arc<crate::settings::Live>,
     every: Duration,
     stop: CancellationToken,
 ) {
@@ -349,11 +381,44 @@ async fn prune_loop(
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
         }
-        let before = clock.now().saturating_sub(retention);
+        // Read each round: `retention` is a dynamic setting.
+        let before = clock.now().saturating_sub(live.retention());
         match store::writer::prune(&db, before).await {
             Ok(0) => {}
             Ok(n) => debug!(rows = n, "pruned history past retention"),
             Err(e) => warn!(error = %e, "pruning history failed; will retry"),
+        }
+    }
+}
+
+/// The gRPC interceptor in front of `AgentSignals`: a stream opens only
+/// with a configured join token in `authorization: Bearer <token>`.
+fn join_check(
+    access: Arc<Access>,
+    stats: Arc<Stats>,
+) -> impl FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Clone {
+    move |req: tonic::Request<()>| {
+        let presented = req
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, t)| t.trim().to_string());
+        match presented {
+            Some(t) if access.join_allowed(&t) => Ok(req),
+            Some(_) => {
+                Stats::inc(&stats.agent_join_refused);
+                Err(tonic::Status::unauthenticated(
+                    "the join token is not valid: it matches no access.join_tokens entry",
+                ))
+            }
+            None => {
+                Stats::inc(&stats.agent_join_refused);
+                Err(tonic::Status::unauthenticated(
+                    "AgentSignals.Connect needs a join token: send `authorization: Bearer <join token>` metadata",
+                ))
+            }
         }
     }
 }

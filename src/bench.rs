@@ -254,6 +254,9 @@ impl Drop for Scratch {
     }
 }
 
+/// The API token benchmarks use (in-process, loopback only).
+pub(crate) const BENCH_TOKEN: &str = "bench-token";
+
 fn config(sim: &SimCluster, db: PathBuf, page_size: u32) -> Config {
     let mut cfg = Config::default();
     cfg.server.listen = "127.0.0.1:0".into();
@@ -263,6 +266,14 @@ fn config(sim: &SimCluster, db: PathBuf, page_size: u32) -> Config {
     cfg.cluster.max_message_bytes = 64 * 1024 * 1024;
     cfg.storage.path = db;
     cfg.fleet.command_queue = 4096;
+    cfg.access.join_tokens = vec![crate::access::hash_hex(&sim.spec().join_token)];
+    cfg.access.tokens = vec![crate::config::TokenConfig {
+        name: "bench".into(),
+        sha256: crate::access::hash_hex(BENCH_TOKEN),
+        roles: crate::config::Role::ALL.to_vec(),
+    }];
+    // The reconnect bench asks again and again: latency, not the limiter.
+    cfg.access.manual_reconnect_interval = Duration::from_millis(1);
     cfg
 }
 

@@ -73,10 +73,12 @@ impl SignalRecordIn {
 pub struct Client {
     base: String,
     http: reqwest::Client,
+    /// Sent as `Authorization: Bearer` (never printed).
+    token: Option<String>,
 }
 
 impl Client {
-    pub fn new(server: &str) -> Result<Client, ClientError> {
+    pub fn new(server: &str, token: Option<String>) -> Result<Client, ClientError> {
         let u =
             url::Url::parse(server).map_err(|e| ClientError::Url(server.into(), e.to_string()))?;
         if !matches!(u.scheme(), "http" | "https") {
@@ -95,10 +97,15 @@ impl Client {
         Ok(Client {
             base: server.trim_end_matches('/').to_string(),
             http,
+            token: token.filter(|t| !t.trim().is_empty()),
         })
     }
 
     async fn call(&self, req: reqwest::RequestBuilder, url: &str) -> Result<Value, ClientError> {
+        let req = match &self.token {
+            Some(t) => req.bearer_auth(t.trim()),
+            None => req,
+        };
         let resp = req
             .header("x-requested-by", "cli")
             .send()
@@ -163,6 +170,40 @@ impl Client {
         let body = json!({"state": "stranded", "reason": reason});
         let v = self.call(self.http.post(&url).json(&body), &url).await?;
         Self::decode(v, &url)
+    }
+
+    fn setting_url(&self, name: &str) -> String {
+        format!(
+            "{}/api/v1/settings/{}",
+            self.base,
+            url::form_urlencoded::byte_serialize(name.as_bytes()).collect::<String>()
+        )
+    }
+
+    /// `GET /api/v1/settings` (all) or `/api/v1/settings/{name}`.
+    pub async fn settings_get(&self, name: Option<&str>) -> Result<Value, ClientError> {
+        let url = match name {
+            Some(n) => self.setting_url(n),
+            None => format!("{}/api/v1/settings", self.base),
+        };
+        self.call(self.http.get(&url), &url).await
+    }
+
+    pub async fn settings_set(
+        &self,
+        name: &str,
+        value: Value,
+        force: bool,
+        confirm: bool,
+    ) -> Result<Value, ClientError> {
+        let url = format!("{}?force={force}&confirm={confirm}", self.setting_url(name));
+        let body = json!({ "value": value });
+        self.call(self.http.put(&url).json(&body), &url).await
+    }
+
+    pub async fn settings_rm(&self, name: &str) -> Result<Value, ClientError> {
+        let url = self.setting_url(name);
+        self.call(self.http.delete(&url), &url).await
     }
 
     pub async fn signal(&self, id: i64) -> Result<SignalRecordIn, ClientError> {

@@ -3,7 +3,7 @@
 //! (or variable) at fault, so a broken config stops start-up with a message an
 //! operator can act on. Plain data: no handles, no I/O beyond reading the file.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -25,6 +25,103 @@ pub struct Config {
     pub fleet: FleetConfig,
     pub signals: SignalsConfig,
     pub telemetry: TelemetryConfig,
+    pub access: AccessConfig,
+    pub probes: ProbesConfig,
+    /// `section.key` paths the file or a `LIFELINE_*` variable set, so the
+    /// dynamic settings can tell "written in the file" from "defaulted"
+    /// (RFD 0016: the file wins only where it speaks).
+    #[serde(skip)]
+    pub explicit: BTreeSet<String>,
+}
+
+/// A role an API token carries, named after RFD 0016's verbs.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, serde::Serialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// GET anything (when reads need a token at all).
+    Read,
+    /// PUT and DELETE settings, manual reconnects.
+    Update,
+    /// In addition to `update`: overwrite a setting the config file manages.
+    Create,
+}
+
+impl Role {
+    pub const ALL: [Role; 3] = [Role::Read, Role::Update, Role::Create];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Read => "read",
+            Role::Update => "update",
+            Role::Create => "create",
+        }
+    }
+}
+
+/// One API token. Only its SHA-256 is kept (`lifeline token new` prints
+/// both); the token itself never touches the disk on Lifeline's side.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    /// Shown in the audit and the dashboard ("signed in as").
+    pub name: String,
+    /// Hex SHA-256 of the token.
+    pub sha256: String,
+    pub roles: Vec<Role>,
+}
+
+/// Who may do what: API tokens, agents' join tokens, rate limits.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AccessConfig {
+    pub tokens: Vec<TokenConfig>,
+    /// Hex SHA-256 of each join token agents may present on
+    /// `AgentSignals.Connect` (`authorization: Bearer <token>` metadata).
+    /// Empty: no agent can connect.
+    pub join_tokens: Vec<String>,
+    /// Reads (GET: API, dashboard, /metrics, probes) need a token with the
+    /// `read` role. `/healthz`, `/readyz` and sign-in stay open.
+    pub read_requires_token: bool,
+    /// Least time between two manual reconnects of one agent.
+    #[serde(with = "humantime_serde")]
+    pub manual_reconnect_interval: Duration,
+    /// How long a dashboard sign-in lasts.
+    #[serde(with = "humantime_serde")]
+    pub session_ttl: Duration,
+}
+
+impl Default for AccessConfig {
+    fn default() -> Self {
+        AccessConfig {
+            tokens: Vec::new(),
+            join_tokens: Vec::new(),
+            read_requires_token: false,
+            manual_reconnect_interval: Duration::from_secs(10),
+            session_ttl: Duration::from_secs(12 * 3600),
+        }
+    }
+}
+
+/// Virtual probes (`/probes/grpc/{host:port}`, `/probes/tcp/{host:port}`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProbesConfig {
+    /// `host:port` targets allowed beyond the cluster's own known auth
+    /// server and proxy addresses (which are always allowed).
+    pub allow: Vec<String>,
+    /// Largest `X-Probe-Timeout` accepted.
+    #[serde(with = "humantime_serde")]
+    pub max_timeout: Duration,
+}
+
+impl Default for ProbesConfig {
+    fn default() -> Self {
+        ProbesConfig {
+            allow: Vec::new(),
+            max_timeout: Duration::from_secs(10),
+        }
+    }
 }
 
 /// Trace export and self-observation. The standard `OTEL_*` variables win
@@ -158,6 +255,12 @@ pub struct ServerConfig {
     /// Most dashboards following the live overview at once (each holds
     /// one Server-Sent Events stream; beyond it, a 503 that says so).
     pub max_live_streams: usize,
+    /// Of those, most from one client IP (beyond it, a 429).
+    pub max_live_streams_per_ip: usize,
+    /// While Lifeline is not ready, every HTTP response carries
+    /// `Connection: close` (RFD 0226), so clients behind a load balancer
+    /// reconnect elsewhere. Env: `LIFELINE_HTTP_CLOSE_UNHEALTHY`.
+    pub http_close_unhealthy: bool,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -253,6 +356,8 @@ impl Default for ServerConfig {
             grpc_listen: "127.0.0.1:9090".into(),
             max_body_bytes: 64 * 1024,
             max_live_streams: 256,
+            max_live_streams_per_ip: 8,
+            http_close_unhealthy: false,
         }
     }
 }
@@ -358,13 +463,33 @@ impl Config {
 
     /// Parses TOML; the error text names the offending key and line.
     pub fn from_toml(text: &str) -> Result<Config, String> {
-        toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())
+        let mut cfg: Config =
+            toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())?;
+        // It parsed as a Config, so it parses as a table.
+        if let Ok(table) = text.parse::<toml::Table>() {
+            for (section, v) in &table {
+                if let Some(t) = v.as_table() {
+                    cfg.explicit
+                        .extend(t.keys().map(|k| format!("{section}.{k}")));
+                }
+            }
+        }
+        Ok(cfg)
+    }
+
+    /// True when the file or a variable set `section.key`.
+    pub fn is_explicit(&self, key: &str) -> bool {
+        self.explicit.contains(key)
     }
 
     /// The environment overrides, in one table so the README can list them.
     pub const ENV_VARS: &'static [(&'static str, &'static str)] = &[
         ("LIFELINE_LISTEN", "server.listen"),
         ("LIFELINE_GRPC_LISTEN", "server.grpc_listen"),
+        (
+            "LIFELINE_HTTP_CLOSE_UNHEALTHY",
+            "server.http_close_unhealthy",
+        ),
         ("LIFELINE_CLUSTER_ADDR", "cluster.addr"),
         ("LIFELINE_DB", "storage.path"),
         ("LIFELINE_RETENTION", "storage.retention"),
@@ -393,6 +518,11 @@ impl Config {
                 message: format!("invalid duration {v:?}: {e}"),
             })
         };
+        for (var, field) in Self::ENV_VARS {
+            if env(var).is_some() {
+                self.explicit.insert(field.to_string());
+            }
+        }
         if let Some(v) = env("LIFELINE_LISTEN") {
             self.server.listen = v;
         }
@@ -431,6 +561,9 @@ impl Config {
         }
         if let Some(v) = env("LIFELINE_AUTO_RECONNECT") {
             self.signals.auto_reconnect = flag("LIFELINE_AUTO_RECONNECT", &v)?;
+        }
+        if let Some(v) = env("LIFELINE_HTTP_CLOSE_UNHEALTHY") {
+            self.server.http_close_unhealthy = flag("LIFELINE_HTTP_CLOSE_UNHEALTHY", &v)?;
         }
         if let Some(v) = env("LIFELINE_GRACEFUL_TUNNEL_CLOSING") {
             self.signals.graceful_tunnel_closing = flag("LIFELINE_GRACEFUL_TUNNEL_CLOSING", &v)?;
@@ -487,6 +620,17 @@ impl Config {
         if self.server.max_live_streams == 0 {
             return Err(invalid("server.max_live_streams", "must be at least 1"));
         }
+        if self.server.max_live_streams_per_ip == 0 {
+            return Err(invalid(
+                "server.max_live_streams_per_ip",
+                "must be at least 1",
+            ));
+        }
+        self.validate_access()?;
+        for (i, a) in self.probes.allow.iter().enumerate() {
+            host_port(&format!("probes.allow[{i}]"), a)?;
+        }
+        positive("probes.max_timeout", self.probes.max_timeout)?;
         if self.server.max_body_bytes < 1024 {
             return Err(invalid("server.max_body_bytes", "must be at least 1024"));
         }
@@ -607,6 +751,56 @@ impl Config {
                 "must be at least 65536",
             ));
         }
+        Ok(())
+    }
+
+    fn validate_access(&self) -> Result<(), ConfigError> {
+        let hex64 = |v: &str| v.len() == 64 && v.bytes().all(|b| b.is_ascii_hexdigit());
+        let mut names = HashSet::new();
+        for (i, t) in self.access.tokens.iter().enumerate() {
+            let ok_name = !t.name.is_empty()
+                && t.name.len() <= 64
+                && t.name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            if !ok_name {
+                return Err(invalid(
+                    format!("access.tokens[{i}].name"),
+                    "must be 1 to 64 letters, digits, '-' or '_'",
+                ));
+            }
+            if !names.insert(t.name.as_str()) {
+                return Err(invalid(
+                    format!("access.tokens[{i}].name"),
+                    format!("{:?} is listed twice", t.name),
+                ));
+            }
+            if !hex64(&t.sha256) {
+                return Err(invalid(
+                    format!("access.tokens[{i}].sha256"),
+                    "must be the token's SHA-256 as 64 hex digits (see `lifeline token new`); never the token itself",
+                ));
+            }
+            if t.roles.is_empty() {
+                return Err(invalid(
+                    format!("access.tokens[{i}].roles"),
+                    "must name at least one of read, update, create",
+                ));
+            }
+        }
+        for (i, j) in self.access.join_tokens.iter().enumerate() {
+            if !hex64(j) {
+                return Err(invalid(
+                    format!("access.join_tokens[{i}]"),
+                    "must be a join token's SHA-256 as 64 hex digits (see `lifeline token new`)",
+                ));
+            }
+        }
+        positive(
+            "access.manual_reconnect_interval",
+            self.access.manual_reconnect_interval,
+        )?;
+        positive("access.session_ttl", self.access.session_ttl)?;
         Ok(())
     }
 

@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use tracing::info;
 
+use crate::access;
 use crate::app::{Lifeline, StartError};
 use crate::clock::Clock;
-use crate::config::Config;
+use crate::config::{Config, Role, TokenConfig};
 use crate::signals::service_config::LbPolicy;
 use crate::sim::{chaos, SimAgent, SimCluster, SimSpec};
 
@@ -28,6 +29,8 @@ pub struct DemoOptions {
     /// Share of simulated agents that ignore discovery TTLs.
     pub legacy_share: f64,
     pub auto_reconnect: bool,
+    /// The API token (all roles) the dashboard signs in with.
+    pub token: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +60,8 @@ impl Demo {
                 ttl: o.ttl,
                 agent_ttl: o.ttl,
                 seed: o.seed,
+                // Fresh per run: nothing outside this process can join.
+                join_token: access::generate(),
                 ..SimSpec::default()
             },
             clock,
@@ -74,6 +79,12 @@ impl Demo {
         // off a NOT_SERVING auth server by themselves.
         cfg.signals.grpc_client_lb_policy = LbPolicy::reconnect().to_json();
         cfg.signals.auto_reconnect = o.auto_reconnect;
+        cfg.access.join_tokens = vec![access::hash_hex(&sim.spec().join_token)];
+        cfg.access.tokens = vec![TokenConfig {
+            name: "demo".into(),
+            sha256: access::hash_hex(&o.token),
+            roles: Role::ALL.to_vec(),
+        }];
         let lifeline = Lifeline::start(&cfg, clock).await?;
         let agents = SimAgent::start_for_cluster(
             &sim,

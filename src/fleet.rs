@@ -203,6 +203,11 @@ impl FleetHandle {
         self.readiness.borrow().clone()
     }
 
+    /// True when every kind is ready or rejected (cheap: no clone).
+    pub fn is_ready(&self) -> bool {
+        self.readiness.borrow().ready
+    }
+
     pub fn readiness_watch(&self) -> watch::Receiver<Readiness> {
         self.readiness.clone()
     }

@@ -8,14 +8,20 @@
 //! Must not touch: fleet state directly, or write to SQLite.
 
 pub mod api;
+pub mod auth;
 pub mod error;
 pub mod metrics;
 pub mod probes;
+pub mod settings;
 pub mod signals;
 pub mod ui;
 
 use std::sync::Arc;
 
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
 use axum::Router;
 use sqlx::SqlitePool;
 use tower_http::compression::CompressionLayer;
@@ -23,7 +29,10 @@ use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::trace::{DefaultMakeSpan, DefaultOnFailure, DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
+use crate::access::Access;
+use crate::config::ProbesConfig;
 use crate::fleet::FleetHandle;
+use crate::settings::Settings;
 use crate::signals::hub::Hub;
 use crate::signals::reconnect::Guard;
 use crate::stats::Stats;
@@ -39,18 +48,32 @@ pub struct AppState {
     pub stats: Arc<Stats>,
     pub hub: Arc<Hub>,
     pub guard: tokio::sync::watch::Receiver<Guard>,
+    pub access: Arc<Access>,
+    pub settings: Arc<Settings>,
+    pub probes: Arc<ProbesConfig>,
+    /// Answer with `Connection: close` while not ready.
+    pub http_close_unhealthy: bool,
+    pub max_body_bytes: usize,
 }
 
-pub fn router(state: AppState, max_body_bytes: usize) -> Router {
+pub fn router(state: AppState) -> Router {
+    let max_body_bytes = state.max_body_bytes;
     Router::new()
         .merge(api::router())
+        .merge(settings::router())
         .merge(probes::router())
         .merge(metrics::router())
         .merge(signals::router())
         .merge(ui::router())
         .fallback(error::not_found)
-        .with_state(state)
+        .layer(middleware::from_fn_with_state(state.clone(), auth::guard))
         .layer(RequestBodyLimitLayer::new(max_body_bytes))
+        .layer(middleware::from_fn_with_state(state.clone(), body_limit))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            close_unhealthy,
+        ))
+        .with_state(state)
         .layer(CompressionLayer::new())
         .layer(
             TraceLayer::new_for_http()
@@ -60,4 +83,26 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
                 // are logged once where they are handled (ApiError).
                 .on_failure(DefaultOnFailure::new().level(Level::DEBUG)),
         )
+}
+
+/// Every 413 (from the body limit layer or an extractor that hit it) as
+/// our JSON error naming the limit.
+async fn body_limit(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let r = next.run(req).await;
+    if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        return error::ApiError::TooLarge(st.max_body_bytes).into_response();
+    }
+    r
+}
+
+/// RFD 0226's HTTP rule, opt-in (`server.http_close_unhealthy`): while
+/// Lifeline is not ready, every response says `Connection: close`, so a
+/// client behind a load balancer opens its next connection elsewhere.
+async fn close_unhealthy(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let mut r = next.run(req).await;
+    if st.http_close_unhealthy && !st.fleet.is_ready() {
+        r.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    r
 }

@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod access;
 pub mod app;
 pub mod backoff;
 pub mod bench;
@@ -16,6 +17,7 @@ pub mod http;
 pub mod ingest;
 pub mod model;
 pub mod proto;
+pub mod settings;
 pub mod signals;
 pub mod sim;
 pub mod stats;

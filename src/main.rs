@@ -71,6 +71,10 @@ enum Cmd {
         /// (automatic reconnects are on by default).
         #[arg(long)]
         no_auto_reconnect: bool,
+        /// The API token to sign in with (all roles); a random one is made
+        /// and printed when not given.
+        #[arg(long, env = "LIFELINE_DEMO_TOKEN", hide_env_values = true)]
+        token: Option<String>,
     },
     /// Ask agents to reconnect through a running Lifeline's REST API, and
     /// print what became of each signal. Exits non-zero unless every signal
@@ -94,11 +98,74 @@ enum Cmd {
         /// How long to wait for the agents' acks.
         #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
         wait: Duration,
+        /// API token with the update role.
+        #[arg(long, env = "LIFELINE_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+    },
+    /// Read and change the dynamic settings of a running Lifeline (RFD 0016).
+    Settings {
+        #[command(subcommand)]
+        op: SettingsOp,
+        /// Lifeline's HTTP address.
+        #[arg(
+            long,
+            global = true,
+            env = "LIFELINE_SERVER",
+            default_value = "http://127.0.0.1:8080"
+        )]
+        server: String,
+        /// API token (read to get when reads need one; update to set and
+        /// rm; also create with --confirm).
+        #[arg(long, global = true, env = "LIFELINE_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+    },
+    /// Make API and join tokens.
+    Token {
+        #[command(subcommand)]
+        op: TokenOp,
     },
     /// Run a benchmark and print JSON (use a release build).
     Bench {
         #[command(subcommand)]
         scenario: lifeline::bench::Scenario,
+    },
+}
+
+#[derive(Subcommand)]
+enum SettingsOp {
+    /// Show every setting, or one with its history.
+    Get { name: Option<String> },
+    /// Set a setting (origin becomes `dynamic`). The value is JSON when it
+    /// parses as JSON (`true`, `0.3`, `{...}`), a string otherwise (`6h`).
+    Set {
+        name: String,
+        value: String,
+        /// Overwrite a value that is not the default.
+        #[arg(short, long)]
+        force: bool,
+        /// With --force: overwrite a value the config file manages, until
+        /// the next restart (needs the create role).
+        #[arg(long, requires = "force")]
+        confirm: bool,
+    },
+    /// Reset a setting to its default (refused for config-file settings).
+    Rm { name: String },
+}
+
+#[derive(Subcommand)]
+enum TokenOp {
+    /// Print a new random token and the config lines that admit it (only
+    /// its SHA-256 goes in the config file).
+    New {
+        /// The name the audit and the dashboard show.
+        #[arg(long, default_value = "operator")]
+        name: String,
+        /// Roles: read, update, create (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "read,update")]
+        roles: Vec<String>,
+        /// Make an agents' join token instead of an API token.
+        #[arg(long, conflicts_with_all = ["roles"])]
+        join: bool,
     },
 }
 
@@ -228,7 +295,9 @@ async fn run(
             db,
             legacy_share,
             no_auto_reconnect,
+            token,
         } => {
+            let token = token.unwrap_or_else(lifeline::access::generate);
             anyhow::ensure!(!ttl.is_zero(), "--ttl must be greater than zero");
             anyhow::ensure!(
                 (0.0..=1.0).contains(&legacy_share),
@@ -246,6 +315,7 @@ async fn run(
                 db,
                 legacy_share,
                 auto_reconnect: !no_auto_reconnect,
+                token: token.clone(),
             };
             let demo = Demo::start(&opts, Clock::system())
                 .await
@@ -258,6 +328,8 @@ async fn run(
             println!("  gRPC       {}", demo.lifeline.grpc_addr);
             println!("  cluster    {} (simulated)", demo.sim.uri());
             println!("  database   {}", opts.db.display());
+            println!("  sign in    http://{http}/signin with token {token}");
+            println!("             (CLI: export LIFELINE_TOKEN={token})");
             match opts.chaos_period {
                 Some(p) => println!("Chaos every {}: a proxy stops heartbeating, an auth server turns NOT_SERVING, both heal.", humantime::format_duration(p)),
                 None => println!("Chaos is off."),
@@ -274,7 +346,13 @@ async fn run(
             reason,
             server,
             wait,
-        } => reconnect(agent, stranded, proxy, reason, &server, wait).await,
+            token,
+        } => reconnect(agent, stranded, proxy, reason, &server, wait, token).await,
+        Cmd::Settings { op, server, token } => settings(op, &server, token).await,
+        Cmd::Token { op } => {
+            let TokenOp::New { name, roles, join } = op;
+            token_new(&name, &roles, join)
+        }
         Cmd::Bench { scenario } => {
             let report = lifeline::bench::run(scenario, bench_sink).await?;
             println!("{}", serde_json::to_string_pretty(&report)?);
@@ -301,8 +379,9 @@ async fn reconnect(
     reason: Option<String>,
     server: &str,
     wait: Duration,
+    token: Option<String>,
 ) -> anyhow::Result<ExitCode> {
-    let client = lifeline::client::Client::new(server)?;
+    let client = lifeline::client::Client::new(server, token)?;
     let sent = if stranded {
         let r = client.reconnect_stranded(reason.as_deref()).await?;
         println!(
@@ -334,6 +413,61 @@ async fn reconnect(
     } else {
         ExitCode::FAILURE
     })
+}
+
+async fn settings(op: SettingsOp, server: &str, token: Option<String>) -> anyhow::Result<ExitCode> {
+    let client = lifeline::client::Client::new(server, token)?;
+    let out = match op {
+        SettingsOp::Get { name } => client.settings_get(name.as_deref()).await?,
+        SettingsOp::Set {
+            name,
+            value,
+            force,
+            confirm,
+        } => {
+            let v = serde_json::from_str(&value).unwrap_or(serde_json::Value::String(value));
+            client.settings_set(&name, v, force, confirm).await?
+        }
+        SettingsOp::Rm { name } => client.settings_rm(&name).await?,
+    };
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn token_new(name: &str, roles: &[String], join: bool) -> anyhow::Result<ExitCode> {
+    let token = lifeline::access::generate();
+    let hash = lifeline::access::hash_hex(&token);
+    if join {
+        println!("join token (give it to agents; it is shown only now):\n  {token}\n");
+        println!("config lines:\n[access]\njoin_tokens = [\"{hash}\"]");
+        return Ok(ExitCode::SUCCESS);
+    }
+    for r in roles {
+        anyhow::ensure!(
+            matches!(r.as_str(), "read" | "update" | "create"),
+            "--roles: {r:?} is not read, update or create"
+        );
+    }
+    let tmp = lifeline::config::Config::from_toml(&format!(
+        "[[access.tokens]]\nname = {name:?}\nsha256 = \"{hash}\"\nroles = []\n"
+    ))
+    .map_err(anyhow::Error::msg)?;
+    if let Some(e) = tmp
+        .validate()
+        .err()
+        .filter(|e| e.to_string().contains(".name"))
+    {
+        anyhow::bail!("--name: {e}");
+    }
+    let list: Vec<String> = roles.iter().map(|r| format!("{r:?}")).collect();
+    println!(
+        "API token (send as `Authorization: Bearer <token>`; it is shown only now):\n  {token}\n"
+    );
+    println!(
+        "config lines:\n[[access.tokens]]\nname = {name:?}\nsha256 = \"{hash}\"\nroles = [{}]",
+        list.join(", ")
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn wait_for_signal() {

@@ -12,6 +12,6 @@ pub mod auth;
 pub mod chaos;
 pub mod cluster;
 
-pub use agent::{AgentEvent, AgentOptions, SimAgent};
+pub use agent::{join_request, AgentEvent, AgentOptions, SimAgent};
 pub use auth::AuthFlavor;
-pub use cluster::{SimCluster, SimSpec};
+pub use cluster::{SimCluster, SimSpec, SIM_JOIN_TOKEN};

@@ -87,6 +87,17 @@ pub struct Stats {
     pub signal_updates_dropped: AtomicU64,
     /// Agent messages refused (bad Hello, bad report, unknown ack).
     pub agent_messages_rejected: AtomicU64,
+    /// HTTP requests refused: no or bad credentials (401), a missing role
+    /// (403), a manual reconnect too soon (429).
+    pub http_unauthorized: AtomicU64,
+    pub http_forbidden: AtomicU64,
+    pub http_rate_limited: AtomicU64,
+    /// Agent signal streams refused for a missing or wrong join token.
+    pub agent_join_refused: AtomicU64,
+    /// Virtual probes answered, by kind (grpc, tcp) and result (healthy,
+    /// unhealthy, unknown), and refused (target not allowed, bad request).
+    pub probes: [[AtomicU64; 3]; 2],
+    pub probes_refused: AtomicU64,
     /// Latency and size distributions.
     pub hist: Histograms,
 }

@@ -9,6 +9,7 @@
 
 pub mod batch;
 pub mod read;
+pub mod settings;
 pub mod signals;
 pub mod writer;
 

@@ -82,6 +82,9 @@ async fn js(c: &Client, script: &str) -> Value {
 }
 
 /// `lifeline demo` on free ports; returns the process and the dashboard URL.
+/// The demo's API token (all roles), given on its command line.
+const TOKEN: &str = "browser-test-token";
+
 async fn start_demo(db: &Path) -> (Child, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_lifeline"))
         .args([
@@ -101,6 +104,8 @@ async fn start_demo(db: &Path) -> (Child, String) {
             "--legacy-share",
             "1",
             "--no-auto-reconnect",
+            "--token",
+            TOKEN,
             "--db",
         ])
         .arg(db)
@@ -254,6 +259,33 @@ async fn operator_reconnects_a_stranded_agent_in_a_real_browser() {
         assert!(text.contains(part), "details name {part}: {text}");
     }
     shot(&c, "1-overview.png").await;
+
+    // Sign in (Reconnect needs the update role), and land on the overview.
+    c.goto(&format!("{base}/signin?next=/"))
+        .await
+        .expect("open sign-in");
+    c.find(Locator::Css("form.signin input[name=token]"))
+        .await
+        .expect("the token field")
+        .send_keys(TOKEN)
+        .await
+        .expect("type the token");
+    c.find(Locator::Css("form.signin button"))
+        .await
+        .expect("the sign-in button")
+        .click()
+        .await
+        .expect("sign in");
+    until("signed in on the overview", Duration::from_secs(10), || async {
+        let who = js(
+            &c,
+            "const w = document.querySelector('form.who span'); return w ? w.textContent : null;",
+        )
+        .await;
+        let url = c.current_url().await.ok()?;
+        (url.path() == "/" && who.as_str() == Some("demo")).then_some(())
+    })
+    .await;
 
     // Chaos stops proxies; legacy agents on both dead proxies are stranded
     // and stay so (automatic reconnects are off in this demo).

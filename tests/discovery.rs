@@ -39,7 +39,10 @@ async fn connect_with(c: &Running, agent: &str, window: Option<u32>) -> Raw {
         .await
         .expect("hello queued");
     let inbound = AgentSignalsClient::new(ch)
-        .connect(ReceiverStream::new(rx))
+        .connect(lifeline::sim::join_request(
+            ReceiverStream::new(rx),
+            lifeline::sim::SIM_JOIN_TOKEN,
+        ))
         .await
         .expect("Connect")
         .into_inner();

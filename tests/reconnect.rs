@@ -52,7 +52,7 @@ async fn manual_reconnect_recovers_a_stranded_legacy_agent() {
     assert_eq!(body["agent"], AGENT);
     assert_eq!(body["proxy"], "proxy-1");
     assert_eq!(body["reason"], "incident 42");
-    assert_eq!(body["requested_by"], "api");
+    assert_eq!(body["requested_by"], "api:admin", "channel and token name");
     assert_eq!(body["kind"], "reconnect");
     // Committed before the answer: readable at once.
     assert_eq!(signal(&c, id).await["id"], id);
@@ -358,6 +358,7 @@ async fn cli(c: &Running, args: &[&str]) -> (i32, String, String) {
             .args(args)
             .args(["--server", &c.ll().base_url(), "--wait", "10s"])
             .env_remove("RUST_LOG")
+            .env("LIFELINE_TOKEN", support::UPDATER)
             .output(),
     )
     .await
@@ -396,7 +397,7 @@ async fn the_cli_reconnects_and_reports_the_outcome() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains(&format!("to {AGENT}: acked")), "{out}");
     let rows = c.ok(&format!("/api/v1/signals?agent={AGENT}")).await;
-    assert_eq!(rows["items"][0]["requested_by"], "cli");
+    assert_eq!(rows["items"][0]["requested_by"], "cli:updater");
     assert_eq!(rows["items"][0]["reason"], "cli test");
 
     let (code, out, _) = cli(&c, &["reconnect", "--stranded"]).await;
@@ -406,6 +407,11 @@ async fn the_cli_reconnects_and_reports_the_outcome() {
     let (code, _, err) = cli(&c, &["reconnect", "nobody"]).await;
     assert_ne!(code, 0);
     assert!(err.contains("404") && err.contains("nobody"), "{err}");
+
+    // A wrong token is refused before anything is looked at.
+    let (code, _, err) = cli(&c, &["reconnect", "nobody", "--token", "wrong"]).await;
+    assert_ne!(code, 0);
+    assert!(err.contains("401") && err.contains("not valid"), "{err}");
     c.shutdown().await;
 }
 

@@ -58,7 +58,16 @@ async fn get_service_config_serves_the_configured_policy() {
     assert_eq!(p.mode, LbMode::Reconnect);
     assert_eq!(p.health_service, "auth");
 
-    c.ll().lb_policy.send_replace(LbPolicy::default());
+    // The file set it: overwriting needs force + confirm (and create).
+    let (status, body) = c
+        .call(
+            reqwest::Method::PUT,
+            "/api/v1/settings/grpc_client_lb_policy?force=true&confirm=true",
+            Some(support::ADMIN),
+            Some(r#"{"value":""}"#),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
     assert_eq!(policy(&c).await.0.mode, LbMode::PickFirst);
     c.shutdown().await;
 }

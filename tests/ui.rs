@@ -71,11 +71,23 @@ async fn form_token(c: &Running, path: &str) -> (String, String) {
 
 /// How a form is sent: as a browser without the cookie, with it, and
 /// whether its JS asks for JSON.
-#[derive(Default)]
 struct Form<'a> {
     cookie: Option<&'a str>,
     json: bool,
     extra: Vec<(&'a str, &'a str)>,
+    /// Bearer token; [`support::ADMIN`] unless `anonymous()`.
+    token: Option<&'a str>,
+}
+
+impl Default for Form<'_> {
+    fn default() -> Self {
+        Form {
+            cookie: None,
+            json: false,
+            extra: Vec::new(),
+            token: Some(support::ADMIN),
+        }
+    }
 }
 
 impl<'a> Form<'a> {
@@ -84,6 +96,10 @@ impl<'a> Form<'a> {
             cookie: Some(c),
             ..Form::default()
         }
+    }
+    fn anonymous(mut self) -> Self {
+        self.token = None;
+        self
     }
     fn json(mut self) -> Self {
         self.json = true;
@@ -120,6 +136,9 @@ async fn post_form(
         .post(&url)
         .header("content-type", "application/x-www-form-urlencoded")
         .body(body);
+    if let Some(t) = f.token {
+        req = req.bearer_auth(t);
+    }
     if let Some(ck) = f.cookie {
         req = req.header("cookie", ck);
     }
@@ -368,6 +387,25 @@ async fn reconnect_form_is_csrf_protected_and_works_without_js() {
     let (status, _, html) = post_form(&c, &action, &[("nope", "1")], Form::cookie(&cookie)).await;
     assert_eq!(status, 400, "{html}");
     assert!(html.contains("invalid form"), "{html}");
+    // A valid form from a browser that has not signed in: 401, with the way out.
+    let (status, _, html) = post_form(
+        &c,
+        &action,
+        &[("csrf", &token)],
+        Form::cookie(&cookie).anonymous(),
+    )
+    .await;
+    assert_eq!(status, 401, "{html}");
+    assert!(html.contains("sign in") && html.contains("/signin"), "{html}");
+    let (status, _, body) = post_form(
+        &c,
+        &action,
+        &[("csrf", &token)],
+        Form::cookie(&cookie).anonymous().json(),
+    )
+    .await;
+    assert_eq!(status, 401);
+    assert!(body.contains("\"code\":\"unauthenticated\""), "{body}");
     assert_eq!(
         c.ok("/api/v1/signals").await["items"]
             .as_array()
@@ -396,7 +434,7 @@ async fn reconnect_form_is_csrf_protected_and_works_without_js() {
         .parse()
         .unwrap();
     let row = c.ok(&format!("/api/v1/signals/{id}")).await;
-    assert_eq!(row["requested_by"], "ui");
+    assert_eq!(row["requested_by"], "ui:admin");
     assert_eq!(row["proxy"], "proxy-1");
     assert_eq!(row["reason"], "from the UI");
     c.eventually("acked", || async {

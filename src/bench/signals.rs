@@ -334,6 +334,7 @@ pub async fn reconnect(agents: usize, requests: usize) -> Result<Value, BenchErr
         let i0 = Instant::now();
         let resp = http
             .post(format!("{base}/api/v1/agents/{agent}/reconnect"))
+            .bearer_auth(super::BENCH_TOKEN)
             .json(&json!({"reason": "bench"}))
             .send()
             .await

@@ -19,6 +19,9 @@ pub enum ApiError {
     NotFound { what: &'static str, name: String },
     #[error("no route for {0}")]
     NoRoute(String),
+    /// An unknown setting; the message lists the known ones.
+    #[error("{message}")]
+    NotFoundSetting { name: String, message: String },
     #[error("{0}")]
     BadBody(String),
     /// The request is valid but the target's state forbids it now.
@@ -30,6 +33,19 @@ pub enum ApiError {
     /// A bounded resource is full (e.g. live streams); try again later.
     #[error("{message}")]
     Busy { code: &'static str, message: String },
+    /// No credentials, or credentials that are not valid (401).
+    #[error("{message}")]
+    Unauthorized { code: &'static str, message: String },
+    /// Too many requests of this kind (429); `retry_after` in seconds.
+    #[error("{message}")]
+    TooMany {
+        code: &'static str,
+        message: String,
+        retry_after: u64,
+    },
+    /// The request body is larger than `server.max_body_bytes` (413).
+    #[error("the request body is larger than {0} bytes (server.max_body_bytes)")]
+    TooLarge(usize),
     #[error("the fleet has stopped")]
     FleetGone,
     /// A dashboard template failed (a bug; logged where it happens).
@@ -49,11 +65,16 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::BadParameter(_) => StatusCode::BAD_REQUEST,
-            ApiError::NotFound { .. } | ApiError::NoRoute(_) => StatusCode::NOT_FOUND,
+            ApiError::NotFound { .. } | ApiError::NoRoute(_) | ApiError::NotFoundSetting { .. } => {
+                StatusCode::NOT_FOUND
+            }
             ApiError::BadBody(_) => StatusCode::BAD_REQUEST,
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
             ApiError::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            ApiError::TooMany { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::FleetGone => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Render => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Db(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -65,13 +86,60 @@ impl ApiError {
             ApiError::BadParameter(_) => "bad_parameter",
             ApiError::NotFound { .. } => "not_found",
             ApiError::NoRoute(_) => "no_route",
+            ApiError::NotFoundSetting { .. } => "unknown_setting",
             ApiError::BadBody(_) => "bad_body",
             ApiError::Conflict { code, .. } => code,
             ApiError::Forbidden { code, .. } => code,
             ApiError::Busy { code, .. } => code,
+            ApiError::Unauthorized { code, .. } => code,
+            ApiError::TooMany { code, .. } => code,
+            ApiError::TooLarge(_) => "body_too_large",
             ApiError::FleetGone => "unavailable",
             ApiError::Render => "internal",
             ApiError::Db(_) => "internal",
+        }
+    }
+}
+
+impl ApiError {
+    /// `WWW-Authenticate` on a 401, `Retry-After` on a 429.
+    pub fn add_headers(&self, h: &mut axum::http::HeaderMap) {
+        use axum::http::{header, HeaderValue};
+        match self {
+            ApiError::Unauthorized { .. } => {
+                h.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"lifeline\""),
+                );
+            }
+            ApiError::TooMany { retry_after, .. } => {
+                h.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after));
+            }
+            _ => {}
+        }
+    }
+}
+
+impl From<crate::settings::SettingsError> for ApiError {
+    fn from(e: crate::settings::SettingsError) -> Self {
+        use crate::settings::SettingsError as E;
+        let message = e.to_string();
+        match e {
+            E::Unknown(name) => ApiError::NotFoundSetting { name, message },
+            E::Invalid { .. } => ApiError::BadBody(message),
+            E::AlreadyExists { .. } => ApiError::Conflict {
+                code: "already_exists",
+                message,
+            },
+            E::ManagedByConfigFile { .. } | E::RmManagedByConfigFile { .. } => ApiError::Conflict {
+                code: "managed_by_config_file",
+                message,
+            },
+            E::NeedsCreate { .. } => ApiError::Forbidden {
+                code: "forbidden",
+                message,
+            },
+            E::Db(e) => ApiError::Db(e),
         }
     }
 }
@@ -82,7 +150,9 @@ impl IntoResponse for ApiError {
             error!(error = %e, "database query failed");
         }
         let body = json!({"error": {"code": self.code(), "message": self.to_string()}});
-        (self.status(), Json(body)).into_response()
+        let mut r = (self.status(), Json(body)).into_response();
+        self.add_headers(r.headers_mut());
+        r
     }
 }
 
@@ -126,6 +196,8 @@ where
     async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
         match Json::<T>::from_request(req, state).await {
             Ok(Json(v)) => Ok(ApiJson(v)),
+            // The limit's message is filled in by `http::body_limit`.
+            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(ApiError::TooLarge(0)),
             Err(e) => Err(ApiError::BadBody(format!(
                 "invalid JSON body: {}",
                 e.body_text()

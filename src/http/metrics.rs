@@ -105,6 +105,21 @@ fn counters(st: &Stats) {
     counter!("lifeline_signal_audit_updates_dropped_total")
         .absolute(get(&st.signal_updates_dropped));
     counter!("lifeline_agent_messages_rejected_total").absolute(get(&st.agent_messages_rejected));
+    for (reason, c) in [
+        ("unauthenticated", &st.http_unauthorized),
+        ("forbidden", &st.http_forbidden),
+        ("rate_limited", &st.http_rate_limited),
+    ] {
+        counter!("lifeline_http_refused_total", "reason" => reason).absolute(get(c));
+    }
+    counter!("lifeline_agent_join_refused_total").absolute(get(&st.agent_join_refused));
+    for (k, kind) in ["grpc", "tcp"].into_iter().enumerate() {
+        for (r, result) in ["healthy", "unhealthy", "unknown"].into_iter().enumerate() {
+            counter!("lifeline_probes_total", "kind" => kind, "result" => result)
+                .absolute(get(&st.probes[k][r]));
+        }
+    }
+    counter!("lifeline_probes_refused_total").absolute(get(&st.probes_refused));
     counter!("lifeline_store_history_rows_total", "outcome" => "committed")
         .absolute(get(&st.store_events_committed));
     counter!("lifeline_store_history_rows_total", "outcome" => "dropped")
@@ -215,6 +230,22 @@ fn describe() {
         (
             "lifeline_agent_messages_rejected_total",
             "Agent messages refused (bad Hello, report or ack).",
+        ),
+        (
+            "lifeline_http_refused_total",
+            "HTTP requests refused: no or invalid token, a missing role, a manual reconnect too soon.",
+        ),
+        (
+            "lifeline_agent_join_refused_total",
+            "Agent signal streams refused for a missing or wrong join token.",
+        ),
+        (
+            "lifeline_probes_total",
+            "Virtual probes answered, by kind and result.",
+        ),
+        (
+            "lifeline_probes_refused_total",
+            "Virtual probes refused (target not allowed or a bad request).",
         ),
         (
             "lifeline_store_history_rows_total",

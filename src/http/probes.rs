@@ -1,20 +1,43 @@
-//! Liveness and readiness. `/readyz` is 200 once every watched kind is ready
-//! or rejected (a rejected kind is not an error), 503 while any is
-//! initialising or stale; both bodies say which.
+//! Liveness, readiness and virtual probes.
+//!
+//! `/readyz` is 200 once every watched kind is ready or rejected (a rejected
+//! kind is not an error), 503 while any is initialising or stale; both
+//! bodies say which.
+//!
+//! Virtual probes (Kuma MADR 047) turn an HTTP GET into a gRPC health
+//! `Check` or a TCP connect, so a load balancer or kubelet that speaks
+//! only HTTP can probe an auth server or proxy through Lifeline:
+//! `/probes/grpc/{host:port}` (service from `X-Probe-GRPC-Service` or
+//! `?service=`) and `/probes/tcp/{host:port}` answer 200 `HEALTHY`, or 503
+//! `UNHEALTHY` / `UNKNOWN`, within `X-Probe-Timeout` seconds (default 1).
+//! `X-Probe-Detail` says why. Targets are limited to the cluster's known
+//! auth server and proxy addresses plus `probes.allow`, so the endpoint
+//! cannot be used to scan a network.
 
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::IntoResponse;
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use serde::Deserialize;
 use serde_json::json;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+use tracing::debug;
 
+use super::error::{ApiError, ApiQuery};
 use super::AppState;
+use crate::stats::Stats;
 
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/probes/grpc/{target}", get(grpc))
+        .route("/probes/tcp/{target}", get(tcp))
 }
 
 async fn healthz() -> impl IntoResponse {
@@ -29,4 +52,188 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, Json(r))
+}
+
+/// A probe's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Healthy,
+    Unhealthy,
+    Unknown,
+}
+
+impl Verdict {
+    fn index(self) -> usize {
+        match self {
+            Verdict::Healthy => 0,
+            Verdict::Unhealthy => 1,
+            Verdict::Unknown => 2,
+        }
+    }
+    fn word(self) -> &'static str {
+        match self {
+            Verdict::Healthy => "HEALTHY",
+            Verdict::Unhealthy => "UNHEALTHY",
+            Verdict::Unknown => "UNKNOWN",
+        }
+    }
+}
+
+fn answer(st: &AppState, kind: usize, v: Verdict, detail: &str) -> Response {
+    Stats::inc(&st.stats.probes[kind][v.index()]);
+    let status = if v == Verdict::Healthy {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let mut r = (status, v.word()).into_response();
+    // A header value cannot hold control characters; keep it short.
+    let clean: String = detail
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                ' '
+            }
+        })
+        .take(200)
+        .collect();
+    if let Ok(h) = HeaderValue::from_str(&clean) {
+        r.headers_mut().insert("x-probe-detail", h);
+    }
+    r
+}
+
+/// Checks the target's form, the allow-list and the timeout header.
+async fn admit(st: &AppState, target: &str, h: &HeaderMap) -> Result<Duration, ApiError> {
+    let refused = |e: ApiError| {
+        Stats::inc(&st.stats.probes_refused);
+        e
+    };
+    if crate::config::host_port("target", target).is_err() {
+        return Err(refused(ApiError::BadParameter(format!(
+            "probe target {target:?} is not host:port"
+        ))));
+    }
+    let timeout = match h.get("x-probe-timeout") {
+        None => Duration::from_secs(1),
+        Some(v) => {
+            let text = v.to_str().unwrap_or_default().trim();
+            match text.parse::<f64>() {
+                Ok(secs) if secs > 0.0 && secs <= st.probes.max_timeout.as_secs_f64() => {
+                    Duration::from_secs_f64(secs)
+                }
+                _ => {
+                    return Err(refused(ApiError::BadParameter(format!(
+                        "X-Probe-Timeout must be seconds in (0, {}], got {text:?}",
+                        st.probes.max_timeout.as_secs_f64()
+                    ))))
+                }
+            }
+        }
+    };
+    let allowed = st.probes.allow.iter().any(|a| a == target) || {
+        let t = target.to_string();
+        st.fleet
+            .read(move |f| {
+                f.proxies.values().any(|p| p.server.addr == t)
+                    || f.auths.values().any(|a| {
+                        a.static_addr.as_deref() == Some(t.as_str())
+                            || a.resource.as_ref().is_some_and(|r| r.server.addr == t)
+                    })
+            })
+            .await?
+    };
+    if !allowed {
+        return Err(refused(ApiError::Forbidden {
+            code: "probe_target_not_allowed",
+            message: format!(
+                "probe target {target:?} is neither a known auth server or proxy address nor in probes.allow"
+            ),
+        }));
+    }
+    Ok(timeout)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GrpcQuery {
+    service: Option<String>,
+}
+
+async fn grpc(
+    State(st): State<AppState>,
+    Path(target): Path<String>,
+    ApiQuery(q): ApiQuery<GrpcQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let timeout = admit(&st, &target, &headers).await?;
+    let service = headers
+        .get("x-probe-grpc-service")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+        .or(q.service)
+        .unwrap_or_default();
+    let (v, detail) = check_grpc(&target, &service, timeout).await;
+    debug!(%target, %service, verdict = v.word(), %detail, "gRPC probe");
+    Ok(answer(&st, 0, v, &detail))
+}
+
+/// One unary `Check` on a fresh connection, all within `timeout`.
+pub async fn check_grpc(target: &str, service: &str, timeout: Duration) -> (Verdict, String) {
+    let ep = match tonic::transport::Endpoint::from_shared(format!("http://{target}")) {
+        Ok(ep) => ep.connect_timeout(timeout).timeout(timeout),
+        Err(e) => return (Verdict::Unhealthy, format!("bad target: {e}")),
+    };
+    let call = async {
+        let ch = ep.connect().await.map_err(|e| {
+            let source = std::error::Error::source(&e).map(|s| s.to_string());
+            format!(
+                "cannot connect: {}",
+                source.unwrap_or_else(|| e.to_string())
+            )
+        })?;
+        HealthClient::new(ch)
+            .check(HealthCheckRequest {
+                service: service.to_string(),
+            })
+            .await
+            .map(|r| r.into_inner().status)
+            .map_err(|s| format!("Check failed: {:?}: {}", s.code(), s.message()))
+    };
+    match tokio::time::timeout(timeout, call).await {
+        Err(_) => (Verdict::Unknown, format!("no answer within {timeout:?}")),
+        Ok(Err(e)) => (Verdict::Unhealthy, e),
+        Ok(Ok(s)) => match ServingStatus::try_from(s) {
+            Ok(ServingStatus::Serving) => (Verdict::Healthy, "SERVING".into()),
+            Ok(ServingStatus::NotServing) => (Verdict::Unhealthy, "NOT_SERVING".into()),
+            Ok(ServingStatus::ServiceUnknown) => (Verdict::Unhealthy, "SERVICE_UNKNOWN".into()),
+            Ok(ServingStatus::Unknown) | Err(_) => (Verdict::Unknown, format!("status {s}")),
+        },
+    }
+}
+
+async fn tcp(
+    State(st): State<AppState>,
+    Path(target): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let timeout = admit(&st, &target, &headers).await?;
+    let (v, detail) =
+        match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(&target)).await {
+            Err(_) => (
+                Verdict::Unknown,
+                format!("no connection within {timeout:?}"),
+            ),
+            Ok(Err(e)) => (Verdict::Unhealthy, format!("cannot connect: {e}")),
+            Ok(Ok(s)) => {
+                // Close at once with a reset (MADR 047: SO_LINGER 0), so
+                // probing leaves no TIME_WAIT behind.
+                let _ = s.set_zero_linger();
+                (Verdict::Healthy, "connected".into())
+            }
+        };
+    debug!(%target, verdict = v.word(), %detail, "TCP probe");
+    Ok(answer(&st, 1, v, &detail))
 }

@@ -9,10 +9,12 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
 use super::api::{id_cursor, limit, nonempty};
+use super::auth::Caller;
 use super::error::{ApiError, ApiJson, ApiQuery};
 use super::AppState;
 use crate::model::AgentState;
 use crate::signals::hub::{Ask, SendError, SignalRequest};
+use crate::stats::Stats;
 use crate::store::signals::{self as audit, SignalFilter, SignalRecord};
 
 /// Most agents one selector may signal at once.
@@ -36,8 +38,13 @@ impl From<SendError> for ApiError {
     }
 }
 
-/// Who asked, from `X-Requested-By` (the CLI and UI set it); `api` otherwise.
-pub(super) fn requested_by(h: &HeaderMap) -> String {
+/// Who asked, for the audit: the channel (`X-Requested-By`, which the CLI
+/// sets; `api` otherwise) and the token's name, as `cli:ops`.
+pub(super) fn requested_by(h: &HeaderMap, caller: &Caller) -> String {
+    format!("{}:{}", channel(h), caller.actor())
+}
+
+fn channel(h: &HeaderMap) -> String {
     h.get("x-requested-by")
         .and_then(|v| v.to_str().ok())
         .map(|v| {
@@ -71,6 +78,7 @@ async fn reconnect_one(
     State(s): State<AppState>,
     Path(name): Path<String>,
     headers: HeaderMap,
+    caller: Caller,
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<SignalRecord>), ApiError> {
     // The body is optional: none means "any proxy, default reason".
@@ -82,7 +90,7 @@ async fn reconnect_one(
     };
     let proxy = nonempty("proxy", body.proxy).map_err(|e| ApiError::BadBody(e.to_string()))?;
     let reason = reason(body.reason, "manual reconnect")?;
-    let row = reconnect_agent(&s, name, proxy, reason, requested_by(&headers)).await?;
+    let row = reconnect_agent(&s, name, proxy, reason, requested_by(&headers, &caller)).await?;
     Ok((StatusCode::ACCEPTED, Json(row)))
 }
 
@@ -136,6 +144,18 @@ pub(super) async fn reconnect_agent(
             ),
         });
     }
+    if let Err(wait) = s.access.admit_reconnect(&name) {
+        Stats::inc(&s.stats.http_rate_limited);
+        return Err(ApiError::TooMany {
+            code: "rate_limited",
+            message: format!(
+                "agent {name:?} was asked to reconnect less than {} ago; manual reconnects of one agent are limited to one per access.manual_reconnect_interval; retry in {:.1} s",
+                humantime::format_duration(s.access.reconnect_every()),
+                wait.as_secs_f64()
+            ),
+            retry_after: wait.as_secs_f64().ceil() as u64,
+        });
+    }
     let rows = s
         .hub
         .send(vec![SignalRequest {
@@ -178,6 +198,7 @@ struct ReconnectsResponse {
 async fn reconnect_many(
     State(s): State<AppState>,
     headers: HeaderMap,
+    caller: Caller,
     ApiJson(sel): ApiJson<Selector>,
 ) -> Result<(StatusCode, Json<ReconnectsResponse>), ApiError> {
     let given = [
@@ -205,7 +226,7 @@ async fn reconnect_many(
     let reason = reason(sel.reason, "manual reconnect")?;
     let matched = agents.len();
     let (signals, skipped) =
-        reconnect_selected(&s, agents, proxy, reason, requested_by(&headers)).await?;
+        reconnect_selected(&s, agents, proxy, reason, requested_by(&headers, &caller)).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(ReconnectsResponse {
@@ -301,6 +322,14 @@ pub(super) async fn reconnect_selected(
             skipped.push(Skipped {
                 agent,
                 reason: "not connected to Lifeline",
+            });
+            continue;
+        }
+        if s.access.admit_reconnect(&agent).is_err() {
+            Stats::inc(&s.stats.http_rate_limited);
+            skipped.push(Skipped {
+                agent,
+                reason: "rate limited: asked to reconnect less than access.manual_reconnect_interval ago",
             });
             continue;
         }

@@ -17,6 +17,7 @@ pub mod csrf;
 pub mod fmt;
 pub mod live;
 mod pages;
+mod signin;
 pub mod ttl_svg;
 
 use std::time::Instant;
@@ -41,10 +42,10 @@ pub struct UiShared {
 }
 
 impl UiShared {
-    pub fn new(max_live_streams: usize) -> Self {
+    pub fn new(max_live_streams: usize, max_per_ip: usize) -> Self {
         UiShared {
             csrf: csrf::Csrf::default(),
-            live: live::Live::new(max_live_streams),
+            live: live::Live::new(max_live_streams, max_per_ip),
         }
     }
 }
@@ -63,6 +64,8 @@ pub fn router() -> Router<AppState> {
             get(pages::confirm_stranded).post(actions::reconnect_stranded),
         )
         .route("/live/overview", get(live::overview_stream))
+        .route("/signin", get(signin::page).post(signin::sign_in))
+        .route("/signout", post(signin::sign_out))
         .route("/static/lifeline.css", get(css))
         .route("/static/lifeline.js", get(js))
 }
@@ -98,6 +101,8 @@ pub struct Layout {
     /// This browser's CSRF token, for the page's forms.
     pub csrf: String,
     pub version: &'static str,
+    /// The signed-in token's name, if any.
+    pub user: Option<String>,
 }
 
 /// Per-request context of a page: the browser's CSRF session and when the
@@ -105,6 +110,7 @@ pub struct Layout {
 pub struct Ctx {
     pub session: csrf::Session,
     pub started: Instant,
+    pub caller: crate::http::auth::Caller,
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Ctx {
@@ -114,6 +120,11 @@ impl<S: Send + Sync> FromRequestParts<S> for Ctx {
         Ok(Ctx {
             session: csrf::session(&parts.headers),
             started: Instant::now(),
+            caller: parts
+                .extensions
+                .get::<crate::http::auth::Caller>()
+                .cloned()
+                .unwrap_or_default(),
         })
     }
 }
@@ -132,6 +143,7 @@ impl Ctx {
             title,
             csrf: st.ui.csrf.token(&self.session.id),
             version: ASSET_VERSION,
+            user: self.caller.0.as_ref().map(|p| p.name.clone()),
         }
     }
 
@@ -241,6 +253,7 @@ impl IntoResponse for UiError {
                 title: format!("{} {reason} · Lifeline", status.as_u16()),
                 csrf: String::new(),
                 version: ASSET_VERSION,
+                user: None,
             },
             status: status.as_u16(),
             reason,

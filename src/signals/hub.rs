@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -50,52 +50,8 @@ pub struct HubConfig {
 }
 
 /// Settings the hub and the reconnect loops read on every use, so they can
-/// change at run time.
-#[derive(Debug)]
-pub struct LiveSettings {
-    pub full_discovery: AtomicBool,
-    pub auto_reconnect: AtomicBool,
-    pub graceful_tunnel_closing: AtomicBool,
-    /// Storm share in parts per million.
-    pub storm_share_ppm: AtomicU64,
-    /// Periodic reconnect interval in ms; 0 = off.
-    pub reconnect_interval_ms: AtomicU64,
-}
-
-impl LiveSettings {
-    pub fn full_discovery(&self) -> bool {
-        self.full_discovery.load(Ordering::Relaxed)
-    }
-    pub fn auto_reconnect(&self) -> bool {
-        self.auto_reconnect.load(Ordering::Relaxed)
-    }
-    pub fn graceful_tunnel_closing(&self) -> bool {
-        self.graceful_tunnel_closing.load(Ordering::Relaxed)
-    }
-    pub fn storm_share(&self) -> f64 {
-        self.storm_share_ppm.load(Ordering::Relaxed) as f64 / 1e6
-    }
-    pub fn reconnect_interval(&self) -> Option<Duration> {
-        match self.reconnect_interval_ms.load(Ordering::Relaxed) {
-            0 => None,
-            ms => Some(Duration::from_millis(ms)),
-        }
-    }
-}
-
-impl From<&crate::config::SignalsConfig> for LiveSettings {
-    fn from(c: &crate::config::SignalsConfig) -> Self {
-        LiveSettings {
-            full_discovery: AtomicBool::new(c.full_discovery),
-            auto_reconnect: AtomicBool::new(c.auto_reconnect),
-            graceful_tunnel_closing: AtomicBool::new(c.graceful_tunnel_closing),
-            storm_share_ppm: AtomicU64::new((c.storm_share * 1e6) as u64),
-            reconnect_interval_ms: AtomicU64::new(
-                c.reconnect_interval.map_or(0, |d| d.as_millis() as u64),
-            ),
-        }
-    }
-}
+/// change at run time (owned by the settings room).
+pub use crate::settings::Live as LiveSettings;
 
 /// What to ask of an agent.
 #[derive(Clone, Debug)]

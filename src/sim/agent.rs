@@ -55,6 +55,8 @@ pub struct AgentOptions {
     pub backoff_base: Duration,
     pub backoff_cap: Duration,
     pub seed: u64,
+    /// Presented on `AgentSignals.Connect` (the cluster's join token).
+    pub join_token: String,
 }
 
 impl Default for AgentOptions {
@@ -66,6 +68,7 @@ impl Default for AgentOptions {
             backoff_base: Duration::from_secs(1),
             backoff_cap: Duration::from_secs(16),
             seed: 1,
+            join_token: super::cluster::SIM_JOIN_TOKEN.to_string(),
         }
     }
 }
@@ -242,6 +245,7 @@ impl SimAgent {
                 legacy: rng.random_bool(legacy_share.clamp(0.0, 1.0)),
                 desired_tunnels,
                 seed: cluster.spec().seed.wrapping_add(i as u64),
+                join_token: cluster.spec().join_token.clone(),
                 ..AgentOptions::default()
             };
             out.push(SimAgent::start(
@@ -512,7 +516,7 @@ impl SimAgent {
             let mut client = AgentSignalsClient::new(channel.clone());
             let resp = tokio::select! {
                 _ = self.stop.cancelled() => return,
-                r = client.connect(ReceiverStream::new(rx)) => r,
+                r = client.connect(join_request(ReceiverStream::new(rx), &opts.join_token)) => r,
             };
             match resp {
                 Ok(resp) => {
@@ -686,4 +690,13 @@ pub fn lifeline_channel(addr: SocketAddr) -> Result<Channel, tonic::transport::E
         .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true)
         .connect_lazy())
+}
+
+/// A Connect request carrying `authorization: Bearer <join token>`.
+pub fn join_request<T>(msg: T, token: &str) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(msg);
+    if let Ok(v) = format!("Bearer {token}").parse() {
+        req.metadata_mut().insert("authorization", v);
+    }
+    req
 }

@@ -48,7 +48,13 @@ pub struct SimSpec {
     pub listen: SocketAddr,
     /// Largest message the source will send.
     pub max_message_bytes: usize,
+    /// The join token simulated agents present to Lifeline.
+    pub join_token: String,
 }
+
+/// The simulated cluster's join token unless a spec says otherwise (the
+/// demo makes a random one). Its hash goes in `access.join_tokens`.
+pub const SIM_JOIN_TOKEN: &str = "sim-join-token";
 
 impl Default for SimSpec {
     fn default() -> Self {
@@ -67,6 +73,7 @@ impl Default for SimSpec {
             event_buffer: 65_536,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             max_message_bytes: 64 * 1024 * 1024,
+            join_token: SIM_JOIN_TOKEN.to_string(),
         }
     }
 }

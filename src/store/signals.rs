@@ -188,7 +188,15 @@ pub async fn list(pool: &SqlitePool, f: &SignalFilter) -> Result<Vec<SignalRecor
         q.push(" AND kind = ").push_bind(k.clone());
     }
     if let Some(r) = &f.requested_by {
-        q.push(" AND requested_by = ").push_bind(r.clone());
+        // `ui` matches `ui` and `ui:<who>` (manual signals name the token).
+        let prefix = format!("{r}:");
+        q.push(" AND (requested_by = ")
+            .push_bind(r.clone())
+            .push(" OR substr(requested_by, 1, ")
+            .push_bind(prefix.chars().count() as i64)
+            .push(") = ")
+            .push_bind(prefix)
+            .push(")");
     }
     if let Some(b) = f.before_id {
         q.push(" AND id < ").push_bind(b);

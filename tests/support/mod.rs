@@ -26,6 +26,29 @@ use tempfile::TempDir;
 /// The agent [`Running::strand_two`] strands (with agent-00005).
 pub const STRANDED: &str = "agent-00001";
 
+/// API tokens every test Lifeline admits: all roles, read+update, read.
+pub const ADMIN: &str = "test-admin-token";
+pub const UPDATER: &str = "test-updater-token";
+pub const READER: &str = "test-reader-token";
+
+/// The `[access]` tokens for [`ADMIN`], [`UPDATER`] and [`READER`], and
+/// the simulated agents' join token.
+pub fn test_access(cfg: &mut Config) {
+    use lifeline::access::hash_hex;
+    use lifeline::config::{Role, TokenConfig};
+    let t = |name: &str, token: &str, roles: &[Role]| TokenConfig {
+        name: name.into(),
+        sha256: hash_hex(token),
+        roles: roles.to_vec(),
+    };
+    cfg.access.tokens = vec![
+        t("admin", ADMIN, &Role::ALL),
+        t("updater", UPDATER, &[Role::Read, Role::Update]),
+        t("reader", READER, &[Role::Read]),
+    ];
+    cfg.access.join_tokens = vec![hash_hex(lifeline::sim::SIM_JOIN_TOKEN)];
+}
+
 type SignalsEdit = Box<dyn FnOnce(&mut SignalsConfig)>;
 type ConfigEdit = Box<dyn FnOnce(&mut Config)>;
 
@@ -179,6 +202,7 @@ impl Cluster {
         cfg.health.unknown_grace = self.grace;
         cfg.health.poll_interval = Duration::from_secs(1);
         cfg.signals.grpc_client_lb_policy = self.lb_policy;
+        test_access(&mut cfg);
         for f in self.signals {
             f(&mut cfg.signals);
         }
@@ -399,16 +423,31 @@ impl Running {
         body
     }
 
+    /// POST as [`ADMIN`].
     pub async fn post(&self, path: &str, body: &str) -> (u16, Value) {
-        let url = format!("{}{}", self.ll().base_url(), path);
-        let resp = self
-            .http
-            .post(&url)
-            .header("content-type", "application/json")
-            .body(body.to_string())
-            .send()
+        self.call(reqwest::Method::POST, path, Some(ADMIN), Some(body))
             .await
-            .expect("HTTP request");
+    }
+
+    /// Any method, with a bearer token (or none) and a JSON body (or none).
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&str>,
+    ) -> (u16, Value) {
+        let url = format!("{}{}", self.ll().base_url(), path);
+        let mut req = self.http.request(method, &url);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req
+                .header("content-type", "application/json")
+                .body(b.to_string());
+        }
+        let resp = req.send().await.expect("HTTP request");
         let status = resp.status().as_u16();
         let text = resp.text().await.unwrap_or_default();
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))

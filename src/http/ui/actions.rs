@@ -15,6 +15,7 @@ use tracing::info;
 
 use super::fmt::agent_href;
 use super::{csrf, wants_json, UiError};
+use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::signals::{reason, reconnect_agent, reconnect_selected, select};
 use crate::http::AppState;
@@ -59,8 +60,8 @@ impl CsrfForm for StrandedForm {
 /// asked for JSON. A bad form is a 400, a refused token a 403, each as a
 /// page or as JSON to match the request.
 pub struct Checked<T> {
-    form: T,
-    json: bool,
+    pub(super) form: T,
+    pub(super) json: bool,
 }
 
 impl<T: CsrfForm> FromRequest<AppState> for Checked<T> {
@@ -86,22 +87,27 @@ impl<T: CsrfForm> FromRequest<AppState> for Checked<T> {
     }
 }
 
-/// Who the audit names for dashboard actions.
+/// The channel the audit names for dashboard actions (`ui:<token name>`).
 const BY: &str = "ui";
 
-fn see_other(to: &str) -> Response {
+fn by(caller: &Caller) -> String {
+    format!("{BY}:{}", caller.actor())
+}
+
+pub(super) fn see_other(to: &str) -> Response {
     (StatusCode::SEE_OTHER, [(header::LOCATION, to.to_string())]).into_response()
 }
 
 pub async fn reconnect_one(
     State(st): State<AppState>,
     Path(name): Path<String>,
+    caller: Caller,
     Checked { form, json }: Checked<ReconnectForm>,
 ) -> Result<Response, UiError> {
     let with = |err| UiError { err, json };
     let reason = reason(Some(form.reason), "manual reconnect from the dashboard").map_err(with)?;
     let proxy = Some(form.proxy.trim().to_string()).filter(|p| !p.is_empty());
-    let row = reconnect_agent(&st, name.clone(), proxy, reason, BY.into())
+    let row = reconnect_agent(&st, name.clone(), proxy, reason, by(&caller))
         .await
         .map_err(with)?;
     info!(agent = %name, signal = row.id, "reconnect requested from the dashboard");
@@ -114,6 +120,7 @@ pub async fn reconnect_one(
 
 pub async fn reconnect_stranded(
     State(st): State<AppState>,
+    caller: Caller,
     Checked { form, json }: Checked<StrandedForm>,
 ) -> Result<Response, UiError> {
     let with = |err| UiError { err, json };
@@ -126,7 +133,7 @@ pub async fn reconnect_stranded(
         .await
         .map_err(with)?;
     let matched = agents.len();
-    let (signals, skipped) = reconnect_selected(&st, agents, None, reason, BY.into())
+    let (signals, skipped) = reconnect_selected(&st, agents, None, reason, by(&caller))
         .await
         .map_err(with)?;
     info!(

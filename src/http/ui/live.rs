@@ -7,12 +7,14 @@
 //! fragment (nothing queues). Streams are capped; each ends on shutdown.
 //! The fragment carries no per-browser data (no CSRF tokens).
 
+use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use askama::Template;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::IntoResponse;
 use futures::StreamExt;
@@ -25,6 +27,7 @@ use super::pages::{overview_model, OverviewLive};
 use super::UiError;
 use crate::http::error::ApiError;
 use crate::http::AppState;
+use crate::stats::Stats;
 
 /// How often the shared fragment is re-rendered while watched.
 pub const EVERY: Duration = Duration::from_secs(1);
@@ -33,14 +36,52 @@ pub struct Live {
     tx: watch::Sender<Arc<str>>,
     streams: Arc<Semaphore>,
     max: usize,
+    /// Open streams per client IP (entries leave at zero).
+    per_ip: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    max_per_ip: usize,
+}
+
+/// One open stream of one IP; dropping it gives the slot back.
+struct IpSlot {
+    ip: IpAddr,
+    map: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+impl Drop for IpSlot {
+    fn drop(&mut self) {
+        let mut m = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = m.get_mut(&self.ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                m.remove(&self.ip);
+            }
+        }
+    }
 }
 
 impl Live {
-    pub fn new(max_streams: usize) -> Self {
+    fn take_ip_slot(&self, ip: IpAddr) -> Option<IpSlot> {
+        let mut m = self.per_ip.lock().unwrap_or_else(|e| e.into_inner());
+        let n = m.entry(ip).or_insert(0);
+        if *n >= self.max_per_ip {
+            return None;
+        }
+        *n += 1;
+        Some(IpSlot {
+            ip,
+            map: self.per_ip.clone(),
+        })
+    }
+}
+
+impl Live {
+    pub fn new(max_streams: usize, max_per_ip: usize) -> Self {
         Live {
             tx: watch::Sender::new(Arc::from("")),
             streams: Arc::new(Semaphore::new(max_streams)),
             max: max_streams,
+            per_ip: Arc::new(Mutex::new(HashMap::new())),
+            max_per_ip,
         }
     }
 }
@@ -100,7 +141,25 @@ pub fn spawn(st: AppState) -> JoinHandle<()> {
 
 /// `GET /live/overview`: a fresh fragment at once, then the shared one as
 /// it changes.
-pub async fn overview_stream(State(st): State<AppState>) -> Result<impl IntoResponse, UiError> {
+pub async fn overview_stream(
+    State(st): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+) -> Result<impl IntoResponse, UiError> {
+    let Some(ip_slot) = st.ui.live.take_ip_slot(peer.ip()) else {
+        Stats::inc(&st.stats.http_rate_limited);
+        return Err(UiError {
+            err: ApiError::TooMany {
+                code: "too_many_streams_from_ip",
+                message: format!(
+                    "{} live streams are already open from {}, the most one client may hold (server.max_live_streams_per_ip); close a dashboard tab",
+                    st.ui.live.max_per_ip,
+                    peer.ip()
+                ),
+                retry_after: 5,
+            },
+            json: true,
+        });
+    };
     let Ok(permit) = st.ui.live.streams.clone().try_acquire_owned() else {
         return Err(UiError {
             err: ApiError::Busy {
@@ -119,7 +178,7 @@ pub async fn overview_stream(State(st): State<AppState>) -> Result<impl IntoResp
     let stream = futures::stream::once(async move { first })
         .chain(WatchStream::from_changes(rx))
         .map(move |html| {
-            let _held = &permit;
+            let _held = (&permit, &ip_slot);
             Ok::<_, Infallible>(Event::default().event("overview").data(&*html))
         })
         .take_until(stop.cancelled_owned());

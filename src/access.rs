@@ -1,0 +1,267 @@
+//! The access room: who may do what.
+//!
+//! Owns: API tokens and their roles (from the config file, held only as
+//! SHA-256 hashes), agents' join tokens, the dashboard's signed session
+//! cookie, and the per-agent rate limit of manual reconnects. Every token
+//! check hashes what was presented and compares it in constant time with
+//! every configured hash (no early exit). Tokens are never logged; a
+//! principal is known by its configured name only.
+//! Must not touch: HTTP or gRPC framing (the `http` room and the gRPC
+//! interceptor call in here), settings, the fleet.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use hmac::{Hmac, KeyInit, Mac};
+use rand::RngCore;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::clock::{Clock, Ts};
+use crate::config::{AccessConfig, Role};
+
+/// Who made a request: a configured token's name and roles.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Principal {
+    pub name: String,
+    pub roles: Vec<Role>,
+}
+
+impl Principal {
+    pub fn has(&self, r: Role) -> bool {
+        self.roles.contains(&r)
+    }
+}
+
+struct Token {
+    name: String,
+    hash: [u8; 32],
+    roles: Vec<Role>,
+}
+
+/// SHA-256 of a token, as the config file holds it.
+pub fn hash_hex(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+/// A new random token (256 bits), for `lifeline token new` and the demo.
+pub fn generate() -> String {
+    let mut raw = [0u8; 32];
+    rand::rng().fill_bytes(&mut raw);
+    format!("ll_{}", hex::encode(raw))
+}
+
+fn parse_hash(h: &str) -> Option<[u8; 32]> {
+    let raw = hex::decode(h).ok()?;
+    raw.try_into().ok()
+}
+
+/// Most agents remembered by the reconnect limiter before old entries go.
+const MAX_LIMITED: usize = 100_000;
+
+pub struct Access {
+    tokens: Vec<Token>,
+    join: Vec<[u8; 32]>,
+    /// GETs need the `read` role.
+    pub read_requires_token: bool,
+    session_key: [u8; 32],
+    session_ttl: Duration,
+    clock: Clock,
+    reconnect_every: Duration,
+    last_reconnect: Mutex<HashMap<String, Ts>>,
+}
+
+/// Session cookie name.
+pub const SESSION_COOKIE: &str = "lifeline_session";
+
+impl Access {
+    /// Builds from a validated config (hashes are 64 hex digits).
+    pub fn new(cfg: &AccessConfig, clock: Clock) -> Access {
+        let mut session_key = [0u8; 32];
+        rand::rng().fill_bytes(&mut session_key);
+        Access {
+            tokens: cfg
+                .tokens
+                .iter()
+                .filter_map(|t| {
+                    Some(Token {
+                        name: t.name.clone(),
+                        hash: parse_hash(&t.sha256)?,
+                        roles: t.roles.clone(),
+                    })
+                })
+                .collect(),
+            join: cfg
+                .join_tokens
+                .iter()
+                .filter_map(|h| parse_hash(h))
+                .collect(),
+            read_requires_token: cfg.read_requires_token,
+            session_key,
+            session_ttl: cfg.session_ttl,
+            clock,
+            reconnect_every: cfg.manual_reconnect_interval,
+            last_reconnect: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// True when at least one API token is configured.
+    pub fn has_tokens(&self) -> bool {
+        !self.tokens.is_empty()
+    }
+
+    /// The principal `presented` belongs to, if any.
+    pub fn authenticate(&self, presented: &str) -> Option<Principal> {
+        let h: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+        let mut found = None;
+        for t in &self.tokens {
+            let eq: bool = t.hash.ct_eq(&h).into();
+            if eq && found.is_none() {
+                found = Some(t);
+            }
+        }
+        found.map(|t| Principal {
+            name: t.name.clone(),
+            roles: t.roles.clone(),
+        })
+    }
+
+    /// True when `presented` is one of the configured join tokens.
+    pub fn join_allowed(&self, presented: &str) -> bool {
+        let h: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+        let mut ok = false;
+        for j in &self.join {
+            ok |= bool::from(j.ct_eq(&h));
+        }
+        ok
+    }
+
+    fn mac(&self, body: &str, hash: &[u8; 32]) -> Hmac<Sha256> {
+        let mut m = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.session_key)
+            .unwrap_or_else(|_| unreachable!("HMAC accepts any key length"));
+        m.update(body.as_bytes());
+        // Binding the token's hash: replacing a token ends its sessions.
+        m.update(hash);
+        m
+    }
+
+    /// A session cookie value for `p` (who just signed in with a token):
+    /// `name.expires_us.hmac`. Signed with a per-process key, so a restart
+    /// signs everyone out.
+    pub fn session_value(&self, p: &Principal) -> Option<String> {
+        let t = self.tokens.iter().find(|t| t.name == p.name)?;
+        let expires = self.clock.now().saturating_add(self.session_ttl);
+        let body = format!("{}.{}", t.name, expires.as_micros());
+        let mac = hex::encode(self.mac(&body, &t.hash).finalize().into_bytes());
+        Some(format!("{body}.{mac}"))
+    }
+
+    /// The signed-in principal of a session cookie value, if it is ours,
+    /// unexpired, and its token still exists.
+    pub fn session(&self, value: &str) -> Option<Principal> {
+        let (body, mac) = value.rsplit_once('.')?;
+        let (name, expires) = body.split_once('.')?;
+        let expires = Ts(expires.parse().ok()?);
+        let t = self.tokens.iter().find(|t| t.name == name)?;
+        let raw = hex::decode(mac).ok()?;
+        self.mac(body, &t.hash).verify_slice(&raw).ok()?;
+        (self.clock.now() < expires).then(|| Principal {
+            name: t.name.clone(),
+            roles: t.roles.clone(),
+        })
+    }
+
+    pub fn session_ttl(&self) -> Duration {
+        self.session_ttl
+    }
+
+    /// Admits a manual reconnect of `agent`, or says how long to wait.
+    pub fn admit_reconnect(&self, agent: &str) -> Result<(), Duration> {
+        let now = self.clock.now();
+        let mut m = self
+            .last_reconnect
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(last) = m.get(agent) {
+            let since = now.since(*last);
+            if since < self.reconnect_every {
+                return Err(self.reconnect_every - since);
+            }
+        }
+        if m.len() >= MAX_LIMITED {
+            let every = self.reconnect_every;
+            m.retain(|_, t| now.since(*t) < every);
+        }
+        m.insert(agent.to_string(), now);
+        Ok(())
+    }
+
+    pub fn reconnect_every(&self) -> Duration {
+        self.reconnect_every
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::TokenConfig;
+
+    fn access(clock: Clock) -> Access {
+        Access::new(
+            &AccessConfig {
+                tokens: vec![TokenConfig {
+                    name: "ops".into(),
+                    sha256: hash_hex("s3cret"),
+                    roles: vec![Role::Read, Role::Update],
+                }],
+                join_tokens: vec![hash_hex("join-me")],
+                ..AccessConfig::default()
+            },
+            clock,
+        )
+    }
+
+    #[test]
+    fn tokens_match_only_their_hash() {
+        let a = access(Clock::system());
+        let p = a.authenticate("s3cret").unwrap();
+        assert_eq!(p.name, "ops");
+        assert!(p.has(Role::Update) && !p.has(Role::Create));
+        assert!(a.authenticate("s3cre").is_none());
+        assert!(
+            a.authenticate(&hash_hex("s3cret")).is_none(),
+            "the hash is not the token"
+        );
+        assert!(a.join_allowed("join-me") && !a.join_allowed("s3cret"));
+        assert!(generate().len() > 60);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sessions_are_signed_and_expire() {
+        let clock = Clock::starting_at(Ts(1_000_000));
+        let a = access(clock);
+        let p = a.authenticate("s3cret").unwrap();
+        let v = a.session_value(&p).unwrap();
+        assert_eq!(a.session(&v), Some(p.clone()));
+        let forged = v.replacen("ops", "adm", 1);
+        assert!(a.session(&forged).is_none());
+        let other = access(clock);
+        assert!(other.session(&v).is_none(), "another process's key");
+        tokio::time::advance(a.session_ttl()).await;
+        assert!(a.session(&v).is_none(), "expired");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn manual_reconnects_are_limited_per_agent() {
+        let clock = Clock::starting_at(Ts(1_000_000));
+        let a = access(clock);
+        a.admit_reconnect("a").unwrap();
+        a.admit_reconnect("b").unwrap();
+        let wait = a.admit_reconnect("a").unwrap_err();
+        assert_eq!(wait, a.reconnect_every());
+        tokio::time::advance(a.reconnect_every()).await;
+        a.admit_reconnect("a").unwrap();
+    }
+}

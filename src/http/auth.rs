@@ -1,0 +1,190 @@
+//! Access control at the HTTP edge: one middleware in front of every route,
+//! so no route can forget it.
+//!
+//! - Reads (GET, HEAD) are open, or need the `read` role when
+//!   `access.read_requires_token` is set.
+//! - Everything else (POST, PUT, DELETE) needs the `update` role; the
+//!   handlers that overwrite a config-file setting also ask for `create`.
+//! - `/healthz`, `/readyz`, `/signin`, `/signout` and `/static/` are open
+//!   (load balancers and the sign-in page must work without a token).
+//!
+//! Credentials: `Authorization: Bearer <token>` anywhere; on dashboard
+//! paths (not `/api/`) also the signed session cookie set by sign-in, whose
+//! forms carry CSRF tokens as well. The API takes no cookies, so another
+//! site cannot ride a browser's session into it. Tokens are never logged.
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, Method};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Redirect, Response};
+use tracing::debug;
+
+use super::error::ApiError;
+use super::ui::{wants_json, UiError};
+use super::AppState;
+use crate::access::{Principal, SESSION_COOKIE};
+use crate::config::Role;
+use crate::stats::Stats;
+
+/// The request's principal, if it presented one (in request extensions).
+#[derive(Clone, Debug, Default)]
+pub struct Caller(pub Option<Principal>);
+
+impl Caller {
+    /// How the audit names the caller.
+    pub fn actor(&self) -> String {
+        self.0
+            .as_ref()
+            .map_or_else(|| "anonymous".to_string(), |p| p.name.clone())
+    }
+
+    pub fn has(&self, r: Role) -> bool {
+        self.0.as_ref().is_some_and(|p| p.has(r))
+    }
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Caller {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(parts
+            .extensions
+            .get::<Caller>()
+            .cloned()
+            .unwrap_or_default())
+    }
+}
+
+fn open_path(path: &str) -> bool {
+    matches!(path, "/healthz" | "/readyz" | "/signin" | "/signout") || path.starts_with("/static/")
+}
+
+/// The bearer token, if an `Authorization` header is present.
+fn bearer(h: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(v) = h.get(header::AUTHORIZATION) else {
+        return Ok(None);
+    };
+    let v = v.to_str().unwrap_or_default().trim();
+    match v.split_once(' ') {
+        Some((scheme, token))
+            if scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty() =>
+        {
+            Ok(Some(token.trim().to_string()))
+        }
+        _ => Err(ApiError::Unauthorized {
+            code: "bad_authorization",
+            message: "the Authorization header must be `Bearer <token>`".into(),
+        }),
+    }
+}
+
+/// The session cookie's value, if present.
+pub fn session_cookie(h: &HeaderMap) -> Option<String> {
+    h.get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == SESSION_COOKIE)
+        .map(|(_, v)| v.to_string())
+}
+
+/// Where a refusal goes: JSON for the API (and the dashboard's JS), a
+/// sign-in redirect for a dashboard page, an error page for a form.
+fn refuse(st: &AppState, err: ApiError, req: &Request, api: bool) -> Response {
+    match err.status().as_u16() {
+        401 => Stats::inc(&st.stats.http_unauthorized),
+        403 => Stats::inc(&st.stats.http_forbidden),
+        _ => {}
+    }
+    debug!(path = %req.uri().path(), code = err.code(), "request refused");
+    if api || wants_json(req.headers()) {
+        return err.into_response();
+    }
+    if err.status().as_u16() == 401 && req.method() == Method::GET {
+        let next = req
+            .uri()
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_string();
+        let q = url::form_urlencoded::Serializer::new(String::new())
+            .append_pair("next", &next)
+            .finish();
+        return Redirect::to(&format!("/signin?{q}")).into_response();
+    }
+    UiError { err, json: false }.into_response()
+}
+
+/// The middleware: finds the caller, checks the role the request needs,
+/// and leaves a [`Caller`] in the request's extensions.
+pub async fn guard(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
+    let path = req.uri().path().to_string();
+    if open_path(&path) {
+        req.extensions_mut().insert(Caller(None));
+        return next.run(req).await;
+    }
+    let api = path.starts_with("/api/");
+    let principal = match bearer(req.headers()) {
+        Err(e) => return refuse(&st, e, &req, api),
+        Ok(Some(token)) => match st.access.authenticate(&token) {
+            Some(p) => Some(p),
+            None => {
+                let e = ApiError::Unauthorized {
+                    code: "invalid_token",
+                    message: "the API token is not valid: it matches no token in the config file"
+                        .into(),
+                };
+                return refuse(&st, e, &req, api);
+            }
+        },
+        Ok(None) if !api => session_cookie(req.headers()).and_then(|v| st.access.session(&v)),
+        Ok(None) => None,
+    };
+    let reading = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    let need = if reading {
+        st.access.read_requires_token.then_some(Role::Read)
+    } else {
+        Some(Role::Update)
+    };
+    if let Some(role) = need {
+        let what = format!("{} {path}", req.method());
+        match &principal {
+            None => {
+                let message = if !st.access.has_tokens() {
+                    format!("{what} needs an API token with the {} role, and none is configured: add an [[access.tokens]] entry to the config file (`lifeline token new` prints one)", role.as_str())
+                } else if api {
+                    format!("{what} needs an API token with the {} role: send `Authorization: Bearer <token>`", role.as_str())
+                } else {
+                    format!(
+                        "{what} needs you to sign in with an API token that has the {} role",
+                        role.as_str()
+                    )
+                };
+                let e = ApiError::Unauthorized {
+                    code: "unauthenticated",
+                    message,
+                };
+                return refuse(&st, e, &req, api);
+            }
+            Some(p) if !p.has(role) => {
+                let has: Vec<&str> = p.roles.iter().map(|r| r.as_str()).collect();
+                let e = ApiError::Forbidden {
+                    code: "forbidden",
+                    message: format!(
+                        "token {:?} lacks the {} role, which {what} needs (it has: {})",
+                        p.name,
+                        role.as_str(),
+                        has.join(", ")
+                    ),
+                };
+                return refuse(&st, e, &req, api);
+            }
+            Some(_) => {}
+        }
+    }
+    req.extensions_mut().insert(Caller(principal));
+    next.run(req).await
+}

@@ -1,0 +1,132 @@
+//! Dashboard sign-in: an API token, typed once, becomes a signed session
+//! cookie (HttpOnly, SameSite=Strict, `access.session_ttl`); the token
+//! itself is never stored in the browser. Sign-out clears the cookie.
+//! Both forms carry CSRF tokens like every other form.
+
+use askama::Template;
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use tracing::info;
+
+use super::actions::{see_other, Checked, CsrfForm};
+use super::{Ctx, Layout, UiQuery};
+use crate::access::SESSION_COOKIE;
+use crate::http::AppState;
+use crate::stats::Stats;
+
+#[derive(Template)]
+#[template(path = "signin.html")]
+struct SigninPage {
+    layout: Layout,
+    next: String,
+    message: String,
+    tokens_configured: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NextQuery {
+    next: Option<String>,
+}
+
+/// Only a path on this site: never `//host` or another scheme.
+fn safe_next(next: Option<&str>) -> String {
+    match next {
+        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.to_string(),
+        _ => "/".to_string(),
+    }
+}
+
+fn render(st: &AppState, ctx: &Ctx, status: StatusCode, next: String, message: String) -> Response {
+    let page = SigninPage {
+        layout: ctx.layout(st, "signin", "Sign in · Lifeline".into()),
+        next,
+        message,
+        tokens_configured: st.access.has_tokens(),
+    };
+    ctx.render(status, &page)
+}
+
+pub async fn page(
+    State(st): State<AppState>,
+    ctx: Ctx,
+    UiQuery(q): UiQuery<NextQuery>,
+) -> Response {
+    let next = safe_next(q.next.as_deref());
+    render(&st, &ctx, StatusCode::OK, next, String::new())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SigninForm {
+    csrf: String,
+    token: String,
+    #[serde(default)]
+    next: String,
+}
+
+impl CsrfForm for SigninForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
+pub async fn sign_in(
+    State(st): State<AppState>,
+    ctx: Ctx,
+    Checked { form, .. }: Checked<SigninForm>,
+) -> Response {
+    let next = safe_next(Some(&form.next));
+    let Some(p) = st.access.authenticate(form.token.trim()) else {
+        Stats::inc(&st.stats.http_unauthorized);
+        return render(
+            &st,
+            &ctx,
+            StatusCode::UNAUTHORIZED,
+            next,
+            "That token matches no API token in the config file.".into(),
+        );
+    };
+    let Some(value) = st.access.session_value(&p) else {
+        return render(
+            &st,
+            &ctx,
+            StatusCode::UNAUTHORIZED,
+            next,
+            "The token is no longer configured.".into(),
+        );
+    };
+    info!(token = %p.name, "signed in to the dashboard");
+    let cookie = format!(
+        "{SESSION_COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
+        st.access.session_ttl().as_secs()
+    );
+    let mut r = see_other(&next);
+    if let Ok(v) = HeaderValue::from_str(&cookie) {
+        r.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    r
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignoutForm {
+    csrf: String,
+}
+
+impl CsrfForm for SignoutForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
+pub async fn sign_out(Checked { .. }: Checked<SignoutForm>) -> impl IntoResponse {
+    let mut r = see_other("/");
+    r.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_static("lifeline_session=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"),
+    );
+    r
+}

@@ -1,0 +1,640 @@
+//! The settings room: Lifeline's dynamic settings, after RFD 0016.
+//!
+//! Owns: the list of settings, their defaults, parsing and validating a
+//! value, the origin rules (`defaults`, `config-file`, `dynamic`) at start
+//! and on every change, and the live handles the rest of Lifeline reads
+//! ([`Live`] atomics, the load-balancing policy's `watch`). A change is
+//! committed with its audit row (`store::settings`) before it takes effect
+//! and before the caller hears of it.
+//! Must not touch: HTTP (roles are checked by the caller, who says whether
+//! the `create` verb is held), the fleet, the signals themselves.
+//!
+//! The rules, in RFD 0016's words and ours:
+//! - at start, a setting the config file (or a `LIFELINE_*` variable)
+//!   names is stored with origin `config-file`: the file wins;
+//! - a setting the file does not name, whose stored origin is `config-file`
+//!   or `defaults`, is reset to its default (origin `defaults`); a
+//!   `dynamic` one is kept;
+//! - `put` without `force` refuses to overwrite a non-default setting;
+//!   with `force` it refuses a `config-file` one unless `confirm` is given
+//!   too (and the caller holds `create`); a value set so lasts until the
+//!   next start, when the file wins again;
+//! - `reset` (rm) returns a setting to its default, refused for
+//!   `config-file`.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+use sqlx::SqlitePool;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::clock::{Clock, Ts};
+use crate::config::Config;
+use crate::signals::service_config::LbPolicy;
+use crate::store::settings::{self as rows, SettingChange, StoredSetting};
+
+/// A dynamic setting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Name {
+    GrpcClientLbPolicy,
+    FullDiscovery,
+    AutoReconnect,
+    ReconnectInterval,
+    GracefulTunnelClosing,
+    StormShare,
+    Retention,
+}
+
+impl Name {
+    pub const ALL: [Name; 7] = [
+        Name::GrpcClientLbPolicy,
+        Name::FullDiscovery,
+        Name::AutoReconnect,
+        Name::ReconnectInterval,
+        Name::GracefulTunnelClosing,
+        Name::StormShare,
+        Name::Retention,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Name::GrpcClientLbPolicy => "grpc_client_lb_policy",
+            Name::FullDiscovery => "full_discovery",
+            Name::AutoReconnect => "auto_reconnect",
+            Name::ReconnectInterval => "reconnect_interval",
+            Name::GracefulTunnelClosing => "graceful_tunnel_closing",
+            Name::StormShare => "storm_share",
+            Name::Retention => "retention",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Name> {
+        Name::ALL.into_iter().find(|n| n.as_str() == s)
+    }
+
+    /// Where the config file sets it.
+    pub fn config_key(self) -> &'static str {
+        match self {
+            Name::GrpcClientLbPolicy => "signals.grpc_client_lb_policy",
+            Name::FullDiscovery => "signals.full_discovery",
+            Name::AutoReconnect => "signals.auto_reconnect",
+            Name::ReconnectInterval => "signals.reconnect_interval",
+            Name::GracefulTunnelClosing => "signals.graceful_tunnel_closing",
+            Name::StormShare => "signals.storm_share",
+            Name::Retention => "storage.retention",
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Name::GrpcClientLbPolicy => "client load-balancing policy served by GetServiceConfig, RFD 0226 JSON (\"\" = pick_first)",
+            Name::FullDiscovery => "send every agent the full proxy list instead of deltas (true/false)",
+            Name::AutoReconnect => "reconnect stranded agents automatically (true/false)",
+            Name::ReconnectInterval => "reconnect every agent at this interval plus jitter (a duration like 6h, or \"off\")",
+            Name::GracefulTunnelClosing => "close tunnels beyond an agent's desired count once the topology is still (true/false)",
+            Name::StormShare => "automatic reconnects pause when more than this share of agents strand at once (0 < x <= 1)",
+            Name::Retention => "how long event history is kept (a duration, at least 1m)",
+        }
+    }
+
+    fn list() -> String {
+        Name::ALL.map(Name::as_str).join(", ")
+    }
+}
+
+/// Where a setting's current value came from (RFD 0016's origin label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Origin {
+    #[serde(rename = "defaults")]
+    Defaults,
+    #[serde(rename = "config-file")]
+    ConfigFile,
+    #[serde(rename = "dynamic")]
+    Dynamic,
+}
+
+impl Origin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Defaults => "defaults",
+            Origin::ConfigFile => "config-file",
+            Origin::Dynamic => "dynamic",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Origin> {
+        [Origin::Defaults, Origin::ConfigFile, Origin::Dynamic]
+            .into_iter()
+            .find(|o| o.as_str() == s)
+    }
+}
+
+/// Why a change was refused. Messages follow RFD 0016's.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error("unknown setting {0:?}; the settings are: {list}", list = Name::list())]
+    Unknown(String),
+    #[error("invalid value for {name}: {message}")]
+    Invalid { name: &'static str, message: String },
+    #[error("non-default setting {name} already exists (origin {origin}), use -f or --force flag (?force=true) to overwrite")]
+    AlreadyExists {
+        name: &'static str,
+        origin: &'static str,
+    },
+    #[error("This setting ({name}) is managed by static configuration. We recommend removing it from the config file ({key}), restarting Lifeline and trying this command again.\n\nIf you would still like to proceed, re-run the command with both --force and --confirm flags (?force=true&confirm=true).")]
+    ManagedByConfigFile {
+        name: &'static str,
+        key: &'static str,
+    },
+    #[error("This setting ({name}) is managed by static configuration. We recommend removing it from the config file ({key}) and restarting Lifeline in order to reset it to its default.")]
+    RmManagedByConfigFile {
+        name: &'static str,
+        key: &'static str,
+    },
+    #[error("overwriting {name}, which the config file manages, needs the create role as well as update")]
+    NeedsCreate { name: &'static str },
+    #[error("database error: {0}")]
+    Db(#[from] sqlx::Error),
+}
+
+/// The values the rest of Lifeline reads on every decision; a change is
+/// seen at the next read (no restart).
+#[derive(Debug)]
+pub struct Live {
+    full_discovery: AtomicBool,
+    auto_reconnect: AtomicBool,
+    graceful_tunnel_closing: AtomicBool,
+    /// Parts per million.
+    storm_share_ppm: AtomicU64,
+    /// 0 = off.
+    reconnect_interval_ms: AtomicU64,
+    retention_ms: AtomicU64,
+}
+
+impl Live {
+    pub fn full_discovery(&self) -> bool {
+        self.full_discovery.load(Ordering::Relaxed)
+    }
+    pub fn auto_reconnect(&self) -> bool {
+        self.auto_reconnect.load(Ordering::Relaxed)
+    }
+    pub fn graceful_tunnel_closing(&self) -> bool {
+        self.graceful_tunnel_closing.load(Ordering::Relaxed)
+    }
+    pub fn storm_share(&self) -> f64 {
+        self.storm_share_ppm.load(Ordering::Relaxed) as f64 / 1e6
+    }
+    pub fn reconnect_interval(&self) -> Option<Duration> {
+        match self.reconnect_interval_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
+        }
+    }
+    pub fn retention(&self) -> Duration {
+        Duration::from_millis(self.retention_ms.load(Ordering::Relaxed))
+    }
+}
+
+impl From<&Config> for Live {
+    fn from(c: &Config) -> Self {
+        let s = &c.signals;
+        Live {
+            full_discovery: AtomicBool::new(s.full_discovery),
+            auto_reconnect: AtomicBool::new(s.auto_reconnect),
+            graceful_tunnel_closing: AtomicBool::new(s.graceful_tunnel_closing),
+            storm_share_ppm: AtomicU64::new((s.storm_share * 1e6).round() as u64),
+            reconnect_interval_ms: AtomicU64::new(
+                s.reconnect_interval.map_or(0, |d| d.as_millis() as u64),
+            ),
+            retention_ms: AtomicU64::new(c.storage.retention.as_millis() as u64),
+        }
+    }
+}
+
+/// A parsed value, ready to apply.
+#[derive(Clone, Debug, PartialEq)]
+enum Parsed {
+    Lb(LbPolicy),
+    Flag(bool),
+    Interval(Option<Duration>),
+    Share(f64),
+    Retention(Duration),
+}
+
+fn duration_text(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+/// Checks `v` for `name`; returns the canonical JSON to store and the
+/// parsed value. Accepts JSON text for the policy as a string or an object.
+fn parse(name: Name, v: &Value) -> Result<(Value, Parsed), SettingsError> {
+    let bad = |message: String| SettingsError::Invalid {
+        name: name.as_str(),
+        message,
+    };
+    let duration = |v: &Value| -> Result<Duration, SettingsError> {
+        let s = v
+            .as_str()
+            .ok_or_else(|| bad(format!("expected a duration like \"10m\", got {v}")))?;
+        humantime::parse_duration(s.trim())
+            .map_err(|e| bad(format!("{s:?} is not a duration like \"10m\": {e}")))
+    };
+    match name {
+        Name::GrpcClientLbPolicy => {
+            let text = match v {
+                Value::String(s) => s.clone(),
+                Value::Object(_) => v.to_string(),
+                other => {
+                    return Err(bad(format!(
+                        "expected RFD 0226 service config JSON (a string or an object), got {other}"
+                    )))
+                }
+            };
+            let p = LbPolicy::parse(&text).map_err(|e| bad(e.to_string()))?;
+            Ok((Value::String(text), Parsed::Lb(p)))
+        }
+        Name::FullDiscovery | Name::AutoReconnect | Name::GracefulTunnelClosing => match v {
+            Value::Bool(b) => Ok((Value::Bool(*b), Parsed::Flag(*b))),
+            other => Err(bad(format!("expected true or false, got {other}"))),
+        },
+        Name::ReconnectInterval => {
+            if v.is_null() || v.as_str().is_some_and(|s| s.trim() == "off") {
+                return Ok((Value::String("off".into()), Parsed::Interval(None)));
+            }
+            let d = duration(v)?;
+            if d < Duration::from_secs(1) {
+                return Err(bad("must be at least 1s (or \"off\")".into()));
+            }
+            Ok((Value::String(duration_text(d)), Parsed::Interval(Some(d))))
+        }
+        Name::StormShare => {
+            let x = v
+                .as_f64()
+                .ok_or_else(|| bad(format!("expected a number in (0, 1], got {v}")))?;
+            if !(x > 0.0 && x <= 1.0) {
+                return Err(bad(format!("must be in (0, 1], got {x}")));
+            }
+            Ok((v.clone(), Parsed::Share(x)))
+        }
+        Name::Retention => {
+            let d = duration(v)?;
+            if d < Duration::from_secs(60) {
+                return Err(bad("must be at least 1m".into()));
+            }
+            Ok((Value::String(duration_text(d)), Parsed::Retention(d)))
+        }
+    }
+}
+
+/// The value `cfg` gives `name`, as stored JSON.
+fn from_config(cfg: &Config, name: Name) -> Value {
+    let s = &cfg.signals;
+    match name {
+        Name::GrpcClientLbPolicy => Value::String(s.grpc_client_lb_policy.clone()),
+        Name::FullDiscovery => Value::Bool(s.full_discovery),
+        Name::AutoReconnect => Value::Bool(s.auto_reconnect),
+        Name::ReconnectInterval => Value::String(
+            s.reconnect_interval
+                .map_or_else(|| "off".to_string(), duration_text),
+        ),
+        Name::GracefulTunnelClosing => Value::Bool(s.graceful_tunnel_closing),
+        Name::StormShare => serde_json::json!(s.storm_share),
+        Name::Retention => Value::String(duration_text(cfg.storage.retention)),
+    }
+}
+
+/// The built-in default of `name`.
+pub fn default_value(name: Name) -> Value {
+    from_config(&Config::default(), name)
+}
+
+/// True when the config names `name`: set in the file or a variable, or
+/// (for configs built in code: the demo, tests) set to something other
+/// than the default.
+fn in_config(cfg: &Config, name: Name) -> bool {
+    cfg.is_explicit(name.config_key()) || from_config(cfg, name) != default_value(name)
+}
+
+/// A setting as the API shows it.
+#[derive(Clone, Debug, Serialize)]
+pub struct SettingView {
+    pub name: &'static str,
+    pub value: Value,
+    pub origin: Origin,
+    pub default: Value,
+    pub config_key: &'static str,
+    pub description: &'static str,
+    pub updated_at: Ts,
+    pub updated_by: String,
+}
+
+/// How a `put` may overwrite (RFD 0016's `create` flags).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PutFlags {
+    pub force: bool,
+    pub confirm: bool,
+    /// The caller holds the `create` role.
+    pub may_create: bool,
+}
+
+/// The settings service: the only writer of settings.
+pub struct Settings {
+    db: SqlitePool,
+    clock: Clock,
+    live: Arc<Live>,
+    lb: watch::Sender<LbPolicy>,
+    /// One change at a time: read, check and write are one step.
+    write: tokio::sync::Mutex<()>,
+}
+
+/// Who the start-up reconcile names in the audit.
+const START: &str = "start";
+
+impl Settings {
+    /// Reconciles the stored settings with `cfg` (RFD 0016's start rules),
+    /// commits them, and returns the service with live values applied.
+    pub async fn start(
+        db: SqlitePool,
+        cfg: &Config,
+        clock: Clock,
+    ) -> Result<Settings, SettingsError> {
+        let live = Arc::new(Live::from(&Config::default()));
+        let (lb, _) = watch::channel(LbPolicy::default());
+        let s = Settings {
+            db,
+            clock,
+            live,
+            lb,
+            write: tokio::sync::Mutex::new(()),
+        };
+        let now = clock.now();
+        let mut tx = s.db.begin().await?;
+        for name in Name::ALL {
+            let old = rows::get_in(&mut tx, name.as_str()).await?;
+            let (value, origin) = if in_config(cfg, name) {
+                (from_config(cfg, name), Origin::ConfigFile)
+            } else {
+                match old.as_ref().map(|o| (Origin::parse(&o.origin), o)) {
+                    Some((Some(Origin::Dynamic), o)) => {
+                        match serde_json::from_str::<Value>(&o.value)
+                            .map_err(|e| e.to_string())
+                            .and_then(|v| parse(name, &v).map_err(|e| e.to_string()))
+                        {
+                            Ok((v, _)) => (v, Origin::Dynamic),
+                            Err(e) => {
+                                warn!(setting = name.as_str(), error = %e, "stored dynamic value is not valid; reset to the default");
+                                (default_value(name), Origin::Defaults)
+                            }
+                        }
+                    }
+                    _ => (default_value(name), Origin::Defaults),
+                }
+            };
+            // Values from the config were validated with it.
+            let (canonical, parsed) = parse(name, &value)?;
+            s.apply(name, &parsed);
+            let text = canonical.to_string();
+            let same = old
+                .as_ref()
+                .is_some_and(|o| o.value == text && o.origin == origin.as_str());
+            if !same {
+                let new = StoredSetting {
+                    name: name.as_str().into(),
+                    value: text,
+                    origin: origin.as_str().into(),
+                    updated_us: now.as_micros(),
+                    updated_by: START.into(),
+                };
+                rows::put_in(&mut tx, &new, old.as_ref(), START).await?;
+                if old.is_some() {
+                    info!(setting = name.as_str(), value = %new.value, origin = origin.as_str(), "setting changed at start");
+                }
+            }
+        }
+        tx.commit().await?;
+        Ok(s)
+    }
+
+    /// What the signals room reads.
+    pub fn live(&self) -> Arc<Live> {
+        self.live.clone()
+    }
+
+    /// Follows the load-balancing policy (`GetServiceConfig`).
+    pub fn lb_policy(&self) -> watch::Receiver<LbPolicy> {
+        self.lb.subscribe()
+    }
+
+    fn apply(&self, name: Name, p: &Parsed) {
+        let l = &self.live;
+        match p {
+            Parsed::Lb(p) => {
+                self.lb.send_replace(p.clone());
+            }
+            Parsed::Flag(b) => {
+                let flag = match name {
+                    Name::FullDiscovery => &l.full_discovery,
+                    Name::AutoReconnect => &l.auto_reconnect,
+                    _ => &l.graceful_tunnel_closing,
+                };
+                flag.store(*b, Ordering::Relaxed);
+            }
+            Parsed::Interval(d) => l
+                .reconnect_interval_ms
+                .store(d.map_or(0, |d| d.as_millis() as u64), Ordering::Relaxed),
+            Parsed::Share(x) => l
+                .storm_share_ppm
+                .store((x * 1e6).round() as u64, Ordering::Relaxed),
+            Parsed::Retention(d) => l
+                .retention_ms
+                .store(d.as_millis() as u64, Ordering::Relaxed),
+        }
+    }
+
+    fn view(name: Name, row: Option<&StoredSetting>) -> SettingView {
+        let default = default_value(name);
+        let (value, origin, at, by) = match row {
+            Some(r) => (
+                serde_json::from_str(&r.value).unwrap_or_else(|_| default.clone()),
+                Origin::parse(&r.origin).unwrap_or(Origin::Defaults),
+                Ts(r.updated_us),
+                r.updated_by.clone(),
+            ),
+            None => (default.clone(), Origin::Defaults, Ts(0), START.into()),
+        };
+        SettingView {
+            name: name.as_str(),
+            value,
+            origin,
+            default,
+            config_key: name.config_key(),
+            description: name.describe(),
+            updated_at: at,
+            updated_by: by,
+        }
+    }
+
+    pub fn name(s: &str) -> Result<Name, SettingsError> {
+        Name::parse(s).ok_or_else(|| SettingsError::Unknown(s.to_string()))
+    }
+
+    pub async fn list(&self) -> Result<Vec<SettingView>, SettingsError> {
+        let stored = rows::all(&self.db).await?;
+        Ok(Name::ALL
+            .into_iter()
+            .map(|n| Self::view(n, stored.iter().find(|r| r.name == n.as_str())))
+            .collect())
+    }
+
+    pub async fn get(&self, name: Name) -> Result<SettingView, SettingsError> {
+        let stored = rows::all(&self.db).await?;
+        Ok(Self::view(
+            name,
+            stored.iter().find(|r| r.name == name.as_str()),
+        ))
+    }
+
+    pub async fn history(
+        &self,
+        name: Name,
+        limit: u32,
+    ) -> Result<Vec<SettingChange>, SettingsError> {
+        Ok(rows::history(&self.db, name.as_str(), limit).await?)
+    }
+
+    /// `create` in RFD 0016's terms: sets `name` to `value` with origin
+    /// `dynamic`, if the stored origin allows it under `flags`.
+    pub async fn put(
+        &self,
+        name: Name,
+        value: &Value,
+        flags: PutFlags,
+        actor: &str,
+    ) -> Result<SettingView, SettingsError> {
+        let (canonical, parsed) = parse(name, value)?;
+        let _one = self.write.lock().await;
+        let mut tx = self.db.begin().await?;
+        let old = rows::get_in(&mut tx, name.as_str()).await?;
+        let origin = old
+            .as_ref()
+            .and_then(|o| Origin::parse(&o.origin))
+            .unwrap_or(Origin::Defaults);
+        let action = match (origin, flags.force, flags.confirm) {
+            (Origin::Defaults, ..) => "create",
+            (o, false, _) => {
+                return Err(SettingsError::AlreadyExists {
+                    name: name.as_str(),
+                    origin: o.as_str(),
+                })
+            }
+            (Origin::Dynamic, true, _) => "force",
+            (Origin::ConfigFile, true, false) => {
+                return Err(SettingsError::ManagedByConfigFile {
+                    name: name.as_str(),
+                    key: name.config_key(),
+                })
+            }
+            (Origin::ConfigFile, true, true) if !flags.may_create => {
+                return Err(SettingsError::NeedsCreate {
+                    name: name.as_str(),
+                })
+            }
+            (Origin::ConfigFile, true, true) => "confirm",
+        };
+        let new = StoredSetting {
+            name: name.as_str().into(),
+            value: canonical.to_string(),
+            origin: Origin::Dynamic.as_str().into(),
+            updated_us: self.clock.now().as_micros(),
+            updated_by: actor.into(),
+        };
+        rows::put_in(&mut tx, &new, old.as_ref(), action).await?;
+        tx.commit().await?;
+        self.apply(name, &parsed);
+        info!(setting = name.as_str(), value = %new.value, from = origin.as_str(), %actor, action, "setting changed");
+        Ok(Self::view(name, Some(&new)))
+    }
+
+    /// `rm` in RFD 0016's terms: back to the default, origin `defaults`.
+    pub async fn reset(&self, name: Name, actor: &str) -> Result<SettingView, SettingsError> {
+        let default = default_value(name);
+        let (canonical, parsed) = parse(name, &default)?;
+        let _one = self.write.lock().await;
+        let mut tx = self.db.begin().await?;
+        let old = rows::get_in(&mut tx, name.as_str()).await?;
+        if old.as_ref().map(|o| o.origin.as_str()) == Some(Origin::ConfigFile.as_str()) {
+            return Err(SettingsError::RmManagedByConfigFile {
+                name: name.as_str(),
+                key: name.config_key(),
+            });
+        }
+        let new = StoredSetting {
+            name: name.as_str().into(),
+            value: canonical.to_string(),
+            origin: Origin::Defaults.as_str().into(),
+            updated_us: self.clock.now().as_micros(),
+            updated_by: actor.into(),
+        };
+        rows::put_in(&mut tx, &new, old.as_ref(), "rm").await?;
+        tx.commit().await?;
+        self.apply(name, &parsed);
+        info!(setting = name.as_str(), %actor, "setting reset to its default");
+        Ok(Self::view(name, Some(&new)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn values_are_checked_and_made_canonical() {
+        let ok = |n, v: Value| parse(n, &v).unwrap().0;
+        assert_eq!(ok(Name::Retention, json!("90m")), json!("1h 30m"));
+        assert_eq!(ok(Name::ReconnectInterval, json!(null)), json!("off"));
+        assert_eq!(ok(Name::ReconnectInterval, json!("6h")), json!("6h"));
+        assert_eq!(ok(Name::AutoReconnect, json!(false)), json!(false));
+        let obj = json!({"loadBalancingConfig":[{"teleport_pick_healthy":{"mode":"reconnect"}}]});
+        assert!(ok(Name::GrpcClientLbPolicy, obj).is_string());
+        for (n, v, needle) in [
+            (Name::Retention, json!("10s"), "at least 1m"),
+            (Name::Retention, json!(5), "duration"),
+            (Name::StormShare, json!(0), "(0, 1]"),
+            (Name::StormShare, json!("half"), "number"),
+            (Name::AutoReconnect, json!("yes"), "true or false"),
+            (Name::ReconnectInterval, json!("100ms"), "at least 1s"),
+            (Name::GrpcClientLbPolicy, json!("{nope"), "JSON"),
+        ] {
+            let e = parse(n, &v).unwrap_err().to_string();
+            assert!(e.contains(n.as_str()) && e.contains(needle), "{e}");
+        }
+    }
+
+    #[test]
+    fn defaults_parse_and_every_name_round_trips() {
+        for n in Name::ALL {
+            parse(n, &default_value(n)).unwrap();
+            assert_eq!(Name::parse(n.as_str()), Some(n));
+        }
+        let e = Settings::name("nope").unwrap_err().to_string();
+        assert!(e.contains("auto_reconnect"), "{e}");
+    }
+
+    #[test]
+    fn explicit_keys_and_changed_values_count_as_in_the_file() {
+        let c = Config::from_toml("[signals]\nauto_reconnect = true\n").unwrap();
+        assert!(
+            in_config(&c, Name::AutoReconnect),
+            "named with its default value"
+        );
+        assert!(!in_config(&c, Name::FullDiscovery));
+        let mut c = Config::default();
+        c.storage.retention = Duration::from_secs(7200);
+        assert!(in_config(&c, Name::Retention), "set in code");
+    }
+}
