@@ -451,6 +451,19 @@ async fn reconnect_form_is_csrf_protected_and_works_without_js() {
     })
     .await;
 
+    // Again at once: manual reconnects of one agent are rate-limited.
+    let (status, headers, body) = post_form(
+        &c,
+        &action,
+        &[("csrf", &token)],
+        Form::cookie(&cookie).json(),
+    )
+    .await;
+    assert_eq!(status, 429, "{body}");
+    assert!(body.contains("\"code\":\"rate_limited\""), "{body}");
+    assert_eq!(headers["retry-after"], "10");
+    c.advance(Duration::from_secs(10)).await;
+
     // The JS path: same form, JSON answer.
     let (status, _, body) = post_form(
         &c,

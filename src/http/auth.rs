@@ -9,7 +9,7 @@
 //!   (load balancers and the sign-in page must work without a token).
 //!
 //! Credentials: `Authorization: Bearer <token>` anywhere; on dashboard
-//! paths (not `/api/`) also the signed session cookie set by sign-in, whose
+//! paths (not `/api/`, `/metrics`, `/probes/`) also the signed session cookie set by sign-in, whose
 //! forms carry CSRF tokens as well. The API takes no cookies, so another
 //! site cannot ride a browser's session into it. Tokens are never logged.
 
@@ -126,7 +126,8 @@ pub async fn guard(State(st): State<AppState>, mut req: Request, next: Next) -> 
         req.extensions_mut().insert(Caller(None));
         return next.run(req).await;
     }
-    let api = path.starts_with("/api/");
+    // Machine surfaces: bearer tokens only, JSON refusals, no redirects.
+    let api = path.starts_with("/api/") || path == "/metrics" || path.starts_with("/probes/");
     let principal = match bearer(req.headers()) {
         Err(e) => return refuse(&st, e, &req, api),
         Ok(Some(token)) => match st.access.authenticate(&token) {

@@ -1,0 +1,323 @@
+//! Dynamic settings after RFD 0016, over the real API and real restarts on
+//! one SQLite file: every origin transition of the RFD's table, every
+//! refusal's status and message, the audit, and changes that apply at once.
+
+mod support;
+
+use reqwest::Method;
+use serde_json::Value;
+use support::{Cluster, Running, ADMIN, READER, UPDATER};
+
+const AR: &str = "/api/v1/settings/auto_reconnect";
+
+async fn put(c: &Running, path: &str, token: &str, body: &str) -> (u16, Value) {
+    c.call(Method::PUT, path, Some(token), Some(body)).await
+}
+
+async fn rm(c: &Running, token: &str) -> (u16, Value) {
+    c.call(Method::DELETE, AR, Some(token), None).await
+}
+
+async fn origin(c: &Running) -> (String, Value) {
+    let v = c.ok(AR).await;
+    (v["origin"].as_str().unwrap_or_default().to_string(), v["value"].clone())
+}
+
+/// What the running Lifeline actually uses (not what the table says).
+async fn effective(c: &Running) -> bool {
+    c.summary().await["signals"]["auto_reconnect"]
+        .as_bool()
+        .expect("auto_reconnect in the summary")
+}
+
+fn error(v: &Value) -> (String, String) {
+    (
+        v["error"]["code"].as_str().unwrap_or_default().to_string(),
+        v["error"]["message"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+/// Restarts with `signals.auto_reconnect` in the "file" (`Some`) or not.
+async fn restart(c: &mut Running, file: Option<bool>) {
+    match file {
+        Some(v) => {
+            c.cfg.signals.auto_reconnect = v;
+            c.cfg.explicit.insert("signals.auto_reconnect".into());
+        }
+        None => {
+            c.cfg.signals.auto_reconnect = true;
+            c.cfg.explicit.remove("signals.auto_reconnect");
+        }
+    }
+    c.restart_lifeline().await;
+}
+
+/// Guards RFD 0016's table, row by row: defaults → dynamic (create) →
+/// dynamic (force) → kept over a restart without the file section →
+/// defaults (rm) → config-file (file section, restart; even with the
+/// default value) → refused without force, refused with force alone,
+/// refused without the create role, dynamic with force+confirm → the file
+/// wins again at restart → rm refused → defaults once the section is gone.
+#[tokio::test(start_paused = true)]
+async fn origin_transitions_follow_rfd_0016() {
+    let mut c = Cluster::new().quiet().start().await;
+    assert_eq!(origin(&c).await, ("defaults".into(), Value::Bool(true)));
+
+    // defaults → dynamic: a plain create, effective at once.
+    let (s, v) = put(&c, AR, UPDATER, r#"{"value": false}"#).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["origin"], "dynamic");
+    assert!(!effective(&c).await, "applied without a restart");
+
+    // dynamic: create without force is refused (Choice 5.A).
+    let (s, v) = put(&c, AR, UPDATER, r#"{"value": true}"#).await;
+    assert_eq!(s, 409, "{v}");
+    let (code, msg) = error(&v);
+    assert_eq!(code, "already_exists");
+    assert!(
+        msg.contains("non-default setting auto_reconnect already exists")
+            && msg.contains("use -f or --force flag"),
+        "{msg}"
+    );
+    // dynamic → dynamic with force.
+    let (s, v) = put(&c, &format!("{AR}?force=true"), UPDATER, r#"{"value": false}"#).await;
+    assert_eq!((s, v["origin"].as_str()), (200, Some("dynamic")), "{v}");
+
+    // A restart without the file section keeps a dynamic value.
+    restart(&mut c, None).await;
+    assert_eq!(origin(&c).await, ("dynamic".into(), Value::Bool(false)));
+    assert!(!effective(&c).await);
+
+    // dynamic → defaults: rm.
+    let (s, v) = rm(&c, UPDATER).await;
+    assert_eq!((s, v["origin"].as_str()), (200, Some("defaults")), "{v}");
+    assert_eq!(v["value"], true);
+    assert!(effective(&c).await);
+    // rm of a default is allowed and changes nothing.
+    assert_eq!(rm(&c, UPDATER).await.0, 200);
+
+    // defaults → config-file: named in the file, even with the default value.
+    restart(&mut c, Some(true)).await;
+    assert_eq!(origin(&c).await, ("config-file".into(), Value::Bool(true)));
+    let (s, v) = put(&c, AR, UPDATER, r#"{"value": false}"#).await;
+    assert_eq!(s, 409, "{v}");
+    assert_eq!(error(&v).0, "already_exists");
+    let (s, v) = put(&c, &format!("{AR}?force=true"), UPDATER, r#"{"value": false}"#).await;
+    assert_eq!(s, 409, "{v}");
+    let (code, msg) = error(&v);
+    assert_eq!(code, "managed_by_config_file");
+    assert!(
+        msg.contains("This setting (auto_reconnect) is managed by static configuration")
+            && msg.contains("signals.auto_reconnect")
+            && msg.contains("re-run the command with both --force and --confirm flags"),
+        "{msg}"
+    );
+    let force_confirm = format!("{AR}?force=true&confirm=true");
+    let (s, v) = put(&c, &force_confirm, UPDATER, r#"{"value": false}"#).await;
+    assert_eq!(s, 403, "update alone cannot overwrite the file: {v}");
+    assert!(error(&v).1.contains("needs the create role"), "{v}");
+    assert!(effective(&c).await, "nothing changed");
+
+    // config-file → dynamic with force + confirm (and create), until restart.
+    let (s, v) = put(&c, &force_confirm, ADMIN, r#"{"value": false}"#).await;
+    assert_eq!((s, v["origin"].as_str()), (200, Some("dynamic")), "{v}");
+    assert!(!effective(&c).await);
+    restart(&mut c, Some(true)).await;
+    assert_eq!(
+        origin(&c).await,
+        ("config-file".into(), Value::Bool(true)),
+        "the file wins at start"
+    );
+    assert!(effective(&c).await);
+
+    // rm of a config-file setting is refused, with the RFD's advice.
+    let (s, v) = rm(&c, ADMIN).await;
+    assert_eq!(s, 409, "{v}");
+    let (code, msg) = error(&v);
+    assert_eq!(code, "managed_by_config_file");
+    assert!(
+        msg.contains("We recommend removing it from the config file (signals.auto_reconnect) and restarting Lifeline in order to reset it to its default"),
+        "{msg}"
+    );
+
+    // config-file with a changed value, then the section removed: defaults.
+    restart(&mut c, Some(false)).await;
+    assert_eq!(origin(&c).await, ("config-file".into(), Value::Bool(false)));
+    assert!(!effective(&c).await);
+    restart(&mut c, None).await;
+    assert_eq!(origin(&c).await, ("defaults".into(), Value::Bool(true)));
+    assert!(effective(&c).await);
+
+    // dynamic → config-file: the file section and a restart.
+    let (s, _) = put(&c, AR, UPDATER, r#"{"value": false}"#).await;
+    assert_eq!(s, 200);
+    restart(&mut c, Some(true)).await;
+    assert_eq!(origin(&c).await, ("config-file".into(), Value::Bool(true)));
+
+    // Every change is audited, newest first, with who and how.
+    let hist = c.ok(AR).await["history"].clone();
+    let rows: Vec<(String, String, String)> = hist
+        .as_array()
+        .expect("history")
+        .iter()
+        .map(|h| {
+            (
+                h["action"].as_str().unwrap_or_default().into(),
+                h["new_origin"].as_str().unwrap_or_default().into(),
+                h["actor"].as_str().unwrap_or_default().into(),
+            )
+        })
+        .collect();
+    let expect = [
+        ("start", "config-file", "start"),
+        ("create", "dynamic", "updater"),
+        ("start", "defaults", "start"),
+        ("start", "config-file", "start"),
+        ("start", "config-file", "start"),
+        ("confirm", "dynamic", "admin"),
+        ("start", "config-file", "start"),
+        ("rm", "defaults", "updater"),
+        ("rm", "defaults", "updater"),
+        ("force", "dynamic", "updater"),
+        ("create", "dynamic", "updater"),
+        ("start", "defaults", "start"),
+    ];
+    let got: Vec<(&str, &str, &str)> = rows
+        .iter()
+        .map(|(a, o, w)| (a.as_str(), o.as_str(), w.as_str()))
+        .collect();
+    assert_eq!(got, expect, "{hist}");
+    c.shutdown().await;
+}
+
+/// Guards the API's refusals: unknown names, bad values and bodies, the
+/// flags, and tokens (none, wrong, too weak); reads open or closed by
+/// `access.read_requires_token`.
+#[tokio::test(start_paused = true)]
+async fn settings_refusals_are_clear() {
+    let c = Cluster::new().quiet().start().await;
+    let all = c.ok("/api/v1/settings").await;
+    let names: Vec<&str> = all["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "grpc_client_lb_policy",
+            "full_discovery",
+            "auto_reconnect",
+            "reconnect_interval",
+            "graceful_tunnel_closing",
+            "storm_share",
+            "retention"
+        ]
+    );
+
+    let (s, v) = c.get("/api/v1/settings/bogus").await;
+    assert_eq!(s, 404);
+    let (code, msg) = error(&v);
+    assert_eq!(code, "unknown_setting");
+    assert!(msg.contains("storm_share") && msg.contains("retention"), "{msg}");
+
+    for (path, body, needle) in [
+        ("/api/v1/settings/retention", r#"{"value":"10s"}"#, "at least 1m"),
+        ("/api/v1/settings/storm_share", r#"{"value":2}"#, "(0, 1]"),
+        ("/api/v1/settings/auto_reconnect", r#"{"value":"yes"}"#, "true or false"),
+        ("/api/v1/settings/grpc_client_lb_policy", r#"{"value":"{nope"}"#, "JSON"),
+        ("/api/v1/settings/retention", r#"{"valeu":"1h"}"#, "unknown field"),
+        ("/api/v1/settings/retention", "not json", "invalid JSON body"),
+        ("/api/v1/settings/retention?force=maybe", r#"{"value":"1h"}"#, "force"),
+    ] {
+        let (s, v) = put(&c, path, ADMIN, body).await;
+        assert_eq!(s, 400, "{path} {body}: {v}");
+        assert!(error(&v).1.contains(needle), "{path} {body}: {v}");
+    }
+
+    // Tokens: none, wrong, and one without the update role.
+    let (s, v) = c
+        .call(Method::PUT, AR, None, Some(r#"{"value":false}"#))
+        .await;
+    assert_eq!(s, 401, "{v}");
+    let (code, msg) = error(&v);
+    assert_eq!(code, "unauthenticated");
+    assert!(
+        msg.contains("PUT /api/v1/settings/auto_reconnect needs an API token with the update role")
+            && msg.contains("Authorization: Bearer"),
+        "{msg}"
+    );
+    let (s, v) = put(&c, AR, "not-a-token", r#"{"value":false}"#).await;
+    assert_eq!((s, error(&v).0.as_str()), (401, "invalid_token"), "{v}");
+    let (s, v) = put(&c, AR, READER, r#"{"value":false}"#).await;
+    assert_eq!(s, 403, "{v}");
+    assert_eq!(
+        error(&v).1,
+        "token \"reader\" lacks the update role, which PUT /api/v1/settings/auto_reconnect needs (it has: read)"
+    );
+    let (s, v) = c.call(Method::DELETE, AR, Some(READER), None).await;
+    assert_eq!(s, 403, "{v}");
+    let (s, v) = c
+        .call(Method::PUT, AR, Some("Basic abc"), Some(r#"{"value":false}"#))
+        .await;
+    // reqwest sends "Bearer Basic abc": a token that matches nothing.
+    assert_eq!(s, 401, "{v}");
+    assert_eq!(origin(&c).await.0, "defaults", "no refusal changed anything");
+
+    // A body over server.max_body_bytes: 413 naming the limit.
+    let big = format!(r#"{{"value":"{}"}}"#, "x".repeat(70 * 1024));
+    let (s, v) = put(&c, "/api/v1/settings/grpc_client_lb_policy", ADMIN, &big).await;
+    assert_eq!(s, 413, "{v}");
+    assert_eq!(error(&v).0, "body_too_large");
+    assert!(error(&v).1.contains("65536 bytes"), "{v}");
+    c.shutdown().await;
+
+    // Reads closed by configuration.
+    let c = Cluster::new()
+        .quiet()
+        .config(|cfg| cfg.access.read_requires_token = true)
+        .start()
+        .await;
+    let (s, v) = c.get("/api/v1/settings").await;
+    assert_eq!(s, 401, "{v}");
+    assert!(error(&v).1.contains("read role"), "{v}");
+    let (s, _) = c.call(Method::GET, "/api/v1/settings", Some(READER), None).await;
+    assert_eq!(s, 200);
+    let (s, body) = c.get_text("/metrics").await;
+    assert_eq!(s, 401, "/metrics follows the read rule: {body}");
+    assert_eq!(c.get("/healthz").await.0, 200, "health stays open");
+    c.shutdown().await;
+}
+
+/// Guards "effective at once" for the other settings: the summary and
+/// `GetServiceConfig` follow a PUT without a restart; values are stored
+/// in canonical form.
+#[tokio::test(start_paused = true)]
+async fn changes_apply_at_once() {
+    let c = Cluster::new().quiet().start().await;
+    let (s, v) = put(
+        &c,
+        "/api/v1/settings/reconnect_interval",
+        ADMIN,
+        r#"{"value":"90m"}"#,
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["value"], "1h 30m");
+    let sig = &c.summary().await["signals"];
+    assert_eq!(sig["reconnect_interval"], "1h 30m");
+    for (name, body) in [
+        ("full_discovery", r#"{"value":true}"#),
+        ("graceful_tunnel_closing", r#"{"value":true}"#),
+    ] {
+        let (s, v) = put(&c, &format!("/api/v1/settings/{name}"), ADMIN, body).await;
+        assert_eq!(s, 200, "{v}");
+        assert_eq!(c.summary().await["signals"][name], true, "{name}");
+    }
+    let (s, v) = put(&c, "/api/v1/settings/storm_share", ADMIN, r#"{"value":0.25}"#).await;
+    assert_eq!((s, v["value"].as_f64()), (200, Some(0.25)), "{v}");
+    let (s, v) = put(&c, "/api/v1/settings/retention", ADMIN, r#"{"value":"2h"}"#).await;
+    assert_eq!((s, v["value"].as_str()), (200, Some("2h")), "{v}");
+    c.shutdown().await;
+}
