@@ -276,15 +276,19 @@ async fn operator_reconnects_a_stranded_agent_in_a_real_browser() {
         .click()
         .await
         .expect("sign in");
-    until("signed in on the overview", Duration::from_secs(10), || async {
-        let who = js(
+    until(
+        "signed in on the overview",
+        Duration::from_secs(10),
+        || async {
+            let who = js(
             &c,
             "const w = document.querySelector('form.who span'); return w ? w.textContent : null;",
         )
         .await;
-        let url = c.current_url().await.ok()?;
-        (url.path() == "/" && who.as_str() == Some("demo")).then_some(())
-    })
+            let url = c.current_url().await.ok()?;
+            (url.path() == "/" && who.as_str() == Some("demo")).then_some(())
+        },
+    )
     .await;
 
     // Chaos stops proxies; legacy agents on both dead proxies are stranded

@@ -20,7 +20,10 @@ async fn rm(c: &Running, token: &str) -> (u16, Value) {
 
 async fn origin(c: &Running) -> (String, Value) {
     let v = c.ok(AR).await;
-    (v["origin"].as_str().unwrap_or_default().to_string(), v["value"].clone())
+    (
+        v["origin"].as_str().unwrap_or_default().to_string(),
+        v["value"].clone(),
+    )
 }
 
 /// What the running Lifeline actually uses (not what the table says).
@@ -33,7 +36,10 @@ async fn effective(c: &Running) -> bool {
 fn error(v: &Value) -> (String, String) {
     (
         v["error"]["code"].as_str().unwrap_or_default().to_string(),
-        v["error"]["message"].as_str().unwrap_or_default().to_string(),
+        v["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
     )
 }
 
@@ -80,7 +86,13 @@ async fn origin_transitions_follow_rfd_0016() {
         "{msg}"
     );
     // dynamic → dynamic with force.
-    let (s, v) = put(&c, &format!("{AR}?force=true"), UPDATER, r#"{"value": false}"#).await;
+    let (s, v) = put(
+        &c,
+        &format!("{AR}?force=true"),
+        UPDATER,
+        r#"{"value": false}"#,
+    )
+    .await;
     assert_eq!((s, v["origin"].as_str()), (200, Some("dynamic")), "{v}");
 
     // A restart without the file section keeps a dynamic value.
@@ -102,7 +114,13 @@ async fn origin_transitions_follow_rfd_0016() {
     let (s, v) = put(&c, AR, UPDATER, r#"{"value": false}"#).await;
     assert_eq!(s, 409, "{v}");
     assert_eq!(error(&v).0, "already_exists");
-    let (s, v) = put(&c, &format!("{AR}?force=true"), UPDATER, r#"{"value": false}"#).await;
+    let (s, v) = put(
+        &c,
+        &format!("{AR}?force=true"),
+        UPDATER,
+        r#"{"value": false}"#,
+    )
+    .await;
     assert_eq!(s, 409, "{v}");
     let (code, msg) = error(&v);
     assert_eq!(code, "managed_by_config_file");
@@ -220,16 +238,43 @@ async fn settings_refusals_are_clear() {
     assert_eq!(s, 404);
     let (code, msg) = error(&v);
     assert_eq!(code, "unknown_setting");
-    assert!(msg.contains("storm_share") && msg.contains("retention"), "{msg}");
+    assert!(
+        msg.contains("storm_share") && msg.contains("retention"),
+        "{msg}"
+    );
 
     for (path, body, needle) in [
-        ("/api/v1/settings/retention", r#"{"value":"10s"}"#, "at least 1m"),
+        (
+            "/api/v1/settings/retention",
+            r#"{"value":"10s"}"#,
+            "at least 1m",
+        ),
         ("/api/v1/settings/storm_share", r#"{"value":2}"#, "(0, 1]"),
-        ("/api/v1/settings/auto_reconnect", r#"{"value":"yes"}"#, "true or false"),
-        ("/api/v1/settings/grpc_client_lb_policy", r#"{"value":"{nope"}"#, "JSON"),
-        ("/api/v1/settings/retention", r#"{"valeu":"1h"}"#, "unknown field"),
-        ("/api/v1/settings/retention", "not json", "invalid JSON body"),
-        ("/api/v1/settings/retention?force=maybe", r#"{"value":"1h"}"#, "force"),
+        (
+            "/api/v1/settings/auto_reconnect",
+            r#"{"value":"yes"}"#,
+            "true or false",
+        ),
+        (
+            "/api/v1/settings/grpc_client_lb_policy",
+            r#"{"value":"{nope"}"#,
+            "JSON",
+        ),
+        (
+            "/api/v1/settings/retention",
+            r#"{"valeu":"1h"}"#,
+            "unknown field",
+        ),
+        (
+            "/api/v1/settings/retention",
+            "not json",
+            "invalid JSON body",
+        ),
+        (
+            "/api/v1/settings/retention?force=maybe",
+            r#"{"value":"1h"}"#,
+            "force",
+        ),
     ] {
         let (s, v) = put(&c, path, ADMIN, body).await;
         assert_eq!(s, 400, "{path} {body}: {v}");
@@ -259,11 +304,20 @@ async fn settings_refusals_are_clear() {
     let (s, v) = c.call(Method::DELETE, AR, Some(READER), None).await;
     assert_eq!(s, 403, "{v}");
     let (s, v) = c
-        .call(Method::PUT, AR, Some("Basic abc"), Some(r#"{"value":false}"#))
+        .call(
+            Method::PUT,
+            AR,
+            Some("Basic abc"),
+            Some(r#"{"value":false}"#),
+        )
         .await;
     // reqwest sends "Bearer Basic abc": a token that matches nothing.
     assert_eq!(s, 401, "{v}");
-    assert_eq!(origin(&c).await.0, "defaults", "no refusal changed anything");
+    assert_eq!(
+        origin(&c).await.0,
+        "defaults",
+        "no refusal changed anything"
+    );
 
     // A body over server.max_body_bytes: 413 naming the limit.
     let big = format!(r#"{{"value":"{}"}}"#, "x".repeat(70 * 1024));
@@ -282,7 +336,9 @@ async fn settings_refusals_are_clear() {
     let (s, v) = c.get("/api/v1/settings").await;
     assert_eq!(s, 401, "{v}");
     assert!(error(&v).1.contains("read role"), "{v}");
-    let (s, _) = c.call(Method::GET, "/api/v1/settings", Some(READER), None).await;
+    let (s, _) = c
+        .call(Method::GET, "/api/v1/settings", Some(READER), None)
+        .await;
     assert_eq!(s, 200);
     let (s, body) = c.get_text("/metrics").await;
     assert_eq!(s, 401, "/metrics follows the read rule: {body}");
@@ -315,7 +371,13 @@ async fn changes_apply_at_once() {
         assert_eq!(s, 200, "{v}");
         assert_eq!(c.summary().await["signals"][name], true, "{name}");
     }
-    let (s, v) = put(&c, "/api/v1/settings/storm_share", ADMIN, r#"{"value":0.25}"#).await;
+    let (s, v) = put(
+        &c,
+        "/api/v1/settings/storm_share",
+        ADMIN,
+        r#"{"value":0.25}"#,
+    )
+    .await;
     assert_eq!((s, v["value"].as_f64()), (200, Some(0.25)), "{v}");
     let (s, v) = put(&c, "/api/v1/settings/retention", ADMIN, r#"{"value":"2h"}"#).await;
     assert_eq!((s, v["value"].as_str()), (200, Some("2h")), "{v}");

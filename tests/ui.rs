@@ -396,7 +396,10 @@ async fn reconnect_form_is_csrf_protected_and_works_without_js() {
     )
     .await;
     assert_eq!(status, 401, "{html}");
-    assert!(html.contains("sign in") && html.contains("/signin"), "{html}");
+    assert!(
+        html.contains("sign in") && html.contains("/signin"),
+        "{html}"
+    );
     let (status, _, body) = post_form(
         &c,
         &action,
