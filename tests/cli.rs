@@ -35,6 +35,16 @@ fn invalid_config_names_the_field_and_exits_78() {
             "[signals]\ngrpc_client_lb_policy = '{\"loadBalancingConfig\": 1}'\n",
             "signals.grpc_client_lb_policy",
         ),
+        (
+            "[[access.tokens]]\nname = \"ops\"\nsha256 = \"my-plain-token\"\nroles = [\"update\"]\n",
+            "access.tokens[0].sha256",
+        ),
+        (
+            "[[access.tokens]]\nname = \"ops\"\nsha256 = \"00\"\nroles = [\"admin\"]\n",
+            "unknown variant `admin`",
+        ),
+        ("[access]\njoin_tokens = [\"abc\"]\n", "access.join_tokens[0]"),
+        ("[probes]\nallow = [\"10.0.0.1\"]\n", "probes.allow[0]"),
     ];
     for (i, (text, needle)) in cases.iter().enumerate() {
         let path = dir.path().join(format!("bad{i}.toml"));
@@ -88,4 +98,42 @@ fn example_config_checks_out() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Guards `lifeline token new`: the printed config lines are valid config
+/// that admits the printed token (only its hash is in the file).
+#[test]
+fn token_new_prints_a_token_and_config_that_admits_it() {
+    let out = lifeline()
+        .args([
+            "token",
+            "new",
+            "--name",
+            "ops",
+            "--roles",
+            "read,update,create",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let token = text
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("ll_"))
+        .expect("a token line")
+        .to_string();
+    let toml = &text[text.find("[[access.tokens]]").expect("config lines")..];
+    assert!(!toml.contains(&token), "the config holds no plain token");
+    let cfg = lifeline::config::Config::from_toml(toml).expect("valid TOML");
+    cfg.validate().expect("valid config");
+    let a = lifeline::access::Access::new(&cfg.access, lifeline::clock::Clock::system());
+    assert_eq!(a.authenticate(&token).map(|p| p.name), Some("ops".into()));
+
+    let out = lifeline()
+        .args(["token", "new", "--roles", "root"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("root"));
 }

@@ -383,3 +383,55 @@ async fn changes_apply_at_once() {
     assert_eq!((s, v["value"].as_str()), (200, Some("2h")), "{v}");
     c.shutdown().await;
 }
+
+async fn cli(c: &Running, args: &[&str]) -> (i32, String, String) {
+    let out = support::real_timeout(
+        support::REAL_WAIT,
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_lifeline"))
+            .args(args)
+            .args(["--server", &c.ll().base_url()])
+            .env_remove("RUST_LOG")
+            .env("LIFELINE_TOKEN", UPDATER)
+            .output(),
+    )
+    .await
+    .expect("CLI finished in time")
+    .expect("CLI runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Guards `lifeline settings get|set|rm`: values typed as an operator
+/// would (`false`, `6h`), refusals with the RFD's message and non-zero.
+#[tokio::test(start_paused = true)]
+async fn the_cli_gets_sets_and_removes_settings() {
+    let c = Cluster::new().quiet().start().await;
+    let (code, out, err) = cli(&c, &["settings", "set", "auto_reconnect", "false"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("\"origin\": \"dynamic\""), "{out}");
+    let (code, _, err) = cli(&c, &["settings", "set", "auto_reconnect", "true"]).await;
+    assert_ne!(code, 0);
+    assert!(err.contains("409") && err.contains("--force"), "{err}");
+    let (code, out, err) = cli(
+        &c,
+        &["settings", "set", "auto_reconnect", "true", "--force"],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, _) = cli(&c, &["settings", "set", "reconnect_interval", "6h"]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("\"value\": \"6h\""), "{out}");
+    let (code, out, _) = cli(&c, &["settings", "get", "auto_reconnect"]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("\"history\""), "{out}");
+    let (code, out, _) = cli(&c, &["settings", "rm", "auto_reconnect"]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("\"origin\": \"defaults\""), "{out}");
+    let (code, out, _) = cli(&c, &["settings", "get"]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("storm_share"), "{out}");
+    c.shutdown().await;
+}
