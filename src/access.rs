@@ -41,6 +41,14 @@ struct Token {
     roles: Vec<Role>,
 }
 
+/// The token of an `Authorization: Bearer <token>` value (HTTP header or
+/// gRPC metadata); `None` for another scheme or an empty token.
+pub fn bearer(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
 /// SHA-256 of a token, as the config file holds it.
 pub fn hash_hex(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))

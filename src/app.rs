@@ -402,11 +402,9 @@ fn join_check(
             .metadata()
             .get("authorization")
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split_once(' '))
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, t)| t.trim().to_string());
+            .and_then(crate::access::bearer);
         match presented {
-            Some(t) if access.join_allowed(&t) => Ok(req),
+            Some(t) if access.join_allowed(t) => Ok(req),
             Some(_) => {
                 Stats::inc(&stats.agent_join_refused);
                 Err(tonic::Status::unauthenticated(

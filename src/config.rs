@@ -36,7 +36,17 @@ pub struct Config {
 
 /// A role an API token carries, named after RFD 0016's verbs.
 #[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Deserialize,
+    serde::Serialize,
+    clap::ValueEnum,
 )]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
@@ -758,16 +768,8 @@ impl Config {
         let hex64 = |v: &str| v.len() == 64 && v.bytes().all(|b| b.is_ascii_hexdigit());
         let mut names = HashSet::new();
         for (i, t) in self.access.tokens.iter().enumerate() {
-            let ok_name = !t.name.is_empty()
-                && t.name.len() <= 64
-                && t.name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-            if !ok_name {
-                return Err(invalid(
-                    format!("access.tokens[{i}].name"),
-                    "must be 1 to 64 letters, digits, '-' or '_'",
-                ));
+            if !valid_token_name(&t.name) {
+                return Err(invalid(format!("access.tokens[{i}].name"), TOKEN_NAME_RULE));
             }
             if !names.insert(t.name.as_str()) {
                 return Err(invalid(
@@ -822,6 +824,17 @@ impl Config {
     pub fn cluster_uri(&self) -> Result<String, ConfigError> {
         cluster_uri(&self.cluster.addr)
     }
+}
+
+/// What a token's name may be (it appears in cookies and the audit).
+pub const TOKEN_NAME_RULE: &str = "must be 1 to 64 letters, digits, '-' or '_'";
+
+pub fn valid_token_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 fn positive(field: &str, d: Duration) -> Result<(), ConfigError> {

@@ -85,6 +85,17 @@ pub fn router(state: AppState) -> Router {
         )
 }
 
+/// The value of cookie `name` in the request, if present.
+pub fn cookie(h: &axum::http::HeaderMap, name: &str) -> Option<String> {
+    h.get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.to_string())
+}
+
 /// Every 413 (from the body limit layer or an extractor that hit it) as
 /// our JSON error naming the limit.
 async fn body_limit(State(st): State<AppState>, req: Request, next: Next) -> Response {

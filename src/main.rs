@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use lifeline::config::{Config, TelemetryConfig};
+use lifeline::config::{Config, Role, TelemetryConfig};
 use lifeline::demo::{Demo, DemoOptions};
 use lifeline::telemetry::sink::Sink;
 use lifeline::telemetry::{self, LogFormat, OtlpSettings, Pipeline};
@@ -160,9 +160,9 @@ enum TokenOp {
         /// The name the audit and the dashboard show.
         #[arg(long, default_value = "operator")]
         name: String,
-        /// Roles: read, update, create (comma-separated).
-        #[arg(long, value_delimiter = ',', default_value = "read,update")]
-        roles: Vec<String>,
+        /// Roles (comma-separated).
+        #[arg(long, value_enum, value_delimiter = ',', default_value = "read,update")]
+        roles: Vec<Role>,
         /// Make an agents' join token instead of an API token.
         #[arg(long, conflicts_with_all = ["roles"])]
         join: bool,
@@ -434,7 +434,7 @@ async fn settings(op: SettingsOp, server: &str, token: Option<String>) -> anyhow
     Ok(ExitCode::SUCCESS)
 }
 
-fn token_new(name: &str, roles: &[String], join: bool) -> anyhow::Result<ExitCode> {
+fn token_new(name: &str, roles: &[Role], join: bool) -> anyhow::Result<ExitCode> {
     let token = lifeline::access::generate();
     let hash = lifeline::access::hash_hex(&token);
     if join {
@@ -442,24 +442,12 @@ fn token_new(name: &str, roles: &[String], join: bool) -> anyhow::Result<ExitCod
         println!("config lines:\n[access]\njoin_tokens = [\"{hash}\"]");
         return Ok(ExitCode::SUCCESS);
     }
-    for r in roles {
-        anyhow::ensure!(
-            matches!(r.as_str(), "read" | "update" | "create"),
-            "--roles: {r:?} is not read, update or create"
-        );
-    }
-    let tmp = lifeline::config::Config::from_toml(&format!(
-        "[[access.tokens]]\nname = {name:?}\nsha256 = \"{hash}\"\nroles = []\n"
-    ))
-    .map_err(anyhow::Error::msg)?;
-    if let Some(e) = tmp
-        .validate()
-        .err()
-        .filter(|e| e.to_string().contains(".name"))
-    {
-        anyhow::bail!("--name: {e}");
-    }
-    let list: Vec<String> = roles.iter().map(|r| format!("{r:?}")).collect();
+    anyhow::ensure!(
+        lifeline::config::valid_token_name(name),
+        "--name {name:?}: {}",
+        lifeline::config::TOKEN_NAME_RULE
+    );
+    let list: Vec<String> = roles.iter().map(|r| format!("{:?}", r.as_str())).collect();
     println!(
         "API token (send as `Authorization: Bearer <token>`; it is shown only now):\n  {token}\n"
     );

@@ -162,8 +162,9 @@ pub enum SettingsError {
 }
 
 /// The values the rest of Lifeline reads on every decision; a change is
-/// seen at the next read (no restart).
-#[derive(Debug)]
+/// seen at the next read (no restart). [`Settings::start`] applies every
+/// setting before it returns, so nobody reads the zeroed start.
+#[derive(Debug, Default)]
 pub struct Live {
     full_discovery: AtomicBool,
     auto_reconnect: AtomicBool,
@@ -196,22 +197,6 @@ impl Live {
     }
     pub fn retention(&self) -> Duration {
         Duration::from_millis(self.retention_ms.load(Ordering::Relaxed))
-    }
-}
-
-impl From<&Config> for Live {
-    fn from(c: &Config) -> Self {
-        let s = &c.signals;
-        Live {
-            full_discovery: AtomicBool::new(s.full_discovery),
-            auto_reconnect: AtomicBool::new(s.auto_reconnect),
-            graceful_tunnel_closing: AtomicBool::new(s.graceful_tunnel_closing),
-            storm_share_ppm: AtomicU64::new((s.storm_share * 1e6).round() as u64),
-            reconnect_interval_ms: AtomicU64::new(
-                s.reconnect_interval.map_or(0, |d| d.as_millis() as u64),
-            ),
-            retention_ms: AtomicU64::new(c.storage.retention.as_millis() as u64),
-        }
     }
 }
 
@@ -362,7 +347,7 @@ impl Settings {
         cfg: &Config,
         clock: Clock,
     ) -> Result<Settings, SettingsError> {
-        let live = Arc::new(Live::from(&Config::default()));
+        let live = Arc::new(Live::default());
         let (lb, _) = watch::channel(LbPolicy::default());
         let s = Settings {
             db,
@@ -491,11 +476,8 @@ impl Settings {
     }
 
     pub async fn get(&self, name: Name) -> Result<SettingView, SettingsError> {
-        let stored = rows::all(&self.db).await?;
-        Ok(Self::view(
-            name,
-            stored.iter().find(|r| r.name == name.as_str()),
-        ))
+        let row = rows::get(&self.db, name.as_str()).await?;
+        Ok(Self::view(name, row.as_ref()))
     }
 
     pub async fn history(
@@ -515,74 +497,78 @@ impl Settings {
         flags: PutFlags,
         actor: &str,
     ) -> Result<SettingView, SettingsError> {
+        self.change(name, value, Origin::Dynamic, actor, |from| {
+            match (from, flags.force, flags.confirm) {
+                (Origin::Defaults, ..) => Ok("create"),
+                (o, false, _) => Err(SettingsError::AlreadyExists {
+                    name: name.as_str(),
+                    origin: o.as_str(),
+                }),
+                (Origin::Dynamic, true, _) => Ok("force"),
+                (Origin::ConfigFile, true, false) => Err(SettingsError::ManagedByConfigFile {
+                    name: name.as_str(),
+                    key: name.config_key(),
+                }),
+                (Origin::ConfigFile, true, true) if !flags.may_create => {
+                    Err(SettingsError::NeedsCreate {
+                        name: name.as_str(),
+                    })
+                }
+                (Origin::ConfigFile, true, true) => Ok("confirm"),
+            }
+        })
+        .await
+    }
+
+    /// `rm` in RFD 0016's terms: back to the default, origin `defaults`.
+    pub async fn reset(&self, name: Name, actor: &str) -> Result<SettingView, SettingsError> {
+        self.change(
+            name,
+            &default_value(name),
+            Origin::Defaults,
+            actor,
+            |from| match from {
+                Origin::ConfigFile => Err(SettingsError::RmManagedByConfigFile {
+                    name: name.as_str(),
+                    key: name.config_key(),
+                }),
+                _ => Ok("rm"),
+            },
+        )
+        .await
+    }
+
+    /// One change: `decide` sees the stored origin and names the audit
+    /// action or refuses; the row and its audit commit together, then the
+    /// value applies. One change at a time.
+    async fn change(
+        &self,
+        name: Name,
+        value: &Value,
+        origin: Origin,
+        actor: &str,
+        decide: impl FnOnce(Origin) -> Result<&'static str, SettingsError>,
+    ) -> Result<SettingView, SettingsError> {
         let (canonical, parsed) = parse(name, value)?;
         let _one = self.write.lock().await;
         let mut tx = self.db.begin().await?;
         let old = rows::get_in(&mut tx, name.as_str()).await?;
-        let origin = old
+        let from = old
             .as_ref()
             .and_then(|o| Origin::parse(&o.origin))
             .unwrap_or(Origin::Defaults);
-        let action = match (origin, flags.force, flags.confirm) {
-            (Origin::Defaults, ..) => "create",
-            (o, false, _) => {
-                return Err(SettingsError::AlreadyExists {
-                    name: name.as_str(),
-                    origin: o.as_str(),
-                })
-            }
-            (Origin::Dynamic, true, _) => "force",
-            (Origin::ConfigFile, true, false) => {
-                return Err(SettingsError::ManagedByConfigFile {
-                    name: name.as_str(),
-                    key: name.config_key(),
-                })
-            }
-            (Origin::ConfigFile, true, true) if !flags.may_create => {
-                return Err(SettingsError::NeedsCreate {
-                    name: name.as_str(),
-                })
-            }
-            (Origin::ConfigFile, true, true) => "confirm",
-        };
+        let action = decide(from)?;
         let new = StoredSetting {
             name: name.as_str().into(),
             value: canonical.to_string(),
-            origin: Origin::Dynamic.as_str().into(),
+            origin: origin.as_str().into(),
             updated_us: self.clock.now().as_micros(),
             updated_by: actor.into(),
         };
         rows::put_in(&mut tx, &new, old.as_ref(), action).await?;
         tx.commit().await?;
         self.apply(name, &parsed);
-        info!(setting = name.as_str(), value = %new.value, from = origin.as_str(), %actor, action, "setting changed");
-        Ok(Self::view(name, Some(&new)))
-    }
-
-    /// `rm` in RFD 0016's terms: back to the default, origin `defaults`.
-    pub async fn reset(&self, name: Name, actor: &str) -> Result<SettingView, SettingsError> {
-        let default = default_value(name);
-        let (canonical, parsed) = parse(name, &default)?;
-        let _one = self.write.lock().await;
-        let mut tx = self.db.begin().await?;
-        let old = rows::get_in(&mut tx, name.as_str()).await?;
-        if old.as_ref().map(|o| o.origin.as_str()) == Some(Origin::ConfigFile.as_str()) {
-            return Err(SettingsError::RmManagedByConfigFile {
-                name: name.as_str(),
-                key: name.config_key(),
-            });
-        }
-        let new = StoredSetting {
-            name: name.as_str().into(),
-            value: canonical.to_string(),
-            origin: Origin::Defaults.as_str().into(),
-            updated_us: self.clock.now().as_micros(),
-            updated_by: actor.into(),
-        };
-        rows::put_in(&mut tx, &new, old.as_ref(), "rm").await?;
-        tx.commit().await?;
-        self.apply(name, &parsed);
-        info!(setting = name.as_str(), %actor, "setting reset to its default");
+        info!(setting = name.as_str(), value = %new.value, from = from.as_str(), to = origin.as_str(), %actor, action, "setting changed");
         Ok(Self::view(name, Some(&new)))
     }
 }

@@ -7,7 +7,6 @@ use std::net::SocketAddr;
 
 use lifeline::proto::v1 as pb;
 use lifeline::proto::v1::agent_signals_client::AgentSignalsClient;
-use reqwest::Method;
 use serde_json::Value;
 use support::{Cluster, Running, ADMIN, READER};
 use tokio::net::TcpListener;
@@ -304,6 +303,7 @@ async fn live_streams_per_ip_and_page_sizes_are_capped() {
 #[tokio::test(start_paused = true)]
 async fn sign_in_gives_a_strict_session_cookie() {
     let c = Cluster::new().quiet().start().await;
+    c.ready().await;
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -411,11 +411,19 @@ async fn sign_in_gives_a_strict_session_cookie() {
         .unwrap_or_default()
         .contains("Max-Age=0"));
 
-    // An admin bearer token works on the same form route.
-    let (s, v) = c
-        .call(Method::GET, "/api/v1/settings", Some(ADMIN), None)
-        .await;
-    assert_eq!(s, 200, "{v}");
-    let _: Value = v;
+    // A bearer token with update passes the guard on the same form route:
+    // it reaches the hub, which says the agent has no signal stream.
+    let r = client
+        .post(format!("{base}/agents/agent-00001/reconnect"))
+        .header("cookie", &csrf_cookie)
+        .header("accept", "application/json")
+        .bearer_auth(ADMIN)
+        .form(&[("csrf", csrf)])
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(r.status().as_u16(), 409);
+    let v: Value = r.json().await.expect("JSON");
+    assert_eq!(v["error"]["code"], "not_connected", "{v}");
     c.shutdown().await;
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lifeline::sim::AgentEvent;
 use serde_json::Value;
-use support::{Cluster, Running, STRANDED as AGENT};
+use support::{cli, Cluster, Running, STRANDED as AGENT};
 
 async fn signal(c: &Running, id: i64) -> Value {
     c.ok(&format!("/api/v1/signals/{id}")).await
@@ -262,6 +262,24 @@ async fn reconnect_selectors_and_refusals() {
         .await;
     assert_eq!(status, 202, "{body}");
     assert_eq!(body["matched"], 3, "{body}");
+    // Agents signalled moments ago are skipped by the per-agent limit, the
+    // rest signalled: a selector never fails as a whole for it.
+    let asked = ["agent-00001", "agent-00003", "agent-00004", "agent-00005"];
+    let skipped = support::strs(&body["skipped"], "agent");
+    let sent = support::strs(&body["signals"], "agent");
+    assert_eq!(skipped.len() + sent.len(), 3, "{body}");
+    assert!(
+        skipped.iter().all(|a| asked.contains(&a.as_str())),
+        "{body}"
+    );
+    assert!(sent.iter().all(|a| !asked.contains(&a.as_str())), "{body}");
+    assert!(
+        !skipped.is_empty(),
+        "auth-1 serves an agent asked already: {body}"
+    );
+    assert!(support::strs(&body["skipped"], "reason")
+        .iter()
+        .all(|r| r.starts_with("rate limited")));
 
     for (path, payload, code, error) in [
         ("/api/v1/reconnects", "{}", 400, "bad_body"),
@@ -349,26 +367,6 @@ async fn reconnect_to_an_agent_without_a_stream_is_a_conflict() {
         "{body}"
     );
     c.shutdown().await;
-}
-
-async fn cli(c: &Running, args: &[&str]) -> (i32, String, String) {
-    let out = support::real_timeout(
-        support::REAL_WAIT,
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_lifeline"))
-            .args(args)
-            .args(["--server", &c.ll().base_url(), "--wait", "10s"])
-            .env_remove("RUST_LOG")
-            .env("LIFELINE_TOKEN", support::UPDATER)
-            .output(),
-    )
-    .await
-    .expect("CLI finished in time")
-    .expect("CLI runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// Guards `lifeline reconnect`: it prints the signal's outcome and its exit

@@ -6,7 +6,7 @@ mod support;
 
 use reqwest::Method;
 use serde_json::Value;
-use support::{Cluster, Running, ADMIN, READER, UPDATER};
+use support::{cli, Cluster, Running, ADMIN, READER, UPDATER};
 
 const AR: &str = "/api/v1/settings/auto_reconnect";
 
@@ -312,7 +312,22 @@ async fn settings_refusals_are_clear() {
         )
         .await;
     // reqwest sends "Bearer Basic abc": a token that matches nothing.
-    assert_eq!(s, 401, "{v}");
+    assert_eq!((s, error(&v).0.as_str()), (401, "invalid_token"), "{v}");
+    // Another scheme, sent as such, is named for what it is.
+    let resp = c
+        .http
+        .put(format!("{}{AR}", c.ll().base_url()))
+        .header("authorization", "Basic abc")
+        .header("content-type", "application/json")
+        .body(r#"{"value":false}"#)
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(resp.status().as_u16(), 401);
+    assert!(resp.headers().contains_key("www-authenticate"));
+    let v: Value = resp.json().await.expect("JSON");
+    assert_eq!(error(&v).0, "bad_authorization", "{v}");
+    assert!(error(&v).1.contains("Bearer <token>"), "{v}");
     assert_eq!(
         origin(&c).await.0,
         "defaults",
@@ -382,26 +397,6 @@ async fn changes_apply_at_once() {
     let (s, v) = put(&c, "/api/v1/settings/retention", ADMIN, r#"{"value":"2h"}"#).await;
     assert_eq!((s, v["value"].as_str()), (200, Some("2h")), "{v}");
     c.shutdown().await;
-}
-
-async fn cli(c: &Running, args: &[&str]) -> (i32, String, String) {
-    let out = support::real_timeout(
-        support::REAL_WAIT,
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_lifeline"))
-            .args(args)
-            .args(["--server", &c.ll().base_url()])
-            .env_remove("RUST_LOG")
-            .env("LIFELINE_TOKEN", UPDATER)
-            .output(),
-    )
-    .await
-    .expect("CLI finished in time")
-    .expect("CLI runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// Guards `lifeline settings get|set|rm`: values typed as an operator

@@ -153,9 +153,10 @@ async fn agent(
     Ok(Json(AgentResponse { detail, episodes }))
 }
 
+/// A list answer: `{"items": [...]}`.
 #[derive(Serialize)]
-struct Items<T> {
-    items: Vec<T>,
+pub(super) struct Items<T> {
+    pub items: Vec<T>,
 }
 
 async fn proxies(State(s): State<AppState>) -> Result<Json<Items<view::ProxyView>>, ApiError> {

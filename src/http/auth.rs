@@ -31,6 +31,11 @@ use crate::stats::Stats;
 pub struct Caller(pub Option<Principal>);
 
 impl Caller {
+    /// The caller `guard` left in the request's extensions.
+    pub fn of(ext: &axum::http::Extensions) -> Caller {
+        ext.get::<Caller>().cloned().unwrap_or_default()
+    }
+
     /// How the audit names the caller.
     pub fn actor(&self) -> String {
         self.0
@@ -50,11 +55,7 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Caller {
         parts: &mut axum::http::request::Parts,
         _: &S,
     ) -> Result<Self, Self::Rejection> {
-        Ok(parts
-            .extensions
-            .get::<Caller>()
-            .cloned()
-            .unwrap_or_default())
+        Ok(Caller::of(&parts.extensions))
     }
 }
 
@@ -67,29 +68,13 @@ fn bearer(h: &HeaderMap) -> Result<Option<String>, ApiError> {
     let Some(v) = h.get(header::AUTHORIZATION) else {
         return Ok(None);
     };
-    let v = v.to_str().unwrap_or_default().trim();
-    match v.split_once(' ') {
-        Some((scheme, token))
-            if scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty() =>
-        {
-            Ok(Some(token.trim().to_string()))
-        }
-        _ => Err(ApiError::Unauthorized {
+    match crate::access::bearer(v.to_str().unwrap_or_default()) {
+        Some(token) => Ok(Some(token.to_string())),
+        None => Err(ApiError::Unauthorized {
             code: "bad_authorization",
             message: "the Authorization header must be `Bearer <token>`".into(),
         }),
     }
-}
-
-/// The session cookie's value, if present.
-pub fn session_cookie(h: &HeaderMap) -> Option<String> {
-    h.get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == SESSION_COOKIE)
-        .map(|(_, v)| v.to_string())
 }
 
 /// Where a refusal goes: JSON for the API (and the dashboard's JS), a
@@ -141,7 +126,9 @@ pub async fn guard(State(st): State<AppState>, mut req: Request, next: Next) -> 
                 return refuse(&st, e, &req, api);
             }
         },
-        Ok(None) if !api => session_cookie(req.headers()).and_then(|v| st.access.session(&v)),
+        Ok(None) if !api => {
+            super::cookie(req.headers(), SESSION_COOKIE).and_then(|v| st.access.session(&v))
+        }
         Ok(None) => None,
     };
     let reading = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);

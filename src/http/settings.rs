@@ -9,6 +9,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::api::Items;
 use super::auth::Caller;
 use super::error::{ApiError, ApiJson, ApiQuery};
 use super::AppState;
@@ -23,12 +24,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/settings/{name}", get(one).put(put).delete(remove))
 }
 
-#[derive(Serialize)]
-struct Items {
-    items: Vec<SettingView>,
-}
-
-async fn list(State(s): State<AppState>) -> Result<Json<Items>, ApiError> {
+async fn list(State(s): State<AppState>) -> Result<Json<Items<SettingView>>, ApiError> {
     Ok(Json(Items {
         items: s.settings.list().await?,
     }))

@@ -120,11 +120,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Ctx {
         Ok(Ctx {
             session: csrf::session(&parts.headers),
             started: Instant::now(),
-            caller: parts
-                .extensions
-                .get::<crate::http::auth::Caller>()
-                .cloned()
-                .unwrap_or_default(),
+            caller: crate::http::auth::Caller::of(&parts.extensions),
         })
     }
 }

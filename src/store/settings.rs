@@ -46,16 +46,21 @@ pub async fn all(db: &SqlitePool) -> Result<Vec<StoredSetting>, sqlx::Error> {
         .await
 }
 
+/// One setting's row.
+const ONE: &str = "SELECT name, value, origin, updated_us, updated_by FROM settings WHERE name = ?";
+
+pub async fn get(db: &SqlitePool, name: &str) -> Result<Option<StoredSetting>, sqlx::Error> {
+    sqlx::query_as(ONE).bind(name).fetch_optional(db).await
+}
+
 pub async fn get_in(
     tx: &mut Transaction<'_, Sqlite>,
     name: &str,
 ) -> Result<Option<StoredSetting>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT name, value, origin, updated_us, updated_by FROM settings WHERE name = ?",
-    )
-    .bind(name)
-    .fetch_optional(&mut **tx)
-    .await
+    sqlx::query_as(ONE)
+        .bind(name)
+        .fetch_optional(&mut **tx)
+        .await
 }
 
 /// Writes `new` and its audit row (`old` is what it replaces) in `tx`.

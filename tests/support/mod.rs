@@ -507,6 +507,29 @@ impl Running {
     }
 }
 
+/// Runs the `lifeline` binary against `c` (`--server` appended) as
+/// [`UPDATER`] (`LIFELINE_TOKEN`; a `--token` in `args` wins): exit code,
+/// stdout, stderr.
+pub async fn cli(c: &Running, args: &[&str]) -> (i32, String, String) {
+    let out = real_timeout(
+        REAL_WAIT,
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_lifeline"))
+            .args(args)
+            .args(["--server", &c.ll().base_url()])
+            .env_remove("RUST_LOG")
+            .env("LIFELINE_TOKEN", UPDATER)
+            .output(),
+    )
+    .await
+    .expect("CLI finished in time")
+    .expect("CLI runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 pub fn names(items: &Value) -> Vec<String> {
     let mut v: Vec<String> = items
         .as_array()

@@ -9,7 +9,7 @@
 //! request is refused outright. The key is per process: a restart makes
 //! open forms stale, and the refusal says to reload.
 
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::{HeaderMap, HeaderValue};
 use hmac::{Hmac, KeyInit, Mac};
 use rand::RngCore;
 use sha2::Sha256;
@@ -61,14 +61,7 @@ impl Csrf {
 
 /// The id in the request's cookie, if well-formed.
 pub fn cookie_id(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == COOKIE)
-        .map(|(_, v)| v.to_string())
+    crate::http::cookie(headers, COOKIE)
         .filter(|v| v.len() == ID_BYTES * 2 && v.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
@@ -128,6 +121,8 @@ pub fn check(c: &Csrf, headers: &HeaderMap, token: &str) -> Result<(), Refusal> 
 
 #[cfg(test)]
 mod tests {
+    use axum::http::header;
+
     use super::*;
 
     fn with_cookie(v: &str) -> HeaderMap {
