@@ -17,7 +17,7 @@ use crate::config::Config;
 use crate::model::{AgentState, Kind, Server};
 use crate::proto::v1 as pb;
 use crate::sim::cluster::{agent_name, proxy_name, put_server};
-use crate::sim::{SimCluster, SimSpec};
+use crate::sim::{SimCluster, SimSpec, SIM_JOIN_TOKEN};
 use crate::store::{self, EventRow, StoreError, WriteBatch};
 use crate::telemetry::otlp;
 use crate::telemetry::sink::Sink;
@@ -122,6 +122,18 @@ pub enum Scenario {
         #[arg(long, default_value_t = 200)]
         requests: usize,
     },
+    /// (internal) The simulated cluster of `resync`, in its own process so
+    /// that Lifeline's memory is measured alone. Prints `listening <uri>`;
+    /// `kill-streams` on stdin ends every watch stream; EOF stops it.
+    #[command(hide = true)]
+    Cluster {
+        #[arg(long)]
+        agents: usize,
+        #[arg(long)]
+        proxies: usize,
+        #[arg(long)]
+        tunnels_per_agent: usize,
+    },
     /// (internal) The agents process of `fanout` and `reconnect`.
     #[command(hide = true)]
     Agents {
@@ -131,6 +143,9 @@ pub enum Scenario {
         agents: usize,
         #[arg(long, default_value_t = 100)]
         per_connection: usize,
+        /// The join token, from the parent benchmark's environment.
+        #[arg(long, env = signals::JOIN_TOKEN_ENV, hide_env_values = true)]
+        join_token: String,
     },
 }
 
@@ -222,11 +237,17 @@ pub async fn run(s: Scenario, export: Option<&Sink>) -> Result<Value, BenchError
             expiring,
             requests,
         } => ui::ui(agents, proxies, expiring, requests).await,
+        Scenario::Cluster {
+            agents,
+            proxies,
+            tunnels_per_agent,
+        } => cluster_process(agents, proxies, tunnels_per_agent).await,
         Scenario::Agents {
             lifeline,
             agents,
             per_connection,
-        } => signals::agents_process(lifeline, agents, per_connection).await,
+            join_token,
+        } => signals::agents_process(lifeline, agents, per_connection, join_token).await,
     }
 }
 
@@ -258,15 +279,19 @@ impl Drop for Scratch {
 pub(crate) const BENCH_TOKEN: &str = "bench-token";
 
 fn config(sim: &SimCluster, db: PathBuf, page_size: u32) -> Config {
+    config_for(&sim.uri(), &sim.spec().join_token, db, page_size)
+}
+
+fn config_for(uri: &str, join_token: &str, db: PathBuf, page_size: u32) -> Config {
     let mut cfg = Config::default();
     cfg.server.listen = "127.0.0.1:0".into();
     cfg.server.grpc_listen = "127.0.0.1:0".into();
-    cfg.cluster.addr = sim.uri();
+    cfg.cluster.addr = uri.to_string();
     cfg.cluster.page_size = page_size;
     cfg.cluster.max_message_bytes = 64 * 1024 * 1024;
     cfg.storage.path = db;
     cfg.fleet.command_queue = 4096;
-    cfg.access.join_tokens = vec![crate::access::hash_hex(&sim.spec().join_token)];
+    cfg.access.join_tokens = vec![crate::access::hash_hex(join_token)];
     cfg.access.tokens = vec![crate::config::TokenConfig {
         name: "bench".into(),
         sha256: crate::access::hash_hex(BENCH_TOKEN),
@@ -435,6 +460,7 @@ async fn ingest_export(
     sink: &Sink,
 ) -> Result<Value, BenchError> {
     let received0 = sink.received();
+    let exported0 = SPANS.exported.load(Ordering::Relaxed);
     let dropped0 = SPANS.dropped_queue_full.load(Ordering::Relaxed)
         + SPANS.export_failed.load(Ordering::Relaxed);
     let (mut off, mut on, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
@@ -462,6 +488,18 @@ async fn ingest_export(
         off.push(pair[0].round());
         on.push(pair[1].round());
         ratios.push((pair[1] / pair[0] * 1000.0).round() / 1000.0);
+    }
+    // Count what reached the receiver once the exporter's queue is empty
+    // (it sends in batches, on a delay), bounded in time.
+    let settle = Instant::now()
+        + crate::config::TelemetryConfig::default().batch_delay * 3
+        + Duration::from_secs(5);
+    let mut still = 0;
+    while still < 5 && Instant::now() < settle {
+        let idle = SPANS.queued.load(Ordering::Relaxed) == 0
+            && sink.received() - received0 >= SPANS.exported.load(Ordering::Relaxed) - exported0;
+        still = if idle { still + 1 } else { 0 };
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let mut sorted = ratios.clone();
     sorted.sort_by(f64::total_cmp);
@@ -567,6 +605,87 @@ async fn ingest(
     }))
 }
 
+/// The body of `bench cluster`: a simulated cluster served until stdin
+/// closes.
+async fn cluster_process(
+    agents: usize,
+    proxies: usize,
+    tunnels_per_agent: usize,
+) -> Result<Value, BenchError> {
+    use tokio::io::AsyncBufReadExt;
+    let sim = SimCluster::start(
+        spec(agents, proxies, tunnels_per_agent, 1024),
+        Clock::system(),
+    )
+    .await
+    .map_err(BenchError::Sim)?;
+    println!("listening {}", sim.uri());
+    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if line.trim() == "kill-streams" {
+            sim.kill_streams();
+        }
+    }
+    sim.shutdown();
+    Ok(json!({"scenario": "cluster", "agents": agents}))
+}
+
+/// A `bench cluster` child process.
+struct ClusterChild {
+    proc: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    uri: String,
+}
+
+impl ClusterChild {
+    async fn start(
+        agents: usize,
+        proxies: usize,
+        tunnels_per_agent: usize,
+    ) -> Result<ClusterChild, BenchError> {
+        use tokio::io::AsyncBufReadExt;
+        let exe = std::env::current_exe().map_err(|e| BenchError::Agents(e.to_string()))?;
+        let mut proc = tokio::process::Command::new(exe)
+            .args(["bench", "cluster", "--agents", &agents.to_string()])
+            .args(["--proxies", &proxies.to_string()])
+            .args(["--tunnels-per-agent", &tunnels_per_agent.to_string()])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| BenchError::Agents(format!("cannot start the cluster process: {e}")))?;
+        let (Some(stdin), Some(out)) = (proc.stdin.take(), proc.stdout.take()) else {
+            return Err(BenchError::Agents(
+                "the cluster process has no stdio".into(),
+            ));
+        };
+        let mut lines = tokio::io::BufReader::new(out).lines();
+        let line = tokio::time::timeout(Duration::from_secs(600), lines.next_line())
+            .await
+            .map_err(|_| BenchError::Timeout("cluster process starting"))?
+            .map_err(|e| BenchError::Agents(e.to_string()))?
+            .ok_or_else(|| BenchError::Agents("the cluster process ended early".into()))?;
+        let uri = line
+            .strip_prefix("listening ")
+            .ok_or_else(|| BenchError::Agents(format!("cluster process said {line:?}")))?
+            .to_string();
+        Ok(ClusterChild { proc, stdin, uri })
+    }
+
+    async fn kill_streams(&mut self) -> Result<(), BenchError> {
+        use tokio::io::AsyncWriteExt;
+        self.stdin
+            .write_all(b"kill-streams\n")
+            .await
+            .map_err(|e| BenchError::Agents(format!("cluster process: {e}")))
+    }
+
+    async fn stop(mut self) {
+        drop(self.stdin);
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.proc.wait()).await;
+    }
+}
+
 async fn resync(
     agents: usize,
     proxies: usize,
@@ -575,28 +694,41 @@ async fn resync(
 ) -> Result<Value, BenchError> {
     let clock = Clock::system();
     let scratch = Scratch::new("resync");
-    let sim = SimCluster::start(spec(agents, proxies, tunnels_per_agent, 1024), clock)
-        .await
-        .map_err(BenchError::Sim)?;
+    // The cluster lives in another process: the RSS below is Lifeline's.
+    let mut child = ClusterChild::start(agents, proxies, tunnels_per_agent).await?;
+    let mut cfg = config_for(
+        &child.uri,
+        SIM_JOIN_TOKEN,
+        scratch.db("resync.db"),
+        page_size,
+    );
+    cfg.signals.auto_reconnect = false;
+    let rss_before = proc_status_kib("VmRSS:").unwrap_or(0);
     let t0 = Instant::now();
-    let ll = Lifeline::start(&config(&sim, scratch.db("resync.db"), page_size), clock).await?;
+    let ll = Lifeline::start(&cfg, clock).await?;
     ll.fleet.wait_ready().await?;
     let counts = ll
         .fleet
         .read(|f| (f.agents.len(), f.proxies.len(), f.tunnels.len()))
         .await?;
     let cold = t0.elapsed();
+    // Let the first snapshot reach SQLite, so the writer's batch is not
+    // counted as the model's memory.
+    ll.fleet.flush().await?;
+    let rss_after = proc_status_kib("VmRSS:").unwrap_or(0);
 
     // A second resync on a warm process: the stream dies, comes back.
-    sim.kill_streams();
+    child.kill_streams().await?;
     ll.fleet.wait_not_ready().await?;
     let t1 = Instant::now();
     ll.fleet.wait_ready().await?;
     ll.fleet.read(|f| f.agents.len()).await?;
     let warm = t1.elapsed();
     ll.fleet.flush().await?;
+    let rss_warm = proc_status_kib("VmRSS:").unwrap_or(0);
     ll.shutdown().await;
-    sim.shutdown();
+    child.stop().await;
+    let per_agent = rss_after.saturating_sub(rss_before) as f64 * 1024.0 / counts.0.max(1) as f64;
     Ok(json!({
         "scenario": "resync",
         "agents": counts.0,
@@ -605,8 +737,15 @@ async fn resync(
         "page_size": page_size,
         "cold_start_resync_ms": cold.as_millis(),
         "warm_resync_ms": warm.as_millis(),
-        "note": "warm_resync_ms includes the reconnect backoff (full jitter from 250 ms)",
+        "note": "warm_resync_ms includes the reconnect backoff (full jitter from 250 ms); the simulated cluster runs in another process",
         "target_ms": 2000,
+        "lifeline_rss_kib": {
+            "before_start": rss_before,
+            "after_resync": rss_after,
+            "after_warm_resync": rss_warm,
+        },
+        "lifeline_rss_bytes_per_agent": per_agent.round(),
+        "target_rss_bytes_per_agent": 2048,
         "peak_rss_kib": peak_rss_kib(),
     }))
 }

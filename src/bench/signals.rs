@@ -16,6 +16,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
+use tracing::warn;
 
 use super::{config, percentile, BenchError, Scratch};
 use crate::app::{Lifeline, Tuning};
@@ -23,7 +24,7 @@ use crate::clock::{Clock, Ts};
 use crate::model::{AgentState, Kind};
 use crate::proto::v1 as pb;
 use crate::proto::v1::agent_signals_client::AgentSignalsClient;
-use crate::sim::agent::lifeline_channel;
+use crate::sim::agent::{join_request, lifeline_channel};
 use crate::sim::cluster::{agent_name, proxy_name};
 use crate::sim::{SimAgent, SimCluster, SimSpec};
 
@@ -35,21 +36,26 @@ fn rss_kib() -> Option<u64> {
     super::proc_status_kib("VmRSS:")
 }
 
-/// Opens one bare agent stream: Hello sent, the sender kept for acks.
+/// Opens one bare agent stream with the join token: Hello sent, the sender
+/// kept for acks.
 async fn agent_stream(
     ch: tonic::transport::Channel,
     name: &str,
-) -> Option<(mpsc::Sender<pb::AgentMessage>, tonic::Streaming<pb::Signal>)> {
+    join_token: &str,
+) -> Result<(mpsc::Sender<pb::AgentMessage>, tonic::Streaming<pb::Signal>), tonic::Status> {
     let (tx, rx) = mpsc::channel(8);
     tx.send(pb::AgentMessage::hello(name, "bench", 2))
         .await
-        .ok()?;
+        .map_err(|_| tonic::Status::internal("agent stream closed"))?;
     let resp = AgentSignalsClient::new(ch)
-        .connect(ReceiverStream::new(rx))
-        .await
-        .ok()?;
-    Some((tx, resp.into_inner()))
+        .connect(join_request(ReceiverStream::new(rx), join_token))
+        .await?;
+    Ok((tx, resp.into_inner()))
 }
+
+/// The environment variable that hands the join token to the agents
+/// process (never its command line, which every user of the host can read).
+pub const JOIN_TOKEN_ENV: &str = "LIFELINE_BENCH_JOIN_TOKEN";
 
 /// What the agents process reports when its stdin closes.
 #[derive(Serialize, Deserialize, Default)]
@@ -69,8 +75,11 @@ pub async fn agents_process(
     lifeline: SocketAddr,
     n: usize,
     per_connection: usize,
+    join_token: String,
 ) -> Result<Value, BenchError> {
     let stop = CancellationToken::new();
+    let join_token: Arc<str> = Arc::from(join_token);
+    let refused = Arc::new(std::sync::Mutex::new(None::<String>));
     let (done_tx, mut done_rx) = mpsc::channel::<(Vec<(String, i64)>, usize, u64)>(1024);
     let connected = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut channel = None;
@@ -81,11 +90,17 @@ pub async fn agents_process(
         }
         let Some(ch) = channel.clone() else { break };
         let (stop, done, connected) = (stop.clone(), done_tx.clone(), connected.clone());
+        let (token, refused) = (join_token.clone(), refused.clone());
         tokio::spawn(async move {
             let mut got: Vec<(String, i64)> = Vec::new();
             let (mut acks, mut messages) = (0usize, 0u64);
             let mut seen: std::collections::HashSet<String> = Default::default();
-            if let Some((tx, mut inbound)) = agent_stream(ch, &agent_name(i)).await {
+            let stream = agent_stream(ch, &agent_name(i), &token).await;
+            if let Err(e) = &stream {
+                let mut r = refused.lock().unwrap_or_else(|p| p.into_inner());
+                r.get_or_insert_with(|| format!("{}: {}", agent_name(i), e.message()));
+            }
+            if let Ok((tx, mut inbound)) = stream {
                 connected.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 loop {
                     let m = tokio::select! {
@@ -122,11 +137,19 @@ pub async fn agents_process(
     let mut stdin = tokio::io::stdin();
     let mut last = usize::MAX;
     let mut buf = [0u8; 64];
+    let mut told_refusal = false;
     loop {
         let c = connected.load(std::sync::atomic::Ordering::SeqCst);
         if c != last {
             println!("connected {c}");
             last = c;
+        }
+        if !told_refusal {
+            if let Some(why) = refused.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+                // The parent stops waiting and says why.
+                println!("refused {why}");
+                told_refusal = true;
+            }
         }
         tokio::select! {
             r = stdin.read(&mut buf) => if matches!(r, Ok(0) | Err(_)) { break },
@@ -159,6 +182,7 @@ impl Child {
         lifeline: SocketAddr,
         n: usize,
         per_connection: usize,
+        join_token: &str,
     ) -> Result<Child, BenchError> {
         let exe = std::env::current_exe().map_err(|e| BenchError::Agents(e.to_string()))?;
         let mut proc = tokio::process::Command::new(exe)
@@ -172,6 +196,7 @@ impl Child {
                 "--per-connection",
                 &per_connection.to_string(),
             ])
+            .env(JOIN_TOKEN_ENV, join_token)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
@@ -199,6 +224,11 @@ impl Child {
             if line.trim() == format!("connected {n}") {
                 return Ok(());
             }
+            if let Some(why) = line.strip_prefix("refused ") {
+                return Err(BenchError::Agents(format!(
+                    "Lifeline refused an agent stream: {why}"
+                )));
+            }
         }
     }
 
@@ -208,7 +238,7 @@ impl Child {
         }
         let mut json = String::new();
         while let Ok(Some(line)) = self.lines.next_line().await {
-            if !line.starts_with("connected ") {
+            if !line.starts_with("connected ") && !line.starts_with("refused ") {
                 json.push_str(&line);
             }
         }
@@ -256,7 +286,8 @@ pub async fn fanout(
     ll.fleet.wait_ready().await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_before = rss_kib().unwrap_or(0);
-    let mut child = Child::start(ll.grpc_addr, agents, per_connection).await?;
+    let mut child =
+        Child::start(ll.grpc_addr, agents, per_connection, &sim.spec().join_token).await?;
     child.connected(agents, Duration::from_secs(300)).await?;
     super::wait_until("hub sees every agent", Duration::from_secs(60), || {
         ll.hub.connected() == agents
@@ -318,7 +349,7 @@ pub async fn reconnect(agents: usize, requests: usize) -> Result<Value, BenchErr
     cfg.signals.auto_reconnect = false;
     let ll = Lifeline::start_tuned(&cfg, clock, Tuning::default()).await?;
     ll.fleet.wait_ready().await?;
-    let mut child = Child::start(ll.grpc_addr, agents, 100).await?;
+    let mut child = Child::start(ll.grpc_addr, agents, 100, &sim.spec().join_token).await?;
     child.connected(agents, Duration::from_secs(120)).await?;
     super::wait_until("hub sees every agent", Duration::from_secs(60), || {
         ll.hub.connected() == agents
@@ -473,10 +504,15 @@ async fn traffic_run(
     for i in 0..streams {
         let ch = lifeline_channel(ll.grpc_addr).map_err(|e| BenchError::Agents(e.to_string()))?;
         let stop = stop.clone();
+        let token = sim.spec().join_token.clone();
         tokio::spawn(async move {
             // Lifeline counts what it sends; the agent only has to read it.
-            let Some((_tx, mut inbound)) = agent_stream(ch, &agent_name(i)).await else {
-                return;
+            let (_tx, mut inbound) = match agent_stream(ch, &agent_name(i), &token).await {
+                Ok(s) => s,
+                Err(e) => {
+                    warn!(error = %e.message(), "bench agent stream refused");
+                    return;
+                }
             };
             loop {
                 tokio::select! {

@@ -1,0 +1,240 @@
+//! Every `lifeline bench` scenario, run at a tiny size through the real
+//! command line (the same binary and entry point an operator uses), its JSON
+//! checked for every field and for values that make sense: counts as
+//! expected, rates and latencies positive, nothing lost. No time threshold is
+//! ever asserted here: the figures belong in the README, from a release
+//! build. A scenario that breaks fails this test, and so CI.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+/// Runs `lifeline bench <args>` and parses its JSON.
+fn bench(args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_lifeline"))
+        .arg("bench")
+        .args(args)
+        .env_remove("LIFELINE_CONFIG")
+        .output()
+        .expect("the lifeline binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "lifeline bench {args:?} failed ({}):\n{stderr}\n{stdout}",
+        out.status
+    );
+    serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("lifeline bench {args:?}: not JSON ({e}):\n{stdout}"))
+}
+
+/// The value at a `/`-separated path, which must exist.
+fn at<'a>(v: &'a Value, path: &str) -> &'a Value {
+    let p = format!("/{path}");
+    v.pointer(&p)
+        .unwrap_or_else(|| panic!("missing field {path} in {v:#}"))
+}
+
+fn num(v: &Value, path: &str) -> f64 {
+    at(v, path)
+        .as_f64()
+        .unwrap_or_else(|| panic!("{path} is not a number in {v:#}"))
+}
+
+fn positive(v: &Value, path: &str) -> f64 {
+    let n = num(v, path);
+    assert!(n > 0.0, "{path} = {n}, expected > 0 in {v:#}");
+    n
+}
+
+fn eq(v: &Value, path: &str, want: f64) {
+    let n = num(v, path);
+    assert_eq!(n, want, "{path} in {v:#}");
+}
+
+/// A latency summary: p50 ≤ p99 ≤ max, all positive, `n` if present.
+fn latency(v: &Value, path: &str, n: Option<f64>) {
+    let p50 = positive(v, &format!("{path}/p50"));
+    let p99 = positive(v, &format!("{path}/p99"));
+    let max = positive(v, &format!("{path}/max"));
+    assert!(p50 <= p99 && p99 <= max, "{path}: {p50} {p99} {max}");
+    if let Some(n) = n {
+        eq(v, &format!("{path}/n"), n);
+    }
+}
+
+#[test]
+fn bench_ingest_runs_and_loses_nothing() {
+    let v = bench(&[
+        "ingest",
+        "--agents",
+        "200",
+        "--proxies",
+        "10",
+        "--events",
+        "5000",
+        "--export-rounds",
+        "1",
+    ]);
+    assert_eq!(at(&v, "scenario"), "ingest");
+    eq(&v, "events", 5000.0);
+    positive(&v, "pipeline_events_per_s");
+    positive(&v, "raw_insert_events_per_s");
+    positive(&v, "ratio");
+    positive(&v, "pipeline_seconds");
+    eq(&v, "history_rows_dropped", 0.0);
+    // The export comparison ran: one round, both legs, every span received.
+    assert_eq!(
+        at(&v, "export/off_events_per_s").as_array().map(Vec::len),
+        Some(1)
+    );
+    positive(&v, "export/off_events_per_s/0");
+    positive(&v, "export/on_events_per_s/0");
+    positive(&v, "export/ratio");
+    positive(&v, "export/spans_received");
+    eq(&v, "export/spans_lost", 0.0);
+    positive(&v, "peak_rss_kib");
+}
+
+#[test]
+fn bench_resync_runs_with_the_cluster_in_another_process() {
+    let v = bench(&[
+        "resync",
+        "--agents",
+        "300",
+        "--proxies",
+        "10",
+        "--tunnels-per-agent",
+        "2",
+        "--page-size",
+        "100",
+    ]);
+    assert_eq!(at(&v, "scenario"), "resync");
+    eq(&v, "agents", 300.0);
+    eq(&v, "proxies", 10.0);
+    eq(&v, "tunnels", 600.0);
+    positive(&v, "cold_start_resync_ms");
+    num(&v, "warm_resync_ms");
+    positive(&v, "lifeline_rss_kib/before_start");
+    positive(&v, "lifeline_rss_kib/after_resync");
+    num(&v, "lifeline_rss_bytes_per_agent");
+    eq(&v, "target_rss_bytes_per_agent", 2048.0);
+}
+
+#[test]
+fn bench_detect_sees_every_stranded_agent() {
+    let v = bench(&[
+        "detect",
+        "--agents",
+        "400",
+        "--proxies",
+        "20",
+        "--expiring",
+        "4",
+        "--spacing",
+        "20ms",
+    ]);
+    assert_eq!(at(&v, "scenario"), "detect");
+    let expected = positive(&v, "stranded_expected");
+    eq(&v, "stranded_seen", expected);
+    latency(&v, "latency_ms", None);
+    positive(&v, "timers_fired");
+}
+
+#[test]
+fn bench_fanout_delivers_every_heartbeat_to_every_agent() {
+    let v = bench(&[
+        "fanout",
+        "--agents",
+        "30",
+        "--rounds",
+        "3",
+        "--per-connection",
+        "10",
+    ]);
+    assert_eq!(at(&v, "scenario"), "fanout");
+    eq(&v, "agents", 30.0);
+    eq(&v, "deliveries_missing", 0.0);
+    latency(&v, "heartbeat_to_each_agent_ms", Some(90.0));
+    latency(&v, "heartbeat_to_every_agent_ms", Some(3.0));
+    positive(&v, "server_rss_kib/with_agents");
+    num(&v, "server_rss_per_agent_kib");
+    positive(&v, "discovery/discovery_delta");
+}
+
+#[test]
+fn bench_discovery_traffic_compares_delta_and_full() {
+    let v = bench(&[
+        "discovery-traffic",
+        "--agents",
+        "100",
+        "--proxies",
+        "5",
+        "--ttl",
+        "1m",
+        "--duration",
+        "3m",
+        "--streams",
+        "2",
+    ]);
+    assert_eq!(at(&v, "scenario"), "discovery-traffic");
+    for mode in ["delta", "full"] {
+        positive(&v, &format!("{mode}/messages_per_agent"));
+        positive(&v, &format!("{mode}/bytes_per_agent"));
+        positive(&v, &format!("{mode}/bytes_all_agents"));
+    }
+    let r = positive(&v, "delta_over_full_bytes");
+    assert!(r < 1.0, "deltas carry fewer bytes than full lists: {r}");
+    positive(&v, "delta_over_full_messages");
+}
+
+#[test]
+fn bench_reconnect_sees_every_ack() {
+    let v = bench(&["reconnect", "--agents", "20", "--requests", "20"]);
+    assert_eq!(at(&v, "scenario"), "reconnect");
+    latency(&v, "post_to_ack_ms", Some(20.0));
+    latency(&v, "post_response_ms", Some(20.0));
+    eq(&v, "acks_seen_by_agents", 20.0);
+}
+
+#[test]
+fn bench_recovery_recovers_every_stranded_agent() {
+    let v = bench(&["recovery", "--agents", "40"]);
+    assert_eq!(at(&v, "scenario"), "recovery");
+    // Agents on the two stopped proxies: every fourth.
+    eq(&v, "stranded", 10.0);
+    eq(&v, "recovered", 10.0);
+    latency(&v, "expiry_to_each_recovered_ms", Some(10.0));
+    positive(&v, "expiry_to_all_recovered_ms");
+    positive(&v, "signals/sent");
+    // Only agents with somewhere to go are signalled: none fails.
+    eq(&v, "signals/failed", 0.0);
+}
+
+#[test]
+fn bench_ui_renders_every_page() {
+    let v = bench(&[
+        "ui",
+        "--agents",
+        "300",
+        "--proxies",
+        "10",
+        "--expiring",
+        "3",
+        "--requests",
+        "5",
+    ]);
+    assert_eq!(at(&v, "scenario"), "ui");
+    eq(&v, "agents", 300.0);
+    positive(&v, "stranded");
+    for page in [
+        "overview",
+        "stranded_agents_page",
+        "agents_page_filter_matching_nothing",
+    ] {
+        latency(&v, &format!("{page}/render_ms"), None);
+        positive(&v, &format!("{page}/html_bytes"));
+    }
+    positive(&v, "overview_download_bytes/total");
+    positive(&v, "overview_download_bytes/total_gzip");
+}
