@@ -13,6 +13,7 @@
 
 pub mod actor;
 pub mod classify;
+pub mod destination;
 pub mod schedule;
 pub mod state;
 pub mod view;

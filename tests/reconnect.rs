@@ -154,6 +154,108 @@ async fn automatic_reconnect_recovers_without_a_person() {
     c.shutdown().await;
 }
 
+/// Automatic signals per agent, and how many of them failed.
+async fn auto_signals(c: &Running) -> std::collections::BTreeMap<String, (usize, usize)> {
+    let mut per = std::collections::BTreeMap::new();
+    let sigs = c.ok("/api/v1/signals?requested_by=auto&limit=1000").await;
+    for s in sigs["items"].as_array().expect("items") {
+        let e = per
+            .entry(s["agent"].as_str().unwrap_or_default().to_string())
+            .or_insert((0, 0));
+        e.0 += 1;
+        if s["outcome"] == "failed" {
+            e.1 += 1;
+        }
+    }
+    per
+}
+
+/// Guards "automatic reconnects only where they can help": with two of three
+/// proxies expired, an agent already on the one live proxy has nowhere to
+/// go. It is not signalled again and again; it is *waiting for a live
+/// proxy* (agent item, summary, /metrics), and the moment a proxy turns live
+/// (a heartbeat, no timer) it is signalled and recovers.
+#[tokio::test(start_paused = true)]
+async fn agents_with_nowhere_to_go_wait_for_a_live_proxy() {
+    // Legacy agents on 3 proxies: agent i on proxies i%3 and (i+1)%3.
+    let c = Cluster::new()
+        .agents(6)
+        .proxies(3)
+        .ttl(Duration::from_secs(10))
+        .agent_ttl(Duration::from_secs(3600))
+        .sim_agents(1.0)
+        .start()
+        .await;
+    c.ready().await;
+    c.stop_proxies(&["proxy-1", "proxy-2"]).await;
+    // A minute of backoff steps: the stranded ones move to proxy-3, and
+    // then everyone is on proxy-3 plus a dead one, with nowhere to go.
+    c.advance_until("every agent waiting", Duration::from_secs(60), || async {
+        let s = c.summary().await;
+        // The fleet's view, and the automatic loop's once its pending
+        // backoff timers have found nowhere to go.
+        s["agents"]["waiting_for_live_proxy"] == 6
+            && s["signals"]["storm_guard"]["agents_waiting_for_live_proxy"] == 6
+    })
+    .await;
+    c.flush().await;
+    let before = auto_signals(&c).await;
+    for (agent, (_, failed)) in &before {
+        assert!(*failed <= 1, "{agent}: {failed} failed automatic signals");
+    }
+    let item = c.ok("/api/v1/agents/agent-00002").await;
+    assert_eq!(item["state"], "degraded", "{item}");
+    assert_eq!(item["waiting_for_live_proxy"], true, "{item}");
+    let page = c.ok("/api/v1/agents?state=degraded").await;
+    assert!(
+        page["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .all(|a| a["waiting_for_live_proxy"] == true),
+        "{page}"
+    );
+    let s = c.summary().await;
+    assert_eq!(
+        s["signals"]["storm_guard"]["agents_waiting_for_live_proxy"], 6,
+        "{s}"
+    );
+    assert_eq!(s["signals"]["storm_guard"]["agents_retrying"], 0, "{s}");
+    let (_, metrics) = c.get_text("/metrics").await;
+    assert!(
+        metrics.contains("lifeline_agents_waiting_for_live_proxy 6"),
+        "{metrics}"
+    );
+
+    // Another two minutes: no timer sends anything to a waiting agent.
+    c.advance(Duration::from_secs(120)).await;
+    c.flush().await;
+    assert_eq!(auto_signals(&c).await, before, "no signal while waiting");
+
+    // proxy-1 heartbeats again: the agents not on it are signalled at once
+    // (no virtual time passes), move, and everyone ends healthy.
+    c.sim
+        .resume_heartbeats(lifeline::model::Kind::Proxy, "proxy-1")
+        .await;
+    c.eventually("waiting agents signalled on the heartbeat", || async {
+        c.flush().await;
+        let now = auto_signals(&c).await;
+        now.values().map(|v| v.0).sum::<usize>() > before.values().map(|v| v.0).sum::<usize>()
+    })
+    .await;
+    c.advance_until(
+        "agents on proxy-2 moved",
+        Duration::from_secs(10),
+        || async { c.summary().await["agents"]["waiting_for_live_proxy"] == 0 },
+    )
+    .await;
+    c.flush().await;
+    for (agent, (_, failed)) in auto_signals(&c).await {
+        assert!(failed <= 1, "{agent}: {failed} failed automatic signals");
+    }
+    c.shutdown().await;
+}
+
 /// Guards "no false alarms from Lifeline's own blindness": with the watch
 /// stream gone, proxies that stop heartbeating strand nobody and no
 /// automatic signal is sent; the summary says why.

@@ -14,6 +14,40 @@ use crate::clock::{dur_micros, Ts};
 use crate::model::{AgentState, CauseKind, Health, Kind, Reasons};
 use crate::stats::StatsSnapshot;
 
+/// Name cursors are opaque to clients: the hex of the last key of a page.
+/// Anything that does not decode to a key (not hex, not UTF-8, longer than
+/// any key) is refused rather than read as "after everything".
+pub mod cursor {
+    /// The longest key a cursor can hold (`kind:` and a name).
+    const MAX_KEY: usize = 16 + crate::ingest::validate::MAX_NAME_LEN;
+
+    pub fn encode(key: &str) -> String {
+        hex::encode(key.as_bytes())
+    }
+
+    /// The key a cursor names, or `None` when it is not one of ours.
+    pub fn decode(c: &str) -> Option<String> {
+        if c.is_empty() || c.len() > 2 * MAX_KEY {
+            return None;
+        }
+        String::from_utf8(hex::decode(c).ok()?).ok()
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn cursors_round_trip_and_junk_is_refused() {
+            for k in ["agent-00001", "proxy:p ü", "a"] {
+                assert_eq!(super::decode(&super::encode(k)).as_deref(), Some(k));
+            }
+            for bad in ["", "zz", "abc", "fffe", "agent-00001"] {
+                assert_eq!(super::decode(bad), None, "{bad:?}");
+            }
+            assert_eq!(super::decode(&"61".repeat(300)), None, "too long");
+        }
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct Summary {
     pub generated_at: Ts,
@@ -34,6 +68,10 @@ pub struct AgentCounts {
     pub healthy: usize,
     pub degraded: usize,
     pub stranded: usize,
+    /// Degraded or stranded agents a Reconnect cannot help yet: there is no
+    /// live proxy they are not already on. They are signalled as soon as one
+    /// turns live.
+    pub waiting_for_live_proxy: usize,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -55,12 +93,16 @@ pub struct RootCause {
 /// Agents by state, and when they were counted.
 pub fn summary_counts(f: &Fleet) -> (Ts, AgentCounts) {
     let mut agents = AgentCounts::default();
-    for a in f.agents.values() {
+    let live = f.live_proxies();
+    for (name, a) in &f.agents {
         agents.total += 1;
         match a.state {
             AgentState::Healthy => agents.healthy += 1,
             AgentState::Degraded => agents.degraded += 1,
             AgentState::Stranded => agents.stranded += 1,
+        }
+        if f.waiting_for_live_proxy(name, a, live) {
+            agents.waiting_for_live_proxy += 1;
         }
     }
     (f.now(), agents)
@@ -190,6 +232,8 @@ pub struct AgentItem {
     pub ttl_ms: i64,
     /// True while the data behind this agent is stale.
     pub stale: bool,
+    /// A Reconnect cannot help it yet: no live proxy it is not already on.
+    pub waiting_for_live_proxy: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -199,7 +243,7 @@ pub struct AgentFilter {
     pub auth_server: Option<String>,
     /// Substring of the name.
     pub q: Option<String>,
-    /// Names after this one (the paging cursor).
+    /// Names after this one (the decoded paging cursor).
     pub after: Option<String>,
     pub limit: usize,
 }
@@ -249,6 +293,7 @@ fn agent_item(f: &Fleet, name: &str, now: Ts) -> Option<AgentItem> {
         expires_at: s.expires,
         ttl_ms: dur_micros(s.ttl) / 1000,
         stale: !f.classification_enabled(),
+        waiting_for_live_proxy: f.waiting_for_live_proxy(name, a, f.live_proxies()),
     })
 }
 
@@ -301,7 +346,7 @@ pub fn agents(f: &Fleet, filter: &AgentFilter) -> AgentPage {
         }
     }
     let next_cursor = if more {
-        items.last().map(|i: &AgentItem| i.name.clone())
+        items.last().map(|i: &AgentItem| cursor::encode(&i.name))
     } else {
         None
     };
@@ -438,7 +483,7 @@ pub fn ttl_windows(f: &Fleet, kind: Option<Kind>, after: Option<&str>, limit: us
     TtlPage {
         items: page.iter().map(|(_, e)| ttl_window(f, e, now)).collect(),
         next_cursor: if more {
-            page.last().map(|(k, _)| k.clone())
+            page.last().map(|(k, _)| cursor::encode(k))
         } else {
             None
         },

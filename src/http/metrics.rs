@@ -52,6 +52,7 @@ fn current_state(g: &Gauges) {
     ] {
         gauge!("lifeline_agents", "state" => state).set(n as f64);
     }
+    gauge!("lifeline_agents_waiting_for_live_proxy").set(g.agents.waiting_for_live_proxy as f64);
     gauge!("lifeline_proxies", "status" => "live").set(g.proxies.live as f64);
     gauge!("lifeline_proxies", "status" => "expired").set(g.proxies.expired as f64);
     for h in Health::ALL {
@@ -173,6 +174,10 @@ fn describe() {
         (
             "lifeline_agents_retrying",
             "Agents waiting for their next automatic reconnect.",
+        ),
+        (
+            "lifeline_agents_waiting_for_live_proxy",
+            "Degraded or stranded agents with no live proxy to move to (not signalled until one turns live).",
         ),
         (
             "lifeline_trace_spans_queued",

@@ -36,6 +36,9 @@ struct Inner {
     backlog: usize,
     /// Last time a proxy appeared, vanished, or changed group or generation.
     topology_changed: Ts,
+    /// Bumped whenever a proxy turns live: a new one, or a heartbeat after
+    /// its expiry.
+    came_up: u64,
 }
 
 /// What a stream should send next.
@@ -49,11 +52,15 @@ pub struct Pending {
 pub struct Board {
     inner: RwLock<Inner>,
     notify: watch::Sender<u64>,
+    /// `Inner::came_up` as of the last publish: what waits for somewhere
+    /// to move an agent to listens here.
+    up: watch::Sender<u64>,
 }
 
 impl Board {
     pub fn new(backlog: usize, now: Ts) -> Arc<Board> {
         let (notify, _) = watch::channel(0);
+        let (up, _) = watch::channel(0);
         Arc::new(Board {
             inner: RwLock::new(Inner {
                 proxies: HashMap::default(),
@@ -61,8 +68,10 @@ impl Board {
                 version: 0,
                 backlog: backlog.max(1),
                 topology_changed: now,
+                came_up: 0,
             }),
             notify,
+            up,
         })
     }
 
@@ -87,6 +96,13 @@ impl Board {
             addr: s.addr.clone(),
             expires: s.expires,
         };
+        let was_live = inner
+            .proxies
+            .get(s.name.as_str())
+            .is_some_and(|old| old.expires > now);
+        if !was_live && entry.expires > now {
+            inner.came_up += 1;
+        }
         let key: Arc<str> = match inner.proxies.get_key_value(s.name.as_str()) {
             Some((k, old)) => {
                 let topo = old.group_id != entry.group_id
@@ -140,19 +156,27 @@ impl Board {
     /// Wakes the streams if anything changed since the last publish. Called
     /// once per fleet pass, so heartbeats arriving together are one message.
     pub fn publish(&self) {
-        let v = self.read().version;
-        self.notify.send_if_modified(|cur| {
-            if *cur == v {
-                false
-            } else {
+        let (v, up) = {
+            let g = self.read();
+            (g.version, g.came_up)
+        };
+        for (tx, v) in [(&self.notify, v), (&self.up, up)] {
+            tx.send_if_modified(|cur| {
+                let changed = *cur != v;
                 *cur = v;
-                true
-            }
-        });
+                changed
+            });
+        }
     }
 
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.notify.subscribe()
+    }
+
+    /// Changes (once per fleet pass) whenever a proxy turned live: a new
+    /// one, or one heartbeating again after its expiry.
+    pub fn subscribe_proxy_up(&self) -> watch::Receiver<u64> {
+        self.up.subscribe()
     }
 
     pub fn version(&self) -> u64 {
@@ -283,6 +307,28 @@ mod tests {
         }
         assert!(b.delta(v, Ts(0), 4).full, "5 changed > bound 4");
         assert!(!b.delta(v, Ts(0), 5).full);
+    }
+
+    #[test]
+    fn a_proxy_turning_live_is_announced_once_per_publish() {
+        let b = Board::new(16, Ts(0));
+        let mut up = b.subscribe_proxy_up();
+        b.put(&proxy("p1", 10), Ts(0));
+        b.publish();
+        assert!(up.has_changed().unwrap(), "a new live proxy");
+        up.mark_unchanged();
+        b.put(&proxy("p1", 20), Ts(5));
+        b.publish();
+        assert!(!up.has_changed().unwrap(), "a heartbeat of a live proxy");
+        // Expired at 30, heartbeats again: live again.
+        b.put(&proxy("p1", 100), Ts(30));
+        b.publish();
+        assert!(up.has_changed().unwrap(), "back from its expiry");
+        up.mark_unchanged();
+        // A new proxy that arrives already expired is not somewhere to go.
+        b.put(&proxy("p2", 10), Ts(40));
+        b.publish();
+        assert!(!up.has_changed().unwrap());
     }
 
     #[test]

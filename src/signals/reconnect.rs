@@ -2,7 +2,10 @@
 //!
 //! - automatic: an agent that turns stranded with `no_live_tunnel`, or holds
 //!   a tunnel to an expired proxy, gets a Reconnect at once and again with
-//!   backoff (1 s base, 16 s cap, up to 50 % jitter) until it recovers;
+//!   backoff (1 s base, 16 s cap, up to 50 % jitter) until it recovers, but
+//!   only while it has somewhere to go (a live proxy it is not on). Without
+//!   one it is *waiting for a live proxy*: no signal, no timer, until a proxy
+//!   turns live (the board says so) or its own state changes;
 //! - storm guard: automatic reconnects pause while any watched kind is stale
 //!   or initialising, or while more than a share of all agents turned
 //!   stranded within one window; manual signals are never paused;
@@ -30,6 +33,7 @@ use tracing::{debug, info, info_span, warn, Instrument};
 
 use super::hub::{Ask, Hub, SignalRequest};
 use crate::clock::{Clock, Ts};
+use crate::fleet::destination::wants_move;
 use crate::fleet::{FleetHandle, StateChange};
 use crate::model::{AgentState, Reason};
 use crate::telemetry::propagate::TraceRef;
@@ -57,6 +61,8 @@ pub struct Guard {
     pub share_limit: f64,
     /// Agents waiting for their next automatic reconnect.
     pub agents_retrying: usize,
+    /// Agents automatic reconnects hold back: no live proxy to move them to.
+    pub agents_waiting_for_live_proxy: usize,
 }
 
 /// Backoff with "up to 50 %" jitter on top: base·2^n capped, then × [1, 1.5).
@@ -67,7 +73,8 @@ pub fn retry_delay(base: Duration, cap: Duration, attempt: u32, rng: &mut impl R
 }
 
 struct Need {
-    key: delay_queue::Key,
+    /// Its entry in the delay queue; `None` while waiting for a live proxy.
+    key: Option<delay_queue::Key>,
     attempt: u32,
     proxy: String,
     reason: String,
@@ -77,11 +84,10 @@ struct Need {
 
 /// What automatic reconnects need to know of a change, if anything.
 fn wants_reconnect(c: &StateChange) -> Option<(String, String)> {
-    let to_expired_proxy = c.reasons.contains(Reason::TunnelToExpiredProxy);
-    let no_live = c.reasons.contains(Reason::NoLiveTunnel);
-    if !(no_live || to_expired_proxy) || c.to == AgentState::Healthy {
+    if !wants_move(c.to, c.reasons) {
         return None;
     }
+    let no_live = c.reasons.contains(Reason::NoLiveTunnel);
     let proxy = match c.cause {
         Some("proxy_expired") | Some("proxy_missing") => {
             c.cause_resource.clone().unwrap_or_default()
@@ -160,13 +166,17 @@ impl Auto {
                     n.proxy = proxy;
                     n.reason = reason;
                     n.trace = c.trace.clone();
+                    // Its tunnels changed: it may have somewhere to go now.
+                    if n.key.is_none() {
+                        n.key = Some(self.queue.insert(c.agent.clone(), Duration::ZERO));
+                    }
                 }
                 None => {
                     let key = self.queue.insert(c.agent.clone(), Duration::ZERO);
                     self.needs.insert(
                         c.agent.clone(),
                         Need {
-                            key,
+                            key: Some(key),
                             attempt: 0,
                             proxy,
                             reason,
@@ -175,11 +185,30 @@ impl Auto {
                     );
                 }
             },
-            None => {
-                if let Some(n) = self.needs.remove(&c.agent) {
-                    self.queue.remove(&n.key);
-                }
+            None => self.forget(&c.agent),
+        }
+    }
+
+    fn forget(&mut self, agent: &str) {
+        if let Some(Need { key: Some(k), .. }) = self.needs.remove(agent) {
+            self.queue.remove(&k);
+        }
+    }
+
+    /// A proxy turned live: every agent waiting for one is due now.
+    fn proxy_up(&mut self) {
+        let mut woken = 0usize;
+        for (agent, n) in self.needs.iter_mut() {
+            if n.key.is_none() {
+                n.key = Some(self.queue.insert(agent.clone(), Duration::ZERO));
+                woken += 1;
             }
+        }
+        if woken > 0 {
+            info!(
+                agents = woken,
+                "a proxy turned live: agents waiting for one are due"
+            );
         }
     }
 
@@ -221,9 +250,7 @@ impl Auto {
             .cloned()
             .collect();
         for a in gone {
-            if let Some(n) = self.needs.remove(&a) {
-                self.queue.remove(&n.key);
-            }
+            self.forget(&a);
         }
         for c in &list.0 {
             self.note(c);
@@ -278,7 +305,8 @@ impl Auto {
         let paused = reason.is_some();
         let stranded_in_window = self.recent.len();
         let agents = self.agents;
-        let retrying = self.needs.len();
+        let waiting = self.needs.values().filter(|n| n.key.is_none()).count();
+        let retrying = self.needs.len() - waiting;
         let clock_now = self.clock.now();
         self.guard.send_if_modified(|g| {
             let flipped = g.paused != paused || g.reason.is_some() != reason.is_some();
@@ -303,6 +331,7 @@ impl Auto {
                 agents,
                 share_limit: share,
                 agents_retrying: retrying,
+                agents_waiting_for_live_proxy: waiting,
             };
             if *g == next {
                 false
@@ -314,24 +343,60 @@ impl Auto {
         paused
     }
 
-    /// Sends one Reconnect to every due agent, as one batch (one audit
-    /// transaction), and re-arms each with its next backoff. While paused
-    /// or for an agent without a stream, it holds: looks again soon, and the
-    /// attempt count does not grow.
+    /// Sends one Reconnect to every due agent that has somewhere to go, as
+    /// one batch (one audit transaction), and re-arms each with its next
+    /// backoff. An agent with no live proxy to move to waits, unsignalled,
+    /// for one to turn live. While paused or for an agent without a stream,
+    /// it holds: looks again soon, and the attempt count does not grow.
     async fn attempt(&mut self, due: Vec<String>) {
         let (base, cap) = (self.cfg.backoff_base, self.cfg.backoff_cap);
         // The guard is re-evaluated on every change batch, readiness change
         // and second, so it is current here.
         let hold = !self.hub.settings.auto_reconnect() || self.guard.borrow().paused;
-        let mut reqs = Vec::new();
+        let mut ready = Vec::new();
         for agent in due {
             let Some(n) = self.needs.get_mut(&agent) else {
                 continue;
             };
             if hold || !self.hub.is_connected(&agent) {
-                n.key = self
-                    .queue
-                    .insert(agent, retry_delay(base, cap, 0, &mut self.rng));
+                n.key = Some(
+                    self.queue
+                        .insert(agent, retry_delay(base, cap, 0, &mut self.rng)),
+                );
+                continue;
+            }
+            n.key = None;
+            ready.push(agent);
+        }
+        if ready.is_empty() {
+            return;
+        }
+        // One read for the batch: which of them have a live proxy to go to.
+        let Ok(ready) = self
+            .fleet
+            .read(move |f| {
+                let live = f.live_proxies();
+                ready
+                    .into_iter()
+                    .map(|a| {
+                        let go = f.has_destination(&a, live);
+                        (a, go)
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .await
+        else {
+            return;
+        };
+        let mut reqs = Vec::new();
+        let mut waiting = 0usize;
+        for (agent, go) in ready {
+            let Some(n) = self.needs.get(&agent) else {
+                continue;
+            };
+            if !go {
+                // Stays out of the queue until a proxy turns live.
+                waiting += 1;
                 continue;
             }
             reqs.push(SignalRequest {
@@ -343,6 +408,12 @@ impl Auto {
                 requested_by: "auto".into(),
                 trace: n.trace.clone(),
             });
+        }
+        if waiting > 0 {
+            debug!(
+                agents = waiting,
+                "no live proxy to move to: waiting for one"
+            );
         }
         if reqs.is_empty() {
             return;
@@ -357,7 +428,7 @@ impl Auto {
                 // The first retry comes after the base (1 s), then doubles.
                 let d = retry_delay(base, cap, n.attempt, &mut self.rng);
                 n.attempt += 1;
-                n.key = self.queue.insert(agent, d);
+                n.key = Some(self.queue.insert(agent, d));
             }
         }
     }
@@ -373,6 +444,7 @@ async fn automatic(
 ) {
     let mut changes = fleet.subscribe();
     let mut readiness = fleet.readiness_watch();
+    let mut proxy_up = hub.board().subscribe_proxy_up();
     let mut auto = Auto {
         cfg,
         hub,
@@ -411,6 +483,10 @@ async fn automatic(
             r = readiness.changed() => {
                 if r.is_err() { return; }
                 auto.evaluate();
+            }
+            r = proxy_up.changed() => {
+                if r.is_err() { return; }
+                auto.proxy_up();
             }
             Some(exp) = auto.queue.next(), if !auto.queue.is_empty() => {
                 // Everything due now goes out together.

@@ -16,7 +16,7 @@ use super::{Ctx, Layout, UiError, UiQuery};
 use crate::clock::Ts;
 use crate::fleet::view::{self, AgentFilter, AgentItem, RootCause, TtlWindow};
 use crate::fleet::{Fleet, WatchState};
-use crate::http::api::id_cursor;
+use crate::http::api::{id_cursor, name_cursor};
 use crate::http::error::ApiError;
 use crate::http::signals::{check_signal_filter, select, OUTCOMES};
 use crate::http::AppState;
@@ -42,6 +42,8 @@ pub struct Counts {
     pub proxies_live: usize,
     pub proxies_total: usize,
     pub connected: usize,
+    /// Degraded or stranded with no live proxy to move to.
+    pub waiting: usize,
 }
 
 pub struct Banner {
@@ -115,6 +117,8 @@ pub struct AgentRow {
     pub last_signal: Option<SignalBrief>,
     pub connected: bool,
     pub auth_server: String,
+    /// No live proxy it is not already on: a Reconnect cannot help yet.
+    pub waiting: bool,
 }
 
 /// The part of the overview that the live stream re-renders.
@@ -235,6 +239,7 @@ pub fn signal_row(now: Ts, r: SignalRecord) -> SignalRow {
 
 fn agent_row(now: Ts, a: AgentItem, last: Option<&SignalRecord>, connected: bool) -> AgentRow {
     AgentRow {
+        waiting: a.waiting_for_live_proxy,
         href: agent_href(&a.name),
         state: a.state.as_str(),
         icon: fmt::state_icon(a.state),
@@ -420,6 +425,7 @@ pub async fn overview_model(st: &AppState) -> Result<LiveOverview, UiError> {
             proxies_live: summary.proxies.live,
             proxies_total: summary.proxies.total,
             connected: st.hub.connected(),
+            waiting: summary.agents.waiting_for_live_proxy,
         },
         banners,
         causes: summary
@@ -551,7 +557,7 @@ pub async fn ttl(
     let limit_s = field(q.limit.clone());
     let limit = page_limit(q.limit)?;
     let cursor = field(q.cursor);
-    let c2 = cursor.clone();
+    let c2 = name_cursor(cursor.clone())?;
     let (page, now) = st
         .fleet
         .read(move |f| (view::ttl_windows(f, kind, c2.as_deref(), limit), f.now()))
@@ -634,7 +640,7 @@ pub async fn agents(
         proxy: proxy.clone(),
         auth_server: auth.clone(),
         q: name_q.clone(),
-        after: cursor.clone(),
+        after: name_cursor(cursor.clone())?,
         limit: page_limit(q.limit.clone())?,
     };
     let limit_s = field(q.limit);
@@ -687,6 +693,7 @@ pub async fn agents(
                 proxies_live: 0,
                 proxies_total: 0,
                 connected: st.hub.connected(),
+                waiting: counts.waiting_for_live_proxy,
             },
         },
     ))

@@ -1,0 +1,59 @@
+//! Where an agent could move: the one rule that decides whether a Reconnect
+//! can help it. A Reconnect asks the agent to open a tunnel to a live proxy
+//! it is not on, then leave a dead one; with no such proxy the agent can only
+//! fail, so it is *waiting for a live proxy* instead of being signalled.
+//!
+//! "Live" and "on" are as far as Lifeline knows: proxies from the watcher,
+//! tunnels from the cluster's records merged with the agent's own reports.
+
+use super::state::{AgentEntry, Fleet};
+use crate::model::{AgentState, Reason, Reasons};
+
+/// Whether an agent in this state is one automatic reconnects try to move:
+/// it has no live tunnel, or holds a tunnel to an expired proxy.
+pub fn wants_move(state: AgentState, reasons: Reasons) -> bool {
+    state != AgentState::Healthy
+        && (reasons.contains(Reason::NoLiveTunnel)
+            || reasons.contains(Reason::TunnelToExpiredProxy))
+}
+
+/// The live proxies, counted once for a batch of questions.
+#[derive(Clone, Copy, Debug)]
+pub struct LiveProxies(usize);
+
+impl Fleet {
+    pub fn live_proxies(&self) -> LiveProxies {
+        LiveProxies(self.proxies.values().filter(|p| !p.expired).count())
+    }
+
+    /// True when `agent` holds no tunnel to at least one live proxy.
+    pub fn has_destination(&self, agent: &str, live: LiveProxies) -> bool {
+        // Distinct live proxies the agent is on; an agent holds a handful.
+        let mut on: Vec<&str> = Vec::new();
+        for t in self.agent_tunnels.get(agent).into_iter().flatten() {
+            let Some(t) = self.tunnels.get(t) else {
+                continue;
+            };
+            let proxy = t.tunnel.proxy.as_str();
+            let live_proxy = self.proxies.get(proxy).is_some_and(|p| !p.expired);
+            if live_proxy && !on.contains(&proxy) {
+                on.push(proxy);
+            }
+        }
+        live.0 > on.len()
+    }
+
+    /// An agent automatic reconnects would move, but that has nowhere to go.
+    pub fn waiting_for_live_proxy(&self, name: &str, a: &AgentEntry, live: LiveProxies) -> bool {
+        wants_move(a.state, a.reasons) && !self.has_destination(name, live)
+    }
+
+    /// How many agents are waiting for a live proxy.
+    pub fn waiting_for_live_proxy_count(&self) -> usize {
+        let live = self.live_proxies();
+        self.agents
+            .iter()
+            .filter(|(n, a)| self.waiting_for_live_proxy(n, a, live))
+            .count()
+    }
+}
