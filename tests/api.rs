@@ -19,6 +19,19 @@ async fn bad_parameters_get_json_errors() {
         ("/api/v1/agents?stat=stranded", 400, "unknown field"),
         ("/api/v1/agents?proxy=", 400, "proxy"),
         ("/api/v1/episodes?cursor=abc", 400, "cursor"),
+        // Cursors that do not decode are errors on every paged endpoint,
+        // never an empty page.
+        ("/api/v1/agents?cursor=%ff%fe", 400, "cursor"),
+        (
+            "/api/v1/agents?cursor=agent-00001",
+            400,
+            "not a valid cursor",
+        ),
+        ("/api/v1/agents?cursor=", 400, "cursor"),
+        ("/api/v1/ttl-windows?cursor=%ff%fe", 400, "cursor"),
+        ("/api/v1/ttl-windows?kind=agent&cursor=zz", 400, "cursor"),
+        ("/api/v1/episodes?cursor=%ff%fe", 400, "cursor"),
+        ("/api/v1/signals?cursor=%ff%fe", 400, "cursor"),
         ("/api/v1/episodes?state=healthy", 400, "state"),
         ("/api/v1/episodes?open=maybe", 400, "open"),
         ("/api/v1/events?since=yesterday", 400, "since"),
@@ -130,7 +143,14 @@ async fn ttl_windows_count_missed_heartbeats() {
     assert_eq!(p["heartbeats_missed"], 1, "{p}");
     let remaining = p["remaining_ms"].as_i64().unwrap();
     assert!((2_900..=3_000).contains(&remaining), "{p}");
-    assert_eq!(w["next_cursor"], "proxy-1");
+    // Cursors are opaque; this one leads to the next proxy.
+    let next = w["next_cursor"].as_str().expect("a next page").to_string();
+    let w2 = c
+        .ok(&format!(
+            "/api/v1/ttl-windows?kind=proxy&limit=1&cursor={next}"
+        ))
+        .await;
+    assert_eq!(w2["items"][0]["name"], "proxy-2", "{w2}");
     c.shutdown().await;
 }
 

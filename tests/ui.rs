@@ -603,6 +603,9 @@ async fn bad_queries_get_an_error_page_that_says_why() {
         ("/agents?colour=red", 400, "unknown field"),
         ("/signals?outcome=maybe", 400, "outcome must be one of"),
         ("/signals?cursor=-3", 400, "not a valid cursor"),
+        ("/signals?cursor=%ff%fe", 400, "not a valid cursor"),
+        ("/agents?cursor=%ff%fe", 400, "not a valid cursor"),
+        ("/ttl?kind=agent&cursor=%ff%fe", 400, "not a valid cursor"),
         (
             "/ttl?kind=tunnel",
             400,

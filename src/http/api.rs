@@ -48,12 +48,27 @@ pub(super) fn nonempty(name: &str, v: Option<String>) -> Result<Option<String>, 
     }
 }
 
-pub(super) fn id_cursor(c: Option<String>) -> Result<Option<i64>, ApiError> {
+/// A name cursor (`next_cursor` of an agents or TTL page), decoded.
+pub(crate) fn name_cursor(c: Option<String>) -> Result<Option<String>, ApiError> {
     c.map(|c| {
-        c.parse::<i64>()
-            .ok()
-            .filter(|v| *v > 0)
-            .ok_or_else(|| ApiError::BadParameter(format!("cursor {c:?} is not a valid cursor")))
+        view::cursor::decode(&c).ok_or_else(|| {
+            ApiError::BadParameter(format!(
+                "cursor {:?} is not a valid cursor: pass the next_cursor of an earlier page",
+                crate::http::error::clip(&c)
+            ))
+        })
+    })
+    .transpose()
+}
+
+pub(crate) fn id_cursor(c: Option<String>) -> Result<Option<i64>, ApiError> {
+    c.map(|c| {
+        c.parse::<i64>().ok().filter(|v| *v > 0).ok_or_else(|| {
+            ApiError::BadParameter(format!(
+                "cursor {:?} is not a valid cursor: pass the next_cursor of an earlier page",
+                crate::http::error::clip(&c)
+            ))
+        })
     })
     .transpose()
 }
@@ -115,7 +130,7 @@ async fn agents(
         proxy: nonempty("proxy", q.proxy)?,
         auth_server: nonempty("auth_server", q.auth_server)?,
         q: q.q.filter(|s| !s.is_empty()),
-        after: nonempty("cursor", q.cursor)?,
+        after: name_cursor(q.cursor)?,
         limit: limit(q.limit)? as usize,
     };
     Ok(Json(s.fleet.read(move |f| view::agents(f, &filter)).await?))
@@ -237,7 +252,7 @@ async fn ttl_windows(
         ));
     }
     let limit = limit(q.limit)? as usize;
-    let cursor = nonempty("cursor", q.cursor)?;
+    let cursor = name_cursor(q.cursor)?;
     let kind = q.kind;
     Ok(Json(
         s.fleet

@@ -205,3 +205,12 @@ where
         }
     }
 }
+
+/// A caller's value, cut to a length fit for an error message.
+pub(crate) fn clip(v: &str) -> String {
+    const MAX: usize = 64;
+    match v.char_indices().nth(MAX) {
+        Some((i, _)) => format!("{}…", &v[..i]),
+        None => v.to_string(),
+    }
+}
