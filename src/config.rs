@@ -334,6 +334,11 @@ pub struct StorageConfig {
     /// Env: `LIFELINE_RETENTION`.
     #[serde(with = "humantime_serde")]
     pub retention: Duration,
+    /// How long the signal audit and closed stranded episodes are kept.
+    /// Pending signals and open episodes are never pruned.
+    /// Env: `LIFELINE_AUDIT_RETENTION`.
+    #[serde(with = "humantime_serde")]
+    pub audit_retention: Duration,
     /// How often old history is pruned.
     #[serde(with = "humantime_serde")]
     pub prune_interval: Duration,
@@ -404,6 +409,7 @@ impl Default for StorageConfig {
         StorageConfig {
             path: PathBuf::from("lifeline.db"),
             retention: Duration::from_secs(24 * 3600),
+            audit_retention: Duration::from_secs(90 * 24 * 3600),
             prune_interval: Duration::from_secs(60),
             max_pending_events: 1_000_000,
         }
@@ -503,6 +509,7 @@ impl Config {
         ("LIFELINE_CLUSTER_ADDR", "cluster.addr"),
         ("LIFELINE_DB", "storage.path"),
         ("LIFELINE_RETENTION", "storage.retention"),
+        ("LIFELINE_AUDIT_RETENTION", "storage.audit_retention"),
         ("LIFELINE_AUTH_UNKNOWN_GRACE", "health.unknown_grace"),
         (
             "LIFELINE_GRPC_CLIENT_LB_POLICY",
@@ -547,6 +554,9 @@ impl Config {
         }
         if let Some(v) = env("LIFELINE_RETENTION") {
             self.storage.retention = dur("LIFELINE_RETENTION", &v)?;
+        }
+        if let Some(v) = env("LIFELINE_AUDIT_RETENTION") {
+            self.storage.audit_retention = dur("LIFELINE_AUDIT_RETENTION", &v)?;
         }
         if let Some(v) = env("LIFELINE_AUTH_UNKNOWN_GRACE") {
             self.health.unknown_grace = dur("LIFELINE_AUTH_UNKNOWN_GRACE", &v)?;
@@ -693,6 +703,9 @@ impl Config {
         }
         if self.storage.retention < Duration::from_secs(60) {
             return Err(invalid("storage.retention", "must be at least 1m"));
+        }
+        if self.storage.audit_retention < Duration::from_secs(3600) {
+            return Err(invalid("storage.audit_retention", "must be at least 1h"));
         }
         positive("storage.prune_interval", self.storage.prune_interval)?;
         if self.storage.max_pending_events < 1000 {

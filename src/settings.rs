@@ -47,10 +47,11 @@ pub enum Name {
     GracefulTunnelClosing,
     StormShare,
     Retention,
+    AuditRetention,
 }
 
 impl Name {
-    pub const ALL: [Name; 7] = [
+    pub const ALL: [Name; 8] = [
         Name::GrpcClientLbPolicy,
         Name::FullDiscovery,
         Name::AutoReconnect,
@@ -58,6 +59,7 @@ impl Name {
         Name::GracefulTunnelClosing,
         Name::StormShare,
         Name::Retention,
+        Name::AuditRetention,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -69,6 +71,7 @@ impl Name {
             Name::GracefulTunnelClosing => "graceful_tunnel_closing",
             Name::StormShare => "storm_share",
             Name::Retention => "retention",
+            Name::AuditRetention => "audit_retention",
         }
     }
 
@@ -86,6 +89,7 @@ impl Name {
             Name::GracefulTunnelClosing => "signals.graceful_tunnel_closing",
             Name::StormShare => "signals.storm_share",
             Name::Retention => "storage.retention",
+            Name::AuditRetention => "storage.audit_retention",
         }
     }
 
@@ -98,6 +102,7 @@ impl Name {
             Name::GracefulTunnelClosing => "close tunnels beyond an agent's desired count once the topology is still (true/false)",
             Name::StormShare => "automatic reconnects pause when more than this share of agents strand at once (0 < x <= 1)",
             Name::Retention => "how long event history is kept (a duration, at least 1m)",
+            Name::AuditRetention => "how long the signal audit and closed episodes are kept; pending signals and open episodes never go (a duration, at least 1h)",
         }
     }
 
@@ -174,6 +179,7 @@ pub struct Live {
     /// 0 = off.
     reconnect_interval_ms: AtomicU64,
     retention_ms: AtomicU64,
+    audit_retention_ms: AtomicU64,
 }
 
 impl Live {
@@ -198,6 +204,9 @@ impl Live {
     pub fn retention(&self) -> Duration {
         Duration::from_millis(self.retention_ms.load(Ordering::Relaxed))
     }
+    pub fn audit_retention(&self) -> Duration {
+        Duration::from_millis(self.audit_retention_ms.load(Ordering::Relaxed))
+    }
 }
 
 /// A parsed value, ready to apply.
@@ -208,6 +217,7 @@ enum Parsed {
     Interval(Option<Duration>),
     Share(f64),
     Retention(Duration),
+    AuditRetention(Duration),
 }
 
 fn duration_text(d: Duration) -> String {
@@ -272,6 +282,13 @@ fn parse(name: Name, v: &Value) -> Result<(Value, Parsed), SettingsError> {
             }
             Ok((Value::String(duration_text(d)), Parsed::Retention(d)))
         }
+        Name::AuditRetention => {
+            let d = duration(v)?;
+            if d < Duration::from_secs(3600) {
+                return Err(bad("must be at least 1h".into()));
+            }
+            Ok((Value::String(duration_text(d)), Parsed::AuditRetention(d)))
+        }
     }
 }
 
@@ -289,6 +306,7 @@ fn from_config(cfg: &Config, name: Name) -> Value {
         Name::GracefulTunnelClosing => Value::Bool(s.graceful_tunnel_closing),
         Name::StormShare => serde_json::json!(s.storm_share),
         Name::Retention => Value::String(duration_text(cfg.storage.retention)),
+        Name::AuditRetention => Value::String(duration_text(cfg.storage.audit_retention)),
     }
 }
 
@@ -436,6 +454,9 @@ impl Settings {
                 .store((x * 1e6).round() as u64, Ordering::Relaxed),
             Parsed::Retention(d) => l
                 .retention_ms
+                .store(d.as_millis() as u64, Ordering::Relaxed),
+            Parsed::AuditRetention(d) => l
+                .audit_retention_ms
                 .store(d.as_millis() as u64, Ordering::Relaxed),
         }
     }

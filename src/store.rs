@@ -21,7 +21,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::SqlitePool;
 
 pub use batch::{EpisodeOp, EventRow, HealthRow, WriteBatch};
-pub use writer::{spawn_writer, WriterHandle};
+pub use writer::WriterHandle;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -87,7 +87,9 @@ pub async fn open(path: &Path) -> Result<SqlitePool, StoreError> {
     };
     let pool = SqlitePoolOptions::new()
         .max_connections(4)
-        .acquire_timeout(Duration::from_secs(600))
+        // A reader waits at most this long behind the writer, then gets a
+        // clear 503; the writer retries on its own schedule.
+        .acquire_timeout(Duration::from_secs(2))
         .connect_with(opts)
         .await
         .map_err(open_error)?;

@@ -230,7 +230,8 @@ async fn settings_refusals_are_clear() {
             "reconnect_interval",
             "graceful_tunnel_closing",
             "storm_share",
-            "retention"
+            "retention",
+            "audit_retention"
         ]
     );
 

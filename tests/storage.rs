@@ -133,3 +133,179 @@ async fn pruning_removes_history_past_retention() {
         .unwrap();
     assert_eq!(left, 1);
 }
+
+/// Guards "history never silently lost": while another connection holds
+/// SQLite's write lock, the writer keeps current state and episode changes
+/// pending and retries; `/readyz` and `/metrics` say the store is failing
+/// (reads still answer); once the lock is gone every episode is in the
+/// database, opened and closed, none lost.
+#[tokio::test(start_paused = true)]
+async fn a_database_that_refuses_writes_for_a_while_loses_no_episode() {
+    let c = Cluster::new()
+        .agents(6)
+        .proxies(4)
+        .ttl(Duration::from_secs(10))
+        .start()
+        .await;
+    c.ready().await;
+    c.flush().await;
+
+    // Another process takes the write lock (WAL: readers go on).
+    let mut holder = SqliteConnectOptions::from_str("sqlite:")
+        .unwrap()
+        .filename(&c.cfg.storage.path)
+        .connect()
+        .await
+        .unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+
+    // Two agents strand (episodes open) while the database refuses writes.
+    c.strand_two().await;
+    c.eventually("the store reports failing", || async {
+        c.get("/readyz").await.0 == 503
+    })
+    .await;
+    let (_, ready) = c.get("/readyz").await;
+    assert!(ready["store_failing"]["error"].is_string(), "{ready}");
+    assert!(
+        ready["problems"][0]
+            .as_str()
+            .is_some_and(|p| p.contains("refuses writes")),
+        "{ready}"
+    );
+    let (_, metrics) = c.get_text("/metrics").await;
+    assert!(metrics.contains("lifeline_store_failing 1"), "{metrics}");
+    // The live model still answers.
+    assert_eq!(c.agents_in("stranded").await.len(), 2);
+    // Time passes through several retries; the proxies heal, so the
+    // episodes also close while the lock is held.
+    c.advance(Duration::from_secs(5)).await;
+    c.sim.resume_heartbeats(Kind::Proxy, "proxy-1").await;
+    c.sim.resume_heartbeats(Kind::Proxy, "proxy-2").await;
+    c.advance(Duration::from_secs(2)).await;
+    assert_eq!(c.agents_in("stranded").await.len(), 0);
+
+    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+    drop(holder);
+    // The writer gets through on its next retry.
+    for _ in 0..40 {
+        if c.get("/readyz").await.0 == 200 {
+            break;
+        }
+        c.advance(Duration::from_millis(500)).await;
+    }
+    assert_eq!(
+        c.get("/readyz").await.0,
+        200,
+        "{}",
+        c.get("/readyz").await.1
+    );
+    c.flush().await;
+    let eps = c.ok("/api/v1/episodes?state=stranded").await;
+    let items = eps["items"].as_array().expect("items");
+    assert_eq!(items.len(), 2, "both episodes written: {eps}");
+    assert!(
+        items.iter().all(|e| e["ended_at"].is_string()),
+        "and closed: {eps}"
+    );
+    let (_, metrics) = c.get_text("/metrics").await;
+    assert!(metrics.contains("lifeline_store_failing 0"), "{metrics}");
+    c.shutdown().await;
+}
+
+/// Guards bounded history: past `storage.audit_retention` the signal audit
+/// and closed episodes are pruned, but never a pending signal and never an
+/// open episode. Virtual time: an hour passes in two steps.
+#[tokio::test(start_paused = true)]
+async fn audit_retention_prunes_closed_history_but_never_pending_or_open() {
+    let c = Cluster::new()
+        .quiet()
+        .agents(3)
+        .proxies(2)
+        .ttl(Duration::from_secs(10))
+        .config(|cfg| {
+            cfg.storage.audit_retention = Duration::from_secs(3600);
+            cfg.storage.prune_interval = Duration::from_secs(60);
+        })
+        .start()
+        .await;
+    c.ready().await;
+    // Nobody heartbeats: everything expires, every agent strands.
+    c.advance(Duration::from_secs(11)).await;
+    assert_eq!(c.agents_in("stranded").await.len(), 3);
+    // All but agent-00003 heal: their episodes close; its stays open.
+    for p in ["proxy-1", "proxy-2"] {
+        c.sim.heartbeat(Kind::Proxy, p).await;
+    }
+    for a in ["agent-00001", "agent-00002"] {
+        c.sim.heartbeat(Kind::Agent, a).await;
+    }
+    c.eventually("two agents healed", || async {
+        c.agents_in("healthy").await.len() == 2
+    })
+    .await;
+    c.flush().await;
+    // Two audit rows from this moment: one answered, one still pending.
+    let db = &c.ll().db;
+    let now = c.clock.now().as_micros();
+    for (id, outcome) in [(9001, "acked"), (9002, "pending")] {
+        sqlx::query(
+            "INSERT INTO signals (id, kind, agent, proxy, reason, requested_by, created_us, outcome) \
+             VALUES (?, 'reconnect', 'agent-00001', '', 'test', 'api', ?, ?)",
+        )
+        .bind(id)
+        .bind(now)
+        .bind(outcome)
+        .execute(db)
+        .await
+        .unwrap();
+    }
+    let pool = c.ll().db.clone();
+    let count = |sql: &'static str| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(sql)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    let closed = count("SELECT COUNT(*) FROM episodes WHERE ended_us IS NOT NULL").await;
+    assert!(closed >= 2, "closed episodes: {closed}");
+    assert_eq!(
+        count("SELECT COUNT(*) FROM episodes WHERE ended_us IS NULL").await,
+        1
+    );
+
+    // An hour and some later, a prune pass runs.
+    tokio::time::advance(Duration::from_secs(3600 + 120)).await;
+    c.quiesce().await;
+    tokio::time::advance(Duration::from_secs(61)).await;
+    c.quiesce().await;
+    c.eventually("the answered signal pruned", || async {
+        count("SELECT COUNT(*) FROM signals WHERE id = 9001").await == 0
+    })
+    .await;
+    assert_eq!(
+        count("SELECT COUNT(*) FROM signals WHERE id = 9002").await,
+        1,
+        "a pending signal stays"
+    );
+    c.eventually("closed episodes pruned", || async {
+        count("SELECT COUNT(*) FROM episodes WHERE ended_us IS NOT NULL").await == 0
+    })
+    .await;
+    let open = c.ok("/api/v1/episodes?open=true").await;
+    assert!(
+        open["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .any(|e| e["agent"] == "agent-00003"),
+        "the open episode stays: {open}"
+    );
+    c.shutdown().await;
+}

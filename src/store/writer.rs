@@ -1,14 +1,18 @@
 //! The single writer: takes `WriteBatch`es from a bounded channel and commits
 //! each in one transaction with multi-row statements. A failed commit is
-//! retried with backoff; a batch that still fails is dropped, logged once with
-//! its size, and counted, so one bad moment of the disk never wedges ingest.
+//! retried with backoff (capped, full jitter) until the database takes it:
+//! current state, episodes and health transitions are never dropped. After a
+//! few failures the batch sheds its heartbeat history (counted), the only
+//! rows that may be lost. Meanwhile the channel fills, the fleet coalesces
+//! what follows (bounded), and `StoreHealth` tells `/readyz` and `/metrics`
+//! that the store is failing.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
-use tracing::{debug_span, error, warn, Instrument};
+use tracing::{debug_span, error, info, warn, Instrument};
 
 use super::batch::{EpisodeOp, WriteBatch};
 use super::StoreError;
@@ -19,7 +23,35 @@ use crate::stats::Stats;
 
 /// Rows per multi-row statement (well below SQLite's 32766 bound parameters).
 const CHUNK: usize = 500;
-const COMMIT_ATTEMPTS: u32 = 5;
+/// Failed attempts after which a batch sheds its heartbeat history.
+const SHED_HISTORY_AFTER: u32 = 5;
+
+/// Whether the store is taking writes, for `/readyz` and `/metrics`.
+#[derive(Debug, Default)]
+pub struct StoreHealth {
+    failing: std::sync::Mutex<Option<StoreFailure>>,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StoreFailure {
+    /// When the current run of failures began (wall time).
+    pub since: Ts,
+    pub attempts: u32,
+    pub error: String,
+}
+
+impl StoreHealth {
+    pub fn failure(&self) -> Option<StoreFailure> {
+        self.failing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn set(&self, f: Option<StoreFailure>) {
+        *self.failing.lock().unwrap_or_else(|p| p.into_inner()) = f;
+    }
+}
 
 pub enum WriterMsg {
     Batch(Box<WriteBatch>),
@@ -73,27 +105,39 @@ impl WriterHandle {
     }
 }
 
-/// Starts the writer task. `depth` bounds the batches waiting in the channel.
-pub fn spawn_writer(
+/// What the writer needs besides its channel.
+pub struct WriterOptions {
+    pub stats: Arc<Stats>,
+    pub health: Arc<StoreHealth>,
+    pub clock: crate::clock::Clock,
+    /// Bounds the batches waiting in the channel.
+    pub depth: usize,
+    /// Retries stop at shutdown (what is still refused is logged as lost).
+    pub stop: tokio_util::sync::CancellationToken,
+}
+
+/// Starts the writer: returns its handle and the future to run (the caller
+/// spawns it, supervised).
+pub fn writer(
     pool: SqlitePool,
-    stats: Arc<Stats>,
-    depth: usize,
-) -> (WriterHandle, tokio::task::JoinHandle<()>) {
-    let (tx, mut rx) = mpsc::channel::<WriterMsg>(depth.max(1));
-    let task = tokio::spawn(async move {
+    opts: WriterOptions,
+) -> (WriterHandle, impl std::future::Future<Output = ()> + Send) {
+    let (tx, mut rx) = mpsc::channel::<WriterMsg>(opts.depth.max(1));
+    let run = async move {
         while let Some(msg) = rx.recv().await {
             match msg {
-                WriterMsg::Batch(batch) => commit_with_retry(&pool, &stats, *batch).await,
+                WriterMsg::Batch(batch) => commit_with_retry(&pool, &opts, *batch).await,
                 WriterMsg::Flush(done) => {
                     let _ = done.send(());
                 }
             }
         }
-    });
-    (WriterHandle { tx }, task)
+    };
+    (WriterHandle { tx }, run)
 }
 
-async fn commit_with_retry(pool: &SqlitePool, stats: &Stats, batch: WriteBatch) {
+async fn commit_with_retry(pool: &SqlitePool, opts: &WriterOptions, mut batch: WriteBatch) {
+    let stats = &*opts.stats;
     if batch.dropped_events > 0 {
         Stats::add(&stats.store_events_dropped, batch.dropped_events);
         warn!(
@@ -104,11 +148,13 @@ async fn commit_with_retry(pool: &SqlitePool, stats: &Stats, batch: WriteBatch) 
     if batch.is_empty() {
         return;
     }
-    let backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
-    let events = batch.events.len() as u64;
+    let backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
+    let mut events = batch.events.len() as u64;
     // DEBUG: tens per second under load; the histograms cover commits.
     let span = debug_span!("store.commit", events, servers = batch.servers.len());
-    for attempt in 0..COMMIT_ATTEMPTS {
+    let mut attempt: u32 = 0;
+    loop {
+        #[allow(clippy::disallowed_methods)] // commit duration histogram
         let started = std::time::Instant::now();
         match commit(pool, &batch).instrument(span.clone()).await {
             Ok(()) => {
@@ -128,17 +174,52 @@ async fn commit_with_retry(pool: &SqlitePool, stats: &Stats, batch: WriteBatch) 
                 stats.hist.store_batch_rows.record(
                     (batch.events.len() + batch.servers.len() + batch.episodes.len()) as f64,
                 );
+                if attempt > 0 {
+                    info!(attempts = attempt + 1, "the database takes writes again");
+                    opts.health.set(None);
+                }
                 return;
             }
             Err(e) => {
                 Stats::inc(&stats.store_errors);
-                if attempt + 1 == COMMIT_ATTEMPTS {
-                    error!(error = %e, events, "giving up on a write batch after {COMMIT_ATTEMPTS} attempts");
+                attempt += 1;
+                let since = opts
+                    .health
+                    .failure()
+                    .map_or_else(|| opts.clock.now(), |f| f.since);
+                opts.health.set(Some(StoreFailure {
+                    since,
+                    attempts: attempt,
+                    error: e.to_string(),
+                }));
+                if attempt == 1 {
+                    warn!(error = %e, events, episodes = batch.episodes.len(), "write batch failed; retrying until the database takes it");
+                }
+                if attempt == SHED_HISTORY_AFTER && !batch.events.is_empty() {
+                    error!(
+                        error = %e,
+                        shed = events,
+                        "the database keeps refusing writes: heartbeat history of this batch shed; current state, episodes and health transitions stay pending"
+                    );
                     Stats::add(&stats.store_events_dropped, events);
+                    batch.events.clear();
+                    events = 0;
+                }
+                if opts.stop.is_cancelled() {
+                    error!(
+                        error = %e,
+                        servers = batch.servers.len(),
+                        tunnels = batch.tunnels.len(),
+                        episodes = batch.episodes.len(),
+                        health = batch.health.len(),
+                        "shutting down while the database refuses writes: these rows are lost"
+                    );
                     return;
                 }
-                warn!(error = %e, attempt, "write batch failed; retrying");
-                tokio::time::sleep(backoff.delay(attempt)).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff.delay(attempt.min(16))) => {}
+                    _ = opts.stop.cancelled() => {}
+                }
             }
         }
     }
@@ -365,4 +446,48 @@ pub async fn prune(pool: &SqlitePool, before: Ts) -> Result<u64, sqlx::Error> {
         .await?
         .rows_affected();
     Ok(total + n)
+}
+
+/// Rows the audit pruning deletes per statement.
+const AUDIT_PRUNE_STEP: i64 = 1000;
+
+/// Deletes signal audit rows and closed episodes older than `before`, in
+/// small steps. Never a pending signal (not yet delivered, acked, failed or
+/// timed out) and never an open episode. Returns (signals, episodes).
+pub async fn prune_audit(pool: &SqlitePool, before: Ts) -> Result<(u64, u64), sqlx::Error> {
+    let mut signals = 0;
+    loop {
+        let n = sqlx::query(
+            "DELETE FROM signals WHERE id IN (SELECT id FROM signals \
+             WHERE created_us < ? AND outcome NOT IN ('pending', 'delivered') ORDER BY id LIMIT ?)",
+        )
+        .bind(before.as_micros())
+        .bind(AUDIT_PRUNE_STEP)
+        .execute(pool)
+        .await?
+        .rows_affected();
+        signals += n;
+        if n < AUDIT_PRUNE_STEP as u64 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    let mut episodes = 0;
+    loop {
+        let n = sqlx::query(
+            "DELETE FROM episodes WHERE id IN (SELECT id FROM episodes \
+             WHERE ended_us IS NOT NULL AND ended_us < ? ORDER BY id LIMIT ?)",
+        )
+        .bind(before.as_micros())
+        .bind(AUDIT_PRUNE_STEP)
+        .execute(pool)
+        .await?
+        .rows_affected();
+        episodes += n;
+        if n < AUDIT_PRUNE_STEP as u64 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    Ok((signals, episodes))
 }
