@@ -8,12 +8,11 @@ use std::time::Duration;
 
 use sqlx::SqlitePool;
 use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic::service::interceptor::InterceptedService;
 use tower_http::trace::{DefaultMakeSpan, DefaultOnFailure, DefaultOnResponse, TraceLayer};
-use tracing::{debug, error, info, warn, Level};
+use tracing::{debug, error, info, info_span, warn, Instrument, Level};
 
 use crate::access::Access;
 use crate::backoff::Backoff;
@@ -32,7 +31,9 @@ use crate::signals::hub::{Hub, HubConfig};
 use crate::signals::reconnect::{self, Guard, ReconnectConfig};
 use crate::signals::service_config;
 use crate::stats::Stats;
+use crate::store::writer::{StoreHealth, WriterOptions};
 use crate::store::{self, StoreError};
+use crate::supervise::{FailureWatch, Tasks};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -64,10 +65,10 @@ pub struct Lifeline {
     pub hub: Arc<Hub>,
     /// The storm guard's current state.
     pub guard: tokio::sync::watch::Receiver<Guard>,
+    /// Whether the store takes writes.
+    pub store_health: Arc<StoreHealth>,
     shutdown: CancellationToken,
-    fleet_task: JoinHandle<()>,
-    writer_task: JoinHandle<()>,
-    tasks: Vec<JoinHandle<()>>,
+    tasks: Tasks,
 }
 
 /// Knobs that tests and benches set beyond the config file.
@@ -109,9 +110,20 @@ impl Lifeline {
         let db = store::open(&cfg.storage.path).await?;
         let loaded = store::read::load(&db).await.map_err(StoreError::Query)?;
         let settings = Arc::new(Settings::start(db.clone(), cfg, clock).await?);
-        let (writer, writer_task) =
-            store::spawn_writer(db.clone(), stats.clone(), tuning.writer_depth);
         let shutdown = CancellationToken::new();
+        let store_health = Arc::new(StoreHealth::default());
+        let (writer, writer_run) = store::writer::writer(
+            db.clone(),
+            WriterOptions {
+                stats: stats.clone(),
+                health: store_health.clone(),
+                clock,
+                depth: tuning.writer_depth,
+                stop: shutdown.clone(),
+            },
+        );
+        let writer_task = tokio::spawn(writer_run.instrument(info_span!("store.writer")));
+        let mut supervised = Tasks::new(shutdown.clone());
         let board = Board::new(cfg.signals.discovery_backlog, clock.now());
         let static_auth: Vec<(String, String)> = cfg
             .auth_servers
@@ -156,7 +168,7 @@ impl Lifeline {
                     .unwrap_or_else(|_| ([0, 0, 0, 0], 0).into()),
                 source,
             })?;
-        let (hub, mut tasks) = Hub::start(
+        let (hub, hub_tasks) = Hub::start(
             HubConfig {
                 full_discovery_interval: cfg.signals.full_discovery_interval,
                 max_delta_proxies: cfg.signals.max_delta_proxies,
@@ -175,6 +187,9 @@ impl Lifeline {
         )
         .await
         .map_err(StoreError::Query)?;
+        for t in hub_tasks {
+            supervised.critical("hub", t);
+        }
         let (guard, more) = reconnect::spawn(
             ReconnectConfig {
                 backoff_base: cfg.signals.reconnect_backoff_base,
@@ -188,7 +203,9 @@ impl Lifeline {
             clock,
             shutdown.clone(),
         );
-        tasks.extend(more);
+        for t in more {
+            supervised.track("reconnect loops", t);
+        }
 
         let access = Arc::new(Access::new(&cfg.access, clock));
         if !access.has_tokens() {
@@ -202,7 +219,7 @@ impl Lifeline {
             );
         }
         let state = AppState {
-            fleet: fleet.clone(),
+            fleet: fleet.with_read_timeout(http::error::READ_TIMEOUT),
             ui: Arc::new(http::ui::UiShared::new(
                 cfg.server.max_live_streams,
                 cfg.server.max_live_streams_per_ip,
@@ -217,21 +234,26 @@ impl Lifeline {
             stats: stats.clone(),
             hub: hub.clone(),
             guard: guard.clone(),
+            failure: supervised.failure(),
+            store_health: store_health.clone(),
         };
-        tasks.push(http::ui::live::spawn(state.clone()));
+        supervised.track("live overview", http::ui::live::spawn(state.clone()));
         let router = http::router(state);
         let stop = shutdown.clone();
-        tasks.push(tokio::spawn(async move {
-            if let Err(e) = axum::serve(
-                http_listener,
-                router.into_make_service_with_connect_info::<SocketAddr>(),
-            )
-            .with_graceful_shutdown(stop.cancelled_owned())
-            .await
-            {
-                error!(error = %e, "HTTP server failed");
-            }
-        }));
+        supervised.critical(
+            "http server",
+            tokio::spawn(async move {
+                if let Err(e) = axum::serve(
+                    http_listener,
+                    router.into_make_service_with_connect_info::<SocketAddr>(),
+                )
+                .with_graceful_shutdown(stop.cancelled_owned())
+                .await
+                {
+                    error!(error = %e, "HTTP server failed");
+                }
+            }),
+        );
 
         let lb_policy_rx = settings.lb_policy();
         let (reporter, health_service) = tonic_health::server::health_reporter();
@@ -241,30 +263,33 @@ impl Lifeline {
         let stop = shutdown.clone();
         let grpc_hub = hub.clone();
         let stats_grpc = stats.clone();
-        tasks.push(tokio::spawn(async move {
-            let _keep = reporter;
-            if let Err(e) = tonic::transport::Server::builder()
-                .layer(
-                    TraceLayer::new_for_grpc()
-                        .make_span_with(DefaultMakeSpan::new().level(Level::INFO))
-                        .on_response(DefaultOnResponse::new().level(Level::DEBUG))
-                        .on_failure(DefaultOnFailure::new().level(Level::DEBUG)),
-                )
-                .add_service(health_service)
-                .add_service(service_config::Service::server(lb_policy_rx))
-                .add_service(InterceptedService::new(
-                    grpc_hub.server(),
-                    join_check(access, stats_grpc),
-                ))
-                .serve_with_incoming_shutdown(
-                    TcpListenerStream::new(grpc_listener),
-                    stop.cancelled_owned(),
-                )
-                .await
-            {
-                error!(error = %e, "gRPC server failed");
-            }
-        }));
+        supervised.critical(
+            "grpc server",
+            tokio::spawn(async move {
+                let _keep = reporter;
+                if let Err(e) = tonic::transport::Server::builder()
+                    .layer(
+                        TraceLayer::new_for_grpc()
+                            .make_span_with(DefaultMakeSpan::new().level(Level::INFO))
+                            .on_response(DefaultOnResponse::new().level(Level::DEBUG))
+                            .on_failure(DefaultOnFailure::new().level(Level::DEBUG)),
+                    )
+                    .add_service(health_service)
+                    .add_service(service_config::Service::server(lb_policy_rx))
+                    .add_service(InterceptedService::new(
+                        grpc_hub.server(),
+                        join_check(access, stats_grpc),
+                    ))
+                    .serve_with_incoming_shutdown(
+                        TcpListenerStream::new(grpc_listener),
+                        stop.cancelled_owned(),
+                    )
+                    .await
+                {
+                    error!(error = %e, "gRPC server failed");
+                }
+            }),
+        );
 
         let limits = Limits {
             default_ttl: cfg.fleet.default_ttl,
@@ -282,46 +307,66 @@ impl Lifeline {
             limits,
             ingest_span_every: cfg.telemetry.ingest_span_every,
         };
-        tasks.push(tokio::spawn(watcher::run(
-            wcfg,
-            clock,
-            fleet.clone(),
-            stats.clone(),
-            shutdown.clone(),
-        )));
+        supervised.critical(
+            "watcher",
+            tokio::spawn(watcher::run(
+                wcfg,
+                clock,
+                fleet.clone(),
+                stats.clone(),
+                shutdown.clone(),
+            )),
+        );
         let hcfg = health::HealthWatchConfig {
             service: cfg.health.service.clone(),
             timeout: cfg.health.timeout,
             poll_interval: cfg.health.poll_interval,
             backoff: Backoff::new(cfg.health.backoff_base, cfg.health.backoff_cap),
         };
-        tasks.push(tokio::spawn(health::run(
-            hcfg,
-            static_auth,
-            fleet.auth_targets(),
-            fleet.clone(),
-            stats.clone(),
-            shutdown.clone(),
-        )));
+        supervised.critical(
+            "health watcher",
+            tokio::spawn(health::run(
+                hcfg,
+                static_auth,
+                fleet.auth_targets(),
+                fleet.clone(),
+                stats.clone(),
+                shutdown.clone(),
+            )),
+        );
         let (hist, stop) = (stats.clone(), shutdown.clone());
-        tasks.push(tokio::spawn(async move {
-            // Folds histogram samples into buckets even when nobody scrapes.
-            let mut tick = tokio::time::interval(Duration::from_secs(5));
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tick.tick() => hist.hist.upkeep(),
+        supervised.track(
+            "histogram upkeep",
+            tokio::spawn(async move {
+                // Folds histogram samples into buckets even when nobody scrapes.
+                let mut tick = tokio::time::interval(Duration::from_secs(5));
+                loop {
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tick.tick() => hist.hist.upkeep(),
+                    }
                 }
-            }
-        }));
-        tasks.push(tokio::spawn(prune_loop(
-            db.clone(),
-            clock,
-            settings.live(),
-            cfg.storage.prune_interval,
-            shutdown.clone(),
-        )));
+            }),
+        );
+        supervised.track(
+            "clock steps",
+            tokio::spawn(crate::clock::watch_steps(clock, shutdown.clone())),
+        );
+        supervised.track(
+            "retention",
+            tokio::spawn(prune_loop(
+                db.clone(),
+                clock,
+                settings.live(),
+                cfg.storage.prune_interval,
+                shutdown.clone(),
+            )),
+        );
 
+        // Joined last at shutdown: the fleet hands over its last writes, then
+        // the writer drains them.
+        supervised.critical("fleet", fleet_task);
+        supervised.critical("store writer", writer_task);
         info!(%http_addr, %grpc_addr, cluster = %cfg.cluster.addr, db = %cfg.storage.path.display(), "Lifeline started");
         Ok(Lifeline {
             http_addr,
@@ -333,10 +378,9 @@ impl Lifeline {
             settings,
             hub,
             guard,
+            store_health,
             shutdown,
-            fleet_task,
-            writer_task,
-            tasks,
+            tasks: supervised,
         })
     }
 
@@ -349,21 +393,16 @@ impl Lifeline {
         self.shutdown.clone()
     }
 
+    /// Resolves when a critical task stopped: the caller shuts down and
+    /// exits non-zero.
+    pub fn failed(&self) -> FailureWatch {
+        self.tasks.failure()
+    }
+
     /// Stops everything and commits the last writes.
     pub async fn shutdown(self) {
         self.shutdown.cancel();
-        for t in self.tasks {
-            let _ = t.await;
-        }
-        if self.fleet_task.await.is_err() {
-            warn!("fleet task ended abnormally");
-        }
-        if tokio::time::timeout(Duration::from_secs(30), self.writer_task)
-            .await
-            .is_err()
-        {
-            warn!("store writer did not finish within 30s");
-        }
+        self.tasks.join().await;
         self.db.close().await;
         info!("Lifeline stopped");
     }
@@ -381,12 +420,23 @@ async fn prune_loop(
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
         }
-        // Read each round: `retention` is a dynamic setting.
+        // Read each round: both retentions are dynamic settings.
         let before = clock.now().saturating_sub(live.retention());
         match store::writer::prune(&db, before).await {
             Ok(0) => {}
             Ok(n) => debug!(rows = n, "pruned history past retention"),
             Err(e) => warn!(error = %e, "pruning history failed; will retry"),
+        }
+        let before = clock.now().saturating_sub(live.audit_retention());
+        match store::writer::prune_audit(&db, before).await {
+            Ok((0, 0)) => {}
+            Ok((signals, episodes)) => {
+                info!(
+                    signals,
+                    episodes, "pruned the audit and closed episodes past audit_retention"
+                )
+            }
+            Err(e) => warn!(error = %e, "pruning the audit failed; will retry"),
         }
     }
 }

@@ -2,6 +2,9 @@
 //! (simulator → gRPC → watcher → fleet → SQLite) on loopback and print JSON.
 //! Run them from a release build; figures go in the README.
 
+// Benchmarks and tests measure and bound real time: timing sites.
+#![allow(clippy::disallowed_methods)]
+
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -167,8 +170,8 @@ pub enum BenchError {
     Agents(String),
 }
 
-impl From<crate::fleet::FleetGone> for BenchError {
-    fn from(_: crate::fleet::FleetGone) -> Self {
+impl From<crate::fleet::FleetError> for BenchError {
+    fn from(_: crate::fleet::FleetError) -> Self {
         BenchError::FleetGone
     }
 }

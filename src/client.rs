@@ -218,8 +218,10 @@ impl Client {
         mut s: SignalRecordIn,
         wait: Duration,
     ) -> Result<SignalRecordIn, ClientError> {
+        #[allow(clippy::disallowed_methods)] // a real-time wait of the CLI
         let deadline = std::time::Instant::now() + wait;
         let mut pause = Duration::from_millis(5);
+        #[allow(clippy::disallowed_methods)]
         while !s.is_final() && std::time::Instant::now() < deadline {
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_millis(250));

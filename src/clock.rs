@@ -1,9 +1,21 @@
 //! The one clock. Every TTL, expiry and "since" in Lifeline is read from here.
 //!
-//! Wall time is derived from tokio's monotonic clock plus a fixed base, so that
-//! tests which pause tokio time (`tokio::time::pause()` / `advance()`) move the
-//! wall clock too, and expiry timers (`sleep_until`) line up exactly with the
-//! timestamps the rules compare.
+//! In production ([`Clock::system`]) "now" is the system's wall clock, read
+//! each time, so a Lifeline started before the host's clock was synchronised,
+//! or running across a VM suspend or a clock step, judges the cluster's
+//! `expires` against the right time. Sleeps and timers stay on tokio's
+//! monotonic clock: [`Clock::instant_at`] never arms a timer more than a
+//! second ahead, so a timer is re-armed against the wall at least once a
+//! second and a step is honoured within a second. [`watch_steps`] logs steps
+//! larger than a second.
+//!
+//! Tests use [`Clock::manual`]: wall time derived from tokio's (pausable)
+//! monotonic clock plus a fixed base, so `tokio::time::advance` moves it and
+//! expiry timers line up exactly with the timestamps the rules compare.
+//!
+//! Outside this module, only timing sites (durations measured for metrics,
+//! benchmarks, real-time bounds) read the system's clocks; `.clippy.toml`
+//! refuses `SystemTime::now` and `Instant::now` everywhere else.
 
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -93,48 +105,134 @@ impl serde::Serialize for Ts {
     }
 }
 
-/// The injectable clock: a wall-clock base fixed at creation plus tokio's
-/// (pausable) monotonic time since then. Cheap to copy.
+/// The injectable clock. Cheap to copy.
 #[derive(Clone, Copy, Debug)]
 pub struct Clock {
-    wall_base: Ts,
-    mono_base: Instant,
+    source: Source,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Source {
+    /// The system's wall clock.
+    Wall,
+    /// A wall-clock base fixed at creation plus tokio's (pausable)
+    /// monotonic time since then.
+    Manual { wall_base: Ts, mono_base: Instant },
+}
+
+/// How far ahead a timer is armed on the wall clock before it is re-armed.
+pub const REARM: Duration = Duration::from_secs(1);
+
+#[allow(clippy::disallowed_methods)] // the one place the system's clocks are read for rules
+fn system_now() -> Ts {
+    Ts::from_system(SystemTime::now())
+}
+
+#[allow(clippy::disallowed_methods)] // tokio's monotonic clock: timers and the manual clock
+fn mono_now() -> Instant {
+    Instant::now()
 }
 
 impl Clock {
-    /// A clock that reads the system's wall time at creation.
+    /// The system's wall clock, read on every call (production).
     pub fn system() -> Self {
-        Self::starting_at(Ts::from_system(SystemTime::now()))
+        Clock {
+            source: Source::Wall,
+        }
     }
 
-    /// A clock whose "now" is `wall` at the moment of creation.
+    /// A clock that starts at the system's wall time and then moves with
+    /// tokio's monotonic clock only (tests, with paused time).
+    pub fn manual() -> Self {
+        Self::starting_at(system_now())
+    }
+
+    /// A manual clock whose "now" is `wall` at the moment of creation.
     pub fn starting_at(wall: Ts) -> Self {
         Clock {
-            wall_base: wall,
-            mono_base: Instant::now(),
+            source: Source::Manual {
+                wall_base: wall,
+                mono_base: mono_now(),
+            },
         }
     }
 
     pub fn now(&self) -> Ts {
-        self.wall_base
-            .saturating_add(Instant::now().saturating_duration_since(self.mono_base))
+        match self.source {
+            Source::Wall => system_now(),
+            Source::Manual {
+                wall_base,
+                mono_base,
+            } => wall_base.saturating_add(mono_now().saturating_duration_since(mono_base)),
+        }
     }
 
-    /// The tokio instant at which wall time `t` arrives (now, if already past).
+    /// The tokio instant at which to look again for wall time `t` (now, if
+    /// already past). On the wall clock at most [`REARM`] ahead: the caller
+    /// re-checks `now()` when it fires and re-arms.
     pub fn instant_at(&self, t: Ts) -> Instant {
-        let now = Instant::now();
+        let now = mono_now();
         let cur = self.now();
         if t <= cur {
-            now
-        } else {
-            now + t.since(cur)
+            return now;
         }
+        let wait = t.since(cur);
+        match self.source {
+            Source::Wall => now + wait.min(REARM),
+            Source::Manual { .. } => now + wait,
+        }
+    }
+
+    /// A tokio instant `d` from now: deadlines for retries and windows
+    /// that are about elapsed time, not the wall.
+    pub fn deadline_in(&self, d: Duration) -> Instant {
+        mono_now() + d
+    }
+}
+
+/// Logs every step of the wall clock larger than a second (against tokio's
+/// monotonic clock), until `stop`. Only meaningful on [`Clock::system`].
+pub async fn watch_steps(clock: Clock, stop: tokio_util::sync::CancellationToken) {
+    if !matches!(clock.source, Source::Wall) {
+        return;
+    }
+    let (mut wall, mut mono) = (clock.now(), mono_now());
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(REARM) => {}
+        }
+        let (w, m) = (clock.now(), mono_now());
+        let step = (w.as_micros() - wall.as_micros()) - dur_micros(m.duration_since(mono));
+        if step.unsigned_abs() > 1_000_000 {
+            tracing::warn!(
+                step_ms = step / 1000,
+                now = %w,
+                "the system clock stepped; expiries are judged against the new time"
+            );
+        }
+        (wall, mono) = (w, m);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_system_clock_reads_the_wall_and_rearms_within_a_second() {
+        let c = Clock::system();
+        let wall = system_now();
+        assert!(c.now().since(wall) < Duration::from_secs(5));
+        // Paused tokio time does not move the wall.
+        let before = c.now();
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        assert!(c.now().since(before) < Duration::from_secs(5));
+        // A deadline an hour away is looked at again within a second.
+        let far = c.now().saturating_add(Duration::from_secs(3600));
+        let at = c.instant_at(far);
+        assert!(at <= mono_now() + REARM);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn wall_time_follows_paused_tokio_time() {

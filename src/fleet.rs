@@ -163,8 +163,14 @@ pub enum Command {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("the fleet has stopped")]
-pub struct FleetGone;
+pub enum FleetError {
+    #[error("the fleet has stopped")]
+    Stopped,
+    /// A read did not get its turn in time (a handle made with
+    /// [`FleetHandle::with_read_timeout`]).
+    #[error("the fleet did not answer within {0:?}: it is busy")]
+    Busy(std::time::Duration),
+}
 
 /// The cloneable front of the fleet actor.
 #[derive(Clone)]
@@ -173,31 +179,51 @@ pub struct FleetHandle {
     readiness: watch::Receiver<Readiness>,
     changes: broadcast::Sender<Changes>,
     auth_targets: watch::Receiver<BTreeMap<String, String>>,
+    /// Reads give up after this long (`None`: wait as long as it takes).
+    read_timeout: Option<std::time::Duration>,
 }
 
 impl FleetHandle {
-    pub async fn send(&self, cmd: Command) -> Result<(), FleetGone> {
-        self.tx.send(cmd).await.map_err(|_| FleetGone)
+    pub async fn send(&self, cmd: Command) -> Result<(), FleetError> {
+        self.tx.send(cmd).await.map_err(|_| FleetError::Stopped)
+    }
+
+    /// The same fleet, but reads give up after `d` with
+    /// [`FleetError::Busy`]: what request handlers use, so that a busy
+    /// fleet makes a clear 503 instead of a hung request.
+    pub fn with_read_timeout(&self, d: std::time::Duration) -> FleetHandle {
+        FleetHandle {
+            read_timeout: Some(d),
+            ..self.clone()
+        }
     }
 
     /// Runs `f` on the settled state inside the actor and returns its result.
     pub async fn read<R: Send + 'static>(
         &self,
         f: impl FnOnce(&Fleet) -> R + Send + 'static,
-    ) -> Result<R, FleetGone> {
-        let (tx, rx) = oneshot::channel();
-        self.send(Command::Read(Box::new(move |fleet: &mut Fleet| {
-            let _ = tx.send(f(fleet));
-        })))
-        .await?;
-        rx.await.map_err(|_| FleetGone)
+    ) -> Result<R, FleetError> {
+        let read = async {
+            let (tx, rx) = oneshot::channel();
+            self.send(Command::Read(Box::new(move |fleet: &mut Fleet| {
+                let _ = tx.send(f(fleet));
+            })))
+            .await?;
+            rx.await.map_err(|_| FleetError::Stopped)
+        };
+        match self.read_timeout {
+            None => read.await,
+            Some(d) => tokio::time::timeout(d, read)
+                .await
+                .unwrap_or(Err(FleetError::Busy(d))),
+        }
     }
 
     /// Waits until everything applied so far is committed to SQLite.
-    pub async fn flush(&self) -> Result<(), FleetGone> {
+    pub async fn flush(&self) -> Result<(), FleetError> {
         let (tx, rx) = oneshot::channel();
         self.send(Command::Flush(tx)).await?;
-        rx.await.map_err(|_| FleetGone)
+        rx.await.map_err(|_| FleetError::Stopped)
     }
 
     pub fn readiness(&self) -> Readiness {
@@ -214,21 +240,21 @@ impl FleetHandle {
     }
 
     /// Waits until every kind is ready or rejected.
-    pub async fn wait_ready(&self) -> Result<(), FleetGone> {
+    pub async fn wait_ready(&self) -> Result<(), FleetError> {
         let mut rx = self.readiness.clone();
         rx.wait_for(|r| r.ready)
             .await
             .map(|_| ())
-            .map_err(|_| FleetGone)
+            .map_err(|_| FleetError::Stopped)
     }
 
     /// Waits until no kind is ready any more (e.g. the stream died).
-    pub async fn wait_not_ready(&self) -> Result<(), FleetGone> {
+    pub async fn wait_not_ready(&self) -> Result<(), FleetError> {
         let mut rx = self.readiness.clone();
         rx.wait_for(|r| !r.ready)
             .await
             .map(|_| ())
-            .map_err(|_| FleetGone)
+            .map_err(|_| FleetError::Stopped)
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<Changes> {

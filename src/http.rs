@@ -54,6 +54,9 @@ pub struct AppState {
     /// Answer with `Connection: close` while not ready.
     pub http_close_unhealthy: bool,
     pub max_body_bytes: usize,
+    /// A critical task that stopped (the process is on its way out).
+    pub failure: crate::supervise::FailureWatch,
+    pub store_health: Arc<crate::store::writer::StoreHealth>,
 }
 
 pub fn router(state: AppState) -> Router {

@@ -22,6 +22,7 @@ pub mod signals;
 pub mod sim;
 pub mod stats;
 pub mod store;
+pub mod supervise;
 pub mod telemetry;
 
 pub use app::Lifeline;

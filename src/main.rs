@@ -171,6 +171,20 @@ enum TokenOp {
 
 /// sysexits' EX_CONFIG: the configuration is at fault.
 const EXIT_CONFIG: u8 = 78;
+/// A critical task stopped (sysexits' EX_SOFTWARE): restart me.
+const EXIT_TASK_FAILED: u8 = 70;
+
+/// Runs until Ctrl-C / SIGTERM (exit 0) or until a critical task stops
+/// (exit 70, so that a process supervisor restarts Lifeline).
+async fn run_until_stopped(failed: lifeline::supervise::FailureWatch) -> ExitCode {
+    tokio::select! {
+        _ = wait_for_signal() => ExitCode::SUCCESS,
+        f = failed.wait() => {
+            eprintln!("lifeline: task {} stopped: {}; exiting", f.task, f.why);
+            ExitCode::from(EXIT_TASK_FAILED)
+        }
+    }
+}
 
 fn load_config(path: Option<&PathBuf>) -> Result<Config, lifeline::config::ConfigError> {
     Config::load(path.map(|p| p.as_path()), |k| std::env::var(k).ok())
@@ -269,9 +283,9 @@ async fn run(
                 "Lifeline: API http://{}/api/v1/summary, dashboard http://{}/, gRPC {}",
                 ll.http_addr, ll.http_addr, ll.grpc_addr
             );
-            wait_for_signal().await;
+            let code = run_until_stopped(ll.failed()).await;
             ll.shutdown().await;
-            Ok(ExitCode::SUCCESS)
+            Ok(code)
         }
         Cmd::CheckConfig { config } => match load_config(config.as_ref()) {
             Ok(c) => {
@@ -335,9 +349,9 @@ async fn run(
                 None => println!("Chaos is off."),
             }
             println!("Press Ctrl-C to stop.");
-            wait_for_signal().await;
+            let code = run_until_stopped(demo.lifeline.failed()).await;
             demo.shutdown().await;
-            Ok(ExitCode::SUCCESS)
+            Ok(code)
         }
         Cmd::Reconnect {
             agent,

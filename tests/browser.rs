@@ -10,6 +10,9 @@
 //! things "settle". With `CI=true` a missing browser fails the test (CI
 //! installs it); elsewhere the test says so and skips.
 
+// Benchmarks and tests measure and bound real time: timing sites.
+#![allow(clippy::disallowed_methods)]
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};

@@ -8,6 +8,9 @@
 //! rendered), so loopback and compression are not counted; the client's
 //! round trip is reported beside it.
 
+// Benchmarks and tests measure and bound real time: timing sites.
+#![allow(clippy::disallowed_methods)]
+
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};

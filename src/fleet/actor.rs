@@ -64,6 +64,7 @@ pub fn spawn(
         readiness: ready_rx,
         changes,
         auth_targets: targets_rx,
+        read_timeout: None,
     };
     let task = tokio::spawn(run(fleet, rx, writer, shutdown));
     (handle, task)
@@ -104,7 +105,7 @@ async fn run(
                     }
                 }
             }
-            _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(tokio::time::Instant::now)).await }, if deadline.is_some() => {}
+            _ = async { if let Some(d) = deadline { tokio::time::sleep_until(d).await } }, if deadline.is_some() => {}
             permit = writer.reserve(), if want_store => {
                 if let Ok(permit) = permit {
                     let batch = if flush_waiters.is_empty() {
@@ -152,6 +153,7 @@ fn handle(fleet: &mut Fleet, cmd: Command) -> Option<tokio::sync::oneshot::Sende
         Command::Apply(batch) => fleet.apply(batch),
         Command::Resync(r) => {
             let _s = debug_span!("fleet.resync", generation = r.generation).entered();
+            #[allow(clippy::disallowed_methods)] // resync duration, for the log
             let started = std::time::Instant::now();
             fleet.resync(r);
             fleet.settle();

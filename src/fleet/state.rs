@@ -1286,6 +1286,7 @@ impl Fleet {
         }
         let now = self.now();
         let dirty = std::mem::take(&mut self.dirty);
+        #[allow(clippy::disallowed_methods)] // classification duration histogram
         let started = std::time::Instant::now();
         let n = dirty.len();
         for name in dirty {

@@ -55,11 +55,24 @@ pub enum ApiError {
     Db(#[from] sqlx::Error),
 }
 
-impl From<crate::fleet::FleetGone> for ApiError {
-    fn from(_: crate::fleet::FleetGone) -> Self {
-        ApiError::FleetGone
+impl From<crate::fleet::FleetError> for ApiError {
+    fn from(e: crate::fleet::FleetError) -> Self {
+        match e {
+            crate::fleet::FleetError::Stopped => ApiError::FleetGone,
+            crate::fleet::FleetError::Busy(d) => ApiError::Busy {
+                code: "busy",
+                message: format!(
+                    "Lifeline is busy: the fleet did not answer within {}; try again",
+                    humantime::format_duration(d)
+                ),
+            },
+        }
     }
 }
+
+/// How long a request waits for the fleet or a database connection before
+/// it is answered 503 `busy`.
+pub const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl ApiError {
     pub fn status(&self) -> StatusCode {
@@ -77,6 +90,7 @@ impl ApiError {
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::FleetGone => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Render => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Db(sqlx::Error::PoolTimedOut) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Db(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -96,6 +110,7 @@ impl ApiError {
             ApiError::TooLarge(_) => "body_too_large",
             ApiError::FleetGone => "unavailable",
             ApiError::Render => "internal",
+            ApiError::Db(sqlx::Error::PoolTimedOut) => "busy",
             ApiError::Db(_) => "internal",
         }
     }
@@ -146,10 +161,18 @@ impl From<crate::settings::SettingsError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if let ApiError::Db(e) = &self {
-            error!(error = %e, "database query failed");
-        }
-        let body = json!({"error": {"code": self.code(), "message": self.to_string()}});
+        let message = match &self {
+            ApiError::Db(sqlx::Error::PoolTimedOut) => format!(
+                "Lifeline is busy: no database connection within {}; try again",
+                humantime::format_duration(READ_TIMEOUT)
+            ),
+            ApiError::Db(e) => {
+                error!(error = %e, "database query failed");
+                self.to_string()
+            }
+            _ => self.to_string(),
+        };
+        let body = json!({"error": {"code": self.code(), "message": message}});
         let mut r = (self.status(), Json(body)).into_response();
         self.add_headers(r.headers_mut());
         r

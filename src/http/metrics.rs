@@ -38,6 +38,9 @@ async fn metrics(State(s): State<AppState>) -> Result<Response, ApiError> {
         gauge!("lifeline_storm_guard_paused").set(if guard.paused { 1.0 } else { 0.0 });
         gauge!("lifeline_storm_guard_stranded_in_window").set(guard.stranded_in_window as f64);
         gauge!("lifeline_agents_retrying").set(guard.agents_retrying as f64);
+        gauge!("lifeline_store_failing")
+            .set(f64::from(u8::from(s.store_health.failure().is_some())));
+        gauge!("lifeline_task_failed").set(f64::from(u8::from(s.failure.get().is_some())));
         counters(&s.stats);
         s.stats.hist.render()
     });
@@ -174,6 +177,14 @@ fn describe() {
         (
             "lifeline_agents_retrying",
             "Agents waiting for their next automatic reconnect.",
+        ),
+        (
+            "lifeline_store_failing",
+            "1 while the database refuses writes (state and episodes are kept pending and retried).",
+        ),
+        (
+            "lifeline_task_failed",
+            "1 once a critical task stopped (the process is exiting).",
         ),
         (
             "lifeline_agents_waiting_for_live_proxy",

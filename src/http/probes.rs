@@ -44,14 +44,52 @@ async fn healthz() -> impl IntoResponse {
     Json(json!({"status": "ok"}))
 }
 
+/// `/readyz`: the watcher's kinds, and whatever else keeps Lifeline from
+/// doing its job: a critical task that stopped, a store that refuses writes.
+#[derive(serde::Serialize)]
+struct ReadyBody {
+    #[serde(flatten)]
+    watcher: crate::fleet::Readiness,
+    /// Why it is not ready beyond the watcher, in words; empty when fine.
+    problems: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failed_task: Option<crate::supervise::TaskFailure>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    store_failing: Option<crate::store::writer::StoreFailure>,
+}
+
 async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
-    let r = s.fleet.readiness();
-    let status = if r.ready {
+    let watcher = s.fleet.readiness();
+    let failed_task = s.failure.get();
+    let store_failing = s.store_health.failure();
+    let mut problems = Vec::new();
+    if let Some(f) = &failed_task {
+        problems.push(format!("task {} stopped: {}", f.task, f.why));
+    }
+    if let Some(f) = &store_failing {
+        problems.push(format!(
+            "the store refuses writes since {} ({} attempts): {}; state and episodes are kept pending",
+            f.since, f.attempts, f.error
+        ));
+    }
+    let ready = watcher.ready && problems.is_empty();
+    let status = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (status, Json(r))
+    (
+        status,
+        Json(ReadyBody {
+            watcher: crate::fleet::Readiness {
+                ready,
+                kinds: watcher.kinds,
+            },
+            problems,
+            failed_task,
+            store_failing,
+        }),
+    )
 }
 
 /// A probe's answer.

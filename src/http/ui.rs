@@ -119,6 +119,8 @@ impl<S: Send + Sync> FromRequestParts<S> for Ctx {
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
         Ok(Ctx {
             session: csrf::session(&parts.headers),
+            // Server-Timing: how long the page took to render.
+            #[allow(clippy::disallowed_methods)]
             started: Instant::now(),
             caller: crate::http::auth::Caller::of(&parts.extensions),
         })
@@ -220,8 +222,8 @@ impl From<ApiError> for UiError {
     }
 }
 
-impl From<crate::fleet::FleetGone> for UiError {
-    fn from(e: crate::fleet::FleetGone) -> Self {
+impl From<crate::fleet::FleetError> for UiError {
+    fn from(e: crate::fleet::FleetError) -> Self {
         UiError::from(ApiError::from(e))
     }
 }

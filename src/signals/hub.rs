@@ -573,7 +573,7 @@ fn outbound(
         versions.borrow_and_update();
         yield Ok(hub.discovery(first));
         let mut full_tick = tokio::time::interval_at(
-            tokio::time::Instant::now() + hub.cfg.full_discovery_interval,
+            hub.clock.deadline_in(hub.cfg.full_discovery_interval),
             hub.cfg.full_discovery_interval,
         );
         full_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -26,7 +26,6 @@ use futures::{FutureExt, StreamExt};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use tokio::sync::{broadcast, watch};
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::{delay_queue, DelayQueue};
 use tracing::{debug, info, info_span, warn, Instrument};
@@ -149,7 +148,8 @@ struct Auto {
     clock: Clock,
     needs: HashMap<String, Need>,
     queue: DelayQueue<String>,
-    recent: VecDeque<Instant>,
+    /// When agents turned stranded, within the storm window.
+    recent: VecDeque<Ts>,
     agents: usize,
     guard: watch::Sender<Guard>,
     rng: rand::rngs::SmallRng,
@@ -158,7 +158,7 @@ struct Auto {
 impl Auto {
     fn note(&mut self, c: &StateChange) {
         if c.to == AgentState::Stranded && c.from != AgentState::Stranded {
-            self.recent.push_back(Instant::now());
+            self.recent.push_back(self.clock.now());
         }
         match wants_reconnect(c) {
             Some((proxy, reason)) => match self.needs.get_mut(&c.agent) {
@@ -258,11 +258,11 @@ impl Auto {
     }
 
     fn evaluate(&mut self) -> bool {
-        let now = Instant::now();
+        let now = self.clock.now();
         while self
             .recent
             .front()
-            .is_some_and(|t| now.duration_since(*t) > self.cfg.storm_window)
+            .is_some_and(|t| now.since(*t) > self.cfg.storm_window)
         {
             self.recent.pop_front();
         }

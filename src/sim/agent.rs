@@ -18,6 +18,10 @@
 //! Tunnels live in the simulated cluster's records when one is given (what
 //! a real proxy would record), and always in the agent's own reports.
 
+// Simulated agents are the cluster, not Lifeline: they keep their own
+// proxy expiries on tokio's clock, as a real agent does.
+#![allow(clippy::disallowed_methods)]
+
 use crate::telemetry::propagate::TraceRef;
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;

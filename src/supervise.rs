@@ -1,0 +1,174 @@
+//! Every long-lived task, tracked. A *critical* task (the fleet, the store
+//! writer, the watcher, the hub) that ends before shutdown or panics is a
+//! failure of the whole process: it is logged once with its name and why,
+//! `/readyz` fails naming it, and [`Tasks::failed`] wakes the CLI, which
+//! shuts down and exits non-zero so a process supervisor restarts Lifeline.
+//! A task that is not critical and panics is logged, and the rest goes on.
+//!
+//! Owns: the join handles. Must not touch: what the tasks do.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::error;
+
+/// A critical task that stopped.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct TaskFailure {
+    pub task: &'static str,
+    pub why: String,
+}
+
+/// The tracked tasks of one Lifeline.
+pub struct Tasks {
+    handles: Vec<(&'static str, JoinHandle<()>)>,
+    failed: Arc<watch::Sender<Option<TaskFailure>>>,
+    stop: CancellationToken,
+}
+
+impl Tasks {
+    /// `stop` is the shutdown token: a task that ends after it fired is
+    /// not a failure.
+    pub fn new(stop: CancellationToken) -> Tasks {
+        Tasks {
+            handles: Vec::new(),
+            failed: Arc::new(watch::channel(None).0),
+            stop,
+        }
+    }
+
+    /// The first critical failure, if any (for `/readyz`).
+    pub fn failure(&self) -> FailureWatch {
+        FailureWatch(self.failed.subscribe())
+    }
+
+    /// Tracks a task that may end on its own; a panic is logged.
+    pub fn track(&mut self, name: &'static str, h: JoinHandle<()>) {
+        self.watch(name, false, h);
+    }
+
+    /// Tracks a task the process cannot live without.
+    pub fn critical(&mut self, name: &'static str, h: JoinHandle<()>) {
+        self.watch(name, true, h);
+    }
+
+    fn watch(&mut self, name: &'static str, critical: bool, inner: JoinHandle<()>) {
+        let (failed, stop) = (self.failed.clone(), self.stop.clone());
+        let outer = tokio::spawn(async move {
+            let why = match inner.await {
+                Ok(()) if stop.is_cancelled() || !critical => return,
+                Ok(()) => "it ended before shutdown".to_string(),
+                Err(e) if e.is_panic() => format!("it panicked: {}", panic_text(e.into_panic())),
+                Err(e) => format!("it was cancelled: {e}"),
+            };
+            if !critical {
+                error!(task = name, %why, "a background task stopped; Lifeline goes on without it");
+                return;
+            }
+            error!(
+                task = name,
+                %why,
+                "a critical task stopped: Lifeline is not ready and exits so that it can be restarted"
+            );
+            failed.send_if_modified(|f| {
+                if f.is_some() {
+                    return false;
+                }
+                *f = Some(TaskFailure {
+                    task: name,
+                    why: why.clone(),
+                });
+                true
+            });
+        });
+        self.handles.push((name, outer));
+    }
+
+    /// Waits for every task (after the shutdown token fired), in the order
+    /// they were tracked.
+    pub async fn join(self) {
+        for (name, h) in self.handles {
+            if let Err(e) = h.await {
+                error!(task = name, error = %e, "task supervisor ended abnormally");
+            }
+        }
+    }
+}
+
+/// Reads and waits for the first critical failure.
+#[derive(Clone)]
+pub struct FailureWatch(watch::Receiver<Option<TaskFailure>>);
+
+impl FailureWatch {
+    pub fn get(&self) -> Option<TaskFailure> {
+        self.0.borrow().clone()
+    }
+
+    /// Resolves with the first critical failure; never, if none happens.
+    pub async fn wait(mut self) -> TaskFailure {
+        loop {
+            if let Some(f) = self.0.borrow_and_update().clone() {
+                return f;
+            }
+            if self.0.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}
+
+fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(no message)".to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_critical_task_that_panics_is_a_named_failure() {
+        let stop = CancellationToken::new();
+        let mut t = Tasks::new(stop.clone());
+        let watch = t.failure();
+        t.track("helper", tokio::spawn(async { panic!("helper broke") }));
+        t.critical(
+            "fleet",
+            tokio::spawn(async { panic!("index out of bounds") }),
+        );
+        let f = watch.clone().wait().await;
+        assert_eq!(f.task, "fleet");
+        assert!(f.why.contains("panicked: index out of bounds"), "{f:?}");
+        assert_eq!(watch.get(), Some(f));
+        stop.cancel();
+        t.join().await;
+    }
+
+    #[tokio::test]
+    async fn a_critical_task_ending_early_fails_but_not_after_shutdown() {
+        let stop = CancellationToken::new();
+        let mut t = Tasks::new(stop.clone());
+        let watch = t.failure();
+        t.critical("writer", tokio::spawn(async {}));
+        let f = watch.clone().wait().await;
+        assert_eq!(f.task, "writer");
+        assert!(f.why.contains("ended before shutdown"));
+
+        let stop = CancellationToken::new();
+        let mut t = Tasks::new(stop.clone());
+        let watch = t.failure();
+        let s2 = stop.clone();
+        t.critical("hub", tokio::spawn(async move { s2.cancelled().await }));
+        stop.cancel();
+        t.join().await;
+        assert_eq!(watch.get(), None, "ending at shutdown is no failure");
+    }
+}
