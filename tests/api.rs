@@ -195,3 +195,50 @@ async fn ttl_windows_page_through_every_resource_once_in_order() {
     }
     c.shutdown().await;
 }
+
+/// Guards "reads never hang": with every database connection taken (a
+/// writer stuck behind a lock, say), a request that needs one is answered
+/// 503 `busy` once the 2 s acquire timeout passes, and works again after.
+#[tokio::test(start_paused = true)]
+async fn a_request_that_cannot_get_a_database_connection_is_a_clear_503() {
+    let c = Cluster::new().quiet().start().await;
+    c.ready().await;
+    c.flush().await;
+    let pool = c.ll().db.clone();
+    let mut held = Vec::new();
+    while held.len() < pool.options().get_max_connections() as usize {
+        held.push(pool.acquire().await.expect("a connection"));
+    }
+    let http = c.http.clone();
+    let url = format!("{}/api/v1/episodes", c.ll().base_url());
+    let req = tokio::spawn(async move {
+        let r = http.get(url).send().await.expect("an answer");
+        let status = r.status().as_u16();
+        (
+            status,
+            r.json::<serde_json::Value>().await.unwrap_or_default(),
+        )
+    });
+    // Virtual time moves the pool's acquire timeout.
+    for _ in 0..12 {
+        if req.is_finished() {
+            break;
+        }
+        c.advance(std::time::Duration::from_millis(250)).await;
+    }
+    let (status, body) = support::real_timeout(std::time::Duration::from_secs(10), req)
+        .await
+        .expect("answered in time")
+        .expect("request task");
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "busy", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("2s")),
+        "{body}"
+    );
+    drop(held);
+    assert_eq!(c.get("/api/v1/episodes").await.0, 200);
+    c.shutdown().await;
+}

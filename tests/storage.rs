@@ -69,23 +69,31 @@ async fn restart_on_the_same_database_keeps_episodes_and_history() {
     c.shutdown().await;
 }
 
+/// Another connection to the database at `path` that runs `sql` (a lock)
+/// and holds it while it lives.
+async fn lock(path: &std::path::Path, sql: &'static str) -> sqlx::SqliteConnection {
+    let mut holder = SqliteConnectOptions::from_str("sqlite:")
+        .unwrap()
+        .filename(path)
+        .create_if_missing(true)
+        .connect()
+        .await
+        .unwrap();
+    sqlx::raw_sql(sql).execute(&mut holder).await.unwrap();
+    holder
+}
+
 /// Guards the locked-database case: start-up fails with a message that says
 /// the database is locked, instead of hanging or panicking.
 #[tokio::test]
 async fn locked_database_is_a_clear_start_up_error() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("locked.db");
-    let mut holder = SqliteConnectOptions::from_str("sqlite:")
-        .unwrap()
-        .filename(&path)
-        .create_if_missing(true)
-        .connect()
-        .await
-        .unwrap();
-    sqlx::query("PRAGMA locking_mode = EXCLUSIVE; BEGIN EXCLUSIVE; CREATE TABLE hold (x); ")
-        .execute(&mut holder)
-        .await
-        .unwrap();
+    let holder = lock(
+        &path,
+        "PRAGMA locking_mode = EXCLUSIVE; BEGIN EXCLUSIVE; CREATE TABLE hold (x); ",
+    )
+    .await;
 
     let mut cfg = Config::default();
     cfg.server.listen = "127.0.0.1:0".into();
@@ -151,16 +159,7 @@ async fn a_database_that_refuses_writes_for_a_while_loses_no_episode() {
     c.flush().await;
 
     // Another process takes the write lock (WAL: readers go on).
-    let mut holder = SqliteConnectOptions::from_str("sqlite:")
-        .unwrap()
-        .filename(&c.cfg.storage.path)
-        .connect()
-        .await
-        .unwrap();
-    sqlx::query("BEGIN IMMEDIATE")
-        .execute(&mut holder)
-        .await
-        .unwrap();
+    let mut holder = lock(&c.cfg.storage.path, "BEGIN IMMEDIATE").await;
 
     // Two agents strand (episodes open) while the database refuses writes.
     c.strand_two().await;

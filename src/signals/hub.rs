@@ -644,21 +644,33 @@ async fn audit_writer(
         if n == 0 {
             return;
         }
+        // An update is never dropped here: it is retried until the database
+        // takes it (while it waits, the bounded channel in front may fill,
+        // and what does not fit is counted as dropped where it is sent).
         let backoff =
-            crate::backoff::Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
-        let mut attempt = 0;
+            crate::backoff::Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
+        let mut attempt: u32 = 0;
         loop {
             match audit::update(&db, &buf).await {
-                Ok(()) => break,
-                Err(e) if attempt < 4 => {
-                    debug!(error = %e, "signal audit update failed; retrying");
-                    tokio::time::sleep(backoff.delay(attempt)).await;
-                    attempt += 1;
+                Ok(()) => {
+                    if attempt > 0 {
+                        info!(attempts = attempt + 1, "signal audit updates written again");
+                    }
+                    break;
                 }
                 Err(e) => {
-                    Stats::add(&stats.signal_updates_dropped, buf.len() as u64);
-                    warn!(error = %e, updates = buf.len(), "signal audit updates lost after retries");
-                    break;
+                    if attempt == 0 {
+                        warn!(error = %e, updates = buf.len(), "signal audit update failed; retrying until the database takes it");
+                    }
+                    attempt = attempt.saturating_add(1);
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff.delay(attempt.min(16))) => {}
+                        _ = stop.cancelled() => {
+                            Stats::add(&stats.signal_updates_dropped, buf.len() as u64);
+                            warn!(error = %e, updates = buf.len(), "signal audit updates lost at shutdown: the database refused them");
+                            return;
+                        }
+                    }
                 }
             }
         }

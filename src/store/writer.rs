@@ -455,39 +455,42 @@ const AUDIT_PRUNE_STEP: i64 = 1000;
 /// small steps. Never a pending signal (not yet delivered, acked, failed or
 /// timed out) and never an open episode. Returns (signals, episodes).
 pub async fn prune_audit(pool: &SqlitePool, before: Ts) -> Result<(u64, u64), sqlx::Error> {
-    let mut signals = 0;
-    loop {
-        let n = sqlx::query(
-            "DELETE FROM signals WHERE id IN (SELECT id FROM signals \
-             WHERE created_us < ? AND outcome NOT IN ('pending', 'delivered') ORDER BY id LIMIT ?)",
-        )
-        .bind(before.as_micros())
-        .bind(AUDIT_PRUNE_STEP)
-        .execute(pool)
-        .await?
-        .rows_affected();
-        signals += n;
-        if n < AUDIT_PRUNE_STEP as u64 {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
-    let mut episodes = 0;
-    loop {
-        let n = sqlx::query(
-            "DELETE FROM episodes WHERE id IN (SELECT id FROM episodes \
-             WHERE ended_us IS NOT NULL AND ended_us < ? ORDER BY id LIMIT ?)",
-        )
-        .bind(before.as_micros())
-        .bind(AUDIT_PRUNE_STEP)
-        .execute(pool)
-        .await?
-        .rows_affected();
-        episodes += n;
-        if n < AUDIT_PRUNE_STEP as u64 {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
+    let signals = prune_in_steps(
+        pool,
+        "DELETE FROM signals WHERE id IN (SELECT id FROM signals \
+         WHERE created_us < ? AND outcome NOT IN ('pending', 'delivered') ORDER BY id LIMIT ?)",
+        before,
+    )
+    .await?;
+    let episodes = prune_in_steps(
+        pool,
+        "DELETE FROM episodes WHERE id IN (SELECT id FROM episodes \
+         WHERE ended_us IS NOT NULL AND ended_us < ? ORDER BY id LIMIT ?)",
+        before,
+    )
+    .await?;
     Ok((signals, episodes))
+}
+
+/// Runs `sql` (binding `before` and the step size) until it deletes less
+/// than a step, yielding between steps.
+async fn prune_in_steps(
+    pool: &SqlitePool,
+    sql: &'static str,
+    before: Ts,
+) -> Result<u64, sqlx::Error> {
+    let mut total = 0;
+    loop {
+        let n = sqlx::query(sql)
+            .bind(before.as_micros())
+            .bind(AUDIT_PRUNE_STEP)
+            .execute(pool)
+            .await?
+            .rows_affected();
+        total += n;
+        if n < AUDIT_PRUNE_STEP as u64 {
+            return Ok(total);
+        }
+        tokio::task::yield_now().await;
+    }
 }
