@@ -227,6 +227,14 @@ async fn agents_with_nowhere_to_go_wait_for_a_live_proxy() {
         "{metrics}"
     );
 
+    // The dashboard says so: the overview's count, each row, the agent page.
+    let (_, overview) = c.get_text("/").await;
+    assert!(overview.contains(r#"id="waiting-count""#), "overview count");
+    let (_, rows) = c.get_text("/agents?state=degraded").await;
+    assert_eq!(rows.matches("◌ waiting for a live proxy").count(), 6);
+    let (_, page) = c.get_text("/agents/agent-00002").await;
+    assert!(page.contains(r#"id="waiting""#), "agent page");
+
     // Another two minutes: no timer sends anything to a waiting agent.
     c.advance(Duration::from_secs(120)).await;
     c.flush().await;
