@@ -31,7 +31,8 @@ use crate::signals::hub::{Hub, HubConfig};
 use crate::signals::reconnect::{self, Guard, ReconnectConfig};
 use crate::signals::service_config;
 use crate::stats::Stats;
-use crate::store::writer::{StoreHealth, WriterOptions};
+use crate::store::health::StoreHealth;
+use crate::store::writer::WriterOptions;
 use crate::store::{self, StoreError};
 use crate::supervise::{FailureWatch, Tasks};
 
@@ -183,6 +184,7 @@ impl Lifeline {
             fleet.clone(),
             db.clone(),
             stats.clone(),
+            store_health.clone(),
             shutdown.clone(),
         )
         .await

@@ -633,10 +633,80 @@ async fn cluster_process(
     Ok(json!({"scenario": "cluster", "agents": agents}))
 }
 
+/// This binary run again as `lifeline bench <args>` (a hidden scenario),
+/// talking over its stdin and stdout, killed if dropped.
+pub(crate) struct BenchChild {
+    proc: tokio::process::Child,
+    stdin: Option<tokio::process::ChildStdin>,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+impl BenchChild {
+    pub(crate) fn spawn(args: &[String], env: &[(&str, &str)]) -> Result<BenchChild, BenchError> {
+        let exe = std::env::current_exe().map_err(|e| BenchError::Agents(e.to_string()))?;
+        let mut proc = tokio::process::Command::new(exe)
+            .arg("bench")
+            .args(args)
+            .envs(env.iter().copied())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| BenchError::Agents(format!("cannot start `bench {}`: {e}", args[0])))?;
+        let (Some(stdin), Some(out)) = (proc.stdin.take(), proc.stdout.take()) else {
+            return Err(BenchError::Agents(format!(
+                "`bench {}` has no stdio",
+                args[0]
+            )));
+        };
+        Ok(BenchChild {
+            proc,
+            stdin: Some(stdin),
+            lines: tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(out)),
+        })
+    }
+
+    /// Its next line, waiting until `deadline`.
+    pub(crate) async fn line(
+        &mut self,
+        deadline: Instant,
+        what: &'static str,
+    ) -> Result<String, BenchError> {
+        tokio::time::timeout_at(deadline.into(), self.lines.next_line())
+            .await
+            .map_err(|_| BenchError::Timeout(what))?
+            .map_err(|e| BenchError::Agents(e.to_string()))?
+            .ok_or_else(|| BenchError::Agents(format!("the child process ended early ({what})")))
+    }
+
+    pub(crate) async fn send(&mut self, line: &str) -> Result<(), BenchError> {
+        use tokio::io::AsyncWriteExt;
+        let stdin = self
+            .stdin
+            .as_mut()
+            .ok_or_else(|| BenchError::Agents("the child's stdin is closed".into()))?;
+        stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .map_err(|e| BenchError::Agents(format!("child process: {e}")))
+    }
+
+    /// Closes its stdin (its signal to finish) and returns what it prints
+    /// until it exits.
+    pub(crate) async fn finish(mut self) -> Vec<String> {
+        drop(self.stdin.take());
+        let mut out = Vec::new();
+        while let Ok(Some(line)) = self.lines.next_line().await {
+            out.push(line);
+        }
+        let _ = self.proc.wait().await;
+        out
+    }
+}
+
 /// A `bench cluster` child process.
 struct ClusterChild {
-    proc: tokio::process::Child,
-    stdin: tokio::process::ChildStdin,
+    child: BenchChild,
     uri: String,
 }
 
@@ -646,46 +716,28 @@ impl ClusterChild {
         proxies: usize,
         tunnels_per_agent: usize,
     ) -> Result<ClusterChild, BenchError> {
-        use tokio::io::AsyncBufReadExt;
-        let exe = std::env::current_exe().map_err(|e| BenchError::Agents(e.to_string()))?;
-        let mut proc = tokio::process::Command::new(exe)
-            .args(["bench", "cluster", "--agents", &agents.to_string()])
-            .args(["--proxies", &proxies.to_string()])
-            .args(["--tunnels-per-agent", &tunnels_per_agent.to_string()])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| BenchError::Agents(format!("cannot start the cluster process: {e}")))?;
-        let (Some(stdin), Some(out)) = (proc.stdin.take(), proc.stdout.take()) else {
-            return Err(BenchError::Agents(
-                "the cluster process has no stdio".into(),
-            ));
-        };
-        let mut lines = tokio::io::BufReader::new(out).lines();
-        let line = tokio::time::timeout(Duration::from_secs(600), lines.next_line())
-            .await
-            .map_err(|_| BenchError::Timeout("cluster process starting"))?
-            .map_err(|e| BenchError::Agents(e.to_string()))?
-            .ok_or_else(|| BenchError::Agents("the cluster process ended early".into()))?;
+        let args = [
+            "cluster",
+            "--agents",
+            &agents.to_string(),
+            "--proxies",
+            &proxies.to_string(),
+            "--tunnels-per-agent",
+            &tunnels_per_agent.to_string(),
+        ]
+        .map(String::from);
+        let mut child = BenchChild::spawn(&args, &[])?;
+        let line = child
+            .line(
+                Instant::now() + Duration::from_secs(600),
+                "cluster process starting",
+            )
+            .await?;
         let uri = line
             .strip_prefix("listening ")
             .ok_or_else(|| BenchError::Agents(format!("cluster process said {line:?}")))?
             .to_string();
-        Ok(ClusterChild { proc, stdin, uri })
-    }
-
-    async fn kill_streams(&mut self) -> Result<(), BenchError> {
-        use tokio::io::AsyncWriteExt;
-        self.stdin
-            .write_all(b"kill-streams\n")
-            .await
-            .map_err(|e| BenchError::Agents(format!("cluster process: {e}")))
-    }
-
-    async fn stop(mut self) {
-        drop(self.stdin);
-        let _ = tokio::time::timeout(Duration::from_secs(10), self.proc.wait()).await;
+        Ok(ClusterChild { child, uri })
     }
 }
 
@@ -721,7 +773,7 @@ async fn resync(
     let rss_after = proc_status_kib("VmRSS:").unwrap_or(0);
 
     // A second resync on a warm process: the stream dies, comes back.
-    child.kill_streams().await?;
+    child.child.send("kill-streams").await?;
     ll.fleet.wait_not_ready().await?;
     let t1 = Instant::now();
     ll.fleet.wait_ready().await?;
@@ -730,7 +782,7 @@ async fn resync(
     ll.fleet.flush().await?;
     let rss_warm = proc_status_kib("VmRSS:").unwrap_or(0);
     ll.shutdown().await;
-    child.stop().await;
+    child.child.finish().await;
     let per_agent = rss_after.saturating_sub(rss_before) as f64 * 1024.0 / counts.0.max(1) as f64;
     Ok(json!({
         "scenario": "resync",

@@ -404,6 +404,11 @@ impl Default for HealthConfig {
     }
 }
 
+/// The shortest history retention (config and dynamic setting alike).
+pub const MIN_RETENTION: Duration = Duration::from_secs(60);
+/// The shortest audit retention.
+pub const MIN_AUDIT_RETENTION: Duration = Duration::from_secs(3600);
+
 impl Default for StorageConfig {
     fn default() -> Self {
         StorageConfig {
@@ -701,11 +706,18 @@ impl Config {
         if self.storage.path.as_os_str().is_empty() {
             return Err(invalid("storage.path", "must not be empty"));
         }
-        if self.storage.retention < Duration::from_secs(60) {
-            return Err(invalid("storage.retention", "must be at least 1m"));
-        }
-        if self.storage.audit_retention < Duration::from_secs(3600) {
-            return Err(invalid("storage.audit_retention", "must be at least 1h"));
+        for (field, d, min) in [
+            ("storage.retention", self.storage.retention, MIN_RETENTION),
+            (
+                "storage.audit_retention",
+                self.storage.audit_retention,
+                MIN_AUDIT_RETENTION,
+            ),
+        ] {
+            if d < min {
+                let min = humantime::format_duration(min);
+                return Err(invalid(field, format!("must be at least {min}")));
+            }
         }
         positive("storage.prune_interval", self.storage.prune_interval)?;
         if self.storage.max_pending_events < 1000 {

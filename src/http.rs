@@ -56,7 +56,7 @@ pub struct AppState {
     pub max_body_bytes: usize,
     /// A critical task that stopped (the process is on its way out).
     pub failure: crate::supervise::FailureWatch,
-    pub store_health: Arc<crate::store::writer::StoreHealth>,
+    pub store_health: Arc<crate::store::health::StoreHealth>,
 }
 
 pub fn router(state: AppState) -> Router {

@@ -33,7 +33,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::clock::{Clock, Ts};
-use crate::config::Config;
+use crate::config::{Config, MIN_AUDIT_RETENTION, MIN_RETENTION};
 use crate::signals::service_config::LbPolicy;
 use crate::store::settings::{self as rows, SettingChange, StoredSetting};
 
@@ -220,8 +220,23 @@ enum Parsed {
     AuditRetention(Duration),
 }
 
+/// A duration as settings show it: humantime's text, except that from 30
+/// days on it counts whole days (humantime's months are 30.44 days, which
+/// turns "90d" into "2months 29days 2h 52m 48s").
 fn duration_text(d: Duration) -> String {
-    humantime::format_duration(d).to_string()
+    const DAY: u64 = 86_400;
+    let secs = d.as_secs();
+    if secs < 30 * DAY || d.subsec_nanos() != 0 {
+        return humantime::format_duration(d).to_string();
+    }
+    let days = format!("{}days", secs / DAY);
+    match secs % DAY {
+        0 => days,
+        rest => format!(
+            "{days} {}",
+            humantime::format_duration(Duration::from_secs(rest))
+        ),
+    }
 }
 
 /// Checks `v` for `name`; returns the canonical JSON to store and the
@@ -275,19 +290,16 @@ fn parse(name: Name, v: &Value) -> Result<(Value, Parsed), SettingsError> {
             }
             Ok((v.clone(), Parsed::Share(x)))
         }
-        Name::Retention => {
+        Name::Retention | Name::AuditRetention => {
+            let (min, parsed): (_, fn(Duration) -> Parsed) = match name {
+                Name::Retention => (MIN_RETENTION, Parsed::Retention),
+                _ => (MIN_AUDIT_RETENTION, Parsed::AuditRetention),
+            };
             let d = duration(v)?;
-            if d < Duration::from_secs(60) {
-                return Err(bad("must be at least 1m".into()));
+            if d < min {
+                return Err(bad(format!("must be at least {}", duration_text(min))));
             }
-            Ok((Value::String(duration_text(d)), Parsed::Retention(d)))
-        }
-        Name::AuditRetention => {
-            let d = duration(v)?;
-            if d < Duration::from_secs(3600) {
-                return Err(bad("must be at least 1h".into()));
-            }
-            Ok((Value::String(duration_text(d)), Parsed::AuditRetention(d)))
+            Ok((Value::String(duration_text(d)), parsed(d)))
         }
     }
 }
@@ -603,6 +615,12 @@ mod tests {
     fn values_are_checked_and_made_canonical() {
         let ok = |n, v: Value| parse(n, &v).unwrap().0;
         assert_eq!(ok(Name::Retention, json!("90m")), json!("1h 30m"));
+        assert_eq!(ok(Name::AuditRetention, json!("90d")), json!("90days"));
+        assert_eq!(
+            ok(Name::AuditRetention, json!("40d 3h")),
+            json!("40days 3h")
+        );
+        assert_eq!(ok(Name::AuditRetention, json!("2days")), json!("2days"));
         assert_eq!(ok(Name::ReconnectInterval, json!(null)), json!("off"));
         assert_eq!(ok(Name::ReconnectInterval, json!("6h")), json!("6h"));
         assert_eq!(ok(Name::AutoReconnect, json!(false)), json!(false));
@@ -611,6 +629,7 @@ mod tests {
         for (n, v, needle) in [
             (Name::Retention, json!("10s"), "at least 1m"),
             (Name::Retention, json!(5), "duration"),
+            (Name::AuditRetention, json!("30m"), "at least 1h"),
             (Name::StormShare, json!(0), "(0, 1]"),
             (Name::StormShare, json!("half"), "number"),
             (Name::AutoReconnect, json!("yes"), "true or false"),

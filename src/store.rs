@@ -8,6 +8,7 @@
 //! and hands it over whenever the writer has room.
 
 pub mod batch;
+pub mod health;
 pub mod read;
 pub mod settings;
 pub mod signals;
@@ -22,6 +23,11 @@ use sqlx::SqlitePool;
 
 pub use batch::{EpisodeOp, EventRow, HealthRow, WriteBatch};
 pub use writer::WriterHandle;
+
+/// How long anyone waits for a database connection: a reader stuck behind
+/// a busy writer gets a clear 503 after this; the writer retries on its
+/// own schedule.
+pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -87,9 +93,7 @@ pub async fn open(path: &Path) -> Result<SqlitePool, StoreError> {
     };
     let pool = SqlitePoolOptions::new()
         .max_connections(4)
-        // A reader waits at most this long behind the writer, then gets a
-        // clear 503; the writer retries on its own schedule.
-        .acquire_timeout(Duration::from_secs(2))
+        .acquire_timeout(ACQUIRE_TIMEOUT)
         .connect_with(opts)
         .await
         .map_err(open_error)?;

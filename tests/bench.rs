@@ -114,10 +114,14 @@ fn bench_resync_runs_with_the_cluster_in_another_process() {
     eq(&v, "proxies", 10.0);
     eq(&v, "tunnels", 600.0);
     positive(&v, "cold_start_resync_ms");
-    num(&v, "warm_resync_ms");
-    positive(&v, "lifeline_rss_kib/before_start");
-    positive(&v, "lifeline_rss_kib/after_resync");
-    num(&v, "lifeline_rss_bytes_per_agent");
+    positive(&v, "warm_resync_ms");
+    let before = positive(&v, "lifeline_rss_kib/before_start");
+    let after = positive(&v, "lifeline_rss_kib/after_resync");
+    assert!(
+        after > before,
+        "the model takes memory: {before} → {after} KiB"
+    );
+    positive(&v, "lifeline_rss_bytes_per_agent");
     eq(&v, "target_rss_bytes_per_agent", 2048.0);
 }
 

@@ -15,13 +15,13 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use super::{config, percentile, BenchError, Scratch};
+use super::{config, percentile, BenchChild, BenchError, Scratch};
 use crate::app::{Lifeline, Tuning};
 use crate::clock::{Clock, Ts};
 use crate::model::{AgentState, Kind};
@@ -174,11 +174,8 @@ pub async fn agents_process(
     serde_json::to_value(report).map_err(|e| BenchError::Agents(e.to_string()))
 }
 
-/// The child process, started and connected.
-struct Child {
-    proc: tokio::process::Child,
-    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
-}
+/// The agents process, started and connected.
+struct Child(BenchChild);
 
 impl Child {
     async fn start(
@@ -187,43 +184,24 @@ impl Child {
         per_connection: usize,
         join_token: &str,
     ) -> Result<Child, BenchError> {
-        let exe = std::env::current_exe().map_err(|e| BenchError::Agents(e.to_string()))?;
-        let mut proc = tokio::process::Command::new(exe)
-            .args([
-                "bench",
-                "agents",
-                "--lifeline",
-                &lifeline.to_string(),
-                "--agents",
-                &n.to_string(),
-                "--per-connection",
-                &per_connection.to_string(),
-            ])
-            .env(JOIN_TOKEN_ENV, join_token)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| BenchError::Agents(format!("cannot start the agents process: {e}")))?;
-        let out = proc
-            .stdout
-            .take()
-            .ok_or_else(|| BenchError::Agents("no stdout".into()))?;
-        Ok(Child {
-            proc,
-            lines: BufReader::new(out).lines(),
-        })
+        let args = [
+            "agents",
+            "--lifeline",
+            &lifeline.to_string(),
+            "--agents",
+            &n.to_string(),
+            "--per-connection",
+            &per_connection.to_string(),
+        ]
+        .map(String::from);
+        BenchChild::spawn(&args, &[(JOIN_TOKEN_ENV, join_token)]).map(Child)
     }
 
     /// Waits until the child says all `n` are connected.
     async fn connected(&mut self, n: usize, limit: Duration) -> Result<(), BenchError> {
         let deadline = Instant::now() + limit;
         loop {
-            let line = tokio::time::timeout_at(deadline.into(), self.lines.next_line())
-                .await
-                .map_err(|_| BenchError::Timeout("agents connecting"))?
-                .map_err(|e| BenchError::Agents(e.to_string()))?
-                .ok_or_else(|| BenchError::Agents("agents process ended early".into()))?;
+            let line = self.0.line(deadline, "agents connecting").await?;
             if line.trim() == format!("connected {n}") {
                 return Ok(());
             }
@@ -235,17 +213,14 @@ impl Child {
         }
     }
 
-    async fn finish(mut self) -> Result<AgentsReport, BenchError> {
-        if let Some(mut stdin) = self.proc.stdin.take() {
-            let _ = stdin.shutdown().await;
-        }
-        let mut json = String::new();
-        while let Ok(Some(line)) = self.lines.next_line().await {
-            if !line.starts_with("connected ") && !line.starts_with("refused ") {
-                json.push_str(&line);
-            }
-        }
-        let _ = self.proc.wait().await;
+    async fn finish(self) -> Result<AgentsReport, BenchError> {
+        let json: String = self
+            .0
+            .finish()
+            .await
+            .into_iter()
+            .filter(|l| !l.starts_with("connected ") && !l.starts_with("refused "))
+            .collect();
         serde_json::from_str(&json).map_err(|e| BenchError::Agents(format!("bad report: {e}")))
     }
 }

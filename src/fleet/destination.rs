@@ -47,13 +47,4 @@ impl Fleet {
     pub fn waiting_for_live_proxy(&self, name: &str, a: &AgentEntry, live: LiveProxies) -> bool {
         wants_move(a.state, a.reasons) && !self.has_destination(name, live)
     }
-
-    /// How many agents are waiting for a live proxy.
-    pub fn waiting_for_live_proxy_count(&self) -> usize {
-        let live = self.live_proxies();
-        self.agents
-            .iter()
-            .filter(|(n, a)| self.waiting_for_live_proxy(n, a, live))
-            .count()
-    }
 }

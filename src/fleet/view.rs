@@ -8,6 +8,7 @@ use std::ops::Bound;
 
 use serde::Serialize;
 
+use super::destination::LiveProxies;
 use super::state::{Fleet, ResEntry};
 use super::{KindStatus, Readiness, WatchState};
 use crate::clock::{dur_micros, Ts};
@@ -274,7 +275,8 @@ fn tunnel_items(f: &Fleet, agent: &str, now: Ts) -> Vec<TunnelItem> {
         .collect()
 }
 
-fn agent_item(f: &Fleet, name: &str, now: Ts) -> Option<AgentItem> {
+/// One agent as a list shows it; `live` is counted once per page.
+fn agent_item(f: &Fleet, name: &str, now: Ts, live: LiveProxies) -> Option<AgentItem> {
     let a = f.agents.get(name)?;
     let s = &a.res.server;
     Some(AgentItem {
@@ -293,12 +295,13 @@ fn agent_item(f: &Fleet, name: &str, now: Ts) -> Option<AgentItem> {
         expires_at: s.expires,
         ttl_ms: dur_micros(s.ttl) / 1000,
         stale: !f.classification_enabled(),
-        waiting_for_live_proxy: f.waiting_for_live_proxy(name, a, f.live_proxies()),
+        waiting_for_live_proxy: f.waiting_for_live_proxy(name, a, live),
     })
 }
 
 pub fn agents(f: &Fleet, filter: &AgentFilter) -> AgentPage {
     let now = f.now();
+    let live = f.live_proxies();
     let start = match &filter.after {
         Some(c) => Bound::Excluded(c.clone()),
         None => Bound::Unbounded,
@@ -341,7 +344,7 @@ pub fn agents(f: &Fleet, filter: &AgentFilter) -> AgentPage {
             more = true;
             break;
         }
-        if let Some(item) = agent_item(f, name, now) {
+        if let Some(item) = agent_item(f, name, now, live) {
             items.push(item);
         }
     }
@@ -369,7 +372,7 @@ pub struct AgentDetail {
 
 pub fn agent(f: &Fleet, name: &str) -> Option<AgentDetail> {
     let now = f.now();
-    let item = agent_item(f, name, now)?;
+    let item = agent_item(f, name, now, f.live_proxies())?;
     let a = f.agents.get(name)?;
     Some(AgentDetail {
         item,

@@ -50,27 +50,26 @@ pub(super) fn nonempty(name: &str, v: Option<String>) -> Result<Option<String>, 
 
 /// A name cursor (`next_cursor` of an agents or TTL page), decoded.
 pub(crate) fn name_cursor(c: Option<String>) -> Result<Option<String>, ApiError> {
+    c.map(|c| view::cursor::decode(&c).ok_or_else(|| bad_cursor(&c)))
+        .transpose()
+}
+
+/// An id cursor (`next_cursor` of an episodes or signals page).
+pub(crate) fn id_cursor(c: Option<String>) -> Result<Option<i64>, ApiError> {
     c.map(|c| {
-        view::cursor::decode(&c).ok_or_else(|| {
-            ApiError::BadParameter(format!(
-                "cursor {:?} is not a valid cursor: pass the next_cursor of an earlier page",
-                crate::http::error::clip(&c)
-            ))
-        })
+        c.parse::<i64>()
+            .ok()
+            .filter(|v| *v > 0)
+            .ok_or_else(|| bad_cursor(&c))
     })
     .transpose()
 }
 
-pub(crate) fn id_cursor(c: Option<String>) -> Result<Option<i64>, ApiError> {
-    c.map(|c| {
-        c.parse::<i64>().ok().filter(|v| *v > 0).ok_or_else(|| {
-            ApiError::BadParameter(format!(
-                "cursor {:?} is not a valid cursor: pass the next_cursor of an earlier page",
-                crate::http::error::clip(&c)
-            ))
-        })
-    })
-    .transpose()
+fn bad_cursor(c: &str) -> ApiError {
+    ApiError::BadParameter(format!(
+        "cursor {:?} is not a valid cursor: pass the next_cursor of an earlier page",
+        crate::http::error::clip(c)
+    ))
 }
 
 #[derive(Serialize)]

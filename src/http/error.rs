@@ -52,29 +52,45 @@ pub enum ApiError {
     #[error("the page failed to render")]
     Render,
     #[error("database error")]
-    Db(#[from] sqlx::Error),
+    Db(sqlx::Error),
+}
+
+/// A database error: a connection not had in time is `busy` (503, retry),
+/// anything else is internal.
+impl From<sqlx::Error> for ApiError {
+    fn from(e: sqlx::Error) -> Self {
+        match e {
+            sqlx::Error::PoolTimedOut => ApiError::busy("no database connection"),
+            e => ApiError::Db(e),
+        }
+    }
 }
 
 impl From<crate::fleet::FleetError> for ApiError {
     fn from(e: crate::fleet::FleetError) -> Self {
         match e {
             crate::fleet::FleetError::Stopped => ApiError::FleetGone,
-            crate::fleet::FleetError::Busy(d) => ApiError::Busy {
-                code: "busy",
-                message: format!(
-                    "Lifeline is busy: the fleet did not answer within {}; try again",
-                    humantime::format_duration(d)
-                ),
-            },
+            crate::fleet::FleetError::Busy(_) => ApiError::busy("the fleet did not answer"),
         }
     }
 }
 
 /// How long a request waits for the fleet or a database connection before
-/// it is answered 503 `busy`.
-pub const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+/// it is answered 503 `busy` (the pool's acquire timeout, for both).
+pub const READ_TIMEOUT: std::time::Duration = crate::store::ACQUIRE_TIMEOUT;
 
 impl ApiError {
+    /// 503 `busy`: `what` did not happen within [`READ_TIMEOUT`].
+    fn busy(what: &str) -> ApiError {
+        ApiError::Busy {
+            code: "busy",
+            message: format!(
+                "Lifeline is busy: {what} within {}; try again",
+                humantime::format_duration(READ_TIMEOUT)
+            ),
+        }
+    }
+
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::BadParameter(_) => StatusCode::BAD_REQUEST,
@@ -90,7 +106,6 @@ impl ApiError {
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::FleetGone => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Render => StatusCode::INTERNAL_SERVER_ERROR,
-            ApiError::Db(sqlx::Error::PoolTimedOut) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Db(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -110,7 +125,6 @@ impl ApiError {
             ApiError::TooLarge(_) => "body_too_large",
             ApiError::FleetGone => "unavailable",
             ApiError::Render => "internal",
-            ApiError::Db(sqlx::Error::PoolTimedOut) => "busy",
             ApiError::Db(_) => "internal",
         }
     }
@@ -154,25 +168,17 @@ impl From<crate::settings::SettingsError> for ApiError {
                 code: "forbidden",
                 message,
             },
-            E::Db(e) => ApiError::Db(e),
+            E::Db(e) => ApiError::from(e),
         }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let message = match &self {
-            ApiError::Db(sqlx::Error::PoolTimedOut) => format!(
-                "Lifeline is busy: no database connection within {}; try again",
-                humantime::format_duration(READ_TIMEOUT)
-            ),
-            ApiError::Db(e) => {
-                error!(error = %e, "database query failed");
-                self.to_string()
-            }
-            _ => self.to_string(),
-        };
-        let body = json!({"error": {"code": self.code(), "message": message}});
+        if let ApiError::Db(e) = &self {
+            error!(error = %e, "database query failed");
+        }
+        let body = json!({"error": {"code": self.code(), "message": self.to_string()}});
         let mut r = (self.status(), Json(body)).into_response();
         self.add_headers(r.headers_mut());
         r

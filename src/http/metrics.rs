@@ -38,8 +38,7 @@ async fn metrics(State(s): State<AppState>) -> Result<Response, ApiError> {
         gauge!("lifeline_storm_guard_paused").set(if guard.paused { 1.0 } else { 0.0 });
         gauge!("lifeline_storm_guard_stranded_in_window").set(guard.stranded_in_window as f64);
         gauge!("lifeline_agents_retrying").set(guard.agents_retrying as f64);
-        gauge!("lifeline_store_failing")
-            .set(f64::from(u8::from(s.store_health.failure().is_some())));
+        gauge!("lifeline_store_failing").set(f64::from(u8::from(s.store_health.is_failing())));
         gauge!("lifeline_task_failed").set(f64::from(u8::from(s.failure.get().is_some())));
         counters(&s.stats);
         s.stats.hist.render()

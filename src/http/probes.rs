@@ -55,7 +55,7 @@ struct ReadyBody {
     #[serde(skip_serializing_if = "Option::is_none")]
     failed_task: Option<crate::supervise::TaskFailure>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    store_failing: Option<crate::store::writer::StoreFailure>,
+    store_failing: Option<crate::store::health::StoreFailure>,
 }
 
 async fn readyz(State(s): State<AppState>) -> impl IntoResponse {

@@ -32,7 +32,7 @@ pub fn router() -> Router<AppState> {
 impl From<SendError> for ApiError {
     fn from(e: SendError) -> Self {
         match e {
-            SendError::Db(e) => ApiError::Db(e),
+            SendError::Db(e) => ApiError::from(e),
             SendError::FleetGone => ApiError::FleetGone,
         }
     }

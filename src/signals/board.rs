@@ -96,14 +96,7 @@ impl Board {
             addr: s.addr.clone(),
             expires: s.expires,
         };
-        let was_live = inner
-            .proxies
-            .get(s.name.as_str())
-            .is_some_and(|old| old.expires > now);
-        if !was_live && entry.expires > now {
-            inner.came_up += 1;
-        }
-        let key: Arc<str> = match inner.proxies.get_key_value(s.name.as_str()) {
+        let (key, was_live): (Arc<str>, bool) = match inner.proxies.get_key_value(s.name.as_str()) {
             Some((k, old)) => {
                 let topo = old.group_id != entry.group_id
                     || old.group_generation != entry.group_generation;
@@ -114,13 +107,16 @@ impl Board {
                 if topo {
                     inner.topology_changed = now;
                 }
-                k.clone()
+                (k.clone(), old.expires > now)
             }
             None => {
                 inner.topology_changed = now;
-                Arc::from(s.name.as_str())
+                (Arc::from(s.name.as_str()), false)
             }
         };
+        if !was_live && entry.expires > now {
+            inner.came_up += 1;
+        }
         inner.proxies.insert(key.clone(), entry);
         inner.version += 1;
         let v = inner.version;

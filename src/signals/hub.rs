@@ -27,6 +27,7 @@ use crate::ingest::validate::to_timestamp;
 use crate::proto::v1 as pb;
 use crate::proto::v1::agent_signals_server::{AgentSignals, AgentSignalsServer};
 use crate::stats::{SignalKind, SignalOutcome, Stats};
+use crate::store::health::StoreHealth;
 use crate::store::signals::{self as audit, SignalRecord, SignalUpdate};
 use crate::telemetry::propagate::{self, TraceRef};
 
@@ -138,6 +139,7 @@ impl Hub {
         fleet: FleetHandle,
         db: SqlitePool,
         stats: Arc<Stats>,
+        store_health: Arc<StoreHealth>,
         shutdown: CancellationToken,
     ) -> Result<(Arc<Hub>, Vec<tokio::task::JoinHandle<()>>), sqlx::Error> {
         let max_id = audit::max_id(&db).await?;
@@ -158,7 +160,13 @@ impl Hub {
             shutdown: shutdown.clone(),
         });
         let tasks = vec![
-            tokio::spawn(audit_writer(db, rx, hub.stats.clone(), shutdown.clone())),
+            tokio::spawn(audit_writer(
+                db,
+                rx,
+                hub.stats.clone(),
+                (store_health, clock),
+                shutdown.clone(),
+            )),
             tokio::spawn(timeouts(hub.clone(), shutdown)),
         ];
         Ok((hub, tasks))
@@ -621,6 +629,7 @@ async fn audit_writer(
     db: SqlitePool,
     mut rx: mpsc::Receiver<SignalUpdate>,
     stats: Arc<Stats>,
+    (health, clock): (Arc<StoreHealth>, Clock),
     stop: CancellationToken,
 ) {
     let mut buf = Vec::with_capacity(512);
@@ -647,29 +656,18 @@ async fn audit_writer(
         // An update is never dropped here: it is retried until the database
         // takes it (while it waits, the bounded channel in front may fill,
         // and what does not fit is counted as dropped where it is sent).
-        let backoff =
-            crate::backoff::Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
-        let mut attempt: u32 = 0;
+        let mut retry = health.retry(clock, "signal audit updates");
         loop {
             match audit::update(&db, &buf).await {
                 Ok(()) => {
-                    if attempt > 0 {
-                        info!(attempts = attempt + 1, "signal audit updates written again");
-                    }
+                    retry.succeeded();
                     break;
                 }
                 Err(e) => {
-                    if attempt == 0 {
-                        warn!(error = %e, updates = buf.len(), "signal audit update failed; retrying until the database takes it");
-                    }
-                    attempt = attempt.saturating_add(1);
-                    tokio::select! {
-                        _ = tokio::time::sleep(backoff.delay(attempt.min(16))) => {}
-                        _ = stop.cancelled() => {
-                            Stats::add(&stats.signal_updates_dropped, buf.len() as u64);
-                            warn!(error = %e, updates = buf.len(), "signal audit updates lost at shutdown: the database refused them");
-                            return;
-                        }
+                    if !retry.failed(&e, &stop).await {
+                        Stats::add(&stats.signal_updates_dropped, buf.len() as u64);
+                        warn!(error = %e, updates = buf.len(), "signal audit updates lost at shutdown: the database refused them");
+                        return;
                     }
                 }
             }

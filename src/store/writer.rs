@@ -4,19 +4,17 @@
 //! current state, episodes and health transitions are never dropped. After a
 //! few failures the batch sheds its heartbeat history (counted), the only
 //! rows that may be lost. Meanwhile the channel fills, the fleet coalesces
-//! what follows (bounded), and `StoreHealth` tells `/readyz` and `/metrics`
-//! that the store is failing.
+//! what follows, and [`StoreHealth`](super::health::StoreHealth) tells
+//! `/readyz` and `/metrics` that the store is failing.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
-use tracing::{debug_span, error, info, warn, Instrument};
+use tracing::{debug_span, error, warn, Instrument};
 
 use super::batch::{EpisodeOp, WriteBatch};
 use super::StoreError;
-use crate::backoff::Backoff;
 use crate::clock::{dur_micros, Ts};
 use crate::model::{Server, Tunnel};
 use crate::stats::Stats;
@@ -25,33 +23,6 @@ use crate::stats::Stats;
 const CHUNK: usize = 500;
 /// Failed attempts after which a batch sheds its heartbeat history.
 const SHED_HISTORY_AFTER: u32 = 5;
-
-/// Whether the store is taking writes, for `/readyz` and `/metrics`.
-#[derive(Debug, Default)]
-pub struct StoreHealth {
-    failing: std::sync::Mutex<Option<StoreFailure>>,
-}
-
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct StoreFailure {
-    /// When the current run of failures began (wall time).
-    pub since: Ts,
-    pub attempts: u32,
-    pub error: String,
-}
-
-impl StoreHealth {
-    pub fn failure(&self) -> Option<StoreFailure> {
-        self.failing
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    fn set(&self, f: Option<StoreFailure>) {
-        *self.failing.lock().unwrap_or_else(|p| p.into_inner()) = f;
-    }
-}
 
 pub enum WriterMsg {
     Batch(Box<WriteBatch>),
@@ -108,7 +79,7 @@ impl WriterHandle {
 /// What the writer needs besides its channel.
 pub struct WriterOptions {
     pub stats: Arc<Stats>,
-    pub health: Arc<StoreHealth>,
+    pub health: Arc<super::health::StoreHealth>,
     pub clock: crate::clock::Clock,
     /// Bounds the batches waiting in the channel.
     pub depth: usize,
@@ -148,15 +119,14 @@ async fn commit_with_retry(pool: &SqlitePool, opts: &WriterOptions, mut batch: W
     if batch.is_empty() {
         return;
     }
-    let backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
     let mut events = batch.events.len() as u64;
     // DEBUG: tens per second under load; the histograms cover commits.
     let span = debug_span!("store.commit", events, servers = batch.servers.len());
-    let mut attempt: u32 = 0;
+    let mut retry = opts.health.retry(opts.clock, "write batch");
     loop {
         #[allow(clippy::disallowed_methods)] // commit duration histogram
         let started = std::time::Instant::now();
-        match commit(pool, &batch).instrument(span.clone()).await {
+        let e = match commit(pool, &batch).instrument(span.clone()).await {
             Ok(()) => {
                 tracing::debug!(
                     events,
@@ -174,53 +144,32 @@ async fn commit_with_retry(pool: &SqlitePool, opts: &WriterOptions, mut batch: W
                 stats.hist.store_batch_rows.record(
                     (batch.events.len() + batch.servers.len() + batch.episodes.len()) as f64,
                 );
-                if attempt > 0 {
-                    info!(attempts = attempt + 1, "the database takes writes again");
-                    opts.health.set(None);
-                }
+                retry.succeeded();
                 return;
             }
-            Err(e) => {
-                Stats::inc(&stats.store_errors);
-                attempt += 1;
-                let since = opts
-                    .health
-                    .failure()
-                    .map_or_else(|| opts.clock.now(), |f| f.since);
-                opts.health.set(Some(StoreFailure {
-                    since,
-                    attempts: attempt,
-                    error: e.to_string(),
-                }));
-                if attempt == 1 {
-                    warn!(error = %e, events, episodes = batch.episodes.len(), "write batch failed; retrying until the database takes it");
-                }
-                if attempt == SHED_HISTORY_AFTER && !batch.events.is_empty() {
-                    error!(
-                        error = %e,
-                        shed = events,
-                        "the database keeps refusing writes: heartbeat history of this batch shed; current state, episodes and health transitions stay pending"
-                    );
-                    Stats::add(&stats.store_events_dropped, events);
-                    batch.events.clear();
-                    events = 0;
-                }
-                if opts.stop.is_cancelled() {
-                    error!(
-                        error = %e,
-                        servers = batch.servers.len(),
-                        tunnels = batch.tunnels.len(),
-                        episodes = batch.episodes.len(),
-                        health = batch.health.len(),
-                        "shutting down while the database refuses writes: these rows are lost"
-                    );
-                    return;
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff.delay(attempt.min(16))) => {}
-                    _ = opts.stop.cancelled() => {}
-                }
-            }
+            Err(e) => e,
+        };
+        Stats::inc(&stats.store_errors);
+        if retry.attempts() + 1 == SHED_HISTORY_AFTER && !batch.events.is_empty() {
+            error!(
+                error = %e,
+                shed = events,
+                "the database keeps refusing writes: heartbeat history of this batch shed; current state, episodes and health transitions stay pending"
+            );
+            Stats::add(&stats.store_events_dropped, events);
+            batch.events.clear();
+            events = 0;
+        }
+        if !retry.failed(&e, &opts.stop).await {
+            error!(
+                error = %e,
+                servers = batch.servers.len(),
+                tunnels = batch.tunnels.len(),
+                episodes = batch.episodes.len(),
+                health = batch.health.len(),
+                "shutting down while the database refuses writes: these rows are lost"
+            );
+            return;
         }
     }
 }

@@ -124,11 +124,12 @@ pub fn spawn(st: AppState) -> JoinHandle<()> {
                         err: ApiError::FleetGone,
                         ..
                     }) => break,
-                    // A busy database: the next tick tries again.
+                    // A failing or busy database, a busy fleet: the next
+                    // tick tries again.
                     Err(UiError {
-                        err: ApiError::Db(e),
+                        err: e @ (ApiError::Db(_) | ApiError::Busy { .. }),
                         ..
-                    }) => warn!(error = %e, "live overview not refreshed: database read failed"),
+                    }) => warn!(error = %e, "live overview not refreshed"),
                     // A failed render was logged in `render`.
                     Err(_) => {}
                 }
