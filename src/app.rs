@@ -19,6 +19,7 @@ use crate::backoff::Backoff;
 use crate::clock::Clock;
 use crate::config::{Config, ConfigError};
 use crate::fleet::actor::{self, FleetOptions};
+use crate::fleet::board::Board;
 use crate::fleet::state::Rules;
 use crate::fleet::FleetHandle;
 use crate::http::{self, AppState};
@@ -26,7 +27,6 @@ use crate::ingest::validate::Limits;
 use crate::ingest::{health, watcher};
 use crate::model::Kind;
 use crate::settings::{Settings, SettingsError};
-use crate::signals::board::Board;
 use crate::signals::hub::{Hub, HubConfig};
 use crate::signals::reconnect::{self, Guard, ReconnectConfig};
 use crate::signals::service_config;
@@ -79,6 +79,10 @@ pub struct Tuning {
     pub change_capacity: usize,
     /// Batches that may wait for the store writer.
     pub writer_depth: usize,
+    /// How long anyone waits for a database connection. On a paused test
+    /// clock a real thread's few milliseconds can span seconds of virtual
+    /// time, so tests lengthen it.
+    pub acquire_timeout: Duration,
 }
 
 impl Default for Tuning {
@@ -86,6 +90,7 @@ impl Default for Tuning {
         Tuning {
             change_capacity: 4096,
             writer_depth: 4,
+            acquire_timeout: store::ACQUIRE_TIMEOUT,
         }
     }
 }
@@ -108,7 +113,7 @@ impl Lifeline {
     ) -> Result<Lifeline, StartError> {
         cfg.validate()?;
         let stats = Arc::new(Stats::default());
-        let db = store::open(&cfg.storage.path).await?;
+        let db = store::open(&cfg.storage.path, tuning.acquire_timeout).await?;
         let loaded = store::read::load(&db).await.map_err(StoreError::Query)?;
         let settings = Arc::new(Settings::start(db.clone(), cfg, clock).await?);
         let shutdown = CancellationToken::new();

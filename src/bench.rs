@@ -81,7 +81,9 @@ pub enum Scenario {
         #[arg(long, default_value_t = 100)]
         per_connection: usize,
     },
-    /// Discovery bytes and messages over a simulated hour: delta vs full_discovery.
+    /// Discovery bytes and messages over a simulated hour: delta vs
+    /// full_discovery. Needs a build with `--features virtual-time` (an hour
+    /// on tokio's paused clock).
     DiscoveryTraffic {
         #[arg(long, default_value_t = 10_000)]
         agents: usize,
@@ -168,6 +170,37 @@ pub enum BenchError {
     FleetGone,
     #[error("agents: {0}")]
     Agents(String),
+    #[error("{0}")]
+    Unavailable(&'static str),
+}
+
+#[cfg(feature = "virtual-time")]
+async fn discovery_traffic(
+    agents: usize,
+    proxies: usize,
+    ttl: Duration,
+    duration: Duration,
+    streams: usize,
+) -> Result<Value, BenchError> {
+    tokio::task::spawn_blocking(move || {
+        signals::discovery_traffic(agents, proxies, ttl, duration, streams)
+    })
+    .await
+    .map_err(|e| BenchError::Agents(e.to_string()))?
+}
+
+#[cfg(not(feature = "virtual-time"))]
+async fn discovery_traffic(
+    _: usize,
+    _: usize,
+    _: Duration,
+    _: Duration,
+    _: usize,
+) -> Result<Value, BenchError> {
+    Err(BenchError::Unavailable(
+        "discovery-traffic simulates an hour on a paused clock, which this build lacks: \
+         run `cargo run --release --features virtual-time -- bench discovery-traffic`",
+    ))
 }
 
 impl From<crate::fleet::FleetError> for BenchError {
@@ -224,11 +257,7 @@ pub async fn run(s: Scenario, export: Option<&Sink>) -> Result<Value, BenchError
             ttl,
             duration,
             streams,
-        } => tokio::task::spawn_blocking(move || {
-            signals::discovery_traffic(agents, proxies, ttl, duration, streams)
-        })
-        .await
-        .map_err(|e| BenchError::Agents(e.to_string()))?,
+        } => discovery_traffic(agents, proxies, ttl, duration, streams).await,
         Scenario::Reconnect { agents, requests } => signals::reconnect(agents, requests).await,
         Scenario::Recovery {
             agents,
@@ -415,9 +444,7 @@ async fn ingest_leg(
     let stream: Vec<pb::Event> = (0..events)
         .map(|i| {
             let mut s = templates[i % templates.len()].clone();
-            s.expires = Some(crate::ingest::validate::to_timestamp(Ts(
-                base.as_micros() + i as i64
-            )));
+            s.expires = Some(crate::proto::to_timestamp(Ts(base.as_micros() + i as i64)));
             put_server(s)
         })
         .collect();
@@ -538,7 +565,7 @@ async fn ingest(
     } = ingest_leg(agents, proxies, events, &scratch, "pipeline.db").await?;
 
     // The same rows, straight into SQLite in batches.
-    let db = store::open(&scratch.db("raw.db")).await?;
+    let db = store::open(&scratch.db("raw.db"), store::ACQUIRE_TIMEOUT).await?;
     let rows: Vec<Server> = templates
         .iter()
         .filter_map(|s| {
@@ -762,10 +789,8 @@ async fn resync(
     let t0 = Instant::now();
     let ll = Lifeline::start(&cfg, clock).await?;
     ll.fleet.wait_ready().await?;
-    let counts = ll
-        .fleet
-        .read(|f| (f.agents.len(), f.proxies.len(), f.tunnels.len()))
-        .await?;
+    let sizes = ll.fleet.sizes().await?;
+    let counts = (sizes.agents, sizes.proxies, sizes.tunnels);
     let cold = t0.elapsed();
     // Let the first snapshot reach SQLite, so the writer's batch is not
     // counted as the model's memory.
@@ -777,7 +802,7 @@ async fn resync(
     ll.fleet.wait_not_ready().await?;
     let t1 = Instant::now();
     ll.fleet.wait_ready().await?;
-    ll.fleet.read(|f| f.agents.len()).await?;
+    ll.fleet.settled().await?;
     let warm = t1.elapsed();
     ll.fleet.flush().await?;
     let rss_warm = proc_status_kib("VmRSS:").unwrap_or(0);
@@ -845,7 +870,7 @@ async fn detect(
         let at = start.saturating_add(spacing * i as u32);
         let name = proxy_name(i);
         if let Some(mut s) = sim.get_server(Kind::Proxy, &name).await {
-            s.expires = Some(crate::ingest::validate::to_timestamp(at));
+            s.expires = Some(crate::proto::to_timestamp(at));
             sim.put_server(s).await;
         }
     }

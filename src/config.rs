@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::signals::service_config::LbPolicy;
+use crate::model::LbPolicy;
 
 /// Everything Lifeline needs to start. Defaults make `lifeline demo` need none.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -1018,10 +1018,7 @@ mod tests {
             "[signals]\ngrpc_client_lb_policy = '{\"loadBalancingConfig\":[{\"teleport_pick_healthy\":{\"mode\":\"reconnect\"}}]}'\n",
         )
         .unwrap();
-        assert_eq!(
-            c.lb_policy().unwrap().mode,
-            crate::signals::service_config::LbMode::Reconnect
-        );
+        assert_eq!(c.lb_policy().unwrap().mode, crate::model::LbMode::Reconnect);
         let c = Config::from_toml("[signals]\ngrpc_client_lb_policy = '{nope'\n").unwrap();
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("signals.grpc_client_lb_policy"), "{e}");

@@ -11,7 +11,7 @@ use crate::access;
 use crate::app::{Lifeline, StartError};
 use crate::clock::Clock;
 use crate::config::{Config, Role, TokenConfig};
-use crate::signals::service_config::LbPolicy;
+use crate::model::LbPolicy;
 use crate::sim::{chaos, SimAgent, SimCluster, SimSpec};
 
 #[derive(Clone, Debug)]

@@ -4,16 +4,18 @@
 //! watcher state (initializing / ready / rejected / stale); the expiry
 //! schedule; each agent's classification and open episode.
 //! Receives: validated changes, resyncs and health updates over one bounded
-//! command channel (`FleetHandle`); reads arrive on the same channel as
-//! closures, so every read sees a settled, consistent state.
+//! command channel (`FleetHandle`); named reads (`query`) arrive on the
+//! same channel, so every read sees a settled, consistent state.
 //! Emits: write batches to the store (never waiting on a commit), state
 //! changes on a broadcast channel, readiness and the auth servers to watch on
 //! `watch` channels.
 //! Must not touch: the network or SQLite directly.
 
 pub mod actor;
+pub mod board;
 pub mod classify;
 pub mod destination;
+pub mod query;
 pub mod schedule;
 pub mod state;
 pub mod view;
@@ -24,14 +26,16 @@ use serde::Serialize;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use crate::clock::Ts;
-use crate::ingest::validate::{Change, Rejection};
-use crate::model::{AgentState, Health, HealthMode, Kind, Reasons, Server, Tunnel};
+use crate::model::{AgentState, CauseKind, Health, HealthMode, Kind, Reasons, Server, Tunnel};
+use crate::model::{Change, Rejection};
 
 pub use state::Fleet;
 
 /// Where a kind's data stands (partial-cache-healthiness RFD).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum WatchState {
     /// Never listed yet.
     Initializing,
@@ -52,12 +56,7 @@ impl WatchState {
     ];
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            WatchState::Initializing => "initializing",
-            WatchState::Ready => "ready",
-            WatchState::Rejected => "rejected",
-            WatchState::Stale => "stale",
-        }
+        self.into()
     }
 }
 
@@ -116,7 +115,7 @@ pub struct StateChange {
     pub from: AgentState,
     pub to: AgentState,
     pub reasons: Reasons,
-    pub cause: Option<&'static str>,
+    pub cause: Option<CauseKind>,
     pub cause_resource: Option<String>,
     /// When the condition began (e.g. the expiry instant).
     pub since: Ts,
@@ -198,8 +197,9 @@ impl FleetHandle {
         }
     }
 
-    /// Runs `f` on the settled state inside the actor and returns its result.
-    pub async fn read<R: Send + 'static>(
+    /// Runs `f` on the settled state inside the actor and returns its
+    /// result: the one door of the named reads in [`query`].
+    async fn ask<R: Send + 'static>(
         &self,
         f: impl FnOnce(&Fleet) -> R + Send + 'static,
     ) -> Result<R, FleetError> {

@@ -9,6 +9,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod caller;
 pub mod error;
 pub mod metrics;
 pub mod probes;

@@ -10,9 +10,19 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Ts;
 
+mod change;
+mod lb_policy;
+mod signal;
+
+pub use change::{Change, Op, RejectCode, Rejection, MAX_NAME_LEN};
+pub use lb_policy::{LbMode, LbPolicy, PolicyError};
+pub use signal::{Outcome, SignalKind};
+
 /// A kind of resource Lifeline watches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum Kind {
     Proxy,
     AuthServer,
@@ -29,12 +39,7 @@ impl Kind {
     ];
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Proxy => "proxy",
-            Kind::AuthServer => "auth_server",
-            Kind::Agent => "agent",
-            Kind::TunnelConnection => "tunnel_connection",
-        }
+        self.into()
     }
 
     pub fn index(self) -> usize {
@@ -105,6 +110,8 @@ pub struct Tunnel {
 /// An auth server's health, normalised from grpc.health.v1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[derive(strum::IntoStaticStr, strum::EnumString)]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
 pub enum Health {
     Serving,
     NotServing,
@@ -116,12 +123,7 @@ pub enum Health {
 
 impl Health {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Health::Serving => "SERVING",
-            Health::NotServing => "NOT_SERVING",
-            Health::Unknown => "UNKNOWN",
-            Health::ServiceUnknown => "SERVICE_UNKNOWN",
-        }
+        self.into()
     }
 
     pub const ALL: [Health; 4] = [
@@ -132,13 +134,15 @@ impl Health {
     ];
 
     pub fn parse(s: &str) -> Option<Health> {
-        Health::ALL.into_iter().find(|h| h.as_str() == s)
+        s.parse().ok()
     }
 }
 
 /// How Lifeline learns an auth server's health.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr, strum::EnumString)]
+#[strum(serialize_all = "snake_case")]
 pub enum HealthMode {
     /// A `Watch` stream (the normal case).
     Watch,
@@ -148,15 +152,14 @@ pub enum HealthMode {
 
 impl HealthMode {
     pub fn as_str(self) -> &'static str {
-        match self {
-            HealthMode::Watch => "watch",
-            HealthMode::Poll => "poll",
-        }
+        self.into()
     }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr, strum::EnumString)]
+#[strum(serialize_all = "snake_case")]
 pub enum AgentState {
     Healthy,
     Degraded,
@@ -165,26 +168,19 @@ pub enum AgentState {
 
 impl AgentState {
     pub fn as_str(self) -> &'static str {
-        match self {
-            AgentState::Healthy => "healthy",
-            AgentState::Degraded => "degraded",
-            AgentState::Stranded => "stranded",
-        }
+        self.into()
     }
 
     pub fn parse(s: &str) -> Option<AgentState> {
-        match s {
-            "healthy" => Some(AgentState::Healthy),
-            "degraded" => Some(AgentState::Degraded),
-            "stranded" => Some(AgentState::Stranded),
-            _ => None,
-        }
+        s.parse().ok()
     }
 }
 
 /// Why an agent is not healthy. The first three strand it; the last degrades it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr, strum::EnumString)]
+#[strum(serialize_all = "snake_case")]
 pub enum Reason {
     AuthUnhealthy,
     NoLiveTunnel,
@@ -201,16 +197,11 @@ impl Reason {
     ];
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::AuthUnhealthy => "auth_unhealthy",
-            Reason::NoLiveTunnel => "no_live_tunnel",
-            Reason::AgentExpired => "agent_expired",
-            Reason::TunnelToExpiredProxy => "tunnel_to_expired_proxy",
-        }
+        self.into()
     }
 
     pub fn parse(s: &str) -> Option<Reason> {
-        Reason::ALL.into_iter().find(|r| r.as_str() == s)
+        s.parse().ok()
     }
 
     fn bit(self) -> u8 {
@@ -261,6 +252,8 @@ impl Serialize for Reasons {
 /// the dashboard ("38 agents: proxy-2 expired").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr, strum::EnumString)]
+#[strum(serialize_all = "snake_case")]
 pub enum CauseKind {
     /// Its auth server is NOT_SERVING.
     AuthNotServing,
@@ -280,29 +273,11 @@ pub enum CauseKind {
 
 impl CauseKind {
     pub fn as_str(self) -> &'static str {
-        match self {
-            CauseKind::AuthNotServing => "auth_not_serving",
-            CauseKind::AuthUnknown => "auth_unknown",
-            CauseKind::ProxyExpired => "proxy_expired",
-            CauseKind::ProxyMissing => "proxy_missing",
-            CauseKind::TunnelExpired => "tunnel_expired",
-            CauseKind::NoTunnels => "no_tunnels",
-            CauseKind::AgentExpired => "agent_expired",
-        }
+        self.into()
     }
 
     pub fn parse(s: &str) -> Option<CauseKind> {
-        [
-            CauseKind::AuthNotServing,
-            CauseKind::AuthUnknown,
-            CauseKind::ProxyExpired,
-            CauseKind::ProxyMissing,
-            CauseKind::TunnelExpired,
-            CauseKind::NoTunnels,
-            CauseKind::AgentExpired,
-        ]
-        .into_iter()
-        .find(|c| c.as_str() == s)
+        s.parse().ok()
     }
 }
 

@@ -50,3 +50,28 @@ pub fn std_duration(d: &prost_types::Duration) -> std::time::Duration {
         d.nanos.clamp(0, 999_999_999) as u32,
     )
 }
+
+/// A wire timestamp as Lifeline time; `None` when out of range.
+pub fn timestamp(ts: &prost_types::Timestamp) -> Option<crate::clock::Ts> {
+    if !(0..1_000_000_000).contains(&ts.nanos) {
+        return None;
+    }
+    ts.seconds
+        .checked_mul(1_000_000)
+        .and_then(|us| us.checked_add(i64::from(ts.nanos / 1000)))
+        .map(crate::clock::Ts)
+}
+
+pub fn to_timestamp(t: crate::clock::Ts) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: t.0.div_euclid(1_000_000),
+        nanos: (t.0.rem_euclid(1_000_000) * 1000) as i32,
+    }
+}
+
+pub fn to_duration(d: std::time::Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
+    }
+}

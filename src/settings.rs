@@ -34,7 +34,7 @@ use tracing::{info, warn};
 
 use crate::clock::{Clock, Ts};
 use crate::config::{Config, MIN_AUDIT_RETENTION, MIN_RETENTION};
-use crate::signals::service_config::LbPolicy;
+use crate::model::LbPolicy;
 use crate::store::settings::{self as rows, SettingChange, StoredSetting};
 
 /// A dynamic setting.

@@ -1,7 +1,7 @@
 //! The signals room: what Lifeline tells agents.
 //!
 //! Owns: the gRPC services agents call — `AgentSignals.Connect` (the hub:
-//! every agent stream, delta discovery from the `board`, audited reconnect
+//! every agent stream, delta discovery from the fleet's `board`, audited reconnect
 //! and close-tunnel signals and their acks), the automatic / periodic /
 //! graceful loops and the storm guard (`reconnect`), and
 //! `ServiceConfigDiscoveryService` (the client load-balancing policy).
@@ -9,7 +9,6 @@
 //! Writes: signal audit rows (through `store::signals`) and fleet commands.
 //! Must not touch: fleet state directly, or history tables.
 
-pub mod board;
 pub mod hub;
 pub mod reconnect;
 pub mod service_config;

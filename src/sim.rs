@@ -11,6 +11,7 @@ pub mod agent;
 pub mod auth;
 pub mod chaos;
 pub mod cluster;
+pub mod wire;
 
 pub use agent::{join_request, AgentEvent, AgentOptions, SimAgent};
 pub use auth::AuthFlavor;

@@ -11,31 +11,14 @@ use metrics_exporter_prometheus::{
 };
 use serde::Serialize;
 
-use crate::ingest::validate::RejectCode;
+use crate::model::RejectCode;
 
-/// Audited signal kinds (discovery is not audited), as `Stats::signals`
-/// and `Histograms::signal` index them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SignalKind {
-    Reconnect = 0,
-    CloseTunnel = 1,
-}
+pub use crate::model::SignalKind;
 
-impl SignalKind {
-    pub const ALL: [SignalKind; 2] = [SignalKind::Reconnect, SignalKind::CloseTunnel];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SignalKind::Reconnect => "reconnect",
-            SignalKind::CloseTunnel => "close_tunnel",
-        }
-    }
-}
 /// What became of an audited signal, as `Stats::signals` indexes them.
 /// `sent` counts signals queued on a stream; the others are final outcomes.
-pub const SIGNAL_OUTCOMES: [&str; 5] = ["sent", "acked", "failed", "undeliverable", "timeout"];
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum SignalOutcome {
     Sent = 0,
     Acked = 1,
@@ -44,11 +27,25 @@ pub enum SignalOutcome {
     Timeout = 4,
 }
 
+impl SignalOutcome {
+    pub const ALL: [SignalOutcome; 5] = [
+        SignalOutcome::Sent,
+        SignalOutcome::Acked,
+        SignalOutcome::Failed,
+        SignalOutcome::Undeliverable,
+        SignalOutcome::Timeout,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
 #[derive(Default, Debug)]
 pub struct Stats {
     /// Upstream events applied (PUT/DELETE, after validation).
     pub events_applied: AtomicU64,
-    /// The same by kind (`Kind::index`) and type (0 PUT, 1 DELETE).
+    /// The same by kind (`Kind::index`) and operation (`Op`).
     pub ingested: [[AtomicU64; 2]; 4],
     /// Stream events (after INIT) handed to the fleet, valid or not.
     pub stream_events: AtomicU64,
@@ -81,7 +78,7 @@ pub struct Stats {
     pub discovery_delta: AtomicU64,
     pub discovery_bytes_full: AtomicU64,
     pub discovery_bytes_delta: AtomicU64,
-    /// Audited signals by kind (`SignalKind`) and outcome (`SIGNAL_OUTCOMES`).
+    /// Audited signals by kind (`SignalKind`) and outcome (`SignalOutcome`).
     pub signals: [[AtomicU64; 5]; 2],
     /// Signal audit updates dropped because SQLite fell behind.
     pub signal_updates_dropped: AtomicU64,

@@ -57,7 +57,10 @@ fn is_locked(e: &sqlx::Error) -> bool {
 }
 
 /// Opens (creating if needed) the database in WAL mode and migrates it.
-pub async fn open(path: &Path) -> Result<SqlitePool, StoreError> {
+/// Opens (creating if needed) and migrates the database at `path`; a caller
+/// waits at most `acquire_timeout` for a connection ([`ACQUIRE_TIMEOUT`]
+/// unless a test on a paused clock needs otherwise).
+pub async fn open(path: &Path, acquire_timeout: Duration) -> Result<SqlitePool, StoreError> {
     let shown = path.display().to_string();
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir {
@@ -93,7 +96,7 @@ pub async fn open(path: &Path) -> Result<SqlitePool, StoreError> {
     };
     let pool = SqlitePoolOptions::new()
         .max_connections(4)
-        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .acquire_timeout(acquire_timeout)
         .connect_with(opts)
         .await
         .map_err(open_error)?;

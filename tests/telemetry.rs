@@ -1,12 +1,13 @@
 //! Lifeline's view of itself, end to end: spans exported over real OTLP/gRPC
 //! to a real receiver (a tonic server from `opentelemetry-proto`), one trace
 //! per failure from the expiry to the agent's ack; a dead collector that
-//! costs ingest nothing (`/metrics` itself is checked in `tests/metrics.rs`).
+//! costs ingest nothing (`/metrics` itself is checked in `tests/it/metrics.rs`).
 //!
 //! Each test installs its own subscriber for its own thread; no other test
 //! may run in this binary, since a thread without one would share tracing's
 //! process-wide callsite cache and level hint with these.
 
+#[path = "it/support/mod.rs"]
 mod support;
 
 use std::collections::{BTreeMap, HashSet};

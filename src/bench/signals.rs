@@ -19,7 +19,6 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
 
 use super::{config, percentile, BenchChild, BenchError, Scratch};
 use crate::app::{Lifeline, Tuning};
@@ -397,6 +396,7 @@ pub async fn reconnect(agents: usize, requests: usize) -> Result<Value, BenchErr
 /// agent streams: what Lifeline sends each agent with deltas and with
 /// `full_discovery`, scaled to `agents`. Runs on a paused clock moved in
 /// 100 ms steps, so an hour takes seconds.
+#[cfg(feature = "virtual-time")]
 pub fn discovery_traffic(
     agents: usize,
     proxies: usize,
@@ -448,6 +448,7 @@ pub fn discovery_traffic(
     }))
 }
 
+#[cfg(feature = "virtual-time")]
 async fn traffic_run(
     proxies: usize,
     ttl: Duration,
@@ -489,7 +490,7 @@ async fn traffic_run(
             let (_tx, mut inbound) = match agent_stream(ch, &agent_name(i), &token).await {
                 Ok(s) => s,
                 Err(e) => {
-                    warn!(error = %e.message(), "bench agent stream refused");
+                    tracing::warn!(error = %e.message(), "bench agent stream refused");
                     return;
                 }
             };
@@ -514,12 +515,12 @@ async fn traffic_run(
     for _ in 0..steps {
         tokio::time::advance(step).await;
         // Let every heartbeat reach the fleet and every stream its message.
-        let _ = ll.fleet.read(|_| ()).await;
+        let _ = ll.fleet.settled().await;
         for _ in 0..8 {
             tokio::task::yield_now().await;
         }
     }
-    let _ = ll.fleet.read(|_| ()).await;
+    let _ = ll.fleet.settled().await;
     let end = ll.stats.snapshot().signals;
     stop.cancel();
     ll.shutdown().await;

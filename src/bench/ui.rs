@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use super::{config, peak_rss_kib, percentile, spec, wait_until_async, BenchError, Scratch};
 use crate::app::{Lifeline, Tuning};
 use crate::clock::Clock;
-use crate::model::{AgentState, Kind};
+use crate::model::Kind;
 use crate::sim::cluster::proxy_name;
 use crate::sim::SimCluster;
 
@@ -132,7 +132,7 @@ pub async fn ui(
     let expiring = expiring.min(proxies);
     for i in 0..expiring {
         if let Some(mut s) = sim.get_server(Kind::Proxy, &proxy_name(i)).await {
-            s.expires = Some(crate::ingest::validate::to_timestamp(at));
+            s.expires = Some(crate::proto::to_timestamp(at));
             sim.put_server(s).await;
         }
     }
@@ -141,28 +141,16 @@ pub async fn ui(
         let fleet = fleet.clone();
         async move {
             fleet
-                .read(move |f| {
-                    f.proxies.values().filter(|p| p.expired).count() >= expiring
-                        && f.agents.values().any(|a| a.state == AgentState::Stranded)
-                })
+                .gauges()
                 .await
+                .map(|g| g.proxies.expired >= expiring && g.agents.stranded > 0)
                 .unwrap_or(false)
         }
     })
     .await?;
     ll.fleet.flush().await?;
-    let (total, stranded) = ll
-        .fleet
-        .read(|f| {
-            (
-                f.agents.len(),
-                f.agents
-                    .values()
-                    .filter(|a| a.state == AgentState::Stranded)
-                    .count(),
-            )
-        })
-        .await?;
+    let (_, counts) = ll.fleet.counts().await?;
+    let (total, stranded) = (counts.total, counts.stranded);
 
     let http = reqwest::Client::new();
     let base = ll.base_url();

@@ -28,7 +28,7 @@ pub struct FleetOptions {
     pub change_capacity: usize,
     pub static_auth: Vec<(String, String)>,
     /// Where proxy expiries are published for discovery.
-    pub board: Arc<crate::signals::board::Board>,
+    pub board: Arc<crate::fleet::board::Board>,
 }
 
 /// Builds the fleet from the loaded state and starts its actor.

@@ -30,10 +30,7 @@ impl Fleet {
     pub fn has_destination(&self, agent: &str, live: LiveProxies) -> bool {
         // Distinct live proxies the agent is on; an agent holds a handful.
         let mut on: Vec<&str> = Vec::new();
-        for t in self.agent_tunnels.get(agent).into_iter().flatten() {
-            let Some(t) = self.tunnels.get(t) else {
-                continue;
-            };
+        for t in self.tunnels_of(agent) {
             let proxy = t.tunnel.proxy.as_str();
             let live_proxy = self.proxies.get(proxy).is_some_and(|p| !p.expired);
             if live_proxy && !on.contains(&proxy) {

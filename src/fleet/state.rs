@@ -17,11 +17,11 @@ use super::{
     WatchState,
 };
 use crate::clock::{dur_micros, Clock, Ts};
-use crate::ingest::validate::Change;
+use crate::fleet::board::Board;
+use crate::model::Change;
 use crate::model::{
     AgentState, Cause, CauseKind, Health, HealthMode, Kind, Reasons, Server, Tunnel,
 };
-use crate::signals::board::Board;
 use crate::stats::Stats;
 use crate::store::read::Loaded;
 use crate::store::{EpisodeOp, EventRow, HealthRow, WriteBatch};
@@ -194,23 +194,23 @@ pub struct TunnelEntry {
 }
 
 pub struct Fleet {
-    pub clock: Clock,
-    pub rules: Rules,
-    pub stats: Arc<Stats>,
-    pub kinds: [KindStatus; 4],
+    pub(super) clock: Clock,
+    pub(super) rules: Rules,
+    pub(super) stats: Arc<Stats>,
+    pub(super) kinds: [KindStatus; 4],
     /// Hashed, not ordered: these are looked up for every classification.
-    pub proxies: HashMap<String, ResEntry>,
-    pub auths: BTreeMap<String, AuthEntry>,
-    pub agents: HashMap<String, AgentEntry>,
+    pub(super) proxies: HashMap<String, ResEntry>,
+    pub(super) auths: BTreeMap<String, AuthEntry>,
+    pub(super) agents: HashMap<String, AgentEntry>,
     /// Agent names in order, for paging only.
-    pub agent_order: BTreeSet<String>,
-    pub tunnels: HashMap<String, TunnelEntry>,
+    pub(super) agent_order: BTreeSet<String>,
+    pub(super) tunnels: HashMap<String, TunnelEntry>,
     /// agent → its tunnel names.
-    pub agent_tunnels: HashMap<String, BTreeSet<String>>,
+    pub(super) agent_tunnels: HashMap<String, BTreeSet<String>>,
     /// proxy → agent → number of tunnels.
-    pub proxy_agents: HashMap<String, HashMap<String, u32>>,
+    pub(super) proxy_agents: HashMap<String, HashMap<String, u32>>,
     /// auth server → agents attached to it.
-    pub auth_agents: HashMap<String, BTreeSet<String>>,
+    pub(super) auth_agents: HashMap<String, BTreeSet<String>>,
     schedule: Schedule,
     dirty: HashSet<String>,
     pending: WriteBatch,
@@ -223,13 +223,13 @@ pub struct Fleet {
     readiness: watch::Sender<Readiness>,
     auth_targets: watch::Sender<BTreeMap<String, String>>,
     /// Proxy expiries for discovery; the signals room reads it.
-    pub board: Arc<Board>,
+    pub(super) board: Arc<Board>,
     /// Agents connected to Lifeline's signal stream.
-    pub links: HashMap<String, Link>,
+    pub(super) links: HashMap<String, Link>,
     /// Failure traces by (cause, resource, since): later agents stranded by
     /// the same failure join its trace. At `MAX_FAILURE_TRACES` it is
     /// emptied: a failure seen again after that starts a new trace.
-    failures: HashMap<(&'static str, String, Ts), TraceRef>,
+    failures: HashMap<(Option<CauseKind>, String, Ts), TraceRef>,
     /// The pending classification follows a resync: its latencies measure
     /// staleness, not detection, and are not recorded.
     after_resync: bool,
@@ -618,6 +618,126 @@ impl Fleet {
         }
     }
 
+    /// The tunnels an agent holds, as far as Lifeline knows: the one walk
+    /// from an agent to its tunnels.
+    pub(super) fn tunnels_of<'a>(
+        &'a self,
+        agent: &str,
+    ) -> impl Iterator<Item = &'a TunnelEntry> + 'a {
+        self.agent_tunnels
+            .get(agent)
+            .into_iter()
+            .flatten()
+            .filter_map(|t| self.tunnels.get(t))
+    }
+
+    // ---- named reads (see `query`) -----------------------------------------
+
+    pub(super) fn sizes(&self) -> super::query::Sizes {
+        super::query::Sizes {
+            agents: self.agents.len(),
+            proxies: self.proxies.len(),
+            tunnels: self.tunnels.len(),
+        }
+    }
+
+    pub(super) fn auth_names(&self) -> Vec<String> {
+        self.auths.keys().cloned().collect()
+    }
+
+    pub(super) fn select(&self, sel: &super::query::Selection) -> Option<Vec<String>> {
+        use super::query::Selection;
+        match sel {
+            Selection::Proxy(p) => {
+                if !self.proxies.contains_key(p) && !self.proxy_agents.contains_key(p) {
+                    return None;
+                }
+                let mut v: Vec<String> = self
+                    .proxy_agents
+                    .get(p)
+                    .map(|m| m.keys().cloned().collect())
+                    .unwrap_or_default();
+                v.sort();
+                Some(v)
+            }
+            Selection::AuthServer(a) => {
+                if !self.auths.contains_key(a) && !self.auth_agents.contains_key(a) {
+                    return None;
+                }
+                // A BTreeSet: already in order.
+                Some(
+                    self.auth_agents
+                        .get(a)
+                        .map(|s| s.iter().cloned().collect())
+                        .unwrap_or_default(),
+                )
+            }
+            Selection::State(st) => Some(
+                self.agent_order
+                    .iter()
+                    .filter(|n| self.agents.get(*n).is_some_and(|a| a.state == *st))
+                    .cloned()
+                    .collect(),
+            ),
+        }
+    }
+
+    pub(super) fn holds_tunnel(&self, agent: &str, proxy: Option<&str>) -> Option<bool> {
+        if !self.agents.contains_key(agent) {
+            return None;
+        }
+        Some(proxy.is_none_or(|p| self.tunnels_of(agent).any(|t| t.tunnel.proxy == p)))
+    }
+
+    pub(super) fn knows_address(&self, addr: &str) -> bool {
+        self.proxies.values().any(|p| p.server.addr == addr)
+            || self.auths.values().any(|a| {
+                a.static_addr.as_deref() == Some(addr)
+                    || a.resource.as_ref().is_some_and(|r| r.server.addr == addr)
+            })
+    }
+
+    pub(super) fn not_healthy(&self) -> Vec<StateChange> {
+        self.agents
+            .iter()
+            .filter(|(_, a)| a.state != AgentState::Healthy)
+            .map(|(name, a)| StateChange {
+                agent: name.clone(),
+                from: a.state,
+                to: a.state,
+                reasons: a.reasons,
+                cause: a.cause.as_ref().map(|c| c.kind),
+                cause_resource: a.cause.as_ref().map(|c| c.resource.clone()),
+                since: a.since,
+                detected_at: a.since,
+                episode: a.episode,
+                trace: a.trace.clone(),
+            })
+            .collect()
+    }
+
+    pub(super) fn surplus_tunnels(&self) -> Vec<super::query::Surplus> {
+        let now = self.now();
+        let mut out = Vec::new();
+        for (agent, link) in &self.links {
+            if link.desired_tunnels == 0 {
+                continue;
+            }
+            let tunnels: Vec<(String, bool)> = self
+                .tunnels_of(agent)
+                .map(|t| (t.tunnel.proxy.clone(), self.tunnel_dead(t, now).is_none()))
+                .collect();
+            if tunnels.len() > link.desired_tunnels as usize {
+                out.push(super::query::Surplus {
+                    agent: agent.clone(),
+                    desired: link.desired_tunnels,
+                    tunnels,
+                });
+            }
+        }
+        out
+    }
+
     // ---- changes ----------------------------------------------------------
 
     pub fn apply(&mut self, batch: Vec<Ingested>) {
@@ -626,13 +746,8 @@ impl Fleet {
             match item {
                 Ingested::Change(c) => {
                     Stats::inc(&self.stats.events_applied);
-                    let (kind, ty) = match &c {
-                        Change::PutServer(s) => (s.kind, 0),
-                        Change::DeleteServer(k, _) => (*k, 1),
-                        Change::PutTunnel(_) => (Kind::TunnelConnection, 0),
-                        Change::DeleteTunnel(_) => (Kind::TunnelConnection, 1),
-                    };
-                    Stats::inc(&self.stats.ingested[kind.index()][ty]);
+                    let (kind, op, _) = c.describe();
+                    Stats::inc(&self.stats.ingested[kind.index()][op as usize]);
                     match c {
                         Change::PutServer(s) => self.put_server(s, now),
                         Change::DeleteServer(k, n) => self.delete_server(k, &n, now),
@@ -1142,11 +1257,7 @@ impl Fleet {
             l.auth_server = auth_server;
         }
         let current: Vec<(String, String)> = self
-            .agent_tunnels
-            .get(agent)
-            .into_iter()
-            .flatten()
-            .filter_map(|t| self.tunnels.get(t))
+            .tunnels_of(agent)
             .map(|t| (t.tunnel.name.clone(), t.tunnel.proxy.clone()))
             .collect();
         for p in &proxies {
@@ -1322,13 +1433,13 @@ impl Fleet {
     /// how many agents it took and why, and the trace handed to each change
     /// (signals continue it) and to the agent (its episode's close ends it).
     fn trace_failures(&mut self, now: Ts) {
-        let mut groups: BTreeMap<(&'static str, String, Ts), Vec<usize>> = BTreeMap::new();
+        let mut groups: BTreeMap<(Option<CauseKind>, String, Ts), Vec<usize>> = BTreeMap::new();
         for (i, c) in self.changed.iter().enumerate() {
             if c.to == AgentState::Healthy {
                 continue;
             }
             let key = (
-                c.cause.unwrap_or("unknown"),
+                c.cause,
                 c.cause_resource.clone().unwrap_or_default(),
                 c.since,
             );
@@ -1347,7 +1458,8 @@ impl Fleet {
                 .map(|&i| self.changed[i].reasons.join())
                 .collect();
             let reasons = reasons.into_iter().collect::<Vec<_>>().join(";");
-            let (cause, resource, since) = (key.0, key.1.as_str(), key.2);
+            let cause = key.0.map_or("unknown", CauseKind::as_str);
+            let (resource, since) = (key.1.as_str(), key.2);
             let root = match self.failures.get(&key) {
                 Some(t) => t.clone(),
                 None => {
@@ -1406,11 +1518,7 @@ impl Fleet {
             .and_then(|e| e.unhealthy_cause(self.rules.unknown_grace));
         let tunnels_known = self.fresh(Kind::TunnelConnection) && self.fresh(Kind::Proxy);
         let tunnels = self
-            .agent_tunnels
-            .get(name)
-            .into_iter()
-            .flatten()
-            .filter_map(|t| self.tunnels.get(t))
+            .tunnels_of(name)
             .map(|t| TunnelView {
                 proxy: &t.tunnel.proxy,
                 dead: self.tunnel_dead(t, now),
@@ -1504,7 +1612,7 @@ impl Fleet {
                 from: a.state,
                 to: v.state,
                 reasons: v.reasons,
-                cause: v.cause.as_ref().map(|c| c.kind.as_str()),
+                cause: v.cause.as_ref().map(|c| c.kind),
                 cause_resource: v.cause.as_ref().map(|c| c.resource.clone()),
                 since,
                 episode: a.episode,

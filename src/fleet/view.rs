@@ -20,7 +20,7 @@ use crate::stats::StatsSnapshot;
 /// any key) is refused rather than read as "after everything".
 pub mod cursor {
     /// The longest key a cursor can hold (`kind:` and a name).
-    const MAX_KEY: usize = 16 + crate::ingest::validate::MAX_NAME_LEN;
+    const MAX_KEY: usize = 16 + crate::model::MAX_NAME_LEN;
 
     pub fn encode(key: &str) -> String {
         hex::encode(key.as_bytes())
@@ -85,7 +85,7 @@ pub struct ProxyCounts {
 /// Stranded agents grouped by what stranded them: one failure, one line.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct RootCause {
-    pub cause: &'static str,
+    pub cause: CauseKind,
     pub resource: String,
     pub agents: usize,
     pub since: Ts,
@@ -193,7 +193,7 @@ pub fn root_causes(f: &Fleet) -> Vec<RootCause> {
             }
             .unwrap_or(min_since);
             RootCause {
-                cause: kind.as_str(),
+                cause: kind,
                 resource: res.to_string(),
                 agents: n,
                 since,
@@ -257,11 +257,7 @@ pub struct AgentPage {
 }
 
 fn tunnel_items(f: &Fleet, agent: &str, now: Ts) -> Vec<TunnelItem> {
-    f.agent_tunnels
-        .get(agent)
-        .into_iter()
-        .flatten()
-        .filter_map(|t| f.tunnels.get(t))
+    f.tunnels_of(agent)
         .map(|t| TunnelItem {
             name: t.tunnel.name.clone(),
             proxy: t.tunnel.proxy.clone(),
@@ -607,4 +603,43 @@ pub fn auth_servers(f: &Fleet) -> Vec<AuthView> {
             expired: a.resource.as_ref().map(|r| r.expired),
         })
         .collect()
+}
+
+/// One page of agents and each one's last audited signal id.
+pub fn agents_with_last_signal(f: &Fleet, filter: &AgentFilter) -> (AgentPage, Vec<Option<i64>>) {
+    let page = agents(f, filter);
+    let last = page
+        .items
+        .iter()
+        .map(|i| {
+            f.agents
+                .get(&i.name)
+                .and_then(|a| a.last_signal.map(|(id, _)| id))
+        })
+        .collect();
+    (page, last)
+}
+
+/// Proxies and auth servers, soonest to expire first (expired on top), at
+/// most `limit` of them; and how many there are.
+pub fn ttl_soonest(f: &Fleet, limit: usize) -> (Vec<TtlWindow>, usize) {
+    let now = f.now();
+    let mut all: Vec<TtlWindow> = f
+        .proxies
+        .values()
+        .chain(f.auths.values().filter_map(|a| a.resource.as_ref()))
+        .map(|e| ttl_window(f, e, now))
+        .collect();
+    let total = all.len();
+    let soonest = |a: &TtlWindow, b: &TtlWindow| {
+        a.remaining_ms
+            .cmp(&b.remaining_ms)
+            .then_with(|| a.name.cmp(&b.name))
+    };
+    if all.len() > limit {
+        all.select_nth_unstable_by(limit, soonest);
+        all.truncate(limit);
+    }
+    all.sort_by(soonest);
+    (all, total)
 }

@@ -91,7 +91,7 @@ struct SignalsSummary {
 }
 
 async fn summary(State(s): State<AppState>) -> Result<Json<SummaryResponse>, ApiError> {
-    let fleet = s.fleet.read(view::summary).await?;
+    let fleet = s.fleet.summary().await?;
     let set = &s.hub.settings;
     Ok(Json(SummaryResponse {
         fleet,
@@ -132,7 +132,7 @@ async fn agents(
         after: name_cursor(q.cursor)?,
         limit: limit(q.limit)? as usize,
     };
-    Ok(Json(s.fleet.read(move |f| view::agents(f, &filter)).await?))
+    Ok(Json(s.fleet.agents(filter).await?))
 }
 
 #[derive(Serialize)]
@@ -146,11 +146,11 @@ async fn agent(
     State(s): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Json<AgentResponse>, ApiError> {
-    let n = name.clone();
     let detail = s
         .fleet
-        .read(move |f| view::agent(f, &n))
+        .agent(name.clone())
         .await?
+        .map(|(d, _)| d)
         .ok_or(ApiError::NotFound {
             what: "agent",
             name: name.clone(),
@@ -174,7 +174,7 @@ pub(super) struct Items<T> {
 }
 
 async fn proxies(State(s): State<AppState>) -> Result<Json<Items<view::ProxyView>>, ApiError> {
-    let items = s.fleet.read(view::proxies).await?;
+    let items = s.fleet.proxies().await?;
     Ok(Json(Items { items }))
 }
 
@@ -182,9 +182,8 @@ async fn proxy(
     State(s): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Json<view::ProxyDetail>, ApiError> {
-    let n = name.clone();
     s.fleet
-        .read(move |f| view::proxy(f, &n))
+        .proxy(name.clone())
         .await?
         .map(Json)
         .ok_or(ApiError::NotFound {
@@ -194,7 +193,7 @@ async fn proxy(
 }
 
 async fn auth_servers(State(s): State<AppState>) -> Result<Json<Items<view::AuthView>>, ApiError> {
-    let items = s.fleet.read(view::auth_servers).await?;
+    let items = s.fleet.auth_servers().await?.0;
     Ok(Json(Items { items }))
 }
 
@@ -216,11 +215,13 @@ async fn auth_server(
     State(s): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Json<AuthResponse>, ApiError> {
-    let n = name.clone();
     let view = s
         .fleet
-        .read(move |f| view::auth_servers(f).into_iter().find(|a| a.name == n))
+        .auth_servers()
         .await?
+        .0
+        .into_iter()
+        .find(|a| a.name == name)
         .ok_or(ApiError::NotFound {
             what: "auth server",
             name: name.clone(),
@@ -253,11 +254,7 @@ async fn ttl_windows(
     let limit = limit(q.limit)? as usize;
     let cursor = name_cursor(q.cursor)?;
     let kind = q.kind;
-    Ok(Json(
-        s.fleet
-            .read(move |f| view::ttl_windows(f, kind, cursor.as_deref(), limit))
-            .await?,
-    ))
+    Ok(Json(s.fleet.ttl_windows(kind, cursor, limit).await?.0))
 }
 
 #[derive(Serialize)]
@@ -340,7 +337,7 @@ async fn events(
                         "since {v:?} is neither an RFC 3339 time nor a duration like 15m"
                     ))
                 })?;
-                let now = s.fleet.read(|f| f.now()).await?;
+                let now = s.fleet.settled().await?;
                 now.saturating_sub(d)
             }
         }),

@@ -13,11 +13,11 @@ use std::sync::atomic::Ordering;
 
 use super::error::ApiError;
 use super::AppState;
-use crate::fleet::view::{self, Gauges};
+use crate::fleet::view::Gauges;
 use crate::fleet::WatchState;
-use crate::ingest::validate::RejectCode;
 use crate::model::Health;
-use crate::stats::{SignalKind, Stats, SIGNAL_OUTCOMES};
+use crate::model::RejectCode;
+use crate::stats::{SignalKind, SignalOutcome, Stats};
 use crate::telemetry::SPANS;
 
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -27,7 +27,7 @@ pub fn router() -> Router<AppState> {
 }
 
 async fn metrics(State(s): State<AppState>) -> Result<Response, ApiError> {
-    let g = s.fleet.read(view::gauges).await?;
+    let g = s.fleet.gauges().await?;
     let guard = s.guard.borrow().clone();
     let (streams, in_flight) = (s.hub.connected(), s.hub.in_flight());
     s.stats.hist.describe_once(describe);
@@ -76,9 +76,9 @@ fn current_state(g: &Gauges) {
 fn counters(st: &Stats) {
     let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
     for kind in crate::model::Kind::ALL {
-        for (i, ty) in ["put", "delete"].into_iter().enumerate() {
-            counter!("lifeline_events_ingested_total", "kind" => kind.as_str(), "type" => ty)
-                .absolute(get(&st.ingested[kind.index()][i]));
+        for op in crate::model::Op::ALL {
+            counter!("lifeline_events_ingested_total", "kind" => kind.as_str(), "type" => op.as_str())
+                .absolute(get(&st.ingested[kind.index()][op as usize]));
         }
     }
     for code in RejectCode::ALL {
@@ -92,9 +92,9 @@ fn counters(st: &Stats) {
     counter!("lifeline_timers_fired_total").absolute(get(&st.timers_fired));
     counter!("lifeline_agent_state_changes_total").absolute(get(&st.state_changes));
     for kind in SignalKind::ALL {
-        for (o, outcome) in SIGNAL_OUTCOMES.into_iter().enumerate() {
-            counter!("lifeline_signals_total", "kind" => kind.as_str(), "outcome" => outcome)
-                .absolute(get(&st.signals[kind as usize][o]));
+        for outcome in SignalOutcome::ALL {
+            counter!("lifeline_signals_total", "kind" => kind.as_str(), "outcome" => outcome.as_str())
+                .absolute(get(&st.signals[kind as usize][outcome as usize]));
         }
     }
     counter!("lifeline_discovery_messages_total", "mode" => "full")

@@ -173,15 +173,7 @@ async fn admit(st: &AppState, target: &str, h: &HeaderMap) -> Result<Duration, A
     };
     let allowed = st.probes.allow.iter().any(|a| a == target) || {
         let t = target.to_string();
-        st.fleet
-            .read(move |f| {
-                f.proxies.values().any(|p| p.server.addr == t)
-                    || f.auths.values().any(|a| {
-                        a.static_addr.as_deref() == Some(t.as_str())
-                            || a.resource.as_ref().is_some_and(|r| r.server.addr == t)
-                    })
-            })
-            .await?
+        st.fleet.knows_address(t).await?
     };
     if !allowed {
         return Err(refused(ApiError::Forbidden {

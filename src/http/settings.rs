@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::api::Items;
-use super::auth::Caller;
+use super::caller::Caller;
 use super::error::{ApiError, ApiJson, ApiQuery};
 use super::AppState;
 use crate::clock::Ts;

@@ -9,10 +9,11 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
 use super::api::{id_cursor, limit, nonempty};
-use super::auth::Caller;
+use super::caller::Caller;
 use super::error::{ApiError, ApiJson, ApiQuery};
 use super::AppState;
-use crate::model::AgentState;
+use crate::fleet::query::Selection;
+use crate::model::{AgentState, Outcome, SignalKind};
 use crate::signals::hub::{Ask, SendError, SignalRequest};
 use crate::stats::Stats;
 use crate::store::signals::{self as audit, SignalFilter, SignalRecord};
@@ -104,29 +105,13 @@ pub(super) async fn reconnect_agent(
     reason: String,
     requested_by: String,
 ) -> Result<SignalRecord, ApiError> {
-    let n = name.clone();
-    let p = proxy.clone();
-    let (known, holds) = s
-        .fleet
-        .read(move |f| {
-            let known = f.agents.contains_key(&n);
-            let holds = p.as_ref().is_none_or(|p| {
-                f.agent_tunnels
-                    .get(&n)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|t| f.tunnels.get(t))
-                    .any(|t| &t.tunnel.proxy == p)
-            });
-            (known, holds)
-        })
-        .await?;
-    if !known {
+    let holds = s.fleet.holds_tunnel(name.clone(), proxy.clone()).await?;
+    let Some(holds) = holds else {
         return Err(ApiError::NotFound {
             what: "agent",
             name,
         });
-    }
+    };
     if !s.hub.is_connected(&name) {
         return Err(ApiError::Conflict {
             code: "not_connected",
@@ -246,44 +231,12 @@ pub(super) async fn select(
     proxy: Option<String>,
     auth: Option<String>,
 ) -> Result<Vec<String>, ApiError> {
-    let (p2, a2) = (proxy.clone(), auth.clone());
-    let matched: Option<Vec<String>> = s
-        .fleet
-        .read(move |f| {
-            if let Some(p) = &p2 {
-                if !f.proxies.contains_key(p) && !f.proxy_agents.contains_key(p) {
-                    return None;
-                }
-                let mut v: Vec<String> = f
-                    .proxy_agents
-                    .get(p)
-                    .map(|m| m.keys().cloned().collect())
-                    .unwrap_or_default();
-                v.sort();
-                return Some(v);
-            }
-            if let Some(a) = &a2 {
-                if !f.auths.contains_key(a) && !f.auth_agents.contains_key(a) {
-                    return None;
-                }
-                // A BTreeSet: already in order.
-                return Some(
-                    f.auth_agents
-                        .get(a)
-                        .map(|s| s.iter().cloned().collect())
-                        .unwrap_or_default(),
-                );
-            }
-            let st = state.unwrap_or(AgentState::Stranded);
-            Some(
-                f.agent_order
-                    .iter()
-                    .filter(|n| f.agents.get(*n).is_some_and(|a| a.state == st))
-                    .cloned()
-                    .collect(),
-            )
-        })
-        .await?;
+    let sel = match (&proxy, &auth) {
+        (Some(p), _) => Selection::Proxy(p.clone()),
+        (None, Some(a)) => Selection::AuthServer(a.clone()),
+        (None, None) => Selection::State(state.unwrap_or(AgentState::Stranded)),
+    };
+    let matched = s.fleet.select(sel).await?;
     let Some(agents) = matched else {
         return Err(match (proxy, auth) {
             (Some(p), _) => ApiError::NotFound {
@@ -365,52 +318,45 @@ struct SignalPage {
     next_cursor: Option<String>,
 }
 
-pub(super) const OUTCOMES: &[&str] = &[
-    "pending",
-    "delivered",
-    "acked",
-    "failed",
-    "undeliverable",
-    "timeout",
-];
-
-/// Checks the audit's `outcome` and `kind` filters (the API and the
+/// Parses the audit's `outcome` and `kind` filters (the API and the
 /// dashboard's Signals page share them).
-pub(super) fn check_signal_filter(
+pub(super) fn signal_filter(
     outcome: Option<&str>,
     kind: Option<&str>,
-) -> Result<(), ApiError> {
-    if let Some(o) = outcome {
-        if !OUTCOMES.contains(&o) {
-            return Err(ApiError::BadParameter(format!(
-                "outcome must be one of {}, got {o:?}",
-                OUTCOMES.join(", ")
-            )));
-        }
-    }
-    if let Some(k) = kind {
-        if !["reconnect", "close_tunnel"].contains(&k) {
-            return Err(ApiError::BadParameter(format!(
-                "kind must be reconnect or close_tunnel, got {k:?}"
-            )));
-        }
-    }
-    Ok(())
+) -> Result<(Option<Outcome>, Option<SignalKind>), ApiError> {
+    let outcome = outcome
+        .map(|o| {
+            o.parse::<Outcome>().map_err(|_| {
+                ApiError::BadParameter(format!(
+                    "outcome must be one of {}, got {o:?}",
+                    Outcome::names().join(", ")
+                ))
+            })
+        })
+        .transpose()?;
+    let kind = kind
+        .map(|k| {
+            k.parse::<SignalKind>().map_err(|_| {
+                ApiError::BadParameter(format!("kind must be reconnect or close_tunnel, got {k:?}"))
+            })
+        })
+        .transpose()?;
+    Ok((outcome, kind))
 }
 
 async fn list(
     State(s): State<AppState>,
     ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<Json<SignalPage>, ApiError> {
-    check_signal_filter(q.outcome.as_deref(), q.kind.as_deref())?;
+    let (outcome, kind) = signal_filter(q.outcome.as_deref(), q.kind.as_deref())?;
     let limit = limit(q.limit)?;
     let before_id = id_cursor(q.cursor)?;
     let items = audit::list(
         &s.db,
         &SignalFilter {
             agent: nonempty("agent", q.agent)?,
-            outcome: q.outcome,
-            kind: q.kind,
+            outcome,
+            kind,
             requested_by: nonempty("requested_by", q.requested_by)?,
             before_id,
             limit,

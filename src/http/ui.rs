@@ -110,7 +110,7 @@ pub struct Layout {
 pub struct Ctx {
     pub session: csrf::Session,
     pub started: Instant,
-    pub caller: crate::http::auth::Caller,
+    pub caller: crate::http::caller::Caller,
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Ctx {
@@ -122,7 +122,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Ctx {
             // Server-Timing: how long the page took to render.
             #[allow(clippy::disallowed_methods)]
             started: Instant::now(),
-            caller: crate::http::auth::Caller::of(&parts.extensions),
+            caller: crate::http::caller::Caller::of(&parts.extensions),
         })
     }
 }

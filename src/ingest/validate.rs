@@ -5,75 +5,9 @@
 use std::time::Duration;
 
 use crate::clock::{dur_micros, Ts};
-use crate::model::{Kind, Server, Tunnel};
+use crate::model::{Change, Kind, RejectCode, Rejection, Server, Tunnel, MAX_NAME_LEN};
+use crate::proto::timestamp;
 use crate::proto::v1 as pb;
-
-/// Stable codes for rejected inputs (metric labels; API field names).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RejectCode {
-    UnknownKind,
-    EmptyName,
-    NameTooLong,
-    BadTtl,
-    MissingExpires,
-    ExpiredTooLongAgo,
-    ExpiresTooFar,
-    BadTimestamp,
-    MissingField,
-    EmptyEvent,
-    BadEventType,
-    OversizedMessage,
-    StreamProtocol,
-}
-
-impl RejectCode {
-    pub const COUNT: usize = 13;
-    pub const ALL: [RejectCode; RejectCode::COUNT] = [
-        RejectCode::UnknownKind,
-        RejectCode::EmptyName,
-        RejectCode::NameTooLong,
-        RejectCode::BadTtl,
-        RejectCode::MissingExpires,
-        RejectCode::ExpiredTooLongAgo,
-        RejectCode::ExpiresTooFar,
-        RejectCode::BadTimestamp,
-        RejectCode::MissingField,
-        RejectCode::EmptyEvent,
-        RejectCode::BadEventType,
-        RejectCode::OversizedMessage,
-        RejectCode::StreamProtocol,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RejectCode::UnknownKind => "unknown_kind",
-            RejectCode::EmptyName => "empty_name",
-            RejectCode::NameTooLong => "name_too_long",
-            RejectCode::BadTtl => "bad_ttl",
-            RejectCode::MissingExpires => "missing_expires",
-            RejectCode::ExpiredTooLongAgo => "expired_too_long_ago",
-            RejectCode::ExpiresTooFar => "expires_too_far",
-            RejectCode::BadTimestamp => "bad_timestamp",
-            RejectCode::MissingField => "missing_field",
-            RejectCode::EmptyEvent => "empty_event",
-            RejectCode::BadEventType => "bad_event_type",
-            RejectCode::OversizedMessage => "oversized_message",
-            RejectCode::StreamProtocol => "stream_protocol",
-        }
-    }
-}
-
-/// A rejected input: what it was (as far as known) and why.
-#[derive(Clone, Debug, thiserror::Error)]
-#[error("{kind}/{name}: {message}")]
-pub struct Rejection {
-    pub code: RejectCode,
-    /// The kind as sent (may be unknown).
-    pub kind: String,
-    /// The name as sent (may be empty), cut to a printable length.
-    pub name: String,
-    pub message: String,
-}
 
 /// Bounds that validation enforces.
 #[derive(Clone, Copy, Debug)]
@@ -82,8 +16,6 @@ pub struct Limits {
     pub max_expired_age: Duration,
     pub max_ttl: Duration,
 }
-
-pub const MAX_NAME_LEN: usize = 253;
 
 fn reject(code: RejectCode, kind: &str, name: &str, message: impl Into<String>) -> Rejection {
     let mut name = name.to_string();
@@ -100,30 +32,6 @@ fn reject(code: RejectCode, kind: &str, name: &str, message: impl Into<String>) 
         kind: kind.to_string(),
         name,
         message: message.into(),
-    }
-}
-
-pub fn timestamp(ts: &prost_types::Timestamp) -> Option<Ts> {
-    if !(0..1_000_000_000).contains(&ts.nanos) {
-        return None;
-    }
-    ts.seconds
-        .checked_mul(1_000_000)
-        .and_then(|us| us.checked_add(i64::from(ts.nanos / 1000)))
-        .map(Ts)
-}
-
-pub fn to_timestamp(t: Ts) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: t.0.div_euclid(1_000_000),
-        nanos: (t.0.rem_euclid(1_000_000) * 1000) as i32,
-    }
-}
-
-pub fn to_duration(d: Duration) -> prost_types::Duration {
-    prost_types::Duration {
-        seconds: d.as_secs() as i64,
-        nanos: d.subsec_nanos() as i32,
     }
 }
 
@@ -297,27 +205,6 @@ pub fn tunnel(p: pb::TunnelConnection, now: Ts, limits: &Limits) -> Result<Tunne
     })
 }
 
-/// A validated upstream change.
-#[derive(Clone, Debug)]
-pub enum Change {
-    PutServer(Server),
-    DeleteServer(Kind, String),
-    PutTunnel(Tunnel),
-    DeleteTunnel(String),
-}
-
-impl Change {
-    /// Kind, event type and resource name, for spans and logs.
-    pub fn describe(&self) -> (Kind, &'static str, &str) {
-        match self {
-            Change::PutServer(s) => (s.kind, "put", &s.name),
-            Change::DeleteServer(k, n) => (*k, "delete", n),
-            Change::PutTunnel(t) => (Kind::TunnelConnection, "put", &t.name),
-            Change::DeleteTunnel(n) => (Kind::TunnelConnection, "delete", n),
-        }
-    }
-}
-
 /// Validates a non-INIT event.
 pub fn event(ev: pb::Event, now: Ts, limits: &Limits) -> Result<Change, Rejection> {
     use pb::event::Resource;
@@ -372,6 +259,7 @@ pub fn event(ev: pb::Event, now: Ts, limits: &Limits) -> Result<Change, Rejectio
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::{to_duration, to_timestamp};
 
     const NOW: Ts = Ts(1_700_000_000_000_000);
 

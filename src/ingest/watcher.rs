@@ -14,11 +14,12 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
 use tracing::{info, info_span, warn, Instrument};
 
-use super::validate::{self, Change, Limits, RejectCode, Rejection};
+use super::validate::{self, Limits};
 use crate::backoff::Backoff;
 use crate::clock::Clock;
 use crate::fleet::{Command, FleetHandle, Ingested, Resync, Snapshot};
 use crate::model::Kind;
+use crate::model::{Change, RejectCode, Rejection};
 use crate::proto::v1 as pb;
 use crate::proto::v1::cluster_events_client::ClusterEventsClient;
 use crate::stats::Stats;
@@ -324,7 +325,7 @@ fn trace_event(seq: u64, validated: &Result<Change, Rejection>) {
     match validated {
         Ok(c) => {
             let (kind, ty, name) = c.describe();
-            info_span!(parent: None, "ingest.event", seq, kind = kind.as_str(), r#type = ty, name);
+            info_span!(parent: None, "ingest.event", seq, kind = kind.as_str(), r#type = ty.as_str(), name);
         }
         Err(r) => {
             info_span!(parent: None, "ingest.event", seq, kind = %r.kind, rejected = r.code.as_str());

@@ -19,11 +19,12 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use super::board::{Board, Pending};
 use crate::clock::{dur_micros, Clock, Ts};
+use crate::fleet::board::{Board, Pending};
 use crate::fleet::state::Link;
 use crate::fleet::{Command, FleetHandle};
-use crate::ingest::validate::to_timestamp;
+use crate::model::Outcome;
+use crate::proto::to_timestamp;
 use crate::proto::v1 as pb;
 use crate::proto::v1::agent_signals_server::{AgentSignals, AgentSignalsServer};
 use crate::stats::{SignalKind, SignalOutcome, Stats};
@@ -220,7 +221,7 @@ impl Hub {
             .enumerate()
             .map(|(i, r)| SignalRecord {
                 id: first + i as i64,
-                kind: r.ask.kind().as_str().to_string(),
+                kind: r.ask.kind(),
                 agent: r.agent.clone(),
                 proxy: r.ask.proxy().to_string(),
                 reason: r.reason.clone(),
@@ -228,7 +229,7 @@ impl Hub {
                 created: now,
                 delivered: None,
                 acked: None,
-                outcome: "pending".into(),
+                outcome: Outcome::Pending,
                 detail: String::new(),
                 latency_ms: None,
             })
@@ -291,12 +292,12 @@ impl Hub {
                 Err(detail) => {
                     self.stats.signal(kind, SignalOutcome::Undeliverable);
                     span.record("outcome", "undeliverable");
-                    row.outcome = "undeliverable".into();
+                    row.outcome = Outcome::Undeliverable;
                     row.detail = detail.clone();
                     self.update(SignalUpdate::Outcome {
                         id: row.id,
                         at: now,
-                        outcome: "undeliverable",
+                        outcome: Outcome::Undeliverable,
                         detail,
                         acked: false,
                         latency_us: None,
@@ -360,7 +361,11 @@ impl Hub {
         };
         let now = self.clock.now();
         let latency = now.since(f.created);
-        let outcome = if a.ok { "acked" } else { "failed" };
+        let outcome = if a.ok {
+            Outcome::Acked
+        } else {
+            Outcome::Failed
+        };
         self.stats.signal(
             f.kind,
             if a.ok {
@@ -377,7 +382,7 @@ impl Hub {
                 otel.name = %format!("ack {}", f.kind.as_str()),
                 signal.id = id,
                 agent,
-                outcome,
+                outcome = outcome.as_str(),
                 latency_ms = latency.as_secs_f64() * 1e3,
                 detail = %a.detail,
             )
@@ -705,7 +710,7 @@ async fn timeouts(hub: Arc<Hub>, stop: CancellationToken) {
             hub.update(SignalUpdate::Outcome {
                 id,
                 at: now,
-                outcome: "timeout",
+                outcome: Outcome::Timeout,
                 detail: "no ack before the deadline".into(),
                 acked: false,
                 latency_us: None,

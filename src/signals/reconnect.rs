@@ -31,10 +31,12 @@ use tokio_util::time::{delay_queue, DelayQueue};
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use super::hub::{Ask, Hub, SignalRequest};
+use crate::backoff::Backoff;
 use crate::clock::{Clock, Ts};
 use crate::fleet::destination::wants_move;
+use crate::fleet::query::Surplus;
 use crate::fleet::{FleetHandle, StateChange};
-use crate::model::{AgentState, Reason};
+use crate::model::{AgentState, CauseKind, Reason};
 use crate::telemetry::propagate::TraceRef;
 
 #[derive(Clone, Debug)]
@@ -64,13 +66,6 @@ pub struct Guard {
     pub agents_waiting_for_live_proxy: usize,
 }
 
-/// Backoff with "up to 50 %" jitter on top: base·2^n capped, then × [1, 1.5).
-pub fn retry_delay(base: Duration, cap: Duration, attempt: u32, rng: &mut impl Rng) -> Duration {
-    let exp = base.saturating_mul(1u32 << attempt.min(20));
-    let d = exp.min(cap);
-    d.mul_f64(1.0 + rng.random_range(0.0..0.5))
-}
-
 struct Need {
     /// Its entry in the delay queue; `None` while waiting for a live proxy.
     key: Option<delay_queue::Key>,
@@ -81,6 +76,26 @@ struct Need {
     trace: Option<TraceRef>,
 }
 
+/// Which of an agent's surplus tunnels to close: a dead one first; a live
+/// one (the last by proxy name) only if another live one stays.
+fn pick_surplus(s: Surplus) -> Option<Excess> {
+    let live = s.tunnels.iter().filter(|(_, l)| *l).count();
+    let pick = s.tunnels.iter().find(|(_, l)| !*l).or_else(|| {
+        (live > 1)
+            .then(|| s.tunnels.iter().max_by_key(|(p, _)| p.as_str()))
+            .flatten()
+    })?;
+    Some(Excess {
+        proxy: pick.0.clone(),
+        reason: format!(
+            "{} tunnels, {} wanted; topology still",
+            s.tunnels.len(),
+            s.desired
+        ),
+        agent: s.agent,
+    })
+}
+
 /// What automatic reconnects need to know of a change, if anything.
 fn wants_reconnect(c: &StateChange) -> Option<(String, String)> {
     if !wants_move(c.to, c.reasons) {
@@ -88,7 +103,7 @@ fn wants_reconnect(c: &StateChange) -> Option<(String, String)> {
     }
     let no_live = c.reasons.contains(Reason::NoLiveTunnel);
     let proxy = match c.cause {
-        Some("proxy_expired") | Some("proxy_missing") => {
+        Some(CauseKind::ProxyExpired | CauseKind::ProxyMissing) => {
             c.cause_resource.clone().unwrap_or_default()
         }
         _ => String::new(),
@@ -214,30 +229,7 @@ impl Auto {
 
     /// Re-reads who needs a reconnect (after missing changes).
     async fn resync(&mut self) {
-        let Ok(list) = self
-            .fleet
-            .read(|f| {
-                let mut v = Vec::new();
-                for (name, a) in &f.agents {
-                    if a.state != AgentState::Healthy {
-                        v.push(StateChange {
-                            agent: name.clone(),
-                            from: a.state,
-                            to: a.state,
-                            reasons: a.reasons,
-                            cause: a.cause.as_ref().map(|c| c.kind.as_str()),
-                            cause_resource: a.cause.as_ref().map(|c| c.resource.clone()),
-                            since: a.since,
-                            detected_at: a.since,
-                            episode: a.episode,
-                            trace: a.trace.clone(),
-                        });
-                    }
-                }
-                (v, f.agents.len())
-            })
-            .await
-        else {
+        let Ok(list) = self.fleet.not_healthy().await else {
             return;
         };
         self.agents = list.1;
@@ -349,7 +341,7 @@ impl Auto {
     /// for one to turn live. While paused or for an agent without a stream,
     /// it holds: looks again soon, and the attempt count does not grow.
     async fn attempt(&mut self, due: Vec<String>) {
-        let (base, cap) = (self.cfg.backoff_base, self.cfg.backoff_cap);
+        let backoff = Backoff::at_least_step(self.cfg.backoff_base, self.cfg.backoff_cap);
         // The guard is re-evaluated on every change batch, readiness change
         // and second, so it is current here.
         let hold = !self.hub.settings.auto_reconnect() || self.guard.borrow().paused;
@@ -361,7 +353,7 @@ impl Auto {
             if hold || !self.hub.is_connected(&agent) {
                 n.key = Some(
                     self.queue
-                        .insert(agent, retry_delay(base, cap, 0, &mut self.rng)),
+                        .insert(agent, backoff.delay_with(0, &mut self.rng)),
                 );
                 continue;
             }
@@ -372,20 +364,7 @@ impl Auto {
             return;
         }
         // One read for the batch: which of them have a live proxy to go to.
-        let Ok(ready) = self
-            .fleet
-            .read(move |f| {
-                let live = f.live_proxies();
-                ready
-                    .into_iter()
-                    .map(|a| {
-                        let go = f.has_destination(&a, live);
-                        (a, go)
-                    })
-                    .collect::<Vec<_>>()
-            })
-            .await
-        else {
+        let Ok(ready) = self.fleet.destinations(ready).await else {
             return;
         };
         let mut reqs = Vec::new();
@@ -426,7 +405,7 @@ impl Auto {
         for agent in sent {
             if let Some(n) = self.needs.get_mut(&agent) {
                 // The first retry comes after the base (1 s), then doubles.
-                let d = retry_delay(base, cap, n.attempt, &mut self.rng);
+                let d = backoff.delay_with(n.attempt, &mut self.rng);
                 n.attempt += 1;
                 n.key = Some(self.queue.insert(agent, d));
             }
@@ -466,7 +445,7 @@ async fn automatic(
             _ = stop.cancelled() => return,
             c = changes.recv() => match c {
                 Ok(batch) => {
-                    if let Ok(n) = auto.fleet.read(|f| f.agents.len()).await {
+                    if let Ok(n) = auto.fleet.sizes().await.map(|s| s.agents) {
                         auto.agents = n;
                     }
                     for ch in batch.iter() {
@@ -588,50 +567,10 @@ async fn graceful(
             continue;
         }
         recently.retain(|_, at| now.since(*at) < threshold);
-        let Ok(list) = fleet
-            .read(|f| {
-                let now = f.now();
-                let mut out = Vec::new();
-                for (agent, link) in &f.links {
-                    if link.desired_tunnels == 0 {
-                        continue;
-                    }
-                    let tunnels: Vec<(&str, bool)> = f
-                        .agent_tunnels
-                        .get(agent)
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|t| f.tunnels.get(t))
-                        .map(|t| (t.tunnel.proxy.as_str(), f.tunnel_dead(t, now).is_none()))
-                        .collect();
-                    if tunnels.len() <= link.desired_tunnels as usize {
-                        continue;
-                    }
-                    let live = tunnels.iter().filter(|(_, l)| *l).count();
-                    // A dead tunnel first; a live one only if another stays.
-                    let pick = tunnels.iter().find(|(_, l)| !*l).or_else(|| {
-                        (live > 1)
-                            .then(|| tunnels.iter().max_by_key(|(p, _)| *p))
-                            .flatten()
-                    });
-                    if let Some((proxy, _)) = pick {
-                        out.push(Excess {
-                            agent: agent.clone(),
-                            proxy: proxy.to_string(),
-                            reason: format!(
-                                "{} tunnels, {} wanted; topology still",
-                                tunnels.len(),
-                                link.desired_tunnels
-                            ),
-                        });
-                    }
-                }
-                out
-            })
-            .await
-        else {
+        let Ok(surplus) = fleet.surplus_tunnels().await else {
             return;
         };
+        let list = surplus.into_iter().filter_map(pick_surplus);
         let mut reqs: Vec<SignalRequest> = Vec::new();
         for e in list {
             if reqs.len() >= cfg.periodic_max_per_second.max(1) as usize {
@@ -653,24 +592,6 @@ async fn graceful(
             info!(agents = reqs.len(), "closing excess tunnels");
             if let Err(e) = hub.send(reqs).await {
                 warn!(error = %e, "graceful tunnel closing not sent");
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_from_one_second_to_sixteen_with_up_to_half_jitter() {
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
-        let (b, c) = (Duration::from_secs(1), Duration::from_secs(16));
-        for attempt in 0..10 {
-            let ceiling = Duration::from_secs(1 << attempt.min(4));
-            for _ in 0..50 {
-                let d = retry_delay(b, c, attempt, &mut rng);
-                assert!(d >= ceiling && d < ceiling.mul_f64(1.5), "{attempt}: {d:?}");
             }
         }
     }

@@ -22,7 +22,6 @@
 // proxy expiries on tokio's clock, as a real agent does.
 #![allow(clippy::disallowed_methods)]
 
-use crate::telemetry::propagate::TraceRef;
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,14 +37,13 @@ use tonic::transport::{Channel, Endpoint};
 use tracing::{debug, info};
 
 use super::cluster::SimCluster;
-use crate::ingest::validate::to_timestamp;
+use super::wire;
 use crate::proto::health::health_check_response::ServingStatus;
 use crate::proto::health::health_client::HealthClient;
 use crate::proto::health::HealthCheckRequest;
 use crate::proto::v1 as pb;
 use crate::proto::v1::agent_signals_client::AgentSignalsClient;
 use crate::proto::v1::service_config_discovery_service_client::ServiceConfigDiscoveryServiceClient;
-use crate::signals::reconnect::retry_delay;
 
 /// What a legacy agent assumes a proxy lives without hearing of it again.
 pub const LEGACY_EXPIRY: Duration = Duration::from_secs(180);
@@ -152,8 +150,8 @@ fn continue_trace(s: &pb::Signal, agent: &str) -> Option<opentelemetry::global::
         Some(pb::signal::Kind::CloseTunnel(_)) => "agent.close_tunnel",
         _ => return None,
     };
-    let parent = TraceRef::from_carrier(&s.trace_context)?;
-    let tracer = opentelemetry::global::tracer(crate::telemetry::otlp::SIM_SERVICE);
+    let parent = wire::trace_parent(&s.trace_context)?;
+    let tracer = opentelemetry::global::tracer(wire::SERVICE);
     Some(
         tracer
             .span_builder(name)
@@ -162,7 +160,7 @@ fn continue_trace(s: &pb::Signal, agent: &str) -> Option<opentelemetry::global::
                 opentelemetry::KeyValue::new("agent", agent.to_string()),
                 opentelemetry::KeyValue::new("signal.id", s.id as i64),
             ])
-            .start_with_context(&tracer, &parent.context()),
+            .start_with_context(&tracer, &parent),
     )
 }
 
@@ -353,7 +351,7 @@ impl SimAgent {
                 name: format!("{}.{proxy}", self.name),
                 agent: self.name.clone(),
                 proxy: proxy.to_string(),
-                last_heartbeat: Some(to_timestamp(now)),
+                last_heartbeat: Some(wire::timestamp(now)),
                 expires: None,
             })
             .await;
@@ -552,7 +550,7 @@ impl SimAgent {
                 }
                 Err(e) => debug!(agent = %self.name, error = %e, "cannot open the signal stream"),
             }
-            let d = retry_delay(opts.backoff_base, opts.backoff_cap, attempt, &mut rng);
+            let d = wire::backoff(opts.backoff_base, opts.backoff_cap, attempt, &mut rng);
             attempt = attempt.saturating_add(1);
             tokio::select! {
                 _ = self.stop.cancelled() => return,
@@ -568,13 +566,7 @@ impl SimAgent {
             .get_service_config(pb::GetServiceConfigRequest {})
             .await;
         let (reconnect, service) = match policy {
-            Ok(r) => {
-                let cfg = crate::signals::service_config::LbPolicy::from_proto(&r.into_inner());
-                (
-                    cfg.mode == crate::signals::service_config::LbMode::Reconnect,
-                    cfg.health_service,
-                )
-            }
+            Ok(r) => wire::reconnect_policy(&r.into_inner()),
             // Per RFD 0226: treat the connection as healthy, no checking.
             Err(_) => (false, String::new()),
         };
@@ -606,7 +598,7 @@ impl SimAgent {
                 Err(_) => {
                     tokio::select! {
                         _ = self.stop.cancelled() => return,
-                        _ = tokio::time::sleep(retry_delay(opts.backoff_base, opts.backoff_cap, 0, &mut rng)) => {}
+                        _ = tokio::time::sleep(wire::backoff(opts.backoff_base, opts.backoff_cap, 0, &mut rng)) => {}
                     }
                     continue;
                 }
@@ -627,7 +619,7 @@ impl SimAgent {
                 // current server recovers first.
                 let mut attempt = 0u32;
                 loop {
-                    let d = retry_delay(opts.backoff_base, opts.backoff_cap, attempt, &mut rng);
+                    let d = wire::backoff(opts.backoff_base, opts.backoff_cap, attempt, &mut rng);
                     attempt = attempt.saturating_add(1);
                     tokio::select! {
                         _ = self.stop.cancelled() => return,

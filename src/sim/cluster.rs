@@ -17,8 +17,8 @@ use tonic_health::ServingStatus;
 use tracing::{debug, info};
 
 use super::auth::{AuthFlavor, SimAuth};
+use super::wire::{duration as to_duration, timestamp as to_timestamp};
 use crate::clock::{Clock, Ts};
-use crate::ingest::validate::{to_duration, to_timestamp};
 use crate::model::Kind;
 use crate::proto::v1 as pb;
 use crate::proto::v1::cluster_events_server::{ClusterEvents, ClusterEventsServer};

@@ -7,6 +7,7 @@ use serde::Serialize;
 use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 
 use crate::clock::Ts;
+use crate::model::{Outcome, SignalKind};
 
 /// Rows per multi-row statement.
 const CHUNK: usize = 400;
@@ -15,7 +16,7 @@ const CHUNK: usize = 400;
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct SignalRecord {
     pub id: i64,
-    pub kind: String,
+    pub kind: SignalKind,
     pub agent: String,
     pub proxy: String,
     pub reason: String,
@@ -23,7 +24,7 @@ pub struct SignalRecord {
     pub created: Ts,
     pub delivered: Option<Ts>,
     pub acked: Option<Ts>,
-    pub outcome: String,
+    pub outcome: Outcome,
     pub detail: String,
     /// Created → acked, in milliseconds.
     pub latency_ms: Option<f64>,
@@ -32,7 +33,7 @@ pub struct SignalRecord {
 #[derive(sqlx::FromRow)]
 struct Row {
     id: i64,
-    kind: String,
+    kind: SignalKind,
     agent: String,
     proxy: String,
     reason: String,
@@ -40,7 +41,7 @@ struct Row {
     created_us: i64,
     delivered_us: Option<i64>,
     acked_us: Option<i64>,
-    outcome: String,
+    outcome: Outcome,
     detail: String,
     latency_us: Option<i64>,
 }
@@ -75,7 +76,7 @@ pub enum SignalUpdate {
     Outcome {
         id: i64,
         at: Ts,
-        outcome: &'static str,
+        outcome: Outcome,
         detail: String,
         /// Set when the agent acked.
         acked: bool,
@@ -103,7 +104,7 @@ pub async fn insert(pool: &SqlitePool, rows: &[SignalRecord]) -> Result<(), sqlx
         );
         q.push_values(chunk, |mut b, r| {
             b.push_bind(r.id)
-                .push_bind(r.kind.clone())
+                .push_bind(r.kind)
                 .push_bind(r.agent.clone())
                 .push_bind(r.proxy.clone())
                 .push_bind(r.reason.clone())
@@ -111,7 +112,7 @@ pub async fn insert(pool: &SqlitePool, rows: &[SignalRecord]) -> Result<(), sqlx
                 .push_bind(r.created.as_micros())
                 .push_bind(r.delivered.map(|t| t.as_micros()))
                 .push_bind(r.acked.map(|t| t.as_micros()))
-                .push_bind(r.outcome.clone())
+                .push_bind(r.outcome)
                 .push_bind(r.detail.clone())
                 .push_bind(r.latency_ms.map(|ms| (ms * 1000.0) as i64));
         });
@@ -165,8 +166,8 @@ pub async fn update(pool: &SqlitePool, updates: &[SignalUpdate]) -> Result<(), s
 #[derive(Clone, Debug, Default)]
 pub struct SignalFilter {
     pub agent: Option<String>,
-    pub outcome: Option<String>,
-    pub kind: Option<String>,
+    pub outcome: Option<Outcome>,
+    pub kind: Option<SignalKind>,
     pub requested_by: Option<String>,
     /// Newest first, ids below this.
     pub before_id: Option<i64>,
@@ -182,10 +183,10 @@ pub async fn list(pool: &SqlitePool, f: &SignalFilter) -> Result<Vec<SignalRecor
         q.push(" AND agent = ").push_bind(a.clone());
     }
     if let Some(o) = &f.outcome {
-        q.push(" AND outcome = ").push_bind(o.clone());
+        q.push(" AND outcome = ").push_bind(*o);
     }
     if let Some(k) = &f.kind {
-        q.push(" AND kind = ").push_bind(k.clone());
+        q.push(" AND kind = ").push_bind(*k);
     }
     if let Some(r) = &f.requested_by {
         // `ui` matches `ui` and `ui:<who>` (manual signals name the token).

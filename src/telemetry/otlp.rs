@@ -29,7 +29,7 @@ use tracing_subscriber::Layer;
 use crate::config::TelemetryConfig;
 
 /// Service name of the simulated agents' spans.
-pub const SIM_SERVICE: &str = "lifeline-sim-agent";
+pub use crate::sim::wire::SERVICE as SIM_SERVICE;
 
 /// What became of finished spans, process-wide (rendered by `/metrics`).
 #[derive(Debug, Default)]

@@ -15,7 +15,7 @@ use tracing::info;
 
 use super::fmt::agent_href;
 use super::{csrf, wants_json, UiError};
-use crate::http::auth::Caller;
+use crate::http::caller::Caller;
 use crate::http::error::ApiError;
 use crate::http::signals::{reason, reconnect_agent, reconnect_selected, select};
 use crate::http::AppState;

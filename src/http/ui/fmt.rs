@@ -6,7 +6,7 @@ use std::time::Duration;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use crate::clock::Ts;
-use crate::model::{AgentState, Health};
+use crate::model::{AgentState, Health, Outcome};
 
 /// Characters kept as they are in a path segment or query value; the rest
 /// are percent-encoded (names come from the network).
@@ -122,11 +122,11 @@ pub fn state_class(s: AgentState) -> &'static str {
 }
 
 /// Icon and class of a signal outcome.
-pub fn outcome(o: &str) -> (&'static str, &'static str) {
+pub fn outcome(o: Outcome) -> (&'static str, &'static str) {
     match o {
-        "acked" => ("✓", "ok"),
-        "pending" | "delivered" => ("…", "warn"),
-        _ => ("✕", "bad"),
+        Outcome::Acked => ("✓", "ok"),
+        Outcome::Pending | Outcome::Delivered => ("…", "warn"),
+        Outcome::Failed | Outcome::Undeliverable | Outcome::Timeout => ("✕", "bad"),
     }
 }
 

@@ -14,13 +14,14 @@ use super::fmt::{self, agent_href, enc};
 use super::ttl_svg::{self, Svg};
 use super::{Ctx, Layout, UiError, UiQuery};
 use crate::clock::Ts;
-use crate::fleet::view::{self, AgentFilter, AgentItem, RootCause, TtlWindow};
-use crate::fleet::{Fleet, WatchState};
+use crate::fleet::query::{AgentList, Overview};
+use crate::fleet::view::{self, AgentFilter, AgentItem, RootCause};
+use crate::fleet::WatchState;
 use crate::http::api::{id_cursor, name_cursor};
 use crate::http::error::ApiError;
-use crate::http::signals::{check_signal_filter, select, OUTCOMES};
+use crate::http::signals::{select, signal_filter};
 use crate::http::AppState;
-use crate::model::{AgentState, Kind};
+use crate::model::{AgentState, CauseKind, Kind, Outcome};
 use crate::store::read::{self, EpisodeFilter};
 use crate::store::signals::{self as audit, SignalFilter, SignalRecord};
 
@@ -76,13 +77,13 @@ pub struct SignalRow {
     pub id: i64,
     pub agent: String,
     pub agent_href: String,
-    pub kind: String,
+    pub kind: &'static str,
     pub proxy: String,
     pub reason: String,
     pub by: String,
     pub at: String,
     pub ago: String,
-    pub outcome: String,
+    pub outcome: &'static str,
     pub icon: &'static str,
     pub class: &'static str,
     pub latency: String,
@@ -99,7 +100,7 @@ pub struct TunnelChip {
 
 pub struct SignalBrief {
     pub id: i64,
-    pub outcome: String,
+    pub outcome: &'static str,
     pub icon: &'static str,
     pub class: &'static str,
     pub ago: String,
@@ -143,17 +144,17 @@ fn cause_line(now: Ts, c: &RootCause) -> CauseLine {
     let agents = if n == 1 { "agent" } else { "agents" };
     let r = &c.resource;
     let (lead, rest, href) = match c.cause {
-        "proxy_expired" => (
+        CauseKind::ProxyExpired => (
             format!("{n} {agents} stranded:"),
             format!("{r} expired {}", fmt::ago(now, c.since)),
             format!("/agents?state=stranded&proxy={}", enc(r)),
         ),
-        "auth_not_serving" => (
+        CauseKind::AuthNotServing => (
             format!("{n} {agents}:"),
             format!("{r} NOT_SERVING since {}", fmt::hms(c.since)),
             format!("/agents?state=stranded&auth_server={}", enc(r)),
         ),
-        "auth_unknown" => (
+        CauseKind::AuthUnknown => (
             format!("{n} {agents}:"),
             format!(
                 "{r} health UNKNOWN, counted unhealthy since {}",
@@ -161,17 +162,17 @@ fn cause_line(now: Ts, c: &RootCause) -> CauseLine {
             ),
             format!("/agents?state=stranded&auth_server={}", enc(r)),
         ),
-        "proxy_missing" => (
+        CauseKind::ProxyMissing => (
             format!("{n} {agents} stranded:"),
             format!("their tunnels point at {r}, a proxy Lifeline no longer knows"),
             format!("/agents?state=stranded&proxy={}", enc(r)),
         ),
-        "tunnel_expired" => (
+        CauseKind::TunnelExpired => (
             format!("{n} {agents} stranded:"),
             "their tunnel records expired".to_string(),
             "/agents?state=stranded".to_string(),
         ),
-        "agent_expired" => (
+        CauseKind::AgentExpired => (
             format!("{n} {agents} stranded:"),
             format!(
                 "their own heartbeat expired (auth server {}) {}",
@@ -180,7 +181,7 @@ fn cause_line(now: Ts, c: &RootCause) -> CauseLine {
             ),
             "/agents?state=stranded".to_string(),
         ),
-        _ => (
+        CauseKind::NoTunnels => (
             format!("{n} {agents} stranded:"),
             "no tunnels at all".to_string(),
             "/agents?state=stranded".to_string(),
@@ -214,17 +215,17 @@ fn auth_chips(now: Ts, auths: Vec<view::AuthView>) -> Vec<AuthChip> {
 }
 
 pub fn signal_row(now: Ts, r: SignalRecord) -> SignalRow {
-    let (icon, class) = fmt::outcome(&r.outcome);
+    let (icon, class) = fmt::outcome(r.outcome);
     SignalRow {
         id: r.id,
         agent_href: agent_href(&r.agent),
-        kind: r.kind,
+        kind: r.kind.as_str(),
         proxy: r.proxy,
         reason: r.reason,
         by: r.requested_by,
         at: fmt::hms(r.created),
         ago: fmt::ago(now, r.created),
-        pending: matches!(r.outcome.as_str(), "pending" | "delivered"),
+        pending: matches!(r.outcome, Outcome::Pending | Outcome::Delivered),
         icon,
         class,
         latency: r
@@ -232,7 +233,7 @@ pub fn signal_row(now: Ts, r: SignalRecord) -> SignalRow {
             .map(|l| format!("{l:.1} ms"))
             .unwrap_or_default(),
         detail: r.detail,
-        outcome: r.outcome,
+        outcome: r.outcome.as_str(),
         agent: r.agent,
     }
 }
@@ -264,10 +265,10 @@ fn agent_row(now: Ts, a: AgentItem, last: Option<&SignalRecord>, connected: bool
             })
             .collect(),
         last_signal: last.map(|r| {
-            let (icon, class) = fmt::outcome(&r.outcome);
+            let (icon, class) = fmt::outcome(r.outcome);
             SignalBrief {
                 id: r.id,
-                outcome: r.outcome.clone(),
+                outcome: r.outcome.as_str(),
                 icon,
                 class,
                 ago: fmt::ago(now, r.created),
@@ -277,21 +278,6 @@ fn agent_row(now: Ts, a: AgentItem, last: Option<&SignalRecord>, connected: bool
         auth_server: a.auth_server,
         name: a.name,
     }
-}
-
-/// One page of agents and each one's last signal id, in one fleet read.
-fn agent_page(f: &Fleet, filter: &AgentFilter) -> (view::AgentPage, Vec<Option<i64>>) {
-    let page = view::agents(f, filter);
-    let last = page
-        .items
-        .iter()
-        .map(|i| {
-            f.agents
-                .get(&i.name)
-                .and_then(|a| a.last_signal.map(|(id, _)| id))
-        })
-        .collect();
-    (page, last)
 }
 
 /// Turns a page of agents into rows, looking up their last signals.
@@ -317,29 +303,6 @@ async fn agent_rows(
         .collect())
 }
 
-/// Proxies and auth servers, soonest to expire first (expired on top).
-fn ttl_rows(f: &Fleet, limit: usize) -> (Vec<TtlWindow>, usize) {
-    let now = f.now();
-    let mut all: Vec<TtlWindow> = f
-        .proxies
-        .values()
-        .chain(f.auths.values().filter_map(|a| a.resource.as_ref()))
-        .map(|e| view::ttl_window(f, e, now))
-        .collect();
-    let total = all.len();
-    let soonest = |a: &TtlWindow, b: &TtlWindow| {
-        a.remaining_ms
-            .cmp(&b.remaining_ms)
-            .then_with(|| a.name.cmp(&b.name))
-    };
-    if all.len() > limit {
-        all.select_nth_unstable_by(limit, soonest);
-        all.truncate(limit);
-    }
-    all.sort_by(soonest);
-    (all, total)
-}
-
 /// Everything the overview's live part shows. Shared by the page and the
 /// live stream (one render serves every open overview).
 pub async fn overview_model(st: &AppState) -> Result<LiveOverview, UiError> {
@@ -348,17 +311,13 @@ pub async fn overview_model(st: &AppState) -> Result<LiveOverview, UiError> {
         limit: OVERVIEW_STRANDED,
         ..AgentFilter::default()
     };
-    let (summary, auths, (ttl, ttl_total), (page, last)) = st
-        .fleet
-        .read(move |f| {
-            (
-                view::summary(f),
-                view::auth_servers(f),
-                ttl_rows(f, OVERVIEW_TTL_ROWS),
-                agent_page(f, &filter),
-            )
-        })
-        .await?;
+    let Overview {
+        summary,
+        auth_servers: auths,
+        ttl: (ttl, ttl_total),
+        stranded: page,
+        last_signals: last,
+    } = st.fleet.overview(filter, OVERVIEW_TTL_ROWS).await?;
     let now = summary.generated_at;
     let stranded_more = page.next_cursor.is_some();
     let stranded = agent_rows(st, now, page.items, last).await?;
@@ -558,10 +517,7 @@ pub async fn ttl(
     let limit = page_limit(q.limit)?;
     let cursor = field(q.cursor);
     let c2 = name_cursor(cursor.clone())?;
-    let (page, now) = st
-        .fleet
-        .read(move |f| (view::ttl_windows(f, kind, c2.as_deref(), limit), f.now()))
-        .await?;
+    let (page, now) = st.fleet.ttl_windows(kind, c2, limit).await?;
     let kind_v = kind_s.clone();
     let next_href = page.next_cursor.as_ref().map(|c| {
         format!(
@@ -644,14 +600,13 @@ pub async fn agents(
         limit: page_limit(q.limit.clone())?,
     };
     let limit_s = field(q.limit);
-    let ((page, last), (now, counts), mut auth_names) = st
-        .fleet
-        .read(move |f| {
-            let s = view::summary_counts(f);
-            let names: Vec<String> = f.auths.keys().cloned().collect();
-            (agent_page(f, &filter), s, names)
-        })
-        .await?;
+    let AgentList {
+        page,
+        last_signals: last,
+        counts,
+        auth_servers: mut auth_names,
+        at: now,
+    } = st.fleet.agent_list(filter).await?;
     auth_names.sort();
     let rows = agent_rows(&st, now, page.items, last).await?;
     let pairs = |c: Option<String>| {
@@ -758,11 +713,7 @@ pub async fn agent(
             ApiError::BadParameter(format!("signal must be a signal id, got {s:?}"))
         })?),
     };
-    let n = name.clone();
-    let found = st
-        .fleet
-        .read(move |f| view::agent(f, &n).map(|d| (d, f.now())))
-        .await?;
+    let found = st.fleet.agent(name.clone()).await?;
     let Some((d, now)) = found else {
         return Err(ApiError::NotFound {
             what: "agent",
@@ -913,7 +864,7 @@ pub struct AuthPage {
 }
 
 pub async fn auth(State(st): State<AppState>, ctx: Ctx) -> Result<Response, UiError> {
-    let (auths, now) = st.fleet.read(|f| (view::auth_servers(f), f.now())).await?;
+    let (auths, now) = st.fleet.auth_servers().await?;
     let mut sections = Vec::new();
     for chip in auth_chips(now, auths) {
         let transitions = read::transitions(&st.db, &chip.name, 20)
@@ -970,7 +921,7 @@ pub struct SignalsPage {
     outcome: String,
     kind: String,
     requested_by: String,
-    outcomes: &'static [&'static str],
+    outcomes: Vec<&'static str>,
     next_href: Option<String>,
     first_href: Option<String>,
     flash: Option<String>,
@@ -989,17 +940,17 @@ pub async fn signals(
         field(q.requested_by),
         field(q.cursor),
     );
-    check_signal_filter(outcome.as_deref(), kind.as_deref())?;
+    let (outcome_f, kind_f) = signal_filter(outcome.as_deref(), kind.as_deref())?;
     let before_id = id_cursor(cursor.clone())?;
     let limit_s = field(q.limit.clone());
     let limit = page_limit(q.limit)?;
-    let (now, counts) = st.fleet.read(view::summary_counts).await?;
+    let (now, counts) = st.fleet.counts().await?;
     let recs = audit::list(
         &st.db,
         &SignalFilter {
             agent: agent.clone(),
-            outcome: outcome.clone(),
-            kind: kind.clone(),
+            outcome: outcome_f,
+            kind: kind_f,
             requested_by: by.clone(),
             before_id,
             limit: limit as u32,
@@ -1038,7 +989,7 @@ pub async fn signals(
             outcome: outcome.clone().unwrap_or_default(),
             kind: kind.clone().unwrap_or_default(),
             requested_by: by.clone().unwrap_or_default(),
-            outcomes: OUTCOMES,
+            outcomes: Outcome::names(),
             next_href,
             first_href,
             flash,

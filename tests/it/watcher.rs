@@ -1,13 +1,12 @@
 //! The watch protocol: generations, stale data, rejected kinds, heartbeats,
 //! and bad input from the cluster.
 
-mod support;
-
+use crate::support;
 use std::time::Duration;
 
-use lifeline::ingest::validate::{to_duration, to_timestamp};
 use lifeline::model::Kind;
 use lifeline::proto::v1 as pb;
+use lifeline::proto::{to_duration, to_timestamp};
 use support::{strs, Cluster};
 
 fn put(s: pb::Server) -> pb::Event {

@@ -1,8 +1,7 @@
 //! Delta discovery on real `AgentSignals.Connect` streams, and simulated
 //! agents that follow the auth policy.
 
-mod support;
-
+use crate::support;
 use std::time::Duration;
 
 use lifeline::proto::v1 as pb;

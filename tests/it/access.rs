@@ -1,8 +1,7 @@
 //! Access control at the edges, virtual probes, `Connection: close` while
 //! unhealthy, and limits: against real tonic and axum servers on loopback.
 
-mod support;
-
+use crate::support;
 use std::net::SocketAddr;
 
 use lifeline::proto::v1 as pb;

@@ -58,6 +58,7 @@ pub struct Cluster {
     spec: SimSpec,
     grace: Duration,
     max_message_bytes: usize,
+    acquire_timeout: Duration,
     lb_policy: String,
     signals: Vec<SignalsEdit>,
     configs: Vec<ConfigEdit>,
@@ -80,6 +81,9 @@ impl Cluster {
             },
             grace: Duration::from_secs(5),
             max_message_bytes: 4 * 1024 * 1024,
+            // Virtual time outruns real threads here: a connection that
+            // takes a few real milliseconds must not time out on it.
+            acquire_timeout: Duration::from_secs(24 * 3600),
             lb_policy: String::new(),
             signals: Vec::new(),
             configs: Vec::new(),
@@ -182,6 +186,12 @@ impl Cluster {
         self.desired_tunnels = Some(n);
         self
     }
+    /// Readers and writers wait at most Lifeline's own 2 s for a database
+    /// connection (for a test that runs out of them on purpose).
+    pub fn production_acquire_timeout(mut self) -> Self {
+        self.acquire_timeout = lifeline::store::ACQUIRE_TIMEOUT;
+        self
+    }
     pub fn max_message_bytes(mut self, n: usize) -> Self {
         self.max_message_bytes = n;
         self
@@ -211,16 +221,14 @@ impl Cluster {
         for f in self.configs {
             f(&mut cfg);
         }
-        let ll = Lifeline::start_tuned(
-            &cfg,
-            clock,
-            Tuning {
-                change_capacity: 65_536,
-                ..Tuning::default()
-            },
-        )
-        .await
-        .expect("lifeline starts");
+        let tuning = Tuning {
+            change_capacity: 65_536,
+            acquire_timeout: self.acquire_timeout,
+            ..Tuning::default()
+        };
+        let ll = Lifeline::start_tuned(&cfg, clock, tuning.clone())
+            .await
+            .expect("lifeline starts");
         let agents = match self.sim_agents {
             Some(share) => SimAgent::start_for_cluster_wanting(
                 &sim,
@@ -240,6 +248,7 @@ impl Cluster {
             agents,
             ll: Some(ll),
             cfg,
+            tuning,
             clock,
             _dir: dir,
             http: reqwest::Client::new(),
@@ -253,6 +262,7 @@ pub struct Running {
     pub agents: Vec<SimAgent>,
     ll: Option<Lifeline>,
     pub cfg: Config,
+    tuning: Tuning,
     pub clock: Clock,
     _dir: TempDir,
     pub http: reqwest::Client,
@@ -292,16 +302,23 @@ impl Running {
     /// earlier command, with due timers fired).
     pub async fn quiesce(&self) {
         let ll = self.ll();
-        let _ = real_timeout(Duration::from_secs(3), async {
+        let consumed = || ll.stats.session_events.load(Ordering::SeqCst);
+        let caught_up = real_timeout(REAL_WAIT, async {
             // Nothing more arrives while the stream is down.
-            while ll.fleet.readiness().ready
-                && ll.stats.session_events.load(Ordering::SeqCst) < self.sim.delivered()
-            {
+            while ll.fleet.readiness().ready && consumed() < self.sim.delivered() {
                 tokio::task::yield_now().await;
             }
         })
         .await;
-        let _ = ll.fleet.read(|_| ()).await;
+        assert!(
+            caught_up.is_some(),
+            "Lifeline consumed {} of the {} events the simulator sent within {REAL_WAIT:?}",
+            consumed(),
+            self.sim.delivered()
+        );
+        bounded("the fleet to settle", ll.fleet.settled())
+            .await
+            .expect("fleet alive");
     }
 
     /// Moves virtual time forward by `d`, in small steps so heartbeats and
@@ -382,7 +399,8 @@ impl Running {
         }
     }
 
-    /// Polls `cond` until true; panics after a real-time bound.
+    /// Polls `cond` until true; panics after a real-time bound. Between
+    /// polls it waits for the next real-time tick, never blocking a thread.
     pub async fn eventually<F, Fut>(&self, what: &str, mut cond: F)
     where
         F: FnMut() -> Fut,
@@ -397,14 +415,15 @@ impl Running {
                 std::time::Instant::now() < deadline,
                 "not true within {REAL_WAIT:?}: {what}"
             );
-            std::thread::sleep(Duration::from_millis(1));
-            tokio::task::yield_now().await;
+            real_sleep(Duration::from_millis(1)).await;
         }
     }
 
     /// Waits until every write so far is committed.
     pub async fn flush(&self) {
-        self.ll().fleet.flush().await.expect("flush");
+        bounded("every write to commit", self.ll().fleet.flush())
+            .await
+            .expect("fleet alive");
     }
 
     pub async fn get(&self, path: &str) -> (u16, Value) {
@@ -414,7 +433,9 @@ impl Running {
 
     pub async fn get_text(&self, path: &str) -> (u16, String) {
         let url = format!("{}{}", self.ll().base_url(), path);
-        let resp = self.http.get(&url).send().await.expect("HTTP request");
+        let resp = bounded(&format!("GET {path}"), self.http.get(&url).send())
+            .await
+            .expect("HTTP request");
         let status = resp.status().as_u16();
         (status, resp.text().await.unwrap_or_default())
     }
@@ -449,7 +470,9 @@ impl Running {
                 .header("content-type", "application/json")
                 .body(b.to_string());
         }
-        let resp = req.send().await.expect("HTTP request");
+        let resp = bounded("an HTTP call", req.send())
+            .await
+            .expect("HTTP request");
         let status = resp.status().as_u16();
         let text = resp.text().await.unwrap_or_default();
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
@@ -494,7 +517,7 @@ impl Running {
     /// Starts a new Lifeline on the same database.
     pub async fn restart_lifeline(&mut self) {
         self.stop_lifeline().await;
-        let ll = Lifeline::start(&self.cfg, self.clock)
+        let ll = Lifeline::start_tuned(&self.cfg, self.clock, self.tuning.clone())
             .await
             .expect("lifeline restarts");
         self.ll = Some(ll);
@@ -593,15 +616,55 @@ pub fn hold_clock() -> std::sync::mpsc::Sender<()> {
     tx
 }
 
+/// Real-time ticks, one per millisecond, from one thread for the whole
+/// process: how async code waits in real time while tokio's clock is
+/// paused, without a blocking sleep or a thread per wait.
+fn real_ticks() -> tokio::sync::watch::Receiver<u64> {
+    static TICKS: std::sync::OnceLock<tokio::sync::watch::Receiver<u64>> =
+        std::sync::OnceLock::new();
+    TICKS
+        .get_or_init(|| {
+            let (tx, rx) = tokio::sync::watch::channel(0u64);
+            std::thread::Builder::new()
+                .name("real-time ticks".into())
+                .spawn(move || {
+                    let mut n = 0u64;
+                    // Ends with the process: the static keeps a receiver.
+                    while tx.send(n).is_ok() {
+                        std::thread::sleep(Duration::from_millis(1));
+                        n += 1;
+                    }
+                })
+                .expect("tick thread starts");
+            rx
+        })
+        .clone()
+}
+
+/// Waits at least `d` of real time (the tokio clock is paused in tests).
+pub async fn real_sleep(d: Duration) {
+    let deadline = std::time::Instant::now() + d;
+    let mut ticks = real_ticks();
+    while std::time::Instant::now() < deadline {
+        if ticks.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// `f`, or a panic naming `what` after [`REAL_WAIT`] of real time: no
+/// wait in a test hangs it.
+pub async fn bounded<F: std::future::Future>(what: &str, f: F) -> F::Output {
+    match real_timeout(REAL_WAIT, f).await {
+        Some(v) => v,
+        None => panic!("no answer within {REAL_WAIT:?} of real time: {what}"),
+    }
+}
+
 /// A timeout in real time (the tokio clock is paused in tests).
 pub async fn real_timeout<F: std::future::Future>(d: Duration, f: F) -> Option<F::Output> {
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    std::thread::spawn(move || {
-        std::thread::sleep(d);
-        let _ = tx.send(());
-    });
     tokio::select! {
         v = f => Some(v),
-        _ = rx => None,
+        _ = real_sleep(d) => None,
     }
 }

@@ -1,14 +1,13 @@
 //! The dashboard over real HTTP: every page renders, names from the network
 //! are escaped everywhere, forms are CSRF-protected and work without JS,
 //! the live stream sends the overview, bad input gets an error page.
-//! (The real-browser test is `tests/browser.rs`.)
+//! (The real-browser test is `tests/it/browser.rs`.)
 
-mod support;
-
+use crate::support;
 use std::time::Duration;
 
-use lifeline::ingest::validate::to_timestamp;
 use lifeline::model::Kind;
+use lifeline::proto::to_timestamp;
 use lifeline::proto::v1 as pb;
 use lifeline::sim::cluster::server;
 use support::{Cluster, Running, STRANDED as AGENT};

@@ -1,8 +1,7 @@
 //! The REST API's contract: shapes, filters, pagination, and a JSON error
 //! with the right status for every bad parameter.
 
-mod support;
-
+use crate::support;
 use support::{names, strs, Cluster};
 
 /// Guards the error contract: each bad parameter is a 400 whose JSON body
@@ -201,7 +200,11 @@ async fn ttl_windows_page_through_every_resource_once_in_order() {
 /// 503 `busy` once the 2 s acquire timeout passes, and works again after.
 #[tokio::test(start_paused = true)]
 async fn a_request_that_cannot_get_a_database_connection_is_a_clear_503() {
-    let c = Cluster::new().quiet().start().await;
+    let c = Cluster::new()
+        .quiet()
+        .production_acquire_timeout()
+        .start()
+        .await;
     c.ready().await;
     c.flush().await;
     let pool = c.ll().db.clone();

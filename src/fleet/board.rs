@@ -16,8 +16,8 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use tokio::sync::watch;
 
 use crate::clock::Ts;
-use crate::ingest::validate::to_duration;
 use crate::model::Server;
+use crate::proto::to_duration;
 use crate::proto::v1 as pb;
 
 #[derive(Clone, Debug)]

@@ -2,8 +2,7 @@
 //! issue lists, values that match what the test did, and label sets that
 //! never carry a name from the network.
 
-mod support;
-
+use crate::support;
 use support::{Cluster, STRANDED as AGENT};
 
 fn scrape(text: &str) -> prometheus_parse::Scrape {

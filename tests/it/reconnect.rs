@@ -1,8 +1,7 @@
 //! Getting stranded agents out: manual and automatic reconnects with real
 //! simulated agents on real gRPC streams, the audit, and the storm guard.
 
-mod support;
-
+use crate::support;
 use std::time::Duration;
 
 use lifeline::sim::AgentEvent;

@@ -2,8 +2,7 @@
 //! one SQLite file: every origin transition of the RFD's table, every
 //! refusal's status and message, the audit, and changes that apply at once.
 
-mod support;
-
+use crate::support;
 use reqwest::Method;
 use serde_json::Value;
 use support::{cli, Cluster, Running, ADMIN, READER, UPDATER};

@@ -2,8 +2,7 @@
 //! served (as stale) before the upstream resyncs; a locked database is a
 //! clear start-up error.
 
-mod support;
-
+use crate::support;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -112,7 +111,7 @@ async fn locked_database_is_a_clear_start_up_error() {
 #[tokio::test]
 async fn pruning_removes_history_past_retention() {
     let dir = tempfile::tempdir().unwrap();
-    let db = lifeline::store::open(&dir.path().join("p.db"))
+    let db = lifeline::store::open(&dir.path().join("p.db"), lifeline::store::ACQUIRE_TIMEOUT)
         .await
         .unwrap();
     let mut b = lifeline::store::WriteBatch::default();

@@ -1,11 +1,10 @@
 //! Detection: expiries and auth health strand exactly the agents that depend
 //! on them, at the expiry instant, grouped by root cause.
 
-mod support;
-
+use crate::support;
 use std::time::Duration;
 
-use lifeline::model::{AgentState, Kind};
+use lifeline::model::{AgentState, CauseKind, Kind};
 use serde_json::json;
 use support::{strs, ts, Cluster};
 use tonic_health::ServingStatus;
@@ -47,7 +46,7 @@ async fn proxy_expiry_strands_its_agents() {
             assert_eq!(ch.since, last, "{ch:?}");
             let lag = ch.detected_at.as_micros() - ch.since.as_micros();
             assert!((0..=1_000).contains(&lag), "detected {lag} µs after expiry");
-            assert_eq!(ch.cause, Some("proxy_expired"));
+            assert_eq!(ch.cause, Some(CauseKind::ProxyExpired));
         }
     }
     assert_eq!(seen, 2);

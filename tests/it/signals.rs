@@ -1,10 +1,10 @@
 //! What Lifeline tells agents: `GetServiceConfig` (RFD 0226).
 
-mod support;
-
+use crate::support;
+use lifeline::model::{LbMode, LbPolicy};
 use lifeline::proto::v1 as pb;
 use lifeline::proto::v1::service_config_discovery_service_client::ServiceConfigDiscoveryServiceClient;
-use lifeline::signals::service_config::{LbMode, LbPolicy};
+use lifeline::signals::service_config::from_proto;
 use support::Cluster;
 use tonic::transport::{Channel, Endpoint};
 
@@ -24,7 +24,7 @@ async fn policy(c: &support::Running) -> (LbPolicy, pb::ServiceConfig) {
         .await
         .expect("GetServiceConfig")
         .into_inner();
-    (LbPolicy::from_proto(&cfg), cfg)
+    (from_proto(&cfg), cfg)
 }
 
 /// Guards the default: pick_first, as an enum on the wire.

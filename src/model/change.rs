@@ -1,0 +1,99 @@
+//! What the watcher hands the fleet: validated changes, and rejections with
+//! a stable code.
+
+use super::{Kind, Server, Tunnel};
+
+/// The longest resource name accepted (a DNS name's limit).
+pub const MAX_NAME_LEN: usize = 253;
+
+/// Stable codes for rejected inputs (metric labels; API field names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::IntoStaticStr, strum::EnumString)]
+#[strum(serialize_all = "snake_case")]
+pub enum RejectCode {
+    UnknownKind,
+    EmptyName,
+    NameTooLong,
+    BadTtl,
+    MissingExpires,
+    ExpiredTooLongAgo,
+    ExpiresTooFar,
+    BadTimestamp,
+    MissingField,
+    EmptyEvent,
+    BadEventType,
+    OversizedMessage,
+    StreamProtocol,
+}
+
+impl RejectCode {
+    pub const COUNT: usize = 13;
+    pub const ALL: [RejectCode; RejectCode::COUNT] = [
+        RejectCode::UnknownKind,
+        RejectCode::EmptyName,
+        RejectCode::NameTooLong,
+        RejectCode::BadTtl,
+        RejectCode::MissingExpires,
+        RejectCode::ExpiredTooLongAgo,
+        RejectCode::ExpiresTooFar,
+        RejectCode::BadTimestamp,
+        RejectCode::MissingField,
+        RejectCode::EmptyEvent,
+        RejectCode::BadEventType,
+        RejectCode::OversizedMessage,
+        RejectCode::StreamProtocol,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+/// A rejected input: what it was (as far as known) and why.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("{kind}/{name}: {message}")]
+pub struct Rejection {
+    pub code: RejectCode,
+    /// The kind as sent (may be unknown).
+    pub kind: String,
+    /// The name as sent (may be empty), cut to a printable length.
+    pub name: String,
+    pub message: String,
+}
+
+/// What a change does to its resource; the discriminants index
+/// `Stats::ingested`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum Op {
+    Put = 0,
+    Delete = 1,
+}
+
+impl Op {
+    pub const ALL: [Op; 2] = [Op::Put, Op::Delete];
+
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+/// A validated upstream change.
+#[derive(Clone, Debug)]
+pub enum Change {
+    PutServer(Server),
+    DeleteServer(Kind, String),
+    PutTunnel(Tunnel),
+    DeleteTunnel(String),
+}
+
+impl Change {
+    /// Kind, operation and resource name.
+    pub fn describe(&self) -> (Kind, Op, &str) {
+        match self {
+            Change::PutServer(s) => (s.kind, Op::Put, &s.name),
+            Change::DeleteServer(k, n) => (*k, Op::Delete, n),
+            Change::PutTunnel(t) => (Kind::TunnelConnection, Op::Put, &t.name),
+            Change::DeleteTunnel(n) => (Kind::TunnelConnection, Op::Delete, n),
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! Lifeline's integration tests, one binary: each module starts real
+//! servers (tonic, axum, SQLite) against the simulator, on a paused clock.
+//!
+//! One binary, because linking the whole stack is most of a test build on a
+//! small machine. The one exception is `tests/telemetry.rs`: it installs
+//! tracing subscribers, and tracing's callsite cache is process-wide.
+
+mod support;
+
+mod access;
+mod api;
+mod bench;
+mod browser;
+mod cli;
+mod discovery;
+mod metrics;
+mod reconnect;
+mod settings;
+mod signals;
+mod storage;
+mod stranded;
+mod ui;
+mod walls;
+mod watcher;

@@ -1,0 +1,201 @@
+//! The walls between rooms, read from the source: no room imports a room
+//! that imports it back (directly or round a circle), the HTTP edge's
+//! modules form no circle either, and the simulator speaks only the wire.
+//!
+//! A room is a top-level module of `src/` (`fleet`, `signals`, …); an edge
+//! is any `crate::room` path in its files. Plain text, no parser: a path in
+//! a comment counts too, which errs on the strict side.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+type Graph = BTreeMap<String, BTreeSet<String>>;
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// Every `prefix::name` in `text`, as `name`.
+fn paths_after<'a>(text: &'a str, prefix: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+    text.match_indices(prefix).filter_map(move |(i, _)| {
+        let before = text[..i].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            return None;
+        }
+        let rest = &text[i + prefix.len()..];
+        let end = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        (end > 0).then(|| &rest[..end])
+    })
+}
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// The module a file belongs to, `depth` levels below `base`: `fleet` for
+/// `src/fleet.rs` and `src/fleet/state.rs`.
+fn module_of(file: &Path, base: &Path) -> Option<String> {
+    let rel = file.strip_prefix(base).ok()?;
+    let first = rel.components().next()?.as_os_str().to_str()?;
+    Some(first.trim_end_matches(".rs").to_string())
+}
+
+/// Room → rooms it names.
+fn room_graph() -> Graph {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let mut g = Graph::new();
+    for f in files {
+        let Some(room) = module_of(&f, &src()) else {
+            continue;
+        };
+        let text = std::fs::read_to_string(&f).expect("source is readable");
+        let deps = g.entry(room.clone()).or_default();
+        for dep in paths_after(&text, "crate::") {
+            if dep != room {
+                deps.insert(dep.to_string());
+            }
+        }
+    }
+    g
+}
+
+/// The HTTP edge's modules (`src/http/*`) → the ones they name.
+fn http_graph() -> Graph {
+    let base = src().join("http");
+    let mut files = Vec::new();
+    rust_files(&base, &mut files);
+    let mut g = Graph::new();
+    for f in files {
+        let Some(module) = module_of(&f, &base) else {
+            continue;
+        };
+        let text = std::fs::read_to_string(&f).expect("source is readable");
+        let deps = g.entry(module.clone()).or_default();
+        let named = paths_after(&text, "crate::http::").chain(
+            // `super::x` from a direct child of http names a sibling.
+            (f.parent() == Some(base.as_path()))
+                .then(|| paths_after(&text, "super::"))
+                .into_iter()
+                .flatten(),
+        );
+        for dep in named {
+            if dep != module && base.join(format!("{dep}.rs")).exists() {
+                deps.insert(dep.to_string());
+            }
+        }
+    }
+    g
+}
+
+/// A circle in `g`, if there is one, as the path that closes it.
+fn find_cycle(g: &Graph) -> Option<Vec<String>> {
+    fn visit(
+        n: &str,
+        g: &Graph,
+        done: &mut BTreeSet<String>,
+        stack: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(i) = stack.iter().position(|s| s == n) {
+            let mut cycle = stack[i..].to_vec();
+            cycle.push(n.to_string());
+            return Some(cycle);
+        }
+        if done.contains(n) {
+            return None;
+        }
+        stack.push(n.to_string());
+        for d in g.get(n).into_iter().flatten() {
+            if let Some(c) = visit(d, g, done, stack) {
+                return Some(c);
+            }
+        }
+        stack.pop();
+        done.insert(n.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    g.keys()
+        .find_map(|n| visit(n, g, &mut done, &mut Vec::new()))
+}
+
+/// Guards the walls: a room that imports a room importing it back is one
+/// room split in two, and neither half can be replaced alone.
+#[test]
+fn rooms_import_each_other_in_one_direction_only() {
+    let g = room_graph();
+    assert!(g.contains_key("fleet") && g["signals"].contains("fleet"));
+    if let Some(c) = find_cycle(&g) {
+        panic!("import circle among rooms: {}", c.join(" → "));
+    }
+}
+
+#[test]
+fn the_http_edge_has_no_import_circle() {
+    let g = http_graph();
+    assert!(g["auth"].contains("caller"), "{g:?}");
+    if let Some(c) = find_cycle(&g) {
+        panic!("import circle in src/http: {}", c.join(" → "));
+    }
+}
+
+/// Guards the simulator's independence: it is the test double that catches
+/// Lifeline's bugs, so it must not reuse Lifeline's rules or helpers (a bug
+/// in them would be mirrored, not caught). It may use the generated wire
+/// types, the injectable clock every part shares, and the names of kinds.
+#[test]
+fn the_simulator_speaks_only_the_wire() {
+    const ALLOWED: [&str; 4] = ["proto", "clock", "model::Kind", "model::UnknownKind"];
+    let mut files = Vec::new();
+    rust_files(&src().join("sim"), &mut files);
+    files.push(src().join("sim.rs"));
+    let mut found = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).expect("source is readable");
+        for (i, _) in text.match_indices("crate::") {
+            let rest = &text[i + "crate::".len()..];
+            let path: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                .collect();
+            let ok = path == "sim"
+                || path.starts_with("sim::")
+                || ALLOWED
+                    .iter()
+                    .any(|a| path == *a || path.starts_with(&format!("{a}::")));
+            if !ok {
+                found.push(format!("{}: crate::{path}", f.display()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "the simulator imports Lifeline's own code:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn a_circle_is_found_and_named() {
+    let mut g = Graph::new();
+    g.entry("a".into()).or_default().insert("b".into());
+    g.entry("b".into()).or_default().insert("c".into());
+    assert_eq!(find_cycle(&g), None);
+    g.entry("c".into()).or_default().insert("a".into());
+    assert_eq!(
+        find_cycle(&g).map(|c| c.join(" → ")),
+        Some("a → b → c → a".to_string())
+    );
+}
