@@ -12,13 +12,20 @@
 //! Must not touch: the network or SQLite directly.
 
 pub mod actor;
+mod apply;
 pub mod board;
 pub mod classify;
 pub mod destination;
+mod expiry;
 pub mod query;
+mod resync;
 pub mod schedule;
+mod settle;
 pub mod state;
+mod topology;
+mod traces;
 pub mod view;
+mod writes;
 
 use std::collections::BTreeMap;
 

@@ -1,0 +1,429 @@
+//! Applying the watcher's changes, auth health and agents' own reports:
+//! each updates state and its indexes, records history, arms expiry timers
+//! and marks the agents it may have changed for the next settle.
+
+use tracing::info;
+
+use super::schedule::TimerKey;
+use super::state::{AgentEntry, AuthEntry, Fleet, Link, ResEntry, TunnelEntry};
+use super::{HealthUpdate, Ingested};
+use crate::clock::{dur_micros, Ts};
+use crate::model::{Change, Health, Kind, Server, Tunnel};
+use crate::stats::Stats;
+use crate::store::{EpisodeOp, EventRow, HealthRow};
+
+impl Fleet {
+    // ---- changes ----------------------------------------------------------
+
+    pub fn apply(&mut self, batch: Vec<Ingested>) {
+        let now = self.now();
+        for item in batch {
+            match item {
+                Ingested::Change(c) => {
+                    Stats::inc(&self.stats.events_applied);
+                    let (kind, op, _) = c.describe();
+                    Stats::inc(&self.stats.ingested[kind.index()][op as usize]);
+                    match c {
+                        Change::PutServer(s) => self.put_server(s, now),
+                        Change::DeleteServer(k, n) => self.delete_server(k, &n, now),
+                        Change::PutTunnel(t) => self.put_tunnel(t, now),
+                        Change::DeleteTunnel(n) => self.delete_tunnel(&n, now),
+                    }
+                }
+                Ingested::Rejected(r) => {
+                    let kind = match r.kind.parse::<Kind>() {
+                        Ok(k) => k.as_str(),
+                        Err(_) => "unknown",
+                    };
+                    self.history(EventRow {
+                        at: now,
+                        kind,
+                        name: r.name.clone(),
+                        event: "rejected",
+                        expires: None,
+                        ttl_us: None,
+                        detail: format!("{}: {}", r.code.as_str(), r.message),
+                    });
+                }
+            }
+        }
+    }
+
+    pub(super) fn put_server(&mut self, s: Server, now: Ts) {
+        let kind = s.kind;
+        let name = s.name.clone();
+        let expires = s.expires;
+        let ttl_us = dur_micros(s.ttl);
+        self.pending.put_server(&s);
+        let (event, flipped_or_new, expired) = match kind {
+            Kind::Proxy => match self.proxies.get_mut(&name) {
+                Some(e) => {
+                    let r = e.observe(s, now);
+                    self.board.put(&e.server, now);
+                    r
+                }
+                None => {
+                    let (e, r) = ResEntry::added(s, now);
+                    self.board.put(&e.server, now);
+                    self.proxies.insert(name.clone(), e);
+                    r
+                }
+            },
+            Kind::AuthServer => {
+                let entry = self
+                    .auths
+                    .entry(name.clone())
+                    .or_insert_with(|| AuthEntry::new(now));
+                let fresh_entry = entry.resource.is_none() && entry.static_addr.is_none();
+                // Health watchers follow addresses: only a new or moved one
+                // needs publishing, not every heartbeat.
+                let addr_changed = entry
+                    .resource
+                    .as_ref()
+                    .is_none_or(|r| r.server.addr != s.addr);
+                let r = match entry.resource.as_mut() {
+                    Some(e) => e.observe(s, now),
+                    None => {
+                        let (e, r) = ResEntry::added(s, now);
+                        entry.resource = Some(e);
+                        r
+                    }
+                };
+                if fresh_entry {
+                    self.schedule.arm(
+                        TimerKey::AuthGrace(name.clone()),
+                        now.saturating_add(self.rules.unknown_grace),
+                    );
+                }
+                if addr_changed {
+                    self.publish_auth_targets();
+                }
+                r
+            }
+            Kind::Agent => {
+                let old_auth = self
+                    .agents
+                    .get(&name)
+                    .map(|a| a.res.server.auth_server.clone());
+                let new_auth = s.auth_server.clone();
+                let r = match self.agents.get_mut(&name) {
+                    Some(a) => a.res.observe(s, now),
+                    None => {
+                        let (e, r) = ResEntry::added(s, now);
+                        self.agent_order.insert(name.clone());
+                        self.agents.insert(name.clone(), AgentEntry::new(e, now));
+                        r
+                    }
+                };
+                if old_auth.as_deref() != Some(new_auth.as_str()) {
+                    if let Some(old) = old_auth {
+                        self.unindex_agent_auth(&name, &old);
+                    }
+                    self.index_agent_auth(&name, &new_auth);
+                    self.dirty.insert(name.clone());
+                }
+                r
+            }
+            Kind::TunnelConnection => return,
+        };
+        if event == "heartbeat" {
+            Stats::inc(&self.stats.heartbeats);
+        }
+        self.history(EventRow {
+            at: now,
+            kind: kind.as_str(),
+            name: name.clone(),
+            event,
+            expires: Some(expires),
+            ttl_us: Some(ttl_us),
+            detail: String::new(),
+        });
+        if !expired {
+            self.schedule
+                .arm(TimerKey::Expiry(kind, name.clone()), expires);
+        }
+        if flipped_or_new {
+            match kind {
+                Kind::Proxy => self.dirty_proxy_agents(&name),
+                Kind::Agent => {
+                    self.dirty.insert(name);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    pub(super) fn delete_server(&mut self, kind: Kind, name: &str, now: Ts) {
+        self.pending.delete_server(kind, name);
+        let existed = match kind {
+            Kind::Proxy => {
+                let r = self.proxies.remove(name).is_some();
+                self.board.remove(name, now);
+                self.dirty_proxy_agents(name);
+                r
+            }
+            Kind::AuthServer => {
+                let mut existed = false;
+                if let Some(a) = self.auths.get_mut(name) {
+                    existed = a.resource.take().is_some();
+                    if a.static_addr.is_none() {
+                        self.auths.remove(name);
+                        self.dirty_auth_agents(name);
+                    }
+                }
+                self.publish_auth_targets();
+                existed
+            }
+            Kind::Agent => match self.agents.remove(name) {
+                Some(a) => {
+                    self.agent_order.remove(name);
+                    self.unindex_agent_auth(name, &a.res.server.auth_server);
+                    if let Some(id) = a.episode {
+                        self.pending.episodes.push(EpisodeOp::Close {
+                            id,
+                            ended: now,
+                            ended_by_signal: None,
+                            end_reason: "agent_deleted",
+                        });
+                    }
+                    self.dirty.remove(name);
+                    true
+                }
+                None => false,
+            },
+            Kind::TunnelConnection => false,
+        };
+        if existed {
+            self.note(kind.as_str(), name, "delete", String::new());
+        }
+    }
+
+    pub(super) fn put_tunnel(&mut self, t: Tunnel, now: Ts) {
+        self.pending.put_tunnel(&t);
+        let expired = t.expires.is_some_and(|e| e <= now);
+        let mut event = "added";
+        let old = self.tunnels.get(&t.name).map(|o| {
+            let moved = o.tunnel.agent != t.agent || o.tunnel.proxy != t.proxy;
+            // Only a moved tunnel needs its old record (to unindex it).
+            (o.tunnel.expires, o.expired, moved.then(|| o.tunnel.clone()))
+        });
+        match old {
+            Some((old_expires, old_expired, moved)) => {
+                event = if old_expires != t.expires {
+                    "heartbeat"
+                } else {
+                    "update"
+                };
+                if let Some(old) = moved {
+                    self.unindex_tunnel(&old);
+                    self.index_tunnel(&t);
+                    self.dirty.insert(old.agent);
+                    self.dirty.insert(t.agent.clone());
+                } else if old_expired != expired {
+                    self.dirty.insert(t.agent.clone());
+                }
+            }
+            None => {
+                self.index_tunnel(&t);
+                self.dirty.insert(t.agent.clone());
+            }
+        }
+        if let (Some(e), false) = (t.expires, expired) {
+            self.schedule
+                .arm(TimerKey::Expiry(Kind::TunnelConnection, t.name.clone()), e);
+        }
+        self.history(EventRow {
+            at: now,
+            kind: Kind::TunnelConnection.as_str(),
+            name: t.name.clone(),
+            event,
+            expires: t.expires,
+            ttl_us: None,
+            detail: format!("{} → {}", t.agent, t.proxy),
+        });
+        self.tunnels
+            .insert(t.name.clone(), TunnelEntry { tunnel: t, expired });
+    }
+
+    pub(super) fn delete_tunnel(&mut self, name: &str, _now: Ts) {
+        self.pending.delete_tunnel(name);
+        if let Some(old) = self.tunnels.remove(name) {
+            self.unindex_tunnel(&old.tunnel);
+            self.dirty.insert(old.tunnel.agent.clone());
+            self.note(
+                Kind::TunnelConnection.as_str(),
+                name,
+                "delete",
+                format!("{} → {}", old.tunnel.agent, old.tunnel.proxy),
+            );
+        }
+    }
+
+    /// Replaces the state of every listed kind (a new watcher generation).
+    pub fn health(&mut self, u: HealthUpdate) {
+        let now = self.now();
+        let grace = self.rules.unknown_grace;
+        let entry = self
+            .auths
+            .entry(u.auth_server.clone())
+            .or_insert_with(|| AuthEntry::new(now));
+        entry.mode = u.mode;
+        entry.detail = u.detail.clone();
+        if entry.health == u.health {
+            return;
+        }
+        let from = entry.health;
+        entry.health = u.health;
+        entry.health_since = now;
+        let was = entry.unhealthy;
+        entry.unhealthy = u.health == Health::NotServing;
+        let now_unhealthy = entry.unhealthy;
+        let arm_grace = matches!(u.health, Health::Unknown | Health::ServiceUnknown);
+        info!(auth_server = %u.auth_server, from = from.as_str(), to = u.health.as_str(), detail = %u.detail, "auth health changed");
+        self.pending.health.push(HealthRow {
+            auth_server: u.auth_server.clone(),
+            addr: u.addr.clone(),
+            at: now,
+            from: from.as_str(),
+            to: u.health.as_str(),
+            mode: u.mode.as_str(),
+            detail: u.detail.clone(),
+        });
+        self.note(
+            Kind::AuthServer.as_str(),
+            &u.auth_server,
+            "health",
+            format!("{} → {} ({})", from.as_str(), u.health.as_str(), u.detail),
+        );
+        if arm_grace {
+            self.schedule.arm(
+                TimerKey::AuthGrace(u.auth_server.clone()),
+                now.saturating_add(grace),
+            );
+        }
+        if was != now_unhealthy {
+            self.dirty_auth_agents(&u.auth_server);
+        }
+    }
+
+    // ---- agent streams ----------------------------------------------------
+
+    /// An agent opened (`Some`) or lost (`None`) its signal stream. Losing
+    /// it is recorded, never a reason to strand the agent.
+    pub fn link(&mut self, agent: &str, link: Option<Link>) {
+        match link {
+            Some(l) => {
+                self.note(
+                    Kind::Agent.as_str(),
+                    agent,
+                    "connected",
+                    format!(
+                        "signal stream open (version {}, wants {} tunnels)",
+                        l.version, l.desired_tunnels
+                    ),
+                );
+                self.links.insert(agent.to_string(), l);
+            }
+            None => {
+                if self.links.remove(agent).is_some() {
+                    self.note(
+                        Kind::Agent.as_str(),
+                        agent,
+                        "disconnected",
+                        "signal stream closed".into(),
+                    );
+                }
+            }
+        }
+    }
+
+    /// An agent's own report of its tunnels. Merged with the cluster's
+    /// tunnel records, latest observation wins: a proxy it no longer names
+    /// loses its tunnel, a proxy it names without a tunnel gains one.
+    pub fn report(&mut self, agent: &str, proxies: Vec<String>, auth_server: String) {
+        let now = self.now();
+        if let Some(l) = self.links.get_mut(agent) {
+            l.reports += 1;
+            l.auth_server = auth_server;
+        }
+        let current: Vec<(String, String)> = self
+            .tunnels_of(agent)
+            .map(|t| (t.tunnel.name.clone(), t.tunnel.proxy.clone()))
+            .collect();
+        for p in &proxies {
+            if !current.iter().any(|(_, cp)| cp == p) {
+                self.put_tunnel(
+                    Tunnel {
+                        name: format!("{agent}.{p}"),
+                        agent: agent.to_string(),
+                        proxy: p.clone(),
+                        last_heartbeat: Some(now),
+                        expires: None,
+                    },
+                    now,
+                );
+            }
+        }
+        for (name, proxy) in current {
+            if !proxies.contains(&proxy) {
+                self.delete_tunnel(&name, now);
+            }
+        }
+    }
+
+    /// An audited signal went to `agent` at `at`.
+    pub fn signaled(&mut self, agent: &str, id: i64, at: Ts) {
+        if let Some(a) = self.agents.get_mut(agent) {
+            a.last_signal = Some((id, at));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::state::fixture::*;
+    use super::super::Ingested;
+    use crate::model::{Change, Kind};
+
+    fn put(f: &mut super::Fleet, s: crate::model::Server) {
+        f.apply(vec![Ingested::Change(Change::PutServer(s))]);
+    }
+
+    /// Guards what counts as a heartbeat: a PUT that moves the expiry, in
+    /// either direction; a PUT with the same expiry is an update.
+    #[tokio::test(start_paused = true)]
+    async fn a_heartbeat_moves_the_expiry_an_update_does_not() {
+        let cases: [(&str, u64, &str); 3] = [
+            ("later expiry", 20, "heartbeat"),
+            ("same expiry", 10, "update"),
+            ("earlier expiry", 5, "heartbeat"),
+        ];
+        for (what, expires, event) in cases {
+            let mut f = ready(&[("p1", 10)], &["a1"]);
+            let before = f
+                .stats
+                .heartbeats
+                .load(std::sync::atomic::Ordering::Relaxed);
+            put(&mut f, server(Kind::Proxy, "p1", at(expires)));
+            assert_eq!(events(&f, "p1").last(), Some(&event), "{what}");
+            let after = f
+                .stats
+                .heartbeats
+                .load(std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(after - before, u64::from(event == "heartbeat"), "{what}");
+            assert_eq!(f.proxies["p1"].server.expires, at(expires), "{what}");
+        }
+    }
+
+    /// Guards a backwards expiry: it is accepted, and an expiry already
+    /// in the past marks the proxy expired at once (its agents with it).
+    #[tokio::test(start_paused = true)]
+    async fn a_backwards_expiry_is_accepted_and_can_expire_at_once() {
+        let mut f = ready(&[("p1", 10)], &["a1"]);
+        advance_to(&mut f, at(4)).await;
+        put(&mut f, server(Kind::Proxy, "p1", at(3)));
+        assert!(f.proxies["p1"].expired);
+        f.settle();
+        assert_eq!(f.agents["a1"].state, crate::model::AgentState::Stranded);
+    }
+}

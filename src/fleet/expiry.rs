@@ -1,0 +1,155 @@
+//! Time: expiry timers and the auth health grace. Nothing expires from
+//! stale data; a timer for a resource that heartbeated since is re-armed.
+
+use tracing::{debug, warn};
+
+use super::schedule::TimerKey;
+use super::state::Fleet;
+use crate::clock::Ts;
+use crate::model::{Health, Kind};
+use crate::stats::Stats;
+use crate::store::EventRow;
+
+impl Fleet {
+    // ---- time -------------------------------------------------------------
+
+    pub fn next_deadline(&self) -> Option<Ts> {
+        self.schedule.next()
+    }
+
+    /// Fires every timer that is due. Returns how many fired.
+    pub fn fire_due(&mut self) -> usize {
+        let now = self.now();
+        let due = self.schedule.pop_due(now);
+        let n = due.len();
+        for (_, key) in due {
+            Stats::inc(&self.stats.timers_fired);
+            match key {
+                TimerKey::Expiry(kind, name) => self.expire(kind, name, now),
+                TimerKey::AuthGrace(name) => self.grace_over(name, now),
+            }
+        }
+        n
+    }
+
+    pub(super) fn expire(&mut self, kind: Kind, name: String, now: Ts) {
+        // Nothing expires from stale data; the resync re-arms everything.
+        if !self.fresh(kind) {
+            return;
+        }
+        let current = match kind {
+            Kind::Proxy => self
+                .proxies
+                .get_mut(&name)
+                .map(|e| (&mut e.expired, e.server.expires)),
+            Kind::AuthServer => self
+                .auths
+                .get_mut(&name)
+                .and_then(|a| a.resource.as_mut())
+                .map(|e| (&mut e.expired, e.server.expires)),
+            Kind::Agent => self
+                .agents
+                .get_mut(&name)
+                .map(|a| (&mut a.res.expired, a.res.server.expires)),
+            Kind::TunnelConnection => self
+                .tunnels
+                .get_mut(&name)
+                .and_then(|t| t.tunnel.expires.map(|e| (&mut t.expired, e))),
+        };
+        let Some((expired, expires)) = current else {
+            return;
+        };
+        if *expired {
+            return;
+        }
+        if expires > now {
+            // It heartbeated since this timer was armed.
+            self.schedule.arm(TimerKey::Expiry(kind, name), expires);
+            return;
+        }
+        *expired = true;
+        debug!(%kind, %name, "expired");
+        self.history(EventRow {
+            at: expires,
+            kind: kind.as_str(),
+            name: name.clone(),
+            event: "expired",
+            expires: Some(expires),
+            ttl_us: None,
+            detail: String::new(),
+        });
+        match kind {
+            Kind::Proxy => self.dirty_proxy_agents(&name),
+            Kind::Agent => {
+                self.dirty.insert(name);
+            }
+            Kind::TunnelConnection => {
+                if let Some(t) = self.tunnels.get(&name) {
+                    self.dirty.insert(t.tunnel.agent.clone());
+                }
+            }
+            Kind::AuthServer => {}
+        }
+    }
+
+    pub(super) fn grace_over(&mut self, name: String, now: Ts) {
+        let grace = self.rules.unknown_grace;
+        let Some(a) = self.auths.get_mut(&name) else {
+            return;
+        };
+        if a.unhealthy || !matches!(a.health, Health::Unknown | Health::ServiceUnknown) {
+            return;
+        }
+        let end = a.health_since.saturating_add(grace);
+        if end > now {
+            self.schedule.arm(TimerKey::AuthGrace(name), end);
+            return;
+        }
+        a.unhealthy = true;
+        warn!(auth_server = %name, health = a.health.as_str(), "auth health unknown past the grace: its agents count as auth_unhealthy");
+        self.dirty_auth_agents(&name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::state::fixture::*;
+    use crate::model::{AgentState, Kind};
+
+    /// Guards the exact expiry instant: not a microsecond before.
+    #[tokio::test(start_paused = true)]
+    async fn a_proxy_expires_at_its_instant_and_strands_its_agents() {
+        let mut f = ready(&[("p1", 10)], &["a1"]);
+        advance_to(
+            &mut f,
+            at(10).saturating_sub(std::time::Duration::from_millis(1)),
+        )
+        .await;
+        assert!(!f.proxies["p1"].expired);
+        advance_to(&mut f, at(10)).await;
+        assert!(f.proxies["p1"].expired);
+        assert_eq!(f.agents["a1"].state, AgentState::Stranded);
+        assert_eq!(f.agents["a1"].since, at(10));
+    }
+
+    /// Guards Lifeline's own blindness: nothing expires from data whose
+    /// stream is lost, and no agent is stranded by it.
+    #[tokio::test(start_paused = true)]
+    async fn stale_data_never_expires() {
+        for (what, lose) in [("stream lost", true), ("stream kept", false)] {
+            let mut f = ready(&[("p1", 10)], &["a1"]);
+            if lose {
+                f.watch_down(1, "reset by peer");
+                assert_eq!(f.kind(Kind::Proxy).state, super::super::WatchState::Stale);
+            }
+            advance_to(&mut f, at(60)).await;
+            assert_eq!(f.proxies["p1"].expired, !lose, "{what}");
+            let want = if lose {
+                AgentState::Healthy
+            } else {
+                AgentState::Stranded
+            };
+            assert_eq!(f.agents["a1"].state, want, "{what}");
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! Settling: reclassifies every agent touched since the last pass, opens
+//! and closes episodes, and publishes the pass's state changes together.
+
+use tracing::{debug, info_span};
+
+use super::classify::{classify, Inputs, TunnelView, Verdict};
+use super::state::{Fleet, TunnelEntry};
+use super::{StateChange, WatchState};
+use crate::clock::Ts;
+use crate::model::{AgentState, CauseKind, Kind};
+use crate::stats::Stats;
+use crate::store::EpisodeOp;
+use crate::telemetry::propagate::{self};
+
+impl Fleet {
+    // ---- classification ---------------------------------------------------
+
+    /// Reclassifies every agent touched since the last call.
+    pub fn settle(&mut self) {
+        self.board.publish();
+        if self.dirty.is_empty() || !self.classification_enabled() {
+            return;
+        }
+        let now = self.now();
+        let dirty = std::mem::take(&mut self.dirty);
+        #[allow(clippy::disallowed_methods)] // classification duration histogram
+        let started = std::time::Instant::now();
+        let n = dirty.len();
+        for name in dirty {
+            if let Some(v) = self.verdict(&name, now) {
+                self.apply_verdict(&name, v, now);
+            }
+        }
+        let measured = !std::mem::take(&mut self.after_resync);
+        for c in &self.changed {
+            if measured && c.to != AgentState::Healthy && c.from == AgentState::Healthy {
+                let latency = c.detected_at.since(c.since);
+                self.stats.hist.detection.record(latency.as_secs_f64());
+            }
+        }
+        if !self.changed.is_empty() && crate::telemetry::exporting() {
+            self.trace_failures(now);
+        }
+        if !self.changed.is_empty() {
+            let batch = std::sync::Arc::new(std::mem::take(&mut self.changed));
+            let _ = self.changes.send(batch);
+        }
+        if n > 1000 {
+            debug!(
+                agents = n,
+                us = started.elapsed().as_micros() as u64,
+                "classified"
+            );
+        }
+    }
+
+    /// The classifier's verdict for one agent from current state.
+    pub fn verdict(&self, name: &str, now: Ts) -> Option<Verdict> {
+        let a = self.agents.get(name)?;
+        let auth_unhealthy = self
+            .auths
+            .get(&a.res.server.auth_server)
+            .and_then(|e| e.unhealthy_cause(self.rules.unknown_grace));
+        let tunnels_known = self.fresh(Kind::TunnelConnection) && self.fresh(Kind::Proxy);
+        let tunnels = self
+            .tunnels_of(name)
+            .map(|t| TunnelView {
+                proxy: &t.tunnel.proxy,
+                dead: self.tunnel_dead(t, now),
+            })
+            .collect();
+        Some(classify(&Inputs {
+            now,
+            agent_expired: (a.res.expired && self.kind(Kind::Agent).state == WatchState::Ready)
+                .then_some(a.res.server.expires),
+            auth_server: &a.res.server.auth_server,
+            auth_unhealthy,
+            tunnels_known,
+            tunnels,
+        }))
+    }
+
+    /// Why (and since when) a tunnel is dead, or `None` when live.
+    pub fn tunnel_dead(&self, t: &TunnelEntry, now: Ts) -> Option<(CauseKind, Ts)> {
+        if t.expired {
+            return Some((CauseKind::TunnelExpired, t.tunnel.expires.unwrap_or(now)));
+        }
+        match self.proxies.get(&t.tunnel.proxy) {
+            None => Some((CauseKind::ProxyMissing, now)),
+            Some(p) if p.expired => Some((CauseKind::ProxyExpired, p.server.expires)),
+            Some(_) => None,
+        }
+    }
+
+    pub(super) fn apply_verdict(&mut self, name: &str, v: Verdict, now: Ts) {
+        let next_id = self.next_episode;
+        let Some(a) = self.agents.get_mut(name) else {
+            return;
+        };
+        if v.state != a.state {
+            let since = if v.state == AgentState::Healthy {
+                now
+            } else {
+                v.since.clamp(a.since, now)
+            };
+            if let Some(id) = a.episode.take() {
+                let started = a.since;
+                let ended_by_signal = a
+                    .last_signal
+                    .filter(|(_, at)| *at >= started)
+                    .map(|(id, _)| id);
+                let end_reason = if v.state == AgentState::Healthy {
+                    "recovered"
+                } else {
+                    "state_changed"
+                };
+                let _close = propagate::child(a.trace.take().as_ref(), || {
+                    info_span!(
+                        parent: None,
+                        "episode.close",
+                        agent = %name,
+                        episode = id,
+                        end_reason,
+                        ended_by_signal,
+                        to = v.state.as_str(),
+                        lasted_ms = since.since(started).as_secs_f64() * 1e3,
+                    )
+                });
+                self.pending.episodes.push(EpisodeOp::Close {
+                    id,
+                    ended: since,
+                    ended_by_signal,
+                    end_reason,
+                });
+            }
+            if v.state != AgentState::Healthy {
+                a.episode = Some(next_id);
+                self.next_episode += 1;
+                self.pending.episodes.push(EpisodeOp::Open {
+                    id: next_id,
+                    agent: name.to_string(),
+                    state: v.state.as_str(),
+                    reasons: v.reasons.join(),
+                    cause: v.cause.as_ref().map_or("", |c| c.kind.as_str()),
+                    cause_resource: v
+                        .cause
+                        .as_ref()
+                        .map(|c| c.resource.clone())
+                        .unwrap_or_default(),
+                    started: since,
+                });
+            }
+            let change = StateChange {
+                agent: name.to_string(),
+                // Stamped per agent, when its own classification is done.
+                detected_at: self.clock.now(),
+                from: a.state,
+                to: v.state,
+                reasons: v.reasons,
+                cause: v.cause.as_ref().map(|c| c.kind),
+                cause_resource: v.cause.as_ref().map(|c| c.resource.clone()),
+                since,
+                episode: a.episode,
+                trace: None,
+            };
+            debug!(agent = %name, from = a.state.as_str(), to = v.state.as_str(), reasons = %v.reasons.join(), "agent state changed");
+            a.state = v.state;
+            a.since = since;
+            a.reasons = v.reasons;
+            a.cause = v.cause;
+            Stats::inc(&self.stats.state_changes);
+            self.changed.push(change);
+        } else if v.reasons != a.reasons || v.cause != a.cause {
+            if let Some(id) = a.episode {
+                self.pending.episodes.push(EpisodeOp::Update {
+                    id,
+                    reasons: v.reasons.join(),
+                    cause: v.cause.as_ref().map_or("", |c| c.kind.as_str()),
+                    cause_resource: v
+                        .cause
+                        .as_ref()
+                        .map(|c| c.resource.clone())
+                        .unwrap_or_default(),
+                });
+            }
+            a.reasons = v.reasons;
+            a.cause = v.cause;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::state::fixture::*;
+    use crate::model::{Kind, Server};
+    use crate::store::EpisodeOp;
+
+    fn ended_by(f: &super::Fleet, id: i64) -> Option<Option<i64>> {
+        f.pending.episodes.iter().find_map(|e| match e {
+            EpisodeOp::Close {
+                id: i,
+                ended_by_signal,
+                ..
+            } if *i == id => Some(*ended_by_signal),
+            _ => None,
+        })
+    }
+
+    fn heartbeat(f: &mut super::Fleet, s: Server) {
+        f.apply(vec![super::super::Ingested::Change(
+            crate::model::Change::PutServer(s),
+        )]);
+        f.settle();
+    }
+
+    /// Guards `ended_by_signal`: an episode that ends after a signal sent
+    /// during it names that signal; a signal sent before it began does not.
+    #[tokio::test(start_paused = true)]
+    async fn an_episode_names_the_signal_that_ended_it() {
+        // (signal sent at, names it)
+        let cases = [(Some(12), true), (Some(5), false), (None, false)];
+        for (sent, names) in cases {
+            let mut f = ready(&[("p1", 10)], &["a1"]);
+            if sent == Some(5) {
+                advance_to(&mut f, at(5)).await;
+                f.signaled("a1", 7, f.now());
+            }
+            advance_to(&mut f, at(10)).await;
+            let id = f.agents["a1"].episode.expect("an open episode");
+            if sent == Some(12) {
+                advance_to(&mut f, at(12)).await;
+                f.signaled("a1", 7, f.now());
+            }
+            advance_to(&mut f, at(13)).await;
+            heartbeat(&mut f, server(Kind::Proxy, "p1", at(60)));
+            assert_eq!(
+                ended_by(&f, id),
+                Some(names.then_some(7)),
+                "signal at {sent:?}"
+            );
+        }
+    }
+}

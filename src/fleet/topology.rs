@@ -1,0 +1,198 @@
+//! The indexes between agents, tunnels, proxies and auth servers, and the
+//! named reads that walk them.
+//!
+//! Invariants: `agent_tunnels[a]` names exactly the tunnels whose agent is
+//! `a`; `proxy_agents[p][a]` counts the tunnels from `a` to `p` (never 0:
+//! empty entries are removed); `auth_agents[s]` holds exactly the agents
+//! whose auth server is `s`; `agent_order` holds exactly the agents' names.
+
+use super::state::{Fleet, TunnelEntry};
+use super::StateChange;
+use crate::model::{AgentState, Tunnel};
+
+impl Fleet {
+    // ---- indexes ----------------------------------------------------------
+
+    pub(super) fn index_tunnel(&mut self, t: &Tunnel) {
+        self.agent_tunnels
+            .entry(t.agent.clone())
+            .or_default()
+            .insert(t.name.clone());
+        *self
+            .proxy_agents
+            .entry(t.proxy.clone())
+            .or_default()
+            .entry(t.agent.clone())
+            .or_default() += 1;
+    }
+
+    pub(super) fn unindex_tunnel(&mut self, t: &Tunnel) {
+        if let Some(set) = self.agent_tunnels.get_mut(&t.agent) {
+            set.remove(&t.name);
+            if set.is_empty() {
+                self.agent_tunnels.remove(&t.agent);
+            }
+        }
+        if let Some(m) = self.proxy_agents.get_mut(&t.proxy) {
+            if let Some(n) = m.get_mut(&t.agent) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    m.remove(&t.agent);
+                }
+            }
+            if m.is_empty() {
+                self.proxy_agents.remove(&t.proxy);
+            }
+        }
+    }
+
+    pub(super) fn index_agent_auth(&mut self, agent: &str, auth: &str) {
+        if !auth.is_empty() {
+            self.auth_agents
+                .entry(auth.to_string())
+                .or_default()
+                .insert(agent.to_string());
+        }
+    }
+
+    pub(super) fn unindex_agent_auth(&mut self, agent: &str, auth: &str) {
+        if let Some(set) = self.auth_agents.get_mut(auth) {
+            set.remove(agent);
+            if set.is_empty() {
+                self.auth_agents.remove(auth);
+            }
+        }
+    }
+
+    pub(super) fn dirty_proxy_agents(&mut self, proxy: &str) {
+        if let Some(m) = self.proxy_agents.get(proxy) {
+            self.dirty.extend(m.keys().cloned());
+        }
+    }
+
+    pub(super) fn dirty_auth_agents(&mut self, auth: &str) {
+        if let Some(s) = self.auth_agents.get(auth) {
+            self.dirty.extend(s.iter().cloned());
+        }
+    }
+
+    /// The tunnels an agent holds, as far as Lifeline knows: the one walk
+    /// from an agent to its tunnels.
+    pub(super) fn tunnels_of<'a>(
+        &'a self,
+        agent: &str,
+    ) -> impl Iterator<Item = &'a TunnelEntry> + 'a {
+        self.agent_tunnels
+            .get(agent)
+            .into_iter()
+            .flatten()
+            .filter_map(|t| self.tunnels.get(t))
+    }
+
+    // ---- named reads (see `query`) -----------------------------------------
+
+    pub(super) fn sizes(&self) -> super::query::Sizes {
+        super::query::Sizes {
+            agents: self.agents.len(),
+            proxies: self.proxies.len(),
+            tunnels: self.tunnels.len(),
+        }
+    }
+
+    pub(super) fn auth_names(&self) -> Vec<String> {
+        self.auths.keys().cloned().collect()
+    }
+
+    pub(super) fn select(&self, sel: &super::query::Selection) -> Option<Vec<String>> {
+        use super::query::Selection;
+        match sel {
+            Selection::Proxy(p) => {
+                if !self.proxies.contains_key(p) && !self.proxy_agents.contains_key(p) {
+                    return None;
+                }
+                let mut v: Vec<String> = self
+                    .proxy_agents
+                    .get(p)
+                    .map(|m| m.keys().cloned().collect())
+                    .unwrap_or_default();
+                v.sort();
+                Some(v)
+            }
+            Selection::AuthServer(a) => {
+                if !self.auths.contains_key(a) && !self.auth_agents.contains_key(a) {
+                    return None;
+                }
+                // A BTreeSet: already in order.
+                Some(
+                    self.auth_agents
+                        .get(a)
+                        .map(|s| s.iter().cloned().collect())
+                        .unwrap_or_default(),
+                )
+            }
+            Selection::State(st) => Some(
+                self.agent_order
+                    .iter()
+                    .filter(|n| self.agents.get(*n).is_some_and(|a| a.state == *st))
+                    .cloned()
+                    .collect(),
+            ),
+        }
+    }
+
+    pub(super) fn holds_tunnel(&self, agent: &str, proxy: Option<&str>) -> Option<bool> {
+        if !self.agents.contains_key(agent) {
+            return None;
+        }
+        Some(proxy.is_none_or(|p| self.tunnels_of(agent).any(|t| t.tunnel.proxy == p)))
+    }
+
+    pub(super) fn knows_address(&self, addr: &str) -> bool {
+        self.proxies.values().any(|p| p.server.addr == addr)
+            || self.auths.values().any(|a| {
+                a.static_addr.as_deref() == Some(addr)
+                    || a.resource.as_ref().is_some_and(|r| r.server.addr == addr)
+            })
+    }
+
+    pub(super) fn not_healthy(&self) -> Vec<StateChange> {
+        self.agents
+            .iter()
+            .filter(|(_, a)| a.state != AgentState::Healthy)
+            .map(|(name, a)| StateChange {
+                agent: name.clone(),
+                from: a.state,
+                to: a.state,
+                reasons: a.reasons,
+                cause: a.cause.as_ref().map(|c| c.kind),
+                cause_resource: a.cause.as_ref().map(|c| c.resource.clone()),
+                since: a.since,
+                detected_at: a.since,
+                episode: a.episode,
+                trace: a.trace.clone(),
+            })
+            .collect()
+    }
+
+    pub(super) fn surplus_tunnels(&self) -> Vec<super::query::Surplus> {
+        let now = self.now();
+        let mut out = Vec::new();
+        for (agent, link) in &self.links {
+            if link.desired_tunnels == 0 {
+                continue;
+            }
+            let tunnels: Vec<(String, bool)> = self
+                .tunnels_of(agent)
+                .map(|t| (t.tunnel.proxy.clone(), self.tunnel_dead(t, now).is_none()))
+                .collect();
+            if tunnels.len() > link.desired_tunnels as usize {
+                out.push(super::query::Surplus {
+                    agent: agent.clone(),
+                    desired: link.desired_tunnels,
+                    tunnels,
+                });
+            }
+        }
+        out
+    }
+}

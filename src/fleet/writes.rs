@@ -1,0 +1,169 @@
+//! Write coalescing: what the fleet owes the store. History rows are due at
+//! once; current-state rows at most every `STATE_WRITE_EVERY`, coalesced per
+//! resource; a batch the writer had no room for goes back in front.
+
+use super::state::{Fleet, STATE_WRITE_EVERY};
+use crate::clock::Ts;
+use crate::store::{EventRow, WriteBatch};
+
+impl Fleet {
+    pub(super) fn history(&mut self, row: EventRow) {
+        self.pending.event(row, self.rules.max_pending_events);
+    }
+
+    pub(super) fn note(
+        &mut self,
+        kind: &'static str,
+        name: &str,
+        event: &'static str,
+        detail: String,
+    ) {
+        let now = self.now();
+        self.history(EventRow {
+            at: now,
+            kind,
+            name: name.to_string(),
+            event,
+            expires: None,
+            ttl_us: None,
+            detail,
+        });
+    }
+
+    /// Takes everything that must be written; the actor hands it over.
+    pub fn take_pending(&mut self) -> WriteBatch {
+        self.state_written = self.now();
+        std::mem::take(&mut self.pending)
+    }
+
+    /// Takes what is due: history at once; the current-state snapshot (what
+    /// a restart loads) at most every `STATE_WRITE_EVERY`, coalesced per
+    /// resource, so a heartbeat storm costs one row per resource per period.
+    pub fn take_due(&mut self) -> WriteBatch {
+        let now = self.now();
+        if self.pending.has_state() && now.since(self.state_written) >= STATE_WRITE_EVERY {
+            return self.take_pending();
+        }
+        self.pending.take_history()
+    }
+
+    /// True when something is due for the store now.
+    pub fn has_due(&self) -> bool {
+        let p = &self.pending;
+        !p.events.is_empty()
+            || !p.health.is_empty()
+            || !p.episodes.is_empty()
+            || p.dropped_events > 0
+            || (p.has_state() && self.now().since(self.state_written) >= STATE_WRITE_EVERY)
+    }
+
+    /// When the held current-state rows fall due, if any are held.
+    pub fn state_due_at(&self) -> Option<Ts> {
+        self.pending
+            .has_state()
+            .then(|| self.state_written.saturating_add(STATE_WRITE_EVERY))
+    }
+
+    /// Puts back a batch the store had no room for; newer rows win.
+    pub fn restore_pending(&mut self, mut older: WriteBatch) {
+        let mut newer = std::mem::take(&mut self.pending);
+        if older.has_state() {
+            for (k, rows) in newer.replace_servers.drain(..) {
+                older.replace_kind(k, rows);
+            }
+            older.servers.extend(newer.servers.drain());
+            if let Some(rows) = newer.replace_tunnels.take() {
+                older.replace_tunnels(rows);
+            }
+            older.tunnels.extend(newer.tunnels.drain());
+            std::mem::swap(&mut older.servers, &mut newer.servers);
+            std::mem::swap(&mut older.tunnels, &mut newer.tunnels);
+            newer.replace_servers = std::mem::take(&mut older.replace_servers);
+            newer.replace_tunnels = older.replace_tunnels.take();
+        }
+        // History keeps its order: the older rows first.
+        older.events.append(&mut newer.events);
+        older.health.append(&mut newer.health);
+        older.episodes.append(&mut newer.episodes);
+        newer.events = older.events;
+        newer.health = older.health;
+        newer.episodes = older.episodes;
+        newer.dropped_events += older.dropped_events;
+        let cap = self.rules.max_pending_events;
+        if newer.events.len() > cap {
+            newer.dropped_events += (newer.events.len() - cap) as u64;
+            newer.events.truncate(cap);
+        }
+        self.pending = newer;
+    }
+
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty() || self.pending.dropped_events > 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Kind, Server};
+    use crate::store::EpisodeOp;
+
+    fn fleet() -> Fleet {
+        super::super::state::test_fleet(Ts(1_000_000))
+    }
+
+    fn proxy(name: &str, expires: i64) -> Server {
+        crate::model::test_server(Kind::Proxy, name, Ts(expires))
+    }
+
+    fn close(id: i64) -> EpisodeOp {
+        EpisodeOp::Close {
+            id,
+            ended: Ts(0),
+            ended_by_signal: None,
+            end_reason: "recovered",
+        }
+    }
+
+    /// Guards the store-busy path: a batch the writer had no room for goes
+    /// back in front of newer writes; newer current state wins.
+    #[test]
+    fn restored_batch_keeps_history_order_and_newer_state_wins() {
+        let mut f = fleet();
+        f.pending.put_server(&proxy("p1", 1));
+        f.pending.episodes.push(close(1));
+        let older = f.take_pending();
+        f.pending.put_server(&proxy("p1", 2));
+        f.pending.episodes.push(close(2));
+        f.restore_pending(older);
+        let ids: Vec<i64> = f
+            .pending
+            .episodes
+            .iter()
+            .map(|e| match e {
+                EpisodeOp::Close { id, .. } => *id,
+                _ => 0,
+            })
+            .collect();
+        assert_eq!(ids, vec![1, 2]);
+        let p1 = &f.pending.servers[&(Kind::Proxy, "p1".to_string())];
+        assert_eq!(p1.as_ref().map(|s| s.expires), Some(Ts(2)));
+    }
+
+    /// Guards the snapshot throttle: history is due at once, current state
+    /// only after STATE_WRITE_EVERY.
+    #[tokio::test(start_paused = true)]
+    async fn current_state_is_written_at_most_every_period() {
+        let mut f = fleet();
+        f.take_pending();
+        f.pending.put_server(&proxy("p1", 5));
+        f.note("proxy", "p1", "update", String::new());
+        let first = f.take_due();
+        assert_eq!(first.events.len(), 1);
+        assert!(!first.has_state(), "state waits for its period");
+        assert!(f.has_pending() && !f.has_due());
+        tokio::time::advance(STATE_WRITE_EVERY).await;
+        assert!(f.has_due());
+        assert!(f.take_due().has_state());
+    }
+}
