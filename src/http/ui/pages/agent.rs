@@ -1,0 +1,186 @@
+//! One agent: its state and why, tunnels, history, episodes and signals.
+
+use super::*;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentQuery {
+    signal: Option<String>,
+}
+
+pub struct HistoryItem {
+    pub state: String,
+    pub icon: &'static str,
+    pub class: &'static str,
+    pub from: String,
+    pub to: String,
+    pub lasted: String,
+    pub reasons: String,
+    pub cause: String,
+    pub ended_by_signal: Option<i64>,
+    pub open: bool,
+}
+
+pub struct TunnelLine {
+    pub name: String,
+    pub proxy: String,
+    pub state: &'static str,
+    pub icon: &'static str,
+    pub class: &'static str,
+}
+
+#[derive(Template)]
+#[template(path = "agent.html")]
+pub struct AgentPage {
+    layout: Layout,
+    row: AgentRow,
+    href: String,
+    addr: String,
+    version: String,
+    auth_health: String,
+    ttl: String,
+    link: Option<String>,
+    tunnels: Vec<TunnelLine>,
+    history: Vec<HistoryItem>,
+    signals: Vec<SignalRow>,
+    flash: Option<SignalRow>,
+    svg: Svg,
+}
+
+pub async fn agent(
+    State(st): State<AppState>,
+    ctx: Ctx,
+    Path(name): Path<String>,
+    UiQuery(q): UiQuery<AgentQuery>,
+) -> Result<Response, UiError> {
+    let flash_id = match field(q.signal) {
+        None => None,
+        Some(s) => Some(s.parse::<i64>().ok().filter(|v| *v > 0).ok_or_else(|| {
+            ApiError::BadParameter(format!("signal must be a signal id, got {s:?}"))
+        })?),
+    };
+    let found = st.fleet.agent(name.clone()).await?;
+    let Some((d, now)) = found else {
+        return Err(ApiError::NotFound {
+            what: "agent",
+            name,
+        }
+        .into());
+    };
+    let episodes = read::episodes(
+        &st.db,
+        &EpisodeFilter {
+            agent: Some(name.clone()),
+            limit: 50,
+            ..EpisodeFilter::default()
+        },
+    )
+    .await?;
+    let sigs = audit::list(
+        &st.db,
+        &SignalFilter {
+            agent: Some(name.clone()),
+            limit: 20,
+            ..SignalFilter::default()
+        },
+    )
+    .await?;
+    // Usually among its latest signals, already read; an older one by id.
+    let flash = match flash_id {
+        Some(id) => match sigs.iter().find(|r| r.id == id) {
+            Some(r) => Some(r.clone()),
+            None => audit::get(&st.db, id).await?,
+        }
+        .filter(|r| r.agent == name)
+        .map(|r| signal_row(now, r)),
+        None => None,
+    };
+    let last = d
+        .last_signal
+        .and_then(|id| sigs.iter().find(|r| r.id == id).cloned());
+    let tunnels = d
+        .item
+        .tunnels
+        .iter()
+        .map(|t| {
+            let (icon, class) = fmt::proxy_state(t.proxy_state);
+            TunnelLine {
+                name: t.name.clone(),
+                proxy: t.proxy.clone(),
+                state: t.proxy_state,
+                icon,
+                class,
+            }
+        })
+        .collect();
+    let history = episodes
+        .into_iter()
+        .map(|e| {
+            let state = AgentState::parse(&e.state).unwrap_or(AgentState::Degraded);
+            let end = e.ended_at.unwrap_or(now);
+            HistoryItem {
+                icon: fmt::state_icon(state),
+                class: fmt::state_class(state),
+                from: fmt::hms(e.started_at),
+                to: match e.ended_at {
+                    Some(t) => fmt::hms(t),
+                    None => "now".into(),
+                },
+                lasted: fmt::compact(end.since(e.started_at)),
+                reasons: e.reasons.join(", "),
+                cause: if e.cause_resource.is_empty() {
+                    e.cause.clone()
+                } else {
+                    format!("{} {}", e.cause, e.cause_resource)
+                },
+                ended_by_signal: e.ended_by_signal,
+                open: e.ended_at.is_none(),
+                state: e.state,
+            }
+        })
+        .collect();
+    let ttl_line = format!(
+        "last heartbeat {} · TTL {} · expires {} ({}) · heartbeats missed {}",
+        fmt::hms(d.ttl_window.last_heartbeat_at),
+        fmt::ms(d.ttl_window.ttl_ms),
+        fmt::hms(d.ttl_window.expires_at),
+        fmt::left(now, d.ttl_window.expires_at),
+        d.ttl_window.heartbeats_missed
+    );
+    let link = d.link.as_ref().map(|l| {
+        format!(
+            "connected since {} ({}) · version {} · wants {} tunnel(s) · {} report(s)",
+            fmt::hms(l.since),
+            fmt::ago(now, l.since),
+            l.version,
+            l.desired_tunnels,
+            l.reports
+        )
+    });
+    let auth_health = d
+        .item
+        .auth_health
+        .map(|h| format!("{} {}", fmt::health_icon(h), h.as_str()))
+        .unwrap_or_else(|| "? not known to Lifeline".into());
+    let svg = ttl_svg::build(std::slice::from_ref(&d.ttl_window), now);
+    let connected = st.hub.is_connected(&name);
+    let row = agent_row(now, d.item, last.as_ref(), connected);
+    Ok(ctx.render(
+        StatusCode::OK,
+        &AgentPage {
+            layout: ctx.layout(&st, "agents", format!("{name} · Lifeline")),
+            href: agent_href(&name),
+            row,
+            addr: d.addr,
+            version: d.version,
+            auth_health,
+            ttl: ttl_line,
+            link,
+            tunnels,
+            history,
+            signals: sigs.into_iter().map(|r| signal_row(now, r)).collect(),
+            flash,
+            svg,
+        },
+    ))
+}

@@ -1,0 +1,58 @@
+//! Auth servers: health, how it is watched, and its transitions.
+
+use super::*;
+
+pub struct TransitionLine {
+    pub at: String,
+    pub from: String,
+    pub to: String,
+    pub icon: &'static str,
+    pub class: &'static str,
+    pub mode: String,
+    pub detail: String,
+}
+
+pub struct AuthSection {
+    pub chip: AuthChip,
+    pub transitions: Vec<TransitionLine>,
+}
+
+#[derive(Template)]
+#[template(path = "auth.html")]
+pub struct AuthPage {
+    layout: Layout,
+    sections: Vec<AuthSection>,
+}
+
+pub async fn auth(State(st): State<AppState>, ctx: Ctx) -> Result<Response, UiError> {
+    let (auths, now) = st.fleet.auth_servers().await?;
+    let mut sections = Vec::new();
+    for chip in auth_chips(now, auths) {
+        let transitions = read::transitions(&st.db, &chip.name, 20)
+            .await?
+            .into_iter()
+            .map(|t| {
+                let h = crate::model::Health::parse(&t.to_status)
+                    .unwrap_or(crate::model::Health::Unknown);
+                TransitionLine {
+                    at: format!("{} ({})", fmt::hms(t.at()), fmt::ago(now, t.at())),
+                    icon: fmt::health_icon(h),
+                    class: fmt::health_class(h),
+                    from: t.from_status,
+                    to: t.to_status,
+                    mode: t.mode,
+                    detail: t.detail,
+                }
+            })
+            .collect();
+        sections.push(AuthSection { chip, transitions });
+    }
+    sections.sort_by(|a, b| a.chip.name.cmp(&b.chip.name));
+    Ok(ctx.render(
+        StatusCode::OK,
+        &AuthPage {
+            layout: ctx.layout(&st, "auth", "Auth servers · Lifeline".into()),
+            sections,
+        },
+    ))
+}

@@ -1,0 +1,216 @@
+//! The overview: what failed and when, TTL windows, stranded agents and the last signals; its live part is shared with the live stream.
+
+use super::*;
+
+pub struct CauseLine {
+    pub lead: String,
+    pub rest: String,
+    pub href: String,
+    pub at: String,
+}
+
+/// The part of the overview that the live stream re-renders.
+pub struct LiveOverview {
+    pub as_of: String,
+    pub counts: Counts,
+    pub banners: Vec<Banner>,
+    pub causes: Vec<CauseLine>,
+    pub auths: Vec<AuthChip>,
+    pub svg: Svg,
+    pub ttl_total: usize,
+    pub stranded: Vec<AgentRow>,
+    pub stranded_more: bool,
+    pub signals: Vec<SignalRow>,
+    pub auto_reconnect: &'static str,
+}
+
+fn cause_line(now: Ts, c: &RootCause) -> CauseLine {
+    let n = c.agents;
+    let agents = if n == 1 { "agent" } else { "agents" };
+    let r = &c.resource;
+    let (lead, rest, href) = match c.cause {
+        CauseKind::ProxyExpired => (
+            format!("{n} {agents} stranded:"),
+            format!("{r} expired {}", fmt::ago(now, c.since)),
+            format!("/agents?state=stranded&proxy={}", enc(r)),
+        ),
+        CauseKind::AuthNotServing => (
+            format!("{n} {agents}:"),
+            format!("{r} NOT_SERVING since {}", fmt::hms(c.since)),
+            format!("/agents?state=stranded&auth_server={}", enc(r)),
+        ),
+        CauseKind::AuthUnknown => (
+            format!("{n} {agents}:"),
+            format!(
+                "{r} health UNKNOWN, counted unhealthy since {}",
+                fmt::hms(c.since)
+            ),
+            format!("/agents?state=stranded&auth_server={}", enc(r)),
+        ),
+        CauseKind::ProxyMissing => (
+            format!("{n} {agents} stranded:"),
+            format!("their tunnels point at {r}, a proxy Lifeline no longer knows"),
+            format!("/agents?state=stranded&proxy={}", enc(r)),
+        ),
+        CauseKind::TunnelExpired => (
+            format!("{n} {agents} stranded:"),
+            "their tunnel records expired".to_string(),
+            "/agents?state=stranded".to_string(),
+        ),
+        CauseKind::AgentExpired => (
+            format!("{n} {agents} stranded:"),
+            format!(
+                "their own heartbeat expired (auth server {}) {}",
+                if r.is_empty() { "?" } else { r },
+                fmt::ago(now, c.since)
+            ),
+            "/agents?state=stranded".to_string(),
+        ),
+        CauseKind::NoTunnels => (
+            format!("{n} {agents} stranded:"),
+            "no tunnels at all".to_string(),
+            "/agents?state=stranded".to_string(),
+        ),
+    };
+    CauseLine {
+        lead,
+        rest,
+        href,
+        at: c.since.rfc3339(),
+    }
+}
+
+/// Everything the overview's live part shows. Shared by the page and the
+/// live stream (one render serves every open overview).
+pub async fn overview_model(st: &AppState) -> Result<LiveOverview, UiError> {
+    let filter = AgentFilter {
+        state: Some(AgentState::Stranded),
+        limit: OVERVIEW_STRANDED,
+        ..AgentFilter::default()
+    };
+    let Overview {
+        summary,
+        auth_servers: auths,
+        ttl: (ttl, ttl_total),
+        stranded: page,
+        last_signals: last,
+    } = st.fleet.overview(filter, OVERVIEW_TTL_ROWS).await?;
+    let now = summary.generated_at;
+    let stranded_more = page.next_cursor.is_some();
+    let stranded = agent_rows(st, now, page.items, last).await?;
+    let signals = audit::list(
+        &st.db,
+        &SignalFilter {
+            limit: OVERVIEW_SIGNALS as u32,
+            ..SignalFilter::default()
+        },
+    )
+    .await?
+    .into_iter()
+    .map(|r| signal_row(now, r))
+    .collect();
+
+    let mut banners = Vec::new();
+    for (kind, k) in &summary.watcher.kinds {
+        match k.state {
+            WatchState::Ready => {}
+            WatchState::Rejected => banners.push(Banner {
+                title: format!("The cluster cannot watch {kind}"),
+                text: format!(
+                    "The cluster's event source rejected the {kind} kind (since {}). Lifeline cannot see it, so nothing about it can strand an agent or be shown here.",
+                    fmt::hms(k.since)
+                ),
+            }),
+            WatchState::Stale | WatchState::Initializing => banners.push(Banner {
+                title: format!(
+                    "{kind} data is {}",
+                    if k.state == WatchState::Stale { "stale" } else { "still loading" }
+                ),
+                text: format!(
+                    "Since {} ({}), Lifeline has no live stream for {kind}. Agent states are frozen until the watcher resyncs: nothing expires from data Lifeline cannot trust, and automatic reconnects wait.",
+                    fmt::hms(k.since),
+                    fmt::ago(now, k.since)
+                ),
+            }),
+        }
+    }
+    let guard = st.guard.borrow().clone();
+    if guard.paused {
+        banners.push(Banner {
+            title: "Automatic reconnects are paused".into(),
+            text: format!(
+                "{}{}. Reconnect buttons and “Reconnect all stranded” still work.",
+                guard
+                    .reason
+                    .unwrap_or_else(|| "the storm guard is on".into()),
+                guard
+                    .since
+                    .map(|s| format!(" (since {})", fmt::hms(s)))
+                    .unwrap_or_default()
+            ),
+        });
+    }
+    let set = &st.hub.settings;
+    Ok(LiveOverview {
+        as_of: format!("{} UTC", fmt::hms(now)),
+        counts: Counts {
+            total: summary.agents.total,
+            healthy: summary.agents.healthy,
+            degraded: summary.agents.degraded,
+            stranded: summary.agents.stranded,
+            proxies_live: summary.proxies.live,
+            proxies_total: summary.proxies.total,
+            connected: st.hub.connected(),
+            waiting: summary.agents.waiting_for_live_proxy,
+        },
+        banners,
+        causes: summary
+            .root_causes
+            .iter()
+            .map(|c| cause_line(now, c))
+            .collect(),
+        auths: auth_chips(now, auths),
+        svg: ttl_svg::build(&ttl, now),
+        ttl_total,
+        stranded,
+        stranded_more,
+        signals,
+        auto_reconnect: if !set.auto_reconnect() {
+            "off"
+        } else if guard.paused {
+            "paused"
+        } else {
+            "on"
+        },
+    })
+}
+
+#[derive(Template)]
+#[template(path = "overview.html")]
+pub struct OverviewPage {
+    pub layout: Layout,
+    pub live: LiveOverview,
+}
+
+/// The live fragment alone (what the stream sends).
+#[derive(Template)]
+#[template(path = "overview_live.html")]
+pub struct OverviewLive {
+    pub live: LiveOverview,
+}
+
+pub async fn overview(State(st): State<AppState>, ctx: Ctx) -> Result<Response, UiError> {
+    let live = overview_model(&st).await?;
+    let title = if live.counts.stranded > 0 {
+        format!("{} stranded · Lifeline", live.counts.stranded)
+    } else {
+        "Lifeline".to_string()
+    };
+    Ok(ctx.render(
+        StatusCode::OK,
+        &OverviewPage {
+            layout: ctx.layout(&st, "overview", title),
+            live,
+        },
+    ))
+}
