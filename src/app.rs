@@ -154,24 +154,20 @@ impl Lifeline {
             shutdown.clone(),
         );
 
-        let http_listener = bind("HTTP", cfg.listen_addr()?).await?;
-        let grpc_listener = bind("gRPC", cfg.grpc_listen_addr()?).await?;
+        let http_listener = bind("HTTP", cfg.server.listen).await?;
+        let grpc_listener = bind("gRPC", cfg.server.grpc_listen).await?;
         let http_addr = http_listener
             .local_addr()
             .map_err(|source| StartError::Bind {
                 what: "HTTP",
-                addr: cfg
-                    .listen_addr()
-                    .unwrap_or_else(|_| ([0, 0, 0, 0], 0).into()),
+                addr: cfg.server.listen,
                 source,
             })?;
         let grpc_addr = grpc_listener
             .local_addr()
             .map_err(|source| StartError::Bind {
                 what: "gRPC",
-                addr: cfg
-                    .grpc_listen_addr()
-                    .unwrap_or_else(|_| ([0, 0, 0, 0], 0).into()),
+                addr: cfg.server.grpc_listen,
                 source,
             })?;
         let (hub, hub_tasks) = Hub::start(

@@ -316,8 +316,8 @@ fn config(sim: &SimCluster, db: PathBuf, page_size: u32) -> Config {
 
 fn config_for(uri: &str, join_token: &str, db: PathBuf, page_size: u32) -> Config {
     let mut cfg = Config::default();
-    cfg.server.listen = "127.0.0.1:0".into();
-    cfg.server.grpc_listen = "127.0.0.1:0".into();
+    cfg.server.listen = ([127, 0, 0, 1], 0).into();
+    cfg.server.grpc_listen = ([127, 0, 0, 1], 0).into();
     cfg.cluster.addr = uri.to_string();
     cfg.cluster.page_size = page_size;
     cfg.cluster.max_message_bytes = 64 * 1024 * 1024;

@@ -69,8 +69,8 @@ impl Demo {
         .await
         .map_err(DemoError::Sim)?;
         let mut cfg = Config::default();
-        cfg.server.listen = o.listen.to_string();
-        cfg.server.grpc_listen = o.grpc_listen.to_string();
+        cfg.server.listen = o.listen;
+        cfg.server.grpc_listen = o.grpc_listen;
         cfg.cluster.addr = sim.uri();
         cfg.storage.path = o.db.clone();
         // Demo TTLs are short; so is the grace for an unknown auth server.

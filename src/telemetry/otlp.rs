@@ -143,7 +143,7 @@ impl OtlpSettings {
         let service_name = var("OTEL_SERVICE_NAME").unwrap_or_else(|| cfg.service_name.clone());
         let sample_ratio = match var("OTEL_TRACES_SAMPLER") {
             Some(_) => None,
-            None => Some(cfg.sample_ratio),
+            None => Some(cfg.sample_ratio.get()),
         };
         Ok(Some(OtlpSettings {
             endpoint,

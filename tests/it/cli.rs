@@ -41,7 +41,7 @@ fn invalid_config_names_the_field_and_exits_78() {
         ),
         (
             "[[access.tokens]]\nname = \"ops\"\nsha256 = \"00\"\nroles = [\"admin\"]\n",
-            "unknown variant `admin`",
+            "found `admin`, expected `one of `read`, `update`, `create``",
         ),
         ("[access]\njoin_tokens = [\"abc\"]\n", "access.join_tokens[0]"),
         ("[probes]\nallow = [\"10.0.0.1\"]\n", "probes.allow[0]"),

@@ -47,7 +47,9 @@ async fn restart(c: &mut Running, file: Option<bool>) {
     match file {
         Some(v) => {
             c.cfg.signals.auto_reconnect = v;
-            c.cfg.explicit.insert("signals.auto_reconnect".into());
+            c.cfg
+                .explicit
+                .insert("signals.auto_reconnect".into(), "TOML file".into());
         }
         None => {
             c.cfg.signals.auto_reconnect = true;

@@ -95,8 +95,8 @@ async fn locked_database_is_a_clear_start_up_error() {
     .await;
 
     let mut cfg = Config::default();
-    cfg.server.listen = "127.0.0.1:0".into();
-    cfg.server.grpc_listen = "127.0.0.1:0".into();
+    cfg.server.listen = ([127, 0, 0, 1], 0).into();
+    cfg.server.grpc_listen = ([127, 0, 0, 1], 0).into();
     cfg.storage.path = path.clone();
     let err = match Lifeline::start(&cfg, Clock::system()).await {
         Ok(_) => panic!("start-up must fail on a locked database"),

@@ -206,8 +206,8 @@ impl Cluster {
             .expect("simulated cluster starts");
         let dir = tempfile::tempdir().expect("temp dir");
         let mut cfg = Config::default();
-        cfg.server.listen = "127.0.0.1:0".into();
-        cfg.server.grpc_listen = "127.0.0.1:0".into();
+        cfg.server.listen = ([127, 0, 0, 1], 0).into();
+        cfg.server.grpc_listen = ([127, 0, 0, 1], 0).into();
         cfg.cluster.addr = sim.uri();
         cfg.cluster.max_message_bytes = self.max_message_bytes;
         cfg.storage.path = dir.path().join("lifeline.db");

@@ -1,0 +1,143 @@
+//! `[access]`: API tokens and their roles, agents' join tokens, session and
+//! manual-reconnect limits.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{invalid, positive, ConfigError};
+
+/// A role an API token carries, named after RFD 0016's verbs.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Deserialize,
+    serde::Serialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// GET anything (when reads need a token at all).
+    Read,
+    /// PUT and DELETE settings, manual reconnects.
+    Update,
+    /// In addition to `update`: overwrite a setting the config file manages.
+    Create,
+}
+
+impl Role {
+    pub const ALL: [Role; 3] = [Role::Read, Role::Update, Role::Create];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Read => "read",
+            Role::Update => "update",
+            Role::Create => "create",
+        }
+    }
+}
+
+/// One API token. Only its SHA-256 is kept (`lifeline token new` prints
+/// both); the token itself never touches the disk on Lifeline's side.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    /// Shown in the audit and the dashboard ("signed in as").
+    pub name: String,
+    /// Hex SHA-256 of the token.
+    pub sha256: String,
+    pub roles: Vec<Role>,
+}
+
+/// Who may do what: API tokens, agents' join tokens, rate limits.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AccessConfig {
+    pub tokens: Vec<TokenConfig>,
+    /// Hex SHA-256 of each join token agents may present on
+    /// `AgentSignals.Connect` (`authorization: Bearer <token>` metadata).
+    /// Empty: no agent can connect.
+    pub join_tokens: Vec<String>,
+    /// Reads (GET: API, dashboard, /metrics, probes) need a token with the
+    /// `read` role. `/healthz`, `/readyz` and sign-in stay open.
+    pub read_requires_token: bool,
+    /// Least time between two manual reconnects of one agent.
+    #[serde(with = "humantime_serde")]
+    pub manual_reconnect_interval: Duration,
+    /// How long a dashboard sign-in lasts.
+    #[serde(with = "humantime_serde")]
+    pub session_ttl: Duration,
+}
+
+impl Default for AccessConfig {
+    fn default() -> Self {
+        AccessConfig {
+            tokens: Vec::new(),
+            join_tokens: Vec::new(),
+            read_requires_token: false,
+            manual_reconnect_interval: Duration::from_secs(10),
+            session_ttl: Duration::from_secs(12 * 3600),
+        }
+    }
+}
+
+/// What a token's name may be (it appears in cookies and the audit).
+pub const TOKEN_NAME_RULE: &str = "must be 1 to 64 letters, digits, '-' or '_'";
+
+pub fn valid_token_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+impl AccessConfig {
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        let hex64 = |v: &str| v.len() == 64 && v.bytes().all(|b| b.is_ascii_hexdigit());
+        let mut names = HashSet::new();
+        for (i, t) in self.tokens.iter().enumerate() {
+            if !valid_token_name(&t.name) {
+                return Err(invalid(format!("access.tokens[{i}].name"), TOKEN_NAME_RULE));
+            }
+            if !names.insert(t.name.as_str()) {
+                return Err(invalid(
+                    format!("access.tokens[{i}].name"),
+                    format!("{:?} is listed twice", t.name),
+                ));
+            }
+            if !hex64(&t.sha256) {
+                return Err(invalid(
+                    format!("access.tokens[{i}].sha256"),
+                    "must be the token's SHA-256 as 64 hex digits (see `lifeline token new`); never the token itself",
+                ));
+            }
+            if t.roles.is_empty() {
+                return Err(invalid(
+                    format!("access.tokens[{i}].roles"),
+                    "must name at least one of read, update, create",
+                ));
+            }
+        }
+        for (i, j) in self.join_tokens.iter().enumerate() {
+            if !hex64(j) {
+                return Err(invalid(
+                    format!("access.join_tokens[{i}]"),
+                    "must be a join token's SHA-256 as 64 hex digits (see `lifeline token new`)",
+                ));
+            }
+        }
+        positive(
+            "access.manual_reconnect_interval",
+            self.manual_reconnect_interval,
+        )?;
+        positive("access.session_ttl", self.session_ttl)?;
+        Ok(())
+    }
+}

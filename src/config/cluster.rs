@@ -1,0 +1,208 @@
+//! `[cluster]`, `[health]`, `[[auth_servers]]` and `[fleet]`: where the
+//! cluster's events come from, how auth servers' health is watched, and
+//! the bounds put on what the watcher accepts.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{host_port, invalid, positive, ConfigError};
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Where `ClusterEvents` is served (`http://host:port` or `host:port`).
+    /// Env: `LIFELINE_CLUSTER_ADDR`.
+    pub addr: String,
+    /// Name Lifeline gives itself in `WatchRequest.watcher_name`.
+    pub watcher_name: String,
+    /// `ListResources` page size during a resync.
+    pub page_size: u32,
+    /// Largest gRPC message accepted from the cluster, bytes.
+    pub max_message_bytes: usize,
+    /// Timeout for connecting to the cluster.
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// First reconnect wait ceiling (full jitter, doubling).
+    #[serde(with = "humantime_serde")]
+    pub backoff_base: Duration,
+    /// Largest reconnect wait.
+    #[serde(with = "humantime_serde")]
+    pub backoff_cap: Duration,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StaticAuthServer {
+    pub name: String,
+    /// `host:port` serving grpc.health.v1.
+    pub addr: String,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HealthConfig {
+    /// grpc.health.v1 service name to watch ("" is the whole server).
+    pub service: String,
+    /// How long UNKNOWN may last before the auth server's agents count as
+    /// `auth_unhealthy`. Env: `LIFELINE_AUTH_UNKNOWN_GRACE`.
+    #[serde(with = "humantime_serde")]
+    pub unknown_grace: Duration,
+    /// `Check` interval for servers whose `Watch` is UNIMPLEMENTED.
+    #[serde(with = "humantime_serde")]
+    pub poll_interval: Duration,
+    /// Timeout for connecting and for each `Check`.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub backoff_base: Duration,
+    #[serde(with = "humantime_serde")]
+    pub backoff_cap: Duration,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            addr: "http://127.0.0.1:3025".into(),
+            watcher_name: "lifeline".into(),
+            page_size: 500,
+            max_message_bytes: 4 * 1024 * 1024,
+            connect_timeout: Duration::from_secs(5),
+            backoff_base: Duration::from_millis(250),
+            backoff_cap: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            service: String::new(),
+            unknown_grace: Duration::from_secs(30),
+            poll_interval: Duration::from_secs(5),
+            timeout: Duration::from_secs(2),
+            backoff_base: Duration::from_millis(250),
+            backoff_cap: Duration::from_secs(16),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FleetConfig {
+    /// TTL assumed for a server that announces none (Teleport's 10 min).
+    #[serde(with = "humantime_serde")]
+    pub default_ttl: Duration,
+    /// An `expires` older than this is rejected as bad input rather than
+    /// taken as an instantly expired heartbeat.
+    #[serde(with = "humantime_serde")]
+    pub max_expired_age: Duration,
+    /// An `expires` further ahead than this is rejected.
+    #[serde(with = "humantime_serde")]
+    pub max_ttl: Duration,
+    /// Bound of the fleet's command channel.
+    pub command_queue: usize,
+}
+
+impl Default for FleetConfig {
+    fn default() -> Self {
+        FleetConfig {
+            default_ttl: Duration::from_secs(600),
+            max_expired_age: Duration::from_secs(3600),
+            max_ttl: Duration::from_secs(7 * 24 * 3600),
+            command_queue: 1024,
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// The cluster address as a URI tonic can dial.
+    pub fn uri(&self) -> Result<String, ConfigError> {
+        let v = &self.addr;
+        let uri = if v.starts_with("http://") || v.starts_with("https://") {
+            v.to_string()
+        } else {
+            format!("http://{v}")
+        };
+        let rest = uri.split_once("://").map(|(_, r)| r).unwrap_or_default();
+        host_port("cluster.addr", rest.trim_end_matches('/'))?;
+        Ok(uri)
+    }
+
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        self.uri()?;
+        if !(1..=10_000).contains(&self.page_size) {
+            return Err(invalid("cluster.page_size", "must be between 1 and 10000"));
+        }
+        if self.max_message_bytes < 64 * 1024 {
+            return Err(invalid(
+                "cluster.max_message_bytes",
+                "must be at least 65536",
+            ));
+        }
+        positive("cluster.connect_timeout", self.connect_timeout)?;
+        positive("cluster.backoff_base", self.backoff_base)?;
+        if self.backoff_cap < self.backoff_base {
+            return Err(invalid(
+                "cluster.backoff_cap",
+                "must not be smaller than cluster.backoff_base",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Checks the statically listed auth servers: named once each, `host:port`.
+pub(super) fn validate_auth_servers(list: &[StaticAuthServer]) -> Result<(), ConfigError> {
+    let mut names = HashSet::new();
+    for (i, a) in list.iter().enumerate() {
+        if a.name.trim().is_empty() {
+            return Err(invalid(
+                format!("auth_servers[{i}].name"),
+                "must not be empty",
+            ));
+        }
+        if !names.insert(a.name.as_str()) {
+            return Err(invalid(
+                format!("auth_servers[{i}].name"),
+                format!("{:?} is listed twice", a.name),
+            ));
+        }
+        host_port(&format!("auth_servers[{i}].addr"), &a.addr)?;
+    }
+    Ok(())
+}
+
+impl HealthConfig {
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        positive("health.unknown_grace", self.unknown_grace)?;
+        positive("health.poll_interval", self.poll_interval)?;
+        positive("health.timeout", self.timeout)?;
+        positive("health.backoff_base", self.backoff_base)?;
+        if self.backoff_cap < self.backoff_base {
+            return Err(invalid(
+                "health.backoff_cap",
+                "must not be smaller than health.backoff_base",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl FleetConfig {
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        positive("fleet.default_ttl", self.default_ttl)?;
+        positive("fleet.max_expired_age", self.max_expired_age)?;
+        if self.max_ttl < self.default_ttl {
+            return Err(invalid(
+                "fleet.max_ttl",
+                "must not be smaller than fleet.default_ttl",
+            ));
+        }
+        if self.command_queue == 0 {
+            return Err(invalid("fleet.command_queue", "must be at least 1"));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,175 @@
+//! `LIFELINE_*` environment variables: one table names each variable, the
+//! key it overrides and how its text is read. Each set variable becomes its
+//! own figment layer named after it, so an error or a value's source names
+//! the variable.
+
+use figment::value::{Dict, Map, Value};
+use figment::{Metadata, Profile, Provider};
+
+use super::{Config, ConfigError};
+use crate::model::LbPolicy;
+
+/// How a variable's text is read.
+#[derive(Clone, Copy, Debug)]
+enum Form {
+    Text,
+    /// `true`/`false`, `1`/`0`, `on`/`off`, `yes`/`no`.
+    Flag,
+    /// A humantime duration (`90s`, `1h 30m`).
+    Duration,
+    /// A duration, or `off` for none.
+    DurationOrOff,
+    /// RFD 0226's JSON form of the load-balancing policy.
+    LbPolicy,
+    /// `name=host:port,name=host:port`.
+    AuthServers,
+}
+
+/// (variable, the key it overrides, how it is read).
+const TABLE: &[(&str, &str, Form)] = &[
+    ("LIFELINE_LISTEN", "server.listen", Form::Text),
+    ("LIFELINE_GRPC_LISTEN", "server.grpc_listen", Form::Text),
+    (
+        "LIFELINE_HTTP_CLOSE_UNHEALTHY",
+        "server.http_close_unhealthy",
+        Form::Flag,
+    ),
+    ("LIFELINE_CLUSTER_ADDR", "cluster.addr", Form::Text),
+    ("LIFELINE_DB", "storage.path", Form::Text),
+    ("LIFELINE_RETENTION", "storage.retention", Form::Duration),
+    (
+        "LIFELINE_AUDIT_RETENTION",
+        "storage.audit_retention",
+        Form::Duration,
+    ),
+    (
+        "LIFELINE_AUTH_UNKNOWN_GRACE",
+        "health.unknown_grace",
+        Form::Duration,
+    ),
+    (
+        "LIFELINE_GRPC_CLIENT_LB_POLICY",
+        "signals.grpc_client_lb_policy",
+        Form::LbPolicy,
+    ),
+    (
+        "LIFELINE_FULL_DISCOVERY",
+        "signals.full_discovery",
+        Form::Flag,
+    ),
+    (
+        "LIFELINE_AUTO_RECONNECT",
+        "signals.auto_reconnect",
+        Form::Flag,
+    ),
+    (
+        "LIFELINE_RECONNECT_INTERVAL",
+        "signals.reconnect_interval",
+        Form::DurationOrOff,
+    ),
+    (
+        "LIFELINE_GRACEFUL_TUNNEL_CLOSING",
+        "signals.graceful_tunnel_closing",
+        Form::Flag,
+    ),
+    ("LIFELINE_AUTH_SERVERS", "auth_servers", Form::AuthServers),
+];
+
+/// One set variable, as a figment layer.
+pub(super) struct Override {
+    pub var: &'static str,
+    key: &'static str,
+    /// `None`: the variable turns the key off (`LIFELINE_RECONNECT_INTERVAL=off`).
+    value: Option<Value>,
+}
+
+impl Override {
+    fn name(&self) -> String {
+        format!("environment variable {}", self.var)
+    }
+
+    /// True when `e` arose from this layer's value.
+    pub fn named_in(&self, e: &figment::Error) -> bool {
+        e.metadata.as_ref().is_some_and(|m| m.name == self.name())
+    }
+
+    /// What a layer cannot say in figment's terms: "none".
+    pub fn finish(&self, cfg: &mut Config) {
+        if self.value.is_none() {
+            if self.key == "signals.reconnect_interval" {
+                cfg.signals.reconnect_interval = None;
+            }
+            cfg.explicit.insert(self.key.to_string(), self.name());
+        }
+    }
+}
+
+impl Provider for Override {
+    fn metadata(&self) -> Metadata {
+        Metadata::named(self.name())
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        Ok(match &self.value {
+            Some(v) => Profile::Default.collect(
+                figment::util::nest(self.key, v.clone())
+                    .into_dict()
+                    .unwrap_or_default(),
+            ),
+            None => Map::new(),
+        })
+    }
+}
+
+/// The layers for every set variable, in table order.
+pub(super) fn overrides(
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<Override>, ConfigError> {
+    let mut out = Vec::new();
+    for &(var, key, form) in TABLE {
+        let Some(text) = env(var) else {
+            continue;
+        };
+        let bad = |message: String| ConfigError::Env { var, message };
+        let value = match form {
+            Form::Text => Some(Value::from(text)),
+            Form::Flag => Some(Value::from(match text.trim() {
+                "1" | "true" | "on" | "yes" => true,
+                "0" | "false" | "off" | "no" => false,
+                _ => return Err(bad(format!("{text:?} is not a boolean (true/false)"))),
+            })),
+            Form::Duration => {
+                humantime::parse_duration(text.trim())
+                    .map_err(|e| bad(format!("invalid duration {text:?}: {e}")))?;
+                Some(Value::from(text.trim().to_string()))
+            }
+            Form::DurationOrOff => match text.trim() {
+                "" | "off" => None,
+                t => {
+                    humantime::parse_duration(t)
+                        .map_err(|e| bad(format!("invalid duration {t:?}: {e}")))?;
+                    Some(Value::from(t.to_string()))
+                }
+            },
+            Form::LbPolicy => {
+                LbPolicy::parse(&text).map_err(|e| bad(e.to_string()))?;
+                Some(Value::from(text))
+            }
+            Form::AuthServers => {
+                let mut list = Vec::new();
+                for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                    let (name, addr) = item
+                        .split_once('=')
+                        .ok_or_else(|| bad(format!("{item:?} is not name=host:port")))?;
+                    let mut d = Dict::new();
+                    d.insert("name".into(), Value::from(name.trim().to_string()));
+                    d.insert("addr".into(), Value::from(addr.trim().to_string()));
+                    list.push(Value::from(d));
+                }
+                Some(Value::from(list))
+            }
+        };
+        out.push(Override { var, key, value });
+    }
+    Ok(out)
+}

@@ -1,0 +1,149 @@
+//! `[signals]`: discovery, automatic and periodic reconnects, graceful
+//! tunnel closing, the agents' stream limits and the load-balancing policy.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{invalid, positive, ConfigError, Ratio};
+use crate::model::LbPolicy;
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SignalsConfig {
+    /// The client load-balancing policy served by `GetServiceConfig`, in
+    /// RFD 0226's JSON form; empty means pick_first.
+    /// Env: `LIFELINE_GRPC_CLIENT_LB_POLICY`.
+    pub grpc_client_lb_policy: String,
+    /// Send every agent the full proxy list on every change and every
+    /// `full_discovery_interval` (Teleport before RFD 0226), instead of deltas.
+    /// Env: `LIFELINE_FULL_DISCOVERY`.
+    pub full_discovery: bool,
+    #[serde(with = "humantime_serde")]
+    pub full_discovery_interval: Duration,
+    /// Proxy changes remembered for deltas; a stream further behind gets one
+    /// full Discovery instead.
+    pub discovery_backlog: usize,
+    /// A delta naming more proxies than this is sent as one full Discovery.
+    pub max_delta_proxies: usize,
+    /// Reconnect agents stranded with `no_live_tunnel` or holding a tunnel to
+    /// an expired proxy. Env: `LIFELINE_AUTO_RECONNECT`.
+    pub auto_reconnect: bool,
+    #[serde(with = "humantime_serde")]
+    pub reconnect_backoff_base: Duration,
+    #[serde(with = "humantime_serde")]
+    pub reconnect_backoff_cap: Duration,
+    /// Automatic reconnects pause when more than this share of agents turn
+    /// stranded within `storm_window`.
+    pub storm_share: Ratio,
+    #[serde(with = "humantime_serde")]
+    pub storm_window: Duration,
+    /// Send every agent a Reconnect at this interval plus jitter; off when
+    /// unset. Env: `LIFELINE_RECONNECT_INTERVAL` (`off` to disable).
+    #[serde(with = "humantime_serde::option")]
+    pub reconnect_interval: Option<Duration>,
+    /// At most this many periodic reconnects per second.
+    pub periodic_max_per_second: u32,
+    /// Close tunnels beyond an agent's `desired_tunnels` once the proxy
+    /// topology has been still for `graceful_threshold` (randomised up to
+    /// twice that). Env: `LIFELINE_GRACEFUL_TUNNEL_CLOSING`.
+    pub graceful_tunnel_closing: bool,
+    #[serde(with = "humantime_serde")]
+    pub graceful_threshold: Duration,
+    /// Signals queued per agent stream; a full queue makes a signal
+    /// `undeliverable` rather than growing memory.
+    pub signal_queue: usize,
+    /// A signal not acked within this is recorded as `timeout`.
+    #[serde(with = "humantime_serde")]
+    pub ack_timeout: Duration,
+    /// How long an agent may take to send `Hello`.
+    #[serde(with = "humantime_serde")]
+    pub hello_timeout: Duration,
+    /// Largest gRPC message accepted from or sent to an agent.
+    pub max_message_bytes: usize,
+}
+
+impl Default for SignalsConfig {
+    fn default() -> Self {
+        SignalsConfig {
+            grpc_client_lb_policy: String::new(),
+            full_discovery: false,
+            full_discovery_interval: Duration::from_secs(120),
+            discovery_backlog: 4096,
+            max_delta_proxies: 512,
+            auto_reconnect: true,
+            reconnect_backoff_base: Duration::from_secs(1),
+            reconnect_backoff_cap: Duration::from_secs(16),
+            storm_share: Ratio::HALF,
+            storm_window: Duration::from_secs(10),
+            reconnect_interval: None,
+            periodic_max_per_second: 50,
+            graceful_tunnel_closing: false,
+            graceful_threshold: Duration::from_secs(30 * 60),
+            signal_queue: 64,
+            ack_timeout: Duration::from_secs(30),
+            hello_timeout: Duration::from_secs(10),
+            max_message_bytes: 4 * 1024 * 1024,
+        }
+    }
+}
+
+impl SignalsConfig {
+    /// The parsed `grpc_client_lb_policy`.
+    pub fn lb_policy(&self) -> Result<LbPolicy, ConfigError> {
+        LbPolicy::parse(&self.grpc_client_lb_policy)
+            .map_err(|e| invalid("signals.grpc_client_lb_policy", e.to_string()))
+    }
+
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        self.lb_policy()?;
+        positive(
+            "signals.full_discovery_interval",
+            self.full_discovery_interval,
+        )?;
+        if self.discovery_backlog < 16 {
+            return Err(invalid("signals.discovery_backlog", "must be at least 16"));
+        }
+        if self.max_delta_proxies == 0 {
+            return Err(invalid("signals.max_delta_proxies", "must be at least 1"));
+        }
+        positive(
+            "signals.reconnect_backoff_base",
+            self.reconnect_backoff_base,
+        )?;
+        if self.reconnect_backoff_cap < self.reconnect_backoff_base {
+            return Err(invalid(
+                "signals.reconnect_backoff_cap",
+                "must not be smaller than signals.reconnect_backoff_base",
+            ));
+        }
+        if self.storm_share.get() == 0.0 {
+            return Err(invalid("signals.storm_share", "must be in (0, 1], got 0"));
+        }
+        positive("signals.storm_window", self.storm_window)?;
+        if let Some(i) = self.reconnect_interval {
+            if i < Duration::from_secs(1) {
+                return Err(invalid("signals.reconnect_interval", "must be at least 1s"));
+            }
+        }
+        if self.periodic_max_per_second == 0 {
+            return Err(invalid(
+                "signals.periodic_max_per_second",
+                "must be at least 1",
+            ));
+        }
+        positive("signals.graceful_threshold", self.graceful_threshold)?;
+        if self.signal_queue == 0 {
+            return Err(invalid("signals.signal_queue", "must be at least 1"));
+        }
+        positive("signals.ack_timeout", self.ack_timeout)?;
+        positive("signals.hello_timeout", self.hello_timeout)?;
+        if self.max_message_bytes < 64 * 1024 {
+            return Err(invalid(
+                "signals.max_message_bytes",
+                "must be at least 65536",
+            ));
+        }
+        Ok(())
+    }
+}
