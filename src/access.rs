@@ -9,10 +9,11 @@
 //! Must not touch: HTTP or gRPC framing (the `http` room and the gRPC
 //! interceptor call in here), settings, the fleet.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::num::NonZeroU32;
 use std::time::Duration;
 
+use governor::state::keyed::DefaultKeyedStateStore;
+use governor::{Quota, RateLimiter};
 use hmac::{Hmac, KeyInit, Mac};
 use rand::RngCore;
 use serde::Serialize;
@@ -66,8 +67,28 @@ fn parse_hash(h: &str) -> Option<[u8; 32]> {
     raw.try_into().ok()
 }
 
-/// Most agents remembered by the reconnect limiter before old entries go.
+/// Most agents remembered by the reconnect limiter before the ones whose
+/// limit has run out are forgotten.
 const MAX_LIMITED: usize = 100_000;
+
+/// The limiter's view of Lifeline's clock (so paused test time moves it).
+#[derive(Clone)]
+struct LimiterClock(Clock);
+
+impl governor::clock::Clock for LimiterClock {
+    type Instant = Duration;
+    fn now(&self) -> Duration {
+        Duration::from_micros(u64::try_from(self.0.now().as_micros()).unwrap_or(0))
+    }
+}
+
+/// One manual reconnect per agent per interval (GCRA, burst of one).
+type ReconnectLimiter = RateLimiter<
+    String,
+    DefaultKeyedStateStore<String>,
+    LimiterClock,
+    governor::middleware::NoOpMiddleware<Duration>,
+>;
 
 pub struct Access {
     tokens: Vec<Token>,
@@ -78,7 +99,7 @@ pub struct Access {
     session_ttl: Duration,
     clock: Clock,
     reconnect_every: Duration,
-    last_reconnect: Mutex<HashMap<String, Ts>>,
+    reconnects: ReconnectLimiter,
 }
 
 /// Session cookie name.
@@ -111,7 +132,14 @@ impl Access {
             session_ttl: cfg.session_ttl,
             clock,
             reconnect_every: cfg.manual_reconnect_interval,
-            last_reconnect: Mutex::new(HashMap::new()),
+            reconnects: RateLimiter::new(
+                // A validated config makes it positive; a second otherwise.
+                Quota::with_period(cfg.manual_reconnect_interval)
+                    .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
+                    .allow_burst(NonZeroU32::MIN),
+                DefaultKeyedStateStore::default(),
+                LimiterClock(clock),
+            ),
         }
     }
 
@@ -187,23 +215,14 @@ impl Access {
 
     /// Admits a manual reconnect of `agent`, or says how long to wait.
     pub fn admit_reconnect(&self, agent: &str) -> Result<(), Duration> {
-        let now = self.clock.now();
-        let mut m = self
-            .last_reconnect
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some(last) = m.get(agent) {
-            let since = now.since(*last);
-            if since < self.reconnect_every {
-                return Err(self.reconnect_every - since);
-            }
+        if self.reconnects.len() >= MAX_LIMITED {
+            self.reconnects.retain_recent();
         }
-        if m.len() >= MAX_LIMITED {
-            let every = self.reconnect_every;
-            m.retain(|_, t| now.since(*t) < every);
-        }
-        m.insert(agent.to_string(), now);
-        Ok(())
+        self.reconnects
+            .check_key(&agent.to_string())
+            .map_err(|not_until| {
+                not_until.wait_time_from(governor::clock::Clock::now(&LimiterClock(self.clock)))
+            })
     }
 
     pub fn reconnect_every(&self) -> Duration {

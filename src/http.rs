@@ -89,15 +89,35 @@ pub fn router(state: AppState) -> Router {
         )
 }
 
-/// The value of cookie `name` in the request, if present.
+/// The value of cookie `name` in the request, if present (parsed by the
+/// `cookie` crate; a malformed pair is skipped, not an error).
 pub fn cookie(h: &axum::http::HeaderMap, name: &str) -> Option<String> {
     h.get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v.to_string())
+        .flat_map(::cookie::Cookie::split_parse)
+        .filter_map(Result::ok)
+        .find(|c| c.name() == name)
+        .map(|c| c.value().to_string())
+}
+
+/// A `Set-Cookie` value for the dashboard: `Path=/`, `HttpOnly`,
+/// `SameSite=Strict`; `max_age` when it should outlive the browser
+/// session (zero deletes it).
+pub fn set_cookie(
+    name: &str,
+    value: &str,
+    max_age: Option<std::time::Duration>,
+) -> Option<HeaderValue> {
+    let mut c = ::cookie::Cookie::build((name, value))
+        .path("/")
+        .http_only(true)
+        .same_site(::cookie::SameSite::Strict);
+    if let Some(age) = max_age {
+        let secs = i64::try_from(age.as_secs()).unwrap_or(i64::MAX);
+        c = c.max_age(::cookie::time::Duration::seconds(secs));
+    }
+    HeaderValue::from_str(&c.build().to_string()).ok()
 }
 
 /// Every 413 (from the body limit layer or an extractor that hit it) as
@@ -120,4 +140,24 @@ async fn close_unhealthy(State(st): State<AppState>, req: Request, next: Next) -
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cookies_are_found_by_name_and_junk_is_skipped() {
+        let mut h = axum::http::HeaderMap::new();
+        h.append(header::COOKIE, HeaderValue::from_static("junk; a=1; b=two"));
+        h.append(header::COOKIE, HeaderValue::from_static("c=3"));
+        assert_eq!(cookie(&h, "b").as_deref(), Some("two"));
+        assert_eq!(cookie(&h, "c").as_deref(), Some("3"));
+        assert_eq!(cookie(&h, "junk"), None);
+        let set = set_cookie("s", "v", Some(std::time::Duration::from_secs(60))).unwrap();
+        let set = set.to_str().unwrap();
+        for part in ["s=v", "Path=/", "HttpOnly", "SameSite=Strict", "Max-Age=60"] {
+            assert!(set.contains(part), "{set}");
+        }
+    }
 }

@@ -160,7 +160,9 @@ impl Ctx {
                 security_headers(h);
                 h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
                 if self.session.new {
-                    h.insert(header::SET_COOKIE, csrf::set_cookie(&self.session.id));
+                    if let Some(v) = csrf::set_cookie(&self.session.id) {
+                        h.insert(header::SET_COOKIE, v);
+                    }
                 }
                 let us = self.started.elapsed().as_micros();
                 if let Ok(v) = HeaderValue::from_str(&format!(

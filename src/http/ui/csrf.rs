@@ -79,10 +79,8 @@ pub fn session(headers: &HeaderMap) -> Session {
     }
 }
 
-pub fn set_cookie(id: &str) -> HeaderValue {
-    // The id is hex, so the header value is always valid.
-    HeaderValue::from_str(&format!("{COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict"))
-        .unwrap_or_else(|_| HeaderValue::from_static("lifeline_csrf=; Path=/"))
+pub fn set_cookie(id: &str) -> Option<HeaderValue> {
+    crate::http::set_cookie(COOKIE, id, None)
 }
 
 /// Why a form POST was refused.

@@ -5,7 +5,7 @@
 
 use askama::Template;
 use axum::extract::State;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use tracing::info;
@@ -13,7 +13,7 @@ use tracing::info;
 use super::actions::{see_other, Checked, CsrfForm};
 use super::{Ctx, Layout, UiQuery};
 use crate::access::SESSION_COOKIE;
-use crate::http::AppState;
+use crate::http::{set_cookie, AppState};
 use crate::stats::Stats;
 
 #[derive(Template)]
@@ -99,12 +99,8 @@ pub async fn sign_in(
         );
     };
     info!(token = %p.name, "signed in to the dashboard");
-    let cookie = format!(
-        "{SESSION_COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
-        st.access.session_ttl().as_secs()
-    );
     let mut r = see_other(&next);
-    if let Ok(v) = HeaderValue::from_str(&cookie) {
+    if let Some(v) = set_cookie(SESSION_COOKIE, &value, Some(st.access.session_ttl())) {
         r.headers_mut().insert(header::SET_COOKIE, v);
     }
     r
@@ -124,9 +120,8 @@ impl CsrfForm for SignoutForm {
 
 pub async fn sign_out(Checked { .. }: Checked<SignoutForm>) -> impl IntoResponse {
     let mut r = see_other("/");
-    r.headers_mut().insert(
-        header::SET_COOKIE,
-        HeaderValue::from_static("lifeline_session=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"),
-    );
+    if let Some(v) = set_cookie(SESSION_COOKIE, "", Some(std::time::Duration::ZERO)) {
+        r.headers_mut().insert(header::SET_COOKIE, v);
+    }
     r
 }
