@@ -104,8 +104,6 @@ pub struct Stats {
 pub struct Histograms {
     recorder: PrometheusRecorder,
     handle: PrometheusHandle,
-    /// `/metrics` has given its families their help text.
-    described: std::sync::Once,
     /// Condition began (expiry instant, health transition) → agent flagged.
     pub detection: Histogram,
     /// Signal created → agent's ack, by kind (`SignalKind`).
@@ -171,7 +169,6 @@ impl Default for Histograms {
         Histograms {
             recorder,
             handle,
-            described: std::sync::Once::new(),
             detection,
             signal,
             store_batch_rows,
@@ -191,13 +188,6 @@ impl Histograms {
     /// (for the gauges and counters `/metrics` sets from current state).
     pub fn with_recorder<R>(&self, f: impl FnOnce() -> R) -> R {
         metrics::with_local_recorder(&self.recorder, f)
-    }
-
-    /// Runs `f` (which describes metric families) with this instance's
-    /// recorder, once in the instance's life.
-    pub fn describe_once(&self, f: impl FnOnce()) {
-        self.described
-            .call_once(|| metrics::with_local_recorder(&self.recorder, f));
     }
 
     /// The Prometheus text exposition of everything recorded.

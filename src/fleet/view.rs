@@ -137,7 +137,6 @@ pub struct Gauges {
     pub proxies: ProxyCounts,
     pub auth_servers: BTreeMap<&'static str, usize>,
     pub kinds: Vec<(Kind, KindStatus)>,
-    pub links: usize,
 }
 
 pub fn gauges(f: &Fleet) -> Gauges {
@@ -146,7 +145,6 @@ pub fn gauges(f: &Fleet) -> Gauges {
         proxies: proxy_counts(f),
         auth_servers: auth_counts(f),
         kinds: Kind::ALL.iter().map(|k| (*k, f.kind(*k))).collect(),
-        links: f.links.len(),
     }
 }
 
