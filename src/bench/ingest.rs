@@ -1,0 +1,241 @@
+//! `bench ingest`: heartbeat events through validation, the fleet and into
+//! SQLite, against raw inserts; and the cost of exporting traces.
+
+use super::*;
+
+/// One pass of the ingest pipeline: a fresh cluster and Lifeline, `events`
+/// heartbeats streamed, timed until applied and until committed.
+pub(super) struct IngestLeg {
+    applied_at: Duration,
+    pipeline: Duration,
+    dropped: u64,
+    templates: Vec<pb::Server>,
+    base: Ts,
+}
+
+pub(super) async fn ingest_leg(
+    agents: usize,
+    proxies: usize,
+    events: usize,
+    scratch: &Scratch,
+    db: &str,
+) -> Result<IngestLeg, BenchError> {
+    let clock = Clock::system();
+    let sim = SimCluster::start(spec(agents, proxies, 2, events + 1024), clock)
+        .await
+        .map_err(BenchError::Sim)?;
+    let ll = Lifeline::start_tuned(
+        &config(&sim, scratch.db(db), 5000),
+        clock,
+        Tuning::default(),
+    )
+    .await?;
+    ll.fleet.wait_ready().await?;
+    ll.fleet.flush().await?;
+
+    // The stream: heartbeats round-robin over every agent and proxy, each
+    // moving `expires` so each is a real heartbeat.
+    let names: Vec<(Kind, String)> = (0..agents)
+        .map(|i| (Kind::Agent, agent_name(i)))
+        .chain((0..proxies).map(|i| (Kind::Proxy, proxy_name(i))))
+        .collect();
+    let mut templates = Vec::with_capacity(names.len());
+    for (k, n) in &names {
+        if let Some(s) = sim.get_server(*k, n).await {
+            templates.push(s);
+        }
+    }
+    let base = clock.now().saturating_add(Duration::from_secs(600));
+    let stream: Vec<pb::Event> = (0..events)
+        .map(|i| {
+            let mut s = templates[i % templates.len()].clone();
+            s.expires = Some(crate::proto::to_timestamp(Ts(base.as_micros() + i as i64)));
+            put_server(s)
+        })
+        .collect();
+
+    let applied0 = ll.stats.events_applied.load(Ordering::Relaxed);
+    let tx = sim.sender();
+    let t0 = Instant::now();
+    for ev in stream {
+        let _ = tx.send(ev);
+    }
+    let stats = ll.stats.clone();
+    wait_until("ingest pipeline", Duration::from_secs(600), || {
+        stats.events_applied.load(Ordering::Relaxed) >= applied0 + events as u64
+    })
+    .await?;
+    let applied_at = t0.elapsed();
+    ll.fleet.flush().await?;
+    let pipeline = t0.elapsed();
+    let dropped = ll.stats.store_events_dropped.load(Ordering::Relaxed);
+    ll.shutdown().await;
+    sim.shutdown();
+    Ok(IngestLeg {
+        applied_at,
+        pipeline,
+        dropped,
+        templates,
+        base,
+    })
+}
+
+/// Export off vs on in this process: the OTLP layer is installed by `main`
+/// and switched, spans go to the local receiver `sink`. Off is what a
+/// Lifeline without a collector pays. Each round runs an off and an on leg
+/// back to back, in alternating order; the figure is the median of the
+/// rounds' on/off ratios, since neighbouring legs share the machine's slow
+/// drifts.
+pub(super) async fn ingest_export(
+    agents: usize,
+    proxies: usize,
+    events: usize,
+    rounds: usize,
+    scratch: &Scratch,
+    sink: &Sink,
+) -> Result<Value, BenchError> {
+    let received0 = sink.received();
+    let exported0 = SPANS.exported.load(Ordering::Relaxed);
+    let dropped0 = SPANS.dropped_queue_full.load(Ordering::Relaxed)
+        + SPANS.export_failed.load(Ordering::Relaxed);
+    let (mut off, mut on, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds.max(1) {
+        let mut pair = [0f64; 2];
+        // Alternate which leg goes first, so an order effect cancels.
+        let order = if round % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        for export in order {
+            otlp::set_enabled(export);
+            let leg = ingest_leg(
+                agents,
+                proxies,
+                events,
+                scratch,
+                &format!("export-{export}-{round}.db"),
+            )
+            .await;
+            otlp::set_enabled(false);
+            pair[usize::from(export)] = events as f64 / leg?.pipeline.as_secs_f64();
+        }
+        off.push(pair[0].round());
+        on.push(pair[1].round());
+        ratios.push((pair[1] / pair[0] * 1000.0).round() / 1000.0);
+    }
+    // Count what reached the receiver once the exporter's queue is empty
+    // (it sends in batches, on a delay), bounded in time.
+    let settle = Instant::now()
+        + crate::config::TelemetryConfig::default().batch_delay * 3
+        + Duration::from_secs(5);
+    let mut still = 0;
+    while still < 5 && Instant::now() < settle {
+        let idle = SPANS.queued.load(Ordering::Relaxed) == 0
+            && sink.received() - received0 >= SPANS.exported.load(Ordering::Relaxed) - exported0;
+        still = if idle { still + 1 } else { 0 };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut sorted = ratios.clone();
+    sorted.sort_by(f64::total_cmp);
+    Ok(json!({
+        "collector": sink.endpoint(),
+        "off_events_per_s": off,
+        "on_events_per_s": on,
+        "round_ratios": ratios,
+        "ratio": sorted[sorted.len() / 2],
+        "spans_received": sink.received() - received0,
+        "spans_lost": SPANS.dropped_queue_full.load(Ordering::Relaxed)
+            + SPANS.export_failed.load(Ordering::Relaxed) - dropped0,
+        "method": "rounds of an off and an on leg, order alternating; ratio = median of the rounds' on/off",
+        "target": {"ratio": 0.9},
+    }))
+}
+
+pub(super) async fn ingest(
+    agents: usize,
+    proxies: usize,
+    events: usize,
+    export_rounds: usize,
+    export: Option<&Sink>,
+) -> Result<Value, BenchError> {
+    let clock = Clock::system();
+    let scratch = Scratch::new("ingest");
+    let IngestLeg {
+        applied_at,
+        pipeline,
+        dropped,
+        templates,
+        base,
+    } = ingest_leg(agents, proxies, events, &scratch, "pipeline.db").await?;
+
+    // The same rows, straight into SQLite in batches.
+    let db = store::open(&scratch.db("raw.db"), store::ACQUIRE_TIMEOUT).await?;
+    let rows: Vec<Server> = templates
+        .iter()
+        .filter_map(|s| {
+            crate::ingest::validate::server(
+                s.clone(),
+                clock.now(),
+                &crate::ingest::validate::Limits {
+                    default_ttl: Duration::from_secs(600),
+                    max_expired_age: Duration::from_secs(3600),
+                    max_ttl: Duration::from_secs(7 * 86400),
+                },
+            )
+            .ok()
+        })
+        .collect();
+    let now = clock.now();
+    let batch_size = 5000;
+    let t0 = Instant::now();
+    let mut i = 0;
+    while i < events {
+        let mut b = WriteBatch::default();
+        for j in i..(i + batch_size).min(events) {
+            let mut s = rows[j % rows.len()].clone();
+            s.expires = Ts(base.as_micros() + j as i64);
+            b.event(
+                EventRow {
+                    at: now,
+                    kind: s.kind.as_str(),
+                    name: s.name.clone(),
+                    event: "heartbeat",
+                    expires: Some(s.expires),
+                    ttl_us: Some(crate::clock::dur_micros(s.ttl)),
+                    detail: String::new(),
+                },
+                usize::MAX,
+            );
+            b.put_server(&s);
+        }
+        store::writer::commit(&db, &b).await?;
+        i += batch_size;
+    }
+    let raw = t0.elapsed();
+    db.close().await;
+
+    let p_rate = events as f64 / pipeline.as_secs_f64();
+    let r_rate = events as f64 / raw.as_secs_f64();
+    Ok(json!({
+        "scenario": "ingest",
+        "agents": agents,
+        "proxies": proxies,
+        "events": events,
+        "pipeline_seconds": pipeline.as_secs_f64(),
+        "applied_in_fleet_seconds": applied_at.as_secs_f64(),
+        "pipeline_events_per_s": p_rate.round(),
+        "raw_insert_seconds": raw.as_secs_f64(),
+        "raw_insert_events_per_s": r_rate.round(),
+        "ratio": (p_rate / r_rate * 1000.0).round() / 1000.0,
+        "history_rows_dropped": dropped,
+        "target": {"pipeline_events_per_s": 100000, "ratio": 0.5},
+        "export": match export {
+            Some(sink) => {
+                ingest_export(agents, proxies, events, export_rounds, &scratch, sink).await?
+            }
+            None => Value::Null,
+        },
+        "peak_rss_kib": peak_rss_kib(),
+    }))
+}
