@@ -11,10 +11,12 @@ use serde::{Deserialize, Serialize};
 use crate::clock::Ts;
 
 mod change;
+mod history;
 mod lb_policy;
 mod signal;
 
 pub use change::{Change, Op, RejectCode, Rejection, MAX_NAME_LEN};
+pub use history::HistoryEvent;
 pub use lb_policy::{LbMode, LbPolicy, PolicyError};
 pub use signal::{Outcome, SignalKind};
 

@@ -200,7 +200,7 @@ pub(super) async fn ingest(
                     at: now,
                     kind: s.kind.as_str(),
                     name: s.name.clone(),
-                    event: "heartbeat",
+                    event: crate::model::HistoryEvent::Heartbeat,
                     expires: Some(s.expires),
                     ttl_us: Some(crate::clock::dur_micros(s.ttl)),
                     detail: String::new(),

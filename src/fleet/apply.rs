@@ -8,7 +8,7 @@ use super::schedule::TimerKey;
 use super::state::{AgentEntry, AuthEntry, Fleet, Link, ResEntry, TunnelEntry};
 use super::{HealthUpdate, Ingested};
 use crate::clock::{dur_micros, Ts};
-use crate::model::{Change, Health, Kind, Server, Tunnel};
+use crate::model::{Change, Health, HistoryEvent, Kind, Server, Tunnel};
 use crate::stats::Stats;
 use crate::store::{EpisodeOp, EventRow, HealthRow};
 
@@ -39,7 +39,7 @@ impl Fleet {
                         at: now,
                         kind,
                         name: r.name.clone(),
-                        event: "rejected",
+                        event: HistoryEvent::Rejected,
                         expires: None,
                         ttl_us: None,
                         detail: format!("{}: {}", r.code.as_str(), r.message),
@@ -126,7 +126,7 @@ impl Fleet {
             }
             Kind::TunnelConnection => return,
         };
-        if event == "heartbeat" {
+        if event == HistoryEvent::Heartbeat {
             Stats::inc(&self.stats.heartbeats);
         }
         self.history(EventRow {
@@ -194,14 +194,14 @@ impl Fleet {
             Kind::TunnelConnection => false,
         };
         if existed {
-            self.note(kind.as_str(), name, "delete", String::new());
+            self.note(kind.as_str(), name, HistoryEvent::Delete, String::new());
         }
     }
 
     pub(super) fn put_tunnel(&mut self, t: Tunnel, now: Ts) {
         self.pending.put_tunnel(&t);
         let expired = t.expires.is_some_and(|e| e <= now);
-        let mut event = "added";
+        let mut event = HistoryEvent::Added;
         let old = self.tunnels.get(&t.name).map(|o| {
             let moved = o.tunnel.agent != t.agent || o.tunnel.proxy != t.proxy;
             // Only a moved tunnel needs its old record (to unindex it).
@@ -210,9 +210,9 @@ impl Fleet {
         match old {
             Some((old_expires, old_expired, moved)) => {
                 event = if old_expires != t.expires {
-                    "heartbeat"
+                    HistoryEvent::Heartbeat
                 } else {
-                    "update"
+                    HistoryEvent::Update
                 };
                 if let Some(old) = moved {
                     self.unindex_tunnel(&old);
@@ -253,7 +253,7 @@ impl Fleet {
             self.note(
                 Kind::TunnelConnection.as_str(),
                 name,
-                "delete",
+                HistoryEvent::Delete,
                 format!("{} → {}", old.tunnel.agent, old.tunnel.proxy),
             );
         }
@@ -292,7 +292,7 @@ impl Fleet {
         self.note(
             Kind::AuthServer.as_str(),
             &u.auth_server,
-            "health",
+            HistoryEvent::Health,
             format!("{} → {} ({})", from.as_str(), u.health.as_str(), u.detail),
         );
         if arm_grace {
@@ -316,7 +316,7 @@ impl Fleet {
                 self.note(
                     Kind::Agent.as_str(),
                     agent,
-                    "connected",
+                    HistoryEvent::Connected,
                     format!(
                         "signal stream open (version {}, wants {} tunnels)",
                         l.version, l.desired_tunnels
@@ -329,7 +329,7 @@ impl Fleet {
                     self.note(
                         Kind::Agent.as_str(),
                         agent,
-                        "disconnected",
+                        HistoryEvent::Disconnected,
                         "signal stream closed".into(),
                     );
                 }
@@ -383,7 +383,7 @@ impl Fleet {
 mod tests {
     use super::super::state::fixture::*;
     use super::super::Ingested;
-    use crate::model::{Change, Kind};
+    use crate::model::{Change, HistoryEvent, Kind};
 
     fn put(f: &mut super::Fleet, s: crate::model::Server) {
         f.apply(vec![Ingested::Change(Change::PutServer(s))]);
@@ -393,10 +393,10 @@ mod tests {
     /// either direction; a PUT with the same expiry is an update.
     #[tokio::test(start_paused = true)]
     async fn a_heartbeat_moves_the_expiry_an_update_does_not() {
-        let cases: [(&str, u64, &str); 3] = [
-            ("later expiry", 20, "heartbeat"),
-            ("same expiry", 10, "update"),
-            ("earlier expiry", 5, "heartbeat"),
+        let cases: [(&str, u64, HistoryEvent); 3] = [
+            ("later expiry", 20, HistoryEvent::Heartbeat),
+            ("same expiry", 10, HistoryEvent::Update),
+            ("earlier expiry", 5, HistoryEvent::Heartbeat),
         ];
         for (what, expires, event) in cases {
             let mut f = ready(&[("p1", 10)], &["a1"]);
@@ -410,7 +410,11 @@ mod tests {
                 .stats
                 .heartbeats
                 .load(std::sync::atomic::Ordering::Relaxed);
-            assert_eq!(after - before, u64::from(event == "heartbeat"), "{what}");
+            assert_eq!(
+                after - before,
+                u64::from(event == HistoryEvent::Heartbeat),
+                "{what}"
+            );
             assert_eq!(f.proxies["p1"].server.expires, at(expires), "{what}");
         }
     }

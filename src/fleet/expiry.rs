@@ -6,7 +6,7 @@ use tracing::{debug, warn};
 use super::schedule::TimerKey;
 use super::state::Fleet;
 use crate::clock::Ts;
-use crate::model::{Health, Kind};
+use crate::model::{Health, HistoryEvent, Kind};
 use crate::stats::Stats;
 use crate::store::EventRow;
 
@@ -73,7 +73,7 @@ impl Fleet {
             at: expires,
             kind: kind.as_str(),
             name: name.clone(),
-            event: "expired",
+            event: HistoryEvent::Expired,
             expires: Some(expires),
             ttl_us: None,
             detail: String::new(),

@@ -9,7 +9,7 @@ use super::schedule::TimerKey;
 use super::state::{AgentEntry, AuthEntry, Fleet, ResEntry, TunnelEntry};
 use super::{Resync, Snapshot, WatchState};
 use crate::clock::Ts;
-use crate::model::{AgentState, Cause, CauseKind, Health, Kind, Reasons};
+use crate::model::{AgentState, Cause, CauseKind, Health, HistoryEvent, Kind, Reasons};
 use crate::stats::Stats;
 use crate::store::read::Loaded;
 use crate::store::EpisodeOp;
@@ -129,7 +129,7 @@ impl Fleet {
             self.note(
                 kind.as_str(),
                 "",
-                "rejected_kind",
+                HistoryEvent::RejectedKind,
                 format!("generation {}", r.generation),
             );
         }
@@ -141,7 +141,7 @@ impl Fleet {
             self.note(
                 kind.as_str(),
                 "",
-                "resync",
+                HistoryEvent::Resync,
                 format!("generation {}: {count} listed", r.generation),
             );
         }
@@ -299,7 +299,7 @@ impl Fleet {
                 generation,
                 error, "watch stream lost: cluster data is stale until resync"
             );
-            self.note("watcher", "", "stale", error.to_string());
+            self.note("watcher", "", HistoryEvent::Stale, error.to_string());
             self.publish_readiness();
         }
     }

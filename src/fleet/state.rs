@@ -18,7 +18,7 @@ use super::{Changes, KindStatus, Readiness, StateChange, WatchState};
 use crate::clock::{Clock, Ts};
 use crate::fleet::board::Board;
 use crate::model::{
-    AgentState, Cause, CauseKind, Health, HealthMode, Kind, Reasons, Server, Tunnel,
+    AgentState, Cause, CauseKind, Health, HealthMode, HistoryEvent, Kind, Reasons, Server, Tunnel,
 };
 use crate::stats::Stats;
 use crate::store::WriteBatch;
@@ -37,7 +37,7 @@ pub struct Rules {
 }
 
 /// What one PUT did: (event name, liveness flipped or new, now expired).
-type Observed = (&'static str, bool, bool);
+type Observed = (HistoryEvent, bool, bool);
 
 /// A heartbeating resource as last seen.
 #[derive(Clone, Debug)]
@@ -63,14 +63,18 @@ impl ResEntry {
     pub(super) fn added(server: Server, now: Ts) -> (ResEntry, Observed) {
         let e = ResEntry::new(server, now);
         let expired = e.expired;
-        (e, ("added", true, expired))
+        (e, (HistoryEvent::Added, true, expired))
     }
 
     /// A PUT to a known resource: (event, liveness flipped, expired).
     pub(super) fn observe(&mut self, server: Server, now: Ts) -> Observed {
         let (hb, flipped) = self.update(server, now);
         (
-            if hb { "heartbeat" } else { "update" },
+            if hb {
+                HistoryEvent::Heartbeat
+            } else {
+                HistoryEvent::Update
+            },
             flipped,
             self.expired,
         )
@@ -457,7 +461,7 @@ pub(super) mod fixture {
     }
 
     /// History rows recorded so far for `name`, as event names.
-    pub fn events(f: &Fleet, name: &str) -> Vec<&'static str> {
+    pub fn events(f: &Fleet, name: &str) -> Vec<HistoryEvent> {
         f.pending
             .events
             .iter()

@@ -4,6 +4,7 @@
 
 use super::state::{Fleet, STATE_WRITE_EVERY};
 use crate::clock::Ts;
+use crate::model::HistoryEvent;
 use crate::store::{EventRow, WriteBatch};
 
 impl Fleet {
@@ -15,7 +16,7 @@ impl Fleet {
         &mut self,
         kind: &'static str,
         name: &str,
-        event: &'static str,
+        event: HistoryEvent,
         detail: String,
     ) {
         let now = self.now();
@@ -157,7 +158,7 @@ mod tests {
         let mut f = fleet();
         f.take_pending();
         f.pending.put_server(&proxy("p1", 5));
-        f.note("proxy", "p1", "update", String::new());
+        f.note("proxy", "p1", HistoryEvent::Update, String::new());
         let first = f.take_due();
         assert_eq!(first.events.len(), 1);
         assert!(!first.has_state(), "state waits for its period");

@@ -10,7 +10,7 @@ use super::error::{ApiError, ApiQuery};
 use super::AppState;
 use crate::clock::Ts;
 use crate::fleet::view::{self, AgentFilter};
-use crate::model::{AgentState, Kind};
+use crate::model::{AgentState, HistoryEvent, Kind};
 use crate::store::read::{self, EpisodeFilter, EventFilter};
 
 pub const DEFAULT_LIMIT: u32 = 100;
@@ -354,7 +354,16 @@ async fn events(
         since,
         kind: q.kind,
         name: nonempty("name", q.name)?,
-        event: nonempty("event", q.event)?,
+        event: nonempty("event", q.event)?
+            .map(|e| {
+                e.parse::<HistoryEvent>().map_err(|_| {
+                    ApiError::BadParameter(format!(
+                        "event {e:?} must be one of {}",
+                        HistoryEvent::names().join(", ")
+                    ))
+                })
+            })
+            .transpose()?,
         before: id_cursor(q.cursor)?,
         limit: limit(q.limit)?,
     };

@@ -6,7 +6,7 @@
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::clock::Ts;
-use crate::model::{Kind, Server, Tunnel};
+use crate::model::{HistoryEvent, Kind, Server, Tunnel};
 
 /// One row of history (`events` table).
 #[derive(Clone, Debug)]
@@ -14,8 +14,7 @@ pub struct EventRow {
     pub at: Ts,
     pub kind: &'static str,
     pub name: String,
-    /// heartbeat | update | delete | expired | resync | stale | rejected | health
-    pub event: &'static str,
+    pub event: HistoryEvent,
     pub expires: Option<Ts>,
     pub ttl_us: Option<i64>,
     pub detail: String,
@@ -195,7 +194,7 @@ mod tests {
                     at: Ts(i),
                     kind: "proxy",
                     name: "p".into(),
-                    event: "heartbeat",
+                    event: HistoryEvent::Heartbeat,
                     expires: None,
                     ttl_us: None,
                     detail: String::new(),

@@ -8,7 +8,7 @@ use serde::Serialize;
 use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 
 use crate::clock::Ts;
-use crate::model::{AgentState, Health, Server, Tunnel};
+use crate::model::{AgentState, Health, HistoryEvent, Server, Tunnel};
 
 #[derive(sqlx::FromRow)]
 struct ResourceRow {
@@ -225,7 +225,7 @@ struct EventDbRow {
     at_us: i64,
     kind: String,
     name: String,
-    event: String,
+    event: HistoryEvent,
     expires_us: Option<i64>,
     ttl_us: Option<i64>,
     detail: String,
@@ -238,7 +238,7 @@ pub struct EventView {
     pub at: Ts,
     pub kind: String,
     pub name: String,
-    pub event: String,
+    pub event: HistoryEvent,
     pub expires_at: Option<Ts>,
     pub ttl_ms: Option<i64>,
     pub detail: String,
@@ -249,7 +249,7 @@ pub struct EventFilter {
     pub since: Option<Ts>,
     pub kind: Option<String>,
     pub name: Option<String>,
-    pub event: Option<String>,
+    pub event: Option<HistoryEvent>,
     pub before: Option<i64>,
     pub limit: u32,
 }
@@ -268,7 +268,7 @@ pub async fn events(pool: &SqlitePool, f: &EventFilter) -> Result<Vec<EventView>
         q.push(" AND name = ").push_bind(n.as_str());
     }
     if let Some(e) = &f.event {
-        q.push(" AND event = ").push_bind(e.as_str());
+        q.push(" AND event = ").push_bind(*e);
     }
     if let Some(b) = f.before {
         q.push(" AND id < ").push_bind(b);

@@ -12,6 +12,7 @@ async fn bad_parameters_get_json_errors() {
     c.ready().await;
     let cases = [
         ("/api/v1/agents?limit=abc", 400, "limit"),
+        ("/api/v1/events?event=exploded", 400, "event"),
         ("/api/v1/agents?limit=0", 400, "limit"),
         ("/api/v1/agents?limit=5000", 400, "limit"),
         ("/api/v1/agents?state=lost", 400, "unknown variant"),

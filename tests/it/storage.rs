@@ -121,7 +121,7 @@ async fn pruning_removes_history_past_retention() {
                 at: lifeline::Ts(*at),
                 kind: "proxy",
                 name: format!("p{i}"),
-                event: "heartbeat",
+                event: lifeline::model::HistoryEvent::Heartbeat,
                 expires: None,
                 ttl_us: None,
                 detail: String::new(),

@@ -1,0 +1,59 @@
+//! What a history row records, one name from the fleet to SQLite and JSON.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    sqlx::Type,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+#[sqlx(rename_all = "snake_case")]
+pub enum HistoryEvent {
+    /// First seen.
+    Added,
+    /// A PUT that moved the expiry.
+    Heartbeat,
+    /// A PUT with the same expiry.
+    Update,
+    Delete,
+    Expired,
+    /// An input refused by validation.
+    Rejected,
+    /// The source cannot watch this kind.
+    RejectedKind,
+    /// A new watcher generation listed the kind.
+    Resync,
+    /// The watch stream was lost: the data is stale.
+    Stale,
+    /// An auth server's health changed.
+    Health,
+    /// An agent opened its signal stream.
+    Connected,
+    /// An agent's signal stream closed.
+    Disconnected,
+}
+
+impl HistoryEvent {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    /// Every event's name, for error messages.
+    pub fn names() -> Vec<&'static str> {
+        <HistoryEvent as strum::VariantArray>::VARIANTS
+            .iter()
+            .map(|e| e.as_str())
+            .collect()
+    }
+}
