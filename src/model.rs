@@ -16,7 +16,7 @@ mod lb_policy;
 mod signal;
 
 pub use change::{Change, Op, RejectCode, Rejection, MAX_NAME_LEN};
-pub use history::HistoryEvent;
+pub use history::{EndReason, HistoryEvent};
 pub use lb_policy::{LbMode, LbPolicy, PolicyError};
 pub use signal::{Outcome, SignalKind};
 
@@ -160,8 +160,9 @@ impl HealthMode {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
-#[derive(strum::IntoStaticStr, strum::EnumString)]
+#[derive(strum::IntoStaticStr, strum::EnumString, sqlx::Type)]
 #[strum(serialize_all = "snake_case")]
+#[sqlx(rename_all = "snake_case")]
 pub enum AgentState {
     Healthy,
     Degraded,

@@ -8,7 +8,7 @@ use super::schedule::TimerKey;
 use super::state::{AgentEntry, AuthEntry, Fleet, Link, ResEntry, TunnelEntry};
 use super::{HealthUpdate, Ingested};
 use crate::clock::{dur_micros, Ts};
-use crate::model::{Change, Health, HistoryEvent, Kind, Server, Tunnel};
+use crate::model::{Change, EndReason, Health, HistoryEvent, Kind, Server, Tunnel};
 use crate::stats::Stats;
 use crate::store::{EpisodeOp, EventRow, HealthRow};
 
@@ -183,7 +183,7 @@ impl Fleet {
                             id,
                             ended: now,
                             ended_by_signal: None,
-                            end_reason: "agent_deleted",
+                            end_reason: EndReason::AgentDeleted,
                         });
                     }
                     self.dirty.remove(name);

@@ -9,7 +9,7 @@ use super::schedule::TimerKey;
 use super::state::{AgentEntry, AuthEntry, Fleet, ResEntry, TunnelEntry};
 use super::{Resync, Snapshot, WatchState};
 use crate::clock::Ts;
-use crate::model::{AgentState, Cause, CauseKind, Health, HistoryEvent, Kind, Reasons};
+use crate::model::{Cause, EndReason, Health, HistoryEvent, Kind, Reasons};
 use crate::stats::Stats;
 use crate::store::read::Loaded;
 use crate::store::EpisodeOp;
@@ -61,10 +61,10 @@ impl Fleet {
         for ep in loaded.open_episodes {
             match self.agents.get_mut(&ep.agent) {
                 Some(a) => {
-                    a.state = AgentState::parse(&ep.state).unwrap_or(AgentState::Stranded);
+                    a.state = ep.state;
                     a.reasons = Reasons::parse_joined(&ep.reasons.join(","));
                     a.since = ep.started_at;
-                    a.cause = CauseKind::parse(&ep.cause).map(|kind| Cause {
+                    a.cause = ep.cause.map(|kind| Cause {
                         kind,
                         resource: ep.cause_resource.clone(),
                     });
@@ -74,7 +74,7 @@ impl Fleet {
                     id: ep.id,
                     ended: now,
                     ended_by_signal: None,
-                    end_reason: "agent_unknown",
+                    end_reason: EndReason::AgentUnknown,
                 }),
             }
         }
@@ -230,7 +230,7 @@ impl Fleet {
                                     id,
                                     ended: now,
                                     ended_by_signal: None,
-                                    end_reason: "agent_deleted",
+                                    end_reason: EndReason::AgentDeleted,
                                 });
                             }
                         }

@@ -7,7 +7,7 @@ use super::classify::{classify, Inputs, TunnelView, Verdict};
 use super::state::{Fleet, TunnelEntry};
 use super::{StateChange, WatchState};
 use crate::clock::Ts;
-use crate::model::{AgentState, CauseKind, Kind};
+use crate::model::{AgentState, CauseKind, EndReason, Kind};
 use crate::stats::Stats;
 use crate::store::EpisodeOp;
 use crate::telemetry::propagate::{self};
@@ -110,9 +110,9 @@ impl Fleet {
                     .filter(|(_, at)| *at >= started)
                     .map(|(id, _)| id);
                 let end_reason = if v.state == AgentState::Healthy {
-                    "recovered"
+                    EndReason::Recovered
                 } else {
-                    "state_changed"
+                    EndReason::StateChanged
                 };
                 let _close = propagate::child(a.trace.take().as_ref(), || {
                     info_span!(
@@ -120,7 +120,7 @@ impl Fleet {
                         "episode.close",
                         agent = %name,
                         episode = id,
-                        end_reason,
+                        end_reason = end_reason.as_str(),
                         ended_by_signal,
                         to = v.state.as_str(),
                         lasted_ms = since.since(started).as_secs_f64() * 1e3,
@@ -139,9 +139,9 @@ impl Fleet {
                 self.pending.episodes.push(EpisodeOp::Open {
                     id: next_id,
                     agent: name.to_string(),
-                    state: v.state.as_str(),
+                    state: v.state,
                     reasons: v.reasons.join(),
-                    cause: v.cause.as_ref().map_or("", |c| c.kind.as_str()),
+                    cause: v.cause.as_ref().map(|c| c.kind),
                     cause_resource: v
                         .cause
                         .as_ref()
@@ -175,7 +175,7 @@ impl Fleet {
                 self.pending.episodes.push(EpisodeOp::Update {
                     id,
                     reasons: v.reasons.join(),
-                    cause: v.cause.as_ref().map_or("", |c| c.kind.as_str()),
+                    cause: v.cause.as_ref().map(|c| c.kind),
                     cause_resource: v
                         .cause
                         .as_ref()

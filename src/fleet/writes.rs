@@ -122,7 +122,7 @@ mod tests {
             id,
             ended: Ts(0),
             ended_by_signal: None,
-            end_reason: "recovered",
+            end_reason: crate::model::EndReason::Recovered,
         }
     }
 

@@ -1,4 +1,5 @@
-//! What a history row records, one name from the fleet to SQLite and JSON.
+//! What history rows and episodes record, one name each from the fleet to
+//! SQLite and JSON.
 
 use serde::{Deserialize, Serialize};
 
@@ -55,5 +56,29 @@ impl HistoryEvent {
             .iter()
             .map(|e| e.as_str())
             .collect()
+    }
+}
+
+/// Why a stranded or degraded episode ended.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, sqlx::Type, strum::IntoStaticStr,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+#[sqlx(rename_all = "snake_case")]
+pub enum EndReason {
+    /// The agent turned healthy.
+    Recovered,
+    /// It moved between degraded and stranded: a new episode began.
+    StateChanged,
+    /// The cluster deleted the agent.
+    AgentDeleted,
+    /// At start, the agent was no longer known.
+    AgentUnknown,
+}
+
+impl EndReason {
+    pub fn as_str(self) -> &'static str {
+        self.into()
     }
 }

@@ -6,7 +6,7 @@
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::clock::Ts;
-use crate::model::{HistoryEvent, Kind, Server, Tunnel};
+use crate::model::{AgentState, CauseKind, EndReason, HistoryEvent, Kind, Server, Tunnel};
 
 /// One row of history (`events` table).
 #[derive(Clone, Debug)]
@@ -36,23 +36,23 @@ pub enum EpisodeOp {
     Open {
         id: i64,
         agent: String,
-        state: &'static str,
+        state: AgentState,
         reasons: String,
-        cause: &'static str,
+        cause: Option<CauseKind>,
         cause_resource: String,
         started: Ts,
     },
     Update {
         id: i64,
         reasons: String,
-        cause: &'static str,
+        cause: Option<CauseKind>,
         cause_resource: String,
     },
     Close {
         id: i64,
         ended: Ts,
         ended_by_signal: Option<i64>,
-        end_reason: &'static str,
+        end_reason: EndReason,
     },
 }
 
@@ -176,7 +176,7 @@ mod tests {
             id: 1,
             ended: Ts(1),
             ended_by_signal: None,
-            end_reason: "recovered",
+            end_reason: EndReason::Recovered,
         });
         let h = b.take_history();
         assert_eq!(h.episodes.len(), 1);

@@ -8,7 +8,7 @@ use serde::Serialize;
 use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 
 use crate::clock::Ts;
-use crate::model::{AgentState, Health, HistoryEvent, Server, Tunnel};
+use crate::model::{AgentState, CauseKind, EndReason, Health, HistoryEvent, Server, Tunnel};
 
 #[derive(sqlx::FromRow)]
 struct ResourceRow {
@@ -37,14 +37,14 @@ struct TunnelRow {
 struct EpisodeRow {
     id: i64,
     agent: String,
-    state: String,
+    state: AgentState,
     reasons: String,
     cause: String,
     cause_resource: String,
     started_us: i64,
     ended_us: Option<i64>,
     ended_by_signal: Option<i64>,
-    end_reason: Option<String>,
+    end_reason: Option<EndReason>,
 }
 
 /// One degraded or stranded period of an agent.
@@ -52,14 +52,20 @@ struct EpisodeRow {
 pub struct Episode {
     pub id: i64,
     pub agent: String,
-    pub state: String,
+    pub state: AgentState,
     pub reasons: Vec<String>,
-    pub cause: String,
+    /// `""` when there is none (as stored).
+    #[serde(serialize_with = "cause_or_empty")]
+    pub cause: Option<CauseKind>,
     pub cause_resource: String,
     pub started_at: Ts,
     pub ended_at: Option<Ts>,
     pub ended_by_signal: Option<i64>,
-    pub end_reason: Option<String>,
+    pub end_reason: Option<EndReason>,
+}
+
+fn cause_or_empty<S: serde::Serializer>(c: &Option<CauseKind>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(c.map_or("", CauseKind::as_str))
 }
 
 impl From<EpisodeRow> for Episode {
@@ -74,7 +80,7 @@ impl From<EpisodeRow> for Episode {
                 .filter(|s| !s.is_empty())
                 .map(str::to_string)
                 .collect(),
-            cause: r.cause,
+            cause: CauseKind::parse(&r.cause),
             cause_resource: r.cause_resource,
             started_at: Ts(r.started_us),
             ended_at: r.ended_us.map(Ts),

@@ -1,6 +1,7 @@
 //! One agent: its state and why, tunnels, history, episodes and signals.
 
 use super::*;
+use crate::model::CauseKind;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -116,7 +117,7 @@ pub async fn agent(
     let history = episodes
         .into_iter()
         .map(|e| {
-            let state = AgentState::parse(&e.state).unwrap_or(AgentState::Degraded);
+            let state = e.state;
             let end = e.ended_at.unwrap_or(now);
             HistoryItem {
                 icon: fmt::state_icon(state),
@@ -128,14 +129,17 @@ pub async fn agent(
                 },
                 lasted: fmt::compact(end.since(e.started_at)),
                 reasons: e.reasons.join(", "),
-                cause: if e.cause_resource.is_empty() {
-                    e.cause.clone()
-                } else {
-                    format!("{} {}", e.cause, e.cause_resource)
+                cause: {
+                    let cause = e.cause.map_or("", CauseKind::as_str);
+                    if e.cause_resource.is_empty() {
+                        cause.to_string()
+                    } else {
+                        format!("{cause} {}", e.cause_resource)
+                    }
                 },
                 ended_by_signal: e.ended_by_signal,
                 open: e.ended_at.is_none(),
-                state: e.state,
+                state: e.state.as_str().to_string(),
             }
         })
         .collect();
