@@ -221,7 +221,7 @@ impl Access {
         self.reconnects
             .check_key(&agent.to_string())
             .map_err(|not_until| {
-                not_until.wait_time_from(governor::clock::Clock::now(&LimiterClock(self.clock)))
+                not_until.wait_time_from(governor::clock::Clock::now(self.reconnects.clock()))
             })
     }
 

@@ -180,9 +180,6 @@ impl Config {
             }
         })?;
         cfg.explicit = sources(&fig);
-        for o in &overrides {
-            o.finish(&mut cfg);
-        }
         Ok(cfg)
     }
 
@@ -254,6 +251,18 @@ fn positive(field: &str, d: Duration) -> Result<(), ConfigError> {
     } else {
         Ok(())
     }
+}
+
+/// `{prefix}_base` positive and `{prefix}_cap` not below it.
+fn backoff_range(prefix: &str, base: Duration, cap: Duration) -> Result<(), ConfigError> {
+    positive(&format!("{prefix}_base"), base)?;
+    if cap < base {
+        return Err(invalid(
+            format!("{prefix}_cap"),
+            format!("must not be smaller than {prefix}_base"),
+        ));
+    }
+    Ok(())
 }
 
 /// `host:port` with a non-empty host and a numeric port.
@@ -358,6 +367,11 @@ mod tests {
         let c = Config::from_toml("[signals]\nstorm_share = 0.0\n").unwrap();
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("signals.storm_share"), "{e}");
+        let c = Config::from_toml("[signals]\nreconnect_interval = \"off\"\n").unwrap();
+        assert_eq!(
+            c.signals.reconnect_interval, None,
+            "the file says off as the variable does"
+        );
         let c = Config::from_toml("[signals]\nreconnect_interval = \"100ms\"\n").unwrap();
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("signals.reconnect_interval"), "{e}");

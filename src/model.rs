@@ -20,6 +20,15 @@ pub use history::{EndReason, HistoryEvent};
 pub use lb_policy::{LbMode, LbPolicy, PolicyError};
 pub use signal::{Outcome, SignalKind};
 
+/// Every name of an enum whose names `strum` derives, in declaration order
+/// (for error messages and a filter's choices).
+pub fn names<E>() -> Vec<&'static str>
+where
+    E: strum::VariantArray + Copy + Into<&'static str>,
+{
+    E::VARIANTS.iter().map(|&v| v.into()).collect()
+}
+
 /// A kind of resource Lifeline watches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{host_port, invalid, positive, ConfigError};
+use super::{backoff_range, host_port, invalid, positive, ConfigError};
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -142,14 +142,7 @@ impl ClusterConfig {
             ));
         }
         positive("cluster.connect_timeout", self.connect_timeout)?;
-        positive("cluster.backoff_base", self.backoff_base)?;
-        if self.backoff_cap < self.backoff_base {
-            return Err(invalid(
-                "cluster.backoff_cap",
-                "must not be smaller than cluster.backoff_base",
-            ));
-        }
-        Ok(())
+        backoff_range("cluster.backoff", self.backoff_base, self.backoff_cap)
     }
 }
 
@@ -179,14 +172,7 @@ impl HealthConfig {
         positive("health.unknown_grace", self.unknown_grace)?;
         positive("health.poll_interval", self.poll_interval)?;
         positive("health.timeout", self.timeout)?;
-        positive("health.backoff_base", self.backoff_base)?;
-        if self.backoff_cap < self.backoff_base {
-            return Err(invalid(
-                "health.backoff_cap",
-                "must not be smaller than health.backoff_base",
-            ));
-        }
-        Ok(())
+        backoff_range("health.backoff", self.backoff_base, self.backoff_cap)
     }
 }
 

@@ -6,7 +6,7 @@
 use figment::value::{Dict, Map, Value};
 use figment::{Metadata, Profile, Provider};
 
-use super::{Config, ConfigError};
+use super::ConfigError;
 use crate::model::LbPolicy;
 
 /// How a variable's text is read.
@@ -17,7 +17,7 @@ enum Form {
     Flag,
     /// A humantime duration (`90s`, `1h 30m`).
     Duration,
-    /// A duration, or `off` for none.
+    /// A duration, or `off` for none (read by the key's own deserializer).
     DurationOrOff,
     /// RFD 0226's JSON form of the load-balancing policy.
     LbPolicy,
@@ -79,8 +79,7 @@ const TABLE: &[(&str, &str, Form)] = &[
 pub(super) struct Override {
     pub var: &'static str,
     key: &'static str,
-    /// `None`: the variable turns the key off (`LIFELINE_RECONNECT_INTERVAL=off`).
-    value: Option<Value>,
+    value: Value,
 }
 
 impl Override {
@@ -92,16 +91,6 @@ impl Override {
     pub fn named_in(&self, e: &figment::Error) -> bool {
         e.metadata.as_ref().is_some_and(|m| m.name == self.name())
     }
-
-    /// What a layer cannot say in figment's terms: "none".
-    pub fn finish(&self, cfg: &mut Config) {
-        if self.value.is_none() {
-            if self.key == "signals.reconnect_interval" {
-                cfg.signals.reconnect_interval = None;
-            }
-            cfg.explicit.insert(self.key.to_string(), self.name());
-        }
-    }
 }
 
 impl Provider for Override {
@@ -110,14 +99,8 @@ impl Provider for Override {
     }
 
     fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
-        Ok(match &self.value {
-            Some(v) => Profile::Default.collect(
-                figment::util::nest(self.key, v.clone())
-                    .into_dict()
-                    .unwrap_or_default(),
-            ),
-            None => Map::new(),
-        })
+        let nested = figment::util::nest(self.key, self.value.clone());
+        Ok(Profile::Default.collect(nested.into_dict().unwrap_or_default()))
     }
 }
 
@@ -132,28 +115,24 @@ pub(super) fn overrides(
         };
         let bad = |message: String| ConfigError::Env { var, message };
         let value = match form {
-            Form::Text => Some(Value::from(text)),
-            Form::Flag => Some(Value::from(match text.trim() {
+            Form::Text => Value::from(text),
+            Form::Flag => Value::from(match text.trim() {
                 "1" | "true" | "on" | "yes" => true,
                 "0" | "false" | "off" | "no" => false,
                 _ => return Err(bad(format!("{text:?} is not a boolean (true/false)"))),
-            })),
+            }),
             Form::Duration => {
                 humantime::parse_duration(text.trim())
                     .map_err(|e| bad(format!("invalid duration {text:?}: {e}")))?;
-                Some(Value::from(text.trim().to_string()))
+                Value::from(text.trim().to_string())
             }
-            Form::DurationOrOff => match text.trim() {
-                "" | "off" => None,
-                t => {
-                    humantime::parse_duration(t)
-                        .map_err(|e| bad(format!("invalid duration {t:?}: {e}")))?;
-                    Some(Value::from(t.to_string()))
-                }
-            },
+            Form::DurationOrOff => {
+                super::signals::parse_duration_or_off(&text).map_err(bad)?;
+                Value::from(text)
+            }
             Form::LbPolicy => {
                 LbPolicy::parse(&text).map_err(|e| bad(e.to_string()))?;
-                Some(Value::from(text))
+                Value::from(text)
             }
             Form::AuthServers => {
                 let mut list = Vec::new();
@@ -166,7 +145,7 @@ pub(super) fn overrides(
                     d.insert("addr".into(), Value::from(addr.trim().to_string()));
                     list.push(Value::from(d));
                 }
-                Some(Value::from(list))
+                Value::from(list)
             }
         };
         out.push(Override { var, key, value });

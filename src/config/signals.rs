@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{invalid, positive, ConfigError, Ratio};
+use super::{backoff_range, invalid, positive, ConfigError, Ratio};
 use crate::model::LbPolicy;
 
 #[derive(Clone, Debug, Deserialize)]
@@ -39,8 +39,8 @@ pub struct SignalsConfig {
     #[serde(with = "humantime_serde")]
     pub storm_window: Duration,
     /// Send every agent a Reconnect at this interval plus jitter; off when
-    /// unset. Env: `LIFELINE_RECONNECT_INTERVAL` (`off` to disable).
-    #[serde(with = "humantime_serde::option")]
+    /// unset or `"off"`. Env: `LIFELINE_RECONNECT_INTERVAL`.
+    #[serde(deserialize_with = "duration_or_off")]
     pub reconnect_interval: Option<Duration>,
     /// At most this many periodic reconnects per second.
     pub periodic_max_per_second: u32,
@@ -88,6 +88,22 @@ impl Default for SignalsConfig {
     }
 }
 
+/// A duration, or `off` (or empty) for none: how the file and the
+/// environment both spell an interval that can be turned off.
+pub(super) fn parse_duration_or_off(text: &str) -> Result<Option<Duration>, String> {
+    match text.trim() {
+        "" | "off" => Ok(None),
+        t => humantime::parse_duration(t)
+            .map(Some)
+            .map_err(|e| format!("invalid duration {t:?}: {e}")),
+    }
+}
+
+fn duration_or_off<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_duration_or_off(&text).map_err(serde::de::Error::custom)
+}
+
 impl SignalsConfig {
     /// The parsed `grpc_client_lb_policy`.
     pub fn lb_policy(&self) -> Result<LbPolicy, ConfigError> {
@@ -107,16 +123,11 @@ impl SignalsConfig {
         if self.max_delta_proxies == 0 {
             return Err(invalid("signals.max_delta_proxies", "must be at least 1"));
         }
-        positive(
-            "signals.reconnect_backoff_base",
+        backoff_range(
+            "signals.reconnect_backoff",
             self.reconnect_backoff_base,
+            self.reconnect_backoff_cap,
         )?;
-        if self.reconnect_backoff_cap < self.reconnect_backoff_base {
-            return Err(invalid(
-                "signals.reconnect_backoff_cap",
-                "must not be smaller than signals.reconnect_backoff_base",
-            ));
-        }
         if self.storm_share.get() == 0.0 {
             return Err(invalid("signals.storm_share", "must be in (0, 1], got 0"));
         }

@@ -179,12 +179,11 @@ impl Fleet {
                     self.agent_order.remove(name);
                     self.unindex_agent_auth(name, &a.res.server.auth_server);
                     if let Some(id) = a.episode {
-                        self.pending.episodes.push(EpisodeOp::Close {
+                        self.pending.episodes.push(EpisodeOp::close(
                             id,
-                            ended: now,
-                            ended_by_signal: None,
-                            end_reason: EndReason::AgentDeleted,
-                        });
+                            now,
+                            EndReason::AgentDeleted,
+                        ));
                     }
                     self.dirty.remove(name);
                     true
@@ -426,6 +425,7 @@ mod tests {
         let mut f = ready(&[("p1", 10)], &["a1"]);
         advance_to(&mut f, at(4)).await;
         put(&mut f, server(Kind::Proxy, "p1", at(3)));
+        assert_eq!(f.proxies["p1"].server.expires, at(3), "accepted");
         assert!(f.proxies["p1"].expired);
         f.settle();
         assert_eq!(f.agents["a1"].state, crate::model::AgentState::Stranded);

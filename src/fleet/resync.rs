@@ -70,12 +70,11 @@ impl Fleet {
                     });
                     a.episode = Some(ep.id);
                 }
-                None => self.pending.episodes.push(EpisodeOp::Close {
-                    id: ep.id,
-                    ended: now,
-                    ended_by_signal: None,
-                    end_reason: EndReason::AgentUnknown,
-                }),
+                None => self.pending.episodes.push(EpisodeOp::close(
+                    ep.id,
+                    now,
+                    EndReason::AgentUnknown,
+                )),
             }
         }
         for k in Kind::ALL {
@@ -226,12 +225,11 @@ impl Fleet {
                         for (name, gone) in old {
                             self.agent_order.remove(&name);
                             if let Some(id) = gone.episode {
-                                self.pending.episodes.push(EpisodeOp::Close {
+                                self.pending.episodes.push(EpisodeOp::close(
                                     id,
-                                    ended: now,
-                                    ended_by_signal: None,
-                                    end_reason: EndReason::AgentDeleted,
-                                });
+                                    now,
+                                    EndReason::AgentDeleted,
+                                ));
                             }
                         }
                     }

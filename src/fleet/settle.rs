@@ -141,12 +141,7 @@ impl Fleet {
                     agent: name.to_string(),
                     state: v.state,
                     reasons: v.reasons.join(),
-                    cause: v.cause.as_ref().map(|c| c.kind),
-                    cause_resource: v
-                        .cause
-                        .as_ref()
-                        .map(|c| c.resource.clone())
-                        .unwrap_or_default(),
+                    cause: v.cause.clone(),
                     started: since,
                 });
             }
@@ -175,12 +170,7 @@ impl Fleet {
                 self.pending.episodes.push(EpisodeOp::Update {
                     id,
                     reasons: v.reasons.join(),
-                    cause: v.cause.as_ref().map(|c| c.kind),
-                    cause_resource: v
-                        .cause
-                        .as_ref()
-                        .map(|c| c.resource.clone())
-                        .unwrap_or_default(),
+                    cause: v.cause.clone(),
                 });
             }
             a.reasons = v.reasons;

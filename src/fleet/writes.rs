@@ -118,12 +118,7 @@ mod tests {
     }
 
     fn close(id: i64) -> EpisodeOp {
-        EpisodeOp::Close {
-            id,
-            ended: Ts(0),
-            ended_by_signal: None,
-            end_reason: crate::model::EndReason::Recovered,
-        }
+        EpisodeOp::close(id, Ts(0), crate::model::EndReason::Recovered)
     }
 
     /// Guards the store-busy path: a batch the writer had no room for goes

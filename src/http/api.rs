@@ -48,6 +48,23 @@ pub(super) fn nonempty(name: &str, v: Option<String>) -> Result<Option<String>, 
     }
 }
 
+/// An optional parameter naming one value of `E` (its `strum` name); any
+/// other text is a 400 that lists the choices.
+pub(super) fn choice<E>(name: &str, v: Option<&str>) -> Result<Option<E>, ApiError>
+where
+    E: std::str::FromStr + strum::VariantArray + Copy + Into<&'static str>,
+{
+    v.map(|v| {
+        v.parse::<E>().map_err(|_| {
+            ApiError::BadParameter(format!(
+                "{name} must be one of {}, got {v:?}",
+                crate::model::names::<E>().join(", ")
+            ))
+        })
+    })
+    .transpose()
+}
+
 /// A name cursor (`next_cursor` of an agents or TTL page), decoded.
 pub(crate) fn name_cursor(c: Option<String>) -> Result<Option<String>, ApiError> {
     c.map(|c| view::cursor::decode(&c).ok_or_else(|| bad_cursor(&c)))
@@ -354,16 +371,7 @@ async fn events(
         since,
         kind: q.kind,
         name: nonempty("name", q.name)?,
-        event: nonempty("event", q.event)?
-            .map(|e| {
-                e.parse::<HistoryEvent>().map_err(|_| {
-                    ApiError::BadParameter(format!(
-                        "event {e:?} must be one of {}",
-                        HistoryEvent::names().join(", ")
-                    ))
-                })
-            })
-            .transpose()?,
+        event: choice::<HistoryEvent>("event", nonempty("event", q.event)?.as_deref())?,
         before: id_cursor(q.cursor)?,
         limit: limit(q.limit)?,
     };

@@ -8,7 +8,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
-use super::api::{id_cursor, limit, nonempty};
+use super::api::{choice, id_cursor, limit, nonempty};
 use super::caller::Caller;
 use super::error::{ApiError, ApiJson, ApiQuery};
 use super::AppState;
@@ -324,24 +324,7 @@ pub(super) fn signal_filter(
     outcome: Option<&str>,
     kind: Option<&str>,
 ) -> Result<(Option<Outcome>, Option<SignalKind>), ApiError> {
-    let outcome = outcome
-        .map(|o| {
-            o.parse::<Outcome>().map_err(|_| {
-                ApiError::BadParameter(format!(
-                    "outcome must be one of {}, got {o:?}",
-                    Outcome::names().join(", ")
-                ))
-            })
-        })
-        .transpose()?;
-    let kind = kind
-        .map(|k| {
-            k.parse::<SignalKind>().map_err(|_| {
-                ApiError::BadParameter(format!("kind must be reconnect or close_tunnel, got {k:?}"))
-            })
-        })
-        .transpose()?;
-    Ok((outcome, kind))
+    Ok((choice("outcome", outcome)?, choice("kind", kind)?))
 }
 
 async fn list(

@@ -49,14 +49,6 @@ impl HistoryEvent {
     pub fn as_str(self) -> &'static str {
         self.into()
     }
-
-    /// Every event's name, for error messages.
-    pub fn names() -> Vec<&'static str> {
-        <HistoryEvent as strum::VariantArray>::VARIANTS
-            .iter()
-            .map(|e| e.as_str())
-            .collect()
-    }
 }
 
 /// Why a stranded or degraded episode ended.

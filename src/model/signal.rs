@@ -71,14 +71,6 @@ impl Outcome {
     pub fn as_str(self) -> &'static str {
         self.into()
     }
-
-    /// Every outcome's name, for error messages and the filter's choices.
-    pub fn names() -> Vec<&'static str> {
-        <Outcome as strum::VariantArray>::VARIANTS
-            .iter()
-            .map(|o| o.as_str())
-            .collect()
-    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::clock::Ts;
-use crate::model::{AgentState, CauseKind, EndReason, HistoryEvent, Kind, Server, Tunnel};
+use crate::model::{AgentState, Cause, EndReason, HistoryEvent, Kind, Server, Tunnel};
 
 /// One row of history (`events` table).
 #[derive(Clone, Debug)]
@@ -38,15 +38,13 @@ pub enum EpisodeOp {
         agent: String,
         state: AgentState,
         reasons: String,
-        cause: Option<CauseKind>,
-        cause_resource: String,
+        cause: Option<Cause>,
         started: Ts,
     },
     Update {
         id: i64,
         reasons: String,
-        cause: Option<CauseKind>,
-        cause_resource: String,
+        cause: Option<Cause>,
     },
     Close {
         id: i64,
@@ -54,6 +52,18 @@ pub enum EpisodeOp {
         ended_by_signal: Option<i64>,
         end_reason: EndReason,
     },
+}
+
+impl EpisodeOp {
+    /// Closes episode `id` at `ended` for a reason no signal caused.
+    pub fn close(id: i64, ended: Ts, end_reason: EndReason) -> EpisodeOp {
+        EpisodeOp::Close {
+            id,
+            ended,
+            ended_by_signal: None,
+            end_reason,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -172,12 +182,8 @@ mod tests {
     fn take_history_leaves_state_to_coalesce() {
         let mut b = WriteBatch::default();
         b.put_server(&server("p1", 1));
-        b.episodes.push(EpisodeOp::Close {
-            id: 1,
-            ended: Ts(1),
-            ended_by_signal: None,
-            end_reason: EndReason::Recovered,
-        });
+        b.episodes
+            .push(EpisodeOp::close(1, Ts(1), EndReason::Recovered));
         let h = b.take_history();
         assert_eq!(h.episodes.len(), 1);
         assert!(!h.has_state());

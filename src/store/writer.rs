@@ -16,7 +16,7 @@ use tracing::{debug_span, error, warn, Instrument};
 use super::batch::{EpisodeOp, WriteBatch};
 use super::StoreError;
 use crate::clock::{dur_micros, Ts};
-use crate::model::{CauseKind, Server, Tunnel};
+use crate::model::{Server, Tunnel};
 use crate::stats::Stats;
 
 /// Rows per multi-row statement (well below SQLite's 32766 bound parameters).
@@ -253,7 +253,6 @@ pub async fn commit(pool: &SqlitePool, b: &WriteBatch) -> Result<(), sqlx::Error
                 state,
                 reasons,
                 cause,
-                cause_resource,
                 started,
             } => {
                 sqlx::query(
@@ -264,24 +263,19 @@ pub async fn commit(pool: &SqlitePool, b: &WriteBatch) -> Result<(), sqlx::Error
                 .bind(agent.as_str())
                 .bind(*state)
                 .bind(reasons.as_str())
-                .bind(cause.map_or("", CauseKind::as_str))
-                .bind(cause_resource.as_str())
+                .bind(cause.as_ref().map_or("", |c| c.kind.as_str()))
+                .bind(cause.as_ref().map_or("", |c| c.resource.as_str()))
                 .bind(started.as_micros())
                 .execute(&mut *tx)
                 .await?;
             }
-            EpisodeOp::Update {
-                id,
-                reasons,
-                cause,
-                cause_resource,
-            } => {
+            EpisodeOp::Update { id, reasons, cause } => {
                 sqlx::query(
                     "UPDATE episodes SET reasons = ?, cause = ?, cause_resource = ? WHERE id = ?",
                 )
                 .bind(reasons.as_str())
-                .bind(cause.map_or("", CauseKind::as_str))
-                .bind(cause_resource.as_str())
+                .bind(cause.as_ref().map_or("", |c| c.kind.as_str()))
+                .bind(cause.as_ref().map_or("", |c| c.resource.as_str()))
                 .bind(id)
                 .execute(&mut *tx)
                 .await?;

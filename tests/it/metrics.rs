@@ -38,12 +38,7 @@ fn value(s: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> f
 /// carries an agent's name.
 #[tokio::test(start_paused = true)]
 async fn metrics_count_what_happened() {
-    let c = Cluster::six_legacy()
-        .signals(|s| s.auto_reconnect = false)
-        .start()
-        .await;
-    c.ready().await;
-    c.strand_two().await;
+    let c = Cluster::two_stranded_by_hand().await;
     let stranded = c.agents_in("stranded").await;
     assert_eq!(stranded.len(), 2, "{stranded:?}");
     let (status, body) = c
@@ -208,6 +203,15 @@ async fn metrics_count_what_happened() {
         "lifeline_store_commit_seconds",
     ] {
         assert!(text.contains(&format!("# TYPE {h} histogram")), "{h}");
+    }
+    // Each family is declared once, with its help: one HELP per TYPE.
+    for line in text.lines().filter(|l| l.starts_with("# TYPE ")) {
+        let family = line.split_whitespace().nth(2).unwrap_or_default();
+        let helps = text
+            .lines()
+            .filter(|l| l.starts_with(&format!("# HELP {family} ")))
+            .count();
+        assert_eq!(helps, 1, "{family} has {helps} HELP lines");
     }
     c.shutdown().await;
 }

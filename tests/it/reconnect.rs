@@ -32,12 +32,7 @@ fn position(events: &[AgentEvent], e: &AgentEvent) -> usize {
 /// acks; the audit row says so and the episode is closed by that signal.
 #[tokio::test(start_paused = true)]
 async fn manual_reconnect_recovers_a_stranded_legacy_agent() {
-    let c = Cluster::six_legacy()
-        .signals(|s| s.auto_reconnect = false)
-        .start()
-        .await;
-    c.ready().await;
-    c.strand_two().await;
+    let c = Cluster::two_stranded_by_hand().await;
     assert!(c.agents_in("stranded").await.contains(&AGENT.to_string()));
 
     let (status, body) = c
@@ -337,12 +332,7 @@ async fn more_than_the_storm_share_stranded_pauses_automatic_signals() {
 /// Guards the selector endpoint and its refusals.
 #[tokio::test(start_paused = true)]
 async fn reconnect_selectors_and_refusals() {
-    let c = Cluster::six_legacy()
-        .signals(|s| s.auto_reconnect = false)
-        .start()
-        .await;
-    c.ready().await;
-    c.strand_two().await;
+    let c = Cluster::two_stranded_by_hand().await;
 
     // Before anything moves: proxy-4 carries agent-00003 (proxy-3, proxy-4)
     // and agent-00004 (proxy-4, proxy-1).
@@ -482,12 +472,7 @@ async fn reconnect_to_an_agent_without_a_stream_is_a_conflict() {
 /// code says whether the agent acked; refusals are clear and non-zero.
 #[tokio::test(start_paused = true)]
 async fn the_cli_reconnects_and_reports_the_outcome() {
-    let c = Cluster::six_legacy()
-        .signals(|s| s.auto_reconnect = false)
-        .start()
-        .await;
-    c.ready().await;
-    c.strand_two().await;
+    let c = Cluster::two_stranded_by_hand().await;
 
     let (code, out, err) = cli(
         &c,

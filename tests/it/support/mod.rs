@@ -105,6 +105,19 @@ impl Cluster {
             .sim_agents(1.0)
     }
 
+    /// A [`Cluster::six_legacy`] with automatic reconnects off, ready, with
+    /// agent-00001 and agent-00005 stranded ([`Running::strand_two`]): where
+    /// every manual-reconnect test starts.
+    pub async fn two_stranded_by_hand() -> Running {
+        let c = Cluster::six_legacy()
+            .signals(|s| s.auto_reconnect = false)
+            .start()
+            .await;
+        c.ready().await;
+        c.strand_two().await;
+        c
+    }
+
     pub fn agents(mut self, n: usize) -> Self {
         self.spec.agents = n;
         self

@@ -93,7 +93,7 @@ pub async fn signals(
             outcome: outcome.clone().unwrap_or_default(),
             kind: kind.clone().unwrap_or_default(),
             requested_by: by.clone().unwrap_or_default(),
-            outcomes: Outcome::names(),
+            outcomes: crate::model::names::<Outcome>(),
             next_href,
             first_href,
             flash,
