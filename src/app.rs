@@ -35,6 +35,7 @@ use crate::store::health::StoreHealth;
 use crate::store::writer::WriterOptions;
 use crate::store::{self, StoreError};
 use crate::supervise::{FailureWatch, Tasks};
+use crate::telemetry::SpanCounters;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -83,6 +84,9 @@ pub struct Tuning {
     /// clock a real thread's few milliseconds can span seconds of virtual
     /// time, so tests lengthen it.
     pub acquire_timeout: Duration,
+    /// The counters of the trace exporter this process sends spans
+    /// through (all zero when it exports none); `/metrics` shows them.
+    pub spans: Arc<SpanCounters>,
 }
 
 impl Default for Tuning {
@@ -91,6 +95,7 @@ impl Default for Tuning {
             change_capacity: 4096,
             writer_depth: 4,
             acquire_timeout: store::ACQUIRE_TIMEOUT,
+            spans: Arc::default(),
         }
     }
 }
@@ -239,6 +244,7 @@ impl Lifeline {
             guard: guard.clone(),
             failure: supervised.failure(),
             store_health: store_health.clone(),
+            spans: tuning.spans.clone(),
         };
         supervised.track("live overview", http::ui::live::spawn(state.clone()));
         let router = http::router(state);

@@ -31,7 +31,15 @@ use crate::sim::{SimCluster, SimSpec, SIM_JOIN_TOKEN};
 use crate::store::{self, EventRow, StoreError, WriteBatch};
 use crate::telemetry::otlp;
 use crate::telemetry::sink::Sink;
-use crate::telemetry::SPANS;
+use crate::telemetry::SpanCounters;
+
+/// Where `bench ingest` exports its spans: a local receiver, and the
+/// counters of the pipeline that sends to it.
+#[derive(Clone, Copy)]
+pub struct Export<'a> {
+    pub sink: &'a Sink,
+    pub spans: &'a SpanCounters,
+}
 
 #[derive(clap::Subcommand, Debug, Clone)]
 pub enum Scenario {
@@ -232,7 +240,7 @@ impl Scenario {
 
 /// Runs `s`. `export` is the local OTLP receiver `main` set up for the
 /// ingest scenario (see [`Scenario::wants_export`]).
-pub async fn run(s: Scenario, export: Option<&Sink>) -> Result<Value, BenchError> {
+pub async fn run(s: Scenario, export: Option<Export<'_>>) -> Result<Value, BenchError> {
     match s {
         Scenario::Ingest {
             agents,

@@ -3,16 +3,18 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::info;
 
 use crate::access;
-use crate::app::{Lifeline, StartError};
+use crate::app::{Lifeline, StartError, Tuning};
 use crate::clock::Clock;
 use crate::config::{Config, Role, TokenConfig};
 use crate::model::LbPolicy;
 use crate::sim::{chaos, SimAgent, SimCluster, SimSpec};
+use crate::telemetry::SpanCounters;
 
 #[derive(Clone, Debug)]
 pub struct DemoOptions {
@@ -31,6 +33,8 @@ pub struct DemoOptions {
     pub auto_reconnect: bool,
     /// The API token (all roles) the dashboard signs in with.
     pub token: String,
+    /// The counters of the trace exporter this process uses.
+    pub spans: Arc<SpanCounters>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -85,7 +89,11 @@ impl Demo {
             sha256: access::hash_hex(&o.token),
             roles: Role::ALL.to_vec(),
         }];
-        let lifeline = Lifeline::start(&cfg, clock).await?;
+        let tuning = Tuning {
+            spans: o.spans.clone(),
+            ..Tuning::default()
+        };
+        let lifeline = Lifeline::start_tuned(&cfg, clock, tuning).await?;
         let agents = SimAgent::start_for_cluster(
             &sim,
             lifeline.grpc_addr,

@@ -8,7 +8,8 @@
 //! same channel, so every read sees a settled, consistent state.
 //! Emits: write batches to the store (never waiting on a commit), state
 //! changes on a broadcast channel, readiness and the auth servers to watch on
-//! `watch` channels.
+//! `watch` channels, and after it settles a read model of its aggregates
+//! (`published`) that the dashboard and `/metrics` read without asking it.
 //! Must not touch: the network or SQLite directly.
 
 pub mod actor;
@@ -17,6 +18,7 @@ pub mod board;
 pub mod classify;
 pub mod destination;
 mod expiry;
+pub mod published;
 pub mod query;
 mod resync;
 pub mod schedule;
@@ -182,6 +184,8 @@ pub enum FleetError {
 #[derive(Clone)]
 pub struct FleetHandle {
     tx: mpsc::Sender<Command>,
+    clock: crate::clock::Clock,
+    published: watch::Receiver<std::sync::Arc<published::Published>>,
     readiness: watch::Receiver<Readiness>,
     changes: broadcast::Sender<Changes>,
     auth_targets: watch::Receiver<BTreeMap<String, String>>,
@@ -209,6 +213,14 @@ impl FleetHandle {
     async fn ask<R: Send + 'static>(
         &self,
         f: impl FnOnce(&Fleet) -> R + Send + 'static,
+    ) -> Result<R, FleetError> {
+        self.ask_mut(move |fleet| f(fleet)).await
+    }
+
+    /// [`Self::ask`] for the reads that may publish.
+    async fn ask_mut<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Fleet) -> R + Send + 'static,
     ) -> Result<R, FleetError> {
         let read = async {
             let (tx, rx) = oneshot::channel();

@@ -58,6 +58,8 @@ pub struct AppState {
     /// A critical task that stopped (the process is on its way out).
     pub failure: crate::supervise::FailureWatch,
     pub store_health: Arc<crate::store::health::StoreHealth>,
+    /// What became of the spans this process exported.
+    pub spans: Arc<crate::telemetry::SpanCounters>,
 }
 
 pub fn router(state: AppState) -> Router {

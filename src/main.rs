@@ -4,14 +4,17 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use lifeline::app::Tuning;
+use lifeline::bench::Export;
 use lifeline::config::{Config, Role, TelemetryConfig};
 use lifeline::demo::{Demo, DemoOptions};
 use lifeline::telemetry::sink::Sink;
-use lifeline::telemetry::{self, LogFormat, OtlpSettings, Pipeline};
+use lifeline::telemetry::{self, LogFormat, OtlpSettings, Pipeline, SpanCounters};
 use lifeline::{Clock, Lifeline};
 
 /// Lifeline: finds agents stranded by unhealthy auth servers or proxies.
@@ -254,7 +257,11 @@ async fn main() -> ExitCode {
     if let (Some(p), None) = (&pipeline, &bench_sink) {
         tracing::info!(endpoint = %p.endpoint, "exporting traces over OTLP/gRPC");
     }
-    let code = match run(cli.cmd, serve_cfg, bench_sink.as_ref()).await {
+    let spans = pipeline
+        .as_ref()
+        .map(Pipeline::counters)
+        .unwrap_or_default();
+    let code = match run(cli.cmd, serve_cfg, bench_sink.as_ref(), spans).await {
         Ok(code) => code,
         Err(e) => {
             eprintln!("lifeline: {e:#}");
@@ -272,11 +279,16 @@ async fn run(
     cmd: Cmd,
     serve_cfg: Option<Config>,
     bench_sink: Option<&Sink>,
+    spans: Arc<SpanCounters>,
 ) -> anyhow::Result<ExitCode> {
     match cmd {
         Cmd::Serve { .. } => {
             let cfg = serve_cfg.context("config not loaded")?;
-            let ll = Lifeline::start(&cfg, Clock::system())
+            let tuning = Tuning {
+                spans,
+                ..Tuning::default()
+            };
+            let ll = Lifeline::start_tuned(&cfg, Clock::system(), tuning)
                 .await
                 .context("start-up failed")?;
             println!(
@@ -330,6 +342,7 @@ async fn run(
                 legacy_share,
                 auto_reconnect: !no_auto_reconnect,
                 token: token.clone(),
+                spans,
             };
             let demo = Demo::start(&opts, Clock::system())
                 .await
@@ -368,7 +381,11 @@ async fn run(
             token_new(&name, &roles, join)
         }
         Cmd::Bench { scenario } => {
-            let report = lifeline::bench::run(scenario, bench_sink).await?;
+            let export = bench_sink.map(|sink| Export {
+                sink,
+                spans: &spans,
+            });
+            let report = lifeline::bench::run(scenario, export).await?;
             println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(ExitCode::SUCCESS)
         }

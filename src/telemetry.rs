@@ -19,7 +19,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{fmt, EnvFilter, Layer};
 
-pub use otlp::{exporting, OtlpSettings, Pipeline, SPANS};
+pub use otlp::{exporting, OtlpSettings, Pipeline, SpanCounters};
 
 pub const DEFAULT_FILTER: &str = "info,sqlx=warn,h2=warn,tower=warn,hyper=warn,tonic=warn";
 

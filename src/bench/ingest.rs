@@ -92,12 +92,12 @@ pub(super) async fn ingest_export(
     events: usize,
     rounds: usize,
     scratch: &Scratch,
-    sink: &Sink,
+    Export { sink, spans }: Export<'_>,
 ) -> Result<Value, BenchError> {
     let received0 = sink.received();
-    let exported0 = SPANS.exported.load(Ordering::Relaxed);
-    let dropped0 = SPANS.dropped_queue_full.load(Ordering::Relaxed)
-        + SPANS.export_failed.load(Ordering::Relaxed);
+    let exported0 = spans.exported.load(Ordering::Relaxed);
+    let dropped0 = spans.dropped_queue_full.load(Ordering::Relaxed)
+        + spans.export_failed.load(Ordering::Relaxed);
     let (mut off, mut on, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds.max(1) {
         let mut pair = [0f64; 2];
@@ -131,8 +131,8 @@ pub(super) async fn ingest_export(
         + Duration::from_secs(5);
     let mut still = 0;
     while still < 5 && Instant::now() < settle {
-        let idle = SPANS.queued.load(Ordering::Relaxed) == 0
-            && sink.received() - received0 >= SPANS.exported.load(Ordering::Relaxed) - exported0;
+        let idle = spans.queued.load(Ordering::Relaxed) == 0
+            && sink.received() - received0 >= spans.exported.load(Ordering::Relaxed) - exported0;
         still = if idle { still + 1 } else { 0 };
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -145,8 +145,8 @@ pub(super) async fn ingest_export(
         "round_ratios": ratios,
         "ratio": sorted[sorted.len() / 2],
         "spans_received": sink.received() - received0,
-        "spans_lost": SPANS.dropped_queue_full.load(Ordering::Relaxed)
-            + SPANS.export_failed.load(Ordering::Relaxed) - dropped0,
+        "spans_lost": spans.dropped_queue_full.load(Ordering::Relaxed)
+            + spans.export_failed.load(Ordering::Relaxed) - dropped0,
         "method": "rounds of an off and an on leg, order alternating; ratio = median of the rounds' on/off",
         "target": {"ratio": 0.9},
     }))
@@ -157,7 +157,7 @@ pub(super) async fn ingest(
     proxies: usize,
     events: usize,
     export_rounds: usize,
-    export: Option<&Sink>,
+    export: Option<Export<'_>>,
 ) -> Result<Value, BenchError> {
     let clock = Clock::system();
     let scratch = Scratch::new("ingest");
@@ -231,8 +231,8 @@ pub(super) async fn ingest(
         "history_rows_dropped": dropped,
         "target": {"pipeline_events_per_s": 100000, "ratio": 0.5},
         "export": match export {
-            Some(sink) => {
-                ingest_export(agents, proxies, events, export_rounds, &scratch, sink).await?
+            Some(export) => {
+                ingest_export(agents, proxies, events, export_rounds, &scratch, export).await?
             }
             None => Value::Null,
         },

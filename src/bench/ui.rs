@@ -141,15 +141,19 @@ pub async fn ui(
         let fleet = fleet.clone();
         async move {
             fleet
-                .gauges()
+                .recent()
                 .await
-                .map(|g| g.proxies.expired >= expiring && g.agents.stranded > 0)
+                .map(|p| {
+                    let s = &p.summary;
+                    s.proxies.expired >= expiring && s.agents.stranded > 0
+                })
                 .unwrap_or(false)
         }
     })
     .await?;
     ll.fleet.flush().await?;
-    let (_, counts) = ll.fleet.counts().await?;
+    ll.fleet.settled().await?;
+    let counts = ll.fleet.published().counts().clone();
     let (total, stranded) = (counts.total, counts.stranded);
 
     let http = reqwest::Client::new();

@@ -59,8 +59,11 @@ pub fn spawn(
     for (name, addr) in &opts.static_auth {
         fleet.add_static_auth(name, addr);
     }
+    fleet.publish();
     let handle = FleetHandle {
         tx,
+        clock: fleet.clock,
+        published: fleet.published_watch(),
         readiness: ready_rx,
         changes,
         auth_targets: targets_rx,
@@ -80,11 +83,15 @@ async fn run(
     // marker reaches the writer after them (batches stay in order).
     let mut flush_waiters: Vec<tokio::sync::oneshot::Sender<()>> = Vec::new();
     loop {
-        let deadline = [fleet.next_deadline(), fleet.state_due_at()]
-            .into_iter()
-            .flatten()
-            .min()
-            .map(|t| fleet.clock.instant_at(t));
+        let deadline = [
+            fleet.next_deadline(),
+            fleet.state_due_at(),
+            fleet.publish_due_at(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .map(|t| fleet.clock.instant_at(t));
         // Writes wait for room in the writer's channel (event-driven: no
         // polling timer), while commands and expiries keep being served.
         let want_store = fleet.has_due() || (!flush_waiters.is_empty() && fleet.has_pending());
@@ -119,6 +126,7 @@ async fn run(
         }
         fleet.fire_due();
         fleet.settle();
+        fleet.publish_if_due();
         if flush_waiters.is_empty() {
             hand_over(&mut fleet, &writer);
         } else if fleet.has_pending() {
@@ -149,6 +157,9 @@ async fn run(
 
 /// Applies one command; returns a flush request to answer later.
 fn handle(fleet: &mut Fleet, cmd: Command) -> Option<tokio::sync::oneshot::Sender<()>> {
+    if !matches!(cmd, Command::Read(_) | Command::Flush(_)) {
+        fleet.touch();
+    }
     match cmd {
         Command::Apply(batch) => fleet.apply(batch),
         Command::Resync(r) => {
@@ -157,13 +168,19 @@ fn handle(fleet: &mut Fleet, cmd: Command) -> Option<tokio::sync::oneshot::Sende
             let started = std::time::Instant::now();
             fleet.resync(r);
             fleet.settle();
+            // Rare and a turning point (the first view of the cluster, or
+            // the end of staleness): readers see it at once.
+            fleet.publish();
             tracing::info!(
                 agents = fleet.agents.len(),
                 ms = started.elapsed().as_millis() as u64,
                 "resync applied and classified"
             );
         }
-        Command::WatchDown { generation, error } => fleet.watch_down(generation, &error),
+        Command::WatchDown { generation, error } => {
+            fleet.watch_down(generation, &error);
+            fleet.publish();
+        }
         Command::Health(u) => fleet.health(u),
         Command::Link { agent, link } => fleet.link(&agent, link),
         Command::Report {

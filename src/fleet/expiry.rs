@@ -22,6 +22,9 @@ impl Fleet {
         let now = self.now();
         let due = self.schedule.pop_due(now);
         let n = due.len();
+        if n > 0 {
+            self.touch();
+        }
         for (_, key) in due {
             Stats::inc(&self.stats.timers_fired);
             match key {

@@ -2,10 +2,10 @@
 //! Each runs inside the actor on settled state, so an answer is consistent
 //! with itself; no room outside `fleet` walks the fleet's indexes.
 
-use super::view::{
-    self, AgentCounts, AgentDetail, AgentFilter, AgentPage, AuthView, Gauges, ProxyDetail,
-    ProxyView, Summary, TtlPage, TtlWindow,
-};
+use super::view::{self, AgentCounts, AgentDetail, AgentFilter, AgentPage, ProxyDetail, TtlPage};
+use std::sync::Arc;
+
+use super::published::{Published, MAX_AGE};
 use super::{FleetError, FleetHandle, StateChange};
 use crate::clock::Ts;
 use crate::model::{AgentState, Kind};
@@ -19,18 +19,6 @@ pub enum Selection {
     Proxy(String),
     /// Every agent attached to this auth server.
     AuthServer(String),
-}
-
-/// The overview's live part, read at one instant.
-#[derive(Debug)]
-pub struct Overview {
-    pub summary: Summary,
-    pub auth_servers: Vec<AuthView>,
-    /// The soonest-to-expire proxies and auth servers, and how many exist.
-    pub ttl: (Vec<TtlWindow>, usize),
-    pub stranded: AgentPage,
-    /// The last audited signal of each agent on the page.
-    pub last_signals: Vec<Option<i64>>,
 }
 
 /// One page of the agent list with what the page shows around it.
@@ -63,22 +51,34 @@ pub struct Sizes {
 
 impl FleetHandle {
     /// Answers once every command sent before it has been applied (and
-    /// due timers fired): the fleet's current time.
+    /// due timers fired) and what the fleet publishes shows it: the fleet's
+    /// current time.
     pub async fn settled(&self) -> Result<Ts, FleetError> {
-        self.ask(|f| f.now()).await
+        self.ask_mut(|f| {
+            f.publish_if_touched();
+            f.now()
+        })
+        .await
     }
 
-    pub async fn summary(&self) -> Result<Summary, FleetError> {
-        self.ask(view::summary).await
+    /// The read model the fleet last published (no wait, no actor).
+    pub fn published(&self) -> Arc<Published> {
+        self.published.borrow().clone()
     }
 
-    /// Agents by state, and when they were counted.
-    pub async fn counts(&self) -> Result<(Ts, AgentCounts), FleetError> {
-        self.ask(view::summary_counts).await
-    }
-
-    pub async fn gauges(&self) -> Result<Gauges, FleetError> {
-        self.ask(view::gauges).await
+    /// The last published read model if it is at most [`MAX_AGE`] old by
+    /// the fleet's clock; otherwise asks the fleet for a fresh one. Under
+    /// load the fleet publishes every [`PUBLISH_EVERY`] on its own, so this
+    /// asks only of an idle fleet.
+    ///
+    /// [`PUBLISH_EVERY`]: super::published::PUBLISH_EVERY
+    pub async fn recent(&self) -> Result<Arc<Published>, FleetError> {
+        let p = self.published();
+        if self.clock.now().since(p.at()) <= MAX_AGE {
+            return Ok(p);
+        }
+        self.ask_mut(|f| f.publish()).await?;
+        Ok(self.published())
     }
 
     pub async fn sizes(&self) -> Result<Sizes, FleetError> {
@@ -95,17 +95,8 @@ impl FleetHandle {
             .await
     }
 
-    pub async fn proxies(&self) -> Result<Vec<ProxyView>, FleetError> {
-        self.ask(view::proxies).await
-    }
-
     pub async fn proxy(&self, name: String) -> Result<Option<ProxyDetail>, FleetError> {
         self.ask(move |f| view::proxy(f, &name)).await
-    }
-
-    /// Every auth server, and when they were read.
-    pub async fn auth_servers(&self) -> Result<(Vec<AuthView>, Ts), FleetError> {
-        self.ask(|f| (view::auth_servers(f), f.now())).await
     }
 
     /// TTL windows (see [`view::ttl_windows`]), and when they were read.
@@ -117,24 +108,6 @@ impl FleetHandle {
     ) -> Result<(TtlPage, Ts), FleetError> {
         self.ask(move |f| (view::ttl_windows(f, kind, after.as_deref(), limit), f.now()))
             .await
-    }
-
-    pub async fn overview(
-        &self,
-        stranded: AgentFilter,
-        ttl_rows: usize,
-    ) -> Result<Overview, FleetError> {
-        self.ask(move |f| {
-            let (stranded, last_signals) = view::agents_with_last_signal(f, &stranded);
-            Overview {
-                summary: view::summary(f),
-                auth_servers: view::auth_servers(f),
-                ttl: view::ttl_soonest(f, ttl_rows),
-                stranded,
-                last_signals,
-            }
-        })
-        .await
     }
 
     pub async fn agent_list(&self, filter: AgentFilter) -> Result<AgentList, FleetError> {

@@ -13,6 +13,7 @@ use std::time::Duration;
 use tokio::sync::{broadcast, watch};
 use tracing::debug;
 
+use super::published::Published;
 use super::schedule::Schedule;
 use super::{Changes, KindStatus, Readiness, StateChange, WatchState};
 use crate::clock::{Clock, Ts};
@@ -234,6 +235,11 @@ pub struct Fleet {
     /// The pending classification follows a resync: its latencies measure
     /// staleness, not detection, and are not recorded.
     pub(super) after_resync: bool,
+    /// The read model readers share (see `published`).
+    pub(super) published: watch::Sender<Arc<Published>>,
+    /// Changed since the last publish.
+    pub(super) touched: bool,
+    pub(super) published_at: Ts,
 }
 
 impl Fleet {
@@ -278,6 +284,9 @@ impl Fleet {
             links: HashMap::default(),
             failures: HashMap::default(),
             after_resync: false,
+            published: watch::Sender::new(Arc::new(Published::empty(now))),
+            touched: true,
+            published_at: now,
         };
         fleet.publish_readiness();
         fleet
@@ -331,6 +340,11 @@ impl Fleet {
                 .map(|k| (k.as_str(), self.kind(*k)))
                 .collect(),
         }
+    }
+
+    /// Readers of what the fleet publishes (see `published`).
+    pub fn published_watch(&self) -> watch::Receiver<Arc<Published>> {
+        self.published.subscribe()
     }
 
     pub(super) fn publish_readiness(&self) {

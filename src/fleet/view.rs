@@ -13,7 +13,6 @@ use super::state::{Fleet, ResEntry};
 use super::{KindStatus, Readiness, WatchState};
 use crate::clock::{dur_micros, Ts};
 use crate::model::{AgentState, CauseKind, Health, Kind, Reasons};
-use crate::stats::StatsSnapshot;
 
 /// Name cursors are opaque to clients: the hex of the last key of a page.
 /// Anything that does not decode to a key (not hex, not UTF-8, longer than
@@ -49,7 +48,7 @@ pub mod cursor {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Summary {
     pub generated_at: Ts,
     pub agents: AgentCounts,
@@ -60,10 +59,9 @@ pub struct Summary {
     /// frozen rather than computed from data Lifeline cannot trust.
     pub classification_live: bool,
     pub root_causes: Vec<RootCause>,
-    pub ingest: StatsSnapshot,
 }
 
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct AgentCounts {
     pub total: usize,
     pub healthy: usize,
@@ -75,7 +73,7 @@ pub struct AgentCounts {
     pub waiting_for_live_proxy: usize,
 }
 
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct ProxyCounts {
     pub total: usize,
     pub live: usize,
@@ -139,15 +137,6 @@ pub struct Gauges {
     pub kinds: Vec<(Kind, KindStatus)>,
 }
 
-pub fn gauges(f: &Fleet) -> Gauges {
-    Gauges {
-        agents: summary_counts(f).1,
-        proxies: proxy_counts(f),
-        auth_servers: auth_counts(f),
-        kinds: Kind::ALL.iter().map(|k| (*k, f.kind(*k))).collect(),
-    }
-}
-
 pub fn summary(f: &Fleet) -> Summary {
     let (_, agents) = summary_counts(f);
     Summary {
@@ -158,7 +147,6 @@ pub fn summary(f: &Fleet) -> Summary {
         watcher: f.readiness_now(),
         classification_live: f.classification_enabled(),
         root_causes: root_causes(f),
-        ingest: f.stats.snapshot(),
     }
 }
 
@@ -247,7 +235,7 @@ pub struct AgentFilter {
     pub limit: usize,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct AgentPage {
     pub items: Vec<AgentItem>,
     /// Pass as `cursor` to get the next page; absent on the last page.
@@ -487,7 +475,7 @@ pub fn ttl_windows(f: &Fleet, kind: Option<Kind>, after: Option<&str>, limit: us
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct ProxyView {
     pub name: String,
     pub addr: String,
@@ -563,7 +551,7 @@ pub fn proxy(f: &Fleet, name: &str) -> Option<ProxyDetail> {
     })
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct AuthView {
     pub name: String,
     pub addr: String,

@@ -93,6 +93,8 @@ fn bad_cursor(c: &str) -> ApiError {
 struct SummaryResponse {
     #[serde(flatten)]
     fleet: view::Summary,
+    /// Counted by every room as it happens, read now.
+    ingest: crate::stats::StatsSnapshot,
     signals: SignalsSummary,
 }
 
@@ -108,10 +110,11 @@ struct SignalsSummary {
 }
 
 async fn summary(State(s): State<AppState>) -> Result<Json<SummaryResponse>, ApiError> {
-    let fleet = s.fleet.summary().await?;
+    let fleet = s.fleet.recent().await?.summary.clone();
     let set = &s.hub.settings;
     Ok(Json(SummaryResponse {
         fleet,
+        ingest: s.stats.snapshot(),
         signals: SignalsSummary {
             connected_agents: s.hub.connected(),
             awaiting_ack: s.hub.in_flight(),
@@ -191,7 +194,7 @@ pub(super) struct Items<T> {
 }
 
 async fn proxies(State(s): State<AppState>) -> Result<Json<Items<view::ProxyView>>, ApiError> {
-    let items = s.fleet.proxies().await?;
+    let items = s.fleet.recent().await?.proxies.clone();
     Ok(Json(Items { items }))
 }
 
@@ -210,7 +213,7 @@ async fn proxy(
 }
 
 async fn auth_servers(State(s): State<AppState>) -> Result<Json<Items<view::AuthView>>, ApiError> {
-    let items = s.fleet.auth_servers().await?.0;
+    let items = s.fleet.recent().await?.auth_servers.clone();
     Ok(Json(Items { items }))
 }
 
@@ -234,11 +237,12 @@ async fn auth_server(
 ) -> Result<Json<AuthResponse>, ApiError> {
     let view = s
         .fleet
-        .auth_servers()
+        .recent()
         .await?
-        .0
-        .into_iter()
+        .auth_servers
+        .iter()
         .find(|a| a.name == name)
+        .cloned()
         .ok_or(ApiError::NotFound {
             what: "auth server",
             name: name.clone(),

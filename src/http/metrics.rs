@@ -1,6 +1,6 @@
 //! `GET /metrics`: Prometheus text exposition of Lifeline's counters,
 //! histograms and current-state gauges. Counters come from `stats` (one
-//! atomic read each), gauges from one fleet read; nothing here is labelled
+//! atomic read each), gauges from the read model the fleet publishes; nothing here is labelled
 //! with a name from the network, so cardinality is fixed.
 //!
 //! Each metric is declared once, below: its name, help and label names sit
@@ -21,7 +21,7 @@ use crate::fleet::view::Gauges;
 use crate::fleet::WatchState;
 use crate::model::{Health, Kind, Op, RejectCode};
 use crate::stats::{SignalKind, SignalOutcome, Stats};
-use crate::telemetry::SPANS;
+use crate::telemetry::SpanCounters;
 
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -30,10 +30,10 @@ pub fn router() -> Router<AppState> {
 }
 
 async fn metrics(State(s): State<AppState>) -> Result<Response, ApiError> {
-    let g = s.fleet.gauges().await?;
+    let g = s.fleet.recent().await?.gauges();
     let text = s.stats.hist.with_recorder(|| {
         state_gauges(&s, &g);
-        counters(&s.stats);
+        counters(&s.stats, &s.spans);
         s.stats.hist.render()
     });
     Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response())
@@ -153,10 +153,10 @@ fn state_gauges(s: &AppState, g: &Gauges) {
         "lifeline_trace_spans_queued",
         "Finished spans waiting for the OTLP exporter.",
     )
-    .set(&[], SPANS.queued.load(Ordering::Relaxed) as f64);
+    .set(&[], s.spans.queued.load(Ordering::Relaxed) as f64);
 }
 
-fn counters(st: &Stats) {
+fn counters(st: &Stats, spans: &SpanCounters) {
     let f = counter(
         "lifeline_events_ingested_total",
         "Watcher events applied, by kind and type.",
@@ -240,7 +240,7 @@ fn counters(st: &Stats) {
         (
             "lifeline_trace_spans_exported_total",
             "Spans the OTLP collector accepted.",
-            &SPANS.exported,
+            &spans.exported,
         ),
     ] {
         counter(name, help).total(&[], c);
@@ -295,6 +295,6 @@ fn counters(st: &Stats) {
         "lifeline_trace_spans_dropped_total",
         "Spans lost: queue full, or the export failed.",
     );
-    f.total(&[("reason", "queue_full")], &SPANS.dropped_queue_full);
-    f.total(&[("reason", "export_failed")], &SPANS.export_failed);
+    f.total(&[("reason", "queue_full")], &spans.dropped_queue_full);
+    f.total(&[("reason", "export_failed")], &spans.export_failed);
 }

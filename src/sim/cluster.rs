@@ -108,8 +108,22 @@ struct Inner {
     kill: watch::Sender<u64>,
     /// Events handed to watch streams (INIT excluded).
     delivered: std::sync::atomic::AtomicU64,
+    /// Events emitted since the simulator started.
+    emitted: std::sync::atomic::AtomicU64,
+    /// `emitted` when the newest watch stream subscribed, and how many
+    /// events that stream has taken (handed over or filtered out) since.
+    stream_base: std::sync::atomic::AtomicU64,
+    taken: std::sync::atomic::AtomicU64,
     auths: Vec<SimAuth>,
     stop: CancellationToken,
+}
+
+impl Inner {
+    /// Emits one event to every open watch stream.
+    fn emit(&self, ev: pb::Event) {
+        self.emitted.fetch_add(1, Ordering::SeqCst);
+        let _ = self.events.send(ev);
+    }
 }
 
 /// A running simulated cluster. Cheap to clone.
@@ -182,6 +196,9 @@ impl SimCluster {
             accepting: AtomicBool::new(true),
             kill,
             delivered: std::sync::atomic::AtomicU64::new(0),
+            emitted: std::sync::atomic::AtomicU64::new(0),
+            stream_base: std::sync::atomic::AtomicU64::new(0),
+            taken: std::sync::atomic::AtomicU64::new(0),
             auths,
             stop,
         });
@@ -298,7 +315,7 @@ impl SimCluster {
         s.expires = Some(to_timestamp(now.saturating_add(ttl)));
         let ev = put_server(s.clone());
         drop(st);
-        let _ = self.inner.events.send(ev);
+        self.inner.emit(ev);
         true
     }
 
@@ -359,7 +376,7 @@ impl SimCluster {
 
     /// Publishes a raw event without storing it (bad-input tests).
     pub fn inject(&self, ev: pb::Event) {
-        let _ = self.inner.events.send(ev);
+        self.inner.emit(ev);
     }
 
     /// Stores and publishes a server as given (no validation: tests use this
@@ -372,7 +389,7 @@ impl SimCluster {
             .await
             .servers
             .insert((kind, s.name.clone()), s.clone());
-        let _ = self.inner.events.send(put_server(s));
+        self.inner.emit(put_server(s));
     }
 
     pub async fn get_server(&self, kind: Kind, name: &str) -> Option<pb::Server> {
@@ -394,7 +411,7 @@ impl SimCluster {
             .servers
             .remove(&(kind, name.to_string()));
         if let Some(s) = removed {
-            let _ = self.inner.events.send(pb::Event {
+            self.inner.emit(pb::Event {
                 r#type: pb::EventType::Delete as i32,
                 resource: Some(pb::event::Resource::Server(s)),
             });
@@ -440,7 +457,7 @@ impl SimCluster {
         s.auth_server = auth.to_string();
         let ev = put_server(s.clone());
         drop(st);
-        let _ = self.inner.events.send(ev);
+        self.inner.emit(ev);
     }
 
     pub async fn put_tunnel(&self, t: pb::TunnelConnection) {
@@ -450,7 +467,7 @@ impl SimCluster {
             .await
             .tunnels
             .insert(t.name.clone(), t.clone());
-        let _ = self.inner.events.send(pb::Event {
+        self.inner.emit(pb::Event {
             r#type: pb::EventType::Put as i32,
             resource: Some(pb::event::Resource::Tunnel(t)),
         });
@@ -459,7 +476,7 @@ impl SimCluster {
     pub async fn delete_tunnel(&self, name: &str) {
         let removed = self.inner.state.lock().await.tunnels.remove(name);
         if let Some(t) = removed {
-            let _ = self.inner.events.send(pb::Event {
+            self.inner.emit(pb::Event {
                 r#type: pb::EventType::Delete as i32,
                 resource: Some(pb::event::Resource::Tunnel(t)),
             });
@@ -476,6 +493,14 @@ impl SimCluster {
     /// Events handed to the newest watch stream (INIT excluded).
     pub fn delivered(&self) -> u64 {
         self.inner.delivered.load(Ordering::SeqCst)
+    }
+
+    /// True when the newest watch stream has taken every event emitted
+    /// since it opened: [`Self::delivered`] will not grow without a new one.
+    pub fn stream_caught_up(&self) -> bool {
+        let i = &self.inner;
+        let due = i.emitted.load(Ordering::SeqCst) - i.stream_base.load(Ordering::SeqCst);
+        i.taken.load(Ordering::SeqCst) >= due
     }
 }
 
@@ -577,7 +602,13 @@ impl ClusterEvents for Service {
             .collect();
         // One watcher at a time in tests: count per stream.
         self.inner.delivered.store(0, Ordering::SeqCst);
+        self.inner.taken.store(0, Ordering::SeqCst);
         let mut sub = self.inner.events.subscribe();
+        // After subscribing: an event emitted in between is both counted
+        // here and received, so `taken` can only run ahead of it.
+        self.inner
+            .stream_base
+            .store(self.inner.emitted.load(Ordering::SeqCst), Ordering::SeqCst);
         let mut kill = self.inner.kill.subscribe();
         kill.borrow_and_update();
         let (tx, rx) = mpsc::channel(1024);
@@ -611,12 +642,14 @@ impl ClusterEvents for Service {
                     Ok(ev) => {
                         // Raw injected events (no kind) pass through.
                         if event_kind(&ev).is_some_and(|k| !wanted.contains(&k)) {
+                            inner.taken.fetch_add(1, Ordering::SeqCst);
                             continue;
                         }
                         if tx.send(Ok(ev)).await.is_err() {
                             return;
                         }
                         inner.delivered.fetch_add(1, Ordering::SeqCst);
+                        inner.taken.fetch_add(1, Ordering::SeqCst);
                     }
                     Err(broadcast::error::RecvError::Lagged(n)) => {
                         let _ = tx

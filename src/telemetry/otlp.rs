@@ -7,9 +7,11 @@
 //! single-threaded runtime on a dedicated thread, and batches leave from the
 //! SDK's batch thread: a slow or dead collector never holds a Lifeline task.
 //! Finished spans wait in a bounded queue; beyond it they are dropped and
-//! counted in [`SPANS`], as are spans whose export failed.
+//! counted in the pipeline's own [`SpanCounters`], as are spans whose export
+//! failed.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
@@ -31,7 +33,7 @@ use crate::config::TelemetryConfig;
 /// Service name of the simulated agents' spans.
 pub use crate::sim::wire::SERVICE as SIM_SERVICE;
 
-/// What became of finished spans, process-wide (rendered by `/metrics`).
+/// What became of one pipeline's finished spans (rendered by `/metrics`).
 #[derive(Debug, Default)]
 pub struct SpanCounters {
     /// Spans the collector accepted.
@@ -43,13 +45,6 @@ pub struct SpanCounters {
     /// Spans waiting for the exporter now.
     pub queued: AtomicU64,
 }
-
-pub static SPANS: SpanCounters = SpanCounters {
-    exported: AtomicU64::new(0),
-    export_failed: AtomicU64::new(0),
-    dropped_queue_full: AtomicU64::new(0),
-    queued: AtomicU64::new(0),
-};
 
 /// A pipeline was started in this process.
 static STARTED: AtomicBool = AtomicBool::new(false);
@@ -177,6 +172,7 @@ pub struct Pipeline {
     tracer: SdkTracer,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    counters: Arc<SpanCounters>,
     pub endpoint: String,
 }
 
@@ -236,8 +232,9 @@ impl Pipeline {
                 endpoint: s.endpoint.clone(),
                 message,
             })?;
-        let provider = provider_named(s, &s.service_name, own);
-        let sim_provider = provider_named(s, SIM_SERVICE, sim);
+        let counters = Arc::new(SpanCounters::default());
+        let provider = provider_named(s, &s.service_name, own, &counters);
+        let sim_provider = provider_named(s, SIM_SERVICE, sim, &counters);
         let tracer = provider.tracer("lifeline");
         opentelemetry::global::set_tracer_provider(sim_provider.clone());
         STARTED.store(true, Ordering::Relaxed);
@@ -247,6 +244,7 @@ impl Pipeline {
             tracer,
             stop: Some(stop),
             thread: Some(thread),
+            counters,
             endpoint: s.endpoint.clone(),
         })
     }
@@ -266,6 +264,11 @@ impl Pipeline {
             .with_filter(targets.and(tracing_subscriber::filter::filter_fn(|_| {
                 ENABLED.load(Ordering::Relaxed)
             })))
+    }
+
+    /// What became of this pipeline's spans.
+    pub fn counters(&self) -> Arc<SpanCounters> {
+        self.counters.clone()
     }
 
     /// Exports everything finished so far; blocks until the collector
@@ -308,22 +311,27 @@ fn provider_named<E: SpanExporter + 'static>(
     s: &OtlpSettings,
     name: &str,
     exporter: E,
+    counters: &Arc<SpanCounters>,
 ) -> SdkTracerProvider {
     let cap = s.max_queued_spans.max(1);
-    let batch = BatchSpanProcessor::builder(Counting(exporter))
-        .with_batch_config(
-            BatchConfigBuilder::default()
-                // Ours bounds the queue; the SDK's never fills first.
-                .with_max_queue_size(cap * 2)
-                .with_max_export_batch_size(512.min(cap))
-                .with_scheduled_delay(s.batch_delay)
-                .build(),
-        )
-        .build();
+    let batch = BatchSpanProcessor::builder(Counting {
+        inner: exporter,
+        counters: counters.clone(),
+    })
+    .with_batch_config(
+        BatchConfigBuilder::default()
+            // Ours bounds the queue; the SDK's never fills first.
+            .with_max_queue_size(cap * 2)
+            .with_max_export_batch_size(512.min(cap))
+            .with_scheduled_delay(s.batch_delay)
+            .build(),
+    )
+    .build();
     let mut b = SdkTracerProvider::builder()
         .with_span_processor(Bounded {
             inner: batch,
             cap: cap as u64,
+            counters: counters.clone(),
         })
         .with_resource(
             Resource::builder()
@@ -340,34 +348,38 @@ fn provider_named<E: SpanExporter + 'static>(
 
 /// Counts what the exporter did with each batch.
 #[derive(Debug)]
-struct Counting<E>(E);
+struct Counting<E> {
+    inner: E,
+    counters: Arc<SpanCounters>,
+}
 
 impl<E: SpanExporter> SpanExporter for Counting<E> {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
         let n = batch.len() as u64;
-        let r = self.0.export(batch).await;
-        let _ = SPANS
+        let r = self.inner.export(batch).await;
+        let c = &self.counters;
+        let _ = c
             .queued
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |q| {
                 Some(q.saturating_sub(n))
             });
         match &r {
-            Ok(()) => SPANS.exported.fetch_add(n, Ordering::Relaxed),
-            Err(_) => SPANS.export_failed.fetch_add(n, Ordering::Relaxed),
+            Ok(()) => c.exported.fetch_add(n, Ordering::Relaxed),
+            Err(_) => c.export_failed.fetch_add(n, Ordering::Relaxed),
         };
         r
     }
 
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        self.0.shutdown_with_timeout(timeout)
+        self.inner.shutdown_with_timeout(timeout)
     }
 
     fn force_flush(&self) -> OTelSdkResult {
-        self.0.force_flush()
+        self.inner.force_flush()
     }
 
     fn set_resource(&mut self, resource: &Resource) {
-        self.0.set_resource(resource);
+        self.inner.set_resource(resource);
     }
 }
 
@@ -376,6 +388,7 @@ impl<E: SpanExporter> SpanExporter for Counting<E> {
 struct Bounded {
     inner: BatchSpanProcessor,
     cap: u64,
+    counters: Arc<SpanCounters>,
 }
 
 impl SpanProcessor for Bounded {
@@ -384,9 +397,10 @@ impl SpanProcessor for Bounded {
     }
 
     fn on_end(&self, span: SpanData) {
-        if SPANS.queued.fetch_add(1, Ordering::Relaxed) >= self.cap {
-            SPANS.queued.fetch_sub(1, Ordering::Relaxed);
-            SPANS.dropped_queue_full.fetch_add(1, Ordering::Relaxed);
+        let c = &self.counters;
+        if c.queued.fetch_add(1, Ordering::Relaxed) >= self.cap {
+            c.queued.fetch_sub(1, Ordering::Relaxed);
+            c.dropped_queue_full.fetch_add(1, Ordering::Relaxed);
             return;
         }
         self.inner.on_end(span);

@@ -71,7 +71,8 @@ async fn proxy_expiry_strands_its_agents() {
     c.sim.resume_heartbeats(Kind::Proxy, "proxy-1").await;
     c.sim.resume_heartbeats(Kind::Proxy, "proxy-2").await;
     c.quiesce().await;
-    assert_eq!(c.summary().await["agents"]["healthy"], 6);
+    let s = c.summary().await;
+    assert_eq!(s["agents"]["healthy"], 6, "{s}");
     c.flush().await;
     let eps = c.ok("/api/v1/episodes?agent=agent-00001").await;
     let ep = &eps["items"][0];

@@ -31,7 +31,8 @@ use super::fmt::{self, agent_href, enc};
 use super::ttl_svg::{self, Svg};
 use super::{Ctx, Layout, UiError, UiQuery};
 use crate::clock::Ts;
-use crate::fleet::query::{AgentList, Overview};
+use crate::fleet::published::Published;
+use crate::fleet::query::AgentList;
 use crate::fleet::view::{self, AgentFilter, AgentItem, RootCause};
 use crate::fleet::WatchState;
 use crate::http::api::{id_cursor, name_cursor};
@@ -42,10 +43,6 @@ use crate::model::{AgentState, CauseKind, Kind, Outcome};
 use crate::store::read::{self, EpisodeFilter};
 use crate::store::signals::{self as audit, SignalFilter, SignalRecord};
 
-/// Rows of the TTL timeline on the overview (the soonest to expire).
-pub const OVERVIEW_TTL_ROWS: usize = 24;
-/// Stranded agents listed on the overview.
-pub const OVERVIEW_STRANDED: usize = 10;
 pub const OVERVIEW_SIGNALS: usize = 8;
 pub const PAGE_DEFAULT: usize = 50;
 pub const PAGE_MAX: usize = 500;

@@ -15,6 +15,7 @@
 #![allow(dead_code)]
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use lifeline::app::{Lifeline, Tuning};
@@ -59,6 +60,7 @@ pub struct Cluster {
     grace: Duration,
     max_message_bytes: usize,
     acquire_timeout: Duration,
+    spans: Arc<lifeline::telemetry::SpanCounters>,
     lb_policy: String,
     signals: Vec<SignalsEdit>,
     configs: Vec<ConfigEdit>,
@@ -84,6 +86,7 @@ impl Cluster {
             // Virtual time outruns real threads here: a connection that
             // takes a few real milliseconds must not time out on it.
             acquire_timeout: Duration::from_secs(24 * 3600),
+            spans: Arc::default(),
             lb_policy: String::new(),
             signals: Vec::new(),
             configs: Vec::new(),
@@ -201,6 +204,12 @@ impl Cluster {
     }
     /// Readers and writers wait at most Lifeline's own 2 s for a database
     /// connection (for a test that runs out of them on purpose).
+    /// `/metrics` shows this trace pipeline's counters.
+    pub fn spans(mut self, counters: Arc<lifeline::telemetry::SpanCounters>) -> Self {
+        self.spans = counters;
+        self
+    }
+
     pub fn production_acquire_timeout(mut self) -> Self {
         self.acquire_timeout = lifeline::store::ACQUIRE_TIMEOUT;
         self
@@ -237,6 +246,7 @@ impl Cluster {
         let tuning = Tuning {
             change_capacity: 65_536,
             acquire_timeout: self.acquire_timeout,
+            spans: self.spans,
             ..Tuning::default()
         };
         let ll = Lifeline::start_tuned(&cfg, clock, tuning.clone())
@@ -318,7 +328,9 @@ impl Running {
         let consumed = || ll.stats.session_events.load(Ordering::SeqCst);
         let caught_up = real_timeout(REAL_WAIT, async {
             // Nothing more arrives while the stream is down.
-            while ll.fleet.readiness().ready && consumed() < self.sim.delivered() {
+            while ll.fleet.readiness().ready
+                && (!self.sim.stream_caught_up() || consumed() < self.sim.delivered())
+            {
                 tokio::task::yield_now().await;
             }
         })
@@ -444,7 +456,14 @@ impl Running {
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
+    /// A GET that sees everything the fleet has applied so far: it first
+    /// lets the fleet settle, which publishes the read model the dashboard
+    /// and `/metrics` serve (on its own the fleet publishes at most every
+    /// 250 ms of its clock, and a paused test clock may not get there).
     pub async fn get_text(&self, path: &str) -> (u16, String) {
+        bounded("the fleet to settle", self.ll().fleet.settled())
+            .await
+            .expect("fleet alive");
         let url = format!("{}{}", self.ll().base_url(), path);
         let resp = bounded(&format!("GET {path}"), self.http.get(&url).send())
             .await

@@ -25,7 +25,8 @@ pub struct AuthPage {
 }
 
 pub async fn auth(State(st): State<AppState>, ctx: Ctx) -> Result<Response, UiError> {
-    let (auths, now) = st.fleet.auth_servers().await?;
+    let published = st.fleet.recent().await?;
+    let (auths, now) = (published.auth_servers.clone(), published.at());
     let mut sections = Vec::new();
     for chip in auth_chips(now, auths) {
         let transitions = read::transitions(&st.db, &chip.name, 20)

@@ -83,21 +83,18 @@ fn cause_line(now: Ts, c: &RootCause) -> CauseLine {
 /// Everything the overview's live part shows. Shared by the page and the
 /// live stream (one render serves every open overview).
 pub async fn overview_model(st: &AppState) -> Result<LiveOverview, UiError> {
-    let filter = AgentFilter {
-        state: Some(AgentState::Stranded),
-        limit: OVERVIEW_STRANDED,
-        ..AgentFilter::default()
-    };
-    let Overview {
+    let published = st.fleet.recent().await?;
+    let Published {
         summary,
         auth_servers: auths,
-        ttl: (ttl, ttl_total),
+        soonest: (ttl, ttl_total),
         stranded: page,
-        last_signals: last,
-    } = st.fleet.overview(filter, OVERVIEW_TTL_ROWS).await?;
+        stranded_last_signals: last,
+        ..
+    } = &*published;
     let now = summary.generated_at;
     let stranded_more = page.next_cursor.is_some();
-    let stranded = agent_rows(st, now, page.items, last).await?;
+    let stranded = agent_rows(st, now, page.items.clone(), last.clone()).await?;
     let signals = audit::list(
         &st.db,
         &SignalFilter {
@@ -169,9 +166,9 @@ pub async fn overview_model(st: &AppState) -> Result<LiveOverview, UiError> {
             .iter()
             .map(|c| cause_line(now, c))
             .collect(),
-        auths: auth_chips(now, auths),
-        svg: ttl_svg::build(&ttl, now),
-        ttl_total,
+        auths: auth_chips(now, auths.clone()),
+        svg: ttl_svg::build(ttl, now),
+        ttl_total: *ttl_total,
         stranded,
         stranded_more,
         signals,

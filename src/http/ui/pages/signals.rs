@@ -48,7 +48,8 @@ pub async fn signals(
     let before_id = id_cursor(cursor.clone())?;
     let limit_s = field(q.limit.clone());
     let limit = page_limit(q.limit)?;
-    let (now, counts) = st.fleet.counts().await?;
+    let published = st.fleet.recent().await?;
+    let (now, counts) = (published.at(), published.counts().clone());
     let recs = audit::list(
         &st.db,
         &SignalFilter {

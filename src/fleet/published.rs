@@ -1,0 +1,211 @@
+//! What the fleet publishes after it settles: one immutable read model of
+//! its aggregates, shared as a `watch` of an `Arc`. The dashboard's
+//! overview, auth and signals pages, the live stream, `/metrics` and the
+//! API's summary, proxies and auth servers read it without asking the
+//! actor, so a scrape or a hundred open dashboards never queue behind
+//! ingest.
+//!
+//! It holds what is small whatever the fleet's size (counts, root causes,
+//! proxies, auth servers, the soonest TTL windows, the first stranded
+//! agents). Pages over every agent (the agent list, one agent, the TTL
+//! listing) stay named queries: copying a hundred thousand agents at each
+//! publish would cost more than the reads it saves.
+//!
+//! Cost is bounded: a publish walks the agents once, and happens after a
+//! settle that changed something, at most every [`PUBLISH_EVERY`] of fleet
+//! time, or when a reader asks for one fresher than it has.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::state::Fleet;
+use super::view::{self, AgentCounts, AgentFilter, AgentPage, AuthView, ProxyView, Summary};
+use super::view::{Gauges, ProxyCounts, TtlWindow};
+use super::Readiness;
+use crate::clock::Ts;
+use crate::model::{AgentState, Kind};
+
+/// The most often the fleet publishes on its own while it changes.
+pub const PUBLISH_EVERY: Duration = Duration::from_millis(250);
+/// How many of the soonest-to-expire proxies and auth servers it carries.
+pub const SOONEST_ROWS: usize = 24;
+/// How many stranded agents (the first, by name) it carries.
+pub const STRANDED_ROWS: usize = 10;
+/// The oldest read model a reader takes without asking for a fresher one
+/// (only an idle fleet has one this old: under load it publishes on its
+/// own).
+pub const MAX_AGE: Duration = Duration::from_secs(1);
+
+/// The fleet's aggregates at one instant.
+#[derive(Debug)]
+pub struct Published {
+    /// Counts, watcher readiness and root causes; its
+    /// `generated_at` is the instant everything here was read.
+    pub summary: Summary,
+    pub auth_servers: Vec<AuthView>,
+    /// Every proxy, by name.
+    pub proxies: Vec<ProxyView>,
+    /// The soonest-to-expire proxies and auth servers (expired first), and
+    /// how many there are.
+    pub soonest: (Vec<TtlWindow>, usize),
+    /// The first stranded agents by name, each with its last audited signal.
+    pub stranded: AgentPage,
+    pub stranded_last_signals: Vec<Option<i64>>,
+}
+
+impl Published {
+    /// Reads the fleet's aggregates now.
+    pub fn of(f: &Fleet) -> Published {
+        let _s = tracing::debug_span!("fleet.publish").entered();
+        let filter = AgentFilter {
+            state: Some(AgentState::Stranded),
+            limit: STRANDED_ROWS,
+            ..AgentFilter::default()
+        };
+        let (stranded, stranded_last_signals) = view::agents_with_last_signal(f, &filter);
+        Published {
+            summary: view::summary(f),
+            auth_servers: view::auth_servers(f),
+            proxies: view::proxies(f),
+            soonest: view::ttl_soonest(f, SOONEST_ROWS),
+            stranded,
+            stranded_last_signals,
+        }
+    }
+
+    /// Before the fleet's first publish: nothing seen yet.
+    pub(super) fn empty(at: Ts) -> Published {
+        Published {
+            summary: Summary {
+                generated_at: at,
+                agents: AgentCounts::default(),
+                proxies: ProxyCounts::default(),
+                auth_servers: BTreeMap::new(),
+                watcher: Readiness {
+                    ready: false,
+                    kinds: BTreeMap::new(),
+                },
+                classification_live: false,
+                root_causes: Vec::new(),
+            },
+            auth_servers: Vec::new(),
+            proxies: Vec::new(),
+            soonest: (Vec::new(), 0),
+            stranded: AgentPage {
+                items: Vec::new(),
+                next_cursor: None,
+            },
+            stranded_last_signals: Vec::new(),
+        }
+    }
+
+    /// When it was read.
+    pub fn at(&self) -> Ts {
+        self.summary.generated_at
+    }
+
+    pub fn counts(&self) -> &AgentCounts {
+        &self.summary.agents
+    }
+
+    /// What `/metrics` shows of the fleet.
+    pub fn gauges(&self) -> Gauges {
+        let s = &self.summary;
+        Gauges {
+            agents: s.agents.clone(),
+            proxies: s.proxies.clone(),
+            auth_servers: s.auth_servers.clone(),
+            kinds: Kind::ALL
+                .iter()
+                .filter_map(|k| s.watcher.kinds.get(k.as_str()).map(|st| (*k, *st)))
+                .collect(),
+        }
+    }
+}
+
+impl Fleet {
+    /// Something readers see may have changed: publish again when due.
+    pub(super) fn touch(&mut self) {
+        self.touched = true;
+    }
+
+    /// When the next publish of its own is due, if anything changed.
+    pub(super) fn publish_due_at(&self) -> Option<Ts> {
+        self.touched
+            .then(|| self.published_at.saturating_add(PUBLISH_EVERY))
+    }
+
+    /// Publishes when something changed and the last publish is
+    /// [`PUBLISH_EVERY`] old.
+    pub(super) fn publish_if_due(&mut self) {
+        if self.publish_due_at().is_some_and(|due| self.now() >= due) {
+            self.publish();
+        }
+    }
+
+    /// Publishes now, if anything changed since the last publish.
+    pub(super) fn publish_if_touched(&mut self) {
+        if self.touched {
+            self.publish();
+        }
+    }
+
+    /// Publishes now.
+    pub(super) fn publish(&mut self) {
+        let p = Arc::new(Published::of(self));
+        self.published.send_replace(p);
+        self.touched = false;
+        self.published_at = self.now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::state::fixture::{advance_to, at, ready};
+
+    #[tokio::test(start_paused = true)]
+    async fn publishes_what_changed_at_most_every_interval_and_when_asked() {
+        let mut f = ready(&[("p1", 10), ("p2", 3600)], &["a1", "a2"]);
+        let rx = f.published_watch();
+        f.publish();
+        assert_eq!(rx.borrow().counts().healthy, 2);
+        assert_eq!(f.publish_due_at(), None, "nothing changed since");
+
+        // p1 expires: its agents stay on p2, so they are degraded. The last
+        // publish is long past, so this one is due at once.
+        advance_to(&mut f, at(10)).await;
+        assert_eq!(
+            f.publish_due_at(),
+            Some(at(0).saturating_add(PUBLISH_EVERY))
+        );
+        f.publish_if_due();
+        let p = rx.borrow().clone();
+        assert_eq!(p.counts().degraded, 2);
+        assert_eq!(p.summary.proxies.expired, 1);
+        assert_eq!(p.at(), at(10));
+        assert_eq!(p.proxies.len(), 2);
+        assert_eq!(p.gauges().proxies.expired, 1);
+
+        // Another change right after waits out the interval.
+        f.touch();
+        let due = f.publish_due_at().expect("a change is waiting");
+        assert_eq!(due, at(10).saturating_add(PUBLISH_EVERY));
+        f.publish_if_due();
+        assert_eq!(rx.borrow().at(), at(10), "not yet due");
+        advance_to(&mut f, due).await;
+        f.publish_if_due();
+        assert_eq!(rx.borrow().at(), due);
+
+        // A forced publish (what `settled` does) takes effect at once.
+        advance_to(&mut f, at(3600)).await;
+        f.publish_if_touched();
+        let p = rx.borrow().clone();
+        assert_eq!(p.counts().stranded, 2);
+        assert_eq!(p.stranded.items.len(), 2);
+        assert_eq!(p.soonest.1, 3, "two proxies and one auth server");
+        assert_eq!(p.summary.root_causes.len(), 1);
+        assert_eq!(f.publish_due_at(), None);
+    }
+}
