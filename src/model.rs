@@ -13,11 +13,13 @@ use crate::clock::Ts;
 mod change;
 mod history;
 mod lb_policy;
+mod setting;
 mod signal;
 
 pub use change::{Change, Op, RejectCode, Rejection, MAX_NAME_LEN};
-pub use history::{EndReason, HistoryEvent};
+pub use history::{EndReason, HistoryEvent, Subject};
 pub use lb_policy::{LbMode, LbPolicy, PolicyError};
+pub use setting::{Origin, SettingAction};
 pub use signal::{Outcome, SignalKind};
 
 /// Every name of an enum whose names `strum` derives, in declaration order
@@ -121,8 +123,9 @@ pub struct Tunnel {
 /// An auth server's health, normalised from grpc.health.v1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-#[derive(strum::IntoStaticStr, strum::EnumString)]
+#[derive(strum::IntoStaticStr, strum::EnumString, sqlx::Type)]
 #[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
+#[sqlx(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Health {
     Serving,
     NotServing,
@@ -152,8 +155,9 @@ impl Health {
 /// How Lifeline learns an auth server's health.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-#[derive(strum::IntoStaticStr, strum::EnumString)]
+#[derive(strum::IntoStaticStr, strum::EnumString, sqlx::Type)]
 #[strum(serialize_all = "snake_case")]
+#[sqlx(rename_all = "snake_case")]
 pub enum HealthMode {
     /// A `Watch` stream (the normal case).
     Watch,

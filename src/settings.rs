@@ -34,7 +34,7 @@ use tracing::{info, warn};
 
 use crate::clock::{Clock, Ts};
 use crate::config::{Config, MIN_AUDIT_RETENTION, MIN_RETENTION};
-use crate::model::LbPolicy;
+use crate::model::{LbPolicy, Origin, SettingAction};
 use crate::store::settings::{self as rows, SettingChange, StoredSetting};
 
 /// A dynamic setting.
@@ -108,33 +108,6 @@ impl Name {
 
     fn list() -> String {
         Name::ALL.map(Name::as_str).join(", ")
-    }
-}
-
-/// Where a setting's current value came from (RFD 0016's origin label).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub enum Origin {
-    #[serde(rename = "defaults")]
-    Defaults,
-    #[serde(rename = "config-file")]
-    ConfigFile,
-    #[serde(rename = "dynamic")]
-    Dynamic,
-}
-
-impl Origin {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Origin::Defaults => "defaults",
-            Origin::ConfigFile => "config-file",
-            Origin::Dynamic => "dynamic",
-        }
-    }
-
-    fn parse(s: &str) -> Option<Origin> {
-        [Origin::Defaults, Origin::ConfigFile, Origin::Dynamic]
-            .into_iter()
-            .find(|o| o.as_str() == s)
     }
 }
 
@@ -393,8 +366,8 @@ impl Settings {
             let (value, origin) = if in_config(cfg, name) {
                 (from_config(cfg, name), Origin::ConfigFile)
             } else {
-                match old.as_ref().map(|o| (Origin::parse(&o.origin), o)) {
-                    Some((Some(Origin::Dynamic), o)) => {
+                match old.as_ref() {
+                    Some(o) if o.origin == Origin::Dynamic => {
                         match serde_json::from_str::<Value>(&o.value)
                             .map_err(|e| e.to_string())
                             .and_then(|v| parse(name, &v).map_err(|e| e.to_string()))
@@ -415,16 +388,16 @@ impl Settings {
             let text = canonical.to_string();
             let same = old
                 .as_ref()
-                .is_some_and(|o| o.value == text && o.origin == origin.as_str());
+                .is_some_and(|o| o.value == text && o.origin == origin);
             if !same {
                 let new = StoredSetting {
                     name: name.as_str().into(),
                     value: text,
-                    origin: origin.as_str().into(),
+                    origin,
                     updated_us: now.as_micros(),
                     updated_by: START.into(),
                 };
-                rows::put_in(&mut tx, &new, old.as_ref(), START).await?;
+                rows::put_in(&mut tx, &new, old.as_ref(), SettingAction::Start).await?;
                 if old.is_some() {
                     info!(setting = name.as_str(), value = %new.value, origin = origin.as_str(), "setting changed at start");
                 }
@@ -478,7 +451,7 @@ impl Settings {
         let (value, origin, at, by) = match row {
             Some(r) => (
                 serde_json::from_str(&r.value).unwrap_or_else(|_| default.clone()),
-                Origin::parse(&r.origin).unwrap_or(Origin::Defaults),
+                r.origin,
                 Ts(r.updated_us),
                 r.updated_by.clone(),
             ),
@@ -532,12 +505,12 @@ impl Settings {
     ) -> Result<SettingView, SettingsError> {
         self.change(name, value, Origin::Dynamic, actor, |from| {
             match (from, flags.force, flags.confirm) {
-                (Origin::Defaults, ..) => Ok("create"),
+                (Origin::Defaults, ..) => Ok(SettingAction::Create),
                 (o, false, _) => Err(SettingsError::AlreadyExists {
                     name: name.as_str(),
                     origin: o.as_str(),
                 }),
-                (Origin::Dynamic, true, _) => Ok("force"),
+                (Origin::Dynamic, true, _) => Ok(SettingAction::Force),
                 (Origin::ConfigFile, true, false) => Err(SettingsError::ManagedByConfigFile {
                     name: name.as_str(),
                     key: name.config_key(),
@@ -547,7 +520,7 @@ impl Settings {
                         name: name.as_str(),
                     })
                 }
-                (Origin::ConfigFile, true, true) => Ok("confirm"),
+                (Origin::ConfigFile, true, true) => Ok(SettingAction::Confirm),
             }
         })
         .await
@@ -565,7 +538,7 @@ impl Settings {
                     name: name.as_str(),
                     key: name.config_key(),
                 }),
-                _ => Ok("rm"),
+                _ => Ok(SettingAction::Rm),
             },
         )
         .await
@@ -580,28 +553,25 @@ impl Settings {
         value: &Value,
         origin: Origin,
         actor: &str,
-        decide: impl FnOnce(Origin) -> Result<&'static str, SettingsError>,
+        decide: impl FnOnce(Origin) -> Result<SettingAction, SettingsError>,
     ) -> Result<SettingView, SettingsError> {
         let (canonical, parsed) = parse(name, value)?;
         let _one = self.write.lock().await;
         let mut tx = self.db.begin().await?;
         let old = rows::get_in(&mut tx, name.as_str()).await?;
-        let from = old
-            .as_ref()
-            .and_then(|o| Origin::parse(&o.origin))
-            .unwrap_or(Origin::Defaults);
+        let from = old.as_ref().map_or(Origin::Defaults, |o| o.origin);
         let action = decide(from)?;
         let new = StoredSetting {
             name: name.as_str().into(),
             value: canonical.to_string(),
-            origin: origin.as_str().into(),
+            origin,
             updated_us: self.clock.now().as_micros(),
             updated_by: actor.into(),
         };
         rows::put_in(&mut tx, &new, old.as_ref(), action).await?;
         tx.commit().await?;
         self.apply(name, &parsed);
-        info!(setting = name.as_str(), value = %new.value, from = from.as_str(), to = origin.as_str(), %actor, action, "setting changed");
+        info!(setting = name.as_str(), value = %new.value, from = from.as_str(), to = origin.as_str(), %actor, action = action.as_str(), "setting changed");
         Ok(Self::view(name, Some(&new)))
     }
 }

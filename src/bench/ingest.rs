@@ -198,7 +198,7 @@ pub(super) async fn ingest(
             b.event(
                 EventRow {
                     at: now,
-                    kind: s.kind.as_str(),
+                    kind: s.kind.into(),
                     name: s.name.clone(),
                     event: crate::model::HistoryEvent::Heartbeat,
                     expires: Some(s.expires),

@@ -8,6 +8,7 @@ use super::schedule::TimerKey;
 use super::state::{AgentEntry, AuthEntry, Fleet, Link, ResEntry, TunnelEntry};
 use super::{HealthUpdate, Ingested};
 use crate::clock::{dur_micros, Ts};
+use crate::model::Subject;
 use crate::model::{Change, EndReason, Health, HistoryEvent, Kind, Server, Tunnel};
 use crate::stats::Stats;
 use crate::store::{EpisodeOp, EventRow, HealthRow};
@@ -31,10 +32,10 @@ impl Fleet {
                     }
                 }
                 Ingested::Rejected(r) => {
-                    let kind = match r.kind.parse::<Kind>() {
-                        Ok(k) => k.as_str(),
-                        Err(_) => "unknown",
-                    };
+                    let kind = r
+                        .kind
+                        .parse::<Kind>()
+                        .map_or(Subject::Unknown, Subject::from);
                     self.history(EventRow {
                         at: now,
                         kind,
@@ -131,7 +132,7 @@ impl Fleet {
         }
         self.history(EventRow {
             at: now,
-            kind: kind.as_str(),
+            kind: kind.into(),
             name: name.clone(),
             event,
             expires: Some(expires),
@@ -193,7 +194,7 @@ impl Fleet {
             Kind::TunnelConnection => false,
         };
         if existed {
-            self.note(kind.as_str(), name, HistoryEvent::Delete, String::new());
+            self.note(kind.into(), name, HistoryEvent::Delete, String::new());
         }
     }
 
@@ -233,7 +234,7 @@ impl Fleet {
         }
         self.history(EventRow {
             at: now,
-            kind: Kind::TunnelConnection.as_str(),
+            kind: Subject::TunnelConnection,
             name: t.name.clone(),
             event,
             expires: t.expires,
@@ -250,7 +251,7 @@ impl Fleet {
             self.unindex_tunnel(&old.tunnel);
             self.dirty.insert(old.tunnel.agent.clone());
             self.note(
-                Kind::TunnelConnection.as_str(),
+                Subject::TunnelConnection,
                 name,
                 HistoryEvent::Delete,
                 format!("{} → {}", old.tunnel.agent, old.tunnel.proxy),
@@ -283,13 +284,13 @@ impl Fleet {
             auth_server: u.auth_server.clone(),
             addr: u.addr.clone(),
             at: now,
-            from: from.as_str(),
-            to: u.health.as_str(),
-            mode: u.mode.as_str(),
+            from,
+            to: u.health,
+            mode: u.mode,
             detail: u.detail.clone(),
         });
         self.note(
-            Kind::AuthServer.as_str(),
+            Subject::AuthServer,
             &u.auth_server,
             HistoryEvent::Health,
             format!("{} → {} ({})", from.as_str(), u.health.as_str(), u.detail),
@@ -313,7 +314,7 @@ impl Fleet {
         match link {
             Some(l) => {
                 self.note(
-                    Kind::Agent.as_str(),
+                    Subject::Agent,
                     agent,
                     HistoryEvent::Connected,
                     format!(
@@ -326,7 +327,7 @@ impl Fleet {
             None => {
                 if self.links.remove(agent).is_some() {
                     self.note(
-                        Kind::Agent.as_str(),
+                        Subject::Agent,
                         agent,
                         HistoryEvent::Disconnected,
                         "signal stream closed".into(),

@@ -74,7 +74,7 @@ impl Fleet {
         debug!(%kind, %name, "expired");
         self.history(EventRow {
             at: expires,
-            kind: kind.as_str(),
+            kind: kind.into(),
             name: name.clone(),
             event: HistoryEvent::Expired,
             expires: Some(expires),

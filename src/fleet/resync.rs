@@ -9,6 +9,7 @@ use super::schedule::TimerKey;
 use super::state::{AgentEntry, AuthEntry, Fleet, ResEntry, TunnelEntry};
 use super::{Resync, Snapshot, WatchState};
 use crate::clock::Ts;
+use crate::model::Subject;
 use crate::model::{Cause, EndReason, Health, HistoryEvent, Kind, Reasons};
 use crate::stats::Stats;
 use crate::store::read::Loaded;
@@ -126,7 +127,7 @@ impl Fleet {
             self.replace(Snapshot::empty(*kind), now);
             self.set_kind(*kind, WatchState::Rejected, r.generation);
             self.note(
-                kind.as_str(),
+                (*kind).into(),
                 "",
                 HistoryEvent::RejectedKind,
                 format!("generation {}", r.generation),
@@ -138,7 +139,7 @@ impl Fleet {
             self.replace(snap, now);
             self.set_kind(kind, WatchState::Ready, r.generation);
             self.note(
-                kind.as_str(),
+                kind.into(),
                 "",
                 HistoryEvent::Resync,
                 format!("generation {}: {count} listed", r.generation),
@@ -297,7 +298,7 @@ impl Fleet {
                 generation,
                 error, "watch stream lost: cluster data is stale until resync"
             );
-            self.note("watcher", "", HistoryEvent::Stale, error.to_string());
+            self.note(Subject::Watcher, "", HistoryEvent::Stale, error.to_string());
             self.publish_readiness();
         }
     }

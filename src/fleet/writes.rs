@@ -5,6 +5,7 @@
 use super::state::{Fleet, STATE_WRITE_EVERY};
 use crate::clock::Ts;
 use crate::model::HistoryEvent;
+use crate::model::Subject;
 use crate::store::{EventRow, WriteBatch};
 
 impl Fleet {
@@ -12,13 +13,7 @@ impl Fleet {
         self.pending.event(row, self.rules.max_pending_events);
     }
 
-    pub(super) fn note(
-        &mut self,
-        kind: &'static str,
-        name: &str,
-        event: HistoryEvent,
-        detail: String,
-    ) {
+    pub(super) fn note(&mut self, kind: Subject, name: &str, event: HistoryEvent, detail: String) {
         let now = self.now();
         self.history(EventRow {
             at: now,
@@ -153,7 +148,7 @@ mod tests {
         let mut f = fleet();
         f.take_pending();
         f.pending.put_server(&proxy("p1", 5));
-        f.note("proxy", "p1", HistoryEvent::Update, String::new());
+        f.note(Subject::Proxy, "p1", HistoryEvent::Update, String::new());
         let first = f.take_due();
         assert_eq!(first.events.len(), 1);
         assert!(!first.has_state(), "state waits for its period");

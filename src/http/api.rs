@@ -10,6 +10,7 @@ use super::error::{ApiError, ApiQuery};
 use super::AppState;
 use crate::clock::Ts;
 use crate::fleet::view::{self, AgentFilter};
+use crate::model::Subject;
 use crate::model::{AgentState, HistoryEvent, Kind};
 use crate::store::read::{self, EpisodeFilter, EventFilter};
 
@@ -335,15 +336,6 @@ struct EventsQuery {
     cursor: Option<String>,
 }
 
-const EVENT_KINDS: [&str; 6] = [
-    "proxy",
-    "auth_server",
-    "agent",
-    "tunnel_connection",
-    "watcher",
-    "unknown",
-];
-
 async fn events(
     State(s): State<AppState>,
     ApiQuery(q): ApiQuery<EventsQuery>,
@@ -363,17 +355,9 @@ async fn events(
             }
         }),
     };
-    if let Some(k) = &q.kind {
-        if !EVENT_KINDS.contains(&k.as_str()) {
-            return Err(ApiError::BadParameter(format!(
-                "kind {k:?} must be one of {}",
-                EVENT_KINDS.join(", ")
-            )));
-        }
-    }
     let f = EventFilter {
         since,
-        kind: q.kind,
+        kind: choice::<Subject>("kind", q.kind.as_deref())?,
         name: nonempty("name", q.name)?,
         event: choice::<HistoryEvent>("event", nonempty("event", q.event)?.as_deref())?,
         before: id_cursor(q.cursor)?,

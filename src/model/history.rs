@@ -51,6 +51,53 @@ impl HistoryEvent {
     }
 }
 
+/// What a history row is about: a resource of one kind, the watcher
+/// itself, or an input whose kind Lifeline does not know.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    sqlx::Type,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+#[sqlx(rename_all = "snake_case")]
+pub enum Subject {
+    Proxy,
+    AuthServer,
+    Agent,
+    TunnelConnection,
+    /// The watch stream as a whole (it was lost).
+    Watcher,
+    /// A rejected input naming no kind Lifeline knows.
+    Unknown,
+}
+
+impl From<super::Kind> for Subject {
+    fn from(k: super::Kind) -> Subject {
+        match k {
+            super::Kind::Proxy => Subject::Proxy,
+            super::Kind::AuthServer => Subject::AuthServer,
+            super::Kind::Agent => Subject::Agent,
+            super::Kind::TunnelConnection => Subject::TunnelConnection,
+        }
+    }
+}
+
+impl Subject {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
 /// Why a stranded or degraded episode ended.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, sqlx::Type, strum::IntoStaticStr,
@@ -72,5 +119,18 @@ pub enum EndReason {
 impl EndReason {
     pub fn as_str(self) -> &'static str {
         self.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Kind;
+
+    #[test]
+    fn a_resource_kind_is_the_same_name_as_a_subject() {
+        for k in Kind::ALL {
+            assert_eq!(Subject::from(k).as_str(), k.as_str());
+        }
     }
 }

@@ -6,13 +6,15 @@
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::clock::Ts;
-use crate::model::{AgentState, Cause, EndReason, HistoryEvent, Kind, Server, Tunnel};
+use crate::model::{
+    AgentState, Cause, EndReason, Health, HealthMode, HistoryEvent, Kind, Server, Subject, Tunnel,
+};
 
 /// One row of history (`events` table).
 #[derive(Clone, Debug)]
 pub struct EventRow {
     pub at: Ts,
-    pub kind: &'static str,
+    pub kind: Subject,
     pub name: String,
     pub event: HistoryEvent,
     pub expires: Option<Ts>,
@@ -25,9 +27,9 @@ pub struct HealthRow {
     pub auth_server: String,
     pub addr: String,
     pub at: Ts,
-    pub from: &'static str,
-    pub to: &'static str,
-    pub mode: &'static str,
+    pub from: Health,
+    pub to: Health,
+    pub mode: HealthMode,
     pub detail: String,
 }
 
@@ -198,7 +200,7 @@ mod tests {
             b.event(
                 EventRow {
                     at: Ts(i),
-                    kind: "proxy",
+                    kind: Subject::Proxy,
                     name: "p".into(),
                     event: HistoryEvent::Heartbeat,
                     expires: None,

@@ -8,7 +8,9 @@ use serde::Serialize;
 use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 
 use crate::clock::Ts;
-use crate::model::{AgentState, CauseKind, EndReason, Health, HistoryEvent, Server, Tunnel};
+use crate::model::{
+    AgentState, CauseKind, EndReason, Health, HealthMode, HistoryEvent, Server, Subject, Tunnel,
+};
 
 #[derive(sqlx::FromRow)]
 struct ResourceRow {
@@ -156,7 +158,7 @@ pub async fn load(pool: &SqlitePool) -> Result<Loaded, sqlx::Error> {
     let max: Option<i64> = sqlx::query_scalar("SELECT MAX(id) FROM episodes")
         .fetch_one(pool)
         .await?;
-    let rows: Vec<(String, String, String, i64)> = sqlx::query_as(
+    let rows: Vec<(String, String, Health, i64)> = sqlx::query_as(
         "SELECT auth_server, addr, to_status, at_us FROM health_transitions \
          WHERE id IN (SELECT MAX(id) FROM health_transitions GROUP BY auth_server)",
     )
@@ -164,13 +166,11 @@ pub async fn load(pool: &SqlitePool) -> Result<Loaded, sqlx::Error> {
     .await?;
     let health = rows
         .into_iter()
-        .filter_map(|(auth_server, addr, to, at)| {
-            Some(LastHealth {
-                auth_server,
-                addr,
-                health: Health::parse(&to)?,
-                since: Ts(at),
-            })
+        .map(|(auth_server, addr, health, at)| LastHealth {
+            auth_server,
+            addr,
+            health,
+            since: Ts(at),
         })
         .collect();
     Ok(Loaded {
@@ -229,7 +229,7 @@ pub async fn episodes(pool: &SqlitePool, f: &EpisodeFilter) -> Result<Vec<Episod
 struct EventDbRow {
     id: i64,
     at_us: i64,
-    kind: String,
+    kind: Subject,
     name: String,
     event: HistoryEvent,
     expires_us: Option<i64>,
@@ -242,7 +242,7 @@ struct EventDbRow {
 pub struct EventView {
     pub id: i64,
     pub at: Ts,
-    pub kind: String,
+    pub kind: Subject,
     pub name: String,
     pub event: HistoryEvent,
     pub expires_at: Option<Ts>,
@@ -253,7 +253,7 @@ pub struct EventView {
 #[derive(Clone, Debug, Default)]
 pub struct EventFilter {
     pub since: Option<Ts>,
-    pub kind: Option<String>,
+    pub kind: Option<Subject>,
     pub name: Option<String>,
     pub event: Option<HistoryEvent>,
     pub before: Option<i64>,
@@ -267,8 +267,8 @@ pub async fn events(pool: &SqlitePool, f: &EventFilter) -> Result<Vec<EventView>
     if let Some(s) = f.since {
         q.push(" AND at_us >= ").push_bind(s.as_micros());
     }
-    if let Some(k) = &f.kind {
-        q.push(" AND kind = ").push_bind(k.as_str());
+    if let Some(k) = f.kind {
+        q.push(" AND kind = ").push_bind(k);
     }
     if let Some(n) = &f.name {
         q.push(" AND name = ").push_bind(n.as_str());
@@ -305,9 +305,9 @@ pub struct Transition {
     pub addr: String,
     #[serde(skip)]
     pub at_us: i64,
-    pub from_status: String,
-    pub to_status: String,
-    pub mode: String,
+    pub from_status: Health,
+    pub to_status: Health,
+    pub mode: HealthMode,
     pub detail: String,
 }
 

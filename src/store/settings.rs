@@ -8,13 +8,14 @@ use serde::Serialize;
 use sqlx::{Sqlite, SqlitePool, Transaction};
 
 use crate::clock::Ts;
+use crate::model::{Origin, SettingAction};
 
 /// A stored setting (value is JSON text).
 #[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
 pub struct StoredSetting {
     pub name: String,
     pub value: String,
-    pub origin: String,
+    pub origin: Origin,
     pub updated_us: i64,
     pub updated_by: String,
 }
@@ -26,11 +27,11 @@ pub struct SettingChange {
     #[serde(skip)]
     pub at_us: i64,
     pub name: String,
-    pub action: String,
+    pub action: SettingAction,
     pub old_value: Option<String>,
-    pub old_origin: Option<String>,
+    pub old_origin: Option<Origin>,
     pub new_value: String,
-    pub new_origin: String,
+    pub new_origin: Origin,
     pub actor: String,
 }
 
@@ -68,7 +69,7 @@ pub async fn put_in(
     tx: &mut Transaction<'_, Sqlite>,
     new: &StoredSetting,
     old: Option<&StoredSetting>,
-    action: &str,
+    action: SettingAction,
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
         "INSERT INTO settings (name, value, origin, updated_us, updated_by) VALUES (?, ?, ?, ?, ?) \
@@ -77,7 +78,7 @@ pub async fn put_in(
     )
     .bind(&new.name)
     .bind(&new.value)
-    .bind(&new.origin)
+    .bind(new.origin)
     .bind(new.updated_us)
     .bind(&new.updated_by)
     .execute(&mut **tx)
@@ -90,9 +91,9 @@ pub async fn put_in(
     .bind(&new.name)
     .bind(action)
     .bind(old.map(|o| o.value.clone()))
-    .bind(old.map(|o| o.origin.clone()))
+    .bind(old.map(|o| o.origin))
     .bind(&new.value)
-    .bind(&new.origin)
+    .bind(new.origin)
     .bind(&new.updated_by)
     .execute(&mut **tx)
     .await?;

@@ -119,7 +119,7 @@ async fn pruning_removes_history_past_retention() {
         b.event(
             lifeline::store::EventRow {
                 at: lifeline::Ts(*at),
-                kind: "proxy",
+                kind: lifeline::model::Subject::Proxy,
                 name: format!("p{i}"),
                 event: lifeline::model::HistoryEvent::Heartbeat,
                 expires: None,

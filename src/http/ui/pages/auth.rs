@@ -4,11 +4,11 @@ use super::*;
 
 pub struct TransitionLine {
     pub at: String,
-    pub from: String,
-    pub to: String,
+    pub from: &'static str,
+    pub to: &'static str,
     pub icon: &'static str,
     pub class: &'static str,
-    pub mode: String,
+    pub mode: &'static str,
     pub detail: String,
 }
 
@@ -33,15 +33,14 @@ pub async fn auth(State(st): State<AppState>, ctx: Ctx) -> Result<Response, UiEr
             .await?
             .into_iter()
             .map(|t| {
-                let h = crate::model::Health::parse(&t.to_status)
-                    .unwrap_or(crate::model::Health::Unknown);
+                let h = t.to_status;
                 TransitionLine {
                     at: format!("{} ({})", fmt::hms(t.at()), fmt::ago(now, t.at())),
                     icon: fmt::health_icon(h),
                     class: fmt::health_class(h),
-                    from: t.from_status,
-                    to: t.to_status,
-                    mode: t.mode,
+                    from: t.from_status.as_str(),
+                    to: t.to_status.as_str(),
+                    mode: t.mode.as_str(),
                     detail: t.detail,
                 }
             })
