@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Endpoint;
+use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
 use tracing::{debug, info_span, warn, Instrument};
 
@@ -90,6 +90,11 @@ fn normalise(status: i32) -> Health {
     }
 }
 
+/// Where a session's observations go. `false`: nobody listens any more.
+trait Report {
+    async fn report(&mut self, health: Health, mode: HealthMode, detail: String) -> bool;
+}
+
 struct Reporter {
     name: String,
     addr: String,
@@ -97,7 +102,7 @@ struct Reporter {
     last: Option<(Health, HealthMode)>,
 }
 
-impl Reporter {
+impl Report for Reporter {
     async fn report(&mut self, health: Health, mode: HealthMode, detail: String) -> bool {
         if self.last == Some((health, mode)) {
             return true;
@@ -164,15 +169,16 @@ async fn watch_one(
     }
 }
 
+fn end(detail: String, answered: bool) -> Option<End> {
+    Some(End {
+        detail,
+        answered,
+        already_reported: false,
+    })
+}
+
 /// One connection's worth of watching. `None`: the fleet is gone.
 async fn session(addr: &str, cfg: &HealthWatchConfig, rep: &mut Reporter) -> Option<End> {
-    let end = |detail: String, answered: bool| {
-        Some(End {
-            detail,
-            answered,
-            already_reported: false,
-        })
-    };
     let uri = format!("http://{addr}");
     let endpoint = match Endpoint::from_shared(uri) {
         Ok(e) => e.connect_timeout(cfg.timeout).tcp_nodelay(true),
@@ -187,6 +193,12 @@ async fn session(addr: &str, cfg: &HealthWatchConfig, rep: &mut Reporter) -> Opt
             )
         }
     };
+    follow(channel, cfg, rep).await
+}
+
+/// Watches (or polls) one server's health over `channel` and reports what
+/// it says, normalised, until the stream ends or nobody listens (`None`).
+async fn follow(channel: Channel, cfg: &HealthWatchConfig, rep: &mut impl Report) -> Option<End> {
     let mut client = HealthClient::new(channel);
     let req = HealthCheckRequest {
         service: cfg.service.clone(),
@@ -249,5 +261,176 @@ async fn session(addr: &str, cfg: &HealthWatchConfig, rep: &mut Reporter) -> Opt
             }
         }
         Err(s) => end(format!("watch failed: {s}"), false),
+    }
+}
+
+/// The normalisation rules against real tonic servers, in process: each
+/// test's channel runs over a `tokio::io::duplex` pipe, since a socket would
+/// add nothing to what is tested here.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::health::health_server::{Health as HealthService, HealthServer};
+    use crate::proto::health::HealthCheckResponse;
+    use tokio::sync::mpsc;
+    use tonic::{Request, Response, Status};
+
+    type Seen = (Health, HealthMode, String);
+    /// How a session ended: (detail, answered, already reported).
+    type Ended = Option<(String, bool, bool)>;
+
+    /// Reports into a channel; the test ends a session by dropping it.
+    struct Recorder(mpsc::Sender<Seen>);
+
+    impl Report for Recorder {
+        async fn report(&mut self, health: Health, mode: HealthMode, detail: String) -> bool {
+            self.0.send((health, mode, detail)).await.is_ok()
+        }
+    }
+
+    /// A channel to `router`, served over an in-memory pipe.
+    async fn in_process(router: tonic::transport::server::Router) -> Channel {
+        let (client, server) = tokio::io::duplex(64 * 1024);
+        tokio::spawn(
+            router.serve_with_incoming(tokio_stream::once(Ok::<_, std::io::Error>(server))),
+        );
+        let mut client = Some(client);
+        Endpoint::from_static("http://in-process")
+            .connect_with_connector(tower::service_fn(move |_| {
+                let c = client.take();
+                async move {
+                    c.map(hyper_util::rt::TokioIo::new)
+                        .ok_or_else(|| std::io::Error::other("one connection per pipe"))
+                }
+            }))
+            .await
+            .expect("in-process channel")
+    }
+
+    fn cfg(service: &str) -> HealthWatchConfig {
+        HealthWatchConfig {
+            service: service.into(),
+            timeout: Duration::from_secs(5),
+            poll_interval: Duration::from_millis(10),
+            backoff: Backoff::new(Duration::from_millis(10), Duration::from_secs(1)),
+        }
+    }
+
+    /// Follows `channel` in a task; returns what it reports and how it ends.
+    fn start(
+        channel: Channel,
+        service: &str,
+    ) -> (mpsc::Receiver<Seen>, tokio::task::JoinHandle<Ended>) {
+        let (tx, rx) = mpsc::channel(16);
+        let cfg = cfg(service);
+        let task = tokio::spawn(async move {
+            follow(channel, &cfg, &mut Recorder(tx))
+                .await
+                .map(|e| (e.detail, e.answered, e.already_reported))
+        });
+        (rx, task)
+    }
+
+    #[tokio::test]
+    async fn watch_reports_each_status_and_not_found_is_service_unknown() {
+        let (reporter, svc) = tonic_health::server::health_reporter();
+        reporter
+            .set_service_status("auth", tonic_health::ServingStatus::Serving)
+            .await;
+        let router = tonic::transport::Server::builder().add_service(svc);
+        let channel = in_process(router).await;
+
+        let (mut seen, task) = start(channel.clone(), "auth");
+        let first = seen.recv().await.expect("a report");
+        assert_eq!(first.0, Health::Serving);
+        assert_eq!(first.1, HealthMode::Watch);
+        reporter
+            .set_service_status("auth", tonic_health::ServingStatus::NotServing)
+            .await;
+        assert_eq!(seen.recv().await.map(|s| s.0), Some(Health::NotServing));
+        drop(seen);
+        // The next change finds nobody listening: the session says so.
+        reporter
+            .set_service_status("auth", tonic_health::ServingStatus::Serving)
+            .await;
+        assert_eq!(task.await.expect("task"), None);
+
+        let (mut seen, task) = start(channel, "no-such-service");
+        let s = seen.recv().await.expect("a report");
+        assert_eq!((s.0, s.1), (Health::ServiceUnknown, HealthMode::Watch));
+        assert!(s.2.contains("no-such-service"), "{}", s.2);
+        let (detail, answered, already_reported) =
+            task.await.expect("task").expect("the session ends");
+        assert!(answered && already_reported, "{detail}");
+    }
+
+    /// An older server: `Watch` is UNIMPLEMENTED, `Check` answers.
+    struct CheckOnly;
+
+    #[tonic::async_trait]
+    impl HealthService for CheckOnly {
+        async fn check(
+            &self,
+            _: Request<HealthCheckRequest>,
+        ) -> Result<Response<HealthCheckResponse>, Status> {
+            Ok(Response::new(HealthCheckResponse {
+                status: ServingStatus::NotServing as i32,
+            }))
+        }
+
+        type WatchStream = tokio_stream::Empty<Result<HealthCheckResponse, Status>>;
+
+        async fn watch(
+            &self,
+            _: Request<HealthCheckRequest>,
+        ) -> Result<Response<Self::WatchStream>, Status> {
+            Err(Status::unimplemented("watch is not served here"))
+        }
+    }
+
+    #[tokio::test]
+    async fn unimplemented_watch_falls_back_to_polling_check() {
+        let router = tonic::transport::Server::builder().add_service(HealthServer::new(CheckOnly));
+        let (mut seen, task) = start(in_process(router).await, "");
+        let s = seen.recv().await.expect("a report");
+        assert_eq!((s.0, s.1), (Health::NotServing, HealthMode::Poll));
+        drop(seen);
+        assert_eq!(task.await.expect("task"), None);
+    }
+
+    /// A server whose `Watch` stream ends after one answer.
+    struct OneAnswer;
+
+    #[tonic::async_trait]
+    impl HealthService for OneAnswer {
+        async fn check(
+            &self,
+            _: Request<HealthCheckRequest>,
+        ) -> Result<Response<HealthCheckResponse>, Status> {
+            Err(Status::unimplemented("check"))
+        }
+
+        type WatchStream =
+            tokio_stream::Iter<std::vec::IntoIter<Result<HealthCheckResponse, Status>>>;
+
+        async fn watch(
+            &self,
+            _: Request<HealthCheckRequest>,
+        ) -> Result<Response<Self::WatchStream>, Status> {
+            Ok(Response::new(tokio_stream::iter(vec![Ok(
+                HealthCheckResponse { status: 99 },
+            )])))
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unknown_status_is_unknown_and_an_ended_stream_ends_the_session() {
+        let router = tonic::transport::Server::builder().add_service(HealthServer::new(OneAnswer));
+        let (mut seen, task) = start(in_process(router).await, "");
+        assert_eq!(seen.recv().await.map(|s| s.0), Some(Health::Unknown));
+        let (detail, answered, already_reported) =
+            task.await.expect("task").expect("the session ends");
+        assert_eq!(detail, "watch stream ended");
+        assert!(answered && !already_reported);
     }
 }
