@@ -178,6 +178,7 @@ impl Fleet {
             Kind::Agent => match self.agents.remove(name) {
                 Some(a) => {
                     self.agent_order.remove(name);
+                    self.unhealthy.remove(name);
                     self.unindex_agent_auth(name, &a.res.server.auth_server);
                     if let Some(id) = a.episode {
                         self.pending.episodes.push(EpisodeOp::close(

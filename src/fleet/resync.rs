@@ -9,8 +9,7 @@ use super::schedule::TimerKey;
 use super::state::{AgentEntry, AuthEntry, Fleet, ResEntry, TunnelEntry};
 use super::{Resync, Snapshot, WatchState};
 use crate::clock::Ts;
-use crate::model::Subject;
-use crate::model::{Cause, EndReason, Health, HistoryEvent, Kind, Reasons};
+use crate::model::{AgentState, Cause, EndReason, Health, HistoryEvent, Kind, Reasons, Subject};
 use crate::stats::Stats;
 use crate::store::read::Loaded;
 use crate::store::EpisodeOp;
@@ -63,6 +62,9 @@ impl Fleet {
             match self.agents.get_mut(&ep.agent) {
                 Some(a) => {
                     a.state = ep.state;
+                    if ep.state != AgentState::Healthy {
+                        self.unhealthy.insert(ep.agent.clone());
+                    }
                     a.reasons = Reasons::parse_joined(&ep.reasons.join(","));
                     a.since = ep.started_at;
                     a.cause = ep.cause.map(|kind| Cause {
@@ -225,6 +227,7 @@ impl Fleet {
                         }
                         for (name, gone) in old {
                             self.agent_order.remove(&name);
+                            self.unhealthy.remove(&name);
                             if let Some(id) = gone.episode {
                                 self.pending.episodes.push(EpisodeOp::close(
                                     id,

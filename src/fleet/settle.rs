@@ -160,6 +160,11 @@ impl Fleet {
             };
             debug!(agent = %name, from = a.state.as_str(), to = v.state.as_str(), reasons = %v.reasons.join(), "agent state changed");
             a.state = v.state;
+            if v.state == AgentState::Healthy {
+                self.unhealthy.remove(name);
+            } else {
+                self.unhealthy.insert(name.to_string());
+            }
             a.since = since;
             a.reasons = v.reasons;
             a.cause = v.cause;

@@ -206,6 +206,9 @@ pub struct Fleet {
     pub(super) agents: HashMap<String, AgentEntry>,
     /// Agent names in order, for paging only.
     pub(super) agent_order: BTreeSet<String>,
+    /// Agents not healthy (degraded or stranded), in name order: counts,
+    /// root causes and the stranded lists walk these, not every agent.
+    pub(super) unhealthy: BTreeSet<String>,
     pub(super) tunnels: HashMap<String, TunnelEntry>,
     /// agent → its tunnel names.
     pub(super) agent_tunnels: HashMap<String, BTreeSet<String>>,
@@ -267,6 +270,7 @@ impl Fleet {
             auths: BTreeMap::new(),
             agents: HashMap::default(),
             agent_order: BTreeSet::new(),
+            unhealthy: BTreeSet::new(),
             tunnels: HashMap::default(),
             agent_tunnels: HashMap::default(),
             proxy_agents: HashMap::default(),
@@ -490,5 +494,19 @@ pub(super) mod fixture {
         tokio::time::advance(gap).await;
         f.fire_due();
         f.settle();
+        check_indexes(f);
+    }
+
+    /// The indexes agree with the entries they index.
+    pub fn check_indexes(f: &Fleet) {
+        let unhealthy: BTreeSet<String> = f
+            .agents
+            .iter()
+            .filter(|(_, a)| a.state != AgentState::Healthy)
+            .map(|(n, _)| n.clone())
+            .collect();
+        assert_eq!(f.unhealthy, unhealthy, "the unhealthy index");
+        let names: BTreeSet<String> = f.agents.keys().cloned().collect();
+        assert_eq!(f.agent_order, names, "the name order");
     }
 }

@@ -4,11 +4,12 @@
 //! Invariants: `agent_tunnels[a]` names exactly the tunnels whose agent is
 //! `a`; `proxy_agents[p][a]` counts the tunnels from `a` to `p` (never 0:
 //! empty entries are removed); `auth_agents[s]` holds exactly the agents
-//! whose auth server is `s`; `agent_order` holds exactly the agents' names.
+//! whose auth server is `s`; `agent_order` holds exactly the agents' names;
+//! `unhealthy` holds exactly the agents whose state is not healthy.
 
-use super::state::{Fleet, TunnelEntry};
+use super::state::{AgentEntry, Fleet, TunnelEntry};
 use super::StateChange;
-use crate::model::{AgentState, Tunnel};
+use crate::model::Tunnel;
 
 impl Fleet {
     // ---- indexes ----------------------------------------------------------
@@ -155,10 +156,15 @@ impl Fleet {
             })
     }
 
-    pub(super) fn not_healthy(&self) -> Vec<StateChange> {
-        self.agents
+    /// Degraded and stranded agents, in name order.
+    pub(super) fn unhealthy_agents(&self) -> impl Iterator<Item = (&String, &AgentEntry)> {
+        self.unhealthy
             .iter()
-            .filter(|(_, a)| a.state != AgentState::Healthy)
+            .filter_map(|n| self.agents.get(n).map(|a| (n, a)))
+    }
+
+    pub(super) fn not_healthy(&self) -> Vec<StateChange> {
+        self.unhealthy_agents()
             .map(|(name, a)| StateChange {
                 agent: name.clone(),
                 from: a.state,
@@ -194,5 +200,53 @@ impl Fleet {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::state::fixture::{advance_to, agent, at, check_indexes, ready, server};
+    use super::super::{Ingested, Resync, Snapshot};
+    use crate::model::{AgentState, Change, Kind};
+
+    fn names(f: &super::Fleet) -> Vec<&str> {
+        f.unhealthy.iter().map(String::as_str).collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_unhealthy_index_follows_strands_recoveries_deletes_and_resyncs() {
+        let mut f = ready(&[("p1", 10)], &["a1", "a2", "a3"]);
+        assert!(f.unhealthy.is_empty());
+        advance_to(&mut f, at(10)).await;
+        assert_eq!(names(&f), ["a1", "a2", "a3"], "p1 expired: all stranded");
+        assert_eq!(f.not_healthy().len(), 3);
+
+        // p1 heartbeats again: everyone recovers.
+        let put = |s| vec![Ingested::Change(Change::PutServer(s))];
+        f.apply(put(server(Kind::Proxy, "p1", at(60))));
+        f.settle();
+        check_indexes(&f);
+        assert!(names(&f).is_empty(), "recovered");
+
+        // Stranded again, then a1 is deleted: out of the index.
+        advance_to(&mut f, at(60)).await;
+        assert_eq!(names(&f), ["a1", "a2", "a3"]);
+        f.apply(vec![Ingested::Change(Change::DeleteServer(
+            Kind::Agent,
+            "a1".into(),
+        ))]);
+        f.settle();
+        check_indexes(&f);
+
+        // A resync that no longer lists a2 drops it too.
+        f.resync(Resync {
+            generation: 2,
+            snapshots: vec![Snapshot::Servers(Kind::Agent, vec![agent("a3", at(3600))])],
+            rejected: Vec::new(),
+        });
+        f.settle();
+        check_indexes(&f);
+        assert_eq!(names(&f), ["a3"]);
+        assert_eq!(f.agents["a3"].state, AgentState::Stranded);
     }
 }

@@ -89,14 +89,17 @@ pub struct RootCause {
     pub since: Ts,
 }
 
-/// Agents by state, and when they were counted.
+/// Agents by state, and when they were counted. Walks only the agents
+/// that are not healthy (only those can wait for a live proxy).
 pub fn summary_counts(f: &Fleet) -> (Ts, AgentCounts) {
-    let mut agents = AgentCounts::default();
+    let mut agents = AgentCounts {
+        total: f.agents.len(),
+        ..AgentCounts::default()
+    };
     let live = f.live_proxies();
-    for (name, a) in &f.agents {
-        agents.total += 1;
+    for (name, a) in f.unhealthy_agents() {
         match a.state {
-            AgentState::Healthy => agents.healthy += 1,
+            AgentState::Healthy => {}
             AgentState::Degraded => agents.degraded += 1,
             AgentState::Stranded => agents.stranded += 1,
         }
@@ -104,6 +107,7 @@ pub fn summary_counts(f: &Fleet) -> (Ts, AgentCounts) {
             agents.waiting_for_live_proxy += 1;
         }
     }
+    agents.healthy = agents.total - agents.degraded - agents.stranded;
     (f.now(), agents)
 }
 
@@ -152,7 +156,7 @@ pub fn summary(f: &Fleet) -> Summary {
 
 pub fn root_causes(f: &Fleet) -> Vec<RootCause> {
     let mut groups: BTreeMap<(CauseKind, &str), (usize, Ts)> = BTreeMap::new();
-    for a in f.agents.values() {
+    for (_, a) in f.unhealthy_agents() {
         if a.state != AgentState::Stranded {
             continue;
         }
@@ -318,7 +322,12 @@ pub fn agents(f: &Fleet, filter: &AgentFilter) -> AgentPage {
     };
     let mut items = Vec::with_capacity(filter.limit.min(1000));
     let mut more = false;
-    for name in f.agent_order.range((start, Bound::Unbounded)) {
+    // Degraded and stranded agents have their own (small) index.
+    let names = match filter.state {
+        Some(AgentState::Degraded | AgentState::Stranded) => &f.unhealthy,
+        _ => &f.agent_order,
+    };
+    for name in names.range((start, Bound::Unbounded)) {
         if !matches(name) {
             continue;
         }
