@@ -34,7 +34,7 @@ pub const SOONEST_ROWS: usize = 24;
 pub const STRANDED_ROWS: usize = 10;
 /// The oldest read model a reader takes without asking for a fresher one
 /// (only an idle fleet has one this old: under load it publishes on its
-/// own).
+/// own); also how long a publish may be put off for timers.
 pub const MAX_AGE: Duration = Duration::from_secs(1);
 
 /// The fleet's aggregates at one instant.
@@ -132,15 +132,31 @@ impl Fleet {
 
     /// When the next publish of its own is due, if anything changed.
     pub(super) fn publish_due_at(&self) -> Option<Ts> {
-        self.touched
-            .then(|| self.published_at.saturating_add(PUBLISH_EVERY))
+        self.touched.then(|| {
+            self.published_at
+                .saturating_add(PUBLISH_EVERY)
+                .max(self.publish_not_before)
+        })
     }
 
     /// Publishes when something changed and the last publish is
-    /// [`PUBLISH_EVERY`] old.
+    /// [`PUBLISH_EVERY`] old. A publish walks the unhealthy agents, so it
+    /// never makes a due expiry wait: it goes in a gap before the next timer
+    /// at least twice as long as the last publish took, or after that timer
+    /// (unless it is [`MAX_AGE`] overdue).
     pub(super) fn publish_if_due(&mut self) {
-        if self.publish_due_at().is_some_and(|due| self.now() >= due) {
-            self.publish();
+        let now = self.now();
+        match self.publish_due_at() {
+            Some(due) if now >= due => {}
+            _ => return,
+        }
+        let slack = (self.publish_cost * 2).max(Duration::from_millis(1));
+        let overdue = now.since(self.published_at.saturating_add(PUBLISH_EVERY)) >= MAX_AGE;
+        match self.next_deadline() {
+            Some(timer) if timer.since(now) < slack && !overdue => {
+                self.publish_not_before = timer;
+            }
+            _ => self.publish(),
         }
     }
 
@@ -153,10 +169,13 @@ impl Fleet {
 
     /// Publishes now.
     pub(super) fn publish(&mut self) {
+        #[allow(clippy::disallowed_methods)] // what a publish costs, to schedule the next
+        let started = std::time::Instant::now();
         let p = Arc::new(Published::of(self));
         self.published.send_replace(p);
         self.touched = false;
         self.published_at = self.now();
+        self.publish_cost = started.elapsed();
     }
 }
 
@@ -207,5 +226,32 @@ mod tests {
         assert_eq!(p.soonest.1, 3, "two proxies and one auth server");
         assert_eq!(p.summary.root_causes.len(), 1);
         assert_eq!(f.publish_due_at(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_publish_waits_for_an_expiry_due_right_after_it() {
+        // p2 expires 0.5 ms after p1: too close to publish between them.
+        let mut f = ready(&[("p1", 10), ("p2", 3600)], &["a1"]);
+        f.apply(vec![crate::fleet::Ingested::Change(
+            crate::model::Change::PutServer(crate::fleet::state::fixture::server(
+                Kind::Proxy,
+                "p2",
+                at(10).saturating_add(Duration::from_micros(500)),
+            )),
+        )]);
+        let rx = f.published_watch();
+        let before = at(10).saturating_sub(Duration::from_millis(300));
+        advance_to(&mut f, before).await;
+        f.publish();
+        // p1 expires; the publish is due, but p2's expiry is 0.5 ms away.
+        advance_to(&mut f, at(10)).await;
+        f.publish_if_due();
+        assert_eq!(rx.borrow().at(), before, "put off");
+        let timer = at(10).saturating_add(Duration::from_micros(500));
+        assert_eq!(f.publish_due_at(), Some(timer));
+        advance_to(&mut f, timer).await;
+        f.publish_if_due();
+        assert_eq!(rx.borrow().at(), timer);
+        assert_eq!(rx.borrow().summary.proxies.expired, 2);
     }
 }

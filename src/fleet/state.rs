@@ -243,6 +243,10 @@ pub struct Fleet {
     /// Changed since the last publish.
     pub(super) touched: bool,
     pub(super) published_at: Ts,
+    /// A publish was put off until this timer fired.
+    pub(super) publish_not_before: Ts,
+    /// What the last publish took (real time).
+    pub(super) publish_cost: Duration,
 }
 
 impl Fleet {
@@ -291,6 +295,8 @@ impl Fleet {
             published: watch::Sender::new(Arc::new(Published::empty(now))),
             touched: true,
             published_at: now,
+            publish_not_before: Ts(0),
+            publish_cost: Duration::ZERO,
         };
         fleet.publish_readiness();
         fleet
