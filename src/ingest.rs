@@ -7,5 +7,6 @@
 //! flow control). Must not touch: fleet state or SQLite.
 
 pub mod health;
+pub mod teleport;
 pub mod validate;
 pub mod watcher;
