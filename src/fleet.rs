@@ -35,39 +35,27 @@ use serde::Serialize;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use crate::clock::Ts;
+use crate::model::{named_enum, Change, Rejection};
 use crate::model::{AgentState, CauseKind, Health, HealthMode, Kind, Reasons, Server, Tunnel};
-use crate::model::{Change, Rejection};
 
 pub use state::Fleet;
 
-/// Where a kind's data stands (partial-cache-healthiness RFD).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-#[derive(strum::IntoStaticStr)]
-#[strum(serialize_all = "snake_case")]
-pub enum WatchState {
-    /// Never listed yet.
-    Initializing,
-    /// Listed in the current generation and following events.
-    Ready,
-    /// The source cannot watch this kind; not an error.
-    Rejected,
-    /// The stream that fed it is down: nothing expires from this data.
-    Stale,
-}
-
-impl WatchState {
-    pub const ALL: [WatchState; 4] = [
-        WatchState::Initializing,
-        WatchState::Ready,
-        WatchState::Rejected,
-        WatchState::Stale,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        self.into()
+named_enum! {
+    "snake_case";
+    /// Where a kind's data stands (partial-cache-healthiness RFD).
+    pub enum WatchState {
+        /// Never listed yet.
+        Initializing,
+        /// Listed in the current generation and following events.
+        Ready,
+        /// The source cannot watch this kind; not an error.
+        Rejected,
+        /// The stream that fed it is down: nothing expires from this data.
+        Stale,
     }
 }
+
+impl WatchState {}
 
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct KindStatus {

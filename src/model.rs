@@ -22,6 +22,46 @@ pub use lb_policy::{LbMode, LbPolicy, PolicyError};
 pub use setting::{Origin, SettingAction};
 pub use signal::{Outcome, SignalKind};
 
+/// Declares a unit enum whose values have one name each at every edge, all
+/// from one case rule: serde (JSON, TOML), strum (`as_str`, `FromStr`,
+/// [`names`] through `VariantArray`) and sqlx (SQLite TEXT).
+macro_rules! named_enum {
+    ($case:literal; $(#[$meta:meta])* $vis:vis enum $name:ident { $($body:tt)* }) => {
+        $(#[$meta])*
+        #[derive(
+            Clone,
+            Copy,
+            Debug,
+            PartialEq,
+            Eq,
+            Hash,
+            PartialOrd,
+            Ord,
+            serde::Serialize,
+            serde::Deserialize,
+            sqlx::Type,
+            strum::IntoStaticStr,
+            strum::EnumString,
+            strum::VariantArray,
+        )]
+        #[serde(rename_all = $case)]
+        #[strum(serialize_all = $case)]
+        #[sqlx(rename_all = $case)]
+        $vis enum $name { $($body)* }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = <$name as strum::VariantArray>::VARIANTS;
+
+            /// This value's one name.
+            pub fn as_str(self) -> &'static str {
+                self.into()
+            }
+        }
+    };
+}
+pub(crate) use named_enum;
+
 /// Every name of an enum whose names `strum` derives, in declaration order
 /// (for error messages and a filter's choices).
 pub fn names<E>() -> Vec<&'static str>
@@ -120,102 +160,63 @@ pub struct Tunnel {
     pub expires: Option<Ts>,
 }
 
-/// An auth server's health, normalised from grpc.health.v1.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-#[derive(strum::IntoStaticStr, strum::EnumString, sqlx::Type)]
-#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
-#[sqlx(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum Health {
-    Serving,
-    NotServing,
-    /// No answer: stream broken, not connected yet, or the server said UNKNOWN.
-    Unknown,
-    /// The server does not know the watched service (NOT_FOUND / SERVICE_UNKNOWN).
-    ServiceUnknown,
+named_enum! {
+    "SCREAMING_SNAKE_CASE";
+    /// An auth server's health, normalised from grpc.health.v1.
+    pub enum Health {
+        Serving,
+        NotServing,
+        /// No answer: stream broken, not connected yet, or the server said UNKNOWN.
+        Unknown,
+        /// The server does not know the watched service (NOT_FOUND / SERVICE_UNKNOWN).
+        ServiceUnknown,
+    }
 }
 
 impl Health {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-
-    pub const ALL: [Health; 4] = [
-        Health::Serving,
-        Health::NotServing,
-        Health::Unknown,
-        Health::ServiceUnknown,
-    ];
-
     pub fn parse(s: &str) -> Option<Health> {
         s.parse().ok()
     }
 }
 
-/// How Lifeline learns an auth server's health.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[derive(strum::IntoStaticStr, strum::EnumString, sqlx::Type)]
-#[strum(serialize_all = "snake_case")]
-#[sqlx(rename_all = "snake_case")]
-pub enum HealthMode {
-    /// A `Watch` stream (the normal case).
-    Watch,
-    /// The server answered `Watch` with UNIMPLEMENTED; Lifeline polls `Check`.
-    Poll,
-}
-
-impl HealthMode {
-    pub fn as_str(self) -> &'static str {
-        self.into()
+named_enum! {
+    "snake_case";
+    /// How Lifeline learns an auth server's health.
+    pub enum HealthMode {
+        /// A `Watch` stream (the normal case).
+        Watch,
+        /// The server answered `Watch` with UNIMPLEMENTED; Lifeline polls `Check`.
+        Poll,
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
-#[serde(rename_all = "snake_case")]
-#[derive(strum::IntoStaticStr, strum::EnumString, sqlx::Type)]
-#[strum(serialize_all = "snake_case")]
-#[sqlx(rename_all = "snake_case")]
-pub enum AgentState {
-    Healthy,
-    Degraded,
-    Stranded,
+named_enum! {
+    "snake_case";
+    pub enum AgentState {
+        Healthy,
+        Degraded,
+        Stranded,
+    }
 }
 
 impl AgentState {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-
     pub fn parse(s: &str) -> Option<AgentState> {
         s.parse().ok()
     }
 }
 
-/// Why an agent is not healthy. The first three strand it; the last degrades it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[derive(strum::IntoStaticStr, strum::EnumString)]
-#[strum(serialize_all = "snake_case")]
-pub enum Reason {
-    AuthUnhealthy,
-    NoLiveTunnel,
-    AgentExpired,
-    TunnelToExpiredProxy,
+named_enum! {
+    "snake_case";
+    /// Why an agent is not healthy. The first three strand it; the last degrades it.
+    pub enum Reason {
+        AuthUnhealthy,
+        NoLiveTunnel,
+        AgentExpired,
+        TunnelToExpiredProxy,
+    }
 }
 
 impl Reason {
-    pub const ALL: [Reason; 4] = [
-        Reason::AuthUnhealthy,
-        Reason::NoLiveTunnel,
-        Reason::AgentExpired,
-        Reason::TunnelToExpiredProxy,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-
     pub fn parse(s: &str) -> Option<Reason> {
         s.parse().ok()
     }
@@ -240,7 +241,10 @@ impl Reasons {
         self.0 == 0
     }
     pub fn iter(self) -> impl Iterator<Item = Reason> {
-        Reason::ALL.into_iter().filter(move |r| self.contains(*r))
+        Reason::ALL
+            .iter()
+            .copied()
+            .filter(move |r| self.contains(*r))
     }
     /// Comma-separated names, as stored in SQLite.
     pub fn join(self) -> String {
@@ -264,34 +268,29 @@ impl Serialize for Reasons {
     }
 }
 
-/// What stranded (or degraded) an agent: the root cause that groups agents on
-/// the dashboard ("38 agents: proxy-2 expired").
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-#[derive(strum::IntoStaticStr, strum::EnumString)]
-#[strum(serialize_all = "snake_case")]
-pub enum CauseKind {
-    /// Its auth server is NOT_SERVING.
-    AuthNotServing,
-    /// Its auth server's health has been unknown for longer than the grace.
-    AuthUnknown,
-    /// The last live proxy among its tunnels expired.
-    ProxyExpired,
-    /// Its tunnels point at proxies Lifeline does not know (deleted).
-    ProxyMissing,
-    /// Its tunnel records themselves expired.
-    TunnelExpired,
-    /// It has no tunnels at all.
-    NoTunnels,
-    /// Its own heartbeat expired; grouped by its auth server.
-    AgentExpired,
+named_enum! {
+    "snake_case";
+    /// What stranded (or degraded) an agent: the root cause that groups agents on
+    /// the dashboard ("38 agents: proxy-2 expired").
+    pub enum CauseKind {
+        /// Its auth server is NOT_SERVING.
+        AuthNotServing,
+        /// Its auth server's health has been unknown for longer than the grace.
+        AuthUnknown,
+        /// The last live proxy among its tunnels expired.
+        ProxyExpired,
+        /// Its tunnels point at proxies Lifeline does not know (deleted).
+        ProxyMissing,
+        /// Its tunnel records themselves expired.
+        TunnelExpired,
+        /// It has no tunnels at all.
+        NoTunnels,
+        /// Its own heartbeat expired; grouped by its auth server.
+        AgentExpired,
+    }
 }
 
 impl CauseKind {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-
     pub fn parse(s: &str) -> Option<CauseKind> {
         s.parse().ok()
     }

@@ -159,8 +159,9 @@ impl Default for Histograms {
                 );
                 (
                     metrics::histogram!(DETECTION),
-                    SignalKind::ALL
-                        .map(|k| metrics::histogram!(SIGNAL_LATENCY, "kind" => k.as_str())),
+                    std::array::from_fn(
+                        |i| metrics::histogram!(SIGNAL_LATENCY, "kind" => SignalKind::ALL[i].as_str()),
+                    ),
                     metrics::histogram!(STORE_BATCH_ROWS),
                     metrics::histogram!(STORE_COMMIT),
                 )

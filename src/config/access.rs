@@ -7,41 +7,23 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{invalid, positive, ConfigError};
+use crate::model::named_enum;
 
-/// A role an API token carries, named after RFD 0016's verbs.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Deserialize,
-    serde::Serialize,
-    clap::ValueEnum,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    /// GET anything (when reads need a token at all).
-    Read,
-    /// PUT and DELETE settings, manual reconnects.
-    Update,
-    /// In addition to `update`: overwrite a setting the config file manages.
-    Create,
-}
-
-impl Role {
-    pub const ALL: [Role; 3] = [Role::Read, Role::Update, Role::Create];
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Read => "read",
-            Role::Update => "update",
-            Role::Create => "create",
-        }
+named_enum! {
+    "lowercase";
+    /// A role an API token carries, named after RFD 0016's verbs.
+    #[derive(clap::ValueEnum)]
+    pub enum Role {
+        /// GET anything (when reads need a token at all).
+        Read,
+        /// PUT and DELETE settings, manual reconnects.
+        Update,
+        /// In addition to `update`: overwrite a setting the config file manages.
+        Create,
     }
 }
+
+impl Role {}
 
 /// One API token. Only its SHA-256 is kept (`lifeline token new` prints
 /// both); the token itself never touches the disk on Lifeline's side.

@@ -21,10 +21,10 @@ use std::time::Duration;
 
 use super::state::Fleet;
 use super::view::{self, AgentCounts, AgentFilter, AgentPage, AuthView, ProxyView, Summary};
-use super::view::{Gauges, ProxyCounts, TtlWindow};
+use super::view::{ProxyCounts, TtlWindow};
 use super::Readiness;
 use crate::clock::Ts;
-use crate::model::{AgentState, Kind};
+use crate::model::AgentState;
 
 /// The most often the fleet publishes on its own while it changes.
 pub const PUBLISH_EVERY: Duration = Duration::from_millis(250);
@@ -108,20 +108,6 @@ impl Published {
     pub fn counts(&self) -> &AgentCounts {
         &self.summary.agents
     }
-
-    /// What `/metrics` shows of the fleet.
-    pub fn gauges(&self) -> Gauges {
-        let s = &self.summary;
-        Gauges {
-            agents: s.agents.clone(),
-            proxies: s.proxies.clone(),
-            auth_servers: s.auth_servers.clone(),
-            kinds: Kind::ALL
-                .iter()
-                .filter_map(|k| s.watcher.kinds.get(k.as_str()).map(|st| (*k, *st)))
-                .collect(),
-        }
-    }
 }
 
 impl Fleet {
@@ -183,6 +169,7 @@ impl Fleet {
 mod tests {
     use super::*;
     use crate::fleet::state::fixture::{advance_to, at, ready};
+    use crate::model::Kind;
 
     #[tokio::test(start_paused = true)]
     async fn publishes_what_changed_at_most_every_interval_and_when_asked() {
@@ -205,7 +192,7 @@ mod tests {
         assert_eq!(p.summary.proxies.expired, 1);
         assert_eq!(p.at(), at(10));
         assert_eq!(p.proxies.len(), 2);
-        assert_eq!(p.gauges().proxies.expired, 1);
+        assert_eq!(p.summary.proxies.live, 1);
 
         // Another change right after waits out the interval.
         f.touch();

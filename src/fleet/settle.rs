@@ -162,7 +162,8 @@ impl Fleet {
             a.state = v.state;
             if v.state == AgentState::Healthy {
                 self.unhealthy.remove(name);
-            } else {
+            } else if !self.unhealthy.contains(name) {
+                // Degraded ↔ stranded keeps its entry: no new name to copy.
                 self.unhealthy.insert(name.to_string());
             }
             a.since = since;

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::destination::LiveProxies;
 use super::state::{Fleet, ResEntry};
-use super::{KindStatus, Readiness, WatchState};
+use super::{Readiness, WatchState};
 use crate::clock::{dur_micros, Ts};
 use crate::model::{AgentState, CauseKind, Health, Kind, Reasons};
 
@@ -130,15 +130,6 @@ fn auth_counts(f: &Fleet) -> BTreeMap<&'static str, usize> {
         *auth_servers.entry(a.health.as_str()).or_default() += 1;
     }
     auth_servers
-}
-
-/// What `/metrics` reads of the fleet: counts only, no names.
-#[derive(Debug)]
-pub struct Gauges {
-    pub agents: AgentCounts,
-    pub proxies: ProxyCounts,
-    pub auth_servers: BTreeMap<&'static str, usize>,
-    pub kinds: Vec<(Kind, KindStatus)>,
 }
 
 pub fn summary(f: &Fleet) -> Summary {

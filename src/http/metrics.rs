@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::error::ApiError;
 use super::AppState;
-use crate::fleet::view::Gauges;
+use crate::fleet::view::Summary;
 use crate::fleet::WatchState;
 use crate::model::{Health, Kind, Op, RejectCode};
 use crate::stats::{SignalKind, SignalOutcome, Stats};
@@ -30,9 +30,9 @@ pub fn router() -> Router<AppState> {
 }
 
 async fn metrics(State(s): State<AppState>) -> Result<Response, ApiError> {
-    let g = s.fleet.recent().await?.gauges();
+    let published = s.fleet.recent().await?;
     let text = s.stats.hist.with_recorder(|| {
-        state_gauges(&s, &g);
+        state_gauges(&s, &published.summary);
         counters(&s.stats, &s.spans);
         s.stats.hist.render()
     });
@@ -70,7 +70,7 @@ fn flag(on: bool) -> f64 {
     f64::from(u8::from(on))
 }
 
-fn state_gauges(s: &AppState, g: &Gauges) {
+fn state_gauges(s: &AppState, g: &Summary) {
     let f = gauge(
         "lifeline_agents",
         "Agents by state (healthy, degraded, stranded).",
@@ -91,7 +91,7 @@ fn state_gauges(s: &AppState, g: &Gauges) {
     f.set(&[("status", "live")], g.proxies.live as f64);
     f.set(&[("status", "expired")], g.proxies.expired as f64);
     let f = gauge("lifeline_auth_servers", "Auth servers by gRPC health.");
-    for h in Health::ALL {
+    for &h in Health::ALL {
         let n = g.auth_servers.get(h.as_str()).copied().unwrap_or(0);
         f.set(&[("health", h.as_str())], n as f64);
     }
@@ -103,14 +103,14 @@ fn state_gauges(s: &AppState, g: &Gauges) {
         "lifeline_watcher_generation",
         "Watch stream generation each kind was last listed in.",
     );
-    for (kind, status) in &g.kinds {
-        for st in WatchState::ALL {
+    for (kind, status) in &g.watcher.kinds {
+        for &st in WatchState::ALL {
             state.set(
-                &[("kind", kind.as_str()), ("state", st.as_str())],
+                &[("kind", *kind), ("state", st.as_str())],
                 flag(status.state == st),
             );
         }
-        generation.set(&[("kind", kind.as_str())], status.generation as f64);
+        generation.set(&[("kind", *kind)], status.generation as f64);
     }
     // The hub owns "connected": the fleet's links follow its streams.
     gauge(
@@ -162,7 +162,7 @@ fn counters(st: &Stats, spans: &SpanCounters) {
         "Watcher events applied, by kind and type.",
     );
     for kind in Kind::ALL {
-        for op in Op::ALL {
+        for &op in Op::ALL {
             f.total(
                 &[("kind", kind.as_str()), ("type", op.as_str())],
                 &st.ingested[kind.index()][op as usize],
@@ -173,7 +173,7 @@ fn counters(st: &Stats, spans: &SpanCounters) {
         "lifeline_events_rejected_total",
         "Inputs refused, by reason.",
     );
-    for code in RejectCode::ALL {
+    for &code in RejectCode::ALL {
         f.total(&[("reason", code.as_str())], &st.rejected[code as usize]);
     }
     for (name, help, c) in [
@@ -249,7 +249,7 @@ fn counters(st: &Stats, spans: &SpanCounters) {
         "lifeline_signals_total",
         "Audited signals by kind and outcome (sent counts queued ones; the rest are final).",
     );
-    for kind in SignalKind::ALL {
+    for &kind in SignalKind::ALL {
         for outcome in SignalOutcome::ALL {
             f.total(
                 &[("kind", kind.as_str()), ("outcome", outcome.as_str())],

@@ -1,51 +1,34 @@
 //! What the watcher hands the fleet: validated changes, and rejections with
 //! a stable code.
 
+use super::named_enum;
 use super::{Kind, Server, Tunnel};
 
 /// The longest resource name accepted (a DNS name's limit).
 pub const MAX_NAME_LEN: usize = 253;
 
-/// Stable codes for rejected inputs (metric labels; API field names).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::IntoStaticStr, strum::EnumString)]
-#[strum(serialize_all = "snake_case")]
-pub enum RejectCode {
-    UnknownKind,
-    EmptyName,
-    NameTooLong,
-    BadTtl,
-    MissingExpires,
-    ExpiredTooLongAgo,
-    ExpiresTooFar,
-    BadTimestamp,
-    MissingField,
-    EmptyEvent,
-    BadEventType,
-    OversizedMessage,
-    StreamProtocol,
+named_enum! {
+    "snake_case";
+    /// Stable codes for rejected inputs (metric labels; API field names).
+    pub enum RejectCode {
+        UnknownKind,
+        EmptyName,
+        NameTooLong,
+        BadTtl,
+        MissingExpires,
+        ExpiredTooLongAgo,
+        ExpiresTooFar,
+        BadTimestamp,
+        MissingField,
+        EmptyEvent,
+        BadEventType,
+        OversizedMessage,
+        StreamProtocol,
+    }
 }
 
 impl RejectCode {
-    pub const COUNT: usize = 13;
-    pub const ALL: [RejectCode; RejectCode::COUNT] = [
-        RejectCode::UnknownKind,
-        RejectCode::EmptyName,
-        RejectCode::NameTooLong,
-        RejectCode::BadTtl,
-        RejectCode::MissingExpires,
-        RejectCode::ExpiredTooLongAgo,
-        RejectCode::ExpiresTooFar,
-        RejectCode::BadTimestamp,
-        RejectCode::MissingField,
-        RejectCode::EmptyEvent,
-        RejectCode::BadEventType,
-        RejectCode::OversizedMessage,
-        RejectCode::StreamProtocol,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
+    pub const COUNT: usize = RejectCode::ALL.len();
 }
 
 /// A rejected input: what it was (as far as known) and why.
@@ -60,22 +43,17 @@ pub struct Rejection {
     pub message: String,
 }
 
-/// What a change does to its resource; the discriminants index
-/// `Stats::ingested`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::IntoStaticStr)]
-#[strum(serialize_all = "snake_case")]
-pub enum Op {
-    Put = 0,
-    Delete = 1,
-}
-
-impl Op {
-    pub const ALL: [Op; 2] = [Op::Put, Op::Delete];
-
-    pub fn as_str(self) -> &'static str {
-        self.into()
+named_enum! {
+    "snake_case";
+    /// What a change does to its resource; the discriminants index
+    /// `Stats::ingested`.
+    pub enum Op {
+        Put = 0,
+        Delete = 1,
     }
 }
+
+impl Op {}
 
 /// A validated upstream change.
 #[derive(Clone, Debug)]

@@ -1,84 +1,50 @@
 //! What history rows and episodes record, one name each from the fleet to
 //! SQLite and JSON.
 
-use serde::{Deserialize, Serialize};
+use super::named_enum;
 
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    sqlx::Type,
-    strum::IntoStaticStr,
-    strum::EnumString,
-    strum::VariantArray,
-)]
-#[serde(rename_all = "snake_case")]
-#[strum(serialize_all = "snake_case")]
-#[sqlx(rename_all = "snake_case")]
-pub enum HistoryEvent {
-    /// First seen.
-    Added,
-    /// A PUT that moved the expiry.
-    Heartbeat,
-    /// A PUT with the same expiry.
-    Update,
-    Delete,
-    Expired,
-    /// An input refused by validation.
-    Rejected,
-    /// The source cannot watch this kind.
-    RejectedKind,
-    /// A new watcher generation listed the kind.
-    Resync,
-    /// The watch stream was lost: the data is stale.
-    Stale,
-    /// An auth server's health changed.
-    Health,
-    /// An agent opened its signal stream.
-    Connected,
-    /// An agent's signal stream closed.
-    Disconnected,
-}
-
-impl HistoryEvent {
-    pub fn as_str(self) -> &'static str {
-        self.into()
+named_enum! {
+    "snake_case";
+    pub enum HistoryEvent {
+        /// First seen.
+        Added,
+        /// A PUT that moved the expiry.
+        Heartbeat,
+        /// A PUT with the same expiry.
+        Update,
+        Delete,
+        Expired,
+        /// An input refused by validation.
+        Rejected,
+        /// The source cannot watch this kind.
+        RejectedKind,
+        /// A new watcher generation listed the kind.
+        Resync,
+        /// The watch stream was lost: the data is stale.
+        Stale,
+        /// An auth server's health changed.
+        Health,
+        /// An agent opened its signal stream.
+        Connected,
+        /// An agent's signal stream closed.
+        Disconnected,
     }
 }
 
-/// What a history row is about: a resource of one kind, the watcher
-/// itself, or an input whose kind Lifeline does not know.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    sqlx::Type,
-    strum::IntoStaticStr,
-    strum::EnumString,
-    strum::VariantArray,
-)]
-#[serde(rename_all = "snake_case")]
-#[strum(serialize_all = "snake_case")]
-#[sqlx(rename_all = "snake_case")]
-pub enum Subject {
-    Proxy,
-    AuthServer,
-    Agent,
-    TunnelConnection,
-    /// The watch stream as a whole (it was lost).
-    Watcher,
-    /// A rejected input naming no kind Lifeline knows.
-    Unknown,
+named_enum! {
+    "snake_case";
+    /// What a history row is about: a resource of one kind, the watcher
+    /// itself, or an input whose kind Lifeline does not know.
+    pub enum Subject {
+        Proxy,
+        AuthServer,
+        Agent,
+        TunnelConnection,
+        /// The watch stream as a whole (it was lost).
+        Watcher,
+        /// A rejected input naming no kind Lifeline knows.
+        Unknown,
+    }
 }
 
 impl From<super::Kind> for Subject {
@@ -92,33 +58,18 @@ impl From<super::Kind> for Subject {
     }
 }
 
-impl Subject {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
-
-/// Why a stranded or degraded episode ended.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, sqlx::Type, strum::IntoStaticStr,
-)]
-#[serde(rename_all = "snake_case")]
-#[strum(serialize_all = "snake_case")]
-#[sqlx(rename_all = "snake_case")]
-pub enum EndReason {
-    /// The agent turned healthy.
-    Recovered,
-    /// It moved between degraded and stranded: a new episode began.
-    StateChanged,
-    /// The cluster deleted the agent.
-    AgentDeleted,
-    /// At start, the agent was no longer known.
-    AgentUnknown,
-}
-
-impl EndReason {
-    pub fn as_str(self) -> &'static str {
-        self.into()
+named_enum! {
+    "snake_case";
+    /// Why a stranded or degraded episode ended.
+    pub enum EndReason {
+        /// The agent turned healthy.
+        Recovered,
+        /// It moved between degraded and stranded: a new episode began.
+        StateChanged,
+        /// The cluster deleted the agent.
+        AgentDeleted,
+        /// At start, the agent was no longer known.
+        AgentUnknown,
     }
 }
 

@@ -1,66 +1,32 @@
 //! What the dynamic settings' rows and audit record, one name each from the
 //! settings room to SQLite and JSON.
 
-use serde::Serialize;
+use super::named_enum;
 
-/// Where a setting's current value came from (RFD 0016's origin label).
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Serialize,
-    sqlx::Type,
-    strum::IntoStaticStr,
-    strum::EnumString,
-)]
-#[serde(rename_all = "kebab-case")]
-#[strum(serialize_all = "kebab-case")]
-#[sqlx(rename_all = "kebab-case")]
-pub enum Origin {
-    Defaults,
-    ConfigFile,
-    Dynamic,
-}
-
-impl Origin {
-    pub fn as_str(self) -> &'static str {
-        self.into()
+named_enum! {
+    "kebab-case";
+    /// Where a setting's current value came from (RFD 0016's origin label).
+    pub enum Origin {
+        Defaults,
+        ConfigFile,
+        Dynamic,
     }
 }
 
-/// What one audited change of a setting did.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Serialize,
-    sqlx::Type,
-    strum::IntoStaticStr,
-    strum::EnumString,
-)]
-#[serde(rename_all = "snake_case")]
-#[strum(serialize_all = "snake_case")]
-#[sqlx(rename_all = "snake_case")]
-pub enum SettingAction {
-    /// Reconciled with the config file at start.
-    Start,
-    /// Set over a default.
-    Create,
-    /// Set over a dynamic value (`--force`).
-    Force,
-    /// Set over a config-file value (`--force --confirm`).
-    Confirm,
-    /// Back to the default.
-    Rm,
-}
-
-impl SettingAction {
-    pub fn as_str(self) -> &'static str {
-        self.into()
+named_enum! {
+    "snake_case";
+    /// What one audited change of a setting did.
+    pub enum SettingAction {
+        /// Reconciled with the config file at start.
+        Start,
+        /// Set over a default.
+        Create,
+        /// Set over a dynamic value (`--force`).
+        Force,
+        /// Set over a config-file value (`--force --confirm`).
+        Confirm,
+        /// Back to the default.
+        Rm,
     }
 }
 

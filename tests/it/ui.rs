@@ -355,9 +355,7 @@ async fn overview_says_when_automatic_reconnects_are_paused() {
 /// With `Accept: application/json` (the page's JS) it answers the row.
 #[tokio::test(start_paused = true)]
 async fn reconnect_form_is_csrf_protected_and_works_without_js() {
-    let c = fleet().start().await;
-    c.ready().await;
-    c.strand_two().await;
+    let c = Cluster::two_stranded_by_hand().await;
     let path = format!("/agents/{AGENT}");
     let (cookie, token) = form_token(&c, &path).await;
     let action = format!("{path}/reconnect");
@@ -495,9 +493,7 @@ async fn reconnect_form_is_csrf_protected_and_works_without_js() {
 /// it will touch; confirming signals exactly those and lands on the audit.
 #[tokio::test(start_paused = true)]
 async fn reconnect_all_stranded_confirms_the_count_first() {
-    let c = fleet().start().await;
-    c.ready().await;
-    c.strand_two().await;
+    let c = Cluster::two_stranded_by_hand().await;
     let html = page(&c, "/reconnect-stranded").await;
     assert!(
         html.contains(

@@ -9,7 +9,7 @@
 //! what is wrong. Nothing here prints key material: `Identity`'s `Debug`
 //! shows the certificate's subject and validity only.
 
-use std::io::BufRead;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use rustls::sign::CertifiedKey;
@@ -94,13 +94,16 @@ impl Identity {
             path: path.to_path_buf(),
             source,
         };
-        let len = std::fs::metadata(path).map_err(read)?.len();
-        if len > MAX_BYTES {
+        // One read, bounded: a byte past the limit is enough to refuse it.
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_BYTES + 1).read_to_end(&mut bytes))
+            .map_err(read)?;
+        if bytes.len() as u64 > MAX_BYTES {
             return Err(IdentityError::TooLarge {
                 path: path.to_path_buf(),
             });
         }
-        let bytes = std::fs::read(path).map_err(read)?;
         Identity::parse(path, &bytes, now)
     }
 
@@ -110,9 +113,12 @@ impl Identity {
         let mut rd: &[u8] = bytes;
         let mut key: Option<PrivateKeyDer<'static>> = None;
         let mut certs: Vec<CertificateDer<'static>> = Vec::new();
-        while let Some((kind, der)) =
-            next_section(&mut rd).map_err(|detail| IdentityError::Pem { path: p(), detail })?
-        {
+        // Each next PEM section, skipping the lines around it (the SSH
+        // certificate and CA lines).
+        while let Some((kind, der)) = pem::from_buf(&mut rd).map_err(|e| IdentityError::Pem {
+            path: p(),
+            detail: e.to_string(),
+        })? {
             match kind {
                 SectionKind::PrivateKey if key.is_none() && certs.is_empty() => {
                     key = Some(PrivateKeyDer::Pkcs8(der.into()));
@@ -187,12 +193,6 @@ impl Identity {
             not_after: v.not_after,
         })
     }
-}
-
-/// The next PEM section, skipping the lines around it (SSH certificates and
-/// CA lines); `None` at the end.
-fn next_section(rd: &mut dyn BufRead) -> Result<Option<(SectionKind, Vec<u8>)>, String> {
-    pem::from_buf(rd).map_err(|e| e.to_string())
 }
 
 struct Validity {
@@ -281,6 +281,13 @@ mod tests {
         assert!(id.not_after > NOW);
         let shown = format!("{id:?}");
         assert!(!shown.contains("PRIVATE"), "{shown}");
+        // Only what is safe to log: no key field, no certificate bytes.
+        assert!(!shown.contains("key"), "{shown}");
+        let der_start = format!("{:?}", &id.roots[0].as_ref()[..8]);
+        assert!(
+            !shown.contains(&der_start[1..der_start.len() - 1]),
+            "{shown}"
+        );
     }
 
     #[test]

@@ -45,7 +45,7 @@ pub fn test_access(cfg: &mut Config) {
         roles: roles.to_vec(),
     };
     cfg.access.tokens = vec![
-        t("admin", ADMIN, &Role::ALL),
+        t("admin", ADMIN, Role::ALL),
         t("updater", UPDATER, &[Role::Read, Role::Update]),
         t("reader", READER, &[Role::Read]),
     ];
