@@ -128,15 +128,18 @@ impl Fleet {
     /// Publishes when something changed and the last publish is
     /// [`PUBLISH_EVERY`] old. A publish walks the unhealthy agents, so it
     /// never makes a due expiry wait: it goes in a gap before the next timer
-    /// at least twice as long as the last publish took, or after that timer
-    /// (unless it is [`MAX_AGE`] overdue).
+    /// at least twice as long as it is expected to take (the last publish's
+    /// time, scaled by how much the unhealthy agents grew since), or after
+    /// that timer (unless it is [`MAX_AGE`] overdue).
     pub(super) fn publish_if_due(&mut self) {
         let now = self.now();
         match self.publish_due_at() {
             Some(due) if now >= due => {}
             _ => return,
         }
-        let slack = (self.publish_cost * 2).max(Duration::from_millis(1));
+        let grown = (self.unhealthy.len() + 1) as f64 / (self.published_unhealthy + 1) as f64;
+        let expected = self.publish_cost.mul_f64(grown.max(1.0));
+        let slack = (expected * 2).max(Duration::from_millis(1));
         let overdue = now.since(self.published_at.saturating_add(PUBLISH_EVERY)) >= MAX_AGE;
         match self.next_deadline() {
             Some(timer) if timer.since(now) < slack && !overdue => {
@@ -162,6 +165,7 @@ impl Fleet {
         self.touched = false;
         self.published_at = self.now();
         self.publish_cost = started.elapsed();
+        self.published_unhealthy = self.unhealthy.len();
     }
 }
 
@@ -240,5 +244,30 @@ mod tests {
         f.publish_if_due();
         assert_eq!(rx.borrow().at(), timer);
         assert_eq!(rx.borrow().summary.proxies.expired, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_expected_cost_grows_with_the_unhealthy_agents() {
+        // p2 expires 2 ms after p1, which strands a1..a3.
+        let mut f = ready(&[("p1", 10), ("p2", 3600)], &["a1", "a2", "a3"]);
+        let timer = at(10).saturating_add(Duration::from_millis(2));
+        f.apply(vec![crate::fleet::Ingested::Change(
+            crate::model::Change::PutServer(crate::fleet::state::fixture::server(
+                Kind::Proxy,
+                "p2",
+                timer,
+            )),
+        )]);
+        let before = at(10).saturating_sub(Duration::from_millis(300));
+        advance_to(&mut f, before).await;
+        f.publish();
+        // The last publish took 0.4 ms over no unhealthy agent: unscaled, a
+        // 2 ms gap would do; with three now, it is expected to take 1.6 ms.
+        f.publish_cost = Duration::from_micros(400);
+        advance_to(&mut f, at(10)).await;
+        assert_eq!(f.unhealthy.len(), 3);
+        f.publish_if_due();
+        assert_eq!(f.published_watch().borrow().at(), before, "put off");
+        assert_eq!(f.publish_due_at(), Some(timer));
     }
 }

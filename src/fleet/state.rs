@@ -247,6 +247,8 @@ pub struct Fleet {
     pub(super) publish_not_before: Ts,
     /// What the last publish took (real time).
     pub(super) publish_cost: Duration,
+    /// How many agents were unhealthy at the last publish.
+    pub(super) published_unhealthy: usize,
 }
 
 impl Fleet {
@@ -297,6 +299,7 @@ impl Fleet {
             published_at: now,
             publish_not_before: Ts(0),
             publish_cost: Duration::ZERO,
+            published_unhealthy: 0,
         };
         fleet.publish_readiness();
         fleet
