@@ -1,11 +1,15 @@
-//! Compiles `proto/lifeline/v1/*.proto` with protox (pure Rust), so a fresh
-//! machine needs no `protoc` binary.
+//! Compiles `proto/lifeline/v1/*.proto` and the subset of Teleport's API
+//! under `proto/teleport/` with protox (pure Rust), so a fresh machine needs
+//! no `protoc` binary.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = [
         "proto/lifeline/v1/cluster.proto",
         "proto/lifeline/v1/signals.proto",
         "proto/lifeline/v1/service_config.proto",
+        "proto/teleport/legacy/types/types.proto",
+        "proto/teleport/legacy/client/proto/authservice.proto",
+        "proto/teleport/presence/v1/service.proto",
     ];
     for f in &files {
         println!("cargo:rerun-if-changed={f}");

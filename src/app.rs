@@ -307,20 +307,25 @@ impl Lifeline {
         };
         let wcfg = watcher::WatcherConfig {
             uri: cfg.cluster_uri()?,
+            dialer: crate::ingest::dial::Dialer::Plain,
             watcher_name: cfg.cluster.watcher_name.clone(),
             kinds: Kind::ALL.to_vec(),
             page_size: cfg.cluster.page_size,
             max_message_bytes: cfg.cluster.max_message_bytes,
             connect_timeout: cfg.cluster.connect_timeout,
-            backoff: Backoff::new(cfg.cluster.backoff_base, cfg.cluster.backoff_cap),
             limits,
             ingest_span_every: cfg.telemetry.ingest_span_every,
         };
         supervised.critical(
             "watcher",
             tokio::spawn(watcher::run(
-                wcfg,
-                clock,
+                watcher::Lifeline {
+                    cfg: wcfg,
+                    clock,
+                    fleet: fleet.clone(),
+                    stats: stats.clone(),
+                },
+                Backoff::new(cfg.cluster.backoff_base, cfg.cluster.backoff_cap),
                 fleet.clone(),
                 stats.clone(),
                 shutdown.clone(),

@@ -161,6 +161,20 @@ pub struct Tunnel {
 }
 
 named_enum! {
+    "snake_case";
+    /// A Teleport agent service: the kinds one host heartbeats, each with its
+    /// own resource and expiry. Lifeline's `agent` is the host (its host ID)
+    /// running one or more of them.
+    pub enum AgentService {
+        Node,
+        AppServer,
+        DbServer,
+        KubeServer,
+        WindowsDesktopService,
+    }
+}
+
+named_enum! {
     "SCREAMING_SNAKE_CASE";
     /// An auth server's health, normalised from grpc.health.v1.
     pub enum Health {

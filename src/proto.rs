@@ -1,5 +1,6 @@
-//! Generated protobuf and gRPC code for `lifeline.v1` (see `proto/`), plus the
-//! standard health protocol re-exported from tonic-health.
+//! Generated protobuf and gRPC code for `lifeline.v1` and Teleport's API
+//! subset (see `proto/`), plus the standard health protocol re-exported from
+//! tonic-health.
 
 #![allow(clippy::all, missing_docs)]
 
@@ -8,6 +9,27 @@ pub mod v1 {
 }
 
 pub use tonic_health::pb as health;
+
+/// The subset of Teleport's Auth API Lifeline speaks (see
+/// `proto/teleport/`). Nested as Teleport's packages are, because the
+/// generated code names other packages by relative path.
+pub mod teleport {
+    pub mod types {
+        tonic::include_proto!("types");
+    }
+    pub mod proto {
+        tonic::include_proto!("proto");
+    }
+    pub mod teleport {
+        pub mod presence {
+            pub mod v1 {
+                tonic::include_proto!("teleport.presence.v1");
+            }
+        }
+    }
+    pub use self::proto as auth;
+    pub use self::teleport::presence::v1 as presence;
+}
 
 /// The messages an agent sends, built one way everywhere (simulated agents,
 /// benchmarks, tests).

@@ -17,7 +17,8 @@ pub struct Limits {
     pub max_ttl: Duration,
 }
 
-fn reject(code: RejectCode, kind: &str, name: &str, message: impl Into<String>) -> Rejection {
+/// A rejection, its name cut to a readable length.
+pub fn reject(code: RejectCode, kind: &str, name: &str, message: impl Into<String>) -> Rejection {
     let mut name = name.to_string();
     if name.len() > 80 {
         let mut cut = 80;

@@ -3,17 +3,23 @@
 //! that replaces those kinds, then apply the events that follow. Every stream
 //! is a new generation; a lost stream turns the data stale and reconnects
 //! with exponential backoff and full jitter.
+//!
+//! `run` is that loop for any [`Source`]; this file also holds the
+//! `lifeline` source (`ClusterEvents`). Teleport's Auth API is the sibling
+//! in `teleport::source`.
 
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::Code;
 use tracing::{info, info_span, warn, Instrument};
 
+use super::dial::{explain, DialError, Dialer};
 use super::validate::{self, Limits};
 use crate::backoff::Backoff;
 use crate::clock::Clock;
@@ -30,12 +36,13 @@ const MAX_BATCH: usize = 1024;
 #[derive(Clone, Debug)]
 pub struct WatcherConfig {
     pub uri: String,
+    /// Plaintext, or TLS for an `https://` source.
+    pub dialer: Dialer,
     pub watcher_name: String,
     pub kinds: Vec<Kind>,
     pub page_size: u32,
     pub max_message_bytes: usize,
     pub connect_timeout: Duration,
-    pub backoff: Backoff,
     pub limits: Limits,
     /// One `ingest.event` span per this many stream events (0: none).
     pub ingest_span_every: u64,
@@ -43,38 +50,68 @@ pub struct WatcherConfig {
 
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
-    #[error("invalid cluster address {uri}: {source}")]
-    Address {
-        uri: String,
-        source: tonic::transport::Error,
-    },
-    #[error(
-        "cannot connect to the cluster at {uri}: {}",
-        crate::backoff::chain(source)
-    )]
-    Connect {
-        uri: String,
-        source: tonic::transport::Error,
-    },
-    #[error("WatchEvents failed: {0}")]
+    #[error(transparent)]
+    Dial(#[from] DialError),
+    #[error("WatchEvents failed: {}", explain(.0))]
     Watch(tonic::Status),
     #[error("the first event was not INIT")]
     NoInit,
-    #[error("ListResources({kind}) failed: {status}")]
-    List { kind: Kind, status: tonic::Status },
+    #[error("listing {kind} failed: {detail}")]
+    List { kind: String, detail: String },
     #[error("the event stream ended")]
     Ended,
-    #[error("the event stream failed: {0}")]
+    #[error("the event stream failed: {}", explain(.0))]
     Stream(tonic::Status),
     #[error("the fleet has stopped")]
     FleetGone,
 }
 
+impl WatchError {
+    pub fn list(kind: impl std::fmt::Display, status: &tonic::Status) -> WatchError {
+        WatchError::List {
+            kind: kind.to_string(),
+            detail: explain(status),
+        }
+    }
+}
+
+/// A cluster source: what `run` connects, resyncs and follows.
+pub trait Source: Send {
+    /// Where it connects, for spans and logs.
+    fn target(&self) -> &str;
+    /// One stream's life: connect, watch, wait for INIT, list, hand the
+    /// fleet a `Resync` for `generation + 1` (then set `reached_ready`),
+    /// follow. Returns when the stream is lost.
+    fn session(
+        &mut self,
+        generation: &mut u64,
+        reached_ready: &mut bool,
+    ) -> impl Future<Output = Result<(), WatchError>> + Send;
+}
+
+/// The `lifeline` source: `ClusterEvents`.
+pub struct Lifeline {
+    pub cfg: WatcherConfig,
+    pub clock: Clock,
+    pub fleet: FleetHandle,
+    pub stats: Arc<Stats>,
+}
+
+impl Source for Lifeline {
+    fn target(&self) -> &str {
+        &self.cfg.uri
+    }
+
+    async fn session(&mut self, generation: &mut u64, reached_ready: &mut bool) -> Result<(), WatchError> {
+        session(&self.cfg, self.clock, &self.fleet, &self.stats, generation, reached_ready).await
+    }
+}
+
 /// Runs until `shutdown`: connect, resync, follow; on any loss, mark stale,
 /// back off, repeat.
 pub async fn run(
-    cfg: WatcherConfig,
-    clock: Clock,
+    mut source: impl Source,
+    backoff: Backoff,
     fleet: FleetHandle,
     stats: Arc<Stats>,
     shutdown: CancellationToken,
@@ -83,11 +120,11 @@ pub async fn run(
     let mut generation = 0u64;
     let mut attempt = 0u32;
     loop {
-        let span = info_span!("watcher.session", next_generation = generation + 1, uri = %cfg.uri);
+        let span = info_span!("watcher.session", next_generation = generation + 1, uri = %source.target());
         let mut reached_ready = false;
         let result = tokio::select! {
             _ = shutdown.cancelled() => return,
-            r = session(&cfg, clock, &fleet, &stats, &mut generation, &mut reached_ready).instrument(span) => r,
+            r = source.session(&mut generation, &mut reached_ready).instrument(span) => r,
         };
         let err = match result {
             Ok(()) => WatchError::Ended,
@@ -108,10 +145,10 @@ pub async fn run(
         if reached_ready {
             attempt = 0;
         }
-        let delay = cfg.backoff.delay(attempt);
+        let delay = backoff.delay(attempt);
         let retry_in_ms = delay.as_millis() as u64;
         match &err {
-            WatchError::Address { .. } | WatchError::Connect { .. } | WatchError::Watch(_) => {
+            WatchError::Dial(_) | WatchError::Watch(_) => {
                 warn!(error = %err, attempt, retry_in_ms, "cannot open the cluster watch; retrying")
             }
             _ => warn!(error = %err, generation, retry_in_ms, "cluster watch lost; will resync"),
@@ -125,26 +162,13 @@ pub async fn run(
 }
 
 async fn connect(cfg: &WatcherConfig) -> Result<ClusterEventsClient<Channel>, WatchError> {
-    let endpoint = Endpoint::from_shared(cfg.uri.clone())
-        .map_err(|source| WatchError::Address {
-            uri: cfg.uri.clone(),
-            source,
-        })?
-        .connect_timeout(cfg.connect_timeout)
-        .tcp_nodelay(true);
-    let channel = endpoint
-        .connect()
-        .await
-        .map_err(|source| WatchError::Connect {
-            uri: cfg.uri.clone(),
-            source,
-        })?;
+    let channel = cfg.dialer.channel(&cfg.uri, cfg.connect_timeout).await?;
     Ok(ClusterEventsClient::new(channel)
         .max_decoding_message_size(cfg.max_message_bytes)
         .max_encoding_message_size(cfg.max_message_bytes))
 }
 
-fn count_stream_error(stats: &Stats, status: &tonic::Status) {
+pub fn count_stream_error(stats: &Stats, status: &tonic::Status) {
     // tonic reports a message over max_decoding_message_size as OutOfRange.
     if status.code() == Code::OutOfRange || status.message().contains("message length too large") {
         stats.reject(RejectCode::OversizedMessage);
@@ -333,7 +357,7 @@ fn trace_event(seq: u64, validated: &Result<Change, Rejection>) {
     }
 }
 
-fn rejected(stats: &Stats, r: Rejection) -> Ingested {
+pub fn rejected(stats: &Stats, r: Rejection) -> Ingested {
     stats.reject(r.code);
     warn!(code = r.code.as_str(), kind = %r.kind, name = %r.name, "rejected input: {}", r.message);
     Ingested::Rejected(r)
@@ -360,7 +384,7 @@ async fn list_kind(
             .await
             .map_err(|status| {
                 count_stream_error(stats, &status);
-                WatchError::List { kind, status }
+                WatchError::list(kind, &status)
             })?
             .into_inner();
         let now = clock.now();

@@ -1,0 +1,295 @@
+//! How Lifeline reaches a cluster source or an auth server's health:
+//! plaintext HTTP/2, or TLS through its own rustls connector. Its own,
+//! rather than tonic's TLS settings, because Teleport's proxy routing needs
+//! an ALPN list tonic cannot set, and so that a failed handshake can be
+//! explained in an operator's words (`explain`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use rustls::client::ResolvesClientCert;
+use rustls::sign::CertifiedKey;
+use rustls::{AlertDescription, CertificateError, ClientConfig, RootCertStore};
+use rustls_pki_types::{CertificateDer, ServerName};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+/// The server name Teleport's Auth certificates carry.
+pub const TELEPORT_SERVER_NAME: &str = "teleport.cluster.local";
+
+#[derive(Debug, thiserror::Error)]
+pub enum DialError {
+    #[error("invalid address {addr:?}: {detail}")]
+    Address { addr: String, detail: String },
+    #[error("invalid TLS server name {0:?}")]
+    ServerName(String),
+    #[error("{what}: no usable CA certificate ({detail})")]
+    Roots { what: String, detail: String },
+    #[error("cannot set up TLS: {0}")]
+    Config(String),
+    #[error("cannot connect to {addr}: {detail}")]
+    Connect { addr: String, detail: String },
+}
+
+/// Plaintext, or TLS with what to trust and present.
+#[derive(Clone)]
+pub enum Dialer {
+    Plain,
+    Tls(Arc<TlsDialer>),
+}
+
+pub struct TlsDialer {
+    config: Arc<ClientConfig>,
+    server_name: ServerName<'static>,
+    /// Where the CA and client certificate came from, for messages.
+    source: String,
+}
+
+impl std::fmt::Debug for Dialer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dialer::Plain => f.write_str("Plain"),
+            Dialer::Tls(t) => f
+                .debug_struct("Tls")
+                .field("server_name", &t.server_name)
+                .field("alpn", &t.config.alpn_protocols.len())
+                .field("source", &t.source)
+                .finish(),
+        }
+    }
+}
+
+/// Presents `key` when the server asks for a client certificate.
+#[derive(Debug)]
+struct ClientCert(Arc<CertifiedKey>);
+
+impl ResolvesClientCert for ClientCert {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
+/// The ALPN list for Teleport: straight to Auth, `h2`; through a proxy's
+/// TLS routing, Auth's routing protocol for the cluster first.
+pub fn teleport_alpn(tls_routing_cluster: Option<&str>) -> Vec<Vec<u8>> {
+    let mut alpn = Vec::new();
+    if let Some(cluster) = tls_routing_cluster {
+        alpn.push(
+            format!(
+                "teleport-auth@{}.{TELEPORT_SERVER_NAME}",
+                hex::encode(cluster.as_bytes())
+            )
+            .into_bytes(),
+        );
+    }
+    alpn.push(b"h2".to_vec());
+    alpn
+}
+
+impl Dialer {
+    /// TLS that trusts `roots`, verifies and sends `server_name`, offers
+    /// `alpn` and, when given, presents `client`. `source` names where
+    /// these came from in every error.
+    pub fn tls(
+        roots: &[CertificateDer<'static>],
+        client: Option<Arc<CertifiedKey>>,
+        server_name: &str,
+        alpn: Vec<Vec<u8>>,
+        source: &str,
+    ) -> Result<Dialer, DialError> {
+        let mut store = RootCertStore::empty();
+        let (added, ignored) = store.add_parsable_certificates(roots.iter().cloned());
+        if added == 0 {
+            return Err(DialError::Roots {
+                what: source.to_string(),
+                detail: format!("{ignored} certificate(s) could not be used as a root"),
+            });
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| DialError::Config(e.to_string()))?
+            .with_root_certificates(store);
+        let mut config = match client {
+            Some(key) => builder.with_client_cert_resolver(Arc::new(ClientCert(key))),
+            None => builder.with_no_client_auth(),
+        };
+        config.alpn_protocols = alpn;
+        let server_name = ServerName::try_from(server_name.to_string())
+            .map_err(|_| DialError::ServerName(server_name.to_string()))?;
+        Ok(Dialer::Tls(Arc::new(TlsDialer {
+            config: Arc::new(config),
+            server_name,
+            source: source.to_string(),
+        })))
+    }
+
+    /// A gRPC channel to `addr` (`host:port`, an `http://` or `https://`
+    /// prefix allowed). Connects now, so a bad address, a refused
+    /// connection or a failed handshake is an error here.
+    pub async fn channel(&self, addr: &str, connect_timeout: Duration) -> Result<Channel, DialError> {
+        let authority = authority(addr)?;
+        let endpoint = Endpoint::from_shared(format!("http://{authority}"))
+            .map_err(|e| DialError::Address {
+                addr: addr.to_string(),
+                detail: e.to_string(),
+            })?
+            .connect_timeout(connect_timeout)
+            .tcp_nodelay(true);
+        let connected = match self {
+            Dialer::Plain => endpoint.connect().await,
+            Dialer::Tls(tls) => {
+                let tls = tls.clone();
+                let connector = tower::service_fn(move |uri: Uri| {
+                    let tls = tls.clone();
+                    async move {
+                        let host = uri.authority().map(|a| a.as_str().to_string()).unwrap_or_default();
+                        tls.connect(&host).await.map(TokioIo::new)
+                    }
+                });
+                endpoint.connect_with_connector(connector).await
+            }
+        };
+        connected.map_err(|e| DialError::Connect {
+            addr: authority.clone(),
+            detail: explain(&e),
+        })
+    }
+
+    /// A TLS stream to `addr`, for the HTTPS calls next to gRPC.
+    pub async fn tls_stream(&self, addr: &str) -> Result<TlsStream<TcpStream>, DialError> {
+        let authority = authority(addr)?;
+        match self {
+            Dialer::Plain => Err(DialError::Config("HTTPS needs a TLS dialer".into())),
+            Dialer::Tls(tls) => tls.connect(&authority).await.map_err(|e| DialError::Connect {
+                addr: authority.clone(),
+                detail: explain(&e),
+            }),
+        }
+    }
+}
+
+impl TlsDialer {
+    async fn connect(&self, authority: &str) -> std::io::Result<TlsStream<TcpStream>> {
+        let tcp = TcpStream::connect(authority).await?;
+        tcp.set_nodelay(true)?;
+        TlsConnector::from(self.config.clone())
+            .connect(self.server_name.clone(), tcp)
+            .await
+            .map_err(|e| match tls_reason(&e, &self.server_name, &self.source) {
+                Some(reason) => std::io::Error::other(reason),
+                None => e,
+            })
+    }
+}
+
+/// `host:port` out of `addr`, which may carry an `http(s)://` prefix.
+fn authority(addr: &str) -> Result<String, DialError> {
+    let rest = addr
+        .strip_prefix("https://")
+        .or_else(|| addr.strip_prefix("http://"))
+        .unwrap_or(addr)
+        .trim_end_matches('/');
+    match rest.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(rest.to_string()),
+        _ => Err(DialError::Address {
+            addr: addr.to_string(),
+            detail: "expected host:port".into(),
+        }),
+    }
+}
+
+/// What went wrong in an operator's words when a TLS failure is in the
+/// error's chain; the whole chain otherwise.
+pub fn explain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(r) = err.downcast_ref::<rustls::Error>() {
+            return format!("TLS failed: {}", describe(r, None, None));
+        }
+        cur = err.source();
+    }
+    crate::backoff::chain(e)
+}
+
+fn tls_reason(e: &std::io::Error, name: &ServerName<'_>, source: &str) -> Option<String> {
+    let r = e.get_ref()?.downcast_ref::<rustls::Error>()?;
+    Some(format!("TLS handshake failed: {}", describe(r, Some(name), Some(source))))
+}
+
+fn describe(r: &rustls::Error, name: Option<&ServerName<'_>>, source: Option<&str>) -> String {
+    let from = source.map(|s| format!(" ({s})")).unwrap_or_default();
+    match r {
+        rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer) => {
+            format!("the server's certificate is not signed by a trusted CA{from}")
+        }
+        rustls::Error::InvalidCertificate(
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+        ) => match name {
+            Some(n) => format!(
+                "the server's certificate is not valid for the server name {n:?}; check the configured server name"
+            ),
+            None => "the server's certificate is not valid for the server name".to_string(),
+        },
+        rustls::Error::InvalidCertificate(
+            CertificateError::Expired | CertificateError::ExpiredContext { .. },
+        ) => "the server's certificate has expired".to_string(),
+        rustls::Error::AlertReceived(
+            AlertDescription::BadCertificate
+            | AlertDescription::UnknownCA
+            | AlertDescription::CertificateRequired
+            | AlertDescription::CertificateUnknown
+            | AlertDescription::CertificateExpired
+            | AlertDescription::CertificateRevoked
+            | AlertDescription::AccessDenied
+            | AlertDescription::UnsupportedCertificate,
+        ) => format!("the server refused Lifeline's client certificate{from}: {r}"),
+        rustls::Error::AlertReceived(AlertDescription::NoApplicationProtocol)
+        | rustls::Error::NoApplicationProtocol => {
+            "the server accepts none of the offered ALPN protocols (is TLS routing set as the server expects?)".to_string()
+        }
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alpn_for_tls_routing_names_the_cluster_in_hex_then_h2() {
+        assert_eq!(teleport_alpn(None), vec![b"h2".to_vec()]);
+        let alpn = teleport_alpn(Some("example.com"));
+        assert_eq!(
+            String::from_utf8_lossy(&alpn[0]),
+            "teleport-auth@6578616d706c652e636f6d.teleport.cluster.local"
+        );
+        assert_eq!(alpn[1], b"h2".to_vec());
+    }
+
+    #[test]
+    fn addresses_take_an_optional_scheme_and_need_a_port() {
+        assert_eq!(authority("auth:3025").ok().as_deref(), Some("auth:3025"));
+        assert_eq!(authority("https://auth:3025/").ok().as_deref(), Some("auth:3025"));
+        assert!(authority("auth").is_err());
+        assert!(authority(":3025").is_err());
+    }
+
+    #[test]
+    fn tls_without_a_usable_root_is_refused() {
+        let bad = CertificateDer::from(vec![1u8, 2, 3]);
+        let err = Dialer::tls(&[bad], None, "x", vec![], "ca.pem").unwrap_err();
+        assert!(err.to_string().contains("ca.pem"), "{err}");
+    }
+}

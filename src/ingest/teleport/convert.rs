@@ -1,0 +1,423 @@
+//! Teleport's resources as Lifeline's validated values. Each resource is
+//! written as the `ClusterEvents` message it means and passed through the
+//! one `validate` both sources share, so the rules exist once; what is
+//! Teleport's own (Go's zero time, host IDs, `ProxyIDs`, the announce TTL
+//! no resource carries) is settled here.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::clock::{dur_micros, Ts};
+use crate::ingest::validate::{self, reject, Limits};
+use crate::model::{AgentService, Kind, RejectCode, Rejection, Server};
+use crate::proto::teleport::types;
+use crate::proto::v1 as pb;
+
+use super::hosts::{tunnel_name, Beat};
+
+/// Go's zero `time.Time` on the wire: 0001-01-01T00:00:00Z. Unset.
+pub const GO_ZERO_SECONDS: i64 = -62_135_596_800;
+
+/// Proxy group labels Teleport puts on proxies.
+const GROUP_ID: &str = "teleport.internal/proxygroup-id";
+const GROUP_GEN: &str = "teleport.internal/proxygroup-gen";
+
+/// A resource Lifeline keeps: a proxy or auth server as is, or one
+/// service heartbeat of a host.
+#[derive(Debug)]
+pub enum Item {
+    Server(Server),
+    Beat(Beat),
+}
+
+/// Each resource's announce TTL, learned from its heartbeats: Teleport
+/// sets `expires = now + TTL` at each heartbeat and the event follows at
+/// once, so a new expiry minus its arrival time is the TTL. A resource
+/// seen only in a list keeps what was learned before, else the default.
+#[derive(Default)]
+pub struct Ttls {
+    learned: HashMap<(&'static str, String), (Ts, Duration)>,
+}
+
+impl Ttls {
+    /// The TTL for `key` whose expiry is `expires`, seen at `now` in a live
+    /// event (`live`) or a list.
+    pub fn observe(
+        &mut self,
+        key: (&'static str, &str),
+        expires: Ts,
+        now: Ts,
+        live: bool,
+        limits: &Limits,
+    ) -> Duration {
+        let k = (key.0, key.1.to_string());
+        let prev = self.learned.get(&k).copied();
+        let ttl = match prev {
+            // Not a heartbeat (the same expiry): nothing new to learn.
+            Some((e, ttl)) if e == expires => ttl,
+            _ if live && expires > now => round(expires.since(now)).min(limits.max_ttl),
+            Some((_, ttl)) => ttl,
+            None => limits.default_ttl,
+        };
+        self.learned.insert(k, (expires, ttl));
+        ttl
+    }
+
+    pub fn forget(&mut self, kind: &'static str, name: &str) {
+        self.learned.remove(&(kind, name.to_string()));
+    }
+
+    /// Keeps only what `keep` accepts (after a resync: what was listed).
+    pub fn retain(&mut self, keep: impl Fn(&'static str, &str) -> bool) {
+        self.learned.retain(|(k, n), _| keep(k, n));
+    }
+
+    pub fn len(&self) -> usize {
+        self.learned.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.learned.is_empty()
+    }
+}
+
+/// Whole seconds from two seconds up (the event's delivery shaves a few
+/// milliseconds off), whole milliseconds below; never zero.
+fn round(d: Duration) -> Duration {
+    let ms = d.as_millis() as u64;
+    let ms = if ms >= 2_000 { (ms + 500) / 1_000 * 1_000 } else { ms };
+    Duration::from_millis(ms.max(1))
+}
+
+/// A wire timestamp with Go's zero time read as unset.
+fn expires(m: Option<&types::Metadata>) -> Option<prost_types::Timestamp> {
+    m.and_then(|m| m.expires)
+        .filter(|t| !(t.seconds == GO_ZERO_SECONDS && t.nanos == 0))
+}
+
+/// Where Lifeline's kinds come from in Teleport.
+pub fn kind_name(s: AgentService) -> &'static str {
+    s.as_str()
+}
+
+/// A `ServerV2`: a proxy, an auth server, or a node (a service of its host).
+pub fn server_v2(
+    s: types::ServerV2,
+    now: Ts,
+    live: bool,
+    limits: &Limits,
+    ttls: &mut Ttls,
+) -> Result<Item, Rejection> {
+    let spec = s.spec.unwrap_or_default();
+    let meta = s.metadata.unwrap_or_default();
+    match s.kind.as_str() {
+        "proxy" | "auth_server" => {
+            let kind = if s.kind == "proxy" {
+                Kind::Proxy
+            } else {
+                Kind::AuthServer
+            };
+            let group_id = meta.labels.get(GROUP_ID).cloned().unwrap_or_default();
+            let group_generation = meta
+                .labels
+                .get(GROUP_GEN)
+                .and_then(|g| g.parse().ok())
+                .unwrap_or_default();
+            let wire = pb::Server {
+                kind: kind.as_str().to_string(),
+                name: meta.name.clone(),
+                addr: spec.addr,
+                version: spec.version,
+                group_id,
+                group_generation,
+                expires: expires(Some(&meta)),
+                ttl: None,
+                labels: meta.labels,
+                auth_server: String::new(),
+            };
+            let mut server = validate::server(wire, now, limits)?;
+            server.ttl = ttls.observe((kind.as_str(), &server.name), server.expires, now, live, limits);
+            Ok(Item::Server(server))
+        }
+        "node" => beat(
+            AgentService::Node,
+            Service {
+                name: meta.name.clone(),
+                host: meta.name.clone(),
+                hostname: spec.hostname,
+                version: spec.version,
+                proxies: spec.proxy_i_ds,
+                meta,
+            },
+            now,
+            live,
+            limits,
+            ttls,
+        ),
+        other => Err(reject(
+            RejectCode::UnknownKind,
+            other,
+            &meta.name,
+            format!("a ServerV2 of kind {other:?} (expected proxy, auth_server or node)"),
+        )),
+    }
+}
+
+/// A service resource's parts, whatever its message.
+pub struct Service {
+    pub name: String,
+    pub host: String,
+    pub hostname: String,
+    pub version: String,
+    pub proxies: Vec<String>,
+    pub meta: types::Metadata,
+}
+
+impl Service {
+    pub fn app(s: types::AppServerV3) -> Service {
+        let spec = s.spec.unwrap_or_default();
+        let meta = s.metadata.unwrap_or_default();
+        Service {
+            name: meta.name.clone(),
+            host: spec.host_id,
+            hostname: spec.hostname,
+            version: spec.version,
+            proxies: spec.proxy_i_ds,
+            meta,
+        }
+    }
+
+    pub fn db(s: types::DatabaseServerV3) -> Service {
+        let spec = s.spec.unwrap_or_default();
+        let meta = s.metadata.unwrap_or_default();
+        Service {
+            name: meta.name.clone(),
+            host: spec.host_id,
+            hostname: spec.hostname,
+            version: spec.version,
+            proxies: spec.proxy_i_ds,
+            meta,
+        }
+    }
+
+    pub fn kube(s: types::KubernetesServerV3) -> Service {
+        let spec = s.spec.unwrap_or_default();
+        let meta = s.metadata.unwrap_or_default();
+        Service {
+            name: meta.name.clone(),
+            host: spec.host_id,
+            hostname: spec.hostname,
+            version: spec.version,
+            proxies: spec.proxy_i_ds,
+            meta,
+        }
+    }
+
+    /// A Windows desktop service is named by its host ID.
+    pub fn desktop(s: types::WindowsDesktopServiceV3) -> Service {
+        let spec = s.spec.unwrap_or_default();
+        let meta = s.header.and_then(|h| h.metadata).unwrap_or_default();
+        Service {
+            name: meta.name.clone(),
+            host: meta.name.clone(),
+            hostname: spec.hostname,
+            version: spec.teleport_version,
+            proxies: spec.proxy_i_ds,
+            meta,
+        }
+    }
+}
+
+/// One service heartbeat, validated as the agent it speaks for.
+pub fn beat(
+    service: AgentService,
+    s: Service,
+    now: Ts,
+    live: bool,
+    limits: &Limits,
+    ttls: &mut Ttls,
+) -> Result<Item, Rejection> {
+    let kind = kind_name(service);
+    if s.host.trim().is_empty() {
+        return Err(reject(
+            RejectCode::MissingField,
+            kind,
+            &s.name,
+            "the service names no host (Spec.HostID is empty)",
+        ));
+    }
+    validate::server(
+        pb::Server {
+            kind: Kind::Agent.as_str().to_string(),
+            name: s.name.clone(),
+            expires: expires(Some(&s.meta)),
+            ..Default::default()
+        },
+        now,
+        limits,
+    )
+    .map_err(|r| Rejection {
+        kind: kind.to_string(),
+        ..r
+    })?;
+    let agent = validate::server(
+        pb::Server {
+            kind: Kind::Agent.as_str().to_string(),
+            name: s.host.clone(),
+            expires: expires(Some(&s.meta)),
+            ..Default::default()
+        },
+        now,
+        limits,
+    )
+    .map_err(|r| Rejection {
+        kind: kind.to_string(),
+        ..r
+    })?;
+    let mut proxies = Vec::with_capacity(s.proxies.len());
+    for p in s.proxies {
+        let t = validate::tunnel(
+            pb::TunnelConnection {
+                name: tunnel_name(&s.host, &p),
+                agent: s.host.clone(),
+                proxy: p,
+                last_heartbeat: None,
+                expires: None,
+            },
+            now,
+            limits,
+        )
+        .map_err(|r| Rejection {
+            kind: kind.to_string(),
+            name: s.name.clone(),
+            message: format!("ProxyIDs: {}", r.message),
+            ..r
+        })?;
+        proxies.push(t.proxy);
+    }
+    proxies.sort();
+    proxies.dedup();
+    let ttl = ttls.observe((kind, &s.name), agent.expires, now, live, limits);
+    debug_assert!(dur_micros(ttl) > 0);
+    Ok(Item::Beat(Beat {
+        service,
+        name: s.name,
+        host: s.host,
+        hostname: s.hostname,
+        version: s.version,
+        expires: agent.expires,
+        ttl,
+        proxies,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits {
+            default_ttl: Duration::from_secs(600),
+            max_expired_age: Duration::from_secs(3600),
+            max_ttl: Duration::from_secs(86_400),
+        }
+    }
+
+    fn meta(name: &str, expires: Option<prost_types::Timestamp>) -> types::Metadata {
+        types::Metadata {
+            name: name.into(),
+            expires,
+            ..Default::default()
+        }
+    }
+
+    fn at(secs: i64) -> prost_types::Timestamp {
+        prost_types::Timestamp {
+            seconds: secs,
+            nanos: 0,
+        }
+    }
+
+    const NOW: Ts = Ts(1_700_000_000 * 1_000_000);
+
+    #[test]
+    fn a_go_zero_expiry_is_unset_and_so_refused_for_a_heartbeat() {
+        let s = types::ServerV2 {
+            kind: "proxy".into(),
+            metadata: Some(meta("p1", Some(at(GO_ZERO_SECONDS)))),
+            ..Default::default()
+        };
+        let err = server_v2(s, NOW, true, &limits(), &mut Ttls::default()).unwrap_err();
+        assert_eq!(err.code, RejectCode::MissingExpires, "{err:?}");
+    }
+
+    #[test]
+    fn a_proxy_keeps_its_group_and_learns_its_ttl_from_a_live_heartbeat() {
+        let mut ttls = Ttls::default();
+        let mut m = meta("p1", Some(at(1_700_000_030)));
+        m.labels.insert(GROUP_ID.into(), "g".into());
+        m.labels.insert(GROUP_GEN.into(), "7".into());
+        let s = types::ServerV2 {
+            kind: "proxy".into(),
+            metadata: Some(m.clone()),
+            ..Default::default()
+        };
+        let listed = server_v2(s.clone(), NOW, false, &limits(), &mut ttls);
+        let Ok(Item::Server(p)) = listed else {
+            panic!("{listed:?}")
+        };
+        assert_eq!((p.kind, p.group_id.as_str(), p.group_generation), (Kind::Proxy, "g", 7));
+        assert_eq!(p.ttl, Duration::from_secs(600), "listed only: the default");
+        let mut s = s;
+        s.metadata = Some(types::Metadata {
+            expires: Some(at(1_700_000_045)),
+            ..m
+        });
+        let later = Ts(NOW.0 + 15_000_000 + 3_000);
+        let Ok(Item::Server(p)) = server_v2(s, later, true, &limits(), &mut ttls) else {
+            panic!()
+        };
+        assert_eq!(p.ttl, Duration::from_secs(30), "expiry minus arrival, rounded");
+    }
+
+    #[test]
+    fn an_app_without_a_host_and_a_bad_proxy_id_are_refused_with_the_field() {
+        let app = types::AppServerV3 {
+            kind: "app_server".into(),
+            metadata: Some(meta("grafana", Some(at(1_700_000_030)))),
+            spec: Some(types::AppServerSpecV3::default()),
+            ..Default::default()
+        };
+        let err = beat(AgentService::AppServer, Service::app(app.clone()), NOW, true, &limits(), &mut Ttls::default()).unwrap_err();
+        assert_eq!(err.code, RejectCode::MissingField);
+        assert!(err.message.contains("HostID"), "{}", err.message);
+        let mut app = app;
+        app.spec = Some(types::AppServerSpecV3 {
+            host_id: "host-1".into(),
+            proxy_i_ds: vec!["".into()],
+            ..Default::default()
+        });
+        let err = beat(AgentService::AppServer, Service::app(app), NOW, true, &limits(), &mut Ttls::default()).unwrap_err();
+        assert!(err.message.starts_with("ProxyIDs"), "{}", err.message);
+    }
+
+    #[test]
+    fn a_node_is_a_service_of_the_host_it_names() {
+        let s = types::ServerV2 {
+            kind: "node".into(),
+            metadata: Some(meta("host-1", Some(at(1_700_000_030)))),
+            spec: Some(types::ServerSpecV2 {
+                hostname: "web".into(),
+                proxy_i_ds: vec!["p2".into(), "p1".into(), "p2".into()],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let Ok(Item::Beat(b)) = server_v2(s, NOW, true, &limits(), &mut Ttls::default()) else {
+            panic!()
+        };
+        assert_eq!((b.host.as_str(), b.hostname.as_str()), ("host-1", "web"));
+        assert_eq!(b.proxies, ["p1", "p2"]);
+        assert_eq!(b.ttl, Duration::from_secs(30));
+    }
+}
