@@ -17,12 +17,15 @@ use tracing::{debug, error, info, info_span, warn, Instrument, Level};
 use crate::access::Access;
 use crate::backoff::Backoff;
 use crate::clock::Clock;
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, SourceKind};
 use crate::fleet::actor::{self, FleetOptions};
 use crate::fleet::board::Board;
 use crate::fleet::state::Rules;
 use crate::fleet::FleetHandle;
 use crate::http::{self, AppState};
+use crate::ingest::dial::{teleport_alpn, Dialer};
+use crate::ingest::teleport::identity::{self, Identity};
+use crate::ingest::teleport::source::{Teleport, TeleportConfig};
 use crate::ingest::validate::Limits;
 use crate::ingest::{health, watcher};
 use crate::model::Kind;
@@ -45,6 +48,10 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error("cannot load the dynamic settings: {0}")]
     Settings(#[from] SettingsError),
+    #[error(transparent)]
+    Identity(#[from] crate::ingest::teleport::identity::IdentityError),
+    #[error("cluster TLS: {0}")]
+    Dial(#[from] crate::ingest::dial::DialError),
     #[error("cannot listen for {what} on {addr}: {source}")]
     Bind {
         what: &'static str,
@@ -118,6 +125,9 @@ impl Lifeline {
     ) -> Result<Lifeline, StartError> {
         cfg.validate()?;
         let stats = Arc::new(Stats::default());
+        // Identity and CA files first: a bad one stops start-up before
+        // anything listens.
+        let (source_dialer, health_dialer) = cluster_dialers(&cfg.cluster, clock.now())?;
         let db = store::open(&cfg.storage.path, tuning.acquire_timeout).await?;
         let loaded = store::read::load(&db).await.map_err(StoreError::Query)?;
         let settings = Arc::new(Settings::start(db.clone(), cfg, clock).await?);
@@ -305,33 +315,46 @@ impl Lifeline {
             max_expired_age: cfg.fleet.max_expired_age,
             max_ttl: cfg.fleet.max_ttl,
         };
-        let wcfg = watcher::WatcherConfig {
-            uri: cfg.cluster_uri()?,
-            dialer: crate::ingest::dial::Dialer::Plain,
-            watcher_name: cfg.cluster.watcher_name.clone(),
-            kinds: Kind::ALL.to_vec(),
-            page_size: cfg.cluster.page_size,
-            max_message_bytes: cfg.cluster.max_message_bytes,
-            connect_timeout: cfg.cluster.connect_timeout,
-            limits,
-            ingest_span_every: cfg.telemetry.ingest_span_every,
-        };
-        supervised.critical(
-            "watcher",
-            tokio::spawn(watcher::run(
-                watcher::Lifeline {
+        let backoff = Backoff::new(cfg.cluster.backoff_base, cfg.cluster.backoff_cap);
+        let watcher_task = match cfg.cluster.source {
+            SourceKind::Lifeline => {
+                let wcfg = watcher::WatcherConfig {
+                    uri: cfg.cluster_uri()?,
+                    dialer: source_dialer,
+                    watcher_name: cfg.cluster.watcher_name.clone(),
+                    kinds: Kind::ALL.to_vec(),
+                    page_size: cfg.cluster.page_size,
+                    max_message_bytes: cfg.cluster.max_message_bytes,
+                    connect_timeout: cfg.cluster.connect_timeout,
+                    limits,
+                    ingest_span_every: cfg.telemetry.ingest_span_every,
+                };
+                let source = watcher::Lifeline {
                     cfg: wcfg,
                     clock,
                     fleet: fleet.clone(),
                     stats: stats.clone(),
-                },
-                Backoff::new(cfg.cluster.backoff_base, cfg.cluster.backoff_cap),
-                fleet.clone(),
-                stats.clone(),
-                shutdown.clone(),
-            )),
-        );
+                };
+                tokio::spawn(watcher::run(source, backoff, fleet.clone(), stats.clone(), shutdown.clone()))
+            }
+            SourceKind::Teleport => {
+                let tcfg = TeleportConfig {
+                    addr: cfg.cluster.addr.clone(),
+                    dialer: source_dialer,
+                    agent_kinds: cfg.cluster.agent_kinds.clone(),
+                    page_size: cfg.cluster.page_size,
+                    max_message_bytes: cfg.cluster.max_message_bytes,
+                    connect_timeout: cfg.cluster.connect_timeout,
+                    instances_poll: cfg.cluster.instances_poll,
+                    limits,
+                };
+                let source = Teleport::new(tcfg, clock, fleet.clone(), stats.clone());
+                tokio::spawn(watcher::run(source, backoff, fleet.clone(), stats.clone(), shutdown.clone()))
+            }
+        };
+        supervised.critical("watcher", watcher_task);
         let hcfg = health::HealthWatchConfig {
+            dialer: health_dialer,
             service: cfg.health.service.clone(),
             timeout: cfg.health.timeout,
             poll_interval: cfg.health.poll_interval,
@@ -481,6 +504,51 @@ fn join_check(
                     "AgentSignals.Connect needs a join token: send `authorization: Bearer <join token>` metadata",
                 ))
             }
+        }
+    }
+}
+
+/// How to reach the cluster source and the auth servers' health: plaintext
+/// for a plain `lifeline` source; TLS from the identity or CA file
+/// otherwise (Teleport: its server name, ALPN `h2`, or the routing
+/// protocol first through a proxy; health always straight to each Auth).
+fn cluster_dialers(c: &crate::config::ClusterConfig, now: crate::clock::Ts) -> Result<(Dialer, Dialer), StartError> {
+    let identity = match &c.identity_file {
+        Some(p) => Some(Identity::load(p, now)?),
+        None => None,
+    };
+    match c.source {
+        SourceKind::Lifeline => {
+            if !c.uri()?.starts_with("https://") {
+                return Ok((Dialer::Plain, Dialer::Plain));
+            }
+            let (roots, from) = match (&c.ca_file, &identity) {
+                (Some(p), _) => (identity::load_roots(p)?, p.display().to_string()),
+                (None, Some(id)) => (id.roots.clone(), id.path.display().to_string()),
+                (None, None) => {
+                    return Err(StartError::Config(crate::config::invalid(
+                        "cluster.ca_file",
+                        "an https:// source needs a CA file",
+                    )))
+                }
+            };
+            let key = identity.as_ref().map(|i| i.key.clone());
+            let d = Dialer::tls(&roots, key, &c.server_name, vec![b"h2".to_vec()], &from)?;
+            // The lifeline source's auth servers speak plaintext health.
+            Ok((d, Dialer::Plain))
+        }
+        SourceKind::Teleport => {
+            let Some(id) = identity else {
+                return Err(StartError::Config(crate::config::invalid(
+                    "cluster.identity_file",
+                    "the teleport source needs an identity file",
+                )));
+            };
+            let from = format!("identity file {}", id.path.display());
+            let routing = c.tls_routing.then_some(c.cluster_name.as_str());
+            let source = Dialer::tls(&id.roots, Some(id.key.clone()), &c.server_name, teleport_alpn(routing), &from)?;
+            let health = Dialer::tls(&id.roots, Some(id.key.clone()), &c.server_name, teleport_alpn(None), &from)?;
+            Ok((source, health))
         }
     }
 }

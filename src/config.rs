@@ -29,7 +29,7 @@ use figment::{Figment, Provider};
 use serde::{Deserialize, Serialize};
 
 pub use access::{valid_token_name, AccessConfig, Role, TokenConfig, TOKEN_NAME_RULE};
-pub use cluster::{ClusterConfig, FleetConfig, HealthConfig, StaticAuthServer};
+pub use cluster::{ClusterConfig, FleetConfig, HealthConfig, SourceKind, StaticAuthServer};
 pub use server::{ProbesConfig, ServerConfig};
 pub use signals::SignalsConfig;
 pub use storage::{StorageConfig, MIN_AUDIT_RETENTION, MIN_RETENTION};
@@ -106,7 +106,7 @@ pub enum ConfigError {
     Invalid { field: String, message: String },
 }
 
-fn invalid(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+pub(crate) fn invalid(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         field: field.into(),
         message: message.into(),

@@ -3,18 +3,56 @@
 //! the bounds put on what the watcher accepts.
 
 use std::collections::HashSet;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::model::AgentService;
+
 use super::{backoff_range, host_port, invalid, positive, ConfigError};
+
+/// Which protocol the cluster speaks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceKind {
+    /// Lifeline's open `ClusterEvents` protocol (plaintext, or `https://`).
+    #[default]
+    Lifeline,
+    /// Teleport's own Auth API over mutual TLS with an identity file.
+    Teleport,
+}
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClusterConfig {
-    /// Where `ClusterEvents` is served (`http://host:port` or `host:port`).
-    /// Env: `LIFELINE_CLUSTER_ADDR`.
+    /// `lifeline` or `teleport`. Env: `LIFELINE_CLUSTER_SOURCE`.
+    pub source: SourceKind,
+    /// `lifeline`: where `ClusterEvents` is served (`http://host:port`,
+    /// `https://host:port` or `host:port`). `teleport`: an Auth server
+    /// (`auth.example.com:3025`), or a proxy's web address with
+    /// `tls_routing`. Env: `LIFELINE_CLUSTER_ADDR`.
     pub addr: String,
+    /// `teleport`: the identity file `tctl auth sign --format=file` wrote.
+    /// `lifeline` over `https://`: an optional client certificate in the
+    /// same layout (key, then certificate). Env:
+    /// `LIFELINE_CLUSTER_IDENTITY_FILE`.
+    pub identity_file: Option<PathBuf>,
+    /// `lifeline` over `https://`: the CA certificates (PEM) that sign the
+    /// source's certificate; defaults to the identity file's CAs.
+    pub ca_file: Option<PathBuf>,
+    /// The TLS server name to send and verify.
+    pub server_name: String,
+    /// `teleport`: the agent services to watch.
+    pub agent_kinds: Vec<AgentService>,
+    /// `teleport`: how often to read `GetInstances` (each host's Auth).
+    #[serde(with = "humantime_serde")]
+    pub instances_poll: Duration,
+    /// `teleport`: `addr` is a proxy's web address that routes to Auth by
+    /// ALPN (`teleport-auth@<hex(cluster_name)>.teleport.cluster.local`).
+    pub tls_routing: bool,
+    /// `teleport` with `tls_routing`: the cluster's name.
+    pub cluster_name: String,
     /// Name Lifeline gives itself in `WatchRequest.watcher_name`.
     pub watcher_name: String,
     /// `ListResources` page size during a resync.
@@ -64,7 +102,15 @@ pub struct HealthConfig {
 impl Default for ClusterConfig {
     fn default() -> Self {
         ClusterConfig {
+            source: SourceKind::Lifeline,
             addr: "http://127.0.0.1:3025".into(),
+            identity_file: None,
+            ca_file: None,
+            server_name: crate::ingest::dial::TELEPORT_SERVER_NAME.into(),
+            agent_kinds: AgentService::ALL.to_vec(),
+            instances_poll: Duration::from_secs(30),
+            tls_routing: false,
+            cluster_name: String::new(),
             watcher_name: "lifeline".into(),
             page_size: 500,
             max_message_bytes: 4 * 1024 * 1024,
@@ -131,7 +177,39 @@ impl ClusterConfig {
     }
 
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        self.uri()?;
+        match self.source {
+            SourceKind::Lifeline => {
+                let uri = self.uri()?;
+                if uri.starts_with("https://") && self.ca_file.is_none() && self.identity_file.is_none() {
+                    return Err(invalid(
+                        "cluster.ca_file",
+                        "an https:// source needs the CA that signs its certificate (ca_file, or an identity_file with CAs)",
+                    ));
+                }
+            }
+            SourceKind::Teleport => {
+                host_port("cluster.addr", self.addr.trim_start_matches("https://"))?;
+                if self.identity_file.is_none() {
+                    return Err(invalid(
+                        "cluster.identity_file",
+                        "the teleport source needs an identity file (tctl auth sign --format=file)",
+                    ));
+                }
+                if self.agent_kinds.is_empty() {
+                    return Err(invalid("cluster.agent_kinds", "must name at least one agent service"));
+                }
+                if self.tls_routing && self.cluster_name.trim().is_empty() {
+                    return Err(invalid(
+                        "cluster.cluster_name",
+                        "tls_routing needs the cluster's name (it is part of the ALPN protocol)",
+                    ));
+                }
+                positive("cluster.instances_poll", self.instances_poll)?;
+            }
+        }
+        if self.server_name.trim().is_empty() {
+            return Err(invalid("cluster.server_name", "must not be empty"));
+        }
         if !(1..=10_000).contains(&self.page_size) {
             return Err(invalid("cluster.page_size", "must be between 1 and 10000"));
         }

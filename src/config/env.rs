@@ -35,6 +35,12 @@ const TABLE: &[(&str, &str, Form)] = &[
         Form::Flag,
     ),
     ("LIFELINE_CLUSTER_ADDR", "cluster.addr", Form::Text),
+    ("LIFELINE_CLUSTER_SOURCE", "cluster.source", Form::Text),
+    (
+        "LIFELINE_CLUSTER_IDENTITY_FILE",
+        "cluster.identity_file",
+        Form::Text,
+    ),
     ("LIFELINE_DB", "storage.path", Form::Text),
     ("LIFELINE_RETENTION", "storage.retention", Form::Duration),
     (

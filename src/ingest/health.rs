@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::Code;
 use tracing::{debug, info_span, warn, Instrument};
 
@@ -26,6 +26,8 @@ use crate::stats::Stats;
 
 #[derive(Clone, Debug)]
 pub struct HealthWatchConfig {
+    /// Plaintext, or the cluster's mutual TLS (Teleport).
+    pub dialer: crate::ingest::dial::Dialer,
     pub service: String,
     pub timeout: Duration,
     pub poll_interval: Duration,
@@ -179,19 +181,9 @@ fn end(detail: String, answered: bool) -> Option<End> {
 
 /// One connection's worth of watching. `None`: the fleet is gone.
 async fn session(addr: &str, cfg: &HealthWatchConfig, rep: &mut Reporter) -> Option<End> {
-    let uri = format!("http://{addr}");
-    let endpoint = match Endpoint::from_shared(uri) {
-        Ok(e) => e.connect_timeout(cfg.timeout).tcp_nodelay(true),
-        Err(e) => return end(format!("invalid address {addr:?}: {e}"), false),
-    };
-    let channel = match endpoint.connect().await {
+    let channel = match cfg.dialer.channel(addr, cfg.timeout).await {
         Ok(c) => c,
-        Err(e) => {
-            return end(
-                format!("connect failed: {}", crate::backoff::chain(&e)),
-                false,
-            )
-        }
+        Err(e) => return end(e.to_string(), false),
     };
     follow(channel, cfg, rep).await
 }
@@ -295,7 +287,7 @@ mod tests {
             router.serve_with_incoming(tokio_stream::once(Ok::<_, std::io::Error>(server))),
         );
         let mut client = Some(client);
-        Endpoint::from_static("http://in-process")
+        tonic::transport::Endpoint::from_static("http://in-process")
             .connect_with_connector(tower::service_fn(move |_| {
                 let c = client.take();
                 async move {
@@ -309,6 +301,7 @@ mod tests {
 
     fn cfg(service: &str) -> HealthWatchConfig {
         HealthWatchConfig {
+            dialer: crate::ingest::dial::Dialer::Plain,
             service: service.into(),
             timeout: Duration::from_secs(5),
             poll_interval: Duration::from_millis(10),

@@ -1,8 +1,14 @@
-//! Teleport's own Auth API as a cluster source, next to the `ClusterEvents`
-//! watcher: what it needs to reach a Teleport cluster.
+//! Teleport's own Auth API as a cluster source, the sibling of the
+//! `ClusterEvents` watcher behind the same `watcher::Source` seam.
 //!
 //! Owns: reading the identity file `tctl auth sign --format=file` writes
-//! (`identity`), with a clear error for every way it can be wrong. Must not
+//! (`identity`), turning Teleport's resources into validated domain values
+//! (`convert`), folding agent services into one agent per host with its
+//! tunnels (`hosts`), and the watch session itself (`source`). Must not
 //! touch: fleet state or SQLite; never logs key material.
 
+pub mod convert;
+pub mod hosts;
+pub mod http;
 pub mod identity;
+pub mod source;

@@ -38,6 +38,8 @@ pub enum IdentityError {
     NoCertificate { path: PathBuf },
     #[error("identity file {path}: no TLS CA certificate after the client certificate, so the Auth server cannot be verified")]
     NoCa { path: PathBuf },
+    #[error("CA file {path}: no CERTIFICATE section")]
+    EmptyCaFile { path: PathBuf },
     #[error("identity file {path}: the {what} is not a readable X.509 certificate: {detail}")]
     Certificate {
         path: PathBuf,
@@ -75,6 +77,45 @@ pub struct Identity {
     pub not_after: Ts,
 }
 
+/// One read, bounded: a byte past the limit is enough to refuse it.
+fn read_bounded(path: &Path) -> Result<Vec<u8>, IdentityError> {
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(|source| IdentityError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    if bytes.len() as u64 > MAX_BYTES {
+        return Err(IdentityError::TooLarge {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(bytes)
+}
+
+/// Every certificate in a PEM file of CAs (the `lifeline` source's
+/// `ca_file`).
+pub fn load_roots(path: &Path) -> Result<Vec<CertificateDer<'static>>, IdentityError> {
+    let bytes = read_bounded(path)?;
+    let mut rd: &[u8] = &bytes;
+    let mut roots = Vec::new();
+    while let Some((kind, der)) = pem::from_buf(&mut rd).map_err(|e| IdentityError::Pem {
+        path: path.to_path_buf(),
+        detail: e.to_string(),
+    })? {
+        if kind == SectionKind::Certificate {
+            roots.push(CertificateDer::from(der));
+        }
+    }
+    if roots.is_empty() {
+        return Err(IdentityError::EmptyCaFile {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(roots)
+}
+
 impl std::fmt::Debug for Identity {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Identity")
@@ -90,21 +131,7 @@ impl std::fmt::Debug for Identity {
 impl Identity {
     /// Reads and checks the identity file at `path`, valid at `now`.
     pub fn load(path: &Path, now: Ts) -> Result<Identity, IdentityError> {
-        let read = |source| IdentityError::Read {
-            path: path.to_path_buf(),
-            source,
-        };
-        // One read, bounded: a byte past the limit is enough to refuse it.
-        let mut bytes = Vec::new();
-        std::fs::File::open(path)
-            .and_then(|f| f.take(MAX_BYTES + 1).read_to_end(&mut bytes))
-            .map_err(read)?;
-        if bytes.len() as u64 > MAX_BYTES {
-            return Err(IdentityError::TooLarge {
-                path: path.to_path_buf(),
-            });
-        }
-        Identity::parse(path, &bytes, now)
+        Identity::parse(path, &read_bounded(path)?, now)
     }
 
     /// Checks the identity file's contents (`path` names it in errors).

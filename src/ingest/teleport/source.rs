@@ -1,0 +1,666 @@
+//! The `teleport` source: Teleport's resource watcher over mutual TLS.
+//! One session: `WatchEvents` for proxies, auth servers and the agent
+//! kinds (partial success allowed); INIT's `WatchStatus` says which kinds
+//! were confirmed; then proxies and auth servers are listed through
+//! `PresenceService` (or `GET /v2/...` on servers too old for it), agents
+//! through `ListResources`, and the fleet gets one `Resync`; then PUTs and
+//! DELETEs follow. `GetInstances` is polled alongside for each host's Auth.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use tokio::sync::mpsc;
+use tonic::transport::Channel;
+use tonic::Code;
+use tracing::{info, info_span, warn, Instrument};
+
+use super::convert::{self, Item, Service, Ttls};
+use super::hosts::Hosts;
+use super::http;
+use crate::clock::{Clock, Ts};
+use crate::fleet::{Command, FleetHandle, Ingested, Resync, Snapshot};
+use crate::ingest::dial::{explain, Dialer};
+use crate::ingest::validate::{reject, Limits};
+use crate::ingest::watcher::{count_stream_error, rejected, Source, WatchError};
+use crate::model::{AgentService, Change, Kind, RejectCode};
+use crate::proto::teleport::auth::auth_service_client::AuthServiceClient;
+use crate::proto::teleport::auth::{self as tp, event::Resource, paginated_resource};
+use crate::proto::teleport::presence::presence_service_client::PresenceServiceClient;
+use crate::proto::teleport::presence::{ListAuthServersRequest, ListProxyServersRequest};
+use crate::proto::teleport::types;
+use crate::stats::Stats;
+
+/// Events forwarded to the fleet in one command, at most.
+const MAX_BATCH: usize = 1024;
+/// Instances read from one `GetInstances` stream, at most.
+pub const MAX_INSTANCES: usize = 1_000_000;
+
+#[derive(Clone, Debug)]
+pub struct TeleportConfig {
+    /// The Auth server (or proxy, with TLS routing) as `host:port`.
+    pub addr: String,
+    pub dialer: Dialer,
+    pub agent_kinds: Vec<AgentService>,
+    pub page_size: u32,
+    pub max_message_bytes: usize,
+    pub connect_timeout: Duration,
+    pub instances_poll: Duration,
+    pub limits: Limits,
+}
+
+/// The `teleport` source. What it learned of TTLs and Auth attachments
+/// outlives a session.
+pub struct Teleport {
+    pub cfg: TeleportConfig,
+    pub clock: Clock,
+    pub fleet: FleetHandle,
+    pub stats: Arc<Stats>,
+    ttls: Ttls,
+    auth_of: HashMap<String, String>,
+}
+
+impl Teleport {
+    pub fn new(cfg: TeleportConfig, clock: Clock, fleet: FleetHandle, stats: Arc<Stats>) -> Teleport {
+        Teleport {
+            cfg,
+            clock,
+            fleet,
+            stats,
+            ttls: Ttls::default(),
+            auth_of: HashMap::new(),
+        }
+    }
+}
+
+impl Source for Teleport {
+    fn target(&self) -> &str {
+        &self.cfg.addr
+    }
+
+    async fn session(&mut self, generation: &mut u64, reached_ready: &mut bool) -> Result<(), WatchError> {
+        session(self, generation, reached_ready).await
+    }
+}
+
+fn wanted_kinds(cfg: &TeleportConfig) -> Vec<String> {
+    let mut kinds = vec!["proxy".to_string(), "auth_server".to_string()];
+    kinds.extend(cfg.agent_kinds.iter().map(|k| k.as_str().to_string()));
+    kinds
+}
+
+async fn session(src: &mut Teleport, generation: &mut u64, reached_ready: &mut bool) -> Result<(), WatchError> {
+    let stats = src.stats.clone();
+    stats.session_events.store(0, Ordering::SeqCst);
+    let channel = src.cfg.dialer.channel(&src.cfg.addr, src.cfg.connect_timeout).await?;
+    let max = src.cfg.max_message_bytes;
+    let mut auth = AuthServiceClient::new(channel.clone())
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(max);
+    let kinds = wanted_kinds(&src.cfg);
+    let watch = tp::Watch {
+        kinds: kinds
+            .iter()
+            .map(|k| types::WatchKind {
+                kind: k.clone(),
+                ..Default::default()
+            })
+            .collect(),
+        allow_partial_success: true,
+    };
+    let mut stream = auth.watch_events(watch).await.map_err(WatchError::Watch)?.into_inner();
+    *generation += 1;
+    let generation = *generation;
+    Stats::inc(&stats.watch_generations);
+
+    let first = stream.message().await.map_err(|s| {
+        count_stream_error(&stats, &s);
+        WatchError::Stream(s)
+    })?;
+    let Some(first) = first else {
+        return Err(WatchError::Ended);
+    };
+    if tp::Operation::try_from(first.r#type) != Ok(tp::Operation::Init) {
+        stats.reject(RejectCode::StreamProtocol);
+        return Err(WatchError::NoInit);
+    }
+    // INIT's WatchStatus lists the confirmed kinds; an INIT without one
+    // (an older server) confirms every kind.
+    let confirmed: BTreeSet<String> = match first.resource {
+        Some(Resource::WatchStatus(ws)) => ws
+            .spec
+            .map(|s| s.kinds.into_iter().map(|k| k.kind).collect())
+            .unwrap_or_default(),
+        _ => kinds.iter().cloned().collect(),
+    };
+    let refused: Vec<&String> = kinds.iter().filter(|k| !confirmed.contains(*k)).collect();
+    let agents_ok: Vec<AgentService> = src
+        .cfg
+        .agent_kinds
+        .iter()
+        .copied()
+        .filter(|k| confirmed.contains(k.as_str()))
+        .collect();
+    let mut rejected_kinds = Vec::new();
+    if !confirmed.contains("proxy") {
+        rejected_kinds.push(Kind::Proxy);
+    }
+    if !confirmed.contains("auth_server") {
+        rejected_kinds.push(Kind::AuthServer);
+    }
+    if agents_ok.is_empty() {
+        rejected_kinds.extend([Kind::Agent, Kind::TunnelConnection]);
+    }
+    if !refused.is_empty() {
+        warn!(refused = ?refused, "Teleport did not confirm every watched kind (check the identity's role: it needs list and read on each)");
+    }
+
+    #[allow(clippy::disallowed_methods)] // list duration, for the log
+    let list_started = std::time::Instant::now();
+    // Auth attachments first, so the agents' first listing carries them.
+    let (inst_tx, mut inst_rx) = mpsc::channel::<HashMap<String, String>>(1);
+    let poller = tokio::spawn(
+        poll_instances(auth.clone(), src.cfg.instances_poll, inst_tx).instrument(info_span!("teleport.instances")),
+    );
+    let _stop_poller = AbortOnDrop(poller);
+
+    let listed = list_all(src, channel, &mut auth, &rejected_kinds, &agents_ok).await?;
+    let mut hosts = Hosts::default();
+    let mut sink = Vec::new();
+    let mut list_rejections = Vec::new();
+    let mut proxies = Vec::new();
+    let mut auths = Vec::new();
+    for item in listed.servers {
+        match item {
+            Item::Server(s) if s.kind == Kind::Proxy => {
+                hosts.put_proxy(&s.name, &mut sink);
+                proxies.push(s);
+            }
+            Item::Server(s) => auths.push(s),
+            Item::Beat(b) => hosts.put_service(b, &mut sink),
+        }
+    }
+    list_rejections.extend(listed.rejections);
+    // Waits briefly for the first instances answer; without one, agents
+    // start with no Auth and gain it when the poll answers.
+    if let Ok(Some(m)) = tokio::time::timeout(src.cfg.connect_timeout, inst_rx.recv()).await {
+        src.auth_of = m;
+    }
+    hosts.set_auth(src.auth_of.clone(), &mut sink);
+    let (agents, tunnels) = hosts.snapshot();
+    let keep: BTreeSet<(&str, &str)> = proxies
+        .iter()
+        .map(|s| (Kind::Proxy.as_str(), s.name.as_str()))
+        .chain(auths.iter().map(|s| (Kind::AuthServer.as_str(), s.name.as_str())))
+        .collect();
+    src.ttls.retain(|k, n| keep.contains(&(k, n)) || AgentService::ALL.iter().any(|s| s.as_str() == k));
+    let mut snapshots = Vec::new();
+    if !rejected_kinds.contains(&Kind::Proxy) {
+        snapshots.push(Snapshot::Servers(Kind::Proxy, proxies));
+    }
+    if !rejected_kinds.contains(&Kind::AuthServer) {
+        snapshots.push(Snapshot::Servers(Kind::AuthServer, auths));
+    }
+    if !agents_ok.is_empty() {
+        snapshots.push(Snapshot::Servers(Kind::Agent, agents));
+        snapshots.push(Snapshot::Tunnels(tunnels));
+    }
+    let count: usize = snapshots.iter().map(Snapshot::len).sum();
+    let fleet = src.fleet.clone();
+    if !list_rejections.is_empty() {
+        fleet.send(Command::Apply(list_rejections)).await.map_err(|_| WatchError::FleetGone)?;
+    }
+    fleet
+        .send(Command::Resync(Resync {
+            generation,
+            snapshots,
+            rejected: rejected_kinds.clone(),
+        }))
+        .await
+        .map_err(|_| WatchError::FleetGone)?;
+    *reached_ready = true;
+    info!(
+        generation,
+        listed = count,
+        hosts = hosts.len(),
+        list_ms = list_started.elapsed().as_millis() as u64,
+        rejected = ?rejected_kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
+        "Teleport watch ready"
+    );
+
+    loop {
+        tokio::select! {
+            m = inst_rx.recv() => {
+                let Some(m) = m else { continue };
+                src.auth_of = m;
+                let mut changes = Vec::new();
+                hosts.set_auth(src.auth_of.clone(), &mut changes);
+                if !changes.is_empty() {
+                    let batch = changes.into_iter().map(Ingested::Change).collect();
+                    fleet.send(Command::Apply(batch)).await.map_err(|_| WatchError::FleetGone)?;
+                }
+            }
+            ev = stream.message() => {
+                let ev = ev.map_err(|s| {
+                    count_stream_error(&stats, &s);
+                    WatchError::Stream(s)
+                })?;
+                let Some(ev) = ev else {
+                    return Err(WatchError::Ended);
+                };
+                let mut batch = Vec::with_capacity(16);
+                let mut n = 1u64;
+                apply(src, &mut hosts, ev, &mut batch);
+                let mut end = None;
+                while batch.len() < MAX_BATCH {
+                    match stream.message().now_or_never() {
+                        Some(Ok(Some(ev))) => {
+                            n += 1;
+                            apply(src, &mut hosts, ev, &mut batch);
+                        }
+                        Some(Ok(None)) => {
+                            end = Some(WatchError::Ended);
+                            break;
+                        }
+                        Some(Err(s)) => {
+                            count_stream_error(&stats, &s);
+                            end = Some(WatchError::Stream(s));
+                            break;
+                        }
+                        None => break,
+                    }
+                }
+                if !batch.is_empty() {
+                    fleet.send(Command::Apply(batch)).await.map_err(|_| WatchError::FleetGone)?;
+                }
+                Stats::add(&stats.stream_events, n);
+                Stats::add(&stats.session_events, n);
+                if let Some(e) = end {
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// One event into changes (or a rejection) on `batch`.
+fn apply(src: &mut Teleport, hosts: &mut Hosts, ev: tp::Event, batch: &mut Vec<Ingested>) {
+    let now = src.clock.now();
+    let mut changes = Vec::new();
+    let op = tp::Operation::try_from(ev.r#type).ok();
+    let result = match (op, ev.resource) {
+        (Some(tp::Operation::Init), _) => Err(reject(
+            RejectCode::StreamProtocol,
+            "",
+            "",
+            "INIT in the middle of a stream",
+        )),
+        (_, None) => Err(reject(RejectCode::EmptyEvent, "", "", "event carries no resource")),
+        (Some(tp::Operation::Put), Some(r)) => put(src, r, now).map(|item| match item {
+            Item::Server(s) => {
+                if s.kind == Kind::Proxy {
+                    hosts.put_proxy(&s.name, &mut changes);
+                }
+                changes.insert(0, Change::PutServer(s));
+            }
+            Item::Beat(b) => hosts.put_service(b, &mut changes),
+        }),
+        (Some(tp::Operation::Delete), Some(r)) => delete(src, hosts, r, &mut changes),
+        (None, Some(_)) => Err(reject(
+            RejectCode::BadEventType,
+            "",
+            "",
+            format!("unknown operation {}", ev.r#type),
+        )),
+    };
+    match result {
+        Ok(()) => batch.extend(changes.into_iter().map(Ingested::Change)),
+        Err(r) => batch.push(rejected(&src.stats, r)),
+    }
+}
+
+fn put(src: &mut Teleport, r: Resource, now: Ts) -> Result<Item, crate::model::Rejection> {
+    let (limits, ttls) = (&src.cfg.limits, &mut src.ttls);
+    let service = |k: AgentService, s: Service, ttls: &mut Ttls| convert::beat(k, s, now, true, limits, ttls);
+    match r {
+        Resource::Server(s) => convert::server_v2(s, now, true, limits, ttls),
+        Resource::AppServer(s) => service(AgentService::AppServer, Service::app(s), ttls),
+        Resource::DatabaseServer(s) => service(AgentService::DbServer, Service::db(s), ttls),
+        Resource::KubernetesServer(s) => service(AgentService::KubeServer, Service::kube(s), ttls),
+        Resource::WindowsDesktopService(s) => {
+            service(AgentService::WindowsDesktopService, Service::desktop(s), ttls)
+        }
+        Resource::ResourceHeader(h) => Err(reject(
+            RejectCode::BadEventType,
+            &h.kind,
+            h.metadata.map(|m| m.name).as_deref().unwrap_or(""),
+            "a PUT carries a ResourceHeader",
+        )),
+        Resource::WatchStatus(_) => Err(reject(
+            RejectCode::BadEventType,
+            "",
+            "",
+            "WatchStatus outside the INIT event",
+        )),
+    }
+}
+
+/// A DELETE: most arrive as `ResourceHeader`; app servers possibly as
+/// `AppServerV3`. App servers name the app, and the host in `Description`.
+fn delete(
+    src: &mut Teleport,
+    hosts: &mut Hosts,
+    r: Resource,
+    out: &mut Vec<Change>,
+) -> Result<(), crate::model::Rejection> {
+    let (kind, meta, host_id) = match r {
+        Resource::ResourceHeader(h) => (h.kind, h.metadata.unwrap_or_default(), String::new()),
+        Resource::Server(s) => (s.kind, s.metadata.unwrap_or_default(), String::new()),
+        Resource::AppServer(s) => (
+            "app_server".to_string(),
+            s.metadata.unwrap_or_default(),
+            s.spec.map(|s| s.host_id).unwrap_or_default(),
+        ),
+        Resource::DatabaseServer(s) => (
+            "db_server".to_string(),
+            s.metadata.unwrap_or_default(),
+            s.spec.map(|s| s.host_id).unwrap_or_default(),
+        ),
+        Resource::KubernetesServer(s) => (
+            "kube_server".to_string(),
+            s.metadata.unwrap_or_default(),
+            s.spec.map(|s| s.host_id).unwrap_or_default(),
+        ),
+        Resource::WindowsDesktopService(s) => (
+            "windows_desktop_service".to_string(),
+            s.header.and_then(|h| h.metadata).unwrap_or_default(),
+            String::new(),
+        ),
+        Resource::WatchStatus(_) => {
+            return Err(reject(RejectCode::BadEventType, "", "", "WatchStatus outside the INIT event"))
+        }
+    };
+    if meta.name.trim().is_empty() {
+        return Err(reject(RejectCode::EmptyName, &kind, "", "a DELETE names no resource"));
+    }
+    match kind.as_str() {
+        "proxy" => {
+            src.ttls.forget(Kind::Proxy.as_str(), &meta.name);
+            out.push(Change::DeleteServer(Kind::Proxy, meta.name.clone()));
+            hosts.delete_proxy(&meta.name, out);
+        }
+        "auth_server" => {
+            src.ttls.forget(Kind::AuthServer.as_str(), &meta.name);
+            out.push(Change::DeleteServer(Kind::AuthServer, meta.name));
+        }
+        k => {
+            let Ok(service) = k.parse::<AgentService>() else {
+                return Err(reject(
+                    RejectCode::UnknownKind,
+                    k,
+                    &meta.name,
+                    format!("a DELETE of kind {k:?}, which Lifeline does not watch"),
+                ));
+            };
+            src.ttls.forget(service.as_str(), &meta.name);
+            let host = if !host_id.is_empty() {
+                Some(host_id)
+            } else if service != AgentService::Node && !meta.description.is_empty() {
+                Some(meta.description)
+            } else {
+                None
+            };
+            hosts.delete_service(service, &meta.name, host.as_deref(), out);
+        }
+    }
+    Ok(())
+}
+
+struct Listed {
+    servers: Vec<Item>,
+    rejections: Vec<Ingested>,
+}
+
+/// Lists every confirmed kind, concurrently (HTTP/2 multiplexes the calls).
+async fn list_all(
+    src: &mut Teleport,
+    channel: Channel,
+    auth: &mut AuthServiceClient<Channel>,
+    rejected_kinds: &[Kind],
+    agents_ok: &[AgentService],
+) -> Result<Listed, WatchError> {
+    let cfg = &src.cfg;
+    let max = cfg.max_message_bytes;
+    let presence = PresenceServiceClient::new(channel)
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(max);
+    let mut server_lists = Vec::new();
+    for kind in [Kind::Proxy, Kind::AuthServer] {
+        if rejected_kinds.contains(&kind) {
+            continue;
+        }
+        let presence = presence.clone();
+        server_lists.push(
+            async move { list_servers(cfg, presence, kind).await.map(|v| (kind, v)) }
+                .instrument(info_span!("watcher.list", kind = %kind)),
+        );
+    }
+    let agent_lists = agents_ok.iter().map(|k| {
+        let auth = auth.clone();
+        let k = *k;
+        async move { list_agents(cfg, auth, k).await.map(|v| (k, v)) }
+            .instrument(info_span!("watcher.list", kind = k.as_str()))
+    });
+    let (servers, agents) = futures::future::try_join(
+        futures::future::try_join_all(server_lists),
+        futures::future::try_join_all(agent_lists),
+    )
+    .await?;
+    let now = src.clock.now();
+    let limits = src.cfg.limits;
+    let mut out = Listed {
+        servers: Vec::new(),
+        rejections: Vec::new(),
+    };
+    let stats = src.stats.clone();
+    for (kind, list) in servers {
+        for s in list {
+            match convert::server_v2(s, now, false, &limits, &mut src.ttls) {
+                Ok(Item::Server(s)) if s.kind == kind => out.servers.push(Item::Server(s)),
+                Ok(other) => out.rejections.push(rejected(
+                    &stats,
+                    reject(
+                        RejectCode::UnknownKind,
+                        kind.as_str(),
+                        "",
+                        format!("listed under {kind}: {other:?}"),
+                    ),
+                )),
+                Err(r) => out.rejections.push(rejected(&stats, r)),
+            }
+        }
+    }
+    for (kind, list) in agents {
+        for r in list {
+            let service = match (kind, r.resource) {
+                (AgentService::Node, Some(paginated_resource::Resource::Node(s))) => {
+                    match convert::server_v2(s, now, false, &limits, &mut src.ttls) {
+                        Ok(item) => {
+                            out.servers.push(item);
+                            continue;
+                        }
+                        Err(r) => {
+                            out.rejections.push(rejected(&stats, r));
+                            continue;
+                        }
+                    }
+                }
+                (AgentService::AppServer, Some(paginated_resource::Resource::AppServer(s))) => Service::app(s),
+                (AgentService::DbServer, Some(paginated_resource::Resource::DatabaseServer(s))) => Service::db(s),
+                (AgentService::KubeServer, Some(paginated_resource::Resource::KubernetesServer(s))) => {
+                    Service::kube(s)
+                }
+                (
+                    AgentService::WindowsDesktopService,
+                    Some(paginated_resource::Resource::WindowsDesktopService(s)),
+                ) => Service::desktop(s),
+                (k, _) => {
+                    out.rejections.push(rejected(
+                        &stats,
+                        reject(
+                            RejectCode::UnknownKind,
+                            k.as_str(),
+                            "",
+                            format!("ListResources({}) returned another kind", k.as_str()),
+                        ),
+                    ));
+                    continue;
+                }
+            };
+            match convert::beat(kind, service, now, false, &limits, &mut src.ttls) {
+                Ok(item) => out.servers.push(item),
+                Err(r) => out.rejections.push(rejected(&stats, r)),
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Proxies or auth servers through `PresenceService`, paged; `GET
+/// /v2/proxies` or `/v2/authservers` where Auth is too old for it.
+async fn list_servers(
+    cfg: &TeleportConfig,
+    mut presence: PresenceServiceClient<Channel>,
+    kind: Kind,
+) -> Result<Vec<types::ServerV2>, WatchError> {
+    let mut out = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = if kind == Kind::Proxy {
+            presence
+                .list_proxy_servers(ListProxyServersRequest {
+                    page_size: cfg.page_size as i32,
+                    page_token: token.clone(),
+                })
+                .await
+                .map(|r| {
+                    let r = r.into_inner();
+                    (r.servers, r.next_page_token)
+                })
+        } else {
+            presence
+                .list_auth_servers(ListAuthServersRequest {
+                    page_size: cfg.page_size as i32,
+                    page_token: token.clone(),
+                })
+                .await
+                .map(|r| {
+                    let r = r.into_inner();
+                    (r.servers, r.next_page_token)
+                })
+        };
+        match page {
+            Ok((servers, next)) => {
+                out.extend(servers);
+                if next.is_empty() || next == token {
+                    return Ok(out);
+                }
+                token = next;
+            }
+            Err(s) if s.code() == Code::Unimplemented && token.is_empty() => {
+                info!(%kind, "PresenceService is not served; listing over HTTPS");
+                return http::list_servers(&cfg.dialer, &cfg.addr, kind, cfg.max_message_bytes)
+                    .await
+                    .map_err(|e| WatchError::List {
+                        kind: kind.to_string(),
+                        detail: e.to_string(),
+                    });
+            }
+            Err(s) => return Err(WatchError::list(kind, &s)),
+        }
+    }
+}
+
+/// One agent kind through `ListResources`, paged.
+async fn list_agents(
+    cfg: &TeleportConfig,
+    mut auth: AuthServiceClient<Channel>,
+    kind: AgentService,
+) -> Result<Vec<tp::PaginatedResource>, WatchError> {
+    let mut out = Vec::new();
+    let mut key = String::new();
+    loop {
+        let resp = auth
+            .list_resources(tp::ListResourcesRequest {
+                resource_type: kind.as_str().to_string(),
+                namespace: "default".to_string(),
+                limit: cfg.page_size as i32,
+                start_key: key.clone(),
+            })
+            .await
+            .map_err(|s| WatchError::list(kind.as_str(), &s))?
+            .into_inner();
+        out.extend(resp.resources);
+        if resp.next_key.is_empty() || resp.next_key == key {
+            return Ok(out);
+        }
+        key = resp.next_key;
+    }
+}
+
+/// Polls `GetInstances` every `every`, sending host ID → Auth ID. A
+/// failure is logged (once per kind of failure) and retried next time.
+async fn poll_instances(
+    mut auth: AuthServiceClient<Channel>,
+    every: Duration,
+    tx: mpsc::Sender<HashMap<String, String>>,
+) {
+    let mut last_error = String::new();
+    loop {
+        match instances(&mut auth).await {
+            Ok(m) => {
+                last_error.clear();
+                if tx.send(m).await.is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                if e != last_error {
+                    warn!(error = %e, "GetInstances failed: agents keep the Auth server last known (or none), so auth_unhealthy cannot be raised for hosts Lifeline cannot place");
+                    last_error = e;
+                }
+            }
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+async fn instances(auth: &mut AuthServiceClient<Channel>) -> Result<HashMap<String, String>, String> {
+    let mut stream = auth
+        .get_instances(types::InstanceFilter::default())
+        .await
+        .map_err(|s| explain(&s))?
+        .into_inner();
+    let mut m = HashMap::new();
+    while let Some(i) = stream.message().await.map_err(|s| explain(&s))? {
+        if m.len() >= MAX_INSTANCES {
+            return Err(format!("more than {MAX_INSTANCES} instances; the rest are ignored"));
+        }
+        let name = i.header.and_then(|h| h.metadata).map(|m| m.name).unwrap_or_default();
+        let auth_id = i.spec.map(|s| s.auth_id).unwrap_or_default();
+        if !name.is_empty() && !auth_id.is_empty() {
+            m.insert(name, auth_id);
+        }
+    }
+    Ok(m)
+}
