@@ -11,9 +11,9 @@ use tracing::info;
 use crate::access;
 use crate::app::{Lifeline, StartError, Tuning};
 use crate::clock::Clock;
-use crate::config::{Config, Role, TokenConfig};
+use crate::config::{Config, Role, SourceKind, TokenConfig};
 use crate::model::LbPolicy;
-use crate::sim::{chaos, SimAgent, SimCluster, SimSpec};
+use crate::sim::{chaos, SimAgent, SimCluster, SimSpec, TeleportSpec};
 use crate::telemetry::SpanCounters;
 
 #[derive(Clone, Debug)]
@@ -35,6 +35,10 @@ pub struct DemoOptions {
     pub token: String,
     /// The counters of the trace exporter this process uses.
     pub spans: Arc<SpanCounters>,
+    /// Which protocol the simulated cluster speaks: `ClusterEvents`, or
+    /// Teleport's Auth API over mutual TLS (the identity file is written
+    /// next to the database).
+    pub source: SourceKind,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +58,13 @@ pub struct Demo {
     pub agents: Vec<SimAgent>,
 }
 
+/// Where the demo writes the simulated cluster's identity file.
+pub fn identity_path(db: &std::path::Path) -> PathBuf {
+    let mut p = db.as_os_str().to_owned();
+    p.push(".identity");
+    PathBuf::from(p)
+}
+
 impl Demo {
     pub async fn start(o: &DemoOptions, clock: Clock) -> Result<Demo, DemoError> {
         let sim = SimCluster::start(
@@ -66,6 +77,7 @@ impl Demo {
                 seed: o.seed,
                 // Fresh per run: nothing outside this process can join.
                 join_token: access::generate(),
+                teleport: (o.source == SourceKind::Teleport).then(TeleportSpec::default),
                 ..SimSpec::default()
             },
             clock,
@@ -76,6 +88,15 @@ impl Demo {
         cfg.server.listen = o.listen;
         cfg.server.grpc_listen = o.grpc_listen;
         cfg.cluster.addr = sim.uri();
+        if o.source == SourceKind::Teleport {
+            let identity = identity_path(&o.db);
+            sim.write_identity(&identity).map_err(DemoError::Sim)?;
+            cfg.cluster.source = SourceKind::Teleport;
+            cfg.cluster.addr = sim.addr().to_string();
+            cfg.cluster.identity_file = Some(identity);
+            // The simulator's GetInstances answers at once; poll it often.
+            cfg.cluster.instances_poll = o.ttl.min(Duration::from_secs(10));
+        }
         cfg.storage.path = o.db.clone();
         // Demo TTLs are short; so is the grace for an unknown auth server.
         cfg.health.unknown_grace = o.ttl.min(Duration::from_secs(30));

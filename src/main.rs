@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 use lifeline::app::Tuning;
 use lifeline::bench::Export;
 use lifeline::config::{Config, Role, TelemetryConfig};
+use lifeline::config::SourceKind;
 use lifeline::demo::{Demo, DemoOptions};
 use lifeline::telemetry::sink::Sink;
 use lifeline::telemetry::{self, LogFormat, OtlpSettings, Pipeline, SpanCounters};
@@ -66,6 +67,10 @@ enum Cmd {
         /// SQLite file for the demo.
         #[arg(long, default_value = "lifeline-demo.db")]
         db: PathBuf,
+        /// The protocol the simulated cluster speaks: Lifeline's
+        /// ClusterEvents, or Teleport's Auth API over mutual TLS.
+        #[arg(long, value_enum, default_value = "lifeline")]
+        source: SourceKind,
         /// Share of simulated agents that ignore discovery TTLs (they stay
         /// on a dead proxy until Lifeline signals them).
         #[arg(long, default_value_t = 0.2)]
@@ -319,6 +324,7 @@ async fn run(
             chaos_period,
             seed,
             db,
+            source,
             legacy_share,
             no_auto_reconnect,
             token,
@@ -343,6 +349,7 @@ async fn run(
                 auto_reconnect: !no_auto_reconnect,
                 token: token.clone(),
                 spans,
+                source,
             };
             let demo = Demo::start(&opts, Clock::system())
                 .await

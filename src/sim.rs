@@ -11,8 +11,10 @@ pub mod agent;
 pub mod auth;
 pub mod chaos;
 pub mod cluster;
+pub mod pki;
+mod serve;
 pub mod wire;
 
 pub use agent::{join_request, AgentEvent, AgentOptions, SimAgent};
 pub use auth::AuthFlavor;
-pub use cluster::{SimCluster, SimSpec, SIM_JOIN_TOKEN};
+pub use cluster::{write_private, SimCluster, SimSpec, TeleportSpec, SIM_JOIN_TOKEN};

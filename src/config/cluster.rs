@@ -13,7 +13,7 @@ use crate::model::AgentService;
 use super::{backoff_range, host_port, invalid, positive, ConfigError};
 
 /// Which protocol the cluster speaks.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum SourceKind {
     /// Lifeline's open `ClusterEvents` protocol (plaintext, or `https://`).

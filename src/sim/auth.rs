@@ -8,7 +8,7 @@ use std::pin::Pin;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
+use std::sync::Arc;
 use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
@@ -37,44 +37,37 @@ pub struct SimAuth {
 }
 
 impl SimAuth {
+    /// Serves health on a port of its own; over mutual TLS when `tls`.
     pub async fn start(
         name: String,
         flavor: AuthFlavor,
+        tls: Option<Arc<rustls::ServerConfig>>,
         parent: &CancellationToken,
     ) -> std::io::Result<SimAuth> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let stop = parent.child_token();
-        let incoming = TcpListenerStream::new(listener);
         let (crashed, crashed_rx) = watch::channel(false);
         let (reporter, check_only) = match flavor {
             AuthFlavor::Standard => {
                 let reporter = HealthReporter::new();
                 let inner = HealthService::from_health_reporter(reporter.clone());
                 let stop2 = stop.clone();
-                tokio::spawn(async move {
-                    let _ = tonic::transport::Server::builder()
-                        .add_service(HealthServer::new(Crashable {
-                            inner,
-                            crashed: crashed_rx,
-                        }))
-                        .serve_with_incoming_shutdown(incoming, stop2.cancelled_owned())
-                        .await;
-                });
+                let router = tonic::transport::Server::builder().add_service(HealthServer::new(Crashable {
+                    inner,
+                    crashed: crashed_rx,
+                }));
+                tokio::spawn(super::serve::serve(router, listener, tls, None, stop2));
                 (Some(reporter), None)
             }
             AuthFlavor::CheckOnly => {
                 let (tx, rx) = watch::channel(ServingStatus::Serving);
                 let stop2 = stop.clone();
-                tokio::spawn(async move {
-                    let _ = tonic::transport::Server::builder()
-                        .add_service(HealthServer::new(CheckOnly {
-                            status: rx,
-                            crashed: crashed_rx,
-                        }))
-                        .serve_with_incoming_shutdown(incoming, stop2.cancelled_owned())
-                        .await;
-                });
+                let router = tonic::transport::Server::builder().add_service(HealthServer::new(CheckOnly {
+                    status: rx,
+                    crashed: crashed_rx,
+                }));
+                tokio::spawn(super::serve::serve(router, listener, tls, None, stop2));
                 (None, Some(tx))
             }
         };

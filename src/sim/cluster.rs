@@ -1,4 +1,9 @@
-//! The simulated cluster: state, heartbeats, and the `ClusterEvents` server.
+//! The simulated cluster: state, heartbeats, and the `ClusterEvents` server
+//! (or, with `SimSpec::teleport`, Teleport's Auth API in `teleport`).
+
+mod teleport;
+
+pub use teleport::{write_private, TeleportSpec};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
@@ -10,13 +15,14 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio::net::TcpListener;
 use tokio::sync::{broadcast, mpsc, watch, Mutex};
-use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use tonic_health::ServingStatus;
 use tracing::{debug, info};
 
 use super::auth::{AuthFlavor, SimAuth};
+use super::pki::SimPki;
 use super::wire::{duration as to_duration, timestamp as to_timestamp};
 use crate::clock::{Clock, Ts};
 use crate::model::Kind;
@@ -50,6 +56,8 @@ pub struct SimSpec {
     pub max_message_bytes: usize,
     /// The join token simulated agents present to Lifeline.
     pub join_token: String,
+    /// Serve Teleport's Auth API over mutual TLS instead of ClusterEvents.
+    pub teleport: Option<TeleportSpec>,
 }
 
 /// The simulated cluster's join token unless a spec says otherwise (the
@@ -74,6 +82,7 @@ impl Default for SimSpec {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             max_message_bytes: 64 * 1024 * 1024,
             join_token: SIM_JOIN_TOKEN.to_string(),
+            teleport: None,
         }
     }
 }
@@ -96,6 +105,8 @@ struct State {
     tunnels: BTreeMap<String, pb::TunnelConnection>,
     paused: HashSet<String>,
     auth_status: HashMap<String, ServingStatus>,
+    /// Teleport app services: (host, app) → expires.
+    apps: BTreeMap<(String, String), Ts>,
 }
 
 struct Inner {
@@ -116,6 +127,9 @@ struct Inner {
     taken: std::sync::atomic::AtomicU64,
     auths: Vec<SimAuth>,
     stop: CancellationToken,
+    /// Teleport-only events (app services, raw injections).
+    teleport_events: broadcast::Sender<crate::proto::teleport::auth::Event>,
+    pki: Option<Box<SimPki>>,
 }
 
 impl Inner {
@@ -136,9 +150,18 @@ pub struct SimCluster {
 impl SimCluster {
     pub async fn start(spec: SimSpec, clock: Clock) -> std::io::Result<SimCluster> {
         let stop = CancellationToken::new();
+        let pki = match &spec.teleport {
+            Some(t) => Some(Box::new(SimPki::new(&t.cluster_name).map_err(std::io::Error::other)?)),
+            None => None,
+        };
+        // Auth servers serve health over the cluster's mutual TLS, ALPN h2.
+        let health_tls = match &pki {
+            Some(p) => Some(p.server_config(vec![b"h2".to_vec()]).map_err(std::io::Error::other)?),
+            None => None,
+        };
         let mut auths = Vec::new();
         for i in 0..spec.auth_servers {
-            auths.push(SimAuth::start(auth_name(i), spec.auth_flavor, &stop).await?);
+            auths.push(SimAuth::start(auth_name(i), spec.auth_flavor, health_tls.clone(), &stop).await?);
         }
         let now = clock.now();
         let mut st = State::default();
@@ -184,6 +207,7 @@ impl SimCluster {
             }
         }
         let (events, _) = broadcast::channel(spec.event_buffer.max(16));
+        let (teleport_events, _) = broadcast::channel(spec.event_buffer.max(16));
         let (kill, _) = watch::channel(0u64);
         let listener = TcpListener::bind(spec.listen).await?;
         let addr = listener.local_addr()?;
@@ -201,22 +225,34 @@ impl SimCluster {
             taken: std::sync::atomic::AtomicU64::new(0),
             auths,
             stop,
+            teleport_events,
+            pki,
         });
-        let svc = ClusterEventsServer::new(Service {
-            inner: inner.clone(),
-        })
-        .max_encoding_message_size(inner.spec.max_message_bytes)
-        .max_decoding_message_size(inner.spec.max_message_bytes);
         let stop2 = inner.stop.clone();
-        tokio::spawn(async move {
-            let _ = tonic::transport::Server::builder()
-                .add_service(svc)
-                .serve_with_incoming_shutdown(
-                    TcpListenerStream::new(listener),
-                    stop2.cancelled_owned(),
-                )
-                .await;
-        });
+        match (&inner.spec.teleport, &inner.pki) {
+            (Some(t), Some(pki)) => {
+                let alpn = if t.tls_routing {
+                    crate::ingest::dial::teleport_alpn(Some(&t.cluster_name))
+                        .into_iter()
+                        .take(1)
+                        .collect()
+                } else {
+                    vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+                };
+                let tls = pki.server_config(alpn).map_err(std::io::Error::other)?;
+                let (router, http) = teleport::routers(inner.clone());
+                tokio::spawn(super::serve::serve(router, listener, Some(tls), Some(http), stop2));
+            }
+            _ => {
+                let svc = ClusterEventsServer::new(Service {
+                    inner: inner.clone(),
+                })
+                .max_encoding_message_size(inner.spec.max_message_bytes)
+                .max_decoding_message_size(inner.spec.max_message_bytes);
+                let router = tonic::transport::Server::builder().add_service(svc);
+                tokio::spawn(super::serve::serve(router, listener, None, None, stop2));
+            }
+        }
         let sim = SimCluster { inner, addr };
         if sim.inner.spec.heartbeats {
             sim.start_heartbeats().await;

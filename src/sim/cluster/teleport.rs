@@ -1,0 +1,597 @@
+//! The simulated cluster as Teleport's Auth API shows it, over mutual TLS:
+//! `proto.AuthService` (WatchEvents, ListResources, GetInstances),
+//! `teleport.presence.v1.PresenceService` (unless the spec plays an older
+//! Auth, which then lists over `GET /v2/...`), from the same state and
+//! heartbeats as the `ClusterEvents` face. Agents are nodes named by host
+//! ID; with proxy peering their `ProxyIDs` are their tunnels; extra app
+//! services can run on an agent's host.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+use tracing::info;
+
+use super::{Inner, SimCluster};
+use crate::clock::Ts;
+use crate::model::Kind;
+use crate::proto::teleport::auth::auth_service_server::{AuthService, AuthServiceServer};
+use crate::proto::teleport::auth::{self as tp, event::Resource, paginated_resource};
+use crate::proto::teleport::presence::presence_service_server::{PresenceService, PresenceServiceServer};
+use crate::proto::teleport::presence::{
+    ListAuthServersRequest, ListAuthServersResponse, ListProxyServersRequest, ListProxyServersResponse,
+};
+use crate::proto::teleport::types;
+use crate::proto::v1 as pb;
+use crate::sim::wire::timestamp as to_timestamp;
+
+/// How the simulated cluster plays Teleport.
+#[derive(Clone, Debug)]
+pub struct TeleportSpec {
+    pub cluster_name: String,
+    /// Proxy peering: agents' `ProxyIDs` name their tunnels. Off: agent
+    /// mesh, `ProxyIDs` empty.
+    pub proxy_peering: bool,
+    /// Accept only the Auth routing ALPN, as a proxy's TLS routing does.
+    pub tls_routing: bool,
+    /// Serve `PresenceService`; off plays an older Auth (HTTPS lists).
+    pub presence: bool,
+}
+
+impl Default for TeleportSpec {
+    fn default() -> Self {
+        TeleportSpec {
+            cluster_name: "sim.teleport".into(),
+            proxy_peering: true,
+            tls_routing: false,
+            presence: true,
+        }
+    }
+}
+
+const AGENT_KINDS: [&str; 5] = ["node", "app_server", "db_server", "kube_server", "windows_desktop_service"];
+
+fn meta(name: &str, expires: Option<prost_types::Timestamp>, labels: &std::collections::HashMap<String, String>) -> types::Metadata {
+    types::Metadata {
+        name: name.to_string(),
+        namespace: "default".into(),
+        labels: labels.clone(),
+        expires,
+        ..Default::default()
+    }
+}
+
+/// A proxy or auth server as Teleport's `ServerV2`.
+fn server_v2(s: &pb::Server) -> types::ServerV2 {
+    let mut labels = s.labels.clone();
+    if s.kind == Kind::Proxy.as_str() {
+        labels.insert("teleport.internal/proxygroup-id".into(), s.group_id.clone());
+        labels.insert("teleport.internal/proxygroup-gen".into(), s.group_generation.to_string());
+    }
+    types::ServerV2 {
+        kind: s.kind.clone(),
+        version: "v2".into(),
+        metadata: Some(meta(&s.name, s.expires, &labels)),
+        spec: Some(types::ServerSpecV2 {
+            addr: s.addr.clone(),
+            hostname: s.name.clone(),
+            version: s.version.clone(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// An agent as a node named by its host ID.
+fn node(s: &pb::Server, proxies: Vec<String>) -> types::ServerV2 {
+    types::ServerV2 {
+        kind: "node".into(),
+        version: "v2".into(),
+        metadata: Some(meta(&s.name, s.expires, &s.labels)),
+        spec: Some(types::ServerSpecV2 {
+            hostname: format!("{}.sim", s.name),
+            version: s.version.clone(),
+            use_tunnel: true,
+            proxy_i_ds: proxies,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn app(host: &str, name: &str, expires: Ts, peering_proxies: Vec<String>) -> types::AppServerV3 {
+    types::AppServerV3 {
+        kind: "app_server".into(),
+        version: "v3".into(),
+        metadata: Some(types::Metadata {
+            name: name.to_string(),
+            namespace: "default".into(),
+            expires: Some(to_timestamp(expires)),
+            ..Default::default()
+        }),
+        spec: Some(types::AppServerSpecV3 {
+            version: "17.0.0".into(),
+            hostname: format!("{host}.sim"),
+            host_id: host.to_string(),
+            proxy_i_ds: peering_proxies,
+        }),
+        ..Default::default()
+    }
+}
+
+fn put(r: Resource) -> tp::Event {
+    tp::Event {
+        r#type: tp::Operation::Put as i32,
+        resource: Some(r),
+    }
+}
+
+fn header(kind: &str, name: &str, description: &str) -> Resource {
+    Resource::ResourceHeader(types::ResourceHeader {
+        kind: kind.to_string(),
+        version: "v2".into(),
+        metadata: Some(types::Metadata {
+            name: name.to_string(),
+            description: description.to_string(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+impl SimCluster {
+    /// An app service on `host`, heartbeating once now (`expires = now +
+    /// ttl`). Call again to heartbeat.
+    pub async fn put_app(&self, host: &str, name: &str, ttl: Duration) {
+        let expires = self.inner.clock.now().saturating_add(ttl);
+        let proxies = self.peering_proxies(host).await;
+        self.inner
+            .state
+            .lock()
+            .await
+            .apps
+            .insert((host.to_string(), name.to_string()), expires);
+        self.emit_teleport(put(Resource::AppServer(app(host, name, expires, proxies))));
+    }
+
+    /// Deletes an app service: as a `ResourceHeader` naming the host in
+    /// `Description` (newer Teleport), or as the `AppServerV3` (older).
+    pub async fn delete_app(&self, host: &str, name: &str, as_header: bool) {
+        let removed = self
+            .inner
+            .state
+            .lock()
+            .await
+            .apps
+            .remove(&(host.to_string(), name.to_string()));
+        if let Some(expires) = removed {
+            let r = if as_header {
+                header("app_server", name, host)
+            } else {
+                Resource::AppServer(app(host, name, expires, Vec::new()))
+            };
+            self.emit_teleport(tp::Event {
+                r#type: tp::Operation::Delete as i32,
+                resource: Some(r),
+            });
+        }
+    }
+
+    /// Publishes a raw Teleport event to Teleport watch streams (bad-input
+    /// tests).
+    pub fn inject_teleport(&self, ev: tp::Event) {
+        self.emit_teleport(ev);
+    }
+
+    fn emit_teleport(&self, ev: tp::Event) {
+        self.inner.emitted.fetch_add(1, Ordering::SeqCst);
+        let _ = self.inner.teleport_events.send(ev);
+    }
+
+    async fn peering_proxies(&self, agent: &str) -> Vec<String> {
+        if self.inner.spec.teleport.as_ref().is_some_and(|t| t.proxy_peering) {
+            self.agent_proxies(agent).await
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Writes an identity file the cluster accepts (`tctl auth sign
+    /// --format=file` layout) and returns its path.
+    pub fn write_identity(&self, path: &std::path::Path) -> std::io::Result<()> {
+        let pki = self.pki().ok_or_else(|| std::io::Error::other("not a Teleport simulation"))?;
+        let text = pki.identity("lifeline").map_err(std::io::Error::other)?;
+        write_private(path, &text)
+    }
+
+    pub fn pki(&self) -> Option<&crate::sim::pki::SimPki> {
+        self.inner.pki.as_deref()
+    }
+}
+
+/// Writes `text` readable by its owner only (it holds a private key).
+pub fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    opts.open(path)?.write_all(text.as_bytes())
+}
+
+pub(super) struct Service {
+    pub(super) inner: Arc<Inner>,
+}
+
+impl Service {
+    fn spec(&self) -> TeleportSpec {
+        self.inner.spec.teleport.clone().unwrap_or_default()
+    }
+
+    /// One ClusterEvents event as what Teleport would send, if anything.
+    async fn translate(&self, ev: pb::Event) -> Option<tp::Event> {
+        let peering = self.spec().proxy_peering;
+        let op = pb::EventType::try_from(ev.r#type).ok()?;
+        match (op, ev.resource?) {
+            (pb::EventType::Put, pb::event::Resource::Server(s)) if s.kind == Kind::Agent.as_str() => {
+                let proxies = if peering {
+                    let st = self.inner.state.lock().await;
+                    proxies_of(&st, &s.name)
+                } else {
+                    Vec::new()
+                };
+                Some(put(Resource::Server(node(&s, proxies))))
+            }
+            (pb::EventType::Put, pb::event::Resource::Server(s)) => Some(put(Resource::Server(server_v2(&s)))),
+            (pb::EventType::Delete, pb::event::Resource::Server(s)) => {
+                let kind = if s.kind == Kind::Agent.as_str() { "node" } else { s.kind.as_str() };
+                Some(tp::Event {
+                    r#type: tp::Operation::Delete as i32,
+                    resource: Some(header(kind, &s.name, "")),
+                })
+            }
+            // A tunnel moved: with peering, the agent's node heartbeat
+            // carries its new ProxyIDs; in agent mesh Teleport says nothing.
+            (_, pb::event::Resource::Tunnel(t)) if peering => {
+                let st = self.inner.state.lock().await;
+                let s = st.servers.get(&(Kind::Agent, t.agent.clone()))?;
+                Some(put(Resource::Server(node(s, proxies_of(&st, &t.agent)))))
+            }
+            _ => None,
+        }
+    }
+}
+
+fn proxies_of(st: &super::State, agent: &str) -> Vec<String> {
+    let mut v: Vec<String> = st
+        .tunnels
+        .values()
+        .filter(|t| t.agent == agent)
+        .map(|t| t.proxy.clone())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Kinds the simulated Auth refuses, in Teleport's names.
+fn refused(inner: &Inner) -> HashSet<String> {
+    let mut out = HashSet::new();
+    for k in inner.rejected.read().map(|r| r.clone()).unwrap_or_default() {
+        match k {
+            Kind::Proxy | Kind::AuthServer => {
+                out.insert(k.as_str().to_string());
+            }
+            Kind::Agent => out.extend(AGENT_KINDS.iter().map(|s| s.to_string())),
+            Kind::TunnelConnection => {}
+        }
+    }
+    out
+}
+
+#[tonic::async_trait]
+impl AuthService for Service {
+    type WatchEventsStream = ReceiverStream<Result<tp::Event, Status>>;
+    type GetInstancesStream = ReceiverStream<Result<types::InstanceV1, Status>>;
+
+    async fn watch_events(&self, req: Request<tp::Watch>) -> Result<Response<Self::WatchEventsStream>, Status> {
+        if !self.inner.accepting.load(Ordering::SeqCst) {
+            return Err(Status::unavailable("cluster is not accepting watches"));
+        }
+        let req = req.into_inner();
+        let refused = refused(&self.inner);
+        let confirmed: Vec<types::WatchKind> = req
+            .kinds
+            .iter()
+            .filter(|k| !refused.contains(&k.kind))
+            .cloned()
+            .collect();
+        if confirmed.len() < req.kinds.len() && !req.allow_partial_success {
+            return Err(Status::permission_denied("access denied to some kinds"));
+        }
+        let wanted: HashSet<String> = confirmed.iter().map(|k| k.kind.clone()).collect();
+        self.inner.delivered.store(0, Ordering::SeqCst);
+        self.inner.taken.store(0, Ordering::SeqCst);
+        let mut sub = self.inner.events.subscribe();
+        let mut extra = self.inner.teleport_events.subscribe();
+        self.inner
+            .stream_base
+            .store(self.inner.emitted.load(Ordering::SeqCst), Ordering::SeqCst);
+        let mut kill = self.inner.kill.subscribe();
+        kill.borrow_and_update();
+        let (tx, rx) = mpsc::channel(1024);
+        let init = tp::Event {
+            r#type: tp::Operation::Init as i32,
+            resource: if self.inner.spec.legacy_init {
+                None
+            } else {
+                Some(Resource::WatchStatus(types::WatchStatusV1 {
+                    kind: "watch_status".into(),
+                    version: "v1".into(),
+                    spec: Some(types::WatchStatusSpecV1 { kinds: confirmed }),
+                    ..Default::default()
+                }))
+            },
+        };
+        let svc = Service {
+            inner: self.inner.clone(),
+        };
+        let stop = self.inner.stop.clone();
+        tokio::spawn(async move {
+            if tx.send(Ok(init)).await.is_err() {
+                return;
+            }
+            let inner = svc.inner.clone();
+            loop {
+                let ev = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = kill.changed() => {
+                        let _ = tx.send(Err(Status::unavailable("stream killed by the simulator"))).await;
+                        return;
+                    }
+                    ev = sub.recv() => match ev {
+                        Ok(ev) => svc.translate(ev).await,
+                        Err(broadcast::error::RecvError::Lagged(n)) => {
+                            let _ = tx.send(Err(Status::aborted(format!("watcher fell behind by {n} events; resync")))).await;
+                            return;
+                        }
+                        Err(broadcast::error::RecvError::Closed) => return,
+                    },
+                    ev = extra.recv() => match ev {
+                        Ok(ev) => Some(ev),
+                        Err(_) => return,
+                    },
+                };
+                let ev = ev.filter(|e| event_kind(e).is_none_or(|k| wanted.contains(&k)));
+                if let Some(ev) = ev {
+                    if tx.send(Ok(ev)).await.is_err() {
+                        return;
+                    }
+                    inner.delivered.fetch_add(1, Ordering::SeqCst);
+                }
+                inner.taken.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn list_resources(
+        &self,
+        req: Request<tp::ListResourcesRequest>,
+    ) -> Result<Response<tp::ListResourcesResponse>, Status> {
+        let req = req.into_inner();
+        if refused(&self.inner).contains(&req.resource_type) {
+            return Err(Status::permission_denied(format!("access denied to {}", req.resource_type)));
+        }
+        let page = req.limit.clamp(1, 10_000) as usize;
+        let peering = self.spec().proxy_peering;
+        let st = self.inner.state.lock().await;
+        let after = req.start_key;
+        let mut items: Vec<(String, paginated_resource::Resource)> = Vec::new();
+        match req.resource_type.as_str() {
+            "node" => {
+                for ((k, name), s) in st.servers.range((Kind::Agent, after.clone())..) {
+                    if *k != Kind::Agent {
+                        break;
+                    }
+                    if name == &after {
+                        continue;
+                    }
+                    let proxies = if peering { proxies_of(&st, name) } else { Vec::new() };
+                    items.push((name.clone(), paginated_resource::Resource::Node(node(s, proxies))));
+                    if items.len() > page {
+                        break;
+                    }
+                }
+            }
+            "app_server" => {
+                for ((host, name), expires) in &st.apps {
+                    let key = format!("{host}/{name}");
+                    if !after.is_empty() && key <= after {
+                        continue;
+                    }
+                    let proxies = if peering { proxies_of(&st, host) } else { Vec::new() };
+                    items.push((key, paginated_resource::Resource::AppServer(app(host, name, *expires, proxies))));
+                    if items.len() > page {
+                        break;
+                    }
+                }
+            }
+            "db_server" | "kube_server" | "windows_desktop_service" => {}
+            "proxy" | "auth_server" => {
+                return Err(Status::invalid_argument(format!(
+                    "resource type {:?} is not supported by ListResources",
+                    req.resource_type
+                )))
+            }
+            other => return Err(Status::invalid_argument(format!("unknown resource type {other:?}"))),
+        }
+        let next_key = if items.len() > page {
+            items.truncate(page);
+            items.last().map(|(k, _)| k.clone()).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok(Response::new(tp::ListResourcesResponse {
+            resources: items
+                .into_iter()
+                .map(|(_, r)| tp::PaginatedResource { resource: Some(r) })
+                .collect(),
+            next_key,
+            total_count: 0,
+        }))
+    }
+
+    async fn get_instances(
+        &self,
+        _req: Request<types::InstanceFilter>,
+    ) -> Result<Response<Self::GetInstancesStream>, Status> {
+        let list: Vec<types::InstanceV1> = {
+            let st = self.inner.state.lock().await;
+            st.servers
+                .iter()
+                .filter(|((k, _), _)| *k == Kind::Agent)
+                .map(|((_, name), s)| types::InstanceV1 {
+                    header: Some(types::ResourceHeader {
+                        kind: "instance".into(),
+                        version: "v1".into(),
+                        metadata: Some(types::Metadata {
+                            name: name.clone(),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    spec: Some(types::InstanceSpecV1 {
+                        version: s.version.clone(),
+                        services: vec!["node".into()],
+                        hostname: format!("{name}.sim"),
+                        auth_id: s.auth_server.clone(),
+                        last_seen: s.expires,
+                    }),
+                })
+                .collect()
+        };
+        let (tx, rx) = mpsc::channel(256);
+        tokio::spawn(async move {
+            for i in list {
+                if tx.send(Ok(i)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+fn event_kind(e: &tp::Event) -> Option<String> {
+    match e.resource.as_ref()? {
+        Resource::ResourceHeader(h) => Some(h.kind.clone()),
+        Resource::Server(s) => Some(s.kind.clone()),
+        Resource::AppServer(_) => Some("app_server".into()),
+        Resource::DatabaseServer(_) => Some("db_server".into()),
+        Resource::KubernetesServer(_) => Some("kube_server".into()),
+        Resource::WindowsDesktopService(_) => Some("windows_desktop_service".into()),
+        Resource::WatchStatus(_) => None,
+    }
+}
+
+impl Service {
+    async fn servers(&self, kind: Kind, size: i32, token: &str) -> Result<(Vec<types::ServerV2>, String), Status> {
+        if refused(&self.inner).contains(kind.as_str()) {
+            return Err(Status::permission_denied(format!("access denied to {kind}")));
+        }
+        let page = size.clamp(1, 10_000) as usize;
+        let st = self.inner.state.lock().await;
+        let mut out: Vec<types::ServerV2> = st
+            .servers
+            .range((kind, token.to_string())..)
+            .take_while(|((k, _), _)| *k == kind)
+            .filter(|((_, n), _)| n != token)
+            .take(page + 1)
+            .map(|(_, s)| server_v2(s))
+            .collect();
+        let next = if out.len() > page {
+            out.truncate(page);
+            out.last().and_then(|s| s.metadata.as_ref()).map(|m| m.name.clone()).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok((out, next))
+    }
+
+    /// Every proxy or auth server, for `GET /v2/...`.
+    pub(super) async fn all_servers(&self, kind: Kind) -> Vec<types::ServerV2> {
+        let st = self.inner.state.lock().await;
+        st.servers
+            .iter()
+            .filter(|((k, _), _)| *k == kind)
+            .map(|(_, s)| server_v2(s))
+            .collect()
+    }
+}
+
+#[tonic::async_trait]
+impl PresenceService for Service {
+    async fn list_proxy_servers(
+        &self,
+        req: Request<ListProxyServersRequest>,
+    ) -> Result<Response<ListProxyServersResponse>, Status> {
+        let r = req.into_inner();
+        let (servers, next_page_token) = self.servers(Kind::Proxy, r.page_size, &r.page_token).await?;
+        Ok(Response::new(ListProxyServersResponse {
+            servers,
+            next_page_token,
+        }))
+    }
+
+    async fn list_auth_servers(
+        &self,
+        req: Request<ListAuthServersRequest>,
+    ) -> Result<Response<ListAuthServersResponse>, Status> {
+        let r = req.into_inner();
+        let (servers, next_page_token) = self.servers(Kind::AuthServer, r.page_size, &r.page_token).await?;
+        Ok(Response::new(ListAuthServersResponse {
+            servers,
+            next_page_token,
+        }))
+    }
+}
+
+/// The routers serving the Teleport face: gRPC, and HTTPS lists.
+pub(super) fn routers(inner: Arc<Inner>) -> (tonic::transport::server::Router, axum::Router) {
+    let max = inner.spec.max_message_bytes;
+    let spec = inner.spec.teleport.clone().unwrap_or_default();
+    let auth = AuthServiceServer::new(Service { inner: inner.clone() })
+        .max_encoding_message_size(max)
+        .max_decoding_message_size(max);
+    let mut builder = tonic::transport::Server::builder();
+    let router = if spec.presence {
+        let presence = PresenceServiceServer::new(Service { inner: inner.clone() })
+            .max_encoding_message_size(max)
+            .max_decoding_message_size(max);
+        builder.add_service(auth).add_service(presence)
+    } else {
+        builder.add_service(auth)
+    };
+    let http = axum::Router::new()
+        .route("/v2/proxies", axum::routing::get(http_list))
+        .route("/v2/authservers", axum::routing::get(http_list))
+        .with_state(inner);
+    info!(peering = spec.proxy_peering, presence = spec.presence, tls_routing = spec.tls_routing, "sim: serving Teleport's Auth API over mutual TLS");
+    (router, http)
+}
+
+async fn http_list(
+    axum::extract::State(inner): axum::extract::State<Arc<Inner>>,
+    uri: axum::http::Uri,
+) -> axum::Json<Vec<serde_json::Value>> {
+    let kind = if uri.path() == "/v2/proxies" { Kind::Proxy } else { Kind::AuthServer };
+    let list = Service { inner }.all_servers(kind).await;
+    axum::Json(list.iter().map(crate::ingest::teleport::http::to_json).collect())
+}
