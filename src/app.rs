@@ -335,7 +335,13 @@ impl Lifeline {
                     fleet: fleet.clone(),
                     stats: stats.clone(),
                 };
-                tokio::spawn(watcher::run(source, backoff, fleet.clone(), stats.clone(), shutdown.clone()))
+                tokio::spawn(watcher::run(
+                    source,
+                    backoff,
+                    fleet.clone(),
+                    stats.clone(),
+                    shutdown.clone(),
+                ))
             }
             SourceKind::Teleport => {
                 let tcfg = TeleportConfig {
@@ -349,7 +355,13 @@ impl Lifeline {
                     limits,
                 };
                 let source = Teleport::new(tcfg, clock, fleet.clone(), stats.clone());
-                tokio::spawn(watcher::run(source, backoff, fleet.clone(), stats.clone(), shutdown.clone()))
+                tokio::spawn(watcher::run(
+                    source,
+                    backoff,
+                    fleet.clone(),
+                    stats.clone(),
+                    shutdown.clone(),
+                ))
             }
         };
         supervised.critical("watcher", watcher_task);
@@ -512,7 +524,10 @@ fn join_check(
 /// for a plain `lifeline` source; TLS from the identity or CA file
 /// otherwise (Teleport: its server name, ALPN `h2`, or the routing
 /// protocol first through a proxy; health always straight to each Auth).
-fn cluster_dialers(c: &crate::config::ClusterConfig, now: crate::clock::Ts) -> Result<(Dialer, Dialer), StartError> {
+fn cluster_dialers(
+    c: &crate::config::ClusterConfig,
+    now: crate::clock::Ts,
+) -> Result<(Dialer, Dialer), StartError> {
     let identity = match &c.identity_file {
         Some(p) => Some(Identity::load(p, now)?),
         None => None,
@@ -546,8 +561,20 @@ fn cluster_dialers(c: &crate::config::ClusterConfig, now: crate::clock::Ts) -> R
             };
             let from = format!("identity file {}", id.path.display());
             let routing = c.tls_routing.then_some(c.cluster_name.as_str());
-            let source = Dialer::tls(&id.roots, Some(id.key.clone()), &c.server_name, teleport_alpn(routing), &from)?;
-            let health = Dialer::tls(&id.roots, Some(id.key.clone()), &c.server_name, teleport_alpn(None), &from)?;
+            let source = Dialer::tls(
+                &id.roots,
+                Some(id.key.clone()),
+                &c.server_name,
+                teleport_alpn(routing),
+                &from,
+            )?;
+            let health = Dialer::tls(
+                &id.roots,
+                Some(id.key.clone()),
+                &c.server_name,
+                teleport_alpn(None),
+                &from,
+            )?;
             Ok((source, health))
         }
     }

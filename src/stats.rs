@@ -43,6 +43,9 @@ impl SignalOutcome {
 
 #[derive(Default, Debug)]
 pub struct Stats {
+    /// Why the cluster source's last session failed, until one reaches
+    /// ready again (`/readyz` shows it).
+    pub source_error: std::sync::Mutex<Option<String>>,
     /// Upstream events applied (PUT/DELETE, after validation).
     pub events_applied: AtomicU64,
     /// The same by kind (`Kind::index`) and operation (`Op`).
@@ -204,6 +207,16 @@ impl Histograms {
 }
 
 impl Stats {
+    pub fn set_source_error(&self, e: Option<String>) {
+        if let Ok(mut g) = self.source_error.lock() {
+            *g = e;
+        }
+    }
+
+    pub fn source_error(&self) -> Option<String> {
+        self.source_error.lock().ok().and_then(|g| g.clone())
+    }
+
     pub fn inc(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
     }

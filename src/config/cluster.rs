@@ -180,7 +180,10 @@ impl ClusterConfig {
         match self.source {
             SourceKind::Lifeline => {
                 let uri = self.uri()?;
-                if uri.starts_with("https://") && self.ca_file.is_none() && self.identity_file.is_none() {
+                if uri.starts_with("https://")
+                    && self.ca_file.is_none()
+                    && self.identity_file.is_none()
+                {
                     return Err(invalid(
                         "cluster.ca_file",
                         "an https:// source needs the CA that signs its certificate (ca_file, or an identity_file with CAs)",
@@ -196,7 +199,10 @@ impl ClusterConfig {
                     ));
                 }
                 if self.agent_kinds.is_empty() {
-                    return Err(invalid("cluster.agent_kinds", "must name at least one agent service"));
+                    return Err(invalid(
+                        "cluster.agent_kinds",
+                        "must name at least one agent service",
+                    ));
                 }
                 if self.tls_routing && self.cluster_name.trim().is_empty() {
                     return Err(invalid(

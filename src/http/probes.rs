@@ -66,6 +66,11 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
     if let Some(f) = &failed_task {
         problems.push(format!("task {} stopped: {}", f.task, f.why));
     }
+    if !watcher.ready {
+        if let Some(e) = s.stats.source_error() {
+            problems.push(format!("cluster source: {e}"));
+        }
+    }
     if let Some(f) = &store_failing {
         problems.push(format!(
             "the store refuses writes since {} ({} attempts): {}; state and episodes are kept pending",

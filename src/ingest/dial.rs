@@ -138,7 +138,11 @@ impl Dialer {
     /// A gRPC channel to `addr` (`host:port`, an `http://` or `https://`
     /// prefix allowed). Connects now, so a bad address, a refused
     /// connection or a failed handshake is an error here.
-    pub async fn channel(&self, addr: &str, connect_timeout: Duration) -> Result<Channel, DialError> {
+    pub async fn channel(
+        &self,
+        addr: &str,
+        connect_timeout: Duration,
+    ) -> Result<Channel, DialError> {
         let authority = authority(addr)?;
         let endpoint = Endpoint::from_shared(format!("http://{authority}"))
             .map_err(|e| DialError::Address {
@@ -154,7 +158,10 @@ impl Dialer {
                 let connector = tower::service_fn(move |uri: Uri| {
                     let tls = tls.clone();
                     async move {
-                        let host = uri.authority().map(|a| a.as_str().to_string()).unwrap_or_default();
+                        let host = uri
+                            .authority()
+                            .map(|a| a.as_str().to_string())
+                            .unwrap_or_default();
                         tls.connect(&host).await.map(TokioIo::new)
                     }
                 });
@@ -167,15 +174,33 @@ impl Dialer {
         })
     }
 
-    /// A TLS stream to `addr`, for the HTTPS calls next to gRPC.
+    /// A TLS stream to `addr` speaking HTTP/1.1, for the HTTPS calls next
+    /// to gRPC: the same trust and certificate, with `http/1.1` offered
+    /// where `h2` was (the server picks its HTTP API by ALPN).
     pub async fn tls_stream(&self, addr: &str) -> Result<TlsStream<TcpStream>, DialError> {
         let authority = authority(addr)?;
         match self {
             Dialer::Plain => Err(DialError::Config("HTTPS needs a TLS dialer".into())),
-            Dialer::Tls(tls) => tls.connect(&authority).await.map_err(|e| DialError::Connect {
-                addr: authority.clone(),
-                detail: explain(&e),
-            }),
+            Dialer::Tls(tls) => {
+                let mut config = (*tls.config).clone();
+                for p in config.alpn_protocols.iter_mut() {
+                    if p.as_slice() == b"h2" {
+                        *p = b"http/1.1".to_vec();
+                    }
+                }
+                let http1 = TlsDialer {
+                    config: Arc::new(config),
+                    server_name: tls.server_name.clone(),
+                    source: tls.source.clone(),
+                };
+                http1
+                    .connect(&authority)
+                    .await
+                    .map_err(|e| DialError::Connect {
+                        addr: authority.clone(),
+                        detail: explain(&e),
+                    })
+            }
         }
     }
 }
@@ -202,7 +227,9 @@ fn authority(addr: &str) -> Result<String, DialError> {
         .unwrap_or(addr)
         .trim_end_matches('/');
     match rest.rsplit_once(':') {
-        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(rest.to_string()),
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+            Ok(rest.to_string())
+        }
         _ => Err(DialError::Address {
             addr: addr.to_string(),
             detail: "expected host:port".into(),
@@ -218,14 +245,49 @@ pub fn explain(e: &(dyn std::error::Error + 'static)) -> String {
         if let Some(r) = err.downcast_ref::<rustls::Error>() {
             return format!("TLS failed: {}", describe(r, None, None));
         }
+        // An io::Error's `source` skips its own payload: look inside.
+        if let Some(r) = err
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        {
+            return format!("TLS failed: {}", describe(r, None, None));
+        }
         cur = err.source();
     }
-    crate::backoff::chain(e)
+    // HTTP/2 keeps only the text of an I/O error: a TLS alert the server
+    // sent after the handshake (TLS 1.3 refuses a client certificate
+    // then) arrives as "received fatal alert: <name>".
+    let text = crate::backoff::chain(e);
+    if let Some(alert) = text.split("received fatal alert: ").nth(1) {
+        let name: String = alert
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric())
+            .collect();
+        const REFUSED: [&str; 8] = [
+            "BadCertificate",
+            "UnknownCA",
+            "CertificateRequired",
+            "CertificateUnknown",
+            "CertificateExpired",
+            "CertificateRevoked",
+            "AccessDenied",
+            "UnsupportedCertificate",
+        ];
+        if REFUSED.contains(&name.as_str()) {
+            return format!("TLS failed: the server refused Lifeline's client certificate (alert {name}); is the identity from this cluster, and unexpired?");
+        }
+        return format!("TLS failed: the server sent alert {name}");
+    }
+    text
 }
 
 fn tls_reason(e: &std::io::Error, name: &ServerName<'_>, source: &str) -> Option<String> {
     let r = e.get_ref()?.downcast_ref::<rustls::Error>()?;
-    Some(format!("TLS handshake failed: {}", describe(r, Some(name), Some(source))))
+    Some(format!(
+        "TLS handshake failed: {}",
+        describe(r, Some(name), Some(source))
+    ))
 }
 
 fn describe(r: &rustls::Error, name: Option<&ServerName<'_>>, source: Option<&str>) -> String {
@@ -281,7 +343,10 @@ mod tests {
     #[test]
     fn addresses_take_an_optional_scheme_and_need_a_port() {
         assert_eq!(authority("auth:3025").ok().as_deref(), Some("auth:3025"));
-        assert_eq!(authority("https://auth:3025/").ok().as_deref(), Some("auth:3025"));
+        assert_eq!(
+            authority("https://auth:3025/").ok().as_deref(),
+            Some("auth:3025")
+        );
         assert!(authority("auth").is_err());
         assert!(authority(":3025").is_err());
     }

@@ -102,8 +102,20 @@ impl Source for Lifeline {
         &self.cfg.uri
     }
 
-    async fn session(&mut self, generation: &mut u64, reached_ready: &mut bool) -> Result<(), WatchError> {
-        session(&self.cfg, self.clock, &self.fleet, &self.stats, generation, reached_ready).await
+    async fn session(
+        &mut self,
+        generation: &mut u64,
+        reached_ready: &mut bool,
+    ) -> Result<(), WatchError> {
+        session(
+            &self.cfg,
+            self.clock,
+            &self.fleet,
+            &self.stats,
+            generation,
+            reached_ready,
+        )
+        .await
     }
 }
 
@@ -120,7 +132,8 @@ pub async fn run(
     let mut generation = 0u64;
     let mut attempt = 0u32;
     loop {
-        let span = info_span!("watcher.session", next_generation = generation + 1, uri = %source.target());
+        let span =
+            info_span!("watcher.session", next_generation = generation + 1, uri = %source.target());
         let mut reached_ready = false;
         let result = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -132,6 +145,7 @@ pub async fn run(
             Err(e) => e,
         };
         Stats::inc(&stats.watch_failures);
+        stats.set_source_error(Some(err.to_string()));
         if fleet
             .send(Command::WatchDown {
                 generation,

@@ -6,9 +6,9 @@
 use std::net::SocketAddr;
 use std::pin::Pin;
 
+use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use std::sync::Arc;
 use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
@@ -53,20 +53,22 @@ impl SimAuth {
                 let reporter = HealthReporter::new();
                 let inner = HealthService::from_health_reporter(reporter.clone());
                 let stop2 = stop.clone();
-                let router = tonic::transport::Server::builder().add_service(HealthServer::new(Crashable {
-                    inner,
-                    crashed: crashed_rx,
-                }));
+                let router =
+                    tonic::transport::Server::builder().add_service(HealthServer::new(Crashable {
+                        inner,
+                        crashed: crashed_rx,
+                    }));
                 tokio::spawn(super::serve::serve(router, listener, tls, None, stop2));
                 (Some(reporter), None)
             }
             AuthFlavor::CheckOnly => {
                 let (tx, rx) = watch::channel(ServingStatus::Serving);
                 let stop2 = stop.clone();
-                let router = tonic::transport::Server::builder().add_service(HealthServer::new(CheckOnly {
-                    status: rx,
-                    crashed: crashed_rx,
-                }));
+                let router =
+                    tonic::transport::Server::builder().add_service(HealthServer::new(CheckOnly {
+                        status: rx,
+                        crashed: crashed_rx,
+                    }));
                 tokio::spawn(super::serve::serve(router, listener, tls, None, stop2));
                 (None, Some(tx))
             }

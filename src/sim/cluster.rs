@@ -151,17 +151,24 @@ impl SimCluster {
     pub async fn start(spec: SimSpec, clock: Clock) -> std::io::Result<SimCluster> {
         let stop = CancellationToken::new();
         let pki = match &spec.teleport {
-            Some(t) => Some(Box::new(SimPki::new(&t.cluster_name).map_err(std::io::Error::other)?)),
+            Some(t) => Some(Box::new(
+                SimPki::new(&t.cluster_name).map_err(std::io::Error::other)?,
+            )),
             None => None,
         };
         // Auth servers serve health over the cluster's mutual TLS, ALPN h2.
         let health_tls = match &pki {
-            Some(p) => Some(p.server_config(vec![b"h2".to_vec()]).map_err(std::io::Error::other)?),
+            Some(p) => Some(
+                p.server_config(vec![b"h2".to_vec()])
+                    .map_err(std::io::Error::other)?,
+            ),
             None => None,
         };
         let mut auths = Vec::new();
         for i in 0..spec.auth_servers {
-            auths.push(SimAuth::start(auth_name(i), spec.auth_flavor, health_tls.clone(), &stop).await?);
+            auths.push(
+                SimAuth::start(auth_name(i), spec.auth_flavor, health_tls.clone(), &stop).await?,
+            );
         }
         let now = clock.now();
         let mut st = State::default();
@@ -241,7 +248,13 @@ impl SimCluster {
                 };
                 let tls = pki.server_config(alpn).map_err(std::io::Error::other)?;
                 let (router, http) = teleport::routers(inner.clone());
-                tokio::spawn(super::serve::serve(router, listener, Some(tls), Some(http), stop2));
+                tokio::spawn(super::serve::serve(
+                    router,
+                    listener,
+                    Some(tls),
+                    Some(http),
+                    stop2,
+                ));
             }
             _ => {
                 let svc = ClusterEventsServer::new(Service {

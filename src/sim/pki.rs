@@ -40,9 +40,14 @@ impl Ca {
     }
 
     /// A leaf for `names` signed by this CA: its PEM, DER and key.
-    fn leaf(&self, cn: &str, names: &[&str]) -> Result<(String, CertificateDer<'static>, KeyPair), PkiError> {
+    fn leaf(
+        &self,
+        cn: &str,
+        names: &[&str],
+    ) -> Result<(String, CertificateDer<'static>, KeyPair), PkiError> {
         let key = KeyPair::generate()?;
-        let mut params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())?;
+        let mut params =
+            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())?;
         params.distinguished_name.push(DnType::CommonName, cn);
         if names.contains(&"localhost") {
             params
@@ -66,9 +71,13 @@ pub struct SimPki {
 fn identity_text(key: &str, cert: &str, cas: &[&str]) -> String {
     let mut s = String::new();
     s.push_str(key);
-    s.push_str("ssh-ed25519-cert-v01@openssh.com AAAAC3NzaC1lZDI1NTE5AAAAIFNpbXVsYXRlZA== lifeline\n");
+    s.push_str(
+        "ssh-ed25519-cert-v01@openssh.com AAAAC3NzaC1lZDI1NTE5AAAAIFNpbXVsYXRlZA== lifeline\n",
+    );
     s.push_str(cert);
-    s.push_str("@cert-authority *.sim.teleport ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFNpbQ== type=host\n");
+    s.push_str(
+        "@cert-authority *.sim.teleport ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFNpbQ== type=host\n",
+    );
     for c in cas {
         s.push_str(c);
     }
@@ -101,9 +110,10 @@ impl SimPki {
         roots
             .add(self.ca.der.clone())
             .map_err(|e| PkiError::Tls(e.to_string()))?;
-        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-            .build()
-            .map_err(|e| PkiError::Tls(e.to_string()))?;
+        let verifier =
+            WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                .build()
+                .map_err(|e| PkiError::Tls(e.to_string()))?;
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.server_key.clone()));
         let mut cfg = ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()

@@ -29,7 +29,9 @@ pub async fn serve(
             .await;
         return;
     };
-    let (tx, rx) = mpsc::channel::<std::io::Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>>(64);
+    let (tx, rx) = mpsc::channel::<
+        std::io::Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>,
+    >(64);
     let acceptor = TlsAcceptor::from(tls);
     let stop2 = stop.clone();
     tokio::spawn(async move {

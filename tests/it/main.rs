@@ -19,6 +19,7 @@ mod settings;
 mod signals;
 mod storage;
 mod stranded;
+mod teleport;
 mod ui;
 mod walls;
 mod watcher;

@@ -85,7 +85,11 @@ impl Ttls {
 /// milliseconds off), whole milliseconds below; never zero.
 fn round(d: Duration) -> Duration {
     let ms = d.as_millis() as u64;
-    let ms = if ms >= 2_000 { (ms + 500) / 1_000 * 1_000 } else { ms };
+    let ms = if ms >= 2_000 {
+        (ms + 500) / 1_000 * 1_000
+    } else {
+        ms
+    };
     Duration::from_millis(ms.max(1))
 }
 
@@ -136,7 +140,13 @@ pub fn server_v2(
                 auth_server: String::new(),
             };
             let mut server = validate::server(wire, now, limits)?;
-            server.ttl = ttls.observe((kind.as_str(), &server.name), server.expires, now, live, limits);
+            server.ttl = ttls.observe(
+                (kind.as_str(), &server.name),
+                server.expires,
+                now,
+                live,
+                limits,
+            );
             Ok(Item::Server(server))
         }
         "node" => beat(
@@ -366,7 +376,10 @@ mod tests {
         let Ok(Item::Server(p)) = listed else {
             panic!("{listed:?}")
         };
-        assert_eq!((p.kind, p.group_id.as_str(), p.group_generation), (Kind::Proxy, "g", 7));
+        assert_eq!(
+            (p.kind, p.group_id.as_str(), p.group_generation),
+            (Kind::Proxy, "g", 7)
+        );
         assert_eq!(p.ttl, Duration::from_secs(600), "listed only: the default");
         let mut s = s;
         s.metadata = Some(types::Metadata {
@@ -377,7 +390,11 @@ mod tests {
         let Ok(Item::Server(p)) = server_v2(s, later, true, &limits(), &mut ttls) else {
             panic!()
         };
-        assert_eq!(p.ttl, Duration::from_secs(30), "expiry minus arrival, rounded");
+        assert_eq!(
+            p.ttl,
+            Duration::from_secs(30),
+            "expiry minus arrival, rounded"
+        );
     }
 
     #[test]
@@ -388,7 +405,15 @@ mod tests {
             spec: Some(types::AppServerSpecV3::default()),
             ..Default::default()
         };
-        let err = beat(AgentService::AppServer, Service::app(app.clone()), NOW, true, &limits(), &mut Ttls::default()).unwrap_err();
+        let err = beat(
+            AgentService::AppServer,
+            Service::app(app.clone()),
+            NOW,
+            true,
+            &limits(),
+            &mut Ttls::default(),
+        )
+        .unwrap_err();
         assert_eq!(err.code, RejectCode::MissingField);
         assert!(err.message.contains("HostID"), "{}", err.message);
         let mut app = app;
@@ -397,7 +422,15 @@ mod tests {
             proxy_i_ds: vec!["".into()],
             ..Default::default()
         });
-        let err = beat(AgentService::AppServer, Service::app(app), NOW, true, &limits(), &mut Ttls::default()).unwrap_err();
+        let err = beat(
+            AgentService::AppServer,
+            Service::app(app),
+            NOW,
+            true,
+            &limits(),
+            &mut Ttls::default(),
+        )
+        .unwrap_err();
         assert!(err.message.starts_with("ProxyIDs"), "{}", err.message);
     }
 

@@ -209,7 +209,12 @@ impl Hosts {
         );
         labels.insert(
             TUNNELS_LABEL.to_string(),
-            if assumed { TUNNELS_ASSUMED } else { TUNNELS_OBSERVED }.to_string(),
+            if assumed {
+                TUNNELS_ASSUMED
+            } else {
+                TUNNELS_OBSERVED
+            }
+            .to_string(),
         );
         if !latest.hostname.is_empty() {
             labels.insert("teleport.dev/hostname".to_string(), latest.hostname.clone());
@@ -230,7 +235,11 @@ impl Hosts {
             out.push(Change::PutServer(agent.clone()));
             h.sent = Some(agent);
         }
-        let want = if assumed { self.proxies.clone() } else { observed };
+        let want = if assumed {
+            self.proxies.clone()
+        } else {
+            observed
+        };
         for p in h.tunnels.difference(&want) {
             out.push(Change::DeleteTunnel(tunnel_name(name, p)));
         }
@@ -258,7 +267,13 @@ impl Hosts {
 mod tests {
     use super::*;
 
-    fn beat(service: AgentService, name: &str, host: &str, expires_s: i64, proxies: &[&str]) -> Beat {
+    fn beat(
+        service: AgentService,
+        name: &str,
+        host: &str,
+        expires_s: i64,
+        proxies: &[&str],
+    ) -> Beat {
         Beat {
             service,
             name: name.into(),
@@ -284,12 +299,24 @@ mod tests {
     fn a_host_lives_while_any_service_does_and_goes_with_the_last() {
         let mut h = Hosts::default();
         let mut out = Vec::new();
-        h.put_service(beat(AgentService::Node, "host-1", "host-1", 100, &["p1"]), &mut out);
-        h.put_service(beat(AgentService::AppServer, "grafana", "host-1", 200, &["p1"]), &mut out);
-        let Some(Change::PutServer(a)) = out.iter().rev().find(|c| matches!(c, Change::PutServer(_))) else {
+        h.put_service(
+            beat(AgentService::Node, "host-1", "host-1", 100, &["p1"]),
+            &mut out,
+        );
+        h.put_service(
+            beat(AgentService::AppServer, "grafana", "host-1", 200, &["p1"]),
+            &mut out,
+        );
+        let Some(Change::PutServer(a)) =
+            out.iter().rev().find(|c| matches!(c, Change::PutServer(_)))
+        else {
             panic!("no agent sent: {out:?}");
         };
-        assert_eq!(a.expires, Ts(200_000_000), "the latest expiry speaks for the host");
+        assert_eq!(
+            a.expires,
+            Ts(200_000_000),
+            "the latest expiry speaks for the host"
+        );
         assert_eq!(a.labels[SERVICES_LABEL], "app_server,node");
         assert_eq!(a.labels[TUNNELS_LABEL], TUNNELS_OBSERVED);
         out.clear();
@@ -301,7 +328,10 @@ mod tests {
         assert_eq!(a.labels[SERVICES_LABEL], "node");
         out.clear();
         h.delete_service(AgentService::Node, "host-1", None, &mut out);
-        assert_eq!(puts(&out), ["delete tunnel_connection host-1/p1", "delete agent host-1"]);
+        assert_eq!(
+            puts(&out),
+            ["delete tunnel_connection host-1/p1", "delete agent host-1"]
+        );
         assert!(h.is_empty());
     }
 
@@ -309,8 +339,14 @@ mod tests {
     fn an_app_served_by_two_hosts_goes_from_the_host_the_delete_names() {
         let mut h = Hosts::default();
         let mut out = Vec::new();
-        h.put_service(beat(AgentService::AppServer, "grafana", "host-1", 100, &[]), &mut out);
-        h.put_service(beat(AgentService::AppServer, "grafana", "host-2", 100, &[]), &mut out);
+        h.put_service(
+            beat(AgentService::AppServer, "grafana", "host-1", 100, &[]),
+            &mut out,
+        );
+        h.put_service(
+            beat(AgentService::AppServer, "grafana", "host-2", 100, &[]),
+            &mut out,
+        );
         out.clear();
         h.delete_service(AgentService::AppServer, "grafana", Some("host-1"), &mut out);
         assert_eq!(puts(&out), ["delete agent host-1"]);
@@ -326,7 +362,10 @@ mod tests {
         let mut out = Vec::new();
         h.put_proxy("p1", &mut out);
         h.put_service(beat(AgentService::Node, "mesh", "mesh", 100, &[]), &mut out);
-        h.put_service(beat(AgentService::Node, "peer", "peer", 100, &["p1"]), &mut out);
+        h.put_service(
+            beat(AgentService::Node, "peer", "peer", 100, &["p1"]),
+            &mut out,
+        );
         out.clear();
         h.put_proxy("p2", &mut out);
         assert_eq!(puts(&out), ["put tunnel_connection mesh/p2"]);
@@ -334,7 +373,10 @@ mod tests {
         h.delete_proxy("p1", &mut out);
         assert_eq!(puts(&out), ["delete tunnel_connection mesh/p1"]);
         let (agents, tunnels) = h.snapshot();
-        let mesh = agents.iter().find(|a| a.name == "mesh").map(|a| a.labels[TUNNELS_LABEL].clone());
+        let mesh = agents
+            .iter()
+            .find(|a| a.name == "mesh")
+            .map(|a| a.labels[TUNNELS_LABEL].clone());
         assert_eq!(mesh.as_deref(), Some(TUNNELS_ASSUMED));
         let mut names: Vec<_> = tunnels.into_iter().map(|t| t.name).collect();
         names.sort();
@@ -348,15 +390,27 @@ mod tests {
         h.put_service(beat(AgentService::Node, "a", "a", 100, &["p1"]), &mut out);
         out.clear();
         h.put_service(beat(AgentService::Node, "a", "a", 100, &["p2"]), &mut out);
-        assert_eq!(puts(&out), ["delete tunnel_connection a/p1", "put tunnel_connection a/p2"]);
+        assert_eq!(
+            puts(&out),
+            [
+                "delete tunnel_connection a/p1",
+                "put tunnel_connection a/p2"
+            ]
+        );
         out.clear();
-        h.set_auth(HashMap::from([("a".to_string(), "auth-1".to_string())]), &mut out);
+        h.set_auth(
+            HashMap::from([("a".to_string(), "auth-1".to_string())]),
+            &mut out,
+        );
         let Some(Change::PutServer(a)) = out.first() else {
             panic!("{out:?}")
         };
         assert_eq!(a.auth_server, "auth-1");
         out.clear();
-        h.set_auth(HashMap::from([("a".to_string(), "auth-1".to_string())]), &mut out);
+        h.set_auth(
+            HashMap::from([("a".to_string(), "auth-1".to_string())]),
+            &mut out,
+        );
         assert!(out.is_empty(), "nothing changed: {out:?}");
     }
 

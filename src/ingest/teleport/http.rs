@@ -125,7 +125,10 @@ pub async fn list_servers(
         .header(hyper::header::ACCEPT, "application/json")
         .body(Empty::<Bytes>::new())
         .map_err(|e| req_err(e.to_string()))?;
-    let resp = send.send_request(req).await.map_err(|e| req_err(crate::backoff::chain(&e)))?;
+    let resp = send
+        .send_request(req)
+        .await
+        .map_err(|e| req_err(crate::backoff::chain(&e)))?;
     let status = resp.status().as_u16();
     if status != 200 {
         conn.abort();
@@ -198,9 +201,18 @@ mod tests {
         };
         let j: JsonServer = serde_json::from_value(to_json(&s)).unwrap_or_default();
         let back = types::ServerV2::from(j);
-        assert_eq!(back.metadata.as_ref().and_then(|m| m.expires).map(|t| t.seconds), Some(1_700_000_000));
+        assert_eq!(
+            back.metadata
+                .as_ref()
+                .and_then(|m| m.expires)
+                .map(|t| t.seconds),
+            Some(1_700_000_000)
+        );
         assert_eq!(back.spec.map(|s| s.addr).as_deref(), Some("p1:3080"));
-        assert_eq!(timestamp("0001-01-01T00:00:00Z").map(|t| t.seconds), Some(GO_ZERO_SECONDS));
+        assert_eq!(
+            timestamp("0001-01-01T00:00:00Z").map(|t| t.seconds),
+            Some(GO_ZERO_SECONDS)
+        );
         assert_eq!(timestamp("not a time"), None);
     }
 }

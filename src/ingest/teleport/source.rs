@@ -63,7 +63,12 @@ pub struct Teleport {
 }
 
 impl Teleport {
-    pub fn new(cfg: TeleportConfig, clock: Clock, fleet: FleetHandle, stats: Arc<Stats>) -> Teleport {
+    pub fn new(
+        cfg: TeleportConfig,
+        clock: Clock,
+        fleet: FleetHandle,
+        stats: Arc<Stats>,
+    ) -> Teleport {
         Teleport {
             cfg,
             clock,
@@ -80,7 +85,11 @@ impl Source for Teleport {
         &self.cfg.addr
     }
 
-    async fn session(&mut self, generation: &mut u64, reached_ready: &mut bool) -> Result<(), WatchError> {
+    async fn session(
+        &mut self,
+        generation: &mut u64,
+        reached_ready: &mut bool,
+    ) -> Result<(), WatchError> {
         session(self, generation, reached_ready).await
     }
 }
@@ -91,10 +100,18 @@ fn wanted_kinds(cfg: &TeleportConfig) -> Vec<String> {
     kinds
 }
 
-async fn session(src: &mut Teleport, generation: &mut u64, reached_ready: &mut bool) -> Result<(), WatchError> {
+async fn session(
+    src: &mut Teleport,
+    generation: &mut u64,
+    reached_ready: &mut bool,
+) -> Result<(), WatchError> {
     let stats = src.stats.clone();
     stats.session_events.store(0, Ordering::SeqCst);
-    let channel = src.cfg.dialer.channel(&src.cfg.addr, src.cfg.connect_timeout).await?;
+    let channel = src
+        .cfg
+        .dialer
+        .channel(&src.cfg.addr, src.cfg.connect_timeout)
+        .await?;
     let max = src.cfg.max_message_bytes;
     let mut auth = AuthServiceClient::new(channel.clone())
         .max_decoding_message_size(max)
@@ -110,7 +127,11 @@ async fn session(src: &mut Teleport, generation: &mut u64, reached_ready: &mut b
             .collect(),
         allow_partial_success: true,
     };
-    let mut stream = auth.watch_events(watch).await.map_err(WatchError::Watch)?.into_inner();
+    let mut stream = auth
+        .watch_events(watch)
+        .await
+        .map_err(WatchError::Watch)?
+        .into_inner();
     *generation += 1;
     let generation = *generation;
     Stats::inc(&stats.watch_generations);
@@ -162,7 +183,8 @@ async fn session(src: &mut Teleport, generation: &mut u64, reached_ready: &mut b
     // Auth attachments first, so the agents' first listing carries them.
     let (inst_tx, mut inst_rx) = mpsc::channel::<HashMap<String, String>>(1);
     let poller = tokio::spawn(
-        poll_instances(auth.clone(), src.cfg.instances_poll, inst_tx).instrument(info_span!("teleport.instances")),
+        poll_instances(auth.clone(), src.cfg.instances_poll, inst_tx)
+            .instrument(info_span!("teleport.instances")),
     );
     let _stop_poller = AbortOnDrop(poller);
 
@@ -193,9 +215,14 @@ async fn session(src: &mut Teleport, generation: &mut u64, reached_ready: &mut b
     let keep: BTreeSet<(&str, &str)> = proxies
         .iter()
         .map(|s| (Kind::Proxy.as_str(), s.name.as_str()))
-        .chain(auths.iter().map(|s| (Kind::AuthServer.as_str(), s.name.as_str())))
+        .chain(
+            auths
+                .iter()
+                .map(|s| (Kind::AuthServer.as_str(), s.name.as_str())),
+        )
         .collect();
-    src.ttls.retain(|k, n| keep.contains(&(k, n)) || AgentService::ALL.iter().any(|s| s.as_str() == k));
+    src.ttls
+        .retain(|k, n| keep.contains(&(k, n)) || AgentService::ALL.iter().any(|s| s.as_str() == k));
     let mut snapshots = Vec::new();
     if !rejected_kinds.contains(&Kind::Proxy) {
         snapshots.push(Snapshot::Servers(Kind::Proxy, proxies));
@@ -210,7 +237,10 @@ async fn session(src: &mut Teleport, generation: &mut u64, reached_ready: &mut b
     let count: usize = snapshots.iter().map(Snapshot::len).sum();
     let fleet = src.fleet.clone();
     if !list_rejections.is_empty() {
-        fleet.send(Command::Apply(list_rejections)).await.map_err(|_| WatchError::FleetGone)?;
+        fleet
+            .send(Command::Apply(list_rejections))
+            .await
+            .map_err(|_| WatchError::FleetGone)?;
     }
     fleet
         .send(Command::Resync(Resync {
@@ -305,7 +335,12 @@ fn apply(src: &mut Teleport, hosts: &mut Hosts, ev: tp::Event, batch: &mut Vec<I
             "",
             "INIT in the middle of a stream",
         )),
-        (_, None) => Err(reject(RejectCode::EmptyEvent, "", "", "event carries no resource")),
+        (_, None) => Err(reject(
+            RejectCode::EmptyEvent,
+            "",
+            "",
+            "event carries no resource",
+        )),
         (Some(tp::Operation::Put), Some(r)) => put(src, r, now).map(|item| match item {
             Item::Server(s) => {
                 if s.kind == Kind::Proxy {
@@ -331,15 +366,18 @@ fn apply(src: &mut Teleport, hosts: &mut Hosts, ev: tp::Event, batch: &mut Vec<I
 
 fn put(src: &mut Teleport, r: Resource, now: Ts) -> Result<Item, crate::model::Rejection> {
     let (limits, ttls) = (&src.cfg.limits, &mut src.ttls);
-    let service = |k: AgentService, s: Service, ttls: &mut Ttls| convert::beat(k, s, now, true, limits, ttls);
+    let service =
+        |k: AgentService, s: Service, ttls: &mut Ttls| convert::beat(k, s, now, true, limits, ttls);
     match r {
         Resource::Server(s) => convert::server_v2(s, now, true, limits, ttls),
         Resource::AppServer(s) => service(AgentService::AppServer, Service::app(s), ttls),
         Resource::DatabaseServer(s) => service(AgentService::DbServer, Service::db(s), ttls),
         Resource::KubernetesServer(s) => service(AgentService::KubeServer, Service::kube(s), ttls),
-        Resource::WindowsDesktopService(s) => {
-            service(AgentService::WindowsDesktopService, Service::desktop(s), ttls)
-        }
+        Resource::WindowsDesktopService(s) => service(
+            AgentService::WindowsDesktopService,
+            Service::desktop(s),
+            ttls,
+        ),
         Resource::ResourceHeader(h) => Err(reject(
             RejectCode::BadEventType,
             &h.kind,
@@ -387,11 +425,21 @@ fn delete(
             String::new(),
         ),
         Resource::WatchStatus(_) => {
-            return Err(reject(RejectCode::BadEventType, "", "", "WatchStatus outside the INIT event"))
+            return Err(reject(
+                RejectCode::BadEventType,
+                "",
+                "",
+                "WatchStatus outside the INIT event",
+            ))
         }
     };
     if meta.name.trim().is_empty() {
-        return Err(reject(RejectCode::EmptyName, &kind, "", "a DELETE names no resource"));
+        return Err(reject(
+            RejectCode::EmptyName,
+            &kind,
+            "",
+            "a DELETE names no resource",
+        ));
     }
     match kind.as_str() {
         "proxy" => {
@@ -505,11 +553,16 @@ async fn list_all(
                         }
                     }
                 }
-                (AgentService::AppServer, Some(paginated_resource::Resource::AppServer(s))) => Service::app(s),
-                (AgentService::DbServer, Some(paginated_resource::Resource::DatabaseServer(s))) => Service::db(s),
-                (AgentService::KubeServer, Some(paginated_resource::Resource::KubernetesServer(s))) => {
-                    Service::kube(s)
+                (AgentService::AppServer, Some(paginated_resource::Resource::AppServer(s))) => {
+                    Service::app(s)
                 }
+                (AgentService::DbServer, Some(paginated_resource::Resource::DatabaseServer(s))) => {
+                    Service::db(s)
+                }
+                (
+                    AgentService::KubeServer,
+                    Some(paginated_resource::Resource::KubernetesServer(s)),
+                ) => Service::kube(s),
                 (
                     AgentService::WindowsDesktopService,
                     Some(paginated_resource::Resource::WindowsDesktopService(s)),
@@ -645,7 +698,9 @@ async fn poll_instances(
     }
 }
 
-async fn instances(auth: &mut AuthServiceClient<Channel>) -> Result<HashMap<String, String>, String> {
+async fn instances(
+    auth: &mut AuthServiceClient<Channel>,
+) -> Result<HashMap<String, String>, String> {
     let mut stream = auth
         .get_instances(types::InstanceFilter::default())
         .await
@@ -654,9 +709,15 @@ async fn instances(auth: &mut AuthServiceClient<Channel>) -> Result<HashMap<Stri
     let mut m = HashMap::new();
     while let Some(i) = stream.message().await.map_err(|s| explain(&s))? {
         if m.len() >= MAX_INSTANCES {
-            return Err(format!("more than {MAX_INSTANCES} instances; the rest are ignored"));
+            return Err(format!(
+                "more than {MAX_INSTANCES} instances; the rest are ignored"
+            ));
         }
-        let name = i.header.and_then(|h| h.metadata).map(|m| m.name).unwrap_or_default();
+        let name = i
+            .header
+            .and_then(|h| h.metadata)
+            .map(|m| m.name)
+            .unwrap_or_default();
         let auth_id = i.spec.map(|s| s.auth_id).unwrap_or_default();
         if !name.is_empty() && !auth_id.is_empty() {
             m.insert(name, auth_id);

@@ -21,9 +21,12 @@ use crate::clock::Ts;
 use crate::model::Kind;
 use crate::proto::teleport::auth::auth_service_server::{AuthService, AuthServiceServer};
 use crate::proto::teleport::auth::{self as tp, event::Resource, paginated_resource};
-use crate::proto::teleport::presence::presence_service_server::{PresenceService, PresenceServiceServer};
+use crate::proto::teleport::presence::presence_service_server::{
+    PresenceService, PresenceServiceServer,
+};
 use crate::proto::teleport::presence::{
-    ListAuthServersRequest, ListAuthServersResponse, ListProxyServersRequest, ListProxyServersResponse,
+    ListAuthServersRequest, ListAuthServersResponse, ListProxyServersRequest,
+    ListProxyServersResponse,
 };
 use crate::proto::teleport::types;
 use crate::proto::v1 as pb;
@@ -53,9 +56,19 @@ impl Default for TeleportSpec {
     }
 }
 
-const AGENT_KINDS: [&str; 5] = ["node", "app_server", "db_server", "kube_server", "windows_desktop_service"];
+const AGENT_KINDS: [&str; 5] = [
+    "node",
+    "app_server",
+    "db_server",
+    "kube_server",
+    "windows_desktop_service",
+];
 
-fn meta(name: &str, expires: Option<prost_types::Timestamp>, labels: &std::collections::HashMap<String, String>) -> types::Metadata {
+fn meta(
+    name: &str,
+    expires: Option<prost_types::Timestamp>,
+    labels: &std::collections::HashMap<String, String>,
+) -> types::Metadata {
     types::Metadata {
         name: name.to_string(),
         namespace: "default".into(),
@@ -70,7 +83,10 @@ fn server_v2(s: &pb::Server) -> types::ServerV2 {
     let mut labels = s.labels.clone();
     if s.kind == Kind::Proxy.as_str() {
         labels.insert("teleport.internal/proxygroup-id".into(), s.group_id.clone());
-        labels.insert("teleport.internal/proxygroup-gen".into(), s.group_generation.to_string());
+        labels.insert(
+            "teleport.internal/proxygroup-gen".into(),
+            s.group_generation.to_string(),
+        );
     }
     types::ServerV2 {
         kind: s.kind.clone(),
@@ -193,7 +209,13 @@ impl SimCluster {
     }
 
     async fn peering_proxies(&self, agent: &str) -> Vec<String> {
-        if self.inner.spec.teleport.as_ref().is_some_and(|t| t.proxy_peering) {
+        if self
+            .inner
+            .spec
+            .teleport
+            .as_ref()
+            .is_some_and(|t| t.proxy_peering)
+        {
             self.agent_proxies(agent).await
         } else {
             Vec::new()
@@ -203,7 +225,9 @@ impl SimCluster {
     /// Writes an identity file the cluster accepts (`tctl auth sign
     /// --format=file` layout) and returns its path.
     pub fn write_identity(&self, path: &std::path::Path) -> std::io::Result<()> {
-        let pki = self.pki().ok_or_else(|| std::io::Error::other("not a Teleport simulation"))?;
+        let pki = self
+            .pki()
+            .ok_or_else(|| std::io::Error::other("not a Teleport simulation"))?;
         let text = pki.identity("lifeline").map_err(std::io::Error::other)?;
         write_private(path, &text)
     }
@@ -240,7 +264,9 @@ impl Service {
         let peering = self.spec().proxy_peering;
         let op = pb::EventType::try_from(ev.r#type).ok()?;
         match (op, ev.resource?) {
-            (pb::EventType::Put, pb::event::Resource::Server(s)) if s.kind == Kind::Agent.as_str() => {
+            (pb::EventType::Put, pb::event::Resource::Server(s))
+                if s.kind == Kind::Agent.as_str() =>
+            {
                 let proxies = if peering {
                     let st = self.inner.state.lock().await;
                     proxies_of(&st, &s.name)
@@ -249,9 +275,15 @@ impl Service {
                 };
                 Some(put(Resource::Server(node(&s, proxies))))
             }
-            (pb::EventType::Put, pb::event::Resource::Server(s)) => Some(put(Resource::Server(server_v2(&s)))),
+            (pb::EventType::Put, pb::event::Resource::Server(s)) => {
+                Some(put(Resource::Server(server_v2(&s))))
+            }
             (pb::EventType::Delete, pb::event::Resource::Server(s)) => {
-                let kind = if s.kind == Kind::Agent.as_str() { "node" } else { s.kind.as_str() };
+                let kind = if s.kind == Kind::Agent.as_str() {
+                    "node"
+                } else {
+                    s.kind.as_str()
+                };
                 Some(tp::Event {
                     r#type: tp::Operation::Delete as i32,
                     resource: Some(header(kind, &s.name, "")),
@@ -300,7 +332,10 @@ impl AuthService for Service {
     type WatchEventsStream = ReceiverStream<Result<tp::Event, Status>>;
     type GetInstancesStream = ReceiverStream<Result<types::InstanceV1, Status>>;
 
-    async fn watch_events(&self, req: Request<tp::Watch>) -> Result<Response<Self::WatchEventsStream>, Status> {
+    async fn watch_events(
+        &self,
+        req: Request<tp::Watch>,
+    ) -> Result<Response<Self::WatchEventsStream>, Status> {
         if !self.inner.accepting.load(Ordering::SeqCst) {
             return Err(Status::unavailable("cluster is not accepting watches"));
         }
@@ -387,7 +422,10 @@ impl AuthService for Service {
     ) -> Result<Response<tp::ListResourcesResponse>, Status> {
         let req = req.into_inner();
         if refused(&self.inner).contains(&req.resource_type) {
-            return Err(Status::permission_denied(format!("access denied to {}", req.resource_type)));
+            return Err(Status::permission_denied(format!(
+                "access denied to {}",
+                req.resource_type
+            )));
         }
         let page = req.limit.clamp(1, 10_000) as usize;
         let peering = self.spec().proxy_peering;
@@ -403,8 +441,15 @@ impl AuthService for Service {
                     if name == &after {
                         continue;
                     }
-                    let proxies = if peering { proxies_of(&st, name) } else { Vec::new() };
-                    items.push((name.clone(), paginated_resource::Resource::Node(node(s, proxies))));
+                    let proxies = if peering {
+                        proxies_of(&st, name)
+                    } else {
+                        Vec::new()
+                    };
+                    items.push((
+                        name.clone(),
+                        paginated_resource::Resource::Node(node(s, proxies)),
+                    ));
                     if items.len() > page {
                         break;
                     }
@@ -416,8 +461,15 @@ impl AuthService for Service {
                     if !after.is_empty() && key <= after {
                         continue;
                     }
-                    let proxies = if peering { proxies_of(&st, host) } else { Vec::new() };
-                    items.push((key, paginated_resource::Resource::AppServer(app(host, name, *expires, proxies))));
+                    let proxies = if peering {
+                        proxies_of(&st, host)
+                    } else {
+                        Vec::new()
+                    };
+                    items.push((
+                        key,
+                        paginated_resource::Resource::AppServer(app(host, name, *expires, proxies)),
+                    ));
                     if items.len() > page {
                         break;
                     }
@@ -430,7 +482,11 @@ impl AuthService for Service {
                     req.resource_type
                 )))
             }
-            other => return Err(Status::invalid_argument(format!("unknown resource type {other:?}"))),
+            other => {
+                return Err(Status::invalid_argument(format!(
+                    "unknown resource type {other:?}"
+                )))
+            }
         }
         let next_key = if items.len() > page {
             items.truncate(page);
@@ -502,9 +558,16 @@ fn event_kind(e: &tp::Event) -> Option<String> {
 }
 
 impl Service {
-    async fn servers(&self, kind: Kind, size: i32, token: &str) -> Result<(Vec<types::ServerV2>, String), Status> {
+    async fn servers(
+        &self,
+        kind: Kind,
+        size: i32,
+        token: &str,
+    ) -> Result<(Vec<types::ServerV2>, String), Status> {
         if refused(&self.inner).contains(kind.as_str()) {
-            return Err(Status::permission_denied(format!("access denied to {kind}")));
+            return Err(Status::permission_denied(format!(
+                "access denied to {kind}"
+            )));
         }
         let page = size.clamp(1, 10_000) as usize;
         let st = self.inner.state.lock().await;
@@ -518,7 +581,10 @@ impl Service {
             .collect();
         let next = if out.len() > page {
             out.truncate(page);
-            out.last().and_then(|s| s.metadata.as_ref()).map(|m| m.name.clone()).unwrap_or_default()
+            out.last()
+                .and_then(|s| s.metadata.as_ref())
+                .map(|m| m.name.clone())
+                .unwrap_or_default()
         } else {
             String::new()
         };
@@ -543,7 +609,9 @@ impl PresenceService for Service {
         req: Request<ListProxyServersRequest>,
     ) -> Result<Response<ListProxyServersResponse>, Status> {
         let r = req.into_inner();
-        let (servers, next_page_token) = self.servers(Kind::Proxy, r.page_size, &r.page_token).await?;
+        let (servers, next_page_token) = self
+            .servers(Kind::Proxy, r.page_size, &r.page_token)
+            .await?;
         Ok(Response::new(ListProxyServersResponse {
             servers,
             next_page_token,
@@ -555,7 +623,9 @@ impl PresenceService for Service {
         req: Request<ListAuthServersRequest>,
     ) -> Result<Response<ListAuthServersResponse>, Status> {
         let r = req.into_inner();
-        let (servers, next_page_token) = self.servers(Kind::AuthServer, r.page_size, &r.page_token).await?;
+        let (servers, next_page_token) = self
+            .servers(Kind::AuthServer, r.page_size, &r.page_token)
+            .await?;
         Ok(Response::new(ListAuthServersResponse {
             servers,
             next_page_token,
@@ -567,14 +637,18 @@ impl PresenceService for Service {
 pub(super) fn routers(inner: Arc<Inner>) -> (tonic::transport::server::Router, axum::Router) {
     let max = inner.spec.max_message_bytes;
     let spec = inner.spec.teleport.clone().unwrap_or_default();
-    let auth = AuthServiceServer::new(Service { inner: inner.clone() })
-        .max_encoding_message_size(max)
-        .max_decoding_message_size(max);
+    let auth = AuthServiceServer::new(Service {
+        inner: inner.clone(),
+    })
+    .max_encoding_message_size(max)
+    .max_decoding_message_size(max);
     let mut builder = tonic::transport::Server::builder();
     let router = if spec.presence {
-        let presence = PresenceServiceServer::new(Service { inner: inner.clone() })
-            .max_encoding_message_size(max)
-            .max_decoding_message_size(max);
+        let presence = PresenceServiceServer::new(Service {
+            inner: inner.clone(),
+        })
+        .max_encoding_message_size(max)
+        .max_decoding_message_size(max);
         builder.add_service(auth).add_service(presence)
     } else {
         builder.add_service(auth)
@@ -583,7 +657,12 @@ pub(super) fn routers(inner: Arc<Inner>) -> (tonic::transport::server::Router, a
         .route("/v2/proxies", axum::routing::get(http_list))
         .route("/v2/authservers", axum::routing::get(http_list))
         .with_state(inner);
-    info!(peering = spec.proxy_peering, presence = spec.presence, tls_routing = spec.tls_routing, "sim: serving Teleport's Auth API over mutual TLS");
+    info!(
+        peering = spec.proxy_peering,
+        presence = spec.presence,
+        tls_routing = spec.tls_routing,
+        "sim: serving Teleport's Auth API over mutual TLS"
+    );
     (router, http)
 }
 
@@ -591,7 +670,15 @@ async fn http_list(
     axum::extract::State(inner): axum::extract::State<Arc<Inner>>,
     uri: axum::http::Uri,
 ) -> axum::Json<Vec<serde_json::Value>> {
-    let kind = if uri.path() == "/v2/proxies" { Kind::Proxy } else { Kind::AuthServer };
+    let kind = if uri.path() == "/v2/proxies" {
+        Kind::Proxy
+    } else {
+        Kind::AuthServer
+    };
     let list = Service { inner }.all_servers(kind).await;
-    axum::Json(list.iter().map(crate::ingest::teleport::http::to_json).collect())
+    axum::Json(
+        list.iter()
+            .map(crate::ingest::teleport::http::to_json)
+            .collect(),
+    )
 }

@@ -151,6 +151,12 @@ impl Cluster {
         self.spec.rejected_kinds.push(k);
         self
     }
+    /// The simulator plays Teleport's Auth API over mutual TLS and Lifeline
+    /// uses the `teleport` source with the identity file it writes.
+    pub fn teleport(mut self, t: lifeline::sim::TeleportSpec) -> Self {
+        self.spec.teleport = Some(t);
+        self
+    }
     pub fn legacy_init(mut self) -> Self {
         self.spec.legacy_init = true;
         self
@@ -231,6 +237,15 @@ impl Cluster {
         cfg.server.listen = ([127, 0, 0, 1], 0).into();
         cfg.server.grpc_listen = ([127, 0, 0, 1], 0).into();
         cfg.cluster.addr = sim.uri();
+        if sim.spec().teleport.is_some() {
+            let identity = dir.path().join("identity");
+            sim.write_identity(&identity)
+                .expect("identity file written");
+            cfg.cluster.source = lifeline::config::SourceKind::Teleport;
+            cfg.cluster.addr = sim.addr().to_string();
+            cfg.cluster.identity_file = Some(identity);
+            cfg.cluster.instances_poll = Duration::from_secs(1);
+        }
         cfg.cluster.max_message_bytes = self.max_message_bytes;
         cfg.storage.path = dir.path().join("lifeline.db");
         cfg.health.unknown_grace = self.grace;

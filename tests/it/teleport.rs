@@ -1,0 +1,368 @@
+//! The `teleport` source end to end: the simulator plays Teleport's Auth
+//! API over mutual TLS (certificates made at start, an identity file in
+//! tctl's layout), and the core stranded scenarios run through it. Plus
+//! every way the identity or the TLS handshake can be wrong, each with the
+//! message an operator reads.
+
+use crate::support;
+use std::time::Duration;
+
+use lifeline::config::SourceKind;
+use lifeline::model::Kind;
+use lifeline::sim::{write_private, SimCluster, SimSpec, TeleportSpec};
+use lifeline::{Clock, Lifeline};
+use serde_json::json;
+use support::{strs, Cluster};
+use tonic_health::ServingStatus;
+
+fn peering() -> TeleportSpec {
+    TeleportSpec::default()
+}
+
+fn mesh() -> TeleportSpec {
+    TeleportSpec {
+        proxy_peering: false,
+        ..TeleportSpec::default()
+    }
+}
+
+// Six agents on three proxies: agent i holds tunnels to proxies i%3 and
+// (i+1)%3 and is attached to auth server i%2 (see the stranded tests).
+
+/// Proxies that stop heartbeating strand, through Teleport's watcher, the
+/// agents whose ProxyIDs name only them.
+#[tokio::test(start_paused = true)]
+async fn teleport_proxy_expiry_strands_the_agents_tunnelled_only_there() {
+    let c = Cluster::new().teleport(peering()).start().await;
+    c.ready().await;
+    let agent = c.ok("/api/v1/agents/agent-00001").await;
+    assert_eq!(agent["labels"]["lifeline.dev/tunnels"], "observed");
+    assert_eq!(agent["labels"]["teleport.dev/services"], "node");
+    assert_eq!(strs(&agent["tunnels"], "proxy"), ["proxy-1", "proxy-2"]);
+
+    c.stop_proxies(&["proxy-1", "proxy-2"]).await;
+    assert_eq!(
+        c.agents_in("stranded").await,
+        ["agent-00001", "agent-00004"]
+    );
+    let agent = c.ok("/api/v1/agents/agent-00001").await;
+    assert_eq!(agent["reasons"], json!(["no_live_tunnel"]));
+    c.shutdown().await;
+}
+
+/// An auth server NOT_SERVING over mutual TLS strands the agents
+/// GetInstances attaches to it.
+#[tokio::test(start_paused = true)]
+async fn teleport_auth_not_serving_strands_the_agents_its_instances_name() {
+    let c = Cluster::new().teleport(peering()).start().await;
+    c.ready().await;
+    let agent = c.ok("/api/v1/agents/agent-00002").await;
+    assert_eq!(agent["auth_server"], "auth-2", "from GetInstances' AuthID");
+
+    c.sim
+        .set_auth_status("auth-1", ServingStatus::NotServing)
+        .await;
+    c.eventually("auth-1's agents stranded", || async {
+        c.agents_in("stranded").await == ["agent-00001", "agent-00003", "agent-00005"]
+    })
+    .await;
+    let agent = c.ok("/api/v1/agents/agent-00003").await;
+    assert_eq!(agent["reasons"], json!(["auth_unhealthy"]));
+    c.shutdown().await;
+}
+
+/// A killed watch stream turns every kind stale; nothing is stranded from
+/// stale data, and a resync brings it back.
+#[tokio::test(start_paused = true)]
+async fn teleport_killed_stream_keeps_data_stale_until_resync() {
+    let c = Cluster::new().teleport(peering()).start().await;
+    c.ready().await;
+    c.sim.set_accepting(false);
+    c.sim.kill_streams();
+    c.eventually("every kind stale", || async {
+        let s = c.summary().await;
+        Kind::ALL
+            .iter()
+            .all(|k| s["watcher"]["kinds"][k.as_str()]["state"] == "stale")
+    })
+    .await;
+    let (code, body) = c.get_text("/readyz").await;
+    assert_eq!(code, 503);
+    assert!(body.contains("cluster source"), "{body}");
+
+    c.sim.pause_heartbeats("proxy-1").await;
+    c.sim.pause_heartbeats("proxy-2").await;
+    let e = c
+        .expires(Kind::Proxy, "proxy-1")
+        .await
+        .max(c.expires(Kind::Proxy, "proxy-2").await);
+    c.advance_to(e).await;
+    assert!(
+        c.agents_in("stranded").await.is_empty(),
+        "nothing expires from stale data"
+    );
+
+    c.sim.set_accepting(true);
+    c.advance_until(
+        "resynced and stranded",
+        Duration::from_secs(120),
+        || async { c.agents_in("stranded").await == ["agent-00001", "agent-00004"] },
+    )
+    .await;
+    c.shutdown().await;
+}
+
+/// A kind Teleport does not confirm in INIT's WatchStatus is rejected;
+/// without proxies no tunnel reason is raised.
+#[tokio::test(start_paused = true)]
+async fn teleport_unconfirmed_kind_is_rejected() {
+    let c = Cluster::new()
+        .teleport(peering())
+        .reject(Kind::Proxy)
+        .start()
+        .await;
+    c.ready().await;
+    let s = c.summary().await;
+    assert_eq!(s["watcher"]["kinds"]["proxy"]["state"], "rejected", "{s}");
+    assert_eq!(s["watcher"]["kinds"]["agent"]["state"], "ready", "{s}");
+    c.shutdown().await;
+}
+
+/// An older Auth sends INIT with no WatchStatus: every kind confirmed.
+#[tokio::test(start_paused = true)]
+async fn teleport_legacy_init_confirms_every_kind() {
+    let c = Cluster::new()
+        .teleport(peering())
+        .legacy_init()
+        .start()
+        .await;
+    c.ready().await;
+    let s = c.summary().await;
+    for k in Kind::ALL {
+        assert_eq!(
+            s["watcher"]["kinds"][k.as_str()]["state"],
+            "ready",
+            "{k}: {s}"
+        );
+    }
+    c.shutdown().await;
+}
+
+/// DELETEs arrive as ResourceHeader (proxies, nodes) and, for apps, as
+/// ResourceHeader naming the host or as the older AppServerV3.
+#[tokio::test(start_paused = true)]
+async fn teleport_deletes_as_resource_header_and_app_server() {
+    let c = Cluster::new().teleport(peering()).start().await;
+    c.ready().await;
+    c.sim.delete_server(Kind::Proxy, "proxy-3").await;
+    c.sim.delete_server(Kind::Agent, "agent-00006").await;
+    c.quiesce().await;
+    let (code, _) = c.get("/api/v1/agents/agent-00006").await;
+    assert_eq!(code, 404);
+    let proxies = c.ok("/api/v1/proxies").await;
+    assert!(!support::names(&proxies["items"]).contains(&"proxy-3".to_string()));
+
+    let long = Duration::from_secs(3600);
+    c.sim.put_app("agent-00002", "grafana", long).await;
+    c.sim.put_app("agent-00002", "wiki", long).await;
+    c.quiesce().await;
+    let agent = c.ok("/api/v1/agents/agent-00002").await;
+    assert_eq!(agent["labels"]["teleport.dev/services"], "app_server,node");
+    c.sim.delete_app("agent-00002", "grafana", true).await;
+    c.sim.delete_app("agent-00002", "wiki", false).await;
+    c.quiesce().await;
+    let agent = c.ok("/api/v1/agents/agent-00002").await;
+    assert_eq!(agent["labels"]["teleport.dev/services"], "node");
+    c.shutdown().await;
+}
+
+/// A host running a node and an app lives while either heartbeats: the
+/// app expiring leaves it healthy, and so does the node stopping while
+/// the app goes on.
+#[tokio::test(start_paused = true)]
+async fn teleport_host_with_two_services_lives_while_one_heartbeats() {
+    let c = Cluster::new().teleport(peering()).start().await;
+    c.ready().await;
+    c.sim
+        .put_app("agent-00001", "grafana", Duration::from_secs(5))
+        .await;
+    c.sim
+        .put_app("agent-00002", "wiki", Duration::from_secs(3600))
+        .await;
+    c.quiesce().await;
+    c.advance(Duration::from_secs(10)).await;
+    assert_eq!(
+        c.state("agent-00001").await,
+        "healthy",
+        "the node still heartbeats"
+    );
+
+    c.sim.pause_heartbeats("agent-00002").await;
+    c.advance(Duration::from_secs(90)).await;
+    assert_eq!(
+        c.state("agent-00002").await,
+        "healthy",
+        "the app still heartbeats"
+    );
+    let agent = c.ok("/api/v1/agents/agent-00002").await;
+    assert_eq!(agent["labels"]["teleport.dev/services"], "app_server,node");
+    c.shutdown().await;
+}
+
+/// In agent mesh Teleport records no ProxyIDs: Lifeline assumes a tunnel
+/// to every proxy and says so; losing two of three proxies degrades.
+#[tokio::test(start_paused = true)]
+async fn teleport_agent_mesh_assumes_every_proxy_and_says_so() {
+    let c = Cluster::new().teleport(mesh()).start().await;
+    c.ready().await;
+    let agent = c.ok("/api/v1/agents/agent-00001").await;
+    assert_eq!(agent["labels"]["lifeline.dev/tunnels"], "assumed");
+    assert_eq!(
+        strs(&agent["tunnels"], "proxy"),
+        ["proxy-1", "proxy-2", "proxy-3"]
+    );
+    c.stop_proxies(&["proxy-1", "proxy-2"]).await;
+    assert!(c.agents_in("stranded").await.is_empty());
+    assert_eq!(c.agents_in("degraded").await.len(), 6);
+    c.shutdown().await;
+}
+
+/// An Auth without PresenceService: proxies and auth servers are listed
+/// over HTTPS on the same listener and mutual TLS.
+#[tokio::test(start_paused = true)]
+async fn teleport_lists_over_https_when_presence_is_unimplemented() {
+    let c = Cluster::new()
+        .teleport(TeleportSpec {
+            presence: false,
+            ..peering()
+        })
+        .start()
+        .await;
+    c.ready().await;
+    assert_eq!(
+        support::names(&c.ok("/api/v1/proxies").await["items"]).len(),
+        3
+    );
+    c.shutdown().await;
+}
+
+/// Through a proxy's TLS routing: only the Auth routing ALPN is accepted.
+#[tokio::test(start_paused = true)]
+async fn teleport_through_tls_routing_offers_the_auth_alpn() {
+    let spec = TeleportSpec {
+        tls_routing: true,
+        ..peering()
+    };
+    let name = spec.cluster_name.clone();
+    let c = Cluster::new()
+        .teleport(spec)
+        .config(move |cfg| {
+            cfg.cluster.tls_routing = true;
+            cfg.cluster.cluster_name = name;
+        })
+        .start()
+        .await;
+    // Auth health goes straight to each Auth (ALPN h2), which the routing
+    // listener does not serve in the simulator: readiness of the watch is
+    // the point here.
+    support::real_timeout(support::REAL_WAIT, c.ll().fleet.wait_ready())
+        .await
+        .expect("ready through TLS routing")
+        .expect("fleet alive");
+    c.shutdown().await;
+}
+
+/// Starts Lifeline against `sim` with `identity` and `server_name`, and
+/// returns what `/readyz` says once the source has failed.
+async fn failing_source(sim: &SimCluster, identity: &str, server_name: &str) -> String {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("identity");
+    write_private(&path, identity).expect("identity written");
+    let mut cfg = lifeline::config::Config::default();
+    cfg.server.listen = ([127, 0, 0, 1], 0).into();
+    cfg.server.grpc_listen = ([127, 0, 0, 1], 0).into();
+    cfg.storage.path = dir.path().join("l.db");
+    cfg.cluster.source = SourceKind::Teleport;
+    cfg.cluster.addr = sim.addr().to_string();
+    cfg.cluster.identity_file = Some(path);
+    cfg.cluster.server_name = server_name.to_string();
+    support::test_access(&mut cfg);
+    let ll = Lifeline::start(&cfg, sim.clock())
+        .await
+        .expect("starts: the identity itself is sound");
+    let http = reqwest::Client::new();
+    let url = format!("http://{}/readyz", ll.http_addr);
+    let mut body = String::new();
+    for _ in 0..200 {
+        body = http
+            .get(&url)
+            .send()
+            .await
+            .expect("readyz")
+            .text()
+            .await
+            .unwrap_or_default();
+        if body.contains("cluster source") {
+            break;
+        }
+        support::real_sleep(Duration::from_millis(25)).await;
+    }
+    ll.shutdown().await;
+    body
+}
+
+/// Every TLS failure names what is wrong: a CA that does not sign the
+/// server, a client certificate the server refuses, a wrong server name.
+#[tokio::test]
+async fn teleport_tls_failures_say_what_is_wrong() {
+    support::logs();
+    let sim = SimCluster::start(
+        SimSpec {
+            teleport: Some(peering()),
+            agents: 2,
+            ..SimSpec::default()
+        },
+        Clock::system(),
+    )
+    .await
+    .expect("sim starts");
+    let Some(pki) = sim.pki() else {
+        panic!("a Teleport simulation has a PKI")
+    };
+    let wrong_ca = pki
+        .identity_trusting_another_ca("lifeline")
+        .expect("identity");
+    let body = failing_source(&sim, &wrong_ca, "teleport.cluster.local").await;
+    assert!(body.contains("not signed by a trusted CA"), "{body}");
+
+    let foreign = pki.foreign_identity("lifeline").expect("identity");
+    let body = failing_source(&sim, &foreign, "teleport.cluster.local").await;
+    assert!(
+        body.contains("refused Lifeline's client certificate"),
+        "{body}"
+    );
+
+    let good = pki.identity("lifeline").expect("identity");
+    let body = failing_source(&sim, &good, "auth.example.com").await;
+    assert!(body.contains("not valid for the server name"), "{body}");
+    sim.shutdown();
+}
+
+/// A bad identity file stops start-up with a message naming the file.
+#[tokio::test]
+async fn teleport_bad_identity_file_stops_start_up_naming_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("identity");
+    write_private(&path, "not an identity\n").expect("written");
+    let mut cfg = lifeline::config::Config::default();
+    cfg.storage.path = dir.path().join("l.db");
+    cfg.cluster.source = SourceKind::Teleport;
+    cfg.cluster.addr = "127.0.0.1:1".into();
+    cfg.cluster.identity_file = Some(path.clone());
+    let Err(e) = Lifeline::start(&cfg, Clock::system()).await else {
+        panic!("a bad identity must stop start-up")
+    };
+    let msg = e.to_string();
+    assert!(msg.contains(&path.display().to_string()), "{msg}");
+    assert!(!msg.to_lowercase().contains("private key-----"), "{msg}");
+}
