@@ -160,6 +160,9 @@ pub struct Tunnel {
     pub expires: Option<Ts>,
 }
 
+/// The server name Teleport's Auth certificates carry (SNI and verified).
+pub const TELEPORT_SERVER_NAME: &str = "teleport.cluster.local";
+
 named_enum! {
     "snake_case";
     /// A Teleport agent service: the kinds one host heartbeats, each with its

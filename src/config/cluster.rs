@@ -106,7 +106,7 @@ impl Default for ClusterConfig {
             addr: "http://127.0.0.1:3025".into(),
             identity_file: None,
             ca_file: None,
-            server_name: crate::ingest::dial::TELEPORT_SERVER_NAME.into(),
+            server_name: crate::model::TELEPORT_SERVER_NAME.into(),
             agent_kinds: AgentService::ALL.to_vec(),
             instances_poll: Duration::from_secs(30),
             tls_routing: false,

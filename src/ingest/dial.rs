@@ -17,8 +17,7 @@ use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 use tonic::transport::{Channel, Endpoint, Uri};
 
-/// The server name Teleport's Auth certificates carry.
-pub const TELEPORT_SERVER_NAME: &str = "teleport.cluster.local";
+pub use crate::model::TELEPORT_SERVER_NAME;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DialError {

@@ -239,10 +239,14 @@ impl SimCluster {
         match (&inner.spec.teleport, &inner.pki) {
             (Some(t), Some(pki)) => {
                 let alpn = if t.tls_routing {
-                    crate::ingest::dial::teleport_alpn(Some(&t.cluster_name))
-                        .into_iter()
-                        .take(1)
-                        .collect()
+                    // A proxy's TLS routing to Auth, written here from
+                    // Teleport's rule rather than Lifeline's.
+                    vec![format!(
+                        "teleport-auth@{}.{}",
+                        hex::encode(t.cluster_name.as_bytes()),
+                        super::pki::AUTH_SERVER_NAME
+                    )
+                    .into_bytes()]
                 } else {
                     vec![b"h2".to_vec(), b"http/1.1".to_vec()]
                 };

@@ -676,9 +676,20 @@ async fn http_list(
         Kind::AuthServer
     };
     let list = Service { inner }.all_servers(kind).await;
-    axum::Json(
-        list.iter()
-            .map(crate::ingest::teleport::http::to_json)
-            .collect(),
-    )
+    axum::Json(list.iter().map(to_json).collect())
+}
+
+/// Teleport's JSON form of a server, as `GET /v2/...` answers it.
+fn to_json(s: &types::ServerV2) -> serde_json::Value {
+    let meta = s.metadata.clone().unwrap_or_default();
+    let spec = s.spec.clone().unwrap_or_default();
+    let expires = meta
+        .expires
+        .map(|t| Ts::from_micros(t.seconds * 1_000_000 + i64::from(t.nanos) / 1000).rfc3339());
+    serde_json::json!({
+        "kind": s.kind,
+        "version": s.version,
+        "metadata": { "name": meta.name, "namespace": meta.namespace, "labels": meta.labels, "expires": expires },
+        "spec": { "addr": spec.addr, "hostname": spec.hostname, "version": spec.version },
+    })
 }
