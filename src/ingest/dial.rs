@@ -241,15 +241,7 @@ fn authority(addr: &str) -> Result<String, DialError> {
 pub fn explain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = cur {
-        if let Some(r) = err.downcast_ref::<rustls::Error>() {
-            return format!("TLS failed: {}", describe(r, None, None));
-        }
-        // An io::Error's `source` skips its own payload: look inside.
-        if let Some(r) = err
-            .downcast_ref::<std::io::Error>()
-            .and_then(|io| io.get_ref())
-            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        {
+        if let Some(r) = rustls_error(err) {
             return format!("TLS failed: {}", describe(r, None, None));
         }
         cur = err.source();
@@ -258,31 +250,40 @@ pub fn explain(e: &(dyn std::error::Error + 'static)) -> String {
     // sent after the handshake (TLS 1.3 refuses a client certificate
     // then) arrives as "received fatal alert: <name>".
     let text = crate::backoff::chain(e);
-    if let Some(alert) = text.split("received fatal alert: ").nth(1) {
-        let name: String = alert
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric())
-            .collect();
-        const REFUSED: [&str; 8] = [
-            "BadCertificate",
-            "UnknownCA",
-            "CertificateRequired",
-            "CertificateUnknown",
-            "CertificateExpired",
-            "CertificateRevoked",
-            "AccessDenied",
-            "UnsupportedCertificate",
-        ];
-        if REFUSED.contains(&name.as_str()) {
-            return format!("TLS failed: the server refused Lifeline's client certificate (alert {name}); is the identity from this cluster, and unexpired?");
-        }
-        return format!("TLS failed: the server sent alert {name}");
+    let alert = text
+        .split("received fatal alert: ")
+        .nth(1)
+        .map(|a| {
+            a.chars()
+                .take_while(char::is_ascii_alphanumeric)
+                .collect::<String>()
+        })
+        .and_then(|name| {
+            (0..=u8::MAX)
+                .map(AlertDescription::from)
+                .find(|a| format!("{a:?}") == name)
+        });
+    match alert {
+        Some(a) => format!(
+            "TLS failed: {}",
+            describe(&rustls::Error::AlertReceived(a), None, None)
+        ),
+        None => text,
     }
-    text
+}
+
+/// The rustls error `err` is, or carries as an I/O error's payload (which
+/// an I/O error's `source` skips).
+fn rustls_error<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    err.downcast_ref::<rustls::Error>().or_else(|| {
+        err.downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    })
 }
 
 fn tls_reason(e: &std::io::Error, name: &ServerName<'_>, source: &str) -> Option<String> {
-    let r = e.get_ref()?.downcast_ref::<rustls::Error>()?;
+    let r = rustls_error(e)?;
     Some(format!(
         "TLS handshake failed: {}",
         describe(r, Some(name), Some(source))
@@ -315,7 +316,9 @@ fn describe(r: &rustls::Error, name: Option<&ServerName<'_>>, source: Option<&st
             | AlertDescription::CertificateRevoked
             | AlertDescription::AccessDenied
             | AlertDescription::UnsupportedCertificate,
-        ) => format!("the server refused Lifeline's client certificate{from}: {r}"),
+        ) => format!(
+            "the server refused Lifeline's client certificate{from}: {r}; is the identity from this cluster, and unexpired?"
+        ),
         rustls::Error::AlertReceived(AlertDescription::NoApplicationProtocol)
         | rustls::Error::NoApplicationProtocol => {
             "the server accepts none of the offered ALPN protocols (is TLS routing set as the server expects?)".to_string()

@@ -36,7 +36,8 @@ pub fn reject(code: RejectCode, kind: &str, name: &str, message: impl Into<Strin
     }
 }
 
-fn check_name(kind: &str, name: &str, field: &str) -> Result<(), Rejection> {
+/// A resource name: not blank, at most `MAX_NAME_LEN` bytes.
+pub fn check_name(kind: &str, name: &str, field: &str) -> Result<(), Rejection> {
     if name.trim().is_empty() {
         return Err(reject(
             RejectCode::EmptyName,

@@ -213,17 +213,10 @@ async fn session(
     let generation = *generation;
     Stats::inc(&stats.watch_generations);
 
-    let first = stream.message().await.map_err(|s| {
-        count_stream_error(stats, &s);
-        WatchError::Stream(s)
-    })?;
-    let Some(first) = first else {
-        return Err(WatchError::Ended);
-    };
-    if pb::EventType::try_from(first.r#type) != Ok(pb::EventType::Init) {
-        stats.reject(RejectCode::StreamProtocol);
-        return Err(WatchError::NoInit);
-    }
+    let first = first_init(&mut stream, stats, |e: &pb::Event| {
+        pb::EventType::try_from(e.r#type) == Ok(pb::EventType::Init)
+    })
+    .await?;
     let mut rejected = Vec::new();
     if let Some(pb::event::Resource::Status(st)) = first.resource {
         for name in st.rejected_kinds {
@@ -263,8 +256,69 @@ async fn session(
         snapshots.push(snap);
         list_rejections.extend(rejections);
     }
-    let listed: usize = snapshots.iter().map(Snapshot::len).sum();
-    let list_ms = list_started.elapsed().as_millis() as u64;
+    hand_over(
+        fleet,
+        list_rejections,
+        Resync {
+            generation,
+            snapshots,
+            rejected,
+        },
+        list_started,
+    )
+    .await?;
+    *reached_ready = true;
+
+    loop {
+        let (events, end) = burst(&mut stream, stats).await;
+        let n = events.len() as u64;
+        let mut batch = Vec::with_capacity(events.len());
+        for ev in events {
+            push_event(&mut batch, ev, clock, cfg, stats);
+        }
+        fleet
+            .send(Command::Apply(batch))
+            .await
+            .map_err(|_| WatchError::FleetGone)?;
+        Stats::add(&stats.stream_events, n);
+        Stats::add(&stats.session_events, n);
+        if let Some(e) = end {
+            return Err(e);
+        }
+    }
+}
+
+/// The stream's first message, which must be INIT (`is_init`).
+pub async fn first_init<T>(
+    stream: &mut tonic::Streaming<T>,
+    stats: &Stats,
+    is_init: impl FnOnce(&T) -> bool,
+) -> Result<T, WatchError> {
+    let first = stream.message().await.map_err(|s| {
+        count_stream_error(stats, &s);
+        WatchError::Stream(s)
+    })?;
+    let Some(first) = first else {
+        return Err(WatchError::Ended);
+    };
+    if !is_init(&first) {
+        stats.reject(RejectCode::StreamProtocol);
+        return Err(WatchError::NoInit);
+    }
+    Ok(first)
+}
+
+/// Hands the fleet a session's listing: the rejections met while listing,
+/// then the `Resync` that makes its kinds ready.
+pub async fn hand_over(
+    fleet: &FleetHandle,
+    list_rejections: Vec<Ingested>,
+    resync: Resync,
+    list_started: std::time::Instant,
+) -> Result<(), WatchError> {
+    let generation = resync.generation;
+    let listed: usize = resync.snapshots.iter().map(Snapshot::len).sum();
+    let rejected: Vec<&'static str> = resync.rejected.iter().map(|k| k.as_str()).collect();
     if !list_rejections.is_empty() {
         fleet
             .send(Command::Apply(list_rejections))
@@ -272,63 +326,52 @@ async fn session(
             .map_err(|_| WatchError::FleetGone)?;
     }
     fleet
-        .send(Command::Resync(Resync {
-            generation,
-            snapshots,
-            rejected: rejected.clone(),
-        }))
+        .send(Command::Resync(resync))
         .await
         .map_err(|_| WatchError::FleetGone)?;
-    *reached_ready = true;
     info!(
         generation,
         listed,
-        list_ms,
-        rejected = ?rejected.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
+        list_ms = list_started.elapsed().as_millis() as u64,
+        ?rejected,
         "cluster watch ready"
     );
+    Ok(())
+}
 
-    loop {
-        let first = stream.message().await.map_err(|s| {
+/// The next burst of a stream: waits for one message, then takes whatever
+/// else already arrived (up to `MAX_BATCH`), so a burst becomes one fleet
+/// command. The end of the stream, if met, comes after the messages before
+/// it. Cancel-safe: it awaits only for the first message.
+pub async fn burst<T>(
+    stream: &mut tonic::Streaming<T>,
+    stats: &Stats,
+) -> (Vec<T>, Option<WatchError>) {
+    let mut out = Vec::new();
+    let mut next = match stream.message().await {
+        Ok(Some(m)) => Some(m),
+        Ok(None) => return (out, Some(WatchError::Ended)),
+        Err(s) => {
             count_stream_error(stats, &s);
-            WatchError::Stream(s)
-        })?;
-        let Some(ev) = first else {
-            return Err(WatchError::Ended);
-        };
-        let mut batch = Vec::with_capacity(16);
-        push_event(&mut batch, ev, clock, cfg, stats);
-        // Take whatever else already arrived, without waiting, so a burst
-        // becomes one fleet command.
-        while batch.len() < MAX_BATCH {
-            match stream.message().now_or_never() {
-                Some(Ok(Some(ev))) => push_event(&mut batch, ev, clock, cfg, stats),
-                Some(Ok(None)) => {
-                    fleet
-                        .send(Command::Apply(batch))
-                        .await
-                        .map_err(|_| WatchError::FleetGone)?;
-                    return Err(WatchError::Ended);
-                }
-                Some(Err(s)) => {
-                    count_stream_error(stats, &s);
-                    fleet
-                        .send(Command::Apply(batch))
-                        .await
-                        .map_err(|_| WatchError::FleetGone)?;
-                    return Err(WatchError::Stream(s));
-                }
-                None => break,
-            }
+            return (out, Some(WatchError::Stream(s)));
         }
-        let n = batch.len() as u64;
-        fleet
-            .send(Command::Apply(batch))
-            .await
-            .map_err(|_| WatchError::FleetGone)?;
-        Stats::add(&stats.stream_events, n);
-        Stats::add(&stats.session_events, n);
+    };
+    while let Some(m) = next.take() {
+        out.push(m);
+        if out.len() >= MAX_BATCH {
+            break;
+        }
+        match stream.message().now_or_never() {
+            Some(Ok(Some(m))) => next = Some(m),
+            Some(Ok(None)) => return (out, Some(WatchError::Ended)),
+            Some(Err(s)) => {
+                count_stream_error(stats, &s);
+                return (out, Some(WatchError::Stream(s)));
+            }
+            None => {}
+        }
     }
+    (out, None)
 }
 
 fn push_event(

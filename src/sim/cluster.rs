@@ -102,11 +102,59 @@ pub fn agent_name(i: usize) -> String {
 #[derive(Default)]
 struct State {
     servers: BTreeMap<(Kind, String), pb::Server>,
+    /// Written through `put_tunnel` and `remove_tunnel` only, which keep
+    /// `tunnel_proxies` in step.
     tunnels: BTreeMap<String, pb::TunnelConnection>,
+    /// Each agent's tunnels by proxy, counted (Teleport's `ProxyIDs` come
+    /// from here on every node heartbeat, so no scan of every tunnel).
+    tunnel_proxies: HashMap<String, BTreeMap<String, usize>>,
     paused: HashSet<String>,
     auth_status: HashMap<String, ServingStatus>,
     /// Teleport app services: (host, app) → expires.
     apps: BTreeMap<(String, String), Ts>,
+}
+
+impl State {
+    fn put_tunnel(&mut self, t: pb::TunnelConnection) {
+        *self
+            .tunnel_proxies
+            .entry(t.agent.clone())
+            .or_default()
+            .entry(t.proxy.clone())
+            .or_default() += 1;
+        if let Some(old) = self.tunnels.insert(t.name.clone(), t) {
+            self.unindex(&old);
+        }
+    }
+
+    fn remove_tunnel(&mut self, name: &str) -> Option<pb::TunnelConnection> {
+        let t = self.tunnels.remove(name)?;
+        self.unindex(&t);
+        Some(t)
+    }
+
+    fn unindex(&mut self, old: &pb::TunnelConnection) {
+        let Some(proxies) = self.tunnel_proxies.get_mut(&old.agent) else {
+            return;
+        };
+        if let Some(n) = proxies.get_mut(&old.proxy) {
+            *n -= 1;
+            if *n == 0 {
+                proxies.remove(&old.proxy);
+            }
+        }
+        if proxies.is_empty() {
+            self.tunnel_proxies.remove(&old.agent);
+        }
+    }
+
+    /// The proxies an agent's tunnels go to, sorted.
+    fn proxies_of(&self, agent: &str) -> Vec<String> {
+        self.tunnel_proxies
+            .get(agent)
+            .map(|p| p.keys().cloned().collect())
+            .unwrap_or_default()
+    }
 }
 
 struct Inner {
@@ -132,7 +180,34 @@ struct Inner {
     pki: Option<Box<SimPki>>,
 }
 
+/// What one watch stream listens to.
+struct Subscription {
+    events: broadcast::Receiver<pb::Event>,
+    teleport: broadcast::Receiver<crate::proto::teleport::auth::Event>,
+    kill: watch::Receiver<u64>,
+}
+
 impl Inner {
+    /// A new watch stream's subscriptions, its counts reset (one watcher at
+    /// a time in tests: counted per stream).
+    fn subscribe(&self) -> Subscription {
+        self.delivered.store(0, Ordering::SeqCst);
+        self.taken.store(0, Ordering::SeqCst);
+        let events = self.events.subscribe();
+        let teleport = self.teleport_events.subscribe();
+        // After subscribing: an event emitted in between is both counted
+        // here and received, so `taken` can only run ahead of it.
+        self.stream_base
+            .store(self.emitted.load(Ordering::SeqCst), Ordering::SeqCst);
+        let mut kill = self.kill.subscribe();
+        kill.borrow_and_update();
+        Subscription {
+            events,
+            teleport,
+            kill,
+        }
+    }
+
     /// Emits one event to every open watch stream.
     fn emit(&self, ev: pb::Event) {
         self.emitted.fetch_add(1, Ordering::SeqCst);
@@ -210,7 +285,7 @@ impl SimCluster {
                     last_heartbeat: Some(to_timestamp(now)),
                     expires: None,
                 };
-                st.tunnels.insert(t.name.clone(), t);
+                st.put_tunnel(t);
             }
         }
         let (events, _) = broadcast::channel(spec.event_buffer.max(16));
@@ -482,15 +557,7 @@ impl SimCluster {
 
     /// The proxies an agent holds tunnels to, as the cluster records them.
     pub async fn agent_proxies(&self, agent: &str) -> Vec<String> {
-        let st = self.inner.state.lock().await;
-        let mut v: Vec<String> = st
-            .tunnels
-            .values()
-            .filter(|t| t.agent == agent)
-            .map(|t| t.proxy.clone())
-            .collect();
-        v.sort();
-        v
+        self.inner.state.lock().await.proxies_of(agent)
     }
 
     /// The auth server an agent is attached to.
@@ -514,12 +581,7 @@ impl SimCluster {
     }
 
     pub async fn put_tunnel(&self, t: pb::TunnelConnection) {
-        self.inner
-            .state
-            .lock()
-            .await
-            .tunnels
-            .insert(t.name.clone(), t.clone());
+        self.inner.state.lock().await.put_tunnel(t.clone());
         self.inner.emit(pb::Event {
             r#type: pb::EventType::Put as i32,
             resource: Some(pb::event::Resource::Tunnel(t)),
@@ -527,7 +589,7 @@ impl SimCluster {
     }
 
     pub async fn delete_tunnel(&self, name: &str) {
-        let removed = self.inner.state.lock().await.tunnels.remove(name);
+        let removed = self.inner.state.lock().await.remove_tunnel(name);
         if let Some(t) = removed {
             self.inner.emit(pb::Event {
                 r#type: pb::EventType::Delete as i32,
@@ -653,17 +715,11 @@ impl ClusterEvents for Service {
             .into_iter()
             .filter(|k| !rejected.contains(k))
             .collect();
-        // One watcher at a time in tests: count per stream.
-        self.inner.delivered.store(0, Ordering::SeqCst);
-        self.inner.taken.store(0, Ordering::SeqCst);
-        let mut sub = self.inner.events.subscribe();
-        // After subscribing: an event emitted in between is both counted
-        // here and received, so `taken` can only run ahead of it.
-        self.inner
-            .stream_base
-            .store(self.inner.emitted.load(Ordering::SeqCst), Ordering::SeqCst);
-        let mut kill = self.inner.kill.subscribe();
-        kill.borrow_and_update();
+        let Subscription {
+            events: mut sub,
+            mut kill,
+            ..
+        } = self.inner.subscribe();
         let (tx, rx) = mpsc::channel(1024);
         let init = pb::Event {
             r#type: pb::EventType::Init as i32,

@@ -269,6 +269,17 @@ async fn teleport_through_tls_routing_offers_the_auth_alpn() {
         .await
         .expect("ready through TLS routing")
         .expect("fleet alive");
+    // Without the routing protocol the same listener refuses Lifeline.
+    let Some(identity) = c.sim.pki().map(|p| p.identity("lifeline")) else {
+        panic!("a Teleport simulation has a PKI")
+    };
+    let body = failing_source(
+        &c.sim,
+        &identity.expect("identity"),
+        "teleport.cluster.local",
+    )
+    .await;
+    assert!(body.contains("none of the offered ALPN"), "{body}");
     c.shutdown().await;
 }
 
@@ -348,12 +359,15 @@ async fn teleport_tls_failures_say_what_is_wrong() {
     sim.shutdown();
 }
 
-/// A bad identity file stops start-up with a message naming the file.
+/// A bad identity file stops start-up with a message naming the file,
+/// and never with the key it holds.
 #[tokio::test]
 async fn teleport_bad_identity_file_stops_start_up_naming_it() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("identity");
-    write_private(&path, "not an identity\n").expect("written");
+    // A private key and nothing else: no certificate to present.
+    let key = rcgen::KeyPair::generate().expect("key").serialize_pem();
+    write_private(&path, &key).expect("written");
     let mut cfg = lifeline::config::Config::default();
     cfg.storage.path = dir.path().join("l.db");
     cfg.cluster.source = SourceKind::Teleport;
@@ -364,5 +378,8 @@ async fn teleport_bad_identity_file_stops_start_up_naming_it() {
     };
     let msg = e.to_string();
     assert!(msg.contains(&path.display().to_string()), "{msg}");
+    assert!(msg.contains("certificate"), "says what is missing: {msg}");
     assert!(!msg.to_lowercase().contains("private key-----"), "{msg}");
+    let body = key.lines().nth(1).unwrap_or("-");
+    assert!(!msg.contains(body), "key material in the message: {msg}");
 }

@@ -10,10 +10,10 @@ use std::time::Duration;
 use crate::clock::{dur_micros, Ts};
 use crate::ingest::validate::{self, reject, Limits};
 use crate::model::{AgentService, Kind, RejectCode, Rejection, Server};
-use crate::proto::teleport::types;
+use crate::proto::teleport::{auth, types};
 use crate::proto::v1 as pb;
 
-use super::hosts::{tunnel_name, Beat};
+use super::hosts::Beat;
 
 /// Go's zero `time.Time` on the wire: 0001-01-01T00:00:00Z. Unset.
 pub const GO_ZERO_SECONDS: i64 = -62_135_596_800;
@@ -30,54 +30,72 @@ pub enum Item {
     Beat(Beat),
 }
 
+impl Item {
+    /// Its Teleport kind.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Item::Server(s) => s.kind.as_str(),
+            Item::Beat(b) => b.service.as_str(),
+        }
+    }
+}
+
 /// Each resource's announce TTL, learned from its heartbeats: Teleport
 /// sets `expires = now + TTL` at each heartbeat and the event follows at
 /// once, so a new expiry minus its arrival time is the TTL. A resource
 /// seen only in a list keeps what was learned before, else the default.
+/// Keyed by Teleport kind, then name, so a heartbeat of a known resource
+/// allocates nothing.
 #[derive(Default)]
 pub struct Ttls {
-    learned: HashMap<(&'static str, String), (Ts, Duration)>,
+    learned: HashMap<&'static str, HashMap<String, (Ts, Duration)>>,
 }
 
 impl Ttls {
-    /// The TTL for `key` whose expiry is `expires`, seen at `now` in a live
-    /// event (`live`) or a list.
+    /// The TTL for `kind`/`name` whose expiry is `expires`, seen at `now`
+    /// in a live event (`live`) or a list.
     pub fn observe(
         &mut self,
-        key: (&'static str, &str),
+        kind: &'static str,
+        name: &str,
         expires: Ts,
         now: Ts,
         live: bool,
         limits: &Limits,
     ) -> Duration {
-        let k = (key.0, key.1.to_string());
-        let prev = self.learned.get(&k).copied();
-        let ttl = match prev {
+        let learn = |prev: Option<(Ts, Duration)>| match prev {
             // Not a heartbeat (the same expiry): nothing new to learn.
             Some((e, ttl)) if e == expires => ttl,
             _ if live && expires > now => round(expires.since(now)).min(limits.max_ttl),
             Some((_, ttl)) => ttl,
             None => limits.default_ttl,
         };
-        self.learned.insert(k, (expires, ttl));
-        ttl
+        let names = self.learned.entry(kind).or_default();
+        match names.get_mut(name) {
+            Some(entry) => {
+                let ttl = learn(Some(*entry));
+                *entry = (expires, ttl);
+                ttl
+            }
+            None => {
+                let ttl = learn(None);
+                names.insert(name.to_string(), (expires, ttl));
+                ttl
+            }
+        }
     }
 
     pub fn forget(&mut self, kind: &'static str, name: &str) {
-        self.learned.remove(&(kind, name.to_string()));
+        if let Some(names) = self.learned.get_mut(kind) {
+            names.remove(name);
+        }
     }
 
     /// Keeps only what `keep` accepts (after a resync: what was listed).
     pub fn retain(&mut self, keep: impl Fn(&'static str, &str) -> bool) {
-        self.learned.retain(|(k, n), _| keep(k, n));
-    }
-
-    pub fn len(&self) -> usize {
-        self.learned.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.learned.is_empty()
+        for (kind, names) in self.learned.iter_mut() {
+            names.retain(|n, _| keep(kind, n));
+        }
     }
 }
 
@@ -97,11 +115,6 @@ fn round(d: Duration) -> Duration {
 fn expires(m: Option<&types::Metadata>) -> Option<prost_types::Timestamp> {
     m.and_then(|m| m.expires)
         .filter(|t| !(t.seconds == GO_ZERO_SECONDS && t.nanos == 0))
-}
-
-/// Where Lifeline's kinds come from in Teleport.
-pub fn kind_name(s: AgentService) -> &'static str {
-    s.as_str()
 }
 
 /// A `ServerV2`: a proxy, an auth server, or a node (a service of its host).
@@ -141,7 +154,8 @@ pub fn server_v2(
             };
             let mut server = validate::server(wire, now, limits)?;
             server.ttl = ttls.observe(
-                (kind.as_str(), &server.name),
+                kind.as_str(),
+                &server.name,
                 server.expires,
                 now,
                 live,
@@ -149,6 +163,7 @@ pub fn server_v2(
             );
             Ok(Item::Server(server))
         }
+        // A node is named by its host ID.
         "node" => beat(
             AgentService::Node,
             Service {
@@ -183,48 +198,36 @@ pub struct Service {
     pub meta: types::Metadata,
 }
 
-impl Service {
-    pub fn app(s: types::AppServerV3) -> Service {
-        let spec = s.spec.unwrap_or_default();
-        let meta = s.metadata.unwrap_or_default();
-        Service {
-            name: meta.name.clone(),
-            host: spec.host_id,
-            hostname: spec.hostname,
-            version: spec.version,
-            proxies: spec.proxy_i_ds,
-            meta,
+/// App, database and Kubernetes servers share a shape: named by what
+/// they serve, their host in `Spec.HostID`.
+macro_rules! service_from {
+    ($($msg:ty),*) => {$(
+        impl From<$msg> for Service {
+            fn from(s: $msg) -> Service {
+                let spec = s.spec.unwrap_or_default();
+                let meta = s.metadata.unwrap_or_default();
+                Service {
+                    name: meta.name.clone(),
+                    host: spec.host_id,
+                    hostname: spec.hostname,
+                    version: spec.version,
+                    proxies: spec.proxy_i_ds,
+                    meta,
+                }
+            }
         }
-    }
+    )*};
+}
 
-    pub fn db(s: types::DatabaseServerV3) -> Service {
-        let spec = s.spec.unwrap_or_default();
-        let meta = s.metadata.unwrap_or_default();
-        Service {
-            name: meta.name.clone(),
-            host: spec.host_id,
-            hostname: spec.hostname,
-            version: spec.version,
-            proxies: spec.proxy_i_ds,
-            meta,
-        }
-    }
+service_from!(
+    types::AppServerV3,
+    types::DatabaseServerV3,
+    types::KubernetesServerV3
+);
 
-    pub fn kube(s: types::KubernetesServerV3) -> Service {
-        let spec = s.spec.unwrap_or_default();
-        let meta = s.metadata.unwrap_or_default();
-        Service {
-            name: meta.name.clone(),
-            host: spec.host_id,
-            hostname: spec.hostname,
-            version: spec.version,
-            proxies: spec.proxy_i_ds,
-            meta,
-        }
-    }
-
-    /// A Windows desktop service is named by its host ID.
-    pub fn desktop(s: types::WindowsDesktopServiceV3) -> Service {
+/// A Windows desktop service is named by its host ID.
+impl From<types::WindowsDesktopServiceV3> for Service {
+    fn from(s: types::WindowsDesktopServiceV3) -> Service {
         let spec = s.spec.unwrap_or_default();
         let meta = s.header.and_then(|h| h.metadata).unwrap_or_default();
         Service {
@@ -238,6 +241,58 @@ impl Service {
     }
 }
 
+/// A resource of a watched kind as a proxy, auth server or service
+/// heartbeat; `None` for what carries no such resource.
+pub enum Resource {
+    Server(types::ServerV2),
+    Service(AgentService, Service),
+}
+
+impl Resource {
+    /// From a watch event.
+    pub fn of_event(r: auth::event::Resource) -> Option<Resource> {
+        use auth::event::Resource as R;
+        Some(match r {
+            R::Server(s) => Resource::Server(s),
+            R::AppServer(s) => Resource::Service(AgentService::AppServer, s.into()),
+            R::DatabaseServer(s) => Resource::Service(AgentService::DbServer, s.into()),
+            R::KubernetesServer(s) => Resource::Service(AgentService::KubeServer, s.into()),
+            R::WindowsDesktopService(s) => {
+                Resource::Service(AgentService::WindowsDesktopService, s.into())
+            }
+            R::ResourceHeader(_) | R::WatchStatus(_) => return None,
+        })
+    }
+
+    /// From a `ListResources` page.
+    pub fn of_page(r: auth::paginated_resource::Resource) -> Resource {
+        use auth::paginated_resource::Resource as R;
+        match r {
+            R::Node(s) => Resource::Server(s),
+            R::AppServer(s) => Resource::Service(AgentService::AppServer, s.into()),
+            R::DatabaseServer(s) => Resource::Service(AgentService::DbServer, s.into()),
+            R::KubernetesServer(s) => Resource::Service(AgentService::KubeServer, s.into()),
+            R::WindowsDesktopService(s) => {
+                Resource::Service(AgentService::WindowsDesktopService, s.into())
+            }
+        }
+    }
+
+    /// Validated, its TTL learned.
+    pub fn validate(
+        self,
+        now: Ts,
+        live: bool,
+        limits: &Limits,
+        ttls: &mut Ttls,
+    ) -> Result<Item, Rejection> {
+        match self {
+            Resource::Server(s) => server_v2(s, now, live, limits, ttls),
+            Resource::Service(k, s) => beat(k, s, now, live, limits, ttls),
+        }
+    }
+}
+
 /// One service heartbeat, validated as the agent it speaks for.
 pub fn beat(
     service: AgentService,
@@ -247,7 +302,11 @@ pub fn beat(
     limits: &Limits,
     ttls: &mut Ttls,
 ) -> Result<Item, Rejection> {
-    let kind = kind_name(service);
+    let kind = service.as_str();
+    let refuse = |r: Rejection| Rejection {
+        kind: kind.to_string(),
+        ..r
+    };
     if s.host.trim().is_empty() {
         return Err(reject(
             RejectCode::MissingField,
@@ -256,20 +315,8 @@ pub fn beat(
             "the service names no host (Spec.HostID is empty)",
         ));
     }
-    validate::server(
-        pb::Server {
-            kind: Kind::Agent.as_str().to_string(),
-            name: s.name.clone(),
-            expires: expires(Some(&s.meta)),
-            ..Default::default()
-        },
-        now,
-        limits,
-    )
-    .map_err(|r| Rejection {
-        kind: kind.to_string(),
-        ..r
-    })?;
+    validate::check_name(kind, &s.name, "Metadata.Name")?;
+    // The heartbeat is the host's: validated as that agent's.
     let agent = validate::server(
         pb::Server {
             kind: Kind::Agent.as_str().to_string(),
@@ -280,34 +327,17 @@ pub fn beat(
         now,
         limits,
     )
-    .map_err(|r| Rejection {
-        kind: kind.to_string(),
-        ..r
-    })?;
-    let mut proxies = Vec::with_capacity(s.proxies.len());
-    for p in s.proxies {
-        let t = validate::tunnel(
-            pb::TunnelConnection {
-                name: tunnel_name(&s.host, &p),
-                agent: s.host.clone(),
-                proxy: p,
-                last_heartbeat: None,
-                expires: None,
-            },
-            now,
-            limits,
-        )
-        .map_err(|r| Rejection {
-            kind: kind.to_string(),
+    .map_err(refuse)?;
+    let mut proxies = s.proxies;
+    for p in &proxies {
+        validate::check_name(kind, p, "ProxyIDs entry").map_err(|r| Rejection {
             name: s.name.clone(),
-            message: format!("ProxyIDs: {}", r.message),
             ..r
         })?;
-        proxies.push(t.proxy);
     }
     proxies.sort();
     proxies.dedup();
-    let ttl = ttls.observe((kind, &s.name), agent.expires, now, live, limits);
+    let ttl = ttls.observe(kind, &s.name, agent.expires, now, live, limits);
     debug_assert!(dur_micros(ttl) > 0);
     Ok(Item::Beat(Beat {
         service,
@@ -407,7 +437,7 @@ mod tests {
         };
         let err = beat(
             AgentService::AppServer,
-            Service::app(app.clone()),
+            app.clone().into(),
             NOW,
             true,
             &limits(),
@@ -424,7 +454,7 @@ mod tests {
         });
         let err = beat(
             AgentService::AppServer,
-            Service::app(app),
+            app.into(),
             NOW,
             true,
             &limits(),

@@ -38,6 +38,8 @@ pub struct Beat {
 #[derive(Default)]
 struct Host {
     services: BTreeMap<(AgentService, String), Beat>,
+    /// Every proxy its services' `ProxyIDs` name (empty: agent mesh).
+    observed: BTreeSet<String>,
     /// Proxies this host's tunnels go to, as last sent.
     tunnels: BTreeSet<String>,
     /// The agent as last sent.
@@ -55,6 +57,36 @@ pub struct Hosts {
     auth_of: HashMap<String, String>,
 }
 
+/// Where changes go: to the caller, or nowhere while a listing is loaded
+/// (then nothing is built only to be dropped).
+struct Out<'a>(Option<&'a mut Vec<Change>>);
+
+impl Out<'_> {
+    fn push(&mut self, change: impl FnOnce() -> Change) {
+        if let Some(out) = self.0.as_deref_mut() {
+            out.push(change());
+        }
+    }
+}
+
+/// What a change to a host can have touched, beyond its expiry.
+#[derive(Clone, Copy)]
+struct Touched {
+    /// The set of services (the services label).
+    services: bool,
+    /// The tunnels: its `ProxyIDs`, or for agent mesh the proxies known.
+    tunnels: bool,
+}
+
+const NOTHING: Touched = Touched {
+    services: false,
+    tunnels: false,
+};
+const EVERYTHING: Touched = Touched {
+    services: true,
+    tunnels: true,
+};
+
 pub fn tunnel_name(host: &str, proxy: &str) -> String {
     format!("{host}/{proxy}")
 }
@@ -70,28 +102,49 @@ fn tunnel(host: &str, proxy: &str) -> Tunnel {
 }
 
 impl Hosts {
-    pub fn len(&self) -> usize {
-        self.hosts.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.hosts.is_empty()
+    /// A resync's listing: proxies, service heartbeats and Auth
+    /// attachments, with nothing sent (the snapshot says it all).
+    pub fn listed(
+        proxies: impl IntoIterator<Item = String>,
+        beats: impl IntoIterator<Item = Beat>,
+        auth_of: HashMap<String, String>,
+    ) -> Hosts {
+        let mut h = Hosts {
+            proxies: proxies.into_iter().collect(),
+            auth_of,
+            ..Hosts::default()
+        };
+        for b in beats {
+            h.put(b, &mut Out(None));
+        }
+        h
     }
 
     /// A service heartbeat (or any PUT of a service resource).
     pub fn put_service(&mut self, beat: Beat, out: &mut Vec<Change>) {
+        self.put(beat, &mut Out(Some(out)));
+    }
+
+    fn put(&mut self, beat: Beat, out: &mut Out) {
         let key = (beat.service, beat.name.clone());
-        let host = beat.host.clone();
-        self.host_of
-            .entry(key.clone())
-            .or_default()
-            .insert(host.clone());
-        self.hosts
-            .entry(host.clone())
-            .or_default()
-            .services
-            .insert(key, beat);
-        self.refresh(&host, out);
+        let host = self.hosts.entry(beat.host.clone()).or_default();
+        let touched = match host.services.get(&key) {
+            Some(old) if old.proxies == beat.proxies => NOTHING,
+            Some(_) => Touched {
+                services: false,
+                tunnels: true,
+            },
+            None => EVERYTHING,
+        };
+        if touched.services {
+            self.host_of
+                .entry(key.clone())
+                .or_default()
+                .insert(beat.host.clone());
+        }
+        let name = beat.host.clone();
+        host.services.insert(key, beat);
+        self.refresh(&name, touched, out);
     }
 
     /// A service resource deleted. `host` is the host the event named, if
@@ -141,13 +194,15 @@ impl Hosts {
                 }
             }
         } else {
-            self.refresh(host, out);
+            self.refresh(host, EVERYTHING, &mut Out(Some(out)));
         }
     }
 
     /// A proxy seen (PUT or listed): agent-mesh hosts assume a tunnel to it.
     pub fn put_proxy(&mut self, name: &str, out: &mut Vec<Change>) {
-        if self.proxies.insert(name.to_string()) {
+        // Most proxy PUTs are heartbeats of a proxy already known.
+        if !self.proxies.contains(name) {
+            self.proxies.insert(name.to_string());
             self.refresh_assumed(out);
         }
     }
@@ -170,7 +225,7 @@ impl Hosts {
             .collect();
         self.auth_of = auth_of;
         for h in changed {
-            self.refresh(&h, out);
+            self.refresh(&h, NOTHING, &mut Out(Some(out)));
         }
     }
 
@@ -178,16 +233,21 @@ impl Hosts {
         let assumed: Vec<String> = self
             .hosts
             .iter()
-            .filter(|(_, h)| h.services.values().all(|b| b.proxies.is_empty()))
+            .filter(|(_, h)| h.observed.is_empty())
             .map(|(n, _)| n.clone())
             .collect();
+        let touched = Touched {
+            services: false,
+            tunnels: true,
+        };
         for h in assumed {
-            self.refresh(&h, out);
+            self.refresh(&h, touched, &mut Out(Some(out)));
         }
     }
 
-    /// Sends what changed of `host`'s agent and tunnels.
-    fn refresh(&mut self, name: &str, out: &mut Vec<Change>) {
+    /// Sends what changed of `host`'s agent and tunnels. A heartbeat
+    /// (`NOTHING` touched) only compares the agent's scalar fields.
+    fn refresh(&mut self, name: &str, touched: Touched, out: &mut Out) {
         let Some(h) = self.hosts.get_mut(name) else {
             return;
         };
@@ -195,58 +255,73 @@ impl Hosts {
         let Some(latest) = h.services.values().max_by_key(|b| b.expires) else {
             return;
         };
-        let observed: BTreeSet<String> = h
-            .services
-            .values()
-            .flat_map(|b| b.proxies.iter().cloned())
-            .collect();
-        let assumed = observed.is_empty();
-        let mut labels = BTreeMap::new();
-        let services: BTreeSet<&str> = h.services.keys().map(|(s, _)| s.as_str()).collect();
-        labels.insert(
-            SERVICES_LABEL.to_string(),
-            services.into_iter().collect::<Vec<_>>().join(","),
-        );
-        labels.insert(
-            TUNNELS_LABEL.to_string(),
-            if assumed {
-                TUNNELS_ASSUMED
-            } else {
-                TUNNELS_OBSERVED
-            }
-            .to_string(),
-        );
-        if !latest.hostname.is_empty() {
-            labels.insert("teleport.dev/hostname".to_string(), latest.hostname.clone());
+        if touched.tunnels {
+            h.observed = h
+                .services
+                .values()
+                .flat_map(|b| b.proxies.iter().cloned())
+                .collect();
         }
-        let agent = Server {
+        let assumed = h.observed.is_empty();
+        let auth = self
+            .auth_of
+            .get(name)
+            .map(String::as_str)
+            .unwrap_or_default();
+        let new = h.sent.is_none();
+        let mut changed = new;
+        let agent = h.sent.get_or_insert_with(|| Server {
             kind: Kind::Agent,
             name: name.to_string(),
             addr: String::new(),
-            version: latest.version.clone(),
+            version: String::new(),
             group_id: String::new(),
             group_generation: 0,
             expires: latest.expires,
             ttl: latest.ttl,
-            labels,
-            auth_server: self.auth_of.get(name).cloned().unwrap_or_default(),
-        };
-        if h.sent.as_ref() != Some(&agent) {
-            out.push(Change::PutServer(agent.clone()));
-            h.sent = Some(agent);
+            labels: BTreeMap::new(),
+            auth_server: String::new(),
+        });
+        if agent.expires != latest.expires || agent.ttl != latest.ttl {
+            (agent.expires, agent.ttl) = (latest.expires, latest.ttl);
+            changed = true;
         }
-        let want = if assumed {
-            self.proxies.clone()
-        } else {
-            observed
-        };
-        for p in h.tunnels.difference(&want) {
-            out.push(Change::DeleteTunnel(tunnel_name(name, p)));
+        for (field, value) in [
+            (&mut agent.version, latest.version.as_str()),
+            (&mut agent.auth_server, auth),
+        ] {
+            if field != value {
+                *field = value.to_string();
+                changed = true;
+            }
         }
-        for p in want.difference(&h.tunnels) {
-            out.push(Change::PutTunnel(tunnel(name, p)));
+        if new || touched.services || touched.tunnels {
+            let labels = labels(&h.services, assumed, &latest.hostname);
+            changed |= agent.labels != labels;
+            agent.labels = labels;
+        } else if agent
+            .labels
+            .get(HOSTNAME_LABEL)
+            .map(String::as_str)
+            .unwrap_or_default()
+            != latest.hostname
+        {
+            agent.labels = labels(&h.services, assumed, &latest.hostname);
+            changed = true;
         }
-        h.tunnels = want;
+        if changed {
+            out.push(|| Change::PutServer(agent.clone()));
+        }
+        if touched.tunnels {
+            let want = if assumed { &self.proxies } else { &h.observed };
+            for p in h.tunnels.difference(want) {
+                out.push(|| Change::DeleteTunnel(tunnel_name(name, p)));
+            }
+            for p in want.difference(&h.tunnels) {
+                out.push(|| Change::PutTunnel(tunnel(name, p)));
+            }
+            h.tunnels = want.clone();
+        }
     }
 
     /// Every agent and tunnel, for a resync.
@@ -263,9 +338,41 @@ impl Hosts {
     }
 }
 
+/// The host's hostname, from its latest service.
+const HOSTNAME_LABEL: &str = "teleport.dev/hostname";
+
+fn labels(
+    services: &BTreeMap<(AgentService, String), Beat>,
+    assumed: bool,
+    hostname: &str,
+) -> BTreeMap<String, String> {
+    let names: BTreeSet<&str> = services.keys().map(|(s, _)| s.as_str()).collect();
+    let mut labels = BTreeMap::new();
+    labels.insert(
+        SERVICES_LABEL.to_string(),
+        names.into_iter().collect::<Vec<_>>().join(","),
+    );
+    let mode = if assumed {
+        TUNNELS_ASSUMED
+    } else {
+        TUNNELS_OBSERVED
+    };
+    labels.insert(TUNNELS_LABEL.to_string(), mode.to_string());
+    if !hostname.is_empty() {
+        labels.insert(HOSTNAME_LABEL.to_string(), hostname.to_string());
+    }
+    labels
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Hosts {
+        fn is_empty(&self) -> bool {
+            self.hosts.is_empty()
+        }
+    }
 
     fn beat(
         service: AgentService,

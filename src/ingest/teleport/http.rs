@@ -66,11 +66,7 @@ fn timestamp(s: &str) -> Option<prost_types::Timestamp> {
             nanos: 0,
         });
     }
-    let t = Ts::parse_rfc3339(s)?;
-    Some(prost_types::Timestamp {
-        seconds: t.as_micros().div_euclid(1_000_000),
-        nanos: (t.as_micros().rem_euclid(1_000_000) * 1000) as i32,
-    })
+    Ts::parse_rfc3339(s).map(crate::proto::to_timestamp)
 }
 
 impl From<JsonServer> for types::ServerV2 {
@@ -150,35 +146,36 @@ pub async fn list_servers(
     Ok(list.into_iter().map(types::ServerV2::from).collect())
 }
 
-/// Teleport's JSON form of a server, as `GET /v2/...` answers (the
-/// simulator serves it).
-pub fn to_json(s: &types::ServerV2) -> serde_json::Value {
-    let meta = s.metadata.clone().unwrap_or_default();
-    let spec = s.spec.clone().unwrap_or_default();
-    let expires = meta.expires.map(|t| {
-        if t.seconds == GO_ZERO_SECONDS {
-            "0001-01-01T00:00:00Z".to_string()
-        } else {
-            Ts::from_micros(t.seconds * 1_000_000 + i64::from(t.nanos) / 1000).rfc3339()
-        }
-    });
-    serde_json::json!({
-        "kind": s.kind,
-        "sub_kind": s.sub_kind,
-        "version": s.version,
-        "metadata": {
-            "name": meta.name,
-            "namespace": meta.namespace,
-            "labels": meta.labels,
-            "expires": expires,
-        },
-        "spec": { "addr": spec.addr, "hostname": spec.hostname, "version": spec.version },
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What `GET /v2/...` answers for `s`, in Teleport's JSON form.
+    fn to_json(s: &types::ServerV2) -> serde_json::Value {
+        let meta = s.metadata.clone().unwrap_or_default();
+        let spec = s.spec.clone().unwrap_or_default();
+        let expires = meta.expires.map(|t| {
+            if t.seconds == GO_ZERO_SECONDS {
+                "0001-01-01T00:00:00Z".to_string()
+            } else {
+                crate::proto::timestamp(&t)
+                    .map(Ts::rfc3339)
+                    .unwrap_or_default()
+            }
+        });
+        serde_json::json!({
+            "kind": s.kind,
+            "sub_kind": s.sub_kind,
+            "version": s.version,
+            "metadata": {
+                "name": meta.name,
+                "namespace": meta.namespace,
+                "labels": meta.labels,
+                "expires": expires,
+            },
+            "spec": { "addr": spec.addr, "hostname": spec.hostname, "version": spec.version },
+        })
+    }
 
     #[test]
     fn json_servers_round_trip_and_go_zero_stays_recognisable() {

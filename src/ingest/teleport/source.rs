@@ -6,35 +6,33 @@
 //! through `ListResources`, and the fleet gets one `Resync`; then PUTs and
 //! DELETEs follow. `GetInstances` is polled alongside for each host's Auth.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::FutureExt;
 use tokio::sync::mpsc;
+use tokio_util::task::AbortOnDropHandle;
 use tonic::transport::Channel;
 use tonic::Code;
 use tracing::{info, info_span, warn, Instrument};
 
-use super::convert::{self, Item, Service, Ttls};
-use super::hosts::Hosts;
+use super::convert::{self, Item, Ttls};
+use super::hosts::{Beat, Hosts};
 use super::http;
 use crate::clock::{Clock, Ts};
 use crate::fleet::{Command, FleetHandle, Ingested, Resync, Snapshot};
 use crate::ingest::dial::{explain, Dialer};
 use crate::ingest::validate::{reject, Limits};
-use crate::ingest::watcher::{count_stream_error, rejected, Source, WatchError};
-use crate::model::{AgentService, Change, Kind, RejectCode};
+use crate::ingest::watcher::{burst, first_init, hand_over, rejected, Source, WatchError};
+use crate::model::{AgentService, Change, Kind, RejectCode, Server};
 use crate::proto::teleport::auth::auth_service_client::AuthServiceClient;
-use crate::proto::teleport::auth::{self as tp, event::Resource, paginated_resource};
+use crate::proto::teleport::auth::{self as tp, event::Resource};
 use crate::proto::teleport::presence::presence_service_client::PresenceServiceClient;
 use crate::proto::teleport::presence::{ListAuthServersRequest, ListProxyServersRequest};
 use crate::proto::teleport::types;
 use crate::stats::Stats;
 
-/// Events forwarded to the fleet in one command, at most.
-const MAX_BATCH: usize = 1024;
 /// Instances read from one `GetInstances` stream, at most.
 pub const MAX_INSTANCES: usize = 1_000_000;
 
@@ -136,17 +134,10 @@ async fn session(
     let generation = *generation;
     Stats::inc(&stats.watch_generations);
 
-    let first = stream.message().await.map_err(|s| {
-        count_stream_error(&stats, &s);
-        WatchError::Stream(s)
-    })?;
-    let Some(first) = first else {
-        return Err(WatchError::Ended);
-    };
-    if tp::Operation::try_from(first.r#type) != Ok(tp::Operation::Init) {
-        stats.reject(RejectCode::StreamProtocol);
-        return Err(WatchError::NoInit);
-    }
+    let first = first_init(&mut stream, &stats, |e: &tp::Event| {
+        tp::Operation::try_from(e.r#type) == Ok(tp::Operation::Init)
+    })
+    .await?;
     // INIT's WatchStatus lists the confirmed kinds; an INIT without one
     // (an older server) confirms every kind.
     let confirmed: BTreeSet<String> = match first.resource {
@@ -164,15 +155,15 @@ async fn session(
         .copied()
         .filter(|k| confirmed.contains(k.as_str()))
         .collect();
-    let mut rejected_kinds = Vec::new();
+    let mut rejected = Vec::new();
     if !confirmed.contains("proxy") {
-        rejected_kinds.push(Kind::Proxy);
+        rejected.push(Kind::Proxy);
     }
     if !confirmed.contains("auth_server") {
-        rejected_kinds.push(Kind::AuthServer);
+        rejected.push(Kind::AuthServer);
     }
     if agents_ok.is_empty() {
-        rejected_kinds.extend([Kind::Agent, Kind::TunnelConnection]);
+        rejected.extend([Kind::Agent, Kind::TunnelConnection]);
     }
     if !refused.is_empty() {
         warn!(refused = ?refused, "Teleport did not confirm every watched kind (check the identity's role: it needs list and read on each)");
@@ -180,85 +171,58 @@ async fn session(
 
     #[allow(clippy::disallowed_methods)] // list duration, for the log
     let list_started = std::time::Instant::now();
-    // Auth attachments first, so the agents' first listing carries them.
+    // Auth attachments alongside the lists, so the agents' first listing
+    // carries them.
     let (inst_tx, mut inst_rx) = mpsc::channel::<HashMap<String, String>>(1);
-    let poller = tokio::spawn(
+    let _poller = AbortOnDropHandle::new(tokio::spawn(
         poll_instances(auth.clone(), src.cfg.instances_poll, inst_tx)
             .instrument(info_span!("teleport.instances")),
-    );
-    let _stop_poller = AbortOnDrop(poller);
-
-    let listed = list_all(src, channel, &mut auth, &rejected_kinds, &agents_ok).await?;
-    let mut hosts = Hosts::default();
-    let mut sink = Vec::new();
-    let mut list_rejections = Vec::new();
-    let mut proxies = Vec::new();
-    let mut auths = Vec::new();
-    for item in listed.servers {
-        match item {
-            Item::Server(s) if s.kind == Kind::Proxy => {
-                hosts.put_proxy(&s.name, &mut sink);
-                proxies.push(s);
-            }
-            Item::Server(s) => auths.push(s),
-            Item::Beat(b) => hosts.put_service(b, &mut sink),
-        }
-    }
-    list_rejections.extend(listed.rejections);
+    ));
+    let listed = list_all(src, channel, &mut auth, &rejected, &agents_ok).await?;
     // Waits briefly for the first instances answer; without one, agents
     // start with no Auth and gain it when the poll answers.
     if let Ok(Some(m)) = tokio::time::timeout(src.cfg.connect_timeout, inst_rx.recv()).await {
         src.auth_of = m;
     }
-    hosts.set_auth(src.auth_of.clone(), &mut sink);
-    let (agents, tunnels) = hosts.snapshot();
-    let keep: BTreeSet<(&str, &str)> = proxies
+    // What was not listed is forgotten, so the learned TTLs stay bounded.
+    let keep: HashSet<(&str, &str)> = listed
+        .proxies
         .iter()
-        .map(|s| (Kind::Proxy.as_str(), s.name.as_str()))
+        .chain(&listed.auth_servers)
+        .map(|s| (s.kind.as_str(), s.name.as_str()))
         .chain(
-            auths
+            listed
+                .beats
                 .iter()
-                .map(|s| (Kind::AuthServer.as_str(), s.name.as_str())),
+                .map(|b| (b.service.as_str(), b.name.as_str())),
         )
         .collect();
-    src.ttls
-        .retain(|k, n| keep.contains(&(k, n)) || AgentService::ALL.iter().any(|s| s.as_str() == k));
+    src.ttls.retain(|k, n| keep.contains(&(k, n)));
+    let mut hosts = Hosts::listed(
+        listed.proxies.iter().map(|s| s.name.clone()),
+        listed.beats,
+        src.auth_of.clone(),
+    );
     let mut snapshots = Vec::new();
-    if !rejected_kinds.contains(&Kind::Proxy) {
-        snapshots.push(Snapshot::Servers(Kind::Proxy, proxies));
+    if !rejected.contains(&Kind::Proxy) {
+        snapshots.push(Snapshot::Servers(Kind::Proxy, listed.proxies));
     }
-    if !rejected_kinds.contains(&Kind::AuthServer) {
-        snapshots.push(Snapshot::Servers(Kind::AuthServer, auths));
+    if !rejected.contains(&Kind::AuthServer) {
+        snapshots.push(Snapshot::Servers(Kind::AuthServer, listed.auth_servers));
     }
     if !agents_ok.is_empty() {
+        let (agents, tunnels) = hosts.snapshot();
         snapshots.push(Snapshot::Servers(Kind::Agent, agents));
         snapshots.push(Snapshot::Tunnels(tunnels));
     }
-    let count: usize = snapshots.iter().map(Snapshot::len).sum();
     let fleet = src.fleet.clone();
-    if !list_rejections.is_empty() {
-        fleet
-            .send(Command::Apply(list_rejections))
-            .await
-            .map_err(|_| WatchError::FleetGone)?;
-    }
-    fleet
-        .send(Command::Resync(Resync {
-            generation,
-            snapshots,
-            rejected: rejected_kinds.clone(),
-        }))
-        .await
-        .map_err(|_| WatchError::FleetGone)?;
-    *reached_ready = true;
-    info!(
+    let resync = Resync {
         generation,
-        listed = count,
-        hosts = hosts.len(),
-        list_ms = list_started.elapsed().as_millis() as u64,
-        rejected = ?rejected_kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
-        "Teleport watch ready"
-    );
+        snapshots,
+        rejected,
+    };
+    hand_over(&fleet, listed.rejections, resync, list_started).await?;
+    *reached_ready = true;
 
     loop {
         tokio::select! {
@@ -272,35 +236,11 @@ async fn session(
                     fleet.send(Command::Apply(batch)).await.map_err(|_| WatchError::FleetGone)?;
                 }
             }
-            ev = stream.message() => {
-                let ev = ev.map_err(|s| {
-                    count_stream_error(&stats, &s);
-                    WatchError::Stream(s)
-                })?;
-                let Some(ev) = ev else {
-                    return Err(WatchError::Ended);
-                };
-                let mut batch = Vec::with_capacity(16);
-                let mut n = 1u64;
-                apply(src, &mut hosts, ev, &mut batch);
-                let mut end = None;
-                while batch.len() < MAX_BATCH {
-                    match stream.message().now_or_never() {
-                        Some(Ok(Some(ev))) => {
-                            n += 1;
-                            apply(src, &mut hosts, ev, &mut batch);
-                        }
-                        Some(Ok(None)) => {
-                            end = Some(WatchError::Ended);
-                            break;
-                        }
-                        Some(Err(s)) => {
-                            count_stream_error(&stats, &s);
-                            end = Some(WatchError::Stream(s));
-                            break;
-                        }
-                        None => break,
-                    }
+            (events, end) = burst(&mut stream, &stats) => {
+                let n = events.len() as u64;
+                let mut batch = Vec::with_capacity(events.len());
+                for ev in events {
+                    apply(src, &mut hosts, ev, &mut batch);
                 }
                 if !batch.is_empty() {
                     fleet.send(Command::Apply(batch)).await.map_err(|_| WatchError::FleetGone)?;
@@ -312,14 +252,6 @@ async fn session(
                 }
             }
         }
-    }
-}
-
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
@@ -365,31 +297,13 @@ fn apply(src: &mut Teleport, hosts: &mut Hosts, ev: tp::Event, batch: &mut Vec<I
 }
 
 fn put(src: &mut Teleport, r: Resource, now: Ts) -> Result<Item, crate::model::Rejection> {
-    let (limits, ttls) = (&src.cfg.limits, &mut src.ttls);
-    let service =
-        |k: AgentService, s: Service, ttls: &mut Ttls| convert::beat(k, s, now, true, limits, ttls);
-    match r {
-        Resource::Server(s) => convert::server_v2(s, now, true, limits, ttls),
-        Resource::AppServer(s) => service(AgentService::AppServer, Service::app(s), ttls),
-        Resource::DatabaseServer(s) => service(AgentService::DbServer, Service::db(s), ttls),
-        Resource::KubernetesServer(s) => service(AgentService::KubeServer, Service::kube(s), ttls),
-        Resource::WindowsDesktopService(s) => service(
-            AgentService::WindowsDesktopService,
-            Service::desktop(s),
-            ttls,
-        ),
-        Resource::ResourceHeader(h) => Err(reject(
-            RejectCode::BadEventType,
-            &h.kind,
-            h.metadata.map(|m| m.name).as_deref().unwrap_or(""),
-            "a PUT carries a ResourceHeader",
-        )),
-        Resource::WatchStatus(_) => Err(reject(
-            RejectCode::BadEventType,
-            "",
-            "",
-            "WatchStatus outside the INIT event",
-        )),
+    let what = match &r {
+        Resource::ResourceHeader(_) => "a PUT carries a ResourceHeader",
+        _ => "WatchStatus outside the INIT event",
+    };
+    match convert::Resource::of_event(r) {
+        Some(r) => r.validate(now, true, &src.cfg.limits, &mut src.ttls),
+        None => Err(reject(RejectCode::BadEventType, "", "", what)),
     }
 }
 
@@ -474,9 +388,23 @@ fn delete(
     Ok(())
 }
 
+/// A session's listing, validated.
+#[derive(Default)]
 struct Listed {
-    servers: Vec<Item>,
+    proxies: Vec<Server>,
+    auth_servers: Vec<Server>,
+    beats: Vec<Beat>,
     rejections: Vec<Ingested>,
+}
+
+impl Listed {
+    fn push(&mut self, item: Item) {
+        match item {
+            Item::Server(s) if s.kind == Kind::Proxy => self.proxies.push(s),
+            Item::Server(s) => self.auth_servers.push(s),
+            Item::Beat(b) => self.beats.push(b),
+        }
+    }
 }
 
 /// Lists every confirmed kind, concurrently (HTTP/2 multiplexes the calls).
@@ -516,74 +444,40 @@ async fn list_all(
     .await?;
     let now = src.clock.now();
     let limits = src.cfg.limits;
-    let mut out = Listed {
-        servers: Vec::new(),
-        rejections: Vec::new(),
-    };
     let stats = src.stats.clone();
-    for (kind, list) in servers {
-        for s in list {
-            match convert::server_v2(s, now, false, &limits, &mut src.ttls) {
-                Ok(Item::Server(s)) if s.kind == kind => out.servers.push(Item::Server(s)),
-                Ok(other) => out.rejections.push(rejected(
-                    &stats,
-                    reject(
-                        RejectCode::UnknownKind,
-                        kind.as_str(),
-                        "",
-                        format!("listed under {kind}: {other:?}"),
-                    ),
-                )),
-                Err(r) => out.rejections.push(rejected(&stats, r)),
-            }
-        }
-    }
-    for (kind, list) in agents {
-        for r in list {
-            let service = match (kind, r.resource) {
-                (AgentService::Node, Some(paginated_resource::Resource::Node(s))) => {
-                    match convert::server_v2(s, now, false, &limits, &mut src.ttls) {
-                        Ok(item) => {
-                            out.servers.push(item);
-                            continue;
-                        }
-                        Err(r) => {
-                            out.rejections.push(rejected(&stats, r));
-                            continue;
-                        }
-                    }
-                }
-                (AgentService::AppServer, Some(paginated_resource::Resource::AppServer(s))) => {
-                    Service::app(s)
-                }
-                (AgentService::DbServer, Some(paginated_resource::Resource::DatabaseServer(s))) => {
-                    Service::db(s)
-                }
-                (
-                    AgentService::KubeServer,
-                    Some(paginated_resource::Resource::KubernetesServer(s)),
-                ) => Service::kube(s),
-                (
-                    AgentService::WindowsDesktopService,
-                    Some(paginated_resource::Resource::WindowsDesktopService(s)),
-                ) => Service::desktop(s),
-                (k, _) => {
-                    out.rejections.push(rejected(
-                        &stats,
-                        reject(
-                            RejectCode::UnknownKind,
-                            k.as_str(),
-                            "",
-                            format!("ListResources({}) returned another kind", k.as_str()),
-                        ),
-                    ));
-                    continue;
-                }
-            };
-            match convert::beat(kind, service, now, false, &limits, &mut src.ttls) {
-                Ok(item) => out.servers.push(item),
-                Err(r) => out.rejections.push(rejected(&stats, r)),
-            }
+    let mut out = Listed::default();
+    let listed = servers
+        .into_iter()
+        .flat_map(|(kind, list)| {
+            list.into_iter()
+                .map(move |s| (kind.as_str(), Some(convert::Resource::Server(s))))
+        })
+        .chain(agents.into_iter().flat_map(|(kind, list)| {
+            list.into_iter()
+                .map(move |r| (kind.as_str(), r.resource.map(convert::Resource::of_page)))
+        }));
+    for (kind, r) in listed {
+        let item = match r {
+            Some(r) => r.validate(now, false, &limits, &mut src.ttls),
+            None => Err(reject(
+                RejectCode::EmptyEvent,
+                kind,
+                "",
+                "an empty list entry",
+            )),
+        };
+        match item {
+            Ok(item) if item.kind() == kind => out.push(item),
+            Ok(item) => out.rejections.push(rejected(
+                &stats,
+                reject(
+                    RejectCode::UnknownKind,
+                    item.kind(),
+                    "",
+                    format!("listed under {kind}"),
+                ),
+            )),
+            Err(r) => out.rejections.push(rejected(&stats, r)),
         }
     }
     Ok(out)

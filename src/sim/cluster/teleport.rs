@@ -269,7 +269,7 @@ impl Service {
             {
                 let proxies = if peering {
                     let st = self.inner.state.lock().await;
-                    proxies_of(&st, &s.name)
+                    st.proxies_of(&s.name)
                 } else {
                     Vec::new()
                 };
@@ -294,22 +294,11 @@ impl Service {
             (_, pb::event::Resource::Tunnel(t)) if peering => {
                 let st = self.inner.state.lock().await;
                 let s = st.servers.get(&(Kind::Agent, t.agent.clone()))?;
-                Some(put(Resource::Server(node(s, proxies_of(&st, &t.agent)))))
+                Some(put(Resource::Server(node(s, st.proxies_of(&t.agent)))))
             }
             _ => None,
         }
     }
-}
-
-fn proxies_of(st: &super::State, agent: &str) -> Vec<String> {
-    let mut v: Vec<String> = st
-        .tunnels
-        .values()
-        .filter(|t| t.agent == agent)
-        .map(|t| t.proxy.clone())
-        .collect();
-    v.sort();
-    v
 }
 
 /// Kinds the simulated Auth refuses, in Teleport's names.
@@ -351,15 +340,11 @@ impl AuthService for Service {
             return Err(Status::permission_denied("access denied to some kinds"));
         }
         let wanted: HashSet<String> = confirmed.iter().map(|k| k.kind.clone()).collect();
-        self.inner.delivered.store(0, Ordering::SeqCst);
-        self.inner.taken.store(0, Ordering::SeqCst);
-        let mut sub = self.inner.events.subscribe();
-        let mut extra = self.inner.teleport_events.subscribe();
-        self.inner
-            .stream_base
-            .store(self.inner.emitted.load(Ordering::SeqCst), Ordering::SeqCst);
-        let mut kill = self.inner.kill.subscribe();
-        kill.borrow_and_update();
+        let super::Subscription {
+            events: mut sub,
+            teleport: mut extra,
+            mut kill,
+        } = self.inner.subscribe();
         let (tx, rx) = mpsc::channel(1024);
         let init = tp::Event {
             r#type: tp::Operation::Init as i32,
@@ -442,7 +427,7 @@ impl AuthService for Service {
                         continue;
                     }
                     let proxies = if peering {
-                        proxies_of(&st, name)
+                        st.proxies_of(name)
                     } else {
                         Vec::new()
                     };
@@ -462,7 +447,7 @@ impl AuthService for Service {
                         continue;
                     }
                     let proxies = if peering {
-                        proxies_of(&st, host)
+                        st.proxies_of(host)
                     } else {
                         Vec::new()
                     };
