@@ -23,7 +23,7 @@ use resync::{cluster_process, resync};
 
 use crate::app::{Lifeline, StartError, Tuning};
 use crate::clock::{Clock, Ts};
-use crate::config::Config;
+use crate::config::{Config, SourceKind};
 use crate::model::{AgentState, Kind, Server};
 use crate::proto::v1 as pb;
 use crate::sim::cluster::{agent_name, proxy_name, put_server};
@@ -60,6 +60,10 @@ pub enum Scenario {
         /// Rounds of the export comparison (an off and an on leg each).
         #[arg(long, default_value_t = 5)]
         export_rounds: usize,
+        /// Rounds of the source comparison (a lifeline-source and a
+        /// teleport-source leg each); 0 skips it.
+        #[arg(long, default_value_t = 3)]
+        source_rounds: usize,
     },
     /// INIT + paged list + classify of a large cluster.
     Resync {
@@ -71,6 +75,10 @@ pub enum Scenario {
         tunnels_per_agent: usize,
         #[arg(long, default_value_t = 5_000)]
         page_size: u32,
+        /// Rounds of the source comparison (a lifeline-source and a
+        /// teleport-source leg each); 0 skips it.
+        #[arg(long, default_value_t = 3)]
+        source_rounds: usize,
     },
     /// Latency from an expiry instant to the agents it strands being flagged.
     Detect {
@@ -153,6 +161,10 @@ pub enum Scenario {
         proxies: usize,
         #[arg(long)]
         tunnels_per_agent: usize,
+        /// Play Teleport's Auth API over mutual TLS, writing the identity
+        /// file Lifeline needs here.
+        #[arg(long)]
+        teleport_identity: Option<PathBuf>,
     },
     /// (internal) The agents process of `fanout` and `reconnect`.
     #[command(hide = true)]
@@ -248,13 +260,25 @@ pub async fn run(s: Scenario, export: Option<Export<'_>>) -> Result<Value, Bench
             events,
             no_export: _,
             export_rounds,
-        } => ingest(agents, proxies, events, export_rounds, export).await,
+            source_rounds,
+        } => {
+            ingest(
+                agents,
+                proxies,
+                events,
+                export_rounds,
+                source_rounds,
+                export,
+            )
+            .await
+        }
         Scenario::Resync {
             agents,
             proxies,
             tunnels_per_agent,
             page_size,
-        } => resync(agents, proxies, tunnels_per_agent, page_size).await,
+            source_rounds,
+        } => resync(agents, proxies, tunnels_per_agent, page_size, source_rounds).await,
         Scenario::Detect {
             agents,
             proxies,
@@ -288,7 +312,8 @@ pub async fn run(s: Scenario, export: Option<Export<'_>>) -> Result<Value, Bench
             agents,
             proxies,
             tunnels_per_agent,
-        } => cluster_process(agents, proxies, tunnels_per_agent).await,
+            teleport_identity,
+        } => cluster_process(agents, proxies, tunnels_per_agent, teleport_identity).await,
         Scenario::Agents {
             lifeline,
             agents,
@@ -410,6 +435,60 @@ fn spec(agents: usize, proxies: usize, tunnels: usize, buffer: usize) -> SimSpec
         heartbeats: false,
         event_buffer: buffer,
         ..SimSpec::default()
+    }
+}
+
+/// The `teleport` source against the `lifeline` source in one run:
+/// `rounds` rounds of a leg on each, order alternating so an order effect
+/// cancels; the figure is the median of the rounds' ratios (Teleport's
+/// speed over the lifeline source's: for a time, lifeline/teleport).
+async fn against_lifeline<F, Fut>(
+    rounds: usize,
+    unit: &str,
+    higher_is_better: bool,
+    mut leg: F,
+) -> Result<Value, BenchError>
+where
+    F: FnMut(SourceKind, usize) -> Fut,
+    Fut: std::future::Future<Output = Result<f64, BenchError>>,
+{
+    let (mut lifeline, mut teleport, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let order = if round % 2 == 0 {
+            [SourceKind::Lifeline, SourceKind::Teleport]
+        } else {
+            [SourceKind::Teleport, SourceKind::Lifeline]
+        };
+        let mut pair = [0f64; 2];
+        for source in order {
+            pair[usize::from(source == SourceKind::Teleport)] = leg(source, round).await?;
+        }
+        let ratio = if higher_is_better {
+            pair[1] / pair[0]
+        } else {
+            pair[0] / pair[1]
+        };
+        lifeline.push(pair[0].round());
+        teleport.push(pair[1].round());
+        ratios.push((ratio * 1000.0).round() / 1000.0);
+    }
+    let mut sorted = ratios.clone();
+    sorted.sort_by(f64::total_cmp);
+    Ok(json!({
+        "unit": unit,
+        "lifeline": lifeline,
+        "teleport": teleport,
+        "round_ratios": ratios,
+        "ratio": sorted.get(sorted.len() / 2),
+        "method": "rounds of a lifeline-source and a teleport-source leg (mutual TLS), order alternating; ratio = median of the rounds' teleport speed over lifeline speed",
+        "target": {"ratio": 0.8},
+    }))
+}
+
+fn source_name(s: SourceKind) -> &'static str {
+    match s {
+        SourceKind::Lifeline => "lifeline",
+        SourceKind::Teleport => "teleport",
     }
 }
 

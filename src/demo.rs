@@ -58,6 +58,26 @@ pub struct Demo {
     pub agents: Vec<SimAgent>,
 }
 
+/// Points `cfg` at `sim`: its `ClusterEvents` URI, or, when it plays
+/// Teleport, its Auth address with an identity file it writes at
+/// `identity`. The demo, the tests and the benchmarks all watch a
+/// simulator this way.
+pub fn watch_sim(
+    cfg: &mut Config,
+    sim: &SimCluster,
+    identity: &std::path::Path,
+) -> std::io::Result<()> {
+    if sim.spec().teleport.is_none() {
+        cfg.cluster.addr = sim.uri();
+        return Ok(());
+    }
+    sim.write_identity(identity)?;
+    cfg.cluster.source = SourceKind::Teleport;
+    cfg.cluster.addr = sim.addr().to_string();
+    cfg.cluster.identity_file = Some(identity.to_path_buf());
+    Ok(())
+}
+
 /// Where the demo writes the simulated cluster's identity file.
 pub fn identity_path(db: &std::path::Path) -> PathBuf {
     let mut p = db.as_os_str().to_owned();
@@ -87,16 +107,9 @@ impl Demo {
         let mut cfg = Config::default();
         cfg.server.listen = o.listen;
         cfg.server.grpc_listen = o.grpc_listen;
-        cfg.cluster.addr = sim.uri();
-        if o.source == SourceKind::Teleport {
-            let identity = identity_path(&o.db);
-            sim.write_identity(&identity).map_err(DemoError::Sim)?;
-            cfg.cluster.source = SourceKind::Teleport;
-            cfg.cluster.addr = sim.addr().to_string();
-            cfg.cluster.identity_file = Some(identity);
-            // The simulator's GetInstances answers at once; poll it often.
-            cfg.cluster.instances_poll = o.ttl.min(Duration::from_secs(10));
-        }
+        watch_sim(&mut cfg, &sim, &identity_path(&o.db)).map_err(DemoError::Sim)?;
+        // The simulator's GetInstances answers at once; poll it often.
+        cfg.cluster.instances_poll = o.ttl.min(Duration::from_secs(10));
         cfg.storage.path = o.db.clone();
         // Demo TTLs are short; so is the grace for an unknown auth server.
         cfg.health.unknown_grace = o.ttl.min(Duration::from_secs(30));

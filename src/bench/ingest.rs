@@ -19,17 +19,18 @@ pub(super) async fn ingest_leg(
     events: usize,
     scratch: &Scratch,
     db: &str,
+    source: SourceKind,
 ) -> Result<IngestLeg, BenchError> {
     let clock = Clock::system();
-    let sim = SimCluster::start(spec(agents, proxies, 2, events + 1024), clock)
+    let mut spec = spec(agents, proxies, 2, events + 1024);
+    spec.teleport = (source == SourceKind::Teleport).then(crate::sim::TeleportSpec::default);
+    let sim = SimCluster::start(spec, clock)
         .await
         .map_err(BenchError::Sim)?;
-    let ll = Lifeline::start_tuned(
-        &config(&sim, scratch.db(db), 5000),
-        clock,
-        Tuning::default(),
-    )
-    .await?;
+    let mut cfg = config(&sim, scratch.db(db), 5000);
+    crate::demo::watch_sim(&mut cfg, &sim, &scratch.db(&format!("{db}.identity")))
+        .map_err(BenchError::Sim)?;
+    let ll = Lifeline::start_tuned(&cfg, clock, Tuning::default()).await?;
     ll.fleet.wait_ready().await?;
     ll.fleet.flush().await?;
 
@@ -115,6 +116,7 @@ pub(super) async fn ingest_export(
                 events,
                 scratch,
                 &format!("export-{export}-{round}.db"),
+                SourceKind::Lifeline,
             )
             .await;
             otlp::set_enabled(false);
@@ -157,6 +159,7 @@ pub(super) async fn ingest(
     proxies: usize,
     events: usize,
     export_rounds: usize,
+    source_rounds: usize,
     export: Option<Export<'_>>,
 ) -> Result<Value, BenchError> {
     let clock = Clock::system();
@@ -167,7 +170,15 @@ pub(super) async fn ingest(
         dropped,
         templates,
         base,
-    } = ingest_leg(agents, proxies, events, &scratch, "pipeline.db").await?;
+    } = ingest_leg(
+        agents,
+        proxies,
+        events,
+        &scratch,
+        "pipeline.db",
+        SourceKind::Lifeline,
+    )
+    .await?;
 
     // The same rows, straight into SQLite in batches.
     let db = store::open(&scratch.db("raw.db"), store::ACQUIRE_TIMEOUT).await?;
@@ -230,6 +241,19 @@ pub(super) async fn ingest(
         "ratio": (p_rate / r_rate * 1000.0).round() / 1000.0,
         "history_rows_dropped": dropped,
         "target": {"pipeline_events_per_s": 100000, "ratio": 0.5},
+        "teleport_source": if source_rounds == 0 {
+            Value::Null
+        } else {
+            against_lifeline(source_rounds, "events/s", true, |source, round| {
+                let db = format!("source-{}-{round}.db", source_name(source));
+                let scratch = &scratch;
+                async move {
+                    let leg = ingest_leg(agents, proxies, events, scratch, &db, source).await?;
+                    Ok(events as f64 / leg.pipeline.as_secs_f64())
+                }
+            })
+            .await?
+        },
         "export": match export {
             Some(export) => {
                 ingest_export(agents, proxies, events, export_rounds, &scratch, export).await?

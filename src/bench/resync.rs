@@ -9,15 +9,23 @@ pub(super) async fn cluster_process(
     agents: usize,
     proxies: usize,
     tunnels_per_agent: usize,
+    teleport_identity: Option<PathBuf>,
 ) -> Result<Value, BenchError> {
     use tokio::io::AsyncBufReadExt;
-    let sim = SimCluster::start(
-        spec(agents, proxies, tunnels_per_agent, 1024),
-        Clock::system(),
-    )
-    .await
-    .map_err(BenchError::Sim)?;
-    println!("listening {}", sim.uri());
+    let mut spec = spec(agents, proxies, tunnels_per_agent, 1024);
+    spec.teleport = teleport_identity
+        .is_some()
+        .then(crate::sim::TeleportSpec::default);
+    let sim = SimCluster::start(spec, Clock::system())
+        .await
+        .map_err(BenchError::Sim)?;
+    match &teleport_identity {
+        Some(path) => {
+            sim.write_identity(path).map_err(BenchError::Sim)?;
+            println!("listening {}", sim.addr());
+        }
+        None => println!("listening {}", sim.uri()),
+    }
     let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         if line.trim() == "kill-streams" {
@@ -39,8 +47,9 @@ impl ClusterChild {
         agents: usize,
         proxies: usize,
         tunnels_per_agent: usize,
+        teleport_identity: Option<&std::path::Path>,
     ) -> Result<ClusterChild, BenchError> {
-        let args = [
+        let mut args: Vec<String> = [
             "cluster",
             "--agents",
             &agents.to_string(),
@@ -49,7 +58,11 @@ impl ClusterChild {
             "--tunnels-per-agent",
             &tunnels_per_agent.to_string(),
         ]
-        .map(String::from);
+        .map(String::from)
+        .to_vec();
+        if let Some(p) = teleport_identity {
+            args.extend(["--teleport-identity".to_string(), p.display().to_string()]);
+        }
         let mut child = BenchChild::spawn(&args, &[])?;
         let line = child
             .line(
@@ -65,22 +78,34 @@ impl ClusterChild {
     }
 }
 
-pub(super) async fn resync(
+/// One resync leg: a cluster process, Lifeline started cold against it,
+/// then a warm resync after the stream is killed.
+struct ResyncLeg {
+    counts: (usize, usize, usize),
+    cold: Duration,
+    warm: Duration,
+    rss_kib: [u64; 3],
+}
+
+async fn resync_leg(
     agents: usize,
     proxies: usize,
     tunnels_per_agent: usize,
     page_size: u32,
-) -> Result<Value, BenchError> {
+    scratch: &Scratch,
+    db: &str,
+    source: SourceKind,
+) -> Result<ResyncLeg, BenchError> {
     let clock = Clock::system();
-    let scratch = Scratch::new("resync");
+    let identity = scratch.db(&format!("{db}.identity"));
+    let teleport = (source == SourceKind::Teleport).then_some(identity.as_path());
     // The cluster lives in another process: the RSS below is Lifeline's.
-    let mut child = ClusterChild::start(agents, proxies, tunnels_per_agent).await?;
-    let mut cfg = config_for(
-        &child.uri,
-        SIM_JOIN_TOKEN,
-        scratch.db("resync.db"),
-        page_size,
-    );
+    let mut child = ClusterChild::start(agents, proxies, tunnels_per_agent, teleport).await?;
+    let mut cfg = config_for(&child.uri, SIM_JOIN_TOKEN, scratch.db(db), page_size);
+    if let Some(identity) = teleport {
+        cfg.cluster.source = SourceKind::Teleport;
+        cfg.cluster.identity_file = Some(identity.to_path_buf());
+    }
     cfg.signals.auto_reconnect = false;
     let rss_before = proc_status_kib("VmRSS:").unwrap_or(0);
     let t0 = Instant::now();
@@ -105,7 +130,62 @@ pub(super) async fn resync(
     let rss_warm = proc_status_kib("VmRSS:").unwrap_or(0);
     ll.shutdown().await;
     child.child.finish().await;
+    Ok(ResyncLeg {
+        counts,
+        cold,
+        warm,
+        rss_kib: [rss_before, rss_after, rss_warm],
+    })
+}
+
+pub(super) async fn resync(
+    agents: usize,
+    proxies: usize,
+    tunnels_per_agent: usize,
+    page_size: u32,
+    source_rounds: usize,
+) -> Result<Value, BenchError> {
+    let scratch = Scratch::new("resync");
+    // First and alone in the process: its memory figures are Lifeline's.
+    let ResyncLeg {
+        counts,
+        cold,
+        warm,
+        rss_kib: [rss_before, rss_after, rss_warm],
+    } = resync_leg(
+        agents,
+        proxies,
+        tunnels_per_agent,
+        page_size,
+        &scratch,
+        "resync.db",
+        SourceKind::Lifeline,
+    )
+    .await?;
     let per_agent = rss_after.saturating_sub(rss_before) as f64 * 1024.0 / counts.0.max(1) as f64;
+    let teleport = if source_rounds == 0 {
+        Value::Null
+    } else {
+        // Cold only: a warm resync waits out a random reconnect backoff.
+        against_lifeline(source_rounds, "cold resync ms", false, |source, round| {
+            let db = format!("source-{}-{round}.db", source_name(source));
+            let scratch = &scratch;
+            async move {
+                let leg = resync_leg(
+                    agents,
+                    proxies,
+                    tunnels_per_agent,
+                    page_size,
+                    scratch,
+                    &db,
+                    source,
+                )
+                .await?;
+                Ok(leg.cold.as_secs_f64() * 1000.0)
+            }
+        })
+        .await?
+    };
     Ok(json!({
         "scenario": "resync",
         "agents": counts.0,
@@ -123,6 +203,7 @@ pub(super) async fn resync(
         },
         "lifeline_rss_bytes_per_agent": per_agent.round(),
         "target_rss_bytes_per_agent": 2048,
+        "teleport_source": teleport,
         "peak_rss_kib": peak_rss_kib(),
     }))
 }

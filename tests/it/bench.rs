@@ -63,6 +63,21 @@ fn latency(v: &Value, path: &str, n: Option<f64>) {
     }
 }
 
+/// One round of the teleport source against the lifeline source ran: a
+/// figure for each and their ratio.
+fn source_comparison(v: &Value) {
+    for leg in ["lifeline", "teleport"] {
+        assert_eq!(
+            at(v, &format!("teleport_source/{leg}")).as_array().map(Vec::len),
+            Some(1),
+            "{v}"
+        );
+        positive(v, &format!("teleport_source/{leg}/0"));
+    }
+    positive(v, "teleport_source/ratio");
+    eq(v, "teleport_source/target/ratio", 0.8);
+}
+
 #[test]
 fn bench_ingest_runs_and_loses_nothing() {
     let v = bench(&[
@@ -75,8 +90,11 @@ fn bench_ingest_runs_and_loses_nothing() {
         "5000",
         "--export-rounds",
         "1",
+        "--source-rounds",
+        "1",
     ]);
     assert_eq!(at(&v, "scenario"), "ingest");
+    source_comparison(&v);
     eq(&v, "events", 5000.0);
     positive(&v, "pipeline_events_per_s");
     positive(&v, "raw_insert_events_per_s");
@@ -108,8 +126,11 @@ fn bench_resync_runs_with_the_cluster_in_another_process() {
         "2",
         "--page-size",
         "100",
+        "--source-rounds",
+        "1",
     ]);
     assert_eq!(at(&v, "scenario"), "resync");
+    source_comparison(&v);
     eq(&v, "agents", 300.0);
     eq(&v, "proxies", 10.0);
     eq(&v, "tunnels", 600.0);
