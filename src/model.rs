@@ -125,6 +125,9 @@ impl FromStr for Kind {
     }
 }
 
+/// A server's labels, immutable once built.
+pub type Labels = std::sync::Arc<BTreeMap<String, String>>;
+
 /// A validated heartbeating server (proxy, auth server or agent).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Server {
@@ -137,7 +140,9 @@ pub struct Server {
     pub expires: Ts,
     /// The announce TTL (the kind's default when the source sent none).
     pub ttl: Duration,
-    pub labels: BTreeMap<String, String>,
+    /// Shared: a source that repeats a server's labels on every heartbeat
+    /// hands over the same map.
+    pub labels: Labels,
     /// For agents: the auth server they are attached to.
     pub auth_server: String,
 }
@@ -332,7 +337,7 @@ pub(crate) fn test_server(kind: Kind, name: &str, expires: Ts) -> Server {
         group_generation: 0,
         expires,
         ttl: Duration::from_secs(1),
-        labels: BTreeMap::new(),
+        labels: Labels::default(),
         auth_server: String::new(),
     }
 }

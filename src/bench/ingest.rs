@@ -55,11 +55,27 @@ pub(super) async fn ingest_leg(
         })
         .collect();
 
+    // The Teleport face's stream is built ahead too: the simulator's
+    // translation is not Lifeline's work.
+    let mut teleport = Vec::new();
+    if source == SourceKind::Teleport {
+        teleport.reserve(stream.len());
+        for ev in &stream {
+            teleport.extend(sim.as_teleport(ev.clone()).await);
+        }
+    }
     let applied0 = ll.stats.events_applied.load(Ordering::Relaxed);
-    let tx = sim.sender();
     let t0 = Instant::now();
-    for ev in stream {
-        let _ = tx.send(ev);
+    if source == SourceKind::Teleport {
+        let tx = sim.teleport_sender();
+        for ev in teleport {
+            let _ = tx.send(ev);
+        }
+    } else {
+        let tx = sim.sender();
+        for ev in stream {
+            let _ = tx.send(ev);
+        }
     }
     let stats = ll.stats.clone();
     wait_until("ingest pipeline", Duration::from_secs(600), || {

@@ -101,6 +101,24 @@ fn check_expires(
     Ok(Some(t))
 }
 
+/// A heartbeat's expiry: present, and within the bounds.
+pub fn heartbeat_expires(
+    kind: &str,
+    name: &str,
+    expires: Option<&prost_types::Timestamp>,
+    now: Ts,
+    limits: &Limits,
+) -> Result<Ts, Rejection> {
+    check_expires(kind, name, expires, now, limits)?.ok_or_else(|| {
+        reject(
+            RejectCode::MissingExpires,
+            kind,
+            name,
+            "a heartbeating server needs expires",
+        )
+    })
+}
+
 /// Validates a `Server`. `now` is Lifeline's clock.
 pub fn server(p: pb::Server, now: Ts, limits: &Limits) -> Result<Server, Rejection> {
     let kind: Kind = match p.kind.parse() {
@@ -146,14 +164,7 @@ pub fn server(p: pb::Server, now: Ts, limits: &Limits) -> Result<Server, Rejecti
             ttl
         }
     };
-    let expires = check_expires(k, &p.name, p.expires.as_ref(), now, limits)?.ok_or_else(|| {
-        reject(
-            RejectCode::MissingExpires,
-            k,
-            &p.name,
-            "a heartbeating server needs expires",
-        )
-    })?;
+    let expires = heartbeat_expires(k, &p.name, p.expires.as_ref(), now, limits)?;
     if kind == Kind::Agent && !p.auth_server.is_empty() {
         check_name(k, &p.auth_server, "auth_server")?;
     }
@@ -167,7 +178,7 @@ pub fn server(p: pb::Server, now: Ts, limits: &Limits) -> Result<Server, Rejecti
         group_generation: p.group_generation,
         expires,
         ttl,
-        labels: p.labels.into_iter().collect(),
+        labels: std::sync::Arc::new(p.labels.into_iter().collect()),
         auth_server: p.auth_server,
     })
 }

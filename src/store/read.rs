@@ -129,7 +129,7 @@ pub async fn load(pool: &SqlitePool) -> Result<Loaded, sqlx::Error> {
                 group_generation: u64::try_from(r.group_generation).unwrap_or(0),
                 expires: Ts(r.expires_us),
                 ttl: Duration::from_micros(u64::try_from(r.ttl_us).ok().filter(|t| *t > 0)?),
-                labels: serde_json::from_str(&r.labels).unwrap_or_default(),
+                labels: std::sync::Arc::new(serde_json::from_str(&r.labels).unwrap_or_default()),
                 auth_server: r.auth_server,
             })
         })

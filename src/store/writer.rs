@@ -307,7 +307,7 @@ async fn upsert_servers<'a>(
 ) -> Result<(), sqlx::Error> {
     let rows: Vec<(&Server, String)> = rows
         .map(|s| {
-            let labels = serde_json::to_string(&s.labels).unwrap_or_else(|_| "{}".into());
+            let labels = serde_json::to_string(&*s.labels).unwrap_or_else(|_| "{}".into());
             (s, labels)
         })
         .collect();

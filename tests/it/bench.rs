@@ -68,7 +68,9 @@ fn latency(v: &Value, path: &str, n: Option<f64>) {
 fn source_comparison(v: &Value) {
     for leg in ["lifeline", "teleport"] {
         assert_eq!(
-            at(v, &format!("teleport_source/{leg}")).as_array().map(Vec::len),
+            at(v, &format!("teleport_source/{leg}"))
+                .as_array()
+                .map(Vec::len),
             Some(1),
             "{v}"
         );

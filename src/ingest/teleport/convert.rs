@@ -48,7 +48,16 @@ impl Item {
 /// allocates nothing.
 #[derive(Default)]
 pub struct Ttls {
-    learned: HashMap<&'static str, HashMap<String, (Ts, Duration)>>,
+    learned: HashMap<&'static str, HashMap<String, Learned>>,
+    /// Bumped by each resync; an entry not seen since is forgotten.
+    epoch: u64,
+}
+
+#[derive(Clone, Copy)]
+struct Learned {
+    expires: Ts,
+    ttl: Duration,
+    epoch: u64,
 }
 
 impl Ttls {
@@ -63,26 +72,34 @@ impl Ttls {
         live: bool,
         limits: &Limits,
     ) -> Duration {
-        let learn = |prev: Option<(Ts, Duration)>| match prev {
+        let learn = |prev: Option<Learned>| match prev {
             // Not a heartbeat (the same expiry): nothing new to learn.
-            Some((e, ttl)) if e == expires => ttl,
+            Some(l) if l.expires == expires => l.ttl,
             _ if live && expires > now => round(expires.since(now)).min(limits.max_ttl),
-            Some((_, ttl)) => ttl,
+            Some(l) => l.ttl,
             None => limits.default_ttl,
         };
+        let epoch = self.epoch;
         let names = self.learned.entry(kind).or_default();
-        match names.get_mut(name) {
-            Some(entry) => {
-                let ttl = learn(Some(*entry));
-                *entry = (expires, ttl);
-                ttl
-            }
-            None => {
-                let ttl = learn(None);
-                names.insert(name.to_string(), (expires, ttl));
-                ttl
-            }
+        if let Some(entry) = names.get_mut(name) {
+            let ttl = learn(Some(*entry));
+            *entry = Learned {
+                expires,
+                ttl,
+                epoch,
+            };
+            return ttl;
         }
+        let ttl = learn(None);
+        names.insert(
+            name.to_string(),
+            Learned {
+                expires,
+                ttl,
+                epoch,
+            },
+        );
+        ttl
     }
 
     pub fn forget(&mut self, kind: &'static str, name: &str) {
@@ -91,10 +108,16 @@ impl Ttls {
         }
     }
 
-    /// Keeps only what `keep` accepts (after a resync: what was listed).
-    pub fn retain(&mut self, keep: impl Fn(&'static str, &str) -> bool) {
-        for (kind, names) in self.learned.iter_mut() {
-            names.retain(|n, _| keep(kind, n));
+    /// A resync begins: what it does not list is forgotten at its end.
+    pub fn begin_resync(&mut self) {
+        self.epoch += 1;
+    }
+
+    /// A resync's listing is in: forgets every resource it did not list.
+    pub fn end_resync(&mut self) {
+        let epoch = self.epoch;
+        for names in self.learned.values_mut() {
+            names.retain(|_, l| l.epoch == epoch);
         }
     }
 }
@@ -126,7 +149,7 @@ pub fn server_v2(
     ttls: &mut Ttls,
 ) -> Result<Item, Rejection> {
     let spec = s.spec.unwrap_or_default();
-    let meta = s.metadata.unwrap_or_default();
+    let mut meta = s.metadata.unwrap_or_default();
     match s.kind.as_str() {
         "proxy" | "auth_server" => {
             let kind = if s.kind == "proxy" {
@@ -140,14 +163,15 @@ pub fn server_v2(
                 .get(GROUP_GEN)
                 .and_then(|g| g.parse().ok())
                 .unwrap_or_default();
+            let expires = expires(Some(&meta));
             let wire = pb::Server {
                 kind: kind.as_str().to_string(),
-                name: meta.name.clone(),
+                name: meta.name,
                 addr: spec.addr,
                 version: spec.version,
                 group_id,
                 group_generation,
-                expires: expires(Some(&meta)),
+                expires,
                 ttl: None,
                 labels: meta.labels,
                 auth_server: String::new(),
@@ -167,8 +191,8 @@ pub fn server_v2(
         "node" => beat(
             AgentService::Node,
             Service {
-                name: meta.name.clone(),
                 host: meta.name.clone(),
+                name: std::mem::take(&mut meta.name),
                 hostname: spec.hostname,
                 version: spec.version,
                 proxies: spec.proxy_i_ds,
@@ -205,9 +229,9 @@ macro_rules! service_from {
         impl From<$msg> for Service {
             fn from(s: $msg) -> Service {
                 let spec = s.spec.unwrap_or_default();
-                let meta = s.metadata.unwrap_or_default();
+                let mut meta = s.metadata.unwrap_or_default();
                 Service {
-                    name: meta.name.clone(),
+                    name: std::mem::take(&mut meta.name),
                     host: spec.host_id,
                     hostname: spec.hostname,
                     version: spec.version,
@@ -229,10 +253,10 @@ service_from!(
 impl From<types::WindowsDesktopServiceV3> for Service {
     fn from(s: types::WindowsDesktopServiceV3) -> Service {
         let spec = s.spec.unwrap_or_default();
-        let meta = s.header.and_then(|h| h.metadata).unwrap_or_default();
+        let mut meta = s.header.and_then(|h| h.metadata).unwrap_or_default();
         Service {
-            name: meta.name.clone(),
             host: meta.name.clone(),
+            name: std::mem::take(&mut meta.name),
             hostname: spec.hostname,
             version: spec.teleport_version,
             proxies: spec.proxy_i_ds,
@@ -303,10 +327,6 @@ pub fn beat(
     ttls: &mut Ttls,
 ) -> Result<Item, Rejection> {
     let kind = service.as_str();
-    let refuse = |r: Rejection| Rejection {
-        kind: kind.to_string(),
-        ..r
-    };
     if s.host.trim().is_empty() {
         return Err(reject(
             RejectCode::MissingField,
@@ -316,18 +336,10 @@ pub fn beat(
         ));
     }
     validate::check_name(kind, &s.name, "Metadata.Name")?;
-    // The heartbeat is the host's: validated as that agent's.
-    let agent = validate::server(
-        pb::Server {
-            kind: Kind::Agent.as_str().to_string(),
-            name: s.host.clone(),
-            expires: expires(Some(&s.meta)),
-            ..Default::default()
-        },
-        now,
-        limits,
-    )
-    .map_err(refuse)?;
+    // The heartbeat is the host's: checked as that agent's would be.
+    validate::check_name(kind, &s.host, "host")?;
+    let expires =
+        validate::heartbeat_expires(kind, &s.name, expires(Some(&s.meta)).as_ref(), now, limits)?;
     let mut proxies = s.proxies;
     for p in &proxies {
         validate::check_name(kind, p, "ProxyIDs entry").map_err(|r| Rejection {
@@ -337,7 +349,7 @@ pub fn beat(
     }
     proxies.sort();
     proxies.dedup();
-    let ttl = ttls.observe(kind, &s.name, agent.expires, now, live, limits);
+    let ttl = ttls.observe(kind, &s.name, expires, now, live, limits);
     debug_assert!(dur_micros(ttl) > 0);
     Ok(Item::Beat(Beat {
         service,
@@ -345,7 +357,7 @@ pub fn beat(
         host: s.host,
         hostname: s.hostname,
         version: s.version,
-        expires: agent.expires,
+        expires,
         ttl,
         proxies,
     }))
@@ -462,6 +474,28 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.message.starts_with("ProxyIDs"), "{}", err.message);
+    }
+
+    #[test]
+    fn a_resync_forgets_the_ttls_of_what_it_did_not_list() {
+        let mut ttls = Ttls::default();
+        let (e1, e2) = (Ts(NOW.0 + 30_000_000), Ts(NOW.0 + 31_000_000));
+        ttls.observe("proxy", "gone", e1, NOW, true, &limits());
+        ttls.observe("proxy", "kept", e1, NOW, true, &limits());
+        ttls.begin_resync();
+        let kept = ttls.observe("proxy", "kept", e2, NOW, false, &limits());
+        ttls.end_resync();
+        assert_eq!(
+            kept,
+            Duration::from_secs(30),
+            "listed: keeps what it learned"
+        );
+        let gone = ttls.observe("proxy", "gone", e2, NOW, false, &limits());
+        assert_eq!(
+            gone,
+            Duration::from_secs(600),
+            "forgotten: the default again"
+        );
     }
 
     #[test]

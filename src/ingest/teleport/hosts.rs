@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use crate::clock::Ts;
-use crate::model::{AgentService, Change, Kind, Server, Tunnel};
+use crate::model::{AgentService, Change, Kind, Labels, Server, Tunnel};
 
 /// The label naming the services a host runs (`app_server,node`).
 pub const SERVICES_LABEL: &str = "teleport.dev/services";
@@ -35,15 +35,117 @@ pub struct Beat {
     pub proxies: Vec<String>,
 }
 
+/// A host runs a handful of services and holds a few tunnels: small
+/// vectors, not B-trees (whose first node holds room for eleven).
 #[derive(Default)]
 struct Host {
-    services: BTreeMap<(AgentService, String), Beat>,
-    /// Every proxy its services' `ProxyIDs` name (empty: agent mesh).
-    observed: BTreeSet<String>,
-    /// Proxies this host's tunnels go to, as last sent.
-    tunnels: BTreeSet<String>,
-    /// The agent as last sent.
-    sent: Option<Server>,
+    services: Vec<Beat>,
+    /// No service names a proxy (agent mesh): a tunnel to every known
+    /// proxy is assumed.
+    assumed: bool,
+    /// Proxies this host's tunnels go to, as last sent; sorted.
+    tunnels: Vec<String>,
+    /// The agent as last sent, in the parts it is made of (the `Server`
+    /// itself is built only to be sent).
+    sent: Option<Sent>,
+}
+
+#[derive(Default)]
+struct Sent {
+    expires: Ts,
+    ttl: Duration,
+    version: String,
+    auth_server: String,
+    hostname: String,
+    /// The services label, `app_server,node`.
+    services: String,
+    assumed: bool,
+    /// Built from the three above when one changes; shared by every
+    /// agent sent until then.
+    labels: Labels,
+}
+
+impl Host {
+    fn service(&self, service: AgentService, name: &str) -> Option<usize> {
+        self.services
+            .iter()
+            .position(|b| b.service == service && b.name == name)
+    }
+
+    /// A service's heartbeat: updated in place (most change only their
+    /// expiry), or a service added. Says what it touched, and hands back
+    /// the host's name.
+    fn put(&mut self, beat: Beat) -> (Touched, String) {
+        let Some(i) = self.service(beat.service, &beat.name) else {
+            let host = beat.host.clone();
+            self.services.push(beat);
+            return (EVERYTHING, host);
+        };
+        let b = &mut self.services[i];
+        (b.expires, b.ttl) = (beat.expires, beat.ttl);
+        if b.version != beat.version {
+            b.version = beat.version;
+        }
+        if b.hostname != beat.hostname {
+            b.hostname = beat.hostname;
+        }
+        if b.proxies == beat.proxies {
+            return (NOTHING, beat.host);
+        }
+        b.proxies = beat.proxies;
+        let touched = Touched {
+            services: false,
+            tunnels: true,
+        };
+        (touched, beat.host)
+    }
+}
+
+impl Sent {
+    fn relabel(&mut self) {
+        let mut labels = BTreeMap::new();
+        labels.insert(SERVICES_LABEL.to_string(), self.services.clone());
+        let mode = if self.assumed {
+            TUNNELS_ASSUMED
+        } else {
+            TUNNELS_OBSERVED
+        };
+        labels.insert(TUNNELS_LABEL.to_string(), mode.to_string());
+        if !self.hostname.is_empty() {
+            labels.insert(HOSTNAME_LABEL.to_string(), self.hostname.clone());
+        }
+        self.labels = Labels::new(labels);
+    }
+
+    fn agent(&self, name: &str) -> Server {
+        Server {
+            kind: Kind::Agent,
+            name: name.to_string(),
+            addr: String::new(),
+            version: self.version.clone(),
+            group_id: String::new(),
+            group_generation: 0,
+            expires: self.expires,
+            ttl: self.ttl,
+            labels: self.labels.clone(),
+            auth_server: self.auth_server.clone(),
+        }
+    }
+}
+
+/// Sets `field` to `value` if it differs; says whether it did.
+fn update<T: PartialEq + Copy>(field: &mut T, value: &T) -> bool {
+    let changed = field != value;
+    *field = *value;
+    changed
+}
+
+fn update_str(field: &mut String, value: &str) -> bool {
+    if field != value {
+        *field = value.to_string();
+        return true;
+    }
+    false
 }
 
 /// Every host's services, the proxies known, and Auth attachments.
@@ -88,7 +190,11 @@ const EVERYTHING: Touched = Touched {
 };
 
 pub fn tunnel_name(host: &str, proxy: &str) -> String {
-    format!("{host}/{proxy}")
+    let mut name = String::with_capacity(host.len() + 1 + proxy.len());
+    name.push_str(host);
+    name.push('/');
+    name.push_str(proxy);
+    name
 }
 
 fn tunnel(host: &str, proxy: &str) -> Tunnel {
@@ -102,22 +208,23 @@ fn tunnel(host: &str, proxy: &str) -> Tunnel {
 }
 
 impl Hosts {
-    /// A resync's listing: proxies, service heartbeats and Auth
-    /// attachments, with nothing sent (the snapshot says it all).
-    pub fn listed(
+    /// For a resync's listing: the proxies known and each host's Auth,
+    /// then [`Hosts::load`] for every service listed.
+    pub fn new(
         proxies: impl IntoIterator<Item = String>,
-        beats: impl IntoIterator<Item = Beat>,
         auth_of: HashMap<String, String>,
     ) -> Hosts {
-        let mut h = Hosts {
+        Hosts {
             proxies: proxies.into_iter().collect(),
             auth_of,
             ..Hosts::default()
-        };
-        for b in beats {
-            h.put(b, &mut Out(None));
         }
-        h
+    }
+
+    /// A listed service: folded in, with nothing sent (the snapshot says
+    /// it all).
+    pub fn load(&mut self, beat: Beat) {
+        self.put(beat, &mut Out(None));
     }
 
     /// A service heartbeat (or any PUT of a service resource).
@@ -126,25 +233,30 @@ impl Hosts {
     }
 
     fn put(&mut self, beat: Beat, out: &mut Out) {
-        let key = (beat.service, beat.name.clone());
-        let host = self.hosts.entry(beat.host.clone()).or_default();
-        let touched = match host.services.get(&key) {
-            Some(old) if old.proxies == beat.proxies => NOTHING,
-            Some(_) => Touched {
-                services: false,
-                tunnels: true,
-            },
-            None => EVERYTHING,
-        };
-        if touched.services {
-            self.host_of
-                .entry(key.clone())
-                .or_default()
-                .insert(beat.host.clone());
+        let Hosts {
+            hosts,
+            host_of,
+            proxies,
+            auth_of,
+        } = self;
+        // A node is named by its host: its delete needs no index.
+        if beat.service != AgentService::Node {
+            let names = host_of
+                .entry((beat.service, beat.name.clone()))
+                .or_default();
+            if !names.contains(&beat.host) {
+                names.insert(beat.host.clone());
+            }
+        }
+        if let Some(h) = hosts.get_mut(&beat.host) {
+            let (touched, name) = h.put(beat);
+            refresh(h, &name, touched, proxies, auth_of, out);
+            return;
         }
         let name = beat.host.clone();
-        host.services.insert(key, beat);
-        self.refresh(&name, touched, out);
+        let h = hosts.entry(beat.host.clone()).or_default();
+        h.services.push(beat);
+        refresh(h, &name, EVERYTHING, proxies, auth_of, out);
     }
 
     /// A service resource deleted. `host` is the host the event named, if
@@ -160,6 +272,7 @@ impl Hosts {
         let key = (service, name.to_string());
         let hosts: Vec<String> = match host {
             Some(h) => vec![h.to_string()],
+            None if service == AgentService::Node => vec![name.to_string()],
             None => self
                 .host_of
                 .get(&key)
@@ -181,9 +294,10 @@ impl Hosts {
         let Some(h) = self.hosts.get_mut(host) else {
             return;
         };
-        if h.services.remove(key).is_none() {
+        let Some(i) = h.service(key.0, &key.1) else {
             return;
-        }
+        };
+        h.services.swap_remove(i);
         if h.services.is_empty() {
             if let Some(h) = self.hosts.remove(host) {
                 for p in h.tunnels {
@@ -233,7 +347,7 @@ impl Hosts {
         let assumed: Vec<String> = self
             .hosts
             .iter()
-            .filter(|(_, h)| h.observed.is_empty())
+            .filter(|(_, h)| h.assumed)
             .map(|(n, _)| n.clone())
             .collect();
         let touched = Touched {
@@ -245,82 +359,10 @@ impl Hosts {
         }
     }
 
-    /// Sends what changed of `host`'s agent and tunnels. A heartbeat
-    /// (`NOTHING` touched) only compares the agent's scalar fields.
+    /// [`refresh`] for the host named `name`.
     fn refresh(&mut self, name: &str, touched: Touched, out: &mut Out) {
-        let Some(h) = self.hosts.get_mut(name) else {
-            return;
-        };
-        // The service whose heartbeat runs out last speaks for the host.
-        let Some(latest) = h.services.values().max_by_key(|b| b.expires) else {
-            return;
-        };
-        if touched.tunnels {
-            h.observed = h
-                .services
-                .values()
-                .flat_map(|b| b.proxies.iter().cloned())
-                .collect();
-        }
-        let assumed = h.observed.is_empty();
-        let auth = self
-            .auth_of
-            .get(name)
-            .map(String::as_str)
-            .unwrap_or_default();
-        let new = h.sent.is_none();
-        let mut changed = new;
-        let agent = h.sent.get_or_insert_with(|| Server {
-            kind: Kind::Agent,
-            name: name.to_string(),
-            addr: String::new(),
-            version: String::new(),
-            group_id: String::new(),
-            group_generation: 0,
-            expires: latest.expires,
-            ttl: latest.ttl,
-            labels: BTreeMap::new(),
-            auth_server: String::new(),
-        });
-        if agent.expires != latest.expires || agent.ttl != latest.ttl {
-            (agent.expires, agent.ttl) = (latest.expires, latest.ttl);
-            changed = true;
-        }
-        for (field, value) in [
-            (&mut agent.version, latest.version.as_str()),
-            (&mut agent.auth_server, auth),
-        ] {
-            if field != value {
-                *field = value.to_string();
-                changed = true;
-            }
-        }
-        if new || touched.services || touched.tunnels {
-            let labels = labels(&h.services, assumed, &latest.hostname);
-            changed |= agent.labels != labels;
-            agent.labels = labels;
-        } else if agent
-            .labels
-            .get(HOSTNAME_LABEL)
-            .map(String::as_str)
-            .unwrap_or_default()
-            != latest.hostname
-        {
-            agent.labels = labels(&h.services, assumed, &latest.hostname);
-            changed = true;
-        }
-        if changed {
-            out.push(|| Change::PutServer(agent.clone()));
-        }
-        if touched.tunnels {
-            let want = if assumed { &self.proxies } else { &h.observed };
-            for p in h.tunnels.difference(want) {
-                out.push(|| Change::DeleteTunnel(tunnel_name(name, p)));
-            }
-            for p in want.difference(&h.tunnels) {
-                out.push(|| Change::PutTunnel(tunnel(name, p)));
-            }
-            h.tunnels = want.clone();
+        if let Some(h) = self.hosts.get_mut(name) {
+            refresh(h, name, touched, &self.proxies, &self.auth_of, out);
         }
     }
 
@@ -330,7 +372,7 @@ impl Hosts {
         let mut tunnels = Vec::new();
         for (name, h) in &self.hosts {
             if let Some(a) = &h.sent {
-                agents.push(a.clone());
+                agents.push(a.agent(name));
             }
             tunnels.extend(h.tunnels.iter().map(|p| tunnel(name, p)));
         }
@@ -338,31 +380,68 @@ impl Hosts {
     }
 }
 
+/// Sends what changed of host `name`'s agent and tunnels. A heartbeat
+/// (`NOTHING` touched) only compares the agent's scalar parts; the labels
+/// are rebuilt only when what they say changed.
+fn refresh(
+    h: &mut Host,
+    name: &str,
+    touched: Touched,
+    proxies: &BTreeSet<String>,
+    auth_of: &HashMap<String, String>,
+    out: &mut Out,
+) {
+    // The service whose heartbeat runs out last speaks for the host.
+    let Some(latest) = h.services.iter().max_by_key(|b| b.expires) else {
+        return;
+    };
+    let observed: Option<BTreeSet<&String>> = touched
+        .tunnels
+        .then(|| h.services.iter().flat_map(|b| &b.proxies).collect());
+    if let Some(o) = &observed {
+        h.assumed = o.is_empty();
+    }
+    let new = h.sent.is_none();
+    let sent = h.sent.get_or_insert_with(Sent::default);
+    let mut relabel = new;
+    relabel |= update(&mut sent.assumed, &h.assumed);
+    relabel |= update_str(&mut sent.hostname, &latest.hostname);
+    if new || touched.services {
+        let names: BTreeSet<&str> = h.services.iter().map(|b| b.service.as_str()).collect();
+        let label = names.into_iter().collect::<Vec<_>>().join(",");
+        relabel |= update_str(&mut sent.services, &label);
+    }
+    let mut changed = relabel;
+    changed |= update(&mut sent.expires, &latest.expires);
+    changed |= update(&mut sent.ttl, &latest.ttl);
+    changed |= update_str(&mut sent.version, &latest.version);
+    let auth = auth_of.get(name).map(String::as_str).unwrap_or_default();
+    changed |= update_str(&mut sent.auth_server, auth);
+    if relabel {
+        sent.relabel();
+    }
+    if changed {
+        out.push(|| Change::PutServer(sent.agent(name)));
+    }
+    if let Some(observed) = observed {
+        // Both sorted: the proxies set and `observed` iterate in order.
+        let want: Vec<String> = if h.assumed {
+            proxies.iter().cloned().collect()
+        } else {
+            observed.into_iter().cloned().collect()
+        };
+        for p in h.tunnels.iter().filter(|p| want.binary_search(p).is_err()) {
+            out.push(|| Change::DeleteTunnel(tunnel_name(name, p)));
+        }
+        for p in want.iter().filter(|p| h.tunnels.binary_search(p).is_err()) {
+            out.push(|| Change::PutTunnel(tunnel(name, p)));
+        }
+        h.tunnels = want;
+    }
+}
+
 /// The host's hostname, from its latest service.
 const HOSTNAME_LABEL: &str = "teleport.dev/hostname";
-
-fn labels(
-    services: &BTreeMap<(AgentService, String), Beat>,
-    assumed: bool,
-    hostname: &str,
-) -> BTreeMap<String, String> {
-    let names: BTreeSet<&str> = services.keys().map(|(s, _)| s.as_str()).collect();
-    let mut labels = BTreeMap::new();
-    labels.insert(
-        SERVICES_LABEL.to_string(),
-        names.into_iter().collect::<Vec<_>>().join(","),
-    );
-    let mode = if assumed {
-        TUNNELS_ASSUMED
-    } else {
-        TUNNELS_OBSERVED
-    };
-    labels.insert(TUNNELS_LABEL.to_string(), mode.to_string());
-    if !hostname.is_empty() {
-        labels.insert(HOSTNAME_LABEL.to_string(), hostname.to_string());
-    }
-    labels
-}
 
 #[cfg(test)]
 mod tests {
@@ -519,6 +598,26 @@ mod tests {
             &mut out,
         );
         assert!(out.is_empty(), "nothing changed: {out:?}");
+    }
+
+    #[test]
+    fn a_heartbeat_shares_the_labels_it_sent_before() {
+        let mut h = Hosts::default();
+        let mut out = Vec::new();
+        h.put_service(beat(AgentService::Node, "n", "n", 100, &["p1"]), &mut out);
+        h.put_service(beat(AgentService::Node, "n", "n", 130, &["p1"]), &mut out);
+        let labels: Vec<&Labels> = out
+            .iter()
+            .filter_map(|c| match c {
+                Change::PutServer(a) => Some(&a.labels),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(labels.len(), 2, "{out:?}");
+        assert!(
+            Labels::ptr_eq(labels[0], labels[1]),
+            "rebuilt on a heartbeat"
+        );
     }
 
     #[test]

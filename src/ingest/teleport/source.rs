@@ -6,7 +6,7 @@
 //! through `ListResources`, and the fleet gets one `Resync`; then PUTs and
 //! DELETEs follow. `GetInstances` is polled alongside for each host's Auth.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +18,7 @@ use tonic::Code;
 use tracing::{info, info_span, warn, Instrument};
 
 use super::convert::{self, Item, Ttls};
-use super::hosts::{Beat, Hosts};
+use super::hosts::Hosts;
 use super::http;
 use crate::clock::{Clock, Ts};
 use crate::fleet::{Command, FleetHandle, Ingested, Resync, Snapshot};
@@ -178,37 +178,21 @@ async fn session(
         poll_instances(auth.clone(), src.cfg.instances_poll, inst_tx)
             .instrument(info_span!("teleport.instances")),
     ));
-    let listed = list_all(src, channel, &mut auth, &rejected, &agents_ok).await?;
-    // Waits briefly for the first instances answer; without one, agents
-    // start with no Auth and gain it when the poll answers.
-    if let Ok(Some(m)) = tokio::time::timeout(src.cfg.connect_timeout, inst_rx.recv()).await {
-        src.auth_of = m;
-    }
+    src.ttls.begin_resync();
+    let Listed {
+        proxies,
+        auth_servers,
+        mut hosts,
+        rejections,
+    } = list_all(src, channel, &auth, &rejected, &agents_ok, &mut inst_rx).await?;
     // What was not listed is forgotten, so the learned TTLs stay bounded.
-    let keep: HashSet<(&str, &str)> = listed
-        .proxies
-        .iter()
-        .chain(&listed.auth_servers)
-        .map(|s| (s.kind.as_str(), s.name.as_str()))
-        .chain(
-            listed
-                .beats
-                .iter()
-                .map(|b| (b.service.as_str(), b.name.as_str())),
-        )
-        .collect();
-    src.ttls.retain(|k, n| keep.contains(&(k, n)));
-    let mut hosts = Hosts::listed(
-        listed.proxies.iter().map(|s| s.name.clone()),
-        listed.beats,
-        src.auth_of.clone(),
-    );
+    src.ttls.end_resync();
     let mut snapshots = Vec::new();
     if !rejected.contains(&Kind::Proxy) {
-        snapshots.push(Snapshot::Servers(Kind::Proxy, listed.proxies));
+        snapshots.push(Snapshot::Servers(Kind::Proxy, proxies));
     }
     if !rejected.contains(&Kind::AuthServer) {
-        snapshots.push(Snapshot::Servers(Kind::AuthServer, listed.auth_servers));
+        snapshots.push(Snapshot::Servers(Kind::AuthServer, auth_servers));
     }
     if !agents_ok.is_empty() {
         let (agents, tunnels) = hosts.snapshot();
@@ -221,7 +205,7 @@ async fn session(
         snapshots,
         rejected,
     };
-    hand_over(&fleet, listed.rejections, resync, list_started).await?;
+    hand_over(&fleet, rejections, resync, list_started).await?;
     *reached_ready = true;
 
     loop {
@@ -388,99 +372,150 @@ fn delete(
     Ok(())
 }
 
-/// A session's listing, validated.
-#[derive(Default)]
+/// A session's listing, validated: proxies and auth servers as they are,
+/// agents folded into hosts.
 struct Listed {
     proxies: Vec<Server>,
     auth_servers: Vec<Server>,
-    beats: Vec<Beat>,
+    hosts: Hosts,
     rejections: Vec<Ingested>,
 }
 
-impl Listed {
-    fn push(&mut self, item: Item) {
-        match item {
-            Item::Server(s) if s.kind == Kind::Proxy => self.proxies.push(s),
-            Item::Server(s) => self.auth_servers.push(s),
-            Item::Beat(b) => self.beats.push(b),
-        }
-    }
-}
+/// One page of an agent kind, or why listing it failed.
+type Page = Result<(AgentService, Vec<tp::PaginatedResource>), WatchError>;
 
-/// Lists every confirmed kind, concurrently (HTTP/2 multiplexes the calls).
+/// Lists every confirmed kind: proxies and auth servers first (a page or
+/// two: agent-mesh hosts need the proxies), then the agent kinds, each
+/// fetched by a task of its own so that a page is converted and folded
+/// while the next is on its way.
 async fn list_all(
     src: &mut Teleport,
     channel: Channel,
-    auth: &mut AuthServiceClient<Channel>,
+    auth: &AuthServiceClient<Channel>,
     rejected_kinds: &[Kind],
     agents_ok: &[AgentService],
+    instances: &mut mpsc::Receiver<HashMap<String, String>>,
 ) -> Result<Listed, WatchError> {
+    let (tx, mut pages) = mpsc::channel::<Page>(4);
+    let _fetchers: Vec<_> = agents_ok
+        .iter()
+        .map(|k| {
+            let span = info_span!("watcher.list", kind = k.as_str());
+            let task = fetch_agents(auth.clone(), *k, src.cfg.page_size, tx.clone());
+            AbortOnDropHandle::new(tokio::spawn(task.instrument(span)))
+        })
+        .collect();
+    drop(tx);
+
     let cfg = &src.cfg;
     let max = cfg.max_message_bytes;
     let presence = PresenceServiceClient::new(channel)
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);
-    let mut server_lists = Vec::new();
-    for kind in [Kind::Proxy, Kind::AuthServer] {
-        if rejected_kinds.contains(&kind) {
-            continue;
-        }
-        let presence = presence.clone();
-        server_lists.push(
+    let server_lists = [Kind::Proxy, Kind::AuthServer]
+        .into_iter()
+        .filter(|k| !rejected_kinds.contains(k))
+        .map(|kind| {
+            let presence = presence.clone();
             async move { list_servers(cfg, presence, kind).await.map(|v| (kind, v)) }
-                .instrument(info_span!("watcher.list", kind = %kind)),
-        );
-    }
-    let agent_lists = agents_ok.iter().map(|k| {
-        let auth = auth.clone();
-        let k = *k;
-        async move { list_agents(cfg, auth, k).await.map(|v| (k, v)) }
-            .instrument(info_span!("watcher.list", kind = k.as_str()))
-    });
-    let (servers, agents) = futures::future::try_join(
-        futures::future::try_join_all(server_lists),
-        futures::future::try_join_all(agent_lists),
-    )
-    .await?;
+                .instrument(info_span!("watcher.list", kind = %kind))
+        });
+    let servers = futures::future::try_join_all(server_lists).await?;
     let now = src.clock.now();
     let limits = src.cfg.limits;
     let stats = src.stats.clone();
-    let mut out = Listed::default();
-    let listed = servers
-        .into_iter()
-        .flat_map(|(kind, list)| {
-            list.into_iter()
-                .map(move |s| (kind.as_str(), Some(convert::Resource::Server(s))))
-        })
-        .chain(agents.into_iter().flat_map(|(kind, list)| {
-            list.into_iter()
-                .map(move |r| (kind.as_str(), r.resource.map(convert::Resource::of_page)))
-        }));
-    for (kind, r) in listed {
-        let item = match r {
-            Some(r) => r.validate(now, false, &limits, &mut src.ttls),
-            None => Err(reject(
-                RejectCode::EmptyEvent,
-                kind,
+    let (mut proxies, mut auth_servers, mut rejections) = (Vec::new(), Vec::new(), Vec::new());
+    let mut keep = |kind: &'static str, item: Result<Item, crate::model::Rejection>| match item {
+        Ok(item) if item.kind() == kind => Some(item),
+        Ok(item) => {
+            let r = reject(
+                RejectCode::UnknownKind,
+                item.kind(),
                 "",
-                "an empty list entry",
-            )),
-        };
-        match item {
-            Ok(item) if item.kind() == kind => out.push(item),
-            Ok(item) => out.rejections.push(rejected(
-                &stats,
-                reject(
-                    RejectCode::UnknownKind,
-                    item.kind(),
-                    "",
-                    format!("listed under {kind}"),
-                ),
-            )),
-            Err(r) => out.rejections.push(rejected(&stats, r)),
+                format!("listed under {kind}"),
+            );
+            rejections.push(rejected(&stats, r));
+            None
+        }
+        Err(r) => {
+            rejections.push(rejected(&stats, r));
+            None
+        }
+    };
+    for (kind, list) in servers {
+        for s in list {
+            let item = convert::Resource::Server(s).validate(now, false, &limits, &mut src.ttls);
+            match keep(kind.as_str(), item) {
+                Some(Item::Server(s)) if kind == Kind::Proxy => proxies.push(s),
+                Some(Item::Server(s)) => auth_servers.push(s),
+                _ => {}
+            }
         }
     }
-    Ok(out)
+    // Each host's Auth before its agent is built; the poll started with
+    // the lists. Without an answer in time, agents start with no Auth and
+    // gain it when the poll answers.
+    if let Ok(Some(m)) = tokio::time::timeout(src.cfg.connect_timeout, instances.recv()).await {
+        src.auth_of = m;
+    }
+    let mut hosts = Hosts::new(proxies.iter().map(|s| s.name.clone()), src.auth_of.clone());
+    while let Some(page) = pages.recv().await {
+        let (kind, page) = page?;
+        for r in page {
+            let item = match r.resource {
+                Some(r) => {
+                    convert::Resource::of_page(r).validate(now, false, &limits, &mut src.ttls)
+                }
+                None => Err(reject(
+                    RejectCode::EmptyEvent,
+                    kind.as_str(),
+                    "",
+                    "an empty list entry",
+                )),
+            };
+            if let Some(Item::Beat(b)) = keep(kind.as_str(), item) {
+                hosts.load(b);
+            }
+        }
+    }
+    Ok(Listed {
+        proxies,
+        auth_servers,
+        hosts,
+        rejections,
+    })
+}
+
+/// One agent kind through `ListResources`, paged, each page sent on.
+async fn fetch_agents(
+    mut auth: AuthServiceClient<Channel>,
+    kind: AgentService,
+    page_size: u32,
+    pages: mpsc::Sender<Page>,
+) {
+    let mut key = String::new();
+    loop {
+        let resp = auth
+            .list_resources(tp::ListResourcesRequest {
+                resource_type: kind.as_str().to_string(),
+                namespace: "default".to_string(),
+                limit: page_size as i32,
+                start_key: key.clone(),
+            })
+            .await;
+        let resp = match resp {
+            Ok(r) => r.into_inner(),
+            Err(s) => {
+                let _ = pages.send(Err(WatchError::list(kind.as_str(), &s))).await;
+                return;
+            }
+        };
+        let last = resp.next_key.is_empty() || resp.next_key == key;
+        key = resp.next_key;
+        if pages.send(Ok((kind, resp.resources))).await.is_err() || last {
+            return;
+        }
+    }
 }
 
 /// Proxies or auth servers through `PresenceService`, paged; `GET
@@ -535,33 +570,6 @@ async fn list_servers(
             }
             Err(s) => return Err(WatchError::list(kind, &s)),
         }
-    }
-}
-
-/// One agent kind through `ListResources`, paged.
-async fn list_agents(
-    cfg: &TeleportConfig,
-    mut auth: AuthServiceClient<Channel>,
-    kind: AgentService,
-) -> Result<Vec<tp::PaginatedResource>, WatchError> {
-    let mut out = Vec::new();
-    let mut key = String::new();
-    loop {
-        let resp = auth
-            .list_resources(tp::ListResourcesRequest {
-                resource_type: kind.as_str().to_string(),
-                namespace: "default".to_string(),
-                limit: cfg.page_size as i32,
-                start_key: key.clone(),
-            })
-            .await
-            .map_err(|s| WatchError::list(kind.as_str(), &s))?
-            .into_inner();
-        out.extend(resp.resources);
-        if resp.next_key.is_empty() || resp.next_key == key {
-            return Ok(out);
-        }
-        key = resp.next_key;
     }
 }
 

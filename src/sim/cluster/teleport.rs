@@ -197,6 +197,23 @@ impl SimCluster {
         }
     }
 
+    /// A `ClusterEvents` event as this cluster's Teleport face would send
+    /// it, if at all (the ingest benchmark builds its stream ahead, so the
+    /// translation is not timed).
+    pub async fn as_teleport(&self, ev: pb::Event) -> Option<tp::Event> {
+        Service {
+            inner: self.inner.clone(),
+        }
+        .translate(ev)
+        .await
+    }
+
+    /// The broadcast behind Teleport watch streams, for pre-built events
+    /// (see [`SimCluster::sender`]).
+    pub fn teleport_sender(&self) -> broadcast::Sender<tp::Event> {
+        self.inner.teleport_events.clone()
+    }
+
     /// Publishes a raw Teleport event to Teleport watch streams (bad-input
     /// tests).
     pub fn inject_teleport(&self, ev: tp::Event) {
