@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::clock::{dur_micros, Ts};
+use crate::clock::Ts;
 use crate::ingest::validate::{self, reject, Limits};
 use crate::model::{AgentService, Kind, RejectCode, Rejection, Server};
 use crate::proto::teleport::{auth, types};
@@ -40,15 +40,40 @@ impl Item {
     }
 }
 
-/// Each resource's announce TTL, learned from its heartbeats: Teleport
-/// sets `expires = now + TTL` at each heartbeat and the event follows at
-/// once, so a new expiry minus its arrival time is the TTL. A resource
-/// seen only in a list keeps what was learned before, else the default.
-/// Keyed by Teleport kind, then name, so a heartbeat of a known resource
-/// allocates nothing.
+/// When and how a resource was seen: in a live event (`live`) or a list,
+/// at `now`. Teleport sets `expires = now + TTL` at each heartbeat and the
+/// event follows at once, so a new expiry minus its arrival time is the
+/// announce TTL no resource carries.
+#[derive(Clone, Copy, Debug)]
+pub struct Seen {
+    pub now: Ts,
+    pub live: bool,
+    pub limits: Limits,
+}
+
+impl Seen {
+    /// The TTL of a resource whose expiry is now `expires`, given its last
+    /// expiry and TTL (`learned`). A resource seen only in a list keeps
+    /// what was learned before, else the default.
+    pub fn ttl(&self, learned: Option<(Ts, Duration)>, expires: Ts) -> Duration {
+        match learned {
+            // Not a heartbeat (the same expiry): nothing new to learn.
+            Some((e, ttl)) if e == expires => ttl,
+            _ if self.live && expires > self.now => {
+                round(expires.since(self.now)).min(self.limits.max_ttl)
+            }
+            Some((_, ttl)) => ttl,
+            None => self.limits.default_ttl,
+        }
+    }
+}
+
+/// Proxies' and auth servers' learned TTLs (agent services keep theirs
+/// with their host). Keyed by kind, then name, so a heartbeat of a known
+/// resource allocates nothing.
 #[derive(Default)]
 pub struct Ttls {
-    learned: HashMap<&'static str, HashMap<String, Learned>>,
+    learned: HashMap<Kind, HashMap<String, Learned>>,
     /// Bumped by each resync; an entry not seen since is forgotten.
     epoch: u64,
 }
@@ -61,49 +86,28 @@ struct Learned {
 }
 
 impl Ttls {
-    /// The TTL for `kind`/`name` whose expiry is `expires`, seen at `now`
-    /// in a live event (`live`) or a list.
-    pub fn observe(
-        &mut self,
-        kind: &'static str,
-        name: &str,
-        expires: Ts,
-        now: Ts,
-        live: bool,
-        limits: &Limits,
-    ) -> Duration {
-        let learn = |prev: Option<Learned>| match prev {
-            // Not a heartbeat (the same expiry): nothing new to learn.
-            Some(l) if l.expires == expires => l.ttl,
-            _ if live && expires > now => round(expires.since(now)).min(limits.max_ttl),
-            Some(l) => l.ttl,
-            None => limits.default_ttl,
-        };
+    /// The TTL for `kind`/`name` whose expiry is `expires`.
+    pub fn observe(&mut self, kind: Kind, name: &str, expires: Ts, seen: &Seen) -> Duration {
         let epoch = self.epoch;
         let names = self.learned.entry(kind).or_default();
-        if let Some(entry) = names.get_mut(name) {
-            let ttl = learn(Some(*entry));
-            *entry = Learned {
-                expires,
-                ttl,
-                epoch,
-            };
-            return ttl;
+        let prev = names.get(name).map(|l| (l.expires, l.ttl));
+        let ttl = seen.ttl(prev, expires);
+        let learned = Learned {
+            expires,
+            ttl,
+            epoch,
+        };
+        match names.get_mut(name) {
+            Some(entry) => *entry = learned,
+            None => {
+                names.insert(name.to_string(), learned);
+            }
         }
-        let ttl = learn(None);
-        names.insert(
-            name.to_string(),
-            Learned {
-                expires,
-                ttl,
-                epoch,
-            },
-        );
         ttl
     }
 
-    pub fn forget(&mut self, kind: &'static str, name: &str) {
-        if let Some(names) = self.learned.get_mut(kind) {
+    pub fn forget(&mut self, kind: Kind, name: &str) {
+        if let Some(names) = self.learned.get_mut(&kind) {
             names.remove(name);
         }
     }
@@ -141,13 +145,7 @@ fn expires(m: Option<&types::Metadata>) -> Option<prost_types::Timestamp> {
 }
 
 /// A `ServerV2`: a proxy, an auth server, or a node (a service of its host).
-pub fn server_v2(
-    s: types::ServerV2,
-    now: Ts,
-    live: bool,
-    limits: &Limits,
-    ttls: &mut Ttls,
-) -> Result<Item, Rejection> {
+pub fn server_v2(s: types::ServerV2, seen: &Seen, ttls: &mut Ttls) -> Result<Item, Rejection> {
     let spec = s.spec.unwrap_or_default();
     let mut meta = s.metadata.unwrap_or_default();
     match s.kind.as_str() {
@@ -176,15 +174,8 @@ pub fn server_v2(
                 labels: meta.labels,
                 auth_server: String::new(),
             };
-            let mut server = validate::server(wire, now, limits)?;
-            server.ttl = ttls.observe(
-                kind.as_str(),
-                &server.name,
-                server.expires,
-                now,
-                live,
-                limits,
-            );
+            let mut server = validate::server(wire, seen.now, &seen.limits)?;
+            server.ttl = ttls.observe(kind, &server.name, server.expires, seen);
             Ok(Item::Server(server))
         }
         // A node is named by its host ID.
@@ -198,10 +189,7 @@ pub fn server_v2(
                 proxies: spec.proxy_i_ds,
                 meta,
             },
-            now,
-            live,
-            limits,
-            ttls,
+            seen,
         ),
         other => Err(reject(
             RejectCode::UnknownKind,
@@ -302,30 +290,18 @@ impl Resource {
         }
     }
 
-    /// Validated, its TTL learned.
-    pub fn validate(
-        self,
-        now: Ts,
-        live: bool,
-        limits: &Limits,
-        ttls: &mut Ttls,
-    ) -> Result<Item, Rejection> {
+    /// Validated; a proxy's or auth server's TTL learned (a service's is
+    /// learned with its host).
+    pub fn validate(self, seen: &Seen, ttls: &mut Ttls) -> Result<Item, Rejection> {
         match self {
-            Resource::Server(s) => server_v2(s, now, live, limits, ttls),
-            Resource::Service(k, s) => beat(k, s, now, live, limits, ttls),
+            Resource::Server(s) => server_v2(s, seen, ttls),
+            Resource::Service(k, s) => beat(k, s, seen),
         }
     }
 }
 
 /// One service heartbeat, validated as the agent it speaks for.
-pub fn beat(
-    service: AgentService,
-    s: Service,
-    now: Ts,
-    live: bool,
-    limits: &Limits,
-    ttls: &mut Ttls,
-) -> Result<Item, Rejection> {
+pub fn beat(service: AgentService, s: Service, seen: &Seen) -> Result<Item, Rejection> {
     let kind = service.as_str();
     if s.host.trim().is_empty() {
         return Err(reject(
@@ -338,8 +314,13 @@ pub fn beat(
     validate::check_name(kind, &s.name, "Metadata.Name")?;
     // The heartbeat is the host's: checked as that agent's would be.
     validate::check_name(kind, &s.host, "host")?;
-    let expires =
-        validate::heartbeat_expires(kind, &s.name, expires(Some(&s.meta)).as_ref(), now, limits)?;
+    let expires = validate::heartbeat_expires(
+        kind,
+        &s.name,
+        expires(Some(&s.meta)).as_ref(),
+        seen.now,
+        &seen.limits,
+    )?;
     let mut proxies = s.proxies;
     for p in &proxies {
         validate::check_name(kind, p, "ProxyIDs entry").map_err(|r| Rejection {
@@ -349,8 +330,6 @@ pub fn beat(
     }
     proxies.sort();
     proxies.dedup();
-    let ttl = ttls.observe(kind, &s.name, expires, now, live, limits);
-    debug_assert!(dur_micros(ttl) > 0);
     Ok(Item::Beat(Beat {
         service,
         name: s.name,
@@ -358,7 +337,6 @@ pub fn beat(
         hostname: s.hostname,
         version: s.version,
         expires,
-        ttl,
         proxies,
     }))
 }
@@ -366,6 +344,21 @@ pub fn beat(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn live(now: Ts) -> Seen {
+        Seen {
+            now,
+            live: true,
+            limits: limits(),
+        }
+    }
+
+    fn listed(now: Ts) -> Seen {
+        Seen {
+            live: false,
+            ..live(now)
+        }
+    }
 
     fn limits() -> Limits {
         Limits {
@@ -399,7 +392,7 @@ mod tests {
             metadata: Some(meta("p1", Some(at(GO_ZERO_SECONDS)))),
             ..Default::default()
         };
-        let err = server_v2(s, NOW, true, &limits(), &mut Ttls::default()).unwrap_err();
+        let err = server_v2(s, &live(NOW), &mut Ttls::default()).unwrap_err();
         assert_eq!(err.code, RejectCode::MissingExpires, "{err:?}");
     }
 
@@ -414,7 +407,7 @@ mod tests {
             metadata: Some(m.clone()),
             ..Default::default()
         };
-        let listed = server_v2(s.clone(), NOW, false, &limits(), &mut ttls);
+        let listed = server_v2(s.clone(), &listed(NOW), &mut ttls);
         let Ok(Item::Server(p)) = listed else {
             panic!("{listed:?}")
         };
@@ -429,7 +422,7 @@ mod tests {
             ..m
         });
         let later = Ts(NOW.0 + 15_000_000 + 3_000);
-        let Ok(Item::Server(p)) = server_v2(s, later, true, &limits(), &mut ttls) else {
+        let Ok(Item::Server(p)) = server_v2(s, &live(later), &mut ttls) else {
             panic!()
         };
         assert_eq!(
@@ -447,15 +440,7 @@ mod tests {
             spec: Some(types::AppServerSpecV3::default()),
             ..Default::default()
         };
-        let err = beat(
-            AgentService::AppServer,
-            app.clone().into(),
-            NOW,
-            true,
-            &limits(),
-            &mut Ttls::default(),
-        )
-        .unwrap_err();
+        let err = beat(AgentService::AppServer, app.clone().into(), &live(NOW)).unwrap_err();
         assert_eq!(err.code, RejectCode::MissingField);
         assert!(err.message.contains("HostID"), "{}", err.message);
         let mut app = app;
@@ -464,15 +449,7 @@ mod tests {
             proxy_i_ds: vec!["".into()],
             ..Default::default()
         });
-        let err = beat(
-            AgentService::AppServer,
-            app.into(),
-            NOW,
-            true,
-            &limits(),
-            &mut Ttls::default(),
-        )
-        .unwrap_err();
+        let err = beat(AgentService::AppServer, app.into(), &live(NOW)).unwrap_err();
         assert!(err.message.starts_with("ProxyIDs"), "{}", err.message);
     }
 
@@ -480,17 +457,17 @@ mod tests {
     fn a_resync_forgets_the_ttls_of_what_it_did_not_list() {
         let mut ttls = Ttls::default();
         let (e1, e2) = (Ts(NOW.0 + 30_000_000), Ts(NOW.0 + 31_000_000));
-        ttls.observe("proxy", "gone", e1, NOW, true, &limits());
-        ttls.observe("proxy", "kept", e1, NOW, true, &limits());
+        ttls.observe(Kind::Proxy, "gone", e1, &live(NOW));
+        ttls.observe(Kind::Proxy, "kept", e1, &live(NOW));
         ttls.begin_resync();
-        let kept = ttls.observe("proxy", "kept", e2, NOW, false, &limits());
+        let kept = ttls.observe(Kind::Proxy, "kept", e2, &listed(NOW));
         ttls.end_resync();
         assert_eq!(
             kept,
             Duration::from_secs(30),
             "listed: keeps what it learned"
         );
-        let gone = ttls.observe("proxy", "gone", e2, NOW, false, &limits());
+        let gone = ttls.observe(Kind::Proxy, "gone", e2, &listed(NOW));
         assert_eq!(
             gone,
             Duration::from_secs(600),
@@ -510,11 +487,10 @@ mod tests {
             }),
             ..Default::default()
         };
-        let Ok(Item::Beat(b)) = server_v2(s, NOW, true, &limits(), &mut Ttls::default()) else {
+        let Ok(Item::Beat(b)) = server_v2(s, &live(NOW), &mut Ttls::default()) else {
             panic!()
         };
         assert_eq!((b.host.as_str(), b.hostname.as_str()), ("host-1", "web"));
         assert_eq!(b.proxies, ["p1", "p2"]);
-        assert_eq!(b.ttl, Duration::from_secs(30));
     }
 }

@@ -10,6 +10,8 @@ use std::time::Duration;
 use crate::clock::Ts;
 use crate::model::{AgentService, Change, Kind, Labels, Server, Tunnel};
 
+use super::convert::Seen;
+
 /// The label naming the services a host runs (`app_server,node`).
 pub const SERVICES_LABEL: &str = "teleport.dev/services";
 /// The label saying whether the agent's tunnels were observed or assumed.
@@ -30,21 +32,30 @@ pub struct Beat {
     pub hostname: String,
     pub version: String,
     pub expires: Ts,
-    pub ttl: Duration,
     /// Validated proxy names from `ProxyIDs`.
     pub proxies: Vec<String>,
+}
+
+/// A service a host runs: its last heartbeat and the TTL learned from
+/// its successive expiries.
+struct Running {
+    beat: Beat,
+    ttl: Duration,
 }
 
 /// A host runs a handful of services and holds a few tunnels: small
 /// vectors, not B-trees (whose first node holds room for eleven).
 #[derive(Default)]
 struct Host {
-    services: Vec<Beat>,
+    services: Vec<Running>,
     /// No service names a proxy (agent mesh): a tunnel to every known
     /// proxy is assumed.
     assumed: bool,
     /// Proxies this host's tunnels go to, as last sent; sorted.
     tunnels: Vec<String>,
+    /// The Auth instance that last saw the host (`GetInstances`), kept
+    /// here so a heartbeat looks up nothing else.
+    auth: String,
     /// The agent as last sent, in the parts it is made of (the `Server`
     /// itself is built only to be sent).
     sent: Option<Sent>,
@@ -69,20 +80,34 @@ impl Host {
     fn service(&self, service: AgentService, name: &str) -> Option<usize> {
         self.services
             .iter()
-            .position(|b| b.service == service && b.name == name)
+            .position(|r| r.beat.service == service && r.beat.name == name)
+    }
+
+    /// A service's last expiry and TTL.
+    fn learned(&self, service: AgentService, name: &str) -> Option<(Ts, Duration)> {
+        self.service(service, name)
+            .map(|i| (self.services[i].beat.expires, self.services[i].ttl))
     }
 
     /// A service's heartbeat: updated in place (most change only their
-    /// expiry), or a service added. Says what it touched, and hands back
-    /// the host's name.
-    fn put(&mut self, beat: Beat) -> (Touched, String) {
+    /// expiry), or a service added with the TTL `learned` elsewhere. Says
+    /// what it touched, and hands back the host's name.
+    fn put(
+        &mut self,
+        beat: Beat,
+        seen: &Seen,
+        learned: Option<(Ts, Duration)>,
+    ) -> (Touched, String) {
         let Some(i) = self.service(beat.service, &beat.name) else {
             let host = beat.host.clone();
-            self.services.push(beat);
+            let ttl = seen.ttl(learned, beat.expires);
+            self.services.push(Running { beat, ttl });
             return (EVERYTHING, host);
         };
-        let b = &mut self.services[i];
-        (b.expires, b.ttl) = (beat.expires, beat.ttl);
+        let r = &mut self.services[i];
+        r.ttl = seen.ttl(Some((r.beat.expires, r.ttl)), beat.expires);
+        let b = &mut r.beat;
+        b.expires = beat.expires;
         if b.version != beat.version {
             b.version = beat.version;
         }
@@ -221,18 +246,27 @@ impl Hosts {
         }
     }
 
+    /// Which Auth instance last saw each host, as last polled.
+    pub fn auth_of(&self) -> &HashMap<String, String> {
+        &self.auth_of
+    }
+
     /// A listed service: folded in, with nothing sent (the snapshot says
-    /// it all).
-    pub fn load(&mut self, beat: Beat) {
-        self.put(beat, &mut Out(None));
+    /// it all). A service `previous` knew keeps the TTL it learned there.
+    pub fn load(&mut self, beat: Beat, seen: &Seen, previous: &Hosts) {
+        let learned = previous
+            .hosts
+            .get(&beat.host)
+            .and_then(|h| h.learned(beat.service, &beat.name));
+        self.put(beat, seen, learned, &mut Out(None));
     }
 
     /// A service heartbeat (or any PUT of a service resource).
-    pub fn put_service(&mut self, beat: Beat, out: &mut Vec<Change>) {
-        self.put(beat, &mut Out(Some(out)));
+    pub fn put_service(&mut self, beat: Beat, seen: &Seen, out: &mut Vec<Change>) {
+        self.put(beat, seen, None, &mut Out(Some(out)));
     }
 
-    fn put(&mut self, beat: Beat, out: &mut Out) {
+    fn put(&mut self, beat: Beat, seen: &Seen, learned: Option<(Ts, Duration)>, out: &mut Out) {
         let Hosts {
             hosts,
             host_of,
@@ -249,14 +283,15 @@ impl Hosts {
             }
         }
         if let Some(h) = hosts.get_mut(&beat.host) {
-            let (touched, name) = h.put(beat);
-            refresh(h, &name, touched, proxies, auth_of, out);
+            let (touched, name) = h.put(beat, seen, learned);
+            refresh(h, &name, touched, proxies, out);
             return;
         }
         let name = beat.host.clone();
         let h = hosts.entry(beat.host.clone()).or_default();
-        h.services.push(beat);
-        refresh(h, &name, EVERYTHING, proxies, auth_of, out);
+        h.auth = auth_of.get(&name).cloned().unwrap_or_default();
+        h.put(beat, seen, learned);
+        refresh(h, &name, EVERYTHING, proxies, out);
     }
 
     /// A service resource deleted. `host` is the host the event named, if
@@ -331,15 +366,17 @@ impl Hosts {
     /// Which Auth instance last saw each host (from `GetInstances`).
     /// Hosts missing from `auth_of` keep no auth server.
     pub fn set_auth(&mut self, auth_of: HashMap<String, String>, out: &mut Vec<Change>) {
-        let changed: Vec<String> = self
-            .hosts
-            .keys()
-            .filter(|h| self.auth_of.get(*h) != auth_of.get(*h))
-            .cloned()
-            .collect();
         self.auth_of = auth_of;
-        for h in changed {
-            self.refresh(&h, NOTHING, &mut Out(Some(out)));
+        let mut out = Out(Some(out));
+        for (name, h) in &mut self.hosts {
+            let auth = self
+                .auth_of
+                .get(name)
+                .map(String::as_str)
+                .unwrap_or_default();
+            if update_str(&mut h.auth, auth) {
+                refresh(h, name, NOTHING, &self.proxies, &mut out);
+            }
         }
     }
 
@@ -362,7 +399,7 @@ impl Hosts {
     /// [`refresh`] for the host named `name`.
     fn refresh(&mut self, name: &str, touched: Touched, out: &mut Out) {
         if let Some(h) = self.hosts.get_mut(name) {
-            refresh(h, name, touched, &self.proxies, &self.auth_of, out);
+            refresh(h, name, touched, &self.proxies, out);
         }
     }
 
@@ -383,21 +420,14 @@ impl Hosts {
 /// Sends what changed of host `name`'s agent and tunnels. A heartbeat
 /// (`NOTHING` touched) only compares the agent's scalar parts; the labels
 /// are rebuilt only when what they say changed.
-fn refresh(
-    h: &mut Host,
-    name: &str,
-    touched: Touched,
-    proxies: &BTreeSet<String>,
-    auth_of: &HashMap<String, String>,
-    out: &mut Out,
-) {
+fn refresh(h: &mut Host, name: &str, touched: Touched, proxies: &BTreeSet<String>, out: &mut Out) {
     // The service whose heartbeat runs out last speaks for the host.
-    let Some(latest) = h.services.iter().max_by_key(|b| b.expires) else {
+    let Some(latest) = h.services.iter().max_by_key(|r| r.beat.expires) else {
         return;
     };
     let observed: Option<BTreeSet<&String>> = touched
         .tunnels
-        .then(|| h.services.iter().flat_map(|b| &b.proxies).collect());
+        .then(|| h.services.iter().flat_map(|r| &r.beat.proxies).collect());
     if let Some(o) = &observed {
         h.assumed = o.is_empty();
     }
@@ -405,18 +435,17 @@ fn refresh(
     let sent = h.sent.get_or_insert_with(Sent::default);
     let mut relabel = new;
     relabel |= update(&mut sent.assumed, &h.assumed);
-    relabel |= update_str(&mut sent.hostname, &latest.hostname);
+    relabel |= update_str(&mut sent.hostname, &latest.beat.hostname);
     if new || touched.services {
-        let names: BTreeSet<&str> = h.services.iter().map(|b| b.service.as_str()).collect();
+        let names: BTreeSet<&str> = h.services.iter().map(|r| r.beat.service.as_str()).collect();
         let label = names.into_iter().collect::<Vec<_>>().join(",");
         relabel |= update_str(&mut sent.services, &label);
     }
     let mut changed = relabel;
-    changed |= update(&mut sent.expires, &latest.expires);
+    changed |= update(&mut sent.expires, &latest.beat.expires);
     changed |= update(&mut sent.ttl, &latest.ttl);
-    changed |= update_str(&mut sent.version, &latest.version);
-    let auth = auth_of.get(name).map(String::as_str).unwrap_or_default();
-    changed |= update_str(&mut sent.auth_server, auth);
+    changed |= update_str(&mut sent.version, &latest.beat.version);
+    changed |= update_str(&mut sent.auth_server, &h.auth);
     if relabel {
         sent.relabel();
     }
@@ -467,8 +496,19 @@ mod tests {
             hostname: format!("{host}.example"),
             version: "17.0.0".into(),
             expires: Ts(expires_s * 1_000_000),
-            ttl: Duration::from_secs(60),
             proxies: proxies.iter().map(|p| p.to_string()).collect(),
+        }
+    }
+
+    fn seen() -> Seen {
+        Seen {
+            now: Ts(0),
+            live: false,
+            limits: crate::ingest::validate::Limits {
+                default_ttl: Duration::from_secs(60),
+                max_expired_age: Duration::from_secs(3600),
+                max_ttl: Duration::from_secs(86_400),
+            },
         }
     }
 
@@ -487,10 +527,12 @@ mod tests {
         let mut out = Vec::new();
         h.put_service(
             beat(AgentService::Node, "host-1", "host-1", 100, &["p1"]),
+            &seen(),
             &mut out,
         );
         h.put_service(
             beat(AgentService::AppServer, "grafana", "host-1", 200, &["p1"]),
+            &seen(),
             &mut out,
         );
         let Some(Change::PutServer(a)) =
@@ -527,10 +569,12 @@ mod tests {
         let mut out = Vec::new();
         h.put_service(
             beat(AgentService::AppServer, "grafana", "host-1", 100, &[]),
+            &seen(),
             &mut out,
         );
         h.put_service(
             beat(AgentService::AppServer, "grafana", "host-2", 100, &[]),
+            &seen(),
             &mut out,
         );
         out.clear();
@@ -547,9 +591,14 @@ mod tests {
         let mut h = Hosts::default();
         let mut out = Vec::new();
         h.put_proxy("p1", &mut out);
-        h.put_service(beat(AgentService::Node, "mesh", "mesh", 100, &[]), &mut out);
+        h.put_service(
+            beat(AgentService::Node, "mesh", "mesh", 100, &[]),
+            &seen(),
+            &mut out,
+        );
         h.put_service(
             beat(AgentService::Node, "peer", "peer", 100, &["p1"]),
+            &seen(),
             &mut out,
         );
         out.clear();
@@ -573,9 +622,17 @@ mod tests {
     fn proxy_ids_moving_moves_the_tunnels_and_auth_attachment_updates_the_agent() {
         let mut h = Hosts::default();
         let mut out = Vec::new();
-        h.put_service(beat(AgentService::Node, "a", "a", 100, &["p1"]), &mut out);
+        h.put_service(
+            beat(AgentService::Node, "a", "a", 100, &["p1"]),
+            &seen(),
+            &mut out,
+        );
         out.clear();
-        h.put_service(beat(AgentService::Node, "a", "a", 100, &["p2"]), &mut out);
+        h.put_service(
+            beat(AgentService::Node, "a", "a", 100, &["p2"]),
+            &seen(),
+            &mut out,
+        );
         assert_eq!(
             puts(&out),
             [
@@ -604,8 +661,16 @@ mod tests {
     fn a_heartbeat_shares_the_labels_it_sent_before() {
         let mut h = Hosts::default();
         let mut out = Vec::new();
-        h.put_service(beat(AgentService::Node, "n", "n", 100, &["p1"]), &mut out);
-        h.put_service(beat(AgentService::Node, "n", "n", 130, &["p1"]), &mut out);
+        h.put_service(
+            beat(AgentService::Node, "n", "n", 100, &["p1"]),
+            &seen(),
+            &mut out,
+        );
+        h.put_service(
+            beat(AgentService::Node, "n", "n", 130, &["p1"]),
+            &seen(),
+            &mut out,
+        );
         let labels: Vec<&Labels> = out
             .iter()
             .filter_map(|c| match c {
@@ -625,9 +690,50 @@ mod tests {
         let mut h = Hosts::default();
         let mut out = Vec::new();
         let b = beat(AgentService::DbServer, "pg", "host-9", 100, &["p1"]);
-        h.put_service(b.clone(), &mut out);
+        h.put_service(b.clone(), &seen(), &mut out);
         out.clear();
-        h.put_service(b, &mut out);
+        h.put_service(b, &seen(), &mut out);
         assert!(out.is_empty());
+    }
+
+    /// Guards TTL learning where the host keeps it: a live heartbeat
+    /// teaches expiry minus arrival; a listing keeps what the previous
+    /// hosts learned, and a service they did not know gets the default.
+    #[test]
+    fn a_service_learns_its_ttl_live_and_a_listing_keeps_it() {
+        let live = |now_s: i64| Seen {
+            now: Ts(now_s * 1_000_000),
+            live: true,
+            ..seen()
+        };
+        let ttl = |out: &[Change]| {
+            out.iter().rev().find_map(|c| match c {
+                Change::PutServer(a) => Some(a.ttl),
+                _ => None,
+            })
+        };
+        let mut h = Hosts::default();
+        let mut out = Vec::new();
+        h.put_service(
+            beat(AgentService::Node, "n", "n", 100, &[]),
+            &live(10),
+            &mut out,
+        );
+        assert_eq!(ttl(&out), Some(Duration::from_secs(90)), "first heartbeat");
+        out.clear();
+        h.put_service(
+            beat(AgentService::Node, "n", "n", 130, &[]),
+            &live(100),
+            &mut out,
+        );
+        assert_eq!(ttl(&out), Some(Duration::from_secs(30)), "learned");
+
+        let mut listed = Hosts::new([], HashMap::new());
+        listed.load(beat(AgentService::Node, "n", "n", 160, &[]), &seen(), &h);
+        listed.load(beat(AgentService::Node, "m", "m", 160, &[]), &seen(), &h);
+        let (agents, _) = listed.snapshot();
+        let ttl_of = |name: &str| agents.iter().find(|a| a.name == name).map(|a| a.ttl);
+        assert_eq!(ttl_of("n"), Some(Duration::from_secs(30)), "kept");
+        assert_eq!(ttl_of("m"), Some(Duration::from_secs(60)), "the default");
     }
 }

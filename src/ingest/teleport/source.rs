@@ -17,10 +17,10 @@ use tonic::transport::Channel;
 use tonic::Code;
 use tracing::{info, info_span, warn, Instrument};
 
-use super::convert::{self, Item, Ttls};
+use super::convert::{self, Item, Seen, Ttls};
 use super::hosts::Hosts;
 use super::http;
-use crate::clock::{Clock, Ts};
+use crate::clock::Clock;
 use crate::fleet::{Command, FleetHandle, Ingested, Resync, Snapshot};
 use crate::ingest::dial::{explain, Dialer};
 use crate::ingest::validate::{reject, Limits};
@@ -49,15 +49,15 @@ pub struct TeleportConfig {
     pub limits: Limits,
 }
 
-/// The `teleport` source. What it learned of TTLs and Auth attachments
-/// outlives a session.
+/// The `teleport` source. Its hosts (with the TTLs learned and the Auth
+/// attachments) outlive a session: the next listing starts from them.
 pub struct Teleport {
     pub cfg: TeleportConfig,
     pub clock: Clock,
     pub fleet: FleetHandle,
     pub stats: Arc<Stats>,
     ttls: Ttls,
-    auth_of: HashMap<String, String>,
+    hosts: Hosts,
 }
 
 impl Teleport {
@@ -73,7 +73,7 @@ impl Teleport {
             fleet,
             stats,
             ttls: Ttls::default(),
-            auth_of: HashMap::new(),
+            hosts: Hosts::default(),
         }
     }
 }
@@ -182,7 +182,7 @@ async fn session(
     let Listed {
         proxies,
         auth_servers,
-        mut hosts,
+        hosts,
         rejections,
     } = list_all(src, channel, &auth, &rejected, &agents_ok, &mut inst_rx).await?;
     // What was not listed is forgotten, so the learned TTLs stay bounded.
@@ -199,6 +199,7 @@ async fn session(
         snapshots.push(Snapshot::Servers(Kind::Agent, agents));
         snapshots.push(Snapshot::Tunnels(tunnels));
     }
+    src.hosts = hosts;
     let fleet = src.fleet.clone();
     let resync = Resync {
         generation,
@@ -212,9 +213,8 @@ async fn session(
         tokio::select! {
             m = inst_rx.recv() => {
                 let Some(m) = m else { continue };
-                src.auth_of = m;
                 let mut changes = Vec::new();
-                hosts.set_auth(src.auth_of.clone(), &mut changes);
+                src.hosts.set_auth(m, &mut changes);
                 if !changes.is_empty() {
                     let batch = changes.into_iter().map(Ingested::Change).collect();
                     fleet.send(Command::Apply(batch)).await.map_err(|_| WatchError::FleetGone)?;
@@ -224,7 +224,7 @@ async fn session(
                 let n = events.len() as u64;
                 let mut batch = Vec::with_capacity(events.len());
                 for ev in events {
-                    apply(src, &mut hosts, ev, &mut batch);
+                    apply(src, ev, &mut batch);
                 }
                 if !batch.is_empty() {
                     fleet.send(Command::Apply(batch)).await.map_err(|_| WatchError::FleetGone)?;
@@ -240,8 +240,12 @@ async fn session(
 }
 
 /// One event into changes (or a rejection) on `batch`.
-fn apply(src: &mut Teleport, hosts: &mut Hosts, ev: tp::Event, batch: &mut Vec<Ingested>) {
-    let now = src.clock.now();
+fn apply(src: &mut Teleport, ev: tp::Event, batch: &mut Vec<Ingested>) {
+    let seen = Seen {
+        now: src.clock.now(),
+        live: true,
+        limits: src.cfg.limits,
+    };
     let mut changes = Vec::new();
     let op = tp::Operation::try_from(ev.r#type).ok();
     let result = match (op, ev.resource) {
@@ -257,16 +261,16 @@ fn apply(src: &mut Teleport, hosts: &mut Hosts, ev: tp::Event, batch: &mut Vec<I
             "",
             "event carries no resource",
         )),
-        (Some(tp::Operation::Put), Some(r)) => put(src, r, now).map(|item| match item {
+        (Some(tp::Operation::Put), Some(r)) => put(src, r, &seen).map(|item| match item {
             Item::Server(s) => {
                 if s.kind == Kind::Proxy {
-                    hosts.put_proxy(&s.name, &mut changes);
+                    src.hosts.put_proxy(&s.name, &mut changes);
                 }
                 changes.insert(0, Change::PutServer(s));
             }
-            Item::Beat(b) => hosts.put_service(b, &mut changes),
+            Item::Beat(b) => src.hosts.put_service(b, &seen, &mut changes),
         }),
-        (Some(tp::Operation::Delete), Some(r)) => delete(src, hosts, r, &mut changes),
+        (Some(tp::Operation::Delete), Some(r)) => delete(src, r, &mut changes),
         (None, Some(_)) => Err(reject(
             RejectCode::BadEventType,
             "",
@@ -280,13 +284,13 @@ fn apply(src: &mut Teleport, hosts: &mut Hosts, ev: tp::Event, batch: &mut Vec<I
     }
 }
 
-fn put(src: &mut Teleport, r: Resource, now: Ts) -> Result<Item, crate::model::Rejection> {
+fn put(src: &mut Teleport, r: Resource, seen: &Seen) -> Result<Item, crate::model::Rejection> {
     let what = match &r {
         Resource::ResourceHeader(_) => "a PUT carries a ResourceHeader",
         _ => "WatchStatus outside the INIT event",
     };
     match convert::Resource::of_event(r) {
-        Some(r) => r.validate(now, true, &src.cfg.limits, &mut src.ttls),
+        Some(r) => r.validate(seen, &mut src.ttls),
         None => Err(reject(RejectCode::BadEventType, "", "", what)),
     }
 }
@@ -295,7 +299,6 @@ fn put(src: &mut Teleport, r: Resource, now: Ts) -> Result<Item, crate::model::R
 /// `AppServerV3`. App servers name the app, and the host in `Description`.
 fn delete(
     src: &mut Teleport,
-    hosts: &mut Hosts,
     r: Resource,
     out: &mut Vec<Change>,
 ) -> Result<(), crate::model::Rejection> {
@@ -341,12 +344,12 @@ fn delete(
     }
     match kind.as_str() {
         "proxy" => {
-            src.ttls.forget(Kind::Proxy.as_str(), &meta.name);
+            src.ttls.forget(Kind::Proxy, &meta.name);
             out.push(Change::DeleteServer(Kind::Proxy, meta.name.clone()));
-            hosts.delete_proxy(&meta.name, out);
+            src.hosts.delete_proxy(&meta.name, out);
         }
         "auth_server" => {
-            src.ttls.forget(Kind::AuthServer.as_str(), &meta.name);
+            src.ttls.forget(Kind::AuthServer, &meta.name);
             out.push(Change::DeleteServer(Kind::AuthServer, meta.name));
         }
         k => {
@@ -358,7 +361,6 @@ fn delete(
                     format!("a DELETE of kind {k:?}, which Lifeline does not watch"),
                 ));
             };
-            src.ttls.forget(service.as_str(), &meta.name);
             let host = if !host_id.is_empty() {
                 Some(host_id)
             } else if service != AgentService::Node && !meta.description.is_empty() {
@@ -366,7 +368,8 @@ fn delete(
             } else {
                 None
             };
-            hosts.delete_service(service, &meta.name, host.as_deref(), out);
+            src.hosts
+                .delete_service(service, &meta.name, host.as_deref(), out);
         }
     }
     Ok(())
@@ -421,8 +424,11 @@ async fn list_all(
                 .instrument(info_span!("watcher.list", kind = %kind))
         });
     let servers = futures::future::try_join_all(server_lists).await?;
-    let now = src.clock.now();
-    let limits = src.cfg.limits;
+    let seen = Seen {
+        now: src.clock.now(),
+        live: false,
+        limits: src.cfg.limits,
+    };
     let stats = src.stats.clone();
     let (mut proxies, mut auth_servers, mut rejections) = (Vec::new(), Vec::new(), Vec::new());
     let mut keep = |kind: &'static str, item: Result<Item, crate::model::Rejection>| match item {
@@ -444,7 +450,7 @@ async fn list_all(
     };
     for (kind, list) in servers {
         for s in list {
-            let item = convert::Resource::Server(s).validate(now, false, &limits, &mut src.ttls);
+            let item = convert::Resource::Server(s).validate(&seen, &mut src.ttls);
             match keep(kind.as_str(), item) {
                 Some(Item::Server(s)) if kind == Kind::Proxy => proxies.push(s),
                 Some(Item::Server(s)) => auth_servers.push(s),
@@ -455,17 +461,16 @@ async fn list_all(
     // Each host's Auth before its agent is built; the poll started with
     // the lists. Without an answer in time, agents start with no Auth and
     // gain it when the poll answers.
-    if let Ok(Some(m)) = tokio::time::timeout(src.cfg.connect_timeout, instances.recv()).await {
-        src.auth_of = m;
-    }
-    let mut hosts = Hosts::new(proxies.iter().map(|s| s.name.clone()), src.auth_of.clone());
+    let auth_of = match tokio::time::timeout(src.cfg.connect_timeout, instances.recv()).await {
+        Ok(Some(m)) => m,
+        _ => src.hosts.auth_of().clone(),
+    };
+    let mut hosts = Hosts::new(proxies.iter().map(|s| s.name.clone()), auth_of);
     while let Some(page) = pages.recv().await {
         let (kind, page) = page?;
         for r in page {
             let item = match r.resource {
-                Some(r) => {
-                    convert::Resource::of_page(r).validate(now, false, &limits, &mut src.ttls)
-                }
+                Some(r) => convert::Resource::of_page(r).validate(&seen, &mut src.ttls),
                 None => Err(reject(
                     RejectCode::EmptyEvent,
                     kind.as_str(),
@@ -474,7 +479,7 @@ async fn list_all(
                 )),
             };
             if let Some(Item::Beat(b)) = keep(kind.as_str(), item) {
-                hosts.load(b);
+                hosts.load(b, &seen, &src.hosts);
             }
         }
     }
