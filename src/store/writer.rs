@@ -20,7 +20,8 @@ use crate::model::{Server, Tunnel};
 use crate::stats::Stats;
 
 /// Rows per multi-row statement (well below SQLite's 32766 bound parameters).
-const CHUNK: usize = 500;
+/// A power of two: see [`chunks`].
+const CHUNK: usize = 512;
 /// Failed attempts after which a batch sheds its heartbeat history.
 const SHED_HISTORY_AFTER: u32 = 5;
 
@@ -174,6 +175,22 @@ async fn commit_with_retry(pool: &SqlitePool, opts: &WriterOptions, mut batch: W
     }
 }
 
+/// `rows` in statements of `CHUNK` rows, the rest in halving powers of two:
+/// each statement's text then comes from a set of ten per table, which the
+/// connection's statement cache keeps prepared. A tail of any length would
+/// be a new text (parsed and planned again) in nearly every batch.
+fn chunks<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
+    std::iter::from_fn(move || {
+        if rows.is_empty() {
+            return None;
+        }
+        let n = CHUNK.min(1 << rows.len().ilog2());
+        let (head, tail) = rows.split_at(n);
+        rows = tail;
+        Some(head)
+    })
+}
+
 /// Commits one batch in one transaction.
 pub async fn commit(pool: &SqlitePool, b: &WriteBatch) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
@@ -182,13 +199,13 @@ pub async fn commit(pool: &SqlitePool, b: &WriteBatch) -> Result<(), sqlx::Error
             .bind(kind.as_str())
             .execute(&mut *tx)
             .await?;
-        for chunk in rows.chunks(CHUNK) {
+        for chunk in chunks(rows) {
             upsert_servers(&mut tx, chunk.iter()).await?;
         }
     }
     let (puts, dels): (Vec<_>, Vec<_>) = b.servers.iter().partition(|(_, v)| v.is_some());
     let puts: Vec<&Server> = puts.into_iter().filter_map(|(_, v)| v.as_ref()).collect();
-    for chunk in puts.chunks(CHUNK) {
+    for chunk in chunks(&puts) {
         upsert_servers(&mut tx, chunk.iter().copied()).await?;
     }
     for ((kind, name), _) in dels {
@@ -200,13 +217,13 @@ pub async fn commit(pool: &SqlitePool, b: &WriteBatch) -> Result<(), sqlx::Error
     }
     if let Some(rows) = &b.replace_tunnels {
         sqlx::query("DELETE FROM tunnels").execute(&mut *tx).await?;
-        for chunk in rows.chunks(CHUNK) {
+        for chunk in chunks(rows) {
             upsert_tunnels(&mut tx, chunk.iter()).await?;
         }
     }
     let (puts, dels): (Vec<_>, Vec<_>) = b.tunnels.iter().partition(|(_, v)| v.is_some());
     let puts: Vec<&Tunnel> = puts.into_iter().filter_map(|(_, v)| v.as_ref()).collect();
-    for chunk in puts.chunks(CHUNK) {
+    for chunk in chunks(&puts) {
         upsert_tunnels(&mut tx, chunk.iter().copied()).await?;
     }
     for (name, _) in dels {
@@ -215,7 +232,7 @@ pub async fn commit(pool: &SqlitePool, b: &WriteBatch) -> Result<(), sqlx::Error
             .execute(&mut *tx)
             .await?;
     }
-    for chunk in b.events.chunks(CHUNK) {
+    for chunk in chunks(&b.events) {
         let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
             "INSERT INTO events (at_us, kind, name, event, expires_us, ttl_us, detail) ",
         );
@@ -230,7 +247,7 @@ pub async fn commit(pool: &SqlitePool, b: &WriteBatch) -> Result<(), sqlx::Error
         });
         q.build().execute(&mut *tx).await?;
     }
-    for chunk in b.health.chunks(CHUNK) {
+    for chunk in chunks(&b.health) {
         let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
             "INSERT INTO health_transitions (auth_server, addr, at_us, from_status, to_status, mode, detail) ",
         );
@@ -305,19 +322,14 @@ async fn upsert_servers<'a>(
     tx: &mut sqlx::Transaction<'_, Sqlite>,
     rows: impl Iterator<Item = &'a Server>,
 ) -> Result<(), sqlx::Error> {
-    let rows: Vec<(&Server, String)> = rows
-        .map(|s| {
-            let labels = serde_json::to_string(&*s.labels).unwrap_or_else(|_| "{}".into());
-            (s, labels)
-        })
-        .collect();
+    let rows: Vec<&Server> = rows.collect();
     if rows.is_empty() {
         return Ok(());
     }
     let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
         "INSERT INTO resources (kind, name, addr, version, group_id, group_generation, expires_us, ttl_us, labels, auth_server) ",
     );
-    q.push_values(&rows, |mut r, (s, labels)| {
+    q.push_values(&rows, |mut r, s| {
         r.push_bind(s.kind.as_str())
             .push_bind(s.name.as_str())
             .push_bind(s.addr.as_str())
@@ -326,7 +338,7 @@ async fn upsert_servers<'a>(
             .push_bind(i64::try_from(s.group_generation).unwrap_or(i64::MAX))
             .push_bind(s.expires.as_micros())
             .push_bind(dur_micros(s.ttl))
-            .push_bind(labels.as_str())
+            .push_bind(s.labels.json())
             .push_bind(s.auth_server.as_str());
     });
     q.push(
@@ -435,5 +447,25 @@ async fn prune_in_steps(
             return Ok(total);
         }
         tokio::task::yield_now().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{chunks, CHUNK};
+
+    /// Guards the statement cache: every row is written once, in order,
+    /// and the statement sizes come from a fixed set of ten.
+    #[test]
+    fn chunks_cover_every_row_in_sizes_from_a_fixed_set() {
+        let mut sizes = std::collections::BTreeSet::new();
+        for n in [0, 1, 2, 3, 511, 512, 513, 1000, 1537, 5000] {
+            let rows: Vec<usize> = (0..n).collect();
+            let parts: Vec<&[usize]> = chunks(&rows).collect();
+            assert_eq!(parts.concat(), rows, "{n} rows");
+            sizes.extend(parts.iter().map(|p| p.len()));
+        }
+        assert!(sizes.iter().all(|s| s.is_power_of_two() && *s <= CHUNK));
+        assert!(sizes.len() <= 10, "{sizes:?}");
     }
 }
