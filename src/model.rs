@@ -125,8 +125,69 @@ impl FromStr for Kind {
     }
 }
 
-/// A server's labels, immutable once built.
-pub type Labels = std::sync::Arc<BTreeMap<String, String>>;
+/// A server's labels, immutable once built and shared by every copy of the
+/// server until they change. Their JSON, what the store writes, is made
+/// once per set rather than once per write.
+#[derive(Clone, Default)]
+pub struct Labels(std::sync::Arc<LabelSet>);
+
+#[derive(Default)]
+struct LabelSet {
+    map: BTreeMap<String, String>,
+    json: std::sync::OnceLock<String>,
+}
+
+impl Labels {
+    pub fn new(map: BTreeMap<String, String>) -> Labels {
+        Labels(std::sync::Arc::new(LabelSet {
+            map,
+            json: std::sync::OnceLock::new(),
+        }))
+    }
+
+    /// As the store keeps them: a JSON object.
+    pub fn json(&self) -> &str {
+        self.0
+            .json
+            .get_or_init(|| serde_json::to_string(&self.0.map).unwrap_or_else(|_| "{}".into()))
+    }
+
+    /// Read back from the store; a malformed object reads as no labels.
+    pub fn from_json(json: &str) -> Labels {
+        Labels::new(serde_json::from_str(json).unwrap_or_default())
+    }
+
+    /// True when both are the same shared set.
+    pub fn ptr_eq(a: &Labels, b: &Labels) -> bool {
+        std::sync::Arc::ptr_eq(&a.0, &b.0)
+    }
+}
+
+impl std::ops::Deref for Labels {
+    type Target = BTreeMap<String, String>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0.map
+    }
+}
+
+impl PartialEq for Labels {
+    fn eq(&self, other: &Labels) -> bool {
+        Labels::ptr_eq(self, other) || self.0.map == other.0.map
+    }
+}
+
+impl std::fmt::Debug for Labels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.map.fmt(f)
+    }
+}
+
+impl FromIterator<(String, String)> for Labels {
+    fn from_iter<I: IntoIterator<Item = (String, String)>>(iter: I) -> Labels {
+        Labels::new(iter.into_iter().collect())
+    }
+}
 
 /// A validated heartbeating server (proxy, auth server or agent).
 #[derive(Clone, Debug, PartialEq)]

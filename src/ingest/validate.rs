@@ -178,7 +178,7 @@ pub fn server(p: pb::Server, now: Ts, limits: &Limits) -> Result<Server, Rejecti
         group_generation: p.group_generation,
         expires,
         ttl,
-        labels: std::sync::Arc::new(p.labels.into_iter().collect()),
+        labels: p.labels.into_iter().collect(),
         auth_server: p.auth_server,
     })
 }

@@ -9,7 +9,8 @@ use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 
 use crate::clock::Ts;
 use crate::model::{
-    AgentState, CauseKind, EndReason, Health, HealthMode, HistoryEvent, Server, Subject, Tunnel,
+    AgentState, CauseKind, EndReason, Health, HealthMode, HistoryEvent, Labels, Server, Subject,
+    Tunnel,
 };
 
 #[derive(sqlx::FromRow)]
@@ -129,7 +130,7 @@ pub async fn load(pool: &SqlitePool) -> Result<Loaded, sqlx::Error> {
                 group_generation: u64::try_from(r.group_generation).unwrap_or(0),
                 expires: Ts(r.expires_us),
                 ttl: Duration::from_micros(u64::try_from(r.ttl_us).ok().filter(|t| *t > 0)?),
-                labels: std::sync::Arc::new(serde_json::from_str(&r.labels).unwrap_or_default()),
+                labels: Labels::from_json(&r.labels),
                 auth_server: r.auth_server,
             })
         })
