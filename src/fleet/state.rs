@@ -27,6 +27,13 @@ use crate::telemetry::propagate::TraceRef;
 
 /// How often the current-state snapshot is written at most.
 pub const STATE_WRITE_EVERY: Duration = Duration::from_secs(1);
+/// Current-state rows written per second at most, on average: after a
+/// snapshot of n rows the next waits n / this (and at least
+/// `STATE_WRITE_EVERY`). A quarter of what one SQLite writer commits here
+/// (`bench ingest`, about 120 k rows/s), so that in a heartbeat storm over
+/// a large fleet the snapshot, which a restart loads and a resync then
+/// corrects, never takes the writer from the history.
+pub const STATE_ROWS_PER_SECOND: u64 = 30_000;
 
 /// Tunables of the rules.
 #[derive(Clone, Copy, Debug)]
@@ -221,6 +228,8 @@ pub struct Fleet {
     pub(super) pending: WriteBatch,
     /// When current-state rows last went to the store.
     pub(super) state_written: Ts,
+    /// How long after `state_written` the next snapshot may go.
+    pub(super) state_gap: Duration,
     pub(super) next_episode: i64,
     pub(super) changes: broadcast::Sender<Changes>,
     /// Changes of the current classification pass, published at its end.
@@ -285,6 +294,7 @@ impl Fleet {
             dirty: HashSet::default(),
             pending: WriteBatch::default(),
             state_written: now,
+            state_gap: STATE_WRITE_EVERY,
             next_episode: 1,
             changes,
             changed: Vec::new(),

@@ -1,8 +1,11 @@
 //! Write coalescing: what the fleet owes the store. History rows are due at
-//! once; current-state rows at most every `STATE_WRITE_EVERY`, coalesced per
-//! resource; a batch the writer had no room for goes back in front.
+//! once; current-state rows at most every `STATE_WRITE_EVERY`, and no more
+//! than `STATE_ROWS_PER_SECOND` on average, coalesced per resource; a batch
+//! the writer had no room for goes back in front.
 
-use super::state::{Fleet, STATE_WRITE_EVERY};
+use std::time::Duration;
+
+use super::state::{Fleet, STATE_ROWS_PER_SECOND, STATE_WRITE_EVERY};
 use crate::clock::Ts;
 use crate::model::HistoryEvent;
 use crate::model::Subject;
@@ -29,15 +32,18 @@ impl Fleet {
     /// Takes everything that must be written; the actor hands it over.
     pub fn take_pending(&mut self) -> WriteBatch {
         self.state_written = self.now();
+        let rows = self.pending.state_rows() as u64;
+        let budget = Duration::from_millis(rows.saturating_mul(1000) / STATE_ROWS_PER_SECOND);
+        self.state_gap = budget.max(STATE_WRITE_EVERY);
         std::mem::take(&mut self.pending)
     }
 
     /// Takes what is due: history at once; the current-state snapshot (what
-    /// a restart loads) at most every `STATE_WRITE_EVERY`, coalesced per
-    /// resource, so a heartbeat storm costs one row per resource per period.
+    /// a restart loads) once its gap has passed, coalesced per resource, so
+    /// a heartbeat storm costs one row per resource per gap.
     pub fn take_due(&mut self) -> WriteBatch {
         let now = self.now();
-        if self.pending.has_state() && now.since(self.state_written) >= STATE_WRITE_EVERY {
+        if self.pending.has_state() && now.since(self.state_written) >= self.state_gap {
             return self.take_pending();
         }
         self.pending.take_history()
@@ -50,14 +56,14 @@ impl Fleet {
             || !p.health.is_empty()
             || !p.episodes.is_empty()
             || p.dropped_events > 0
-            || (p.has_state() && self.now().since(self.state_written) >= STATE_WRITE_EVERY)
+            || (p.has_state() && self.now().since(self.state_written) >= self.state_gap)
     }
 
     /// When the held current-state rows fall due, if any are held.
     pub fn state_due_at(&self) -> Option<Ts> {
         self.pending
             .has_state()
-            .then(|| self.state_written.saturating_add(STATE_WRITE_EVERY))
+            .then(|| self.state_written.saturating_add(self.state_gap))
     }
 
     /// Puts back a batch the store had no room for; newer rows win.
@@ -156,5 +162,28 @@ mod tests {
         tokio::time::advance(STATE_WRITE_EVERY).await;
         assert!(f.has_due());
         assert!(f.take_due().has_state());
+    }
+
+    /// Guards the snapshot budget: after a snapshot of many rows the next
+    /// waits in proportion, so a storm over a large fleet leaves the writer
+    /// to the history.
+    #[tokio::test(start_paused = true)]
+    async fn a_large_snapshot_spaces_the_next_in_proportion() {
+        let mut f = fleet();
+        let rows = 3 * STATE_ROWS_PER_SECOND;
+        for i in 0..rows {
+            f.pending.put_server(&proxy(&format!("p{i}"), 5));
+        }
+        tokio::time::advance(STATE_WRITE_EVERY).await;
+        assert_eq!(f.take_due().state_rows() as u64, rows);
+        f.pending.put_server(&proxy("p0", 6));
+        tokio::time::advance(STATE_WRITE_EVERY).await;
+        assert!(!f.has_due(), "three seconds' worth of rows: not yet");
+        tokio::time::advance(2 * STATE_WRITE_EVERY).await;
+        assert!(f.has_due());
+        assert_eq!(f.take_due().state_rows(), 1);
+        tokio::time::advance(STATE_WRITE_EVERY).await;
+        f.pending.put_server(&proxy("p0", 7));
+        assert!(f.has_due(), "a small snapshot: back to the period");
     }
 }

@@ -124,6 +124,17 @@ impl WriteBatch {
     }
 
     /// True when current-state rows (servers, tunnels) are waiting.
+    /// Current-state rows this batch writes.
+    pub fn state_rows(&self) -> usize {
+        self.replace_servers
+            .iter()
+            .map(|(_, rows)| rows.len())
+            .sum::<usize>()
+            + self.servers.len()
+            + self.replace_tunnels.as_ref().map_or(0, Vec::len)
+            + self.tunnels.len()
+    }
+
     pub fn has_state(&self) -> bool {
         !self.replace_servers.is_empty()
             || !self.servers.is_empty()
