@@ -4,7 +4,7 @@
 //! Teleport's own (Go's zero time, host IDs, `ProxyIDs`, the announce TTL
 //! no resource carries) is settled here.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::time::Duration;
 
 use crate::clock::Ts;
@@ -73,7 +73,7 @@ impl Seen {
 /// resource allocates nothing.
 #[derive(Default)]
 pub struct Ttls {
-    learned: HashMap<Kind, HashMap<String, Learned>>,
+    learned: FxHashMap<Kind, FxHashMap<String, Learned>>,
     /// Bumped by each resync; an entry not seen since is forgotten.
     epoch: u64,
 }

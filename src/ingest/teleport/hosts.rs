@@ -7,6 +7,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
+use rustc_hash::FxHashMap;
+
 use crate::clock::Ts;
 use crate::model::{AgentService, Change, Kind, Labels, Server, Tunnel};
 
@@ -176,10 +178,10 @@ fn update_str(field: &mut String, value: &str) -> bool {
 /// Every host's services, the proxies known, and Auth attachments.
 #[derive(Default)]
 pub struct Hosts {
-    hosts: HashMap<String, Host>,
+    hosts: FxHashMap<String, Host>,
     /// The hosts running a service of this name (an app may be served by
     /// several), for deletes that do not name the host.
-    host_of: HashMap<(AgentService, String), BTreeSet<String>>,
+    host_of: FxHashMap<(AgentService, String), BTreeSet<String>>,
     proxies: BTreeSet<String>,
     auth_of: HashMap<String, String>,
 }

@@ -209,6 +209,7 @@ async fn session(
     hand_over(&fleet, rejections, resync, list_started).await?;
     *reached_ready = true;
 
+    let mut changes = Vec::new();
     loop {
         tokio::select! {
             m = inst_rx.recv() => {
@@ -224,7 +225,7 @@ async fn session(
                 let n = events.len() as u64;
                 let mut batch = Vec::with_capacity(events.len());
                 for ev in events {
-                    apply(src, ev, &mut batch);
+                    apply(src, ev, &mut changes, &mut batch);
                 }
                 if !batch.is_empty() {
                     fleet.send(Command::Apply(batch)).await.map_err(|_| WatchError::FleetGone)?;
@@ -239,14 +240,14 @@ async fn session(
     }
 }
 
-/// One event into changes (or a rejection) on `batch`.
-fn apply(src: &mut Teleport, ev: tp::Event, batch: &mut Vec<Ingested>) {
+/// One event into changes (or a rejection) on `batch`; `changes` is
+/// scratch space, empty between events.
+fn apply(src: &mut Teleport, ev: tp::Event, changes: &mut Vec<Change>, batch: &mut Vec<Ingested>) {
     let seen = Seen {
         now: src.clock.now(),
         live: true,
         limits: src.cfg.limits,
     };
-    let mut changes = Vec::new();
     let op = tp::Operation::try_from(ev.r#type).ok();
     let result = match (op, ev.resource) {
         (Some(tp::Operation::Init), _) => Err(reject(
@@ -264,13 +265,13 @@ fn apply(src: &mut Teleport, ev: tp::Event, batch: &mut Vec<Ingested>) {
         (Some(tp::Operation::Put), Some(r)) => put(src, r, &seen).map(|item| match item {
             Item::Server(s) => {
                 if s.kind == Kind::Proxy {
-                    src.hosts.put_proxy(&s.name, &mut changes);
+                    src.hosts.put_proxy(&s.name, changes);
                 }
                 changes.insert(0, Change::PutServer(s));
             }
-            Item::Beat(b) => src.hosts.put_service(b, &seen, &mut changes),
+            Item::Beat(b) => src.hosts.put_service(b, &seen, changes),
         }),
-        (Some(tp::Operation::Delete), Some(r)) => delete(src, r, &mut changes),
+        (Some(tp::Operation::Delete), Some(r)) => delete(src, r, changes),
         (None, Some(_)) => Err(reject(
             RejectCode::BadEventType,
             "",
@@ -279,8 +280,11 @@ fn apply(src: &mut Teleport, ev: tp::Event, batch: &mut Vec<Ingested>) {
         )),
     };
     match result {
-        Ok(()) => batch.extend(changes.into_iter().map(Ingested::Change)),
-        Err(r) => batch.push(rejected(&src.stats, r)),
+        Ok(()) => batch.extend(changes.drain(..).map(Ingested::Change)),
+        Err(r) => {
+            changes.clear();
+            batch.push(rejected(&src.stats, r));
+        }
     }
 }
 
