@@ -18,11 +18,6 @@ use lifeline::telemetry::sink::Sink;
 use lifeline::telemetry::{self, LogFormat, OtlpSettings, Pipeline, SpanCounters};
 use lifeline::{Clock, Lifeline};
 
-/// mimalloc: Lifeline allocates and frees a few small strings per event on
-/// every stage; glibc's malloc spent a fifth of the ingest path's CPU on it.
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Lifeline: finds agents stranded by unhealthy auth servers or proxies.
 #[derive(Parser)]
 #[command(version, about)]
