@@ -68,7 +68,6 @@ struct Sent {
     expires: Ts,
     ttl: Duration,
     version: String,
-    auth_server: String,
     hostname: String,
     /// The services label, `app_server,node`.
     services: String,
@@ -120,11 +119,7 @@ impl Host {
             return (NOTHING, beat.host);
         }
         b.proxies = beat.proxies;
-        let touched = Touched {
-            services: false,
-            tunnels: true,
-        };
-        (touched, beat.host)
+        (TUNNELS, beat.host)
     }
 }
 
@@ -144,7 +139,7 @@ impl Sent {
         self.labels = Labels::new(labels);
     }
 
-    fn agent(&self, name: &str) -> Server {
+    fn agent(&self, name: &str, auth_server: &str) -> Server {
         Server {
             kind: Kind::Agent,
             name: name.to_string(),
@@ -155,7 +150,7 @@ impl Sent {
             expires: self.expires,
             ttl: self.ttl,
             labels: self.labels.clone(),
-            auth_server: self.auth_server.clone(),
+            auth_server: auth_server.to_string(),
         }
     }
 }
@@ -205,15 +200,27 @@ struct Touched {
     services: bool,
     /// The tunnels: its `ProxyIDs`, or for agent mesh the proxies known.
     tunnels: bool,
+    /// The Auth attachment.
+    auth: bool,
 }
 
 const NOTHING: Touched = Touched {
     services: false,
     tunnels: false,
+    auth: false,
+};
+const TUNNELS: Touched = Touched {
+    tunnels: true,
+    ..NOTHING
+};
+const AUTH: Touched = Touched {
+    auth: true,
+    ..NOTHING
 };
 const EVERYTHING: Touched = Touched {
     services: true,
     tunnels: true,
+    auth: true,
 };
 
 pub fn tunnel_name(host: &str, proxy: &str) -> String {
@@ -377,7 +384,7 @@ impl Hosts {
                 .map(String::as_str)
                 .unwrap_or_default();
             if update_str(&mut h.auth, auth) {
-                refresh(h, name, NOTHING, &self.proxies, &mut out);
+                refresh(h, name, AUTH, &self.proxies, &mut out);
             }
         }
     }
@@ -389,12 +396,8 @@ impl Hosts {
             .filter(|(_, h)| h.assumed)
             .map(|(n, _)| n.clone())
             .collect();
-        let touched = Touched {
-            services: false,
-            tunnels: true,
-        };
         for h in assumed {
-            self.refresh(&h, touched, &mut Out(Some(out)));
+            self.refresh(&h, TUNNELS, &mut Out(Some(out)));
         }
     }
 
@@ -411,7 +414,7 @@ impl Hosts {
         let mut tunnels = Vec::new();
         for (name, h) in &self.hosts {
             if let Some(a) = &h.sent {
-                agents.push(a.agent(name));
+                agents.push(a.agent(name, &h.auth));
             }
             tunnels.extend(h.tunnels.iter().map(|p| tunnel(name, p)));
         }
@@ -447,12 +450,12 @@ fn refresh(h: &mut Host, name: &str, touched: Touched, proxies: &BTreeSet<String
     changed |= update(&mut sent.expires, &latest.beat.expires);
     changed |= update(&mut sent.ttl, &latest.ttl);
     changed |= update_str(&mut sent.version, &latest.beat.version);
-    changed |= update_str(&mut sent.auth_server, &h.auth);
+    changed |= touched.auth;
     if relabel {
         sent.relabel();
     }
     if changed {
-        out.push(|| Change::PutServer(sent.agent(name)));
+        out.push(|| Change::PutServer(sent.agent(name, &h.auth)));
     }
     if let Some(observed) = observed {
         // Both sorted: the proxies set and `observed` iterate in order.
@@ -514,6 +517,10 @@ mod tests {
         }
     }
 
+    fn put(h: &mut Hosts, b: Beat, out: &mut Vec<Change>) {
+        h.put_service(b, &seen(), out);
+    }
+
     fn puts(out: &[Change]) -> Vec<String> {
         out.iter()
             .map(|c| {
@@ -527,14 +534,14 @@ mod tests {
     fn a_host_lives_while_any_service_does_and_goes_with_the_last() {
         let mut h = Hosts::default();
         let mut out = Vec::new();
-        h.put_service(
+        put(
+            &mut h,
             beat(AgentService::Node, "host-1", "host-1", 100, &["p1"]),
-            &seen(),
             &mut out,
         );
-        h.put_service(
+        put(
+            &mut h,
             beat(AgentService::AppServer, "grafana", "host-1", 200, &["p1"]),
-            &seen(),
             &mut out,
         );
         let Some(Change::PutServer(a)) =
@@ -569,14 +576,14 @@ mod tests {
     fn an_app_served_by_two_hosts_goes_from_the_host_the_delete_names() {
         let mut h = Hosts::default();
         let mut out = Vec::new();
-        h.put_service(
+        put(
+            &mut h,
             beat(AgentService::AppServer, "grafana", "host-1", 100, &[]),
-            &seen(),
             &mut out,
         );
-        h.put_service(
+        put(
+            &mut h,
             beat(AgentService::AppServer, "grafana", "host-2", 100, &[]),
-            &seen(),
             &mut out,
         );
         out.clear();
@@ -593,14 +600,14 @@ mod tests {
         let mut h = Hosts::default();
         let mut out = Vec::new();
         h.put_proxy("p1", &mut out);
-        h.put_service(
+        put(
+            &mut h,
             beat(AgentService::Node, "mesh", "mesh", 100, &[]),
-            &seen(),
             &mut out,
         );
-        h.put_service(
+        put(
+            &mut h,
             beat(AgentService::Node, "peer", "peer", 100, &["p1"]),
-            &seen(),
             &mut out,
         );
         out.clear();
@@ -624,15 +631,15 @@ mod tests {
     fn proxy_ids_moving_moves_the_tunnels_and_auth_attachment_updates_the_agent() {
         let mut h = Hosts::default();
         let mut out = Vec::new();
-        h.put_service(
+        put(
+            &mut h,
             beat(AgentService::Node, "a", "a", 100, &["p1"]),
-            &seen(),
             &mut out,
         );
         out.clear();
-        h.put_service(
+        put(
+            &mut h,
             beat(AgentService::Node, "a", "a", 100, &["p2"]),
-            &seen(),
             &mut out,
         );
         assert_eq!(
@@ -663,14 +670,14 @@ mod tests {
     fn a_heartbeat_shares_the_labels_it_sent_before() {
         let mut h = Hosts::default();
         let mut out = Vec::new();
-        h.put_service(
+        put(
+            &mut h,
             beat(AgentService::Node, "n", "n", 100, &["p1"]),
-            &seen(),
             &mut out,
         );
-        h.put_service(
+        put(
+            &mut h,
             beat(AgentService::Node, "n", "n", 130, &["p1"]),
-            &seen(),
             &mut out,
         );
         let labels: Vec<&Labels> = out
@@ -692,9 +699,9 @@ mod tests {
         let mut h = Hosts::default();
         let mut out = Vec::new();
         let b = beat(AgentService::DbServer, "pg", "host-9", 100, &["p1"]);
-        h.put_service(b.clone(), &seen(), &mut out);
+        put(&mut h, b.clone(), &mut out);
         out.clear();
-        h.put_service(b, &seen(), &mut out);
+        put(&mut h, b, &mut out);
         assert!(out.is_empty());
     }
 
