@@ -90,19 +90,22 @@ impl Ttls {
     pub fn observe(&mut self, kind: Kind, name: &str, expires: Ts, seen: &Seen) -> Duration {
         let epoch = self.epoch;
         let names = self.learned.entry(kind).or_default();
-        let prev = names.get(name).map(|l| (l.expires, l.ttl));
-        let ttl = seen.ttl(prev, expires);
+        if let Some(l) = names.get_mut(name) {
+            let ttl = seen.ttl(Some((l.expires, l.ttl)), expires);
+            *l = Learned {
+                expires,
+                ttl,
+                epoch,
+            };
+            return ttl;
+        }
+        let ttl = seen.ttl(None, expires);
         let learned = Learned {
             expires,
             ttl,
             epoch,
         };
-        match names.get_mut(name) {
-            Some(entry) => *entry = learned,
-            None => {
-                names.insert(name.to_string(), learned);
-            }
-        }
+        names.insert(name.to_string(), learned);
         ttl
     }
 
