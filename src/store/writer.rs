@@ -7,6 +7,7 @@
 //! what follows, and [`StoreHealth`](super::health::StoreHealth) tells
 //! `/readyz` and `/metrics` that the store is failing.
 
+use std::borrow::Borrow;
 use std::sync::Arc;
 
 use sqlx::{QueryBuilder, Sqlite, SqlitePool};
@@ -200,13 +201,13 @@ pub async fn commit(pool: &SqlitePool, b: &WriteBatch) -> Result<(), sqlx::Error
             .execute(&mut *tx)
             .await?;
         for chunk in chunks(rows) {
-            upsert_servers(&mut tx, chunk.iter()).await?;
+            upsert_servers(&mut tx, chunk).await?;
         }
     }
     let (puts, dels): (Vec<_>, Vec<_>) = b.servers.iter().partition(|(_, v)| v.is_some());
     let puts: Vec<&Server> = puts.into_iter().filter_map(|(_, v)| v.as_ref()).collect();
     for chunk in chunks(&puts) {
-        upsert_servers(&mut tx, chunk.iter().copied()).await?;
+        upsert_servers(&mut tx, chunk).await?;
     }
     for ((kind, name), _) in dels {
         sqlx::query("DELETE FROM resources WHERE kind = ? AND name = ?")
@@ -218,13 +219,13 @@ pub async fn commit(pool: &SqlitePool, b: &WriteBatch) -> Result<(), sqlx::Error
     if let Some(rows) = &b.replace_tunnels {
         sqlx::query("DELETE FROM tunnels").execute(&mut *tx).await?;
         for chunk in chunks(rows) {
-            upsert_tunnels(&mut tx, chunk.iter()).await?;
+            upsert_tunnels(&mut tx, chunk).await?;
         }
     }
     let (puts, dels): (Vec<_>, Vec<_>) = b.tunnels.iter().partition(|(_, v)| v.is_some());
     let puts: Vec<&Tunnel> = puts.into_iter().filter_map(|(_, v)| v.as_ref()).collect();
     for chunk in chunks(&puts) {
-        upsert_tunnels(&mut tx, chunk.iter().copied()).await?;
+        upsert_tunnels(&mut tx, chunk).await?;
     }
     for (name, _) in dels {
         sqlx::query("DELETE FROM tunnels WHERE name = ?")
@@ -318,18 +319,19 @@ pub async fn commit(pool: &SqlitePool, b: &WriteBatch) -> Result<(), sqlx::Error
     tx.commit().await
 }
 
-async fn upsert_servers<'a>(
+/// `rows` are servers or references to them (what a batch holds).
+async fn upsert_servers<R: Borrow<Server>>(
     tx: &mut sqlx::Transaction<'_, Sqlite>,
-    rows: impl Iterator<Item = &'a Server>,
+    rows: &[R],
 ) -> Result<(), sqlx::Error> {
-    let rows: Vec<&Server> = rows.collect();
     if rows.is_empty() {
         return Ok(());
     }
     let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
         "INSERT INTO resources (kind, name, addr, version, group_id, group_generation, expires_us, ttl_us, labels, auth_server) ",
     );
-    q.push_values(&rows, |mut r, s| {
+    q.push_values(rows, |mut r, s| {
+        let s: &Server = s.borrow();
         r.push_bind(s.kind.as_str())
             .push_bind(s.name.as_str())
             .push_bind(s.addr.as_str())
@@ -351,18 +353,18 @@ async fn upsert_servers<'a>(
     Ok(())
 }
 
-async fn upsert_tunnels<'a>(
+async fn upsert_tunnels<R: Borrow<Tunnel>>(
     tx: &mut sqlx::Transaction<'_, Sqlite>,
-    rows: impl Iterator<Item = &'a Tunnel>,
+    rows: &[R],
 ) -> Result<(), sqlx::Error> {
-    let rows: Vec<&Tunnel> = rows.collect();
     if rows.is_empty() {
         return Ok(());
     }
     let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
         "INSERT INTO tunnels (name, agent, proxy, last_heartbeat_us, expires_us) ",
     );
-    q.push_values(&rows, |mut r, t| {
+    q.push_values(rows, |mut r, t| {
+        let t: &Tunnel = t.borrow();
         r.push_bind(t.name.as_str())
             .push_bind(t.agent.as_str())
             .push_bind(t.proxy.as_str())
