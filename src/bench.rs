@@ -441,7 +441,8 @@ fn spec(agents: usize, proxies: usize, tunnels: usize, buffer: usize) -> SimSpec
 /// The `teleport` source against the `lifeline` source in one run:
 /// `rounds` rounds of a leg on each, order alternating so an order effect
 /// cancels; the figure is the median of the rounds' ratios (Teleport's
-/// speed over the lifeline source's: for a time, lifeline/teleport).
+/// speed over the lifeline source's: for a time, lifeline/teleport). Each
+/// leg gets its source and a database file name of its own.
 async fn against_lifeline<F, Fut>(
     rounds: usize,
     unit: &str,
@@ -449,7 +450,7 @@ async fn against_lifeline<F, Fut>(
     mut leg: F,
 ) -> Result<Value, BenchError>
 where
-    F: FnMut(SourceKind, usize) -> Fut,
+    F: FnMut(SourceKind, String) -> Fut,
     Fut: std::future::Future<Output = Result<f64, BenchError>>,
 {
     let (mut lifeline, mut teleport, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
@@ -461,7 +462,8 @@ where
         };
         let mut pair = [0f64; 2];
         for source in order {
-            pair[usize::from(source == SourceKind::Teleport)] = leg(source, round).await?;
+            let db = format!("source-{}-{round}.db", source_name(source));
+            pair[usize::from(source == SourceKind::Teleport)] = leg(source, db).await?;
         }
         let ratio = if higher_is_better {
             pair[1] / pair[0]

@@ -260,8 +260,7 @@ pub(super) async fn ingest(
         "teleport_source": if source_rounds == 0 {
             Value::Null
         } else {
-            against_lifeline(source_rounds, "events/s", true, |source, round| {
-                let db = format!("source-{}-{round}.db", source_name(source));
+            against_lifeline(source_rounds, "events/s", true, |source, db| {
                 let scratch = &scratch;
                 async move {
                     let leg = ingest_leg(agents, proxies, events, scratch, &db, source).await?;

@@ -167,8 +167,7 @@ pub(super) async fn resync(
         Value::Null
     } else {
         // Cold only: a warm resync waits out a random reconnect backoff.
-        against_lifeline(source_rounds, "cold resync ms", false, |source, round| {
-            let db = format!("source-{}-{round}.db", source_name(source));
+        against_lifeline(source_rounds, "cold resync ms", false, |source, db| {
             let scratch = &scratch;
             async move {
                 let leg = resync_leg(
