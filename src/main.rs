@@ -18,6 +18,12 @@ use lifeline::telemetry::sink::Sink;
 use lifeline::telemetry::{self, LogFormat, OtlpSettings, Pipeline, SpanCounters};
 use lifeline::{Clock, Lifeline};
 
+/// jemalloc: every stage allocates a few small strings per event, most
+/// freed on another thread (the store's rows on SQLite's); glibc's arenas
+/// spend much of the ingest path on that, and fragment under it.
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// Lifeline: finds agents stranded by unhealthy auth servers or proxies.
 #[derive(Parser)]
 #[command(version, about)]
