@@ -268,12 +268,12 @@ impl Resource {
     pub fn of_event(r: auth::event::Resource) -> Option<Resource> {
         use auth::event::Resource as R;
         Some(match r {
-            R::Server(s) => Resource::Server(s),
-            R::AppServer(s) => Resource::Service(AgentService::AppServer, s.into()),
-            R::DatabaseServer(s) => Resource::Service(AgentService::DbServer, s.into()),
-            R::KubernetesServer(s) => Resource::Service(AgentService::KubeServer, s.into()),
+            R::Server(s) => Resource::Server(*s),
+            R::AppServer(s) => Resource::Service(AgentService::AppServer, (*s).into()),
+            R::DatabaseServer(s) => Resource::Service(AgentService::DbServer, (*s).into()),
+            R::KubernetesServer(s) => Resource::Service(AgentService::KubeServer, (*s).into()),
             R::WindowsDesktopService(s) => {
-                Resource::Service(AgentService::WindowsDesktopService, s.into())
+                Resource::Service(AgentService::WindowsDesktopService, (*s).into())
             }
             R::ResourceHeader(_) | R::WatchStatus(_) => return None,
         })

@@ -147,7 +147,7 @@ fn put(r: Resource) -> tp::Event {
 }
 
 fn header(kind: &str, name: &str, description: &str) -> Resource {
-    Resource::ResourceHeader(types::ResourceHeader {
+    Resource::ResourceHeader(Box::new(types::ResourceHeader {
         kind: kind.to_string(),
         version: "v2".into(),
         metadata: Some(types::Metadata {
@@ -156,7 +156,7 @@ fn header(kind: &str, name: &str, description: &str) -> Resource {
             ..Default::default()
         }),
         ..Default::default()
-    })
+    }))
 }
 
 impl SimCluster {
@@ -171,7 +171,9 @@ impl SimCluster {
             .await
             .apps
             .insert((host.to_string(), name.to_string()), expires);
-        self.emit_teleport(put(Resource::AppServer(app(host, name, expires, proxies))));
+        self.emit_teleport(put(Resource::AppServer(Box::new(app(
+            host, name, expires, proxies,
+        )))));
     }
 
     /// Deletes an app service: as a `ResourceHeader` naming the host in
@@ -188,7 +190,7 @@ impl SimCluster {
             let r = if as_header {
                 header("app_server", name, host)
             } else {
-                Resource::AppServer(app(host, name, expires, Vec::new()))
+                Resource::AppServer(Box::new(app(host, name, expires, Vec::new())))
             };
             self.emit_teleport(tp::Event {
                 r#type: tp::Operation::Delete as i32,
@@ -290,10 +292,10 @@ impl Service {
                 } else {
                     Vec::new()
                 };
-                Some(put(Resource::Server(node(&s, proxies))))
+                Some(put(Resource::Server(Box::new(node(&s, proxies)))))
             }
             (pb::EventType::Put, pb::event::Resource::Server(s)) => {
-                Some(put(Resource::Server(server_v2(&s))))
+                Some(put(Resource::Server(Box::new(server_v2(&s)))))
             }
             (pb::EventType::Delete, pb::event::Resource::Server(s)) => {
                 let kind = if s.kind == Kind::Agent.as_str() {
@@ -311,7 +313,10 @@ impl Service {
             (_, pb::event::Resource::Tunnel(t)) if peering => {
                 let st = self.inner.state.lock().await;
                 let s = st.servers.get(&(Kind::Agent, t.agent.clone()))?;
-                Some(put(Resource::Server(node(s, st.proxies_of(&t.agent)))))
+                Some(put(Resource::Server(Box::new(node(
+                    s,
+                    st.proxies_of(&t.agent),
+                )))))
             }
             _ => None,
         }
@@ -368,12 +373,12 @@ impl AuthService for Service {
             resource: if self.inner.spec.legacy_init {
                 None
             } else {
-                Some(Resource::WatchStatus(types::WatchStatusV1 {
+                Some(Resource::WatchStatus(Box::new(types::WatchStatusV1 {
                     kind: "watch_status".into(),
                     version: "v1".into(),
                     spec: Some(types::WatchStatusSpecV1 { kinds: confirmed }),
                     ..Default::default()
-                }))
+                })))
             },
         };
         let svc = Service {
