@@ -38,11 +38,30 @@ pub struct Beat {
     pub proxies: Vec<String>,
 }
 
-/// A service a host runs: its last heartbeat and the TTL learned from
-/// its successive expiries.
+/// A service a host runs: its last heartbeat, the TTL learned from its
+/// successive expiries, and a digest of the rest of what it said.
 struct Running {
     beat: Beat,
     ttl: Duration,
+    said: Said,
+}
+
+/// A digest of what a heartbeat says beyond its expiry: version, hostname
+/// and `ProxyIDs`. Most heartbeats repeat the last one; the digest, taken
+/// from the message just decoded, says so without reading the strings
+/// kept from the last (cold, in a large fleet, by the next heartbeat).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Said(u64);
+
+impl Said {
+    fn of(b: &Beat) -> Said {
+        use std::hash::{Hash, Hasher};
+        // SipHash with fixed keys: deterministic, and no two contents a
+        // heartbeat could plausibly carry share a 64-bit digest.
+        let mut h = std::hash::DefaultHasher::new();
+        (&b.version, &b.hostname, &b.proxies).hash(&mut h);
+        Said(h.finish())
+    }
 }
 
 /// A host runs a handful of services and holds a few tunnels: small
@@ -61,6 +80,9 @@ struct Host {
     /// The agent as last sent, in the parts it is made of (the `Server`
     /// itself is built only to be sent).
     sent: Option<Sent>,
+    /// Which service spoke for the host (the latest expiry) when it was
+    /// last sent, as an index into `services`.
+    speaker: usize,
 }
 
 #[derive(Default)]
@@ -99,27 +121,33 @@ impl Host {
         seen: &Seen,
         learned: Option<(Ts, Duration)>,
     ) -> (Touched, String) {
+        let said = Said::of(&beat);
         let Some(i) = self.service(beat.service, &beat.name) else {
             let host = beat.host.clone();
             let ttl = seen.ttl(learned, beat.expires);
-            self.services.push(Running { beat, ttl });
+            self.services.push(Running { beat, ttl, said });
             return (EVERYTHING, host);
         };
         let r = &mut self.services[i];
         r.ttl = seen.ttl(Some((r.beat.expires, r.ttl)), beat.expires);
-        let b = &mut r.beat;
-        b.expires = beat.expires;
-        if b.version != beat.version {
-            b.version = beat.version;
-        }
-        if b.hostname != beat.hostname {
-            b.hostname = beat.hostname;
-        }
-        if b.proxies == beat.proxies {
+        r.beat.expires = beat.expires;
+        if r.said == said {
             return (NOTHING, beat.host);
         }
+        r.said = said;
+        let b = &mut r.beat;
+        let touched = if b.proxies == beat.proxies {
+            SAID
+        } else {
+            Touched {
+                tunnels: true,
+                ..SAID
+            }
+        };
+        b.version = beat.version;
+        b.hostname = beat.hostname;
         b.proxies = beat.proxies;
-        (TUNNELS, beat.host)
+        (touched, beat.host)
     }
 }
 
@@ -202,12 +230,19 @@ struct Touched {
     tunnels: bool,
     /// The Auth attachment.
     auth: bool,
+    /// A service's version or hostname.
+    said: bool,
 }
 
 const NOTHING: Touched = Touched {
     services: false,
     tunnels: false,
     auth: false,
+    said: false,
+};
+const SAID: Touched = Touched {
+    said: true,
+    ..NOTHING
 };
 const TUNNELS: Touched = Touched {
     tunnels: true,
@@ -221,6 +256,7 @@ const EVERYTHING: Touched = Touched {
     services: true,
     tunnels: true,
     auth: true,
+    said: true,
 };
 
 pub fn tunnel_name(host: &str, proxy: &str) -> String {
@@ -427,9 +463,28 @@ impl Hosts {
 /// are rebuilt only when what they say changed.
 fn refresh(h: &mut Host, name: &str, touched: Touched, proxies: &BTreeSet<String>, out: &mut Out) {
     // The service whose heartbeat runs out last speaks for the host.
-    let Some(latest) = h.services.iter().max_by_key(|r| r.beat.expires) else {
+    let Some((speaker, latest)) = h
+        .services
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, r)| r.beat.expires)
+    else {
         return;
     };
+    // Most heartbeats: the same speaker said the same again, so only the
+    // expiry and TTL can have moved.
+    if let Some(sent) = h.sent.as_mut().filter(|_| {
+        !(touched.services || touched.tunnels || touched.auth || touched.said)
+            && speaker == h.speaker
+    }) {
+        let changed =
+            update(&mut sent.expires, &latest.beat.expires) | update(&mut sent.ttl, &latest.ttl);
+        if changed {
+            out.push(|| Change::PutServer(sent.agent(name, &h.auth)));
+        }
+        return;
+    }
+    h.speaker = speaker;
     let observed: Option<BTreeSet<&String>> = touched
         .tunnels
         .then(|| h.services.iter().flat_map(|r| &r.beat.proxies).collect());
@@ -703,6 +758,68 @@ mod tests {
         out.clear();
         put(&mut h, b, &mut out);
         assert!(out.is_empty());
+    }
+
+    /// Guards the shortcut for repeated heartbeats: what a heartbeat says
+    /// beyond its expiry still reaches the agent, from the same service
+    /// or from another that takes over as the host's latest.
+    #[test]
+    fn a_new_version_or_a_new_latest_service_reaches_the_agent() {
+        let mut h = Hosts::default();
+        let mut out = Vec::new();
+        let agent = |out: &[Change]| match out.last() {
+            Some(Change::PutServer(a)) => (
+                a.version.clone(),
+                a.labels.get(HOSTNAME_LABEL).cloned().unwrap_or_default(),
+                a.expires,
+            ),
+            other => panic!("no agent sent: {other:?}"),
+        };
+        put(
+            &mut h,
+            beat(AgentService::Node, "n", "n", 100, &[]),
+            &mut out,
+        );
+        put(
+            &mut h,
+            beat(AgentService::Node, "n", "n", 130, &[]),
+            &mut out,
+        );
+        assert_eq!(
+            agent(&out),
+            ("17.0.0".into(), "n.example".into(), Ts(130_000_000))
+        );
+
+        let mut upgraded = beat(AgentService::Node, "n", "n", 160, &[]);
+        upgraded.version = "17.1.0".into();
+        upgraded.hostname = "n.renamed".into();
+        put(&mut h, upgraded.clone(), &mut out);
+        assert_eq!(
+            agent(&out),
+            ("17.1.0".into(), "n.renamed".into(), Ts(160_000_000))
+        );
+        upgraded.expires = Ts(190_000_000);
+        put(&mut h, upgraded, &mut out);
+        assert_eq!(agent(&out).0, "17.1.0", "a repeat keeps the new version");
+
+        // An app server on the same host, on an older version, outlives
+        // the node: it speaks for the host now.
+        let mut app = beat(AgentService::AppServer, "grafana", "n", 300, &[]);
+        app.version = "16.4.0".into();
+        put(&mut h, app.clone(), &mut out);
+        assert_eq!(
+            agent(&out),
+            ("16.4.0".into(), "n.example".into(), Ts(300_000_000))
+        );
+        // The node's repeat, expiring last again, takes the host back.
+        let mut node = beat(AgentService::Node, "n", "n", 400, &[]);
+        node.version = "17.1.0".into();
+        node.hostname = "n.renamed".into();
+        put(&mut h, node, &mut out);
+        assert_eq!(
+            agent(&out),
+            ("17.1.0".into(), "n.renamed".into(), Ts(400_000_000))
+        );
     }
 
     /// Guards TTL learning where the host keeps it: a live heartbeat
