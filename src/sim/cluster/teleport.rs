@@ -410,7 +410,7 @@ impl AuthService for Service {
                         Err(_) => return,
                     },
                 };
-                let ev = ev.filter(|e| event_kind(e).is_none_or(|k| wanted.contains(&k)));
+                let ev = ev.filter(|e| event_kind(e).is_none_or(|k| wanted.contains(k)));
                 if let Some(ev) = ev {
                     if tx.send(Ok(ev)).await.is_err() {
                         return;
@@ -552,14 +552,14 @@ impl AuthService for Service {
     }
 }
 
-fn event_kind(e: &tp::Event) -> Option<String> {
+fn event_kind(e: &tp::Event) -> Option<&str> {
     match e.resource.as_ref()? {
-        Resource::ResourceHeader(h) => Some(h.kind.clone()),
-        Resource::Server(s) => Some(s.kind.clone()),
-        Resource::AppServer(_) => Some("app_server".into()),
-        Resource::DatabaseServer(_) => Some("db_server".into()),
-        Resource::KubernetesServer(_) => Some("kube_server".into()),
-        Resource::WindowsDesktopService(_) => Some("windows_desktop_service".into()),
+        Resource::ResourceHeader(h) => Some(&h.kind),
+        Resource::Server(s) => Some(&s.kind),
+        Resource::AppServer(_) => Some("app_server"),
+        Resource::DatabaseServer(_) => Some("db_server"),
+        Resource::KubernetesServer(_) => Some("kube_server"),
+        Resource::WindowsDesktopService(_) => Some("windows_desktop_service"),
         Resource::WatchStatus(_) => None,
     }
 }
