@@ -80,9 +80,6 @@ struct Host {
     /// The agent as last sent, in the parts it is made of (the `Server`
     /// itself is built only to be sent).
     sent: Option<Sent>,
-    /// Which service spoke for the host (the latest expiry) when it was
-    /// last sent, as an index into `services`.
-    speaker: usize,
 }
 
 #[derive(Default)]
@@ -221,8 +218,27 @@ impl Out<'_> {
     }
 }
 
+/// Indexes the service host `host` just gained (the last of its
+/// services) by name, for deletes that do not name the host. Only a gain
+/// changes the index: a heartbeat of a service the host runs finds it
+/// there already. A node is named by its host: its delete needs no index.
+fn index_new_service(
+    host_of: &mut FxHashMap<(AgentService, String), BTreeSet<String>>,
+    h: &Host,
+    host: &str,
+) {
+    if let Some(b) = h.services.last().map(|r| &r.beat) {
+        if b.service != AgentService::Node {
+            host_of
+                .entry((b.service, b.name.clone()))
+                .or_default()
+                .insert(host.to_string());
+        }
+    }
+}
+
 /// What a change to a host can have touched, beyond its expiry.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 struct Touched {
     /// The set of services (the services label).
     services: bool,
@@ -318,25 +334,23 @@ impl Hosts {
             proxies,
             auth_of,
         } = self;
-        // A node is named by its host: its delete needs no index.
-        if beat.service != AgentService::Node {
-            let names = host_of
-                .entry((beat.service, beat.name.clone()))
-                .or_default();
-            if !names.contains(&beat.host) {
-                names.insert(beat.host.clone());
+        let (h, touched, name) = match hosts.get_mut(&beat.host) {
+            Some(h) => {
+                let (touched, name) = h.put(beat, seen, learned);
+                (h, touched, name)
             }
+            None => {
+                let name = beat.host.clone();
+                let h = hosts.entry(name.clone()).or_default();
+                h.auth = auth_of.get(&name).cloned().unwrap_or_default();
+                h.put(beat, seen, learned);
+                (h, EVERYTHING, name)
+            }
+        };
+        if touched.services {
+            index_new_service(host_of, h, &name);
         }
-        if let Some(h) = hosts.get_mut(&beat.host) {
-            let (touched, name) = h.put(beat, seen, learned);
-            refresh(h, &name, touched, proxies, out);
-            return;
-        }
-        let name = beat.host.clone();
-        let h = hosts.entry(beat.host.clone()).or_default();
-        h.auth = auth_of.get(&name).cloned().unwrap_or_default();
-        h.put(beat, seen, learned);
-        refresh(h, &name, EVERYTHING, proxies, out);
+        refresh(h, &name, touched, proxies, out);
     }
 
     /// A service resource deleted. `host` is the host the event named, if
@@ -463,20 +477,17 @@ impl Hosts {
 /// are rebuilt only when what they say changed.
 fn refresh(h: &mut Host, name: &str, touched: Touched, proxies: &BTreeSet<String>, out: &mut Out) {
     // The service whose heartbeat runs out last speaks for the host.
-    let Some((speaker, latest)) = h
-        .services
-        .iter()
-        .enumerate()
-        .max_by_key(|(_, r)| r.beat.expires)
-    else {
+    let Some(latest) = h.services.iter().max_by_key(|r| r.beat.expires) else {
         return;
     };
-    // Most heartbeats: the same speaker said the same again, so only the
-    // expiry and TTL can have moved.
-    if let Some(sent) = h.sent.as_mut().filter(|_| {
-        !(touched.services || touched.tunnels || touched.auth || touched.said)
-            && speaker == h.speaker
-    }) {
+    // Most heartbeats: a host's only service said the same again, so only
+    // the expiry and TTL can have moved. (With several services, another
+    // may have become the latest, and what it says is compared below.)
+    if let Some(sent) = h
+        .sent
+        .as_mut()
+        .filter(|_| touched == NOTHING && h.services.len() == 1)
+    {
         let changed =
             update(&mut sent.expires, &latest.beat.expires) | update(&mut sent.ttl, &latest.ttl);
         if changed {
@@ -484,7 +495,6 @@ fn refresh(h: &mut Host, name: &str, touched: Touched, proxies: &BTreeSet<String
         }
         return;
     }
-    h.speaker = speaker;
     let observed: Option<BTreeSet<&String>> = touched
         .tunnels
         .then(|| h.services.iter().flat_map(|r| &r.beat.proxies).collect());
@@ -560,6 +570,11 @@ mod tests {
         }
     }
 
+    /// A node's heartbeat: a node is named by its host.
+    fn node(host: &str, expires_s: i64, proxies: &[&str]) -> Beat {
+        beat(AgentService::Node, host, host, expires_s, proxies)
+    }
+
     fn seen() -> Seen {
         Seen {
             now: Ts(0),
@@ -589,11 +604,7 @@ mod tests {
     fn a_host_lives_while_any_service_does_and_goes_with_the_last() {
         let mut h = Hosts::default();
         let mut out = Vec::new();
-        put(
-            &mut h,
-            beat(AgentService::Node, "host-1", "host-1", 100, &["p1"]),
-            &mut out,
-        );
+        put(&mut h, node("host-1", 100, &["p1"]), &mut out);
         put(
             &mut h,
             beat(AgentService::AppServer, "grafana", "host-1", 200, &["p1"]),
@@ -650,21 +661,39 @@ mod tests {
         assert!(h.is_empty());
     }
 
+    /// Guards the index of services by name, kept only when a host gains
+    /// a service: a known host that gains an app, and heartbeats repeating
+    /// it, leave the app findable by a delete that names no host.
+    #[test]
+    fn a_known_host_that_gains_an_app_is_found_by_the_apps_delete() {
+        let mut h = Hosts::default();
+        let mut out = Vec::new();
+        put(&mut h, node("host-3", 100, &[]), &mut out);
+        let app = beat(AgentService::AppServer, "grafana", "host-3", 100, &[]);
+        put(&mut h, app.clone(), &mut out);
+        put(&mut h, app, &mut out);
+        out.clear();
+        h.delete_service(AgentService::AppServer, "grafana", None, &mut out);
+        let Some(Change::PutServer(a)) = out.last() else {
+            panic!("the host's agent was not sent again: {out:?}");
+        };
+        assert_eq!(
+            a.labels.get(SERVICES_LABEL).map(String::as_str),
+            Some("node"),
+            "the app is gone from the host"
+        );
+        out.clear();
+        h.delete_service(AgentService::AppServer, "grafana", None, &mut out);
+        assert!(out.is_empty(), "deleted twice: {out:?}");
+    }
+
     #[test]
     fn agent_mesh_hosts_assume_a_tunnel_to_every_proxy_and_peering_hosts_do_not() {
         let mut h = Hosts::default();
         let mut out = Vec::new();
         h.put_proxy("p1", &mut out);
-        put(
-            &mut h,
-            beat(AgentService::Node, "mesh", "mesh", 100, &[]),
-            &mut out,
-        );
-        put(
-            &mut h,
-            beat(AgentService::Node, "peer", "peer", 100, &["p1"]),
-            &mut out,
-        );
+        put(&mut h, node("mesh", 100, &[]), &mut out);
+        put(&mut h, node("peer", 100, &["p1"]), &mut out);
         out.clear();
         h.put_proxy("p2", &mut out);
         assert_eq!(puts(&out), ["put tunnel_connection mesh/p2"]);
@@ -686,17 +715,9 @@ mod tests {
     fn proxy_ids_moving_moves_the_tunnels_and_auth_attachment_updates_the_agent() {
         let mut h = Hosts::default();
         let mut out = Vec::new();
-        put(
-            &mut h,
-            beat(AgentService::Node, "a", "a", 100, &["p1"]),
-            &mut out,
-        );
+        put(&mut h, node("a", 100, &["p1"]), &mut out);
         out.clear();
-        put(
-            &mut h,
-            beat(AgentService::Node, "a", "a", 100, &["p2"]),
-            &mut out,
-        );
+        put(&mut h, node("a", 100, &["p2"]), &mut out);
         assert_eq!(
             puts(&out),
             [
@@ -725,16 +746,8 @@ mod tests {
     fn a_heartbeat_shares_the_labels_it_sent_before() {
         let mut h = Hosts::default();
         let mut out = Vec::new();
-        put(
-            &mut h,
-            beat(AgentService::Node, "n", "n", 100, &["p1"]),
-            &mut out,
-        );
-        put(
-            &mut h,
-            beat(AgentService::Node, "n", "n", 130, &["p1"]),
-            &mut out,
-        );
+        put(&mut h, node("n", 100, &["p1"]), &mut out);
+        put(&mut h, node("n", 130, &["p1"]), &mut out);
         let labels: Vec<&Labels> = out
             .iter()
             .filter_map(|c| match c {
@@ -775,22 +788,14 @@ mod tests {
             ),
             other => panic!("no agent sent: {other:?}"),
         };
-        put(
-            &mut h,
-            beat(AgentService::Node, "n", "n", 100, &[]),
-            &mut out,
-        );
-        put(
-            &mut h,
-            beat(AgentService::Node, "n", "n", 130, &[]),
-            &mut out,
-        );
+        put(&mut h, node("n", 100, &[]), &mut out);
+        put(&mut h, node("n", 130, &[]), &mut out);
         assert_eq!(
             agent(&out),
             ("17.0.0".into(), "n.example".into(), Ts(130_000_000))
         );
 
-        let mut upgraded = beat(AgentService::Node, "n", "n", 160, &[]);
+        let mut upgraded = node("n", 160, &[]);
         upgraded.version = "17.1.0".into();
         upgraded.hostname = "n.renamed".into();
         put(&mut h, upgraded.clone(), &mut out);
@@ -812,7 +817,7 @@ mod tests {
             ("16.4.0".into(), "n.example".into(), Ts(300_000_000))
         );
         // The node's repeat, expiring last again, takes the host back.
-        let mut node = beat(AgentService::Node, "n", "n", 400, &[]);
+        let mut node = node("n", 400, &[]);
         node.version = "17.1.0".into();
         node.hostname = "n.renamed".into();
         put(&mut h, node, &mut out);
@@ -840,23 +845,15 @@ mod tests {
         };
         let mut h = Hosts::default();
         let mut out = Vec::new();
-        h.put_service(
-            beat(AgentService::Node, "n", "n", 100, &[]),
-            &live(10),
-            &mut out,
-        );
+        h.put_service(node("n", 100, &[]), &live(10), &mut out);
         assert_eq!(ttl(&out), Some(Duration::from_secs(90)), "first heartbeat");
         out.clear();
-        h.put_service(
-            beat(AgentService::Node, "n", "n", 130, &[]),
-            &live(100),
-            &mut out,
-        );
+        h.put_service(node("n", 130, &[]), &live(100), &mut out);
         assert_eq!(ttl(&out), Some(Duration::from_secs(30)), "learned");
 
         let mut listed = Hosts::new([], HashMap::new());
-        listed.load(beat(AgentService::Node, "n", "n", 160, &[]), &seen(), &h);
-        listed.load(beat(AgentService::Node, "m", "m", 160, &[]), &seen(), &h);
+        listed.load(node("n", 160, &[]), &seen(), &h);
+        listed.load(node("m", 160, &[]), &seen(), &h);
         let (agents, _) = listed.snapshot();
         let ttl_of = |name: &str| agents.iter().find(|a| a.name == name).map(|a| a.ttl);
         assert_eq!(ttl_of("n"), Some(Duration::from_secs(30)), "kept");
