@@ -25,12 +25,14 @@ async fn health_server() -> (SocketAddr, tonic_health::server::HealthReporter) {
     (addr, reporter)
 }
 
-/// A port nobody listens on.
-async fn closed_port() -> String {
-    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let a = l.local_addr().expect("addr").to_string();
-    drop(l);
-    a
+/// A port nobody listens on, held for as long as the socket lives: bound
+/// but never listening, so a connect is refused, and no server the test
+/// starts later can be given the same port (a released port can be).
+fn closed_port() -> (tokio::net::TcpSocket, String) {
+    let s = tokio::net::TcpSocket::new_v4().expect("socket");
+    s.bind(SocketAddr::from(([127, 0, 0, 1], 0))).expect("bind");
+    let a = s.local_addr().expect("addr").to_string();
+    (s, a)
 }
 
 async fn probe(c: &Running, path: &str, headers: &[(&str, &str)]) -> (u16, String, String) {
@@ -62,7 +64,7 @@ async fn virtual_probes_check_real_servers_within_the_allow_list() {
     reporter
         .set_service_status("auth", ServingStatus::NotServing)
         .await;
-    let closed = closed_port().await;
+    let (_held, closed) = closed_port();
     let (closed2, auth2) = (closed.clone(), auth.to_string());
     let c = Cluster::new()
         .quiet()
@@ -163,7 +165,7 @@ async fn close_header(c: &Running, path: &str) -> Option<String> {
 /// once it is; without the option, never.
 #[tokio::test(start_paused = true)]
 async fn connection_close_only_while_unhealthy_and_only_when_asked() {
-    let unreachable = closed_port().await;
+    let (_held, unreachable) = closed_port();
     let u2 = unreachable.clone();
     let c = Cluster::new()
         .quiet()
