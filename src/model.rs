@@ -189,6 +189,21 @@ impl FromIterator<(String, String)> for Labels {
     }
 }
 
+/// Labels Lifeline itself puts on an agent it folds from a Teleport host's
+/// services, read back by the dashboard.
+pub mod agent_label {
+    /// The services the host runs (`app_server,node`).
+    pub const SERVICES: &str = "teleport.dev/services";
+    /// The host's hostname, from its latest service.
+    pub const HOSTNAME: &str = "teleport.dev/hostname";
+    /// Whether the agent's tunnels were observed or assumed.
+    pub const TUNNELS: &str = "lifeline.dev/tunnels";
+    /// Tunnels from `ProxyIDs` (proxy peering).
+    pub const TUNNELS_OBSERVED: &str = "observed";
+    /// No `ProxyIDs` (agent mesh): one tunnel to every known proxy, assumed.
+    pub const TUNNELS_ASSUMED: &str = "assumed";
+}
+
 /// A validated heartbeating server (proxy, auth server or agent).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Server {

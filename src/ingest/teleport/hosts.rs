@@ -14,14 +14,10 @@ use crate::model::{AgentService, Change, Kind, Labels, Server, Tunnel};
 
 use super::convert::Seen;
 
-/// The label naming the services a host runs (`app_server,node`).
-pub const SERVICES_LABEL: &str = "teleport.dev/services";
-/// The label saying whether the agent's tunnels were observed or assumed.
-pub const TUNNELS_LABEL: &str = "lifeline.dev/tunnels";
-/// Tunnels from `ProxyIDs` (proxy peering).
-pub const TUNNELS_OBSERVED: &str = "observed";
-/// No `ProxyIDs` (agent mesh): one tunnel to every known proxy, assumed.
-pub const TUNNELS_ASSUMED: &str = "assumed";
+use crate::model::agent_label::{
+    HOSTNAME as HOSTNAME_LABEL, SERVICES as SERVICES_LABEL, TUNNELS as TUNNELS_LABEL,
+    TUNNELS_ASSUMED, TUNNELS_OBSERVED,
+};
 
 /// One service heartbeat, validated.
 #[derive(Clone, Debug, PartialEq)]
@@ -539,8 +535,6 @@ fn refresh(h: &mut Host, name: &str, touched: Touched, proxies: &BTreeSet<String
     }
 }
 
-/// The host's hostname, from its latest service.
-const HOSTNAME_LABEL: &str = "teleport.dev/hostname";
 
 #[cfg(test)]
 mod tests {

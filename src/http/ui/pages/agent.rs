@@ -1,7 +1,7 @@
 //! One agent: its state and why, tunnels, history, episodes and signals.
 
 use super::*;
-use crate::model::CauseKind;
+use crate::model::{agent_label, CauseKind};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -42,6 +42,10 @@ pub struct AgentPage {
     ttl: String,
     link: Option<String>,
     tunnels: Vec<TunnelLine>,
+    /// No tunnel was observed: one to every live proxy is assumed
+    /// (a Teleport host in agent mesh, which records no `ProxyIDs`).
+    tunnels_assumed: bool,
+    labels: String,
     history: Vec<HistoryItem>,
     signals: Vec<SignalRow>,
     flash: Option<SignalRow>,
@@ -166,6 +170,14 @@ pub async fn agent(
         .auth_health
         .map(|h| format!("{} {}", fmt::health_icon(h), h.as_str()))
         .unwrap_or_else(|| "? not known to Lifeline".into());
+    let tunnels_assumed = d.labels.get(agent_label::TUNNELS).map(String::as_str)
+        == Some(agent_label::TUNNELS_ASSUMED);
+    let labels = d
+        .labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" · ");
     let svg = ttl_svg::build(std::slice::from_ref(&d.ttl_window), now);
     let connected = st.hub.is_connected(&name);
     let row = agent_row(now, d.item, last.as_ref(), connected);
@@ -181,6 +193,8 @@ pub async fn agent(
             ttl: ttl_line,
             link,
             tunnels,
+            tunnels_assumed,
+            labels,
             history,
             signals: sigs.into_iter().map(|r| signal_row(now, r)).collect(),
             flash,
