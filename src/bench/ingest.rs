@@ -2,6 +2,7 @@
 //! SQLite, against raw inserts; and the cost of exporting traces.
 
 use super::*;
+use std::sync::Arc;
 
 /// One pass of the ingest pipeline: a fresh cluster and Lifeline, `events`
 /// heartbeats streamed, timed until applied and until committed.
@@ -61,9 +62,10 @@ pub(super) async fn ingest_leg(
     if source == SourceKind::Teleport {
         teleport.reserve(stream.len());
         for ev in &stream {
-            teleport.extend(sim.as_teleport(ev.clone()).await);
+            teleport.extend(sim.as_teleport(ev.clone()).await.map(Arc::new));
         }
     }
+    let stream: Vec<Arc<pb::Event>> = stream.into_iter().map(Arc::new).collect();
     let applied0 = ll.stats.events_applied.load(Ordering::Relaxed);
     let t0 = Instant::now();
     if source == SourceKind::Teleport {

@@ -161,7 +161,9 @@ struct Inner {
     clock: Clock,
     spec: SimSpec,
     state: Mutex<State>,
-    events: broadcast::Sender<pb::Event>,
+    /// Events are shared, not copied, per stream: with one watch stream
+    /// (the usual case) it takes each event without copying it.
+    events: broadcast::Sender<Arc<pb::Event>>,
     accepting: AtomicBool,
     rejected: std::sync::RwLock<Vec<Kind>>,
     kill: watch::Sender<u64>,
@@ -176,14 +178,14 @@ struct Inner {
     auths: Vec<SimAuth>,
     stop: CancellationToken,
     /// Teleport-only events (app services, raw injections).
-    teleport_events: broadcast::Sender<crate::proto::teleport::auth::Event>,
+    teleport_events: broadcast::Sender<Arc<crate::proto::teleport::auth::Event>>,
     pki: Option<Box<SimPki>>,
 }
 
 /// What one watch stream listens to.
 struct Subscription {
-    events: broadcast::Receiver<pb::Event>,
-    teleport: broadcast::Receiver<crate::proto::teleport::auth::Event>,
+    events: broadcast::Receiver<Arc<pb::Event>>,
+    teleport: broadcast::Receiver<Arc<crate::proto::teleport::auth::Event>>,
     kill: watch::Receiver<u64>,
 }
 
@@ -211,7 +213,7 @@ impl Inner {
     /// Emits one event to every open watch stream.
     fn emit(&self, ev: pb::Event) {
         self.emitted.fetch_add(1, Ordering::SeqCst);
-        let _ = self.events.send(ev);
+        let _ = self.events.send(Arc::new(ev));
     }
 }
 
@@ -601,7 +603,7 @@ impl SimCluster {
     /// The broadcast behind every watch stream. The ingest benchmark sends
     /// pre-built events through it; a watcher that falls more than
     /// `event_buffer` behind is cut off (and resyncs), so size it for bursts.
-    pub fn sender(&self) -> broadcast::Sender<pb::Event> {
+    pub fn sender(&self) -> broadcast::Sender<Arc<pb::Event>> {
         self.inner.events.clone()
     }
 
@@ -754,7 +756,9 @@ impl ClusterEvents for Service {
                             inner.taken.fetch_add(1, Ordering::SeqCst);
                             continue;
                         }
-                        if tx.send(Ok(ev)).await.is_err() {
+                        // The last receiver of a broadcast slot owns its
+                        // event: no copy unless several streams are open.
+                        if tx.send(Ok(Arc::unwrap_or_clone(ev))).await.is_err() {
                             return;
                         }
                         inner.delivered.fetch_add(1, Ordering::SeqCst);

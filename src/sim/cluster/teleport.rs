@@ -212,7 +212,7 @@ impl SimCluster {
 
     /// The broadcast behind Teleport watch streams, for pre-built events
     /// (see [`SimCluster::sender`]).
-    pub fn teleport_sender(&self) -> broadcast::Sender<tp::Event> {
+    pub fn teleport_sender(&self) -> broadcast::Sender<Arc<tp::Event>> {
         self.inner.teleport_events.clone()
     }
 
@@ -224,7 +224,7 @@ impl SimCluster {
 
     fn emit_teleport(&self, ev: tp::Event) {
         self.inner.emitted.fetch_add(1, Ordering::SeqCst);
-        let _ = self.inner.teleport_events.send(ev);
+        let _ = self.inner.teleport_events.send(Arc::new(ev));
     }
 
     async fn peering_proxies(&self, agent: &str) -> Vec<String> {
@@ -398,7 +398,7 @@ impl AuthService for Service {
                         return;
                     }
                     ev = sub.recv() => match ev {
-                        Ok(ev) => svc.translate(ev).await,
+                        Ok(ev) => svc.translate(Arc::unwrap_or_clone(ev)).await,
                         Err(broadcast::error::RecvError::Lagged(n)) => {
                             let _ = tx.send(Err(Status::aborted(format!("watcher fell behind by {n} events; resync")))).await;
                             return;
@@ -406,7 +406,7 @@ impl AuthService for Service {
                         Err(broadcast::error::RecvError::Closed) => return,
                     },
                     ev = extra.recv() => match ev {
-                        Ok(ev) => Some(ev),
+                        Ok(ev) => Some(Arc::unwrap_or_clone(ev)),
                         Err(_) => return,
                     },
                 };
