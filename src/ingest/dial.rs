@@ -149,7 +149,13 @@ impl Dialer {
                 detail: e.to_string(),
             })?
             .connect_timeout(connect_timeout)
-            .tcp_nodelay(true);
+            .tcp_nodelay(true)
+            // A watch stream carries every heartbeat of the cluster and a
+            // listing pages of thousands: HTTP/2's default 64 KiB window
+            // would stall the sender once per 32 KiB read, a round trip
+            // each (over a WAN, the ingest rate's ceiling). Bounded still.
+            .initial_stream_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW);
         let connected = match self {
             Dialer::Plain => endpoint.connect().await,
             Dialer::Tls(tls) => {
@@ -217,6 +223,12 @@ impl TlsDialer {
             })
     }
 }
+
+/// HTTP/2 flow-control windows for the cluster's streams: what the
+/// server may send ahead of Lifeline's reads, per stream and per
+/// connection.
+pub const STREAM_WINDOW: u32 = 2 << 20;
+pub const CONNECTION_WINDOW: u32 = 4 << 20;
 
 /// `host:port` out of `addr`, which may carry an `http(s)://` prefix.
 fn authority(addr: &str) -> Result<String, DialError> {
