@@ -41,7 +41,10 @@ async fn teleport_proxy_expiry_strands_the_agents_tunnelled_only_there() {
     assert_eq!(strs(&agent["tunnels"], "proxy"), ["proxy-1", "proxy-2"]);
     let (_, page) = c.get_text("/agents/agent-00001").await;
     assert!(page.contains("lifeline.dev/tunnels=observed"), "{page}");
-    assert!(!page.contains("tunnels-assumed"), "observed tunnels are not called assumed");
+    assert!(
+        !page.contains("tunnels-assumed"),
+        "observed tunnels are not called assumed"
+    );
 
     c.stop_proxies(&["proxy-1", "proxy-2"]).await;
     assert_eq!(
@@ -225,7 +228,10 @@ async fn teleport_agent_mesh_assumes_every_proxy_and_says_so() {
         ["proxy-1", "proxy-2", "proxy-3"]
     );
     let (_, page) = c.get_text("/agents/agent-00001").await;
-    assert!(page.contains("id=\"tunnels-assumed\""), "the page says so: {page}");
+    assert!(
+        page.contains("id=\"tunnels-assumed\""),
+        "the page says so: {page}"
+    );
     assert!(page.contains("Assumed, not observed"), "{page}");
     assert!(page.contains("teleport.dev/services=node"), "{page}");
     c.stop_proxies(&["proxy-1", "proxy-2"]).await;

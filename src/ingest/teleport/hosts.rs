@@ -535,7 +535,6 @@ fn refresh(h: &mut Host, name: &str, touched: Touched, proxies: &BTreeSet<String
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
