@@ -48,11 +48,11 @@ pub(super) async fn ingest_leg(
         }
     }
     let base = clock.now().saturating_add(Duration::from_secs(600));
-    let stream: Vec<pb::Event> = (0..events)
+    let stream: Vec<Arc<pb::Event>> = (0..events)
         .map(|i| {
             let mut s = templates[i % templates.len()].clone();
             s.expires = Some(crate::proto::to_timestamp(Ts(base.as_micros() + i as i64)));
-            put_server(s)
+            Arc::new(put_server(s))
         })
         .collect();
 
@@ -62,10 +62,9 @@ pub(super) async fn ingest_leg(
     if source == SourceKind::Teleport {
         teleport.reserve(stream.len());
         for ev in &stream {
-            teleport.extend(sim.as_teleport(ev.clone()).await.map(Arc::new));
+            teleport.extend(sim.as_teleport(ev).await.map(Arc::new));
         }
     }
-    let stream: Vec<Arc<pb::Event>> = stream.into_iter().map(Arc::new).collect();
     let applied0 = ll.stats.events_applied.load(Ordering::Relaxed);
     let t0 = Instant::now();
     if source == SourceKind::Teleport {

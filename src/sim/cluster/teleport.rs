@@ -202,7 +202,7 @@ impl SimCluster {
     /// A `ClusterEvents` event as this cluster's Teleport face would send
     /// it, if at all (the ingest benchmark builds its stream ahead, so the
     /// translation is not timed).
-    pub async fn as_teleport(&self, ev: pb::Event) -> Option<tp::Event> {
+    pub async fn as_teleport(&self, ev: &pb::Event) -> Option<tp::Event> {
         Service {
             inner: self.inner.clone(),
         }
@@ -279,10 +279,10 @@ impl Service {
     }
 
     /// One ClusterEvents event as what Teleport would send, if anything.
-    async fn translate(&self, ev: pb::Event) -> Option<tp::Event> {
+    async fn translate(&self, ev: &pb::Event) -> Option<tp::Event> {
         let peering = self.spec().proxy_peering;
         let op = pb::EventType::try_from(ev.r#type).ok()?;
-        match (op, ev.resource?) {
+        match (op, ev.resource.as_ref()?) {
             (pb::EventType::Put, pb::event::Resource::Server(s))
                 if s.kind == Kind::Agent.as_str() =>
             {
@@ -292,10 +292,10 @@ impl Service {
                 } else {
                     Vec::new()
                 };
-                Some(put(Resource::Server(Box::new(node(&s, proxies)))))
+                Some(put(Resource::Server(Box::new(node(s, proxies)))))
             }
             (pb::EventType::Put, pb::event::Resource::Server(s)) => {
-                Some(put(Resource::Server(Box::new(server_v2(&s)))))
+                Some(put(Resource::Server(Box::new(server_v2(s)))))
             }
             (pb::EventType::Delete, pb::event::Resource::Server(s)) => {
                 let kind = if s.kind == Kind::Agent.as_str() {
@@ -398,7 +398,7 @@ impl AuthService for Service {
                         return;
                     }
                     ev = sub.recv() => match ev {
-                        Ok(ev) => svc.translate(Arc::unwrap_or_clone(ev)).await,
+                        Ok(ev) => svc.translate(&ev).await,
                         Err(broadcast::error::RecvError::Lagged(n)) => {
                             let _ = tx.send(Err(Status::aborted(format!("watcher fell behind by {n} events; resync")))).await;
                             return;
