@@ -14,10 +14,7 @@ use crate::model::{AgentService, Change, Kind, Labels, Server, Tunnel};
 
 use super::convert::Seen;
 
-use crate::model::agent_label::{
-    HOSTNAME as HOSTNAME_LABEL, SERVICES as SERVICES_LABEL, TUNNELS as TUNNELS_LABEL,
-    TUNNELS_ASSUMED, TUNNELS_OBSERVED,
-};
+use crate::model::agent_label;
 
 /// One service heartbeat, validated.
 #[derive(Clone, Debug, PartialEq)]
@@ -147,15 +144,15 @@ impl Host {
 impl Sent {
     fn relabel(&mut self) {
         let mut labels = BTreeMap::new();
-        labels.insert(SERVICES_LABEL.to_string(), self.services.clone());
+        labels.insert(agent_label::SERVICES.to_string(), self.services.clone());
         let mode = if self.assumed {
-            TUNNELS_ASSUMED
+            agent_label::TUNNELS_ASSUMED
         } else {
-            TUNNELS_OBSERVED
+            agent_label::TUNNELS_OBSERVED
         };
-        labels.insert(TUNNELS_LABEL.to_string(), mode.to_string());
+        labels.insert(agent_label::TUNNELS.to_string(), mode.to_string());
         if !self.hostname.is_empty() {
-            labels.insert(HOSTNAME_LABEL.to_string(), self.hostname.clone());
+            labels.insert(agent_label::HOSTNAME.to_string(), self.hostname.clone());
         }
         self.labels = Labels::new(labels);
     }
@@ -613,15 +610,18 @@ mod tests {
             Ts(200_000_000),
             "the latest expiry speaks for the host"
         );
-        assert_eq!(a.labels[SERVICES_LABEL], "app_server,node");
-        assert_eq!(a.labels[TUNNELS_LABEL], TUNNELS_OBSERVED);
+        assert_eq!(a.labels[agent_label::SERVICES], "app_server,node");
+        assert_eq!(
+            a.labels[agent_label::TUNNELS],
+            agent_label::TUNNELS_OBSERVED
+        );
         out.clear();
         h.delete_service(AgentService::AppServer, "grafana", None, &mut out);
         let Some(Change::PutServer(a)) = out.first() else {
             panic!("{out:?}")
         };
         assert_eq!(a.expires, Ts(100_000_000), "an expiry may move back");
-        assert_eq!(a.labels[SERVICES_LABEL], "node");
+        assert_eq!(a.labels[agent_label::SERVICES], "node");
         out.clear();
         h.delete_service(AgentService::Node, "host-1", None, &mut out);
         assert_eq!(
@@ -671,7 +671,7 @@ mod tests {
             panic!("the host's agent was not sent again: {out:?}");
         };
         assert_eq!(
-            a.labels.get(SERVICES_LABEL).map(String::as_str),
+            a.labels.get(agent_label::SERVICES).map(String::as_str),
             Some("node"),
             "the app is gone from the host"
         );
@@ -697,8 +697,8 @@ mod tests {
         let mesh = agents
             .iter()
             .find(|a| a.name == "mesh")
-            .map(|a| a.labels[TUNNELS_LABEL].clone());
-        assert_eq!(mesh.as_deref(), Some(TUNNELS_ASSUMED));
+            .map(|a| a.labels[agent_label::TUNNELS].clone());
+        assert_eq!(mesh.as_deref(), Some(agent_label::TUNNELS_ASSUMED));
         let mut names: Vec<_> = tunnels.into_iter().map(|t| t.name).collect();
         names.sort();
         assert_eq!(names, ["mesh/p2", "peer/p1"]);
@@ -776,7 +776,10 @@ mod tests {
         let agent = |out: &[Change]| match out.last() {
             Some(Change::PutServer(a)) => (
                 a.version.clone(),
-                a.labels.get(HOSTNAME_LABEL).cloned().unwrap_or_default(),
+                a.labels
+                    .get(agent_label::HOSTNAME)
+                    .cloned()
+                    .unwrap_or_default(),
                 a.expires,
             ),
             other => panic!("no agent sent: {other:?}"),
