@@ -227,8 +227,8 @@ impl TlsDialer {
 /// HTTP/2 flow-control windows for the cluster's streams: what the
 /// server may send ahead of Lifeline's reads, per stream and per
 /// connection.
-pub const STREAM_WINDOW: u32 = 2 << 20;
-pub const CONNECTION_WINDOW: u32 = 4 << 20;
+const STREAM_WINDOW: u32 = 2 << 20;
+const CONNECTION_WINDOW: u32 = 4 << 20;
 
 /// `host:port` out of `addr`, which may carry an `http(s)://` prefix.
 fn authority(addr: &str) -> Result<String, DialError> {

@@ -42,7 +42,7 @@ pub struct AgentPage {
     ttl: String,
     link: Option<String>,
     tunnels: Vec<TunnelLine>,
-    /// No tunnel was observed: one to every live proxy is assumed
+    /// No tunnel was observed: one to every known proxy is assumed
     /// (a Teleport host in agent mesh, which records no `ProxyIDs`).
     tunnels_assumed: bool,
     labels: String,
