@@ -418,17 +418,17 @@ async fn the_cli_gets_sets_and_removes_settings() {
     )
     .await;
     assert_eq!(code, 0, "{out}{err}");
-    let (code, out, _) = cli(&c, &["settings", "set", "reconnect_interval", "6h"]).await;
-    assert_eq!(code, 0, "{out}");
+    let (code, out, err) = cli(&c, &["settings", "set", "reconnect_interval", "6h"]).await;
+    assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("\"value\": \"6h\""), "{out}");
-    let (code, out, _) = cli(&c, &["settings", "get", "auto_reconnect"]).await;
-    assert_eq!(code, 0);
+    let (code, out, err) = cli(&c, &["settings", "get", "auto_reconnect"]).await;
+    assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("\"history\""), "{out}");
-    let (code, out, _) = cli(&c, &["settings", "rm", "auto_reconnect"]).await;
-    assert_eq!(code, 0);
+    let (code, out, err) = cli(&c, &["settings", "rm", "auto_reconnect"]).await;
+    assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("\"origin\": \"defaults\""), "{out}");
-    let (code, out, _) = cli(&c, &["settings", "get"]).await;
-    assert_eq!(code, 0);
+    let (code, out, err) = cli(&c, &["settings", "get"]).await;
+    assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("storm_share"), "{out}");
     c.shutdown().await;
 }
