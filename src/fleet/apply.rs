@@ -2,7 +2,9 @@
 //! each updates state and its indexes, records history, arms expiry timers
 //! and marks the agents it may have changed for the next settle.
 
-use tracing::info;
+use std::time::Duration;
+
+use tracing::{info, warn};
 
 use super::schedule::TimerKey;
 use super::state::{AgentEntry, AuthEntry, Fleet, Link, ResEntry, TunnelEntry};
@@ -26,6 +28,12 @@ impl Fleet {
                     Stats::inc(&self.stats.ingested[kind.index()][op as usize]);
                     match c {
                         Change::PutServer(s) => self.put_server(s, now),
+                        Change::Expiry {
+                            kind,
+                            name,
+                            expires,
+                            ttl,
+                        } => self.expiry(kind, name, expires, ttl, now),
                         Change::DeleteServer(k, n) => self.delete_server(k, &n, now),
                         Change::PutTunnel(t) => self.put_tunnel(t, now),
                         Change::DeleteTunnel(n) => self.delete_tunnel(&n, now),
@@ -127,6 +135,49 @@ impl Fleet {
             }
             Kind::TunnelConnection => return,
         };
+        self.observed(
+            kind,
+            name,
+            expires,
+            ttl_us,
+            (event, flipped_or_new, expired),
+            now,
+        );
+    }
+
+    /// A heartbeat of a server the fleet holds that moved only its expiry
+    /// and TTL. One it does not hold (a source's bug) is logged and
+    /// skipped: without the rest of the server there is nothing to keep.
+    pub(super) fn expiry(&mut self, kind: Kind, name: String, expires: Ts, ttl: Duration, now: Ts) {
+        let entry = match kind {
+            Kind::Proxy => self.proxies.get_mut(&name),
+            Kind::AuthServer => self.auths.get_mut(&name).and_then(|a| a.resource.as_mut()),
+            Kind::Agent => self.agents.get_mut(&name).map(|a| &mut a.res),
+            Kind::TunnelConnection => None,
+        };
+        let Some(e) = entry else {
+            warn!(%kind, %name, "an expiry-only heartbeat for a server the fleet does not hold; skipped");
+            return;
+        };
+        let observed = e.observe_expiry(expires, ttl, now);
+        self.pending.put_server(&e.server);
+        if kind == Kind::Proxy {
+            self.board.put(&e.server, now);
+        }
+        self.observed(kind, name, expires, dur_micros(ttl), observed, now);
+    }
+
+    /// What every PUT records once observed: history, the expiry timer,
+    /// and the agents a flip or a new server may have changed.
+    fn observed(
+        &mut self,
+        kind: Kind,
+        name: String,
+        expires: Ts,
+        ttl_us: i64,
+        (event, flipped_or_new, expired): (HistoryEvent, bool, bool),
+        now: Ts,
+    ) {
         if event == HistoryEvent::Heartbeat {
             Stats::inc(&self.stats.heartbeats);
         }
@@ -431,5 +482,37 @@ mod tests {
         assert!(f.proxies["p1"].expired);
         f.settle();
         assert_eq!(f.agents["a1"].state, crate::model::AgentState::Stranded);
+    }
+
+    /// Guards the expiry-only heartbeat: it moves a held server's expiry
+    /// and TTL as a full PUT would, keeping the rest, and one for a
+    /// server the fleet does not hold changes nothing.
+    #[tokio::test(start_paused = true)]
+    async fn an_expiry_heartbeat_moves_only_the_expiry() {
+        let expiry = |kind, name: &str, expires| {
+            Ingested::Change(Change::Expiry {
+                kind,
+                name: name.into(),
+                expires,
+                ttl: std::time::Duration::from_secs(7),
+            })
+        };
+        let mut f = ready(&[("p1", 10)], &["a1"]);
+        let before = f.agents["a1"].res.server.clone();
+        f.apply(vec![expiry(Kind::Agent, "a1", at(30))]);
+        let after = &f.agents["a1"].res;
+        assert_eq!(after.server.expires, at(30));
+        assert_eq!(after.server.ttl, std::time::Duration::from_secs(7));
+        assert_eq!(after.server.version, before.version);
+        assert_eq!(after.server.labels, before.labels);
+        assert_eq!(events(&f, "a1").last(), Some(&HistoryEvent::Heartbeat));
+
+        f.apply(vec![expiry(Kind::Proxy, "p1", at(40))]);
+        assert_eq!(f.proxies["p1"].server.expires, at(40));
+
+        let n = events(&f, "ghost").len();
+        f.apply(vec![expiry(Kind::Agent, "ghost", at(30))]);
+        assert!(!f.agents.contains_key("ghost"));
+        assert_eq!(events(&f, "ghost").len(), n);
     }
 }

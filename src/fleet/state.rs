@@ -77,30 +77,48 @@ impl ResEntry {
     /// A PUT to a known resource: (event, liveness flipped, expired).
     pub(super) fn observe(&mut self, server: Server, now: Ts) -> Observed {
         let (hb, flipped) = self.update(server, now);
-        (
-            if hb {
-                HistoryEvent::Heartbeat
-            } else {
-                HistoryEvent::Update
-            },
-            flipped,
-            self.expired,
-        )
+        self.observed(hb, flipped)
+    }
+
+    /// A heartbeat that moved only the expiry and TTL: the server is
+    /// updated in place.
+    pub(super) fn observe_expiry(&mut self, expires: Ts, ttl: Duration, now: Ts) -> Observed {
+        let (hb, flipped) = self.beat(expires, now);
+        self.server.expires = expires;
+        self.server.ttl = ttl;
+        self.observed(hb, flipped)
+    }
+
+    fn observed(&self, heartbeat: bool, flipped: bool) -> Observed {
+        let event = if heartbeat {
+            HistoryEvent::Heartbeat
+        } else {
+            HistoryEvent::Update
+        };
+        (event, flipped, self.expired)
     }
 
     /// Returns (heartbeat, liveness flipped).
     pub(super) fn update(&mut self, server: Server, now: Ts) -> (bool, bool) {
-        let heartbeat = server.expires != self.server.expires;
-        if server.expires < self.server.expires {
-            debug!(kind = %server.kind, name = %server.name, "expiry moved backwards; accepted");
+        let r = self.beat(server.expires, now);
+        self.server = server;
+        r
+    }
+
+    /// The liveness and heartbeat count for a new `expires`: (heartbeat,
+    /// liveness flipped).
+    fn beat(&mut self, expires: Ts, now: Ts) -> (bool, bool) {
+        let heartbeat = expires != self.server.expires;
+        if expires < self.server.expires {
+            let s = &self.server;
+            debug!(kind = %s.kind, name = %s.name, "expiry moved backwards; accepted");
         }
-        let expired = server.expires <= now;
+        let expired = expires <= now;
         let flipped = expired != self.expired;
         self.expired = expired;
         if heartbeat {
             self.heartbeats += 1;
         }
-        self.server = server;
         (heartbeat, flipped)
     }
 }

@@ -2,7 +2,10 @@
 //! a stable code.
 
 use super::named_enum;
+use std::time::Duration;
+
 use super::{Kind, Server, Tunnel};
+use crate::clock::Ts;
 
 /// The longest resource name accepted (a DNS name's limit).
 pub const MAX_NAME_LEN: usize = 253;
@@ -59,6 +62,16 @@ impl Op {}
 #[derive(Clone, Debug)]
 pub enum Change {
     PutServer(Server),
+    /// A server the fleet holds, heartbeating with nothing but its expiry
+    /// and TTL moved: what a source that folds its input (Teleport's
+    /// services into agents) knows of most heartbeats, sent without
+    /// building the whole server again.
+    Expiry {
+        kind: Kind,
+        name: String,
+        expires: Ts,
+        ttl: Duration,
+    },
     DeleteServer(Kind, String),
     PutTunnel(Tunnel),
     DeleteTunnel(String),
@@ -69,6 +82,7 @@ impl Change {
     pub fn describe(&self) -> (Kind, Op, &str) {
         match self {
             Change::PutServer(s) => (s.kind, Op::Put, &s.name),
+            Change::Expiry { kind, name, .. } => (*kind, Op::Put, name),
             Change::DeleteServer(k, n) => (*k, Op::Delete, n),
             Change::PutTunnel(t) => (Kind::TunnelConnection, Op::Put, &t.name),
             Change::DeleteTunnel(n) => (Kind::TunnelConnection, Op::Delete, n),

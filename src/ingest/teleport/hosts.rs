@@ -49,9 +49,11 @@ struct Said(u64);
 impl Said {
     fn of(b: &Beat) -> Said {
         use std::hash::{Hash, Hasher};
-        // SipHash with fixed keys: deterministic, and no two contents a
-        // heartbeat could plausibly carry share a 64-bit digest.
-        let mut h = std::hash::DefaultHasher::new();
+        // A fast, deterministic 64-bit digest: no two contents a heartbeat
+        // could plausibly carry share one. (With fixed keys no hash here
+        // would stand up to a host crafting a collision; the worst such a
+        // host gets is its own version, hostname or tunnels shown late.)
+        let mut h = rustc_hash::FxHasher::default();
         (&b.version, &b.hostname, &b.proxies).hash(&mut h);
         Said(h.finish())
     }
@@ -91,9 +93,11 @@ struct Sent {
 
 impl Host {
     fn service(&self, service: AgentService, name: &str) -> Option<usize> {
-        self.services
-            .iter()
-            .position(|r| r.beat.service == service && r.beat.name == name)
+        // A node is named by its host: a host runs one, and its name needs
+        // no comparing (nor loading, on a heartbeat's hot path).
+        self.services.iter().position(|r| {
+            r.beat.service == service && (service == AgentService::Node || r.beat.name == name)
+        })
     }
 
     /// A service's last expiry and TTL.
@@ -484,7 +488,12 @@ fn refresh(h: &mut Host, name: &str, touched: Touched, proxies: &BTreeSet<String
         let changed =
             update(&mut sent.expires, &latest.beat.expires) | update(&mut sent.ttl, &latest.ttl);
         if changed {
-            out.push(|| Change::PutServer(sent.agent(name, &h.auth)));
+            out.push(|| Change::Expiry {
+                kind: Kind::Agent,
+                name: name.to_string(),
+                expires: sent.expires,
+                ttl: sent.ttl,
+            });
         }
         return;
     }
@@ -735,12 +744,28 @@ mod tests {
         assert!(out.is_empty(), "nothing changed: {out:?}");
     }
 
+    /// Guards the heartbeat shortcut: a heartbeat that moved only the
+    /// expiry sends only that; a later change sends the agent again, with
+    /// the labels it sent before when what they say did not change.
     #[test]
-    fn a_heartbeat_shares_the_labels_it_sent_before() {
+    fn a_heartbeat_sends_its_expiry_and_a_change_shares_the_labels() {
         let mut h = Hosts::default();
         let mut out = Vec::new();
         put(&mut h, node("n", 100, &["p1"]), &mut out);
+        out.retain(|c| matches!(c, Change::PutServer(_)));
         put(&mut h, node("n", 130, &["p1"]), &mut out);
+        match out.last() {
+            Some(Change::Expiry {
+                kind: Kind::Agent,
+                name,
+                expires,
+                ..
+            }) => assert_eq!((name.as_str(), *expires), ("n", Ts(130_000_000))),
+            other => panic!("not an expiry: {other:?}"),
+        }
+        let mut upgraded = node("n", 160, &["p1"]);
+        upgraded.version = "17.1.0".into();
+        put(&mut h, upgraded, &mut out);
         let labels: Vec<&Labels> = out
             .iter()
             .filter_map(|c| match c {
@@ -751,7 +776,7 @@ mod tests {
         assert_eq!(labels.len(), 2, "{out:?}");
         assert!(
             Labels::ptr_eq(labels[0], labels[1]),
-            "rebuilt on a heartbeat"
+            "rebuilt for a new version"
         );
     }
 
@@ -773,16 +798,29 @@ mod tests {
     fn a_new_version_or_a_new_latest_service_reaches_the_agent() {
         let mut h = Hosts::default();
         let mut out = Vec::new();
-        let agent = |out: &[Change]| match out.last() {
-            Some(Change::PutServer(a)) => (
+        // The agent as last sent, and the expiry its last change carried.
+        let agent = |out: &[Change]| {
+            let a = out
+                .iter()
+                .rev()
+                .find_map(|c| match c {
+                    Change::PutServer(a) => Some(a),
+                    _ => None,
+                })
+                .expect("an agent sent");
+            let expires = match out.last() {
+                Some(Change::PutServer(a)) => a.expires,
+                Some(Change::Expiry { expires, .. }) => *expires,
+                other => panic!("no agent change: {other:?}"),
+            };
+            (
                 a.version.clone(),
                 a.labels
                     .get(agent_label::HOSTNAME)
                     .cloned()
                     .unwrap_or_default(),
-                a.expires,
-            ),
-            other => panic!("no agent sent: {other:?}"),
+                expires,
+            )
         };
         put(&mut h, node("n", 100, &[]), &mut out);
         put(&mut h, node("n", 130, &[]), &mut out);
@@ -836,6 +874,7 @@ mod tests {
         let ttl = |out: &[Change]| {
             out.iter().rev().find_map(|c| match c {
                 Change::PutServer(a) => Some(a.ttl),
+                Change::Expiry { ttl, .. } => Some(*ttl),
                 _ => None,
             })
         };
