@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 
 pub use access::{valid_token_name, AccessConfig, Role, TokenConfig, TOKEN_NAME_RULE};
 pub use cluster::{ClusterConfig, FleetConfig, HealthConfig, SourceKind, StaticAuthServer};
-pub use server::{ProbesConfig, ServerConfig};
+pub use server::{check_external_url, ProbesConfig, ServerConfig};
 pub use signals::SignalsConfig;
 pub use storage::{StorageConfig, MIN_AUDIT_RETENTION, MIN_RETENTION};
 pub use telemetry::TelemetryConfig;
@@ -318,6 +318,25 @@ mod tests {
         assert!(
             e.contains("telemetry.sample_ratio") && e.contains("between 0 and 1"),
             "{e}"
+        );
+        for bad in [
+            "ftp://x.example",
+            "lifeline.example.com",
+            "https://x.example/?a=1",
+        ] {
+            let e = Config::from_toml(&format!("[server]\nexternal_url = \"{bad}\"\n"))
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("server.external_url"), "{e}");
+        }
+        let c =
+            Config::from_toml("[server]\nexternal_url = \"https://ll.example.com/\"\n").unwrap();
+        assert_eq!(c.server.external_url(), "https://ll.example.com");
+        assert_eq!(
+            Config::default().server.external_url(),
+            "http://127.0.0.1:8080"
         );
 
         let mut c = Config::default();

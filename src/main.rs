@@ -133,6 +133,25 @@ enum Cmd {
         #[arg(long, global = true, env = "LIFELINE_TOKEN", hide_env_values = true)]
         token: Option<String>,
     },
+    /// Print Prometheus alerting rules (YAML) over Lifeline's metrics.
+    AlertRules {
+        #[arg(long, env = "LIFELINE_CONFIG")]
+        config: Option<PathBuf>,
+        /// Where the dashboard is reached (overrides server.external_url).
+        #[arg(long)]
+        external_url: Option<String>,
+        /// How long a root cause may strand agents before it alerts.
+        #[arg(long, default_value = "5m")]
+        stranded_for: humantime::Duration,
+    },
+    /// Print a Grafana dashboard (JSON, for import) over Lifeline's metrics.
+    GrafanaDashboard {
+        #[arg(long, env = "LIFELINE_CONFIG")]
+        config: Option<PathBuf>,
+        /// Where the dashboard is reached (overrides server.external_url).
+        #[arg(long)]
+        external_url: Option<String>,
+    },
     /// Make API and join tokens.
     Token {
         #[command(subcommand)]
@@ -202,6 +221,27 @@ async fn run_until_stopped(failed: lifeline::supervise::FailureWatch) -> ExitCod
 
 fn load_config(path: Option<&PathBuf>) -> Result<Config, lifeline::config::ConfigError> {
     Config::load(path.map(|p| p.as_path()), |k| std::env::var(k).ok())
+}
+
+/// The dashboard's external URL: the flag, else the config's; `None`
+/// (said on stderr) when either is wrong.
+fn external_url_of(config: Option<&PathBuf>, flag: Option<String>) -> Option<String> {
+    if let Some(u) = flag {
+        return match lifeline::config::check_external_url(&u) {
+            Ok(()) => Some(u.trim_end_matches('/').to_string()),
+            Err(why) => {
+                eprintln!("lifeline: --external-url: {why}");
+                None
+            }
+        };
+    }
+    match load_config(config) {
+        Ok(c) => Some(c.server.external_url()),
+        Err(e) => {
+            eprintln!("lifeline: {e}");
+            None
+        }
+    }
 }
 
 #[tokio::main]
@@ -309,6 +349,32 @@ async fn run(
             let code = run_until_stopped(ll.failed()).await;
             ll.shutdown().await;
             Ok(code)
+        }
+        Cmd::AlertRules {
+            config,
+            external_url,
+            stranded_for,
+        } => {
+            let Some(url) = external_url_of(config.as_ref(), external_url) else {
+                return Ok(ExitCode::from(EXIT_CONFIG));
+            };
+            let s = lifeline::telemetry::alerts::AlertSettings {
+                external_url: url,
+                stranded_for: stranded_for.into(),
+            };
+            print!("{}", lifeline::telemetry::alerts::rules_yaml(&s));
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::GrafanaDashboard {
+            config,
+            external_url,
+        } => {
+            let Some(url) = external_url_of(config.as_ref(), external_url) else {
+                return Ok(ExitCode::from(EXIT_CONFIG));
+            };
+            let d = lifeline::telemetry::grafana::dashboard(&url);
+            println!("{}", serde_json::to_string_pretty(&d)?);
+            Ok(ExitCode::SUCCESS)
         }
         Cmd::CheckConfig { config } => match load_config(config.as_ref()) {
             Ok(c) => {

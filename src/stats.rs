@@ -117,10 +117,59 @@ pub struct Histograms {
     pub store_commit: Histogram,
 }
 
-pub const DETECTION: &str = "lifeline_detection_latency_seconds";
-pub const SIGNAL_LATENCY: &str = "lifeline_signal_latency_seconds";
-pub const STORE_BATCH_ROWS: &str = "lifeline_store_batch_rows";
-pub const STORE_COMMIT: &str = "lifeline_store_commit_seconds";
+/// The name of every metric `/metrics` serves, declared once: the
+/// exposition, the alert rules and the dashboard all use these, so a
+/// rename reaches all three (and a test checks them against a scrape).
+pub mod metric {
+    pub const AGENTS: &str = "lifeline_agents";
+    pub const AGENTS_WAITING_FOR_LIVE_PROXY: &str = "lifeline_agents_waiting_for_live_proxy";
+    pub const PROXIES: &str = "lifeline_proxies";
+    pub const AUTH_SERVERS: &str = "lifeline_auth_servers";
+    pub const WATCHER_STATE: &str = "lifeline_watcher_state";
+    pub const WATCHER_GENERATION: &str = "lifeline_watcher_generation";
+    pub const AGENT_STREAMS: &str = "lifeline_agent_streams";
+    pub const SIGNALS_IN_FLIGHT: &str = "lifeline_signals_in_flight";
+    pub const STORM_GUARD_PAUSED: &str = "lifeline_storm_guard_paused";
+    pub const STORM_GUARD_STRANDED_IN_WINDOW: &str = "lifeline_storm_guard_stranded_in_window";
+    pub const AGENTS_RETRYING: &str = "lifeline_agents_retrying";
+    pub const STORE_FAILING: &str = "lifeline_store_failing";
+    pub const TASK_FAILED: &str = "lifeline_task_failed";
+    pub const TRACE_SPANS_QUEUED: &str = "lifeline_trace_spans_queued";
+    pub const EVENTS_INGESTED_TOTAL: &str = "lifeline_events_ingested_total";
+    pub const EVENTS_REJECTED_TOTAL: &str = "lifeline_events_rejected_total";
+    pub const HEARTBEATS_TOTAL: &str = "lifeline_heartbeats_total";
+    pub const WATCH_STREAMS_OPENED_TOTAL: &str = "lifeline_watch_streams_opened_total";
+    pub const WATCH_STREAM_FAILURES_TOTAL: &str = "lifeline_watch_stream_failures_total";
+    pub const HEALTH_STREAM_FAILURES_TOTAL: &str = "lifeline_health_stream_failures_total";
+    pub const TIMERS_FIRED_TOTAL: &str = "lifeline_timers_fired_total";
+    pub const AGENT_STATE_CHANGES_TOTAL: &str = "lifeline_agent_state_changes_total";
+    pub const SIGNAL_AUDIT_UPDATES_DROPPED_TOTAL: &str =
+        "lifeline_signal_audit_updates_dropped_total";
+    pub const AGENT_MESSAGES_REJECTED_TOTAL: &str = "lifeline_agent_messages_rejected_total";
+    pub const AGENT_JOIN_REFUSED_TOTAL: &str = "lifeline_agent_join_refused_total";
+    pub const PROBES_REFUSED_TOTAL: &str = "lifeline_probes_refused_total";
+    pub const STORE_BATCHES_TOTAL: &str = "lifeline_store_batches_total";
+    pub const STORE_ERRORS_TOTAL: &str = "lifeline_store_errors_total";
+    pub const TRACE_SPANS_EXPORTED_TOTAL: &str = "lifeline_trace_spans_exported_total";
+    pub const SIGNALS_TOTAL: &str = "lifeline_signals_total";
+    pub const DISCOVERY_MESSAGES_TOTAL: &str = "lifeline_discovery_messages_total";
+    pub const DISCOVERY_BYTES_TOTAL: &str = "lifeline_discovery_bytes_total";
+    pub const HTTP_REFUSED_TOTAL: &str = "lifeline_http_refused_total";
+    pub const PROBES_TOTAL: &str = "lifeline_probes_total";
+    pub const STORE_HISTORY_ROWS_TOTAL: &str = "lifeline_store_history_rows_total";
+    pub const TRACE_SPANS_DROPPED_TOTAL: &str = "lifeline_trace_spans_dropped_total";
+    // Labelled with resource names, rendered from the read model.
+    pub const ROOT_CAUSE_AGENTS: &str = "lifeline_root_cause_agents";
+    pub const ROOT_CAUSE_AGE_SECONDS: &str = "lifeline_root_cause_age_seconds";
+    pub const AUTH_SERVER_HEALTH: &str = "lifeline_auth_server_health";
+    // Histograms, recorded in `Histograms`.
+    pub const DETECTION: &str = "lifeline_detection_latency_seconds";
+    pub const SIGNAL_LATENCY: &str = "lifeline_signal_latency_seconds";
+    pub const STORE_BATCH_ROWS: &str = "lifeline_store_batch_rows";
+    pub const STORE_COMMIT: &str = "lifeline_store_commit_seconds";
+}
+
+use metric::{DETECTION, SIGNAL_LATENCY, STORE_BATCH_ROWS, STORE_COMMIT};
 
 impl Default for Histograms {
     fn default() -> Self {

@@ -1,13 +1,18 @@
 //! Lifeline's view of itself: logs (`tracing` with an env filter, text or
 //! JSON lines carrying trace ids), OpenTelemetry trace export over OTLP/gRPC
 //! (`otlp`), W3C trace context carried across signals (`propagate`), and a
-//! small OTLP receiver the benchmark and tests export to (`sink`).
+//! small OTLP receiver the benchmark and tests export to (`sink`); and
+//! what operators load beside it: Prometheus alert rules (`alerts`) and a
+//! Grafana dashboard (`grafana`), built from the metric names `/metrics`
+//! serves.
 //!
 //! Owns the process-wide subscriber and the export pipeline. Must not touch
 //! fleet state, SQLite or agent streams: the rooms create their own spans;
 //! this room only decides where they go. Prometheus metrics are rendered by
 //! `http::metrics` from `stats`.
 
+pub mod alerts;
+pub mod grafana;
 pub mod json;
 pub mod otlp;
 pub mod propagate;

@@ -26,6 +26,10 @@ pub struct ServerConfig {
     /// `Connection: close` (RFD 0226), so clients behind a load balancer
     /// reconnect elsewhere. Env: `LIFELINE_HTTP_CLOSE_UNHEALTHY`.
     pub http_close_unhealthy: bool,
+    /// Where operators reach this Lifeline's dashboard from outside (e.g.
+    /// `https://lifeline.example.com`): the alert rules and the Grafana
+    /// dashboard link there. Unset: `http://` and `listen`.
+    pub external_url: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -37,6 +41,7 @@ impl Default for ServerConfig {
             max_live_streams: 256,
             max_live_streams_per_ip: 8,
             http_close_unhealthy: false,
+            external_url: None,
         }
     }
 }
@@ -76,8 +81,34 @@ impl ServerConfig {
         if self.max_body_bytes < 1024 {
             return Err(invalid("server.max_body_bytes", "must be at least 1024"));
         }
+        if let Some(u) = &self.external_url {
+            check_external_url(u).map_err(|why| invalid("server.external_url", &why))?;
+        }
         Ok(())
     }
+
+    /// `external_url`, or `http://` and `listen`; no trailing slash.
+    pub fn external_url(&self) -> String {
+        match &self.external_url {
+            Some(u) => u.trim_end_matches('/').to_string(),
+            None => format!("http://{}", self.listen),
+        }
+    }
+}
+
+/// An external URL is absolute `http(s)://`, with no query or fragment
+/// (paths are appended to it).
+pub fn check_external_url(u: &str) -> Result<(), String> {
+    let parsed = url::Url::parse(u).map_err(|e| format!("{u:?} is not a URL: {e}"))?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+        return Err(format!(
+            "{u:?} must be an http:// or https:// URL with a host"
+        ));
+    }
+    if parsed.query().is_some() || parsed.fragment().is_some() {
+        return Err(format!("{u:?} must not carry a query or a fragment"));
+    }
+    Ok(())
 }
 
 impl ProbesConfig {

@@ -1,9 +1,11 @@
 //! `GET /metrics`: Prometheus text exposition of Lifeline's counters,
 //! histograms and current-state gauges. Counters come from `stats` (one
-//! atomic read each), gauges from the read model the fleet publishes; nothing here is labelled
-//! with a name from the network, so cardinality is fixed.
+//! atomic read each), gauges from the read model the fleet publishes.
+//! Only three families carry a name from the cluster (root causes and
+//! auth servers' health), each capped, so cardinality stays bounded.
 //!
-//! Each metric is declared once, below: its name, help and label names sit
+//! Each metric's name is a constant in `stats::metric` (the alert rules
+//! and the dashboard use the same); its help and label names sit
 //! together in one `family` call next to the values it takes. (Histograms
 //! are declared where they are recorded, in `stats::Histograms`.)
 
@@ -17,10 +19,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::error::ApiError;
 use super::AppState;
-use crate::fleet::view::Summary;
+use crate::fleet::view::{AuthView, Summary};
 use crate::fleet::WatchState;
 use crate::model::{Health, Kind, Op, RejectCode};
-use crate::stats::{SignalKind, SignalOutcome, Stats};
+use crate::stats::{metric, SignalKind, SignalOutcome, Stats};
 use crate::telemetry::SpanCounters;
 
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -31,11 +33,12 @@ pub fn router() -> Router<AppState> {
 
 async fn metrics(State(s): State<AppState>) -> Result<Response, ApiError> {
     let published = s.fleet.recent().await?;
-    let text = s.stats.hist.with_recorder(|| {
+    let mut text = s.stats.hist.with_recorder(|| {
         state_gauges(&s, &published.summary);
         counters(&s.stats, &s.spans);
         s.stats.hist.render()
     });
+    named_series(&mut text, &published.summary, &published.auth_servers);
     Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response())
 }
 
@@ -72,7 +75,7 @@ fn flag(on: bool) -> f64 {
 
 fn state_gauges(s: &AppState, g: &Summary) {
     let f = gauge(
-        "lifeline_agents",
+        metric::AGENTS,
         "Agents by state (healthy, degraded, stranded).",
     );
     for (state, n) in [
@@ -83,24 +86,24 @@ fn state_gauges(s: &AppState, g: &Summary) {
         f.set(&[("state", state)], n as f64);
     }
     gauge(
-        "lifeline_agents_waiting_for_live_proxy",
+        metric::AGENTS_WAITING_FOR_LIVE_PROXY,
         "Degraded or stranded agents with no live proxy to move to (not signalled until one turns live).",
     )
     .set(&[], g.agents.waiting_for_live_proxy as f64);
-    let f = gauge("lifeline_proxies", "Proxies by status: live or expired.");
+    let f = gauge(metric::PROXIES, "Proxies by status: live or expired.");
     f.set(&[("status", "live")], g.proxies.live as f64);
     f.set(&[("status", "expired")], g.proxies.expired as f64);
-    let f = gauge("lifeline_auth_servers", "Auth servers by gRPC health.");
+    let f = gauge(metric::AUTH_SERVERS, "Auth servers by gRPC health.");
     for &h in Health::ALL {
         let n = g.auth_servers.get(h.as_str()).copied().unwrap_or(0);
         f.set(&[("health", h.as_str())], n as f64);
     }
     let state = gauge(
-        "lifeline_watcher_state",
+        metric::WATCHER_STATE,
         "1 for each watched kind's current watcher state.",
     );
     let generation = gauge(
-        "lifeline_watcher_generation",
+        metric::WATCHER_GENERATION,
         "Watch stream generation each kind was last listed in.",
     );
     for (kind, status) in &g.watcher.kinds {
@@ -114,51 +117,115 @@ fn state_gauges(s: &AppState, g: &Summary) {
     }
     // The hub owns "connected": the fleet's links follow its streams.
     gauge(
-        "lifeline_agent_streams",
+        metric::AGENT_STREAMS,
         "Agents connected to AgentSignals.Connect.",
     )
     .set(&[], s.hub.connected() as f64);
     gauge(
-        "lifeline_signals_in_flight",
+        metric::SIGNALS_IN_FLIGHT,
         "Signals sent and awaiting an ack.",
     )
     .set(&[], s.hub.in_flight() as f64);
     let guard = s.guard.borrow().clone();
     gauge(
-        "lifeline_storm_guard_paused",
+        metric::STORM_GUARD_PAUSED,
         "1 while the storm guard pauses automatic reconnects.",
     )
     .set(&[], flag(guard.paused));
     gauge(
-        "lifeline_storm_guard_stranded_in_window",
+        metric::STORM_GUARD_STRANDED_IN_WINDOW,
         "Agents that turned stranded within the storm window.",
     )
     .set(&[], guard.stranded_in_window as f64);
     gauge(
-        "lifeline_agents_retrying",
+        metric::AGENTS_RETRYING,
         "Agents waiting for their next automatic reconnect.",
     )
     .set(&[], guard.agents_retrying as f64);
     gauge(
-        "lifeline_store_failing",
+        metric::STORE_FAILING,
         "1 while the database refuses writes (state and episodes are kept pending and retried).",
     )
     .set(&[], flag(s.store_health.is_failing()));
     gauge(
-        "lifeline_task_failed",
+        metric::TASK_FAILED,
         "1 once a critical task stopped (the process is exiting).",
     )
     .set(&[], flag(s.failure.get().is_some()));
     gauge(
-        "lifeline_trace_spans_queued",
+        metric::TRACE_SPANS_QUEUED,
         "Finished spans waiting for the OTLP exporter.",
     )
     .set(&[], s.spans.queued.load(Ordering::Relaxed) as f64);
 }
 
+/// Root causes rendered as series, the largest first, at most this many.
+pub const ROOT_CAUSE_SERIES: usize = 50;
+/// Auth servers rendered as series, at most this many.
+pub const AUTH_SERVER_SERIES: usize = 64;
+
+/// The series labelled with a resource's name: the stranded agents of each
+/// root cause and each auth server's health. Names come from the cluster,
+/// so these are capped, and rendered here from the read model at every
+/// scrape (the recorder would keep a series that no longer exists).
+fn named_series(text: &mut String, g: &Summary, auths: &[AuthView]) {
+    use std::fmt::Write;
+    let causes = &g.root_causes[..g.root_causes.len().min(ROOT_CAUSE_SERIES)];
+    let cause_labels = |rc: &crate::fleet::view::RootCause| {
+        format!(
+            "cause=\"{}\",resource=\"{}\"",
+            rc.cause.as_str(),
+            escape(&rc.resource)
+        )
+    };
+    let mut family = |name: &str, help: &str, samples: &mut dyn Iterator<Item = (String, f64)>| {
+        let _ = write!(text, "# HELP {name} {help}\n# TYPE {name} gauge\n");
+        for (labels, v) in samples {
+            let _ = writeln!(text, "{name}{{{labels}}} {v}");
+        }
+    };
+    family(
+        metric::ROOT_CAUSE_AGENTS,
+        "Stranded agents per root cause, by cause and the resource at fault (the largest causes only).",
+        &mut causes.iter().map(|rc| (cause_labels(rc), rc.agents as f64)),
+    );
+    family(
+        metric::ROOT_CAUSE_AGE_SECONDS,
+        "Seconds since each root cause began (a proxy's expiry, an auth server's health change).",
+        &mut causes.iter().map(|rc| {
+            (
+                cause_labels(rc),
+                g.generated_at.since(rc.since).as_secs_f64(),
+            )
+        }),
+    );
+    family(
+        metric::AUTH_SERVER_HEALTH,
+        "1 for each auth server's current gRPC health.",
+        &mut auths.iter().take(AUTH_SERVER_SERIES).map(|a| {
+            (
+                format!(
+                    "auth_server=\"{}\",health=\"{}\"",
+                    escape(&a.name),
+                    a.health.as_str()
+                ),
+                1.0,
+            )
+        }),
+    );
+}
+
+/// A label value in the text exposition: backslash, quote and newline
+/// escaped.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
 fn counters(st: &Stats, spans: &SpanCounters) {
     let f = counter(
-        "lifeline_events_ingested_total",
+        metric::EVENTS_INGESTED_TOTAL,
         "Watcher events applied, by kind and type.",
     );
     for kind in Kind::ALL {
@@ -169,76 +236,73 @@ fn counters(st: &Stats, spans: &SpanCounters) {
             );
         }
     }
-    let f = counter(
-        "lifeline_events_rejected_total",
-        "Inputs refused, by reason.",
-    );
+    let f = counter(metric::EVENTS_REJECTED_TOTAL, "Inputs refused, by reason.");
     for &code in RejectCode::ALL {
         f.total(&[("reason", code.as_str())], &st.rejected[code as usize]);
     }
     for (name, help, c) in [
         (
-            "lifeline_heartbeats_total",
+            metric::HEARTBEATS_TOTAL,
             "PUTs that moved a resource's expiry.",
             &st.heartbeats,
         ),
         (
-            "lifeline_watch_streams_opened_total",
+            metric::WATCH_STREAMS_OPENED_TOTAL,
             "Watch streams opened (each a new generation).",
             &st.watch_generations,
         ),
         (
-            "lifeline_watch_stream_failures_total",
+            metric::WATCH_STREAM_FAILURES_TOTAL,
             "Watch streams lost.",
             &st.watch_failures,
         ),
         (
-            "lifeline_health_stream_failures_total",
+            metric::HEALTH_STREAM_FAILURES_TOTAL,
             "Auth server health streams lost.",
             &st.health_failures,
         ),
         (
-            "lifeline_timers_fired_total",
+            metric::TIMERS_FIRED_TOTAL,
             "Expiry and grace timers fired.",
             &st.timers_fired,
         ),
         (
-            "lifeline_agent_state_changes_total",
+            metric::AGENT_STATE_CHANGES_TOTAL,
             "Agent state changes.",
             &st.state_changes,
         ),
         (
-            "lifeline_signal_audit_updates_dropped_total",
+            metric::SIGNAL_AUDIT_UPDATES_DROPPED_TOTAL,
             "Signal audit updates lost because SQLite fell behind.",
             &st.signal_updates_dropped,
         ),
         (
-            "lifeline_agent_messages_rejected_total",
+            metric::AGENT_MESSAGES_REJECTED_TOTAL,
             "Agent messages refused (bad Hello, report or ack).",
             &st.agent_messages_rejected,
         ),
         (
-            "lifeline_agent_join_refused_total",
+            metric::AGENT_JOIN_REFUSED_TOTAL,
             "Agent signal streams refused for a missing or wrong join token.",
             &st.agent_join_refused,
         ),
         (
-            "lifeline_probes_refused_total",
+            metric::PROBES_REFUSED_TOTAL,
             "Virtual probes refused (target not allowed or a bad request).",
             &st.probes_refused,
         ),
         (
-            "lifeline_store_batches_total",
+            metric::STORE_BATCHES_TOTAL,
             "SQLite write transactions committed.",
             &st.store_batches,
         ),
         (
-            "lifeline_store_errors_total",
+            metric::STORE_ERRORS_TOTAL,
             "SQLite write transactions that failed.",
             &st.store_errors,
         ),
         (
-            "lifeline_trace_spans_exported_total",
+            metric::TRACE_SPANS_EXPORTED_TOTAL,
             "Spans the OTLP collector accepted.",
             &spans.exported,
         ),
@@ -246,7 +310,7 @@ fn counters(st: &Stats, spans: &SpanCounters) {
         counter(name, help).total(&[], c);
     }
     let f = counter(
-        "lifeline_signals_total",
+        metric::SIGNALS_TOTAL,
         "Audited signals by kind and outcome (sent counts queued ones; the rest are final).",
     );
     for &kind in SignalKind::ALL {
@@ -258,11 +322,11 @@ fn counters(st: &Stats, spans: &SpanCounters) {
         }
     }
     let messages = counter(
-        "lifeline_discovery_messages_total",
+        metric::DISCOVERY_MESSAGES_TOTAL,
         "Discovery messages sent, by mode.",
     );
     let bytes = counter(
-        "lifeline_discovery_bytes_total",
+        metric::DISCOVERY_BYTES_TOTAL,
         "Encoded bytes of Discovery messages sent, by mode.",
     );
     messages.total(&[("mode", "full")], &st.discovery_full);
@@ -270,14 +334,14 @@ fn counters(st: &Stats, spans: &SpanCounters) {
     bytes.total(&[("mode", "full")], &st.discovery_bytes_full);
     bytes.total(&[("mode", "delta")], &st.discovery_bytes_delta);
     let f = counter(
-        "lifeline_http_refused_total",
+        metric::HTTP_REFUSED_TOTAL,
         "HTTP requests refused: no or invalid token, a missing role, a manual reconnect too soon.",
     );
     f.total(&[("reason", "unauthenticated")], &st.http_unauthorized);
     f.total(&[("reason", "forbidden")], &st.http_forbidden);
     f.total(&[("reason", "rate_limited")], &st.http_rate_limited);
     let f = counter(
-        "lifeline_probes_total",
+        metric::PROBES_TOTAL,
         "Virtual probes answered, by kind and result.",
     );
     for (k, kind) in ["grpc", "tcp"].into_iter().enumerate() {
@@ -286,13 +350,13 @@ fn counters(st: &Stats, spans: &SpanCounters) {
         }
     }
     let f = counter(
-        "lifeline_store_history_rows_total",
+        metric::STORE_HISTORY_ROWS_TOTAL,
         "History rows committed to SQLite or dropped.",
     );
     f.total(&[("outcome", "committed")], &st.store_events_committed);
     f.total(&[("outcome", "dropped")], &st.store_events_dropped);
     let f = counter(
-        "lifeline_trace_spans_dropped_total",
+        metric::TRACE_SPANS_DROPPED_TOTAL,
         "Spans lost: queue full, or the export failed.",
     );
     f.total(&[("reason", "queue_full")], &spans.dropped_queue_full);

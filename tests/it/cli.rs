@@ -137,3 +137,70 @@ fn token_new_prints_a_token_and_config_that_admits_it() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("root"));
 }
+
+/// Guards `lifeline alert-rules` and `lifeline grafana-dashboard`: the
+/// external URL comes from the config or the flag and reaches every link;
+/// a wrong one exits 78 naming it. When `promtool` is on the path (CI
+/// installs it), the rules pass `promtool check rules`.
+#[test]
+fn alert_rules_and_dashboard_link_to_the_external_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("lifeline.toml");
+    std::fs::write(
+        &cfg,
+        "[server]\nexternal_url = \"https://ll.example.com/\"\n",
+    )
+    .unwrap();
+    let out = lifeline()
+        .args(["alert-rules", "--stranded-for", "10m", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let rules = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        rules.contains("dashboard: \"https://ll.example.com/auth\""),
+        "{rules}"
+    );
+    assert!(rules.contains("> 600"), "{rules}");
+    assert!(!rules.contains("ll.example.com//"), "{rules}");
+
+    let out = lifeline()
+        .args([
+            "grafana-dashboard",
+            "--external-url",
+            "https://other.example",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let d: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(d["links"][0]["url"], "https://other.example/");
+    assert!(d["panels"].as_array().is_some_and(|p| p.len() > 10));
+
+    let err = config_error(
+        lifeline().args(["alert-rules", "--external-url", "ll.example.com"]),
+        "a URL without a scheme",
+    );
+    assert!(err.contains("--external-url"), "{err}");
+
+    let file = dir.path().join("rules.yml");
+    std::fs::write(&file, &rules).unwrap();
+    match Command::new("promtool")
+        .arg("check")
+        .arg("rules")
+        .arg(&file)
+        .output()
+    {
+        Ok(out) => assert!(
+            out.status.success(),
+            "promtool: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && std::env::var_os("CI").is_none() => {
+            eprintln!("promtool not found: rules not checked (CI installs it)");
+        }
+        Err(e) => panic!("promtool: {e}"),
+    }
+}

@@ -1,6 +1,7 @@
 //! `/metrics` read back with a Prometheus text parser: the families the
-//! issue lists, values that match what the test did, and label sets that
-//! never carry a name from the network.
+//! families Lifeline declares, values that match what the test did, label
+//! sets that carry a name from the network only where capped, and the alert
+//! rules and dashboard reading only metrics that are served.
 
 use crate::support;
 use support::{Cluster, STRANDED as AGENT};
@@ -31,8 +32,8 @@ fn value(s: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> f
     found[0]
 }
 
-/// Guards `/metrics`: parsed by a Prometheus parser, the families the issue
-/// lists are there with values matching what the test did (stranded agents,
+/// Guards `/metrics`: parsed by a Prometheus parser, the families Lifeline
+/// declares are there with values matching what the test did (stranded agents,
 /// expired proxies, one manual reconnect acked, events ingested, detection
 /// and signal latency observed), names follow the conventions, and no label
 /// carries an agent's name.
@@ -178,20 +179,74 @@ async fn metrics_count_what_happened() {
     assert_eq!(value(&m, "lifeline_agent_streams", &[]), 6.0);
     assert_eq!(value(&m, "lifeline_storm_guard_paused", &[]), 0.0);
 
+    // Root causes and auth servers, by name: the stranded agents add up,
+    // each cause is as old as its proxy's expiry, each auth server shows
+    // its one current health.
+    let causes: Vec<_> = m
+        .samples
+        .iter()
+        .filter(|s| s.metric == "lifeline_root_cause_agents")
+        .collect();
+    let in_causes: f64 = causes
+        .iter()
+        .map(|s| match s.value {
+            prometheus_parse::Value::Gauge(v) => v,
+            _ => panic!("gauge"),
+        })
+        .sum();
+    assert_eq!(
+        in_causes,
+        agents["stranded"].as_f64().unwrap_or(-1.0),
+        "{causes:?}"
+    );
+    assert!(in_causes >= 1.0, "{causes:?}");
+    for s in &causes {
+        let (cause, resource) = (
+            s.labels.get("cause").unwrap_or_default(),
+            s.labels.get("resource").unwrap_or_default(),
+        );
+        assert!(!cause.is_empty() && !resource.is_empty(), "{s:?}");
+        let age = value(
+            &m,
+            "lifeline_root_cause_age_seconds",
+            &[("cause", cause), ("resource", resource)],
+        );
+        assert!(age >= 0.0, "{age}");
+    }
+    for auth in ["auth-1", "auth-2"] {
+        assert_eq!(
+            value(
+                &m,
+                "lifeline_auth_server_health",
+                &[("auth_server", auth), ("health", "SERVING")]
+            ),
+            1.0
+        );
+    }
+
     // Conventions: a prefix, counters end in _total, and labels are small
-    // fixed sets: no value is any agent's, proxy's or auth server's name
-    // (the stranded ones included).
+    // fixed sets: no value is any agent's name, and only the capped
+    // families that say which resource is at fault name a proxy or an
+    // auth server.
     assert!(stranded.iter().all(|a| a.starts_with("agent-")));
+    let named = [
+        "lifeline_root_cause_agents",
+        "lifeline_root_cause_age_seconds",
+        "lifeline_auth_server_health",
+    ];
     for s in &m.samples {
         assert!(s.metric.starts_with("lifeline_"), "{}", s.metric);
         if matches!(s.value, prometheus_parse::Value::Counter(_)) {
             assert!(s.metric.ends_with("_total"), "{}", s.metric);
         }
+        let names: &[&str] = if named.contains(&s.metric.as_str()) {
+            &["agent-"]
+        } else {
+            &["agent-", "proxy-", "auth-"]
+        };
         for (k, v) in s.labels.iter() {
             assert!(
-                !["agent-", "proxy-", "auth-"]
-                    .iter()
-                    .any(|p| v.starts_with(p)),
+                !names.iter().any(|p| v.starts_with(p)),
                 "{} carries a name: {k}={v}",
                 s.metric
             );
@@ -213,5 +268,47 @@ async fn metrics_count_what_happened() {
             .count();
         assert_eq!(helps, 1, "{family} has {helps} HELP lines");
     }
+    c.shutdown().await;
+}
+
+/// Guards the alert rules and the Grafana dashboard against renames: every
+/// `lifeline_*` metric their expressions read is a family a running
+/// Lifeline serves.
+#[tokio::test(start_paused = true)]
+async fn alert_rules_and_dashboard_read_only_served_metrics() {
+    use lifeline::telemetry::{alerts, grafana};
+    let c = Cluster::two_stranded_by_hand().await;
+    let text = c
+        .http
+        .get(format!("{}/metrics", c.ll().base_url()))
+        .send()
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("body");
+    let served: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let settings = alerts::AlertSettings {
+        external_url: "https://lifeline.example.com".into(),
+        stranded_for: std::time::Duration::from_secs(300),
+    };
+    let exprs: Vec<String> = alerts::expressions(&settings)
+        .into_iter()
+        .chain(grafana::expressions())
+        .collect();
+    let mut used = 0;
+    for e in &exprs {
+        let names = alerts::metrics_in(e);
+        assert!(!names.is_empty(), "{e} reads no Lifeline metric");
+        for n in names {
+            assert!(served.contains(&n.as_str()), "{n} (in {e}) is not served");
+            used += 1;
+        }
+    }
+    assert!(used >= 30, "{used}");
     c.shutdown().await;
 }
