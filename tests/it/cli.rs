@@ -186,21 +186,83 @@ fn alert_rules_and_dashboard_link_to_the_external_url() {
 
     let file = dir.path().join("rules.yml");
     std::fs::write(&file, &rules).unwrap();
-    match Command::new("promtool")
-        .arg("check")
-        .arg("rules")
-        .arg(&file)
-        .output()
-    {
-        Ok(out) => assert!(
-            out.status.success(),
-            "promtool: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && std::env::var_os("CI").is_none() => {
-            eprintln!("promtool not found: rules not checked (CI installs it)");
+    let tests = dir.path().join("rules_test.yml");
+    std::fs::write(&tests, RULES_TEST).unwrap();
+    for (args, target) in [(["check", "rules"], &file), (["test", "rules"], &tests)] {
+        match Command::new("promtool").args(args).arg(target).output() {
+            Ok(out) => assert!(
+                out.status.success(),
+                "promtool {args:?}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound && std::env::var_os("CI").is_none() =>
+            {
+                eprintln!("promtool not found: rules not checked (CI installs it)");
+                return;
+            }
+            Err(e) => panic!("promtool: {e}"),
         }
-        Err(e) => panic!("promtool: {e}"),
     }
 }
+
+/// `promtool test rules` over the generated file (`rules.yml`, stranded
+/// after 10 minutes, external URL `https://ll.example.com`): a proxy's
+/// root cause pages once it is older than that, with the agents' count
+/// and a link to the agents behind that proxy; an auth server pages after
+/// a minute of NOT_SERVING; failing signals page by their share.
+const RULES_TEST: &str = r#"rule_files: [rules.yml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'lifeline_root_cause_agents{cause="proxy_expired",resource="proxy-2",instance="ll:8080"}'
+        values: '38x20'
+      - series: 'lifeline_root_cause_age_seconds{cause="proxy_expired",resource="proxy-2",instance="ll:8080"}'
+        values: '0+60x20'
+      - series: 'lifeline_auth_server_health{auth_server="auth-1",health="NOT_SERVING",instance="ll:8080"}'
+        values: '1x20'
+      - series: 'lifeline_signals_total{kind="reconnect",outcome="acked",instance="ll:8080"}'
+        values: '0+10x20'
+      - series: 'lifeline_signals_total{kind="reconnect",outcome="timeout",instance="ll:8080"}'
+        values: '0+10x20'
+    alert_rule_test:
+      - eval_time: 9m
+        alertname: LifelineAgentsStranded
+        exp_alerts: []
+      - eval_time: 12m
+        alertname: LifelineAgentsStranded
+        exp_alerts:
+          - exp_labels:
+              severity: critical
+              cause: proxy_expired
+              resource: proxy-2
+              instance: ll:8080
+            exp_annotations:
+              summary: "38 agents stranded by proxy_expired of proxy-2"
+              description: "Agents have been stranded for more than 10m: root cause proxy_expired, resource proxy-2 (Lifeline ll:8080). Check that Lifeline's reconnect signals reach them and that a live proxy is left to move to."
+              dashboard: "https://ll.example.com/agents?state=stranded&proxy=proxy-2"
+      - eval_time: 2m
+        alertname: LifelineAuthServerNotServing
+        exp_alerts:
+          - exp_labels:
+              severity: critical
+              auth_server: auth-1
+              health: NOT_SERVING
+              instance: ll:8080
+            exp_annotations:
+              summary: "Auth server auth-1 is NOT_SERVING"
+              description: "Auth server auth-1 has answered NOT_SERVING on its gRPC health stream for a minute; the agents attached to it are stranded as auth_unhealthy (Lifeline ll:8080)."
+              dashboard: "https://ll.example.com/auth"
+      - eval_time: 20m
+        alertname: LifelineSignalsFailing
+        exp_alerts:
+          - exp_labels:
+              severity: warning
+              instance: ll:8080
+            exp_annotations:
+              summary: "50% of Lifeline's signals fail or time out"
+              description: "Over ten minutes, more than one signal in ten ended failed, undeliverable or timed out: agents are not acting on reconnects (Lifeline ll:8080)."
+              dashboard: "https://ll.example.com/signals"
+"#;

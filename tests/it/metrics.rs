@@ -32,6 +32,18 @@ fn value(s: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> f
     found[0]
 }
 
+/// The sum of every sample named `name`.
+fn total(s: &prometheus_parse::Scrape, name: &str) -> f64 {
+    s.samples
+        .iter()
+        .filter(|x| x.metric == name)
+        .map(|x| match x.value {
+            prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v) => v,
+            _ => panic!("{name}: not a counter or a gauge"),
+        })
+        .sum()
+}
+
 /// Guards `/metrics`: parsed by a Prometheus parser, the families Lifeline
 /// declares are there with values matching what the test did (stranded agents,
 /// expired proxies, one manual reconnect acked, events ingested, detection
@@ -116,15 +128,7 @@ async fn metrics_count_what_happened() {
         );
     }
     // Events by kind and type add up to what the summary says was applied.
-    let ingested: f64 = m
-        .samples
-        .iter()
-        .filter(|s| s.metric == "lifeline_events_ingested_total")
-        .map(|s| match s.value {
-            prometheus_parse::Value::Counter(v) => v,
-            _ => panic!("counter"),
-        })
-        .sum();
+    let ingested = total(&m, "lifeline_events_ingested_total");
     assert_eq!(
         ingested,
         summary["ingest"]["events_applied"].as_f64().unwrap_or(-1.0)
@@ -187,13 +191,7 @@ async fn metrics_count_what_happened() {
         .iter()
         .filter(|s| s.metric == "lifeline_root_cause_agents")
         .collect();
-    let in_causes: f64 = causes
-        .iter()
-        .map(|s| match s.value {
-            prometheus_parse::Value::Gauge(v) => v,
-            _ => panic!("gauge"),
-        })
-        .sum();
+    let in_causes = total(&m, "lifeline_root_cause_agents");
     assert_eq!(
         in_causes,
         agents["stranded"].as_f64().unwrap_or(-1.0),
