@@ -135,6 +135,7 @@ enum Cmd {
     },
     /// Print Prometheus alerting rules (YAML) over Lifeline's metrics.
     AlertRules {
+        /// Config file, for `server.external_url`.
         #[arg(long, env = "LIFELINE_CONFIG")]
         config: Option<PathBuf>,
         /// Where the dashboard is reached (overrides server.external_url).
@@ -146,6 +147,7 @@ enum Cmd {
     },
     /// Print a Grafana dashboard (JSON, for import) over Lifeline's metrics.
     GrafanaDashboard {
+        /// Config file, for `server.external_url`.
         #[arg(long, env = "LIFELINE_CONFIG")]
         config: Option<PathBuf>,
         /// Where the dashboard is reached (overrides server.external_url).

@@ -356,8 +356,14 @@ pub fn dashboard(external_url: &str) -> Value {
                     })
                 })
                 .collect();
+            // A table joins its queries' columns on their labels.
+            let transformations = match p.kind {
+                PanelKind::Table => json!([{"id": "merge", "options": {}}]),
+                _ => json!([]),
+            };
             panels.push(json!({
                 "type": p.kind.as_str(),
+                "transformations": transformations,
                 "id": id,
                 "title": p.title,
                 "description": p.description,
@@ -432,6 +438,9 @@ mod tests {
             assert_eq!(p["datasource"]["uid"], "${datasource}");
         }
         assert_eq!(d["links"][0]["url"], "https://lifeline.example.com/");
+        let causes = panels.iter().find(|p| p["title"] == "Root causes").unwrap();
+        assert_eq!(causes["transformations"][0]["id"], "merge");
+        assert_eq!(causes["targets"][0]["format"], "table");
         assert!(expressions().len() >= 20);
     }
 }
