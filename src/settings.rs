@@ -342,12 +342,6 @@ pub struct Settings {
 /// Who the start-up reconcile names in the audit.
 const START: &str = "start";
 
-/// A change reads the stored row, then writes. In WAL mode a deferred
-/// transaction that read before another connection committed cannot
-/// take the write lock (`SQLITE_BUSY_SNAPSHOT`, with no wait); taking it
-/// first makes a concurrent writer a wait, not a failure.
-const WRITE_TX: &str = "BEGIN IMMEDIATE";
-
 impl Settings {
     /// Reconciles the stored settings with `cfg` (RFD 0016's start rules),
     /// commits them, and returns the service with live values applied.
@@ -366,7 +360,7 @@ impl Settings {
             write: tokio::sync::Mutex::new(()),
         };
         let now = clock.now();
-        let mut tx = s.db.begin_with(WRITE_TX).await?;
+        let mut tx = rows::begin_change(&s.db).await?;
         for name in Name::ALL {
             let old = rows::get_in(&mut tx, name.as_str()).await?;
             let (value, origin) = if in_config(cfg, name) {
@@ -563,7 +557,7 @@ impl Settings {
     ) -> Result<SettingView, SettingsError> {
         let (canonical, parsed) = parse(name, value)?;
         let _one = self.write.lock().await;
-        let mut tx = self.db.begin_with(WRITE_TX).await?;
+        let mut tx = rows::begin_change(&self.db).await?;
         let old = rows::get_in(&mut tx, name.as_str()).await?;
         let from = old.as_ref().map_or(Origin::Defaults, |o| o.origin);
         let action = decide(from)?;

@@ -506,6 +506,9 @@ mod tests {
         assert_eq!(after.server.version, before.version);
         assert_eq!(after.server.labels, before.labels);
         assert_eq!(events(&f, "a1").last(), Some(&HistoryEvent::Heartbeat));
+        // Stored as a full PUT would be: the whole server, newer expiry.
+        let stored = f.pending.servers.get(&(Kind::Agent, "a1".to_string()));
+        assert_eq!(stored, Some(&Some(after.server.clone())));
 
         f.apply(vec![expiry(Kind::Proxy, "p1", at(40))]);
         assert_eq!(f.proxies["p1"].server.expires, at(40));

@@ -77,7 +77,7 @@ impl ResEntry {
     /// A PUT to a known resource: (event, liveness flipped, expired).
     pub(super) fn observe(&mut self, server: Server, now: Ts) -> Observed {
         let (hb, flipped) = self.update(server, now);
-        self.observed(hb, flipped)
+        self.outcome(hb, flipped)
     }
 
     /// A heartbeat that moved only the expiry and TTL: the server is
@@ -86,10 +86,10 @@ impl ResEntry {
         let (hb, flipped) = self.beat(expires, now);
         self.server.expires = expires;
         self.server.ttl = ttl;
-        self.observed(hb, flipped)
+        self.outcome(hb, flipped)
     }
 
-    fn observed(&self, heartbeat: bool, flipped: bool) -> Observed {
+    fn outcome(&self, heartbeat: bool, flipped: bool) -> Observed {
         let event = if heartbeat {
             HistoryEvent::Heartbeat
         } else {

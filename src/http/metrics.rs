@@ -169,6 +169,9 @@ pub const AUTH_SERVER_SERIES: usize = 64;
 /// so these are capped, and rendered here from the read model at every
 /// scrape (the recorder would keep a series that no longer exists).
 fn named_series(text: &mut String, g: &Summary, auths: &[AuthView]) {
+    use metrics_exporter_prometheus::formatting::{
+        sanitize_label_value as escape, write_help_line, write_type_line,
+    };
     use std::fmt::Write;
     let causes = &g.root_causes[..g.root_causes.len().min(ROOT_CAUSE_SERIES)];
     let cause_labels = |rc: &crate::fleet::view::RootCause| {
@@ -179,7 +182,8 @@ fn named_series(text: &mut String, g: &Summary, auths: &[AuthView]) {
         )
     };
     let mut family = |name: &str, help: &str, samples: &mut dyn Iterator<Item = (String, f64)>| {
-        let _ = write!(text, "# HELP {name} {help}\n# TYPE {name} gauge\n");
+        write_help_line(text, name, None, None, help);
+        write_type_line(text, name, None, None, "gauge");
         for (labels, v) in samples {
             let _ = writeln!(text, "{name}{{{labels}}} {v}");
         }
@@ -213,14 +217,6 @@ fn named_series(text: &mut String, g: &Summary, auths: &[AuthView]) {
             )
         }),
     );
-}
-
-/// A label value in the text exposition: backslash, quote and newline
-/// escaped.
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 fn counters(st: &Stats, spans: &SpanCounters) {

@@ -47,6 +47,14 @@ pub async fn all(db: &SqlitePool) -> Result<Vec<StoredSetting>, sqlx::Error> {
         .await
 }
 
+/// Begins a change of settings, which reads the stored rows, then writes.
+/// In WAL mode a deferred transaction that read before another connection
+/// committed cannot take the write lock (`SQLITE_BUSY_SNAPSHOT`, with no
+/// wait); taking the lock first makes a concurrent writer wait instead.
+pub async fn begin_change(db: &SqlitePool) -> Result<Transaction<'static, Sqlite>, sqlx::Error> {
+    db.begin_with("BEGIN IMMEDIATE").await
+}
+
 /// One setting's row.
 const ONE: &str = "SELECT name, value, origin, updated_us, updated_by FROM settings WHERE name = ?";
 
@@ -114,4 +122,55 @@ pub async fn history(
     .bind(limit)
     .fetch_all(db)
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sqlx::sqlite::SqliteConnectOptions;
+    use sqlx::{ConnectOptions, Connection};
+    use std::time::Duration;
+
+    /// Guards a change against a writer on another connection: the
+    /// change holds the write lock from its first read, so the other
+    /// writer is the one refused (here at once, with no busy wait), and
+    /// the change's own write commits. A deferred begin lets the other
+    /// commit in between and then fails the change with BUSY_SNAPSHOT.
+    #[tokio::test]
+    async fn a_change_keeps_the_write_lock_from_its_first_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lifeline.db");
+        let db = crate::store::open(&path, Duration::from_secs(5))
+            .await
+            .unwrap();
+        let mut tx = begin_change(&db).await.unwrap();
+        assert_eq!(get_in(&mut tx, "retention").await.unwrap(), None);
+
+        let mut other = SqliteConnectOptions::new()
+            .filename(&path)
+            .busy_timeout(Duration::ZERO)
+            .connect()
+            .await
+            .unwrap();
+        let theirs = sqlx::query(
+            "INSERT INTO settings (name, value, origin, updated_us, updated_by) VALUES ('retention', '\"2h\"', 'dynamic', 1, 'other')",
+        )
+        .execute(&mut other)
+        .await;
+        assert!(theirs.is_err(), "the other writer got in: {theirs:?}");
+
+        let new = StoredSetting {
+            name: "retention".into(),
+            value: "\"1h\"".into(),
+            origin: Origin::Dynamic,
+            updated_us: 2,
+            updated_by: "test".into(),
+        };
+        put_in(&mut tx, &new, None, SettingAction::Create)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(get(&db, "retention").await.unwrap(), Some(new));
+        other.close().await.unwrap();
+    }
 }

@@ -431,6 +431,7 @@ mod tests {
         let panels = d["panels"].as_array().unwrap();
         let mut ids: Vec<i64> = panels.iter().map(|p| p["id"].as_i64().unwrap()).collect();
         let n = ids.len();
+        ids.sort_unstable();
         ids.dedup();
         assert_eq!(ids.len(), n);
         for p in panels.iter().filter(|p| p["type"] != "row") {

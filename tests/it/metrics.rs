@@ -209,7 +209,28 @@ async fn metrics_count_what_happened() {
             "lifeline_root_cause_age_seconds",
             &[("cause", cause), ("resource", resource)],
         );
-        assert!(age >= 0.0, "{age}");
+        // At least as old as the summary (read before the scrape) says
+        // the cause is, and not older than the test.
+        let at = |v: &serde_json::Value| {
+            humantime::parse_rfc3339(v.as_str().unwrap_or_default())
+                .unwrap_or_else(|e| panic!("{v}: {e}"))
+        };
+        let rc = summary["root_causes"]
+            .as_array()
+            .and_then(|a| {
+                a.iter()
+                    .find(|r| r["cause"] == cause && r["resource"] == resource)
+            })
+            .unwrap_or_else(|| panic!("{cause} {resource} not in {summary}"));
+        let floor = at(&summary["generated_at"])
+            .duration_since(at(&rc["since"]))
+            .unwrap_or_default()
+            .as_secs_f64();
+        assert!(
+            age + 0.001 >= floor && age < floor + 3600.0,
+            "{age} vs {floor}"
+        );
+        assert!(age > 0.0, "the proxy expired before the scrape: {age}");
     }
     for auth in ["auth-1", "auth-2"] {
         assert_eq!(
