@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use sqlx::SqlitePool;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -39,6 +40,7 @@ use crate::store::writer::WriterOptions;
 use crate::store::{self, StoreError};
 use crate::supervise::{FailureWatch, Tasks};
 use crate::telemetry::SpanCounters;
+use crate::tls;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -60,10 +62,23 @@ pub enum StartError {
     },
 }
 
+impl StartError {
+    /// The configuration (or a file it names) is at fault, not the
+    /// machine: the caller exits with EX_CONFIG.
+    pub fn is_config(&self) -> bool {
+        matches!(
+            self,
+            StartError::Config(_) | StartError::Identity(_) | StartError::Dial(_)
+        )
+    }
+}
+
 /// A running Lifeline.
 pub struct Lifeline {
     pub http_addr: SocketAddr,
     pub grpc_addr: SocketAddr,
+    /// Both listeners serve TLS (`server.tls_cert`).
+    pub tls: bool,
     pub fleet: FleetHandle,
     pub db: SqlitePool,
     pub stats: Arc<Stats>,
@@ -128,6 +143,7 @@ impl Lifeline {
         // Identity and CA files first: a bad one stops start-up before
         // anything listens.
         let (source_dialer, health_dialer) = cluster_dialers(&cfg.cluster, clock.now())?;
+        let server_tls = crate::tls::ServerTls::load(&cfg.server, clock.now(), stats.clone())?;
         let db = store::open(&cfg.storage.path, tuning.acquire_timeout).await?;
         let loaded = store::read::load(&db).await.map_err(StoreError::Query)?;
         let settings = Arc::new(Settings::start(db.clone(), cfg, clock).await?);
@@ -255,24 +271,49 @@ impl Lifeline {
             failure: supervised.failure(),
             store_health: store_health.clone(),
             spans: tuning.spans.clone(),
+            tls: server_tls.is_some(),
         };
         supervised.track("live overview", http::ui::live::spawn(state.clone()));
         let router = http::router(state);
         let stop = shutdown.clone();
-        supervised.critical(
-            "http server",
-            tokio::spawn(async move {
-                if let Err(e) = axum::serve(
-                    http_listener,
-                    router.into_make_service_with_connect_info::<SocketAddr>(),
-                )
-                .with_graceful_shutdown(stop.cancelled_owned())
-                .await
-                {
+        let app = router.into_make_service_with_connect_info::<SocketAddr>();
+        let http_task = match &server_tls {
+            None => tokio::spawn(async move {
+                let served = axum::serve(http_listener, app)
+                    .with_graceful_shutdown(stop.cancelled_owned())
+                    .await;
+                if let Err(e) = served {
                     error!(error = %e, "HTTP server failed");
                 }
             }),
-        );
+            Some(t) => {
+                let ready = tls::listen::accept(
+                    http_listener,
+                    t.http.clone(),
+                    tls::Which::Http,
+                    stats.clone(),
+                    shutdown.clone(),
+                );
+                // `tap_io` gives the listener axum's ConnectInfo<SocketAddr>.
+                let listener = tls::HttpsListener::new(ready, http_addr).tap_io(|_| {});
+                tokio::spawn(async move {
+                    let served = axum::serve(listener, app)
+                        .with_graceful_shutdown(stop.cancelled_owned())
+                        .await;
+                    if let Err(e) = served {
+                        error!(error = %e, "HTTPS server failed");
+                    }
+                })
+            }
+        };
+        supervised.critical("http server", http_task);
+        if let Some(t) = &server_tls {
+            supervised.track(
+                "tls reload",
+                t.certs
+                    .spawn_watch(cfg.server.tls_reload_interval, clock, shutdown.clone()),
+            );
+        }
 
         let lb_policy_rx = settings.lb_policy();
         let (reporter, health_service) = tonic_health::server::health_reporter();
@@ -281,34 +322,56 @@ impl Lifeline {
             .await;
         let stop = shutdown.clone();
         let grpc_hub = hub.clone();
-        let stats_grpc = stats.clone();
-        supervised.critical(
-            "grpc server",
-            tokio::spawn(async move {
+        let client_cert = server_tls.as_ref().is_some_and(|t| t.agent_client_ca);
+        let grpc_router = tonic::transport::Server::builder()
+            .layer(
+                TraceLayer::new_for_grpc()
+                    .make_span_with(DefaultMakeSpan::new().level(Level::INFO))
+                    .on_response(DefaultOnResponse::new().level(Level::DEBUG))
+                    .on_failure(DefaultOnFailure::new().level(Level::DEBUG)),
+            )
+            .add_service(health_service)
+            .add_service(service_config::Service::server(lb_policy_rx))
+            .add_service(InterceptedService::new(
+                grpc_hub.server(),
+                join_check(access, client_cert, stats.clone()),
+            ));
+        let grpc_task = match &server_tls {
+            None => tokio::spawn(async move {
                 let _keep = reporter;
-                if let Err(e) = tonic::transport::Server::builder()
-                    .layer(
-                        TraceLayer::new_for_grpc()
-                            .make_span_with(DefaultMakeSpan::new().level(Level::INFO))
-                            .on_response(DefaultOnResponse::new().level(Level::DEBUG))
-                            .on_failure(DefaultOnFailure::new().level(Level::DEBUG)),
-                    )
-                    .add_service(health_service)
-                    .add_service(service_config::Service::server(lb_policy_rx))
-                    .add_service(InterceptedService::new(
-                        grpc_hub.server(),
-                        join_check(access, stats_grpc),
-                    ))
+                let served = grpc_router
                     .serve_with_incoming_shutdown(
                         TcpListenerStream::new(grpc_listener),
                         stop.cancelled_owned(),
                     )
-                    .await
-                {
+                    .await;
+                if let Err(e) = served {
                     error!(error = %e, "gRPC server failed");
                 }
             }),
-        );
+            Some(t) => {
+                let ready = tls::listen::accept(
+                    grpc_listener,
+                    t.grpc.clone(),
+                    tls::Which::Grpc,
+                    stats.clone(),
+                    shutdown.clone(),
+                );
+                tokio::spawn(async move {
+                    let _keep = reporter;
+                    let served = grpc_router
+                        .serve_with_incoming_shutdown(
+                            tls::listen::incoming(ready),
+                            stop.cancelled_owned(),
+                        )
+                        .await;
+                    if let Err(e) = served {
+                        error!(error = %e, "gRPC server (TLS) failed");
+                    }
+                })
+            }
+        };
+        supervised.critical("grpc server", grpc_task);
 
         let limits = Limits {
             default_ttl: cfg.fleet.default_ttl,
@@ -420,6 +483,7 @@ impl Lifeline {
         Ok(Lifeline {
             http_addr,
             grpc_addr,
+            tls: cfg.server.tls(),
             fleet,
             db,
             stats,
@@ -433,8 +497,10 @@ impl Lifeline {
         })
     }
 
+    /// `http://` or `https://` and the HTTP address.
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.http_addr)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.http_addr)
     }
 
     /// A token that fires when Lifeline is shutting down.
@@ -491,12 +557,22 @@ async fn prune_loop(
 }
 
 /// The gRPC interceptor in front of `AgentSignals`: a stream opens only
-/// with a configured join token in `authorization: Bearer <token>`.
+/// with a configured join token in `authorization: Bearer <token>`, and,
+/// with `client_cert`, over a connection whose client certificate
+/// `server.agent_client_ca` signed (rustls checked the signature at the
+/// handshake; one is optional there so health checks need none).
 fn join_check(
     access: Arc<Access>,
+    client_cert: bool,
     stats: Arc<Stats>,
 ) -> impl FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Clone {
     move |req: tonic::Request<()>| {
+        if client_cert && req.peer_certs().is_none_or(|c| c.is_empty()) {
+            Stats::inc(&stats.agent_join_refused);
+            return Err(tonic::Status::unauthenticated(
+                "AgentSignals.Connect needs a client certificate signed by this Lifeline's server.agent_client_ca, as well as the join token",
+            ));
+        }
         let presented = req
             .metadata()
             .get("authorization")

@@ -1,6 +1,9 @@
 //! A small client of Lifeline's REST API, for the command line
-//! (`lifeline reconnect`). Speaks only the public API.
+//! (`lifeline reconnect`, `lifeline settings`). Speaks only the public
+//! API, over `http://` or `https://` (rustls, trusting the system's roots
+//! and, when given, a CA file).
 
+use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -8,8 +11,10 @@ use serde_json::{json, Value};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("cannot reach Lifeline at {url}: {source}")]
-    Http { url: String, source: reqwest::Error },
+    #[error("cannot reach Lifeline at {url}: {detail}")]
+    Http { url: String, detail: String },
+    #[error("--ca-file {path}: {detail}")]
+    CaFile { path: String, detail: String },
     /// Lifeline answered with an error body.
     #[error("{status} {code}: {message}")]
     Api {
@@ -70,6 +75,46 @@ impl SignalRecordIn {
     }
 }
 
+/// An error and its causes, `a: b: c`: reqwest's own message alone does
+/// not say that the certificate was not trusted.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let m = c.to_string();
+        if !s.contains(&m) {
+            s.push_str(": ");
+            s.push_str(&m);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+/// What to do about an untrusted certificate, said where it happens.
+fn with_hint(detail: String) -> String {
+    if detail.contains("UnknownIssuer") {
+        format!("{detail} (Lifeline's certificate is not signed by a CA this machine trusts: pass it with --ca-file or LIFELINE_CA_FILE)")
+    } else {
+        detail
+    }
+}
+
+/// The certificates in a PEM file; at least one.
+fn ca_certificates(path: &Path) -> Result<Vec<reqwest::Certificate>, ClientError> {
+    let err = |detail: String| ClientError::CaFile {
+        path: path.display().to_string(),
+        detail,
+    };
+    let bytes = std::fs::read(path).map_err(|e| err(format!("cannot read it: {e}")))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&bytes)
+        .map_err(|e| err(format!("not PEM certificates: {}", chain(&e))))?;
+    if certs.is_empty() {
+        return Err(err("holds no CERTIFICATE section".into()));
+    }
+    Ok(certs)
+}
+
 pub struct Client {
     base: String,
     http: reqwest::Client,
@@ -78,7 +123,13 @@ pub struct Client {
 }
 
 impl Client {
-    pub fn new(server: &str, token: Option<String>) -> Result<Client, ClientError> {
+    /// A client of the Lifeline at `server`; over `https://` it also
+    /// trusts the CA certificates (PEM) in `ca_file`.
+    pub fn new(
+        server: &str,
+        token: Option<String>,
+        ca_file: Option<&Path>,
+    ) -> Result<Client, ClientError> {
         let u =
             url::Url::parse(server).map_err(|e| ClientError::Url(server.into(), e.to_string()))?;
         if !matches!(u.scheme(), "http" | "https") {
@@ -87,13 +138,18 @@ impl Client {
                 "use http:// or https://".into(),
             ));
         }
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
-            .build()
-            .map_err(|source| ClientError::Http {
-                url: server.into(),
-                source,
-            })?;
+            .https_only(u.scheme() == "https");
+        if let Some(path) = ca_file {
+            for cert in ca_certificates(path)? {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        let http = builder.build().map_err(|e| ClientError::Http {
+            url: server.into(),
+            detail: chain(&e),
+        })?;
         Ok(Client {
             base: server.trim_end_matches('/').to_string(),
             http,
@@ -110,14 +166,14 @@ impl Client {
             .header("x-requested-by", "cli")
             .send()
             .await
-            .map_err(|source| ClientError::Http {
+            .map_err(|e| ClientError::Http {
                 url: url.into(),
-                source,
+                detail: with_hint(chain(&e)),
             })?;
         let status = resp.status().as_u16();
-        let text = resp.text().await.map_err(|source| ClientError::Http {
+        let text = resp.text().await.map_err(|e| ClientError::Http {
             url: url.into(),
-            source,
+            detail: chain(&e),
         })?;
         if !(200..300).contains(&status) {
             return Err(match serde_json::from_str::<ErrorBody>(&text) {

@@ -13,7 +13,9 @@ use crate::app::{Lifeline, StartError, Tuning};
 use crate::clock::Clock;
 use crate::config::{Config, Role, SourceKind, TokenConfig};
 use crate::model::LbPolicy;
-use crate::sim::{chaos, SimAgent, SimCluster, SimSpec, TeleportSpec};
+use crate::sim::agent::LifelineAddr;
+use crate::sim::pki::Ca;
+use crate::sim::{chaos, write_private, SimAgent, SimCluster, SimSpec, TeleportSpec};
 use crate::telemetry::SpanCounters;
 
 #[derive(Clone, Debug)]
@@ -39,6 +41,10 @@ pub struct DemoOptions {
     /// Teleport's Auth API over mutual TLS (the identity file is written
     /// next to the database).
     pub source: SourceKind,
+    /// Serve HTTP and gRPC over TLS with a throwaway CA made for this run
+    /// (written beside the database); the simulated agents present client
+    /// certificates it signed.
+    pub tls: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +55,8 @@ pub enum DemoError {
     Start(#[from] StartError),
     #[error("cannot connect the simulated agents: {0}")]
     Agents(tonic::transport::Error),
+    #[error("cannot make the demo's certificates: {0}")]
+    Tls(String),
 }
 
 /// A running demo.
@@ -56,11 +64,53 @@ pub struct Demo {
     pub lifeline: Lifeline,
     pub sim: SimCluster,
     pub agents: Vec<SimAgent>,
+    /// With `tls`: the throwaway CA's certificate, to trust.
+    pub ca_file: Option<PathBuf>,
 }
 
-/// Points `cfg` at `sim`: its `ClusterEvents` URI, or, when it plays
-/// Teleport, its Auth address with an identity file it writes at
-/// `identity`. The demo, the tests and the benchmarks all watch a
+/// The demo's throwaway TLS: a CA, Lifeline's certificate for
+/// `localhost` and 127.0.0.1, and the agents' client certificate.
+struct DemoTls {
+    ca_file: PathBuf,
+    ca_pem: String,
+    agent_cert: String,
+    agent_key: String,
+}
+
+/// Where the demo writes its certificates: `<db>.tls/`.
+pub fn tls_dir(db: &std::path::Path) -> PathBuf {
+    let mut p = db.as_os_str().to_owned();
+    p.push(".tls");
+    PathBuf::from(p)
+}
+
+fn demo_tls(cfg: &mut Config, db: &std::path::Path) -> Result<DemoTls, DemoError> {
+    let err = |e: &dyn std::fmt::Display| DemoError::Tls(e.to_string());
+    let dir = tls_dir(db);
+    std::fs::create_dir_all(&dir).map_err(|e| err(&e))?;
+    let ca = Ca::new("Lifeline demo CA (throwaway)").map_err(|e| err(&e))?;
+    let server = ca
+        .issue("lifeline demo", &["localhost"])
+        .map_err(|e| err(&e))?;
+    let agent = ca.issue("demo agent", &[]).map_err(|e| err(&e))?;
+    let (ca_file, cert, key) = (dir.join("ca.pem"), dir.join("tls.crt"), dir.join("tls.key"));
+    std::fs::write(&ca_file, ca.pem()).map_err(|e| err(&e))?;
+    std::fs::write(&cert, &server.cert_pem).map_err(|e| err(&e))?;
+    write_private(&key, &server.key_pem).map_err(|e| err(&e))?;
+    cfg.server.tls_cert = Some(cert);
+    cfg.server.tls_key = Some(key);
+    cfg.server.agent_client_ca = Some(ca_file.clone());
+    Ok(DemoTls {
+        ca_file,
+        ca_pem: ca.pem().to_string(),
+        agent_cert: agent.cert_pem,
+        agent_key: agent.key_pem,
+    })
+}
+
+/// Points `cfg` at `sim`: its `ClusterEvents` URI (over TLS, trusting
+/// the CA it writes beside `identity`), or, when it plays Teleport, its
+/// Auth address with an identity file it writes at `identity`. The demo, the tests and the benchmarks all watch a
 /// simulator this way.
 pub fn watch_sim(
     cfg: &mut Config,
@@ -69,6 +119,12 @@ pub fn watch_sim(
 ) -> std::io::Result<()> {
     if sim.spec().teleport.is_none() {
         cfg.cluster.addr = sim.uri();
+        if let Some(pki) = sim.pki().filter(|_| sim.spec().tls) {
+            let mut ca = identity.as_os_str().to_owned();
+            ca.push(".ca.pem");
+            std::fs::write(&ca, pki.ca_pem())?;
+            cfg.cluster.ca_file = Some(PathBuf::from(ca));
+        }
         return Ok(());
     }
     sim.write_identity(identity)?;
@@ -123,20 +179,28 @@ impl Demo {
             sha256: access::hash_hex(&o.token),
             roles: Role::ALL.to_vec(),
         }];
+        let tls = if o.tls {
+            Some(demo_tls(&mut cfg, &o.db)?)
+        } else {
+            None
+        };
         let tuning = Tuning {
             spans: o.spans.clone(),
             ..Tuning::default()
         };
         let lifeline = Lifeline::start_tuned(&cfg, clock, tuning).await?;
-        let agents = SimAgent::start_for_cluster(
-            &sim,
-            lifeline.grpc_addr,
-            o.legacy_share,
-            100,
-            &lifeline.shutdown_token(),
-        )
-        .await
-        .map_err(DemoError::Agents)?;
+        let to = match &tls {
+            Some(t) => LifelineAddr::tls(
+                lifeline.grpc_addr,
+                &t.ca_pem,
+                Some((&t.agent_cert, &t.agent_key)),
+            ),
+            None => lifeline.grpc_addr.into(),
+        };
+        let agents =
+            SimAgent::start_for_cluster(&sim, to, o.legacy_share, 100, &lifeline.shutdown_token())
+                .await
+                .map_err(DemoError::Agents)?;
         if let Some(period) = o.chaos_period {
             tokio::spawn(chaos::run(sim.clone(), period, lifeline.shutdown_token()));
         }
@@ -144,6 +208,7 @@ impl Demo {
             lifeline,
             sim,
             agents,
+            ca_file: tls.map(|t| t.ca_file),
         })
     }
 

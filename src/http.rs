@@ -60,6 +60,8 @@ pub struct AppState {
     pub store_health: Arc<crate::store::health::StoreHealth>,
     /// What became of the spans this process exported.
     pub spans: Arc<crate::telemetry::SpanCounters>,
+    /// Served over TLS: every response carries HSTS, every cookie `Secure`.
+    pub tls: bool,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -78,6 +80,10 @@ pub fn router(state: AppState) -> Router {
         .layer(middleware::from_fn_with_state(
             state.clone(),
             close_unhealthy,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            transport_security,
         ))
         .with_state(state)
         .layer(CompressionLayer::new())
@@ -120,6 +126,41 @@ pub fn set_cookie(
         c = c.max_age(::cookie::time::Duration::seconds(secs));
     }
     HeaderValue::from_str(&c.build().to_string()).ok()
+}
+
+/// How long browsers keep to HTTPS for this host once told (a year).
+pub const HSTS: &str = "max-age=31536000";
+
+/// Over TLS: `Strict-Transport-Security` on every response, and `Secure`
+/// on every cookie, so neither the session nor the CSRF cookie ever
+/// travels in the clear.
+async fn transport_security(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let mut r = next.run(req).await;
+    if !st.tls {
+        return r;
+    }
+    let h = r.headers_mut();
+    h.insert(
+        header::STRICT_TRANSPORT_SECURITY,
+        HeaderValue::from_static(HSTS),
+    );
+    if h.contains_key(header::SET_COOKIE) {
+        let secured: Vec<HeaderValue> = h
+            .get_all(header::SET_COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .filter_map(|v| ::cookie::Cookie::parse(v.to_string()).ok())
+            .filter_map(|mut c| {
+                c.set_secure(true);
+                HeaderValue::from_str(&c.to_string()).ok()
+            })
+            .collect();
+        h.remove(header::SET_COOKIE);
+        for v in secured {
+            h.append(header::SET_COOKIE, v);
+        }
+    }
+    r
 }
 
 /// Every 413 (from the body limit layer or an extractor that hit it) as

@@ -24,6 +24,7 @@ pub mod stats;
 pub mod store;
 pub mod supervise;
 pub mod telemetry;
+pub mod tls;
 
 pub use app::Lifeline;
 pub use clock::{Clock, Ts};

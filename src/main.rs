@@ -89,6 +89,10 @@ enum Cmd {
         /// and printed when not given.
         #[arg(long, env = "LIFELINE_DEMO_TOKEN", hide_env_values = true)]
         token: Option<String>,
+        /// Serve the dashboard, API and gRPC over TLS, with a throwaway CA
+        /// made for this run (written next to --db; printed at start).
+        #[arg(long)]
+        tls: bool,
     },
     /// Ask agents to reconnect through a running Lifeline's REST API, and
     /// print what became of each signal. Exits non-zero unless every signal
@@ -115,6 +119,10 @@ enum Cmd {
         /// API token with the update role.
         #[arg(long, env = "LIFELINE_TOKEN", hide_env_values = true)]
         token: Option<String>,
+        /// CA certificates (PEM) to trust for an https:// --server, besides
+        /// the system's.
+        #[arg(long, env = "LIFELINE_CA_FILE")]
+        ca_file: Option<PathBuf>,
     },
     /// Read and change the dynamic settings of a running Lifeline (RFD 0016).
     Settings {
@@ -132,6 +140,10 @@ enum Cmd {
         /// rm; also create with --confirm).
         #[arg(long, global = true, env = "LIFELINE_TOKEN", hide_env_values = true)]
         token: Option<String>,
+        /// CA certificates (PEM) to trust for an https:// --server, besides
+        /// the system's.
+        #[arg(long, global = true, env = "LIFELINE_CA_FILE")]
+        ca_file: Option<PathBuf>,
     },
     /// Print Prometheus alerting rules (YAML) over Lifeline's metrics.
     AlertRules {
@@ -287,6 +299,10 @@ async fn main() -> ExitCode {
     let pipeline = match settings {
         Ok(Some(s)) => match Pipeline::start(&s) {
             Ok(p) => Some(p),
+            Err(e @ telemetry::otlp::TelemetryError::CaFile { .. }) => {
+                eprintln!("lifeline: {e}");
+                return ExitCode::from(EXIT_CONFIG);
+            }
             Err(e) => {
                 eprintln!("lifeline: {e}");
                 return ExitCode::FAILURE;
@@ -341,12 +357,19 @@ async fn run(
                 spans,
                 ..Tuning::default()
             };
-            let ll = Lifeline::start_tuned(&cfg, Clock::system(), tuning)
-                .await
-                .context("start-up failed")?;
+            let ll = match Lifeline::start_tuned(&cfg, Clock::system(), tuning).await {
+                Ok(ll) => ll,
+                Err(e) if e.is_config() => {
+                    eprintln!("lifeline: start-up failed: {e}");
+                    return Ok(ExitCode::from(EXIT_CONFIG));
+                }
+                Err(e) => return Err(anyhow::Error::new(e).context("start-up failed")),
+            };
+            let base = ll.base_url();
+            let grpc = if ll.tls { "gRPC over TLS" } else { "gRPC" };
             println!(
-                "Lifeline: API http://{}/api/v1/summary, dashboard http://{}/, gRPC {}",
-                ll.http_addr, ll.http_addr, ll.grpc_addr
+                "Lifeline: API {base}/api/v1/summary, dashboard {base}/, {grpc} {}",
+                ll.grpc_addr
             );
             let code = run_until_stopped(ll.failed()).await;
             ll.shutdown().await;
@@ -402,6 +425,7 @@ async fn run(
             legacy_share,
             no_auto_reconnect,
             token,
+            tls,
         } => {
             let token = token.unwrap_or_else(lifeline::access::generate);
             anyhow::ensure!(!ttl.is_zero(), "--ttl must be greater than zero");
@@ -424,20 +448,38 @@ async fn run(
                 token: token.clone(),
                 spans,
                 source,
+                tls,
             };
             let demo = Demo::start(&opts, Clock::system())
                 .await
                 .context("demo start-up failed")?;
-            let http = demo.lifeline.http_addr;
+            let base = demo.lifeline.base_url();
             println!("Lifeline demo is running ({agents} agents, {proxies} proxies, {auth_servers} auth servers, TTL {}).", humantime::format_duration(ttl));
-            println!("  dashboard  http://{http}/");
-            println!("  API        http://{http}/api/v1/summary");
-            println!("             http://{http}/api/v1/agents?state=stranded");
-            println!("  gRPC       {}", demo.lifeline.grpc_addr);
+            println!("  dashboard  {base}/");
+            println!("  API        {base}/api/v1/summary");
+            println!("             {base}/api/v1/agents?state=stranded");
+            println!(
+                "  gRPC       {}{}",
+                demo.lifeline.grpc_addr,
+                if tls {
+                    " (TLS; agents present client certificates)"
+                } else {
+                    ""
+                }
+            );
             println!("  cluster    {} (simulated)", demo.sim.uri());
             println!("  database   {}", opts.db.display());
-            println!("  sign in    http://{http}/signin with token {token}");
+            println!("  sign in    {base}/signin with token {token}");
             println!("             (CLI: export LIFELINE_TOKEN={token})");
+            if let Some(ca) = &demo.ca_file {
+                let ca = ca.display();
+                println!("  TLS        a throwaway CA made for this run signed Lifeline's certificate; trust it:");
+                println!("             curl --cacert {ca} {base}/api/v1/summary");
+                println!(
+                    "             lifeline reconnect --server {base} --ca-file {ca} --stranded"
+                );
+                println!("             browsers: import {ca} as an authority, or accept the warning once");
+            }
             match opts.chaos_period {
                 Some(p) => println!("Chaos every {}: a proxy stops heartbeating, an auth server turns NOT_SERVING, both heal.", humantime::format_duration(p)),
                 None => println!("Chaos is off."),
@@ -455,8 +497,20 @@ async fn run(
             server,
             wait,
             token,
-        } => reconnect(agent, stranded, proxy, reason, &server, wait, token).await,
-        Cmd::Settings { op, server, token } => settings(op, &server, token).await,
+            ca_file,
+        } => {
+            let client = lifeline::client::Client::new(&server, token, ca_file.as_deref())?;
+            reconnect(&client, agent, stranded, proxy, reason, wait).await
+        }
+        Cmd::Settings {
+            op,
+            server,
+            token,
+            ca_file,
+        } => {
+            let client = lifeline::client::Client::new(&server, token, ca_file.as_deref())?;
+            settings(&client, op).await
+        }
         Cmd::Token { op } => {
             let TokenOp::New { name, roles, join } = op;
             token_new(&name, &roles, join)
@@ -485,15 +539,13 @@ fn describe(s: &lifeline::client::SignalRecordIn) -> String {
 }
 
 async fn reconnect(
+    client: &lifeline::client::Client,
     agent: Option<String>,
     stranded: bool,
     proxy: Option<String>,
     reason: Option<String>,
-    server: &str,
     wait: Duration,
-    token: Option<String>,
 ) -> anyhow::Result<ExitCode> {
-    let client = lifeline::client::Client::new(server, token)?;
     let sent = if stranded {
         let r = client.reconnect_stranded(reason.as_deref()).await?;
         println!(
@@ -527,8 +579,7 @@ async fn reconnect(
     })
 }
 
-async fn settings(op: SettingsOp, server: &str, token: Option<String>) -> anyhow::Result<ExitCode> {
-    let client = lifeline::client::Client::new(server, token)?;
+async fn settings(client: &lifeline::client::Client, op: SettingsOp) -> anyhow::Result<ExitCode> {
     let out = match op {
         SettingsOp::Get { name } => client.settings_get(name.as_deref()).await?,
         SettingsOp::Set {

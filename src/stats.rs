@@ -98,6 +98,13 @@ pub struct Stats {
     /// unhealthy, unknown), and refused (target not allowed, bad request).
     pub probes: [[AtomicU64; 3]; 2],
     pub probes_refused: AtomicU64,
+    /// TLS handshakes that failed or timed out, by listener
+    /// (`tls::Which`: http, grpc).
+    pub tls_handshake_failures: [AtomicU64; 2],
+    /// New certificate files looked at: loaded, refused.
+    pub tls_reloads: [AtomicU64; 2],
+    /// When the served certificate expires, Unix seconds (0: no TLS).
+    pub tls_not_after: AtomicU64,
     /// Latency and size distributions.
     pub hist: Histograms,
 }
@@ -158,6 +165,9 @@ pub mod metric {
     pub const PROBES_TOTAL: &str = "lifeline_probes_total";
     pub const STORE_HISTORY_ROWS_TOTAL: &str = "lifeline_store_history_rows_total";
     pub const TRACE_SPANS_DROPPED_TOTAL: &str = "lifeline_trace_spans_dropped_total";
+    pub const TLS_HANDSHAKE_FAILURES_TOTAL: &str = "lifeline_tls_handshake_failures_total";
+    pub const TLS_RELOADS_TOTAL: &str = "lifeline_tls_reloads_total";
+    pub const TLS_CERTIFICATE_EXPIRY: &str = "lifeline_tls_certificate_expiry_timestamp_seconds";
     // Labelled with resource names, rendered from the read model.
     pub const ROOT_CAUSE_AGENTS: &str = "lifeline_root_cause_agents";
     pub const ROOT_CAUSE_AGE_SECONDS: &str = "lifeline_root_cause_age_seconds";

@@ -267,3 +267,57 @@ async fn a_dead_collector_does_not_stall_ingest() {
     stop(pipeline).await;
     drop(hung);
 }
+
+/// Guards OTLP over TLS: to an `https://` collector whose certificate a CA
+/// made in the test signed, spans arrive when the settings name that CA
+/// file, and none do (the failed export counted) without it.
+#[tokio::test]
+async fn spans_reach_an_https_collector_that_the_ca_file_names() {
+    let _one = EXPORTING.lock().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ca = lifeline::sim::pki::Ca::new("collector CA").expect("CA");
+    let cert = ca.issue("collector", &["localhost"]).expect("cert");
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca.pem()).expect("write CA");
+    let sink = Sink::start_tls(100, &cert.cert_pem, &cert.key_pem).expect("OTLP receiver");
+    let endpoint = format!("https://localhost:{}", sink.addr.port());
+
+    let export_one = |settings: OtlpSettings| async move {
+        let pipeline = Pipeline::start(&settings).expect("pipeline");
+        let counters = pipeline.counters();
+        {
+            let _sub = tracing::subscriber::set_default(
+                tracing_subscriber::registry().with(pipeline.layer()),
+            );
+            let span = tracing::info_span!(target: "lifeline", "tls export check");
+            span.in_scope(|| {});
+        }
+        stop(pipeline).await;
+        counters
+    };
+
+    let mut trusting = OtlpSettings::to(endpoint.clone());
+    trusting.ca_file = Some(ca_file.clone());
+    let counters = export_one(trusting).await;
+    assert!(
+        sink.spans().iter().any(|s| s.name == "tls export check"),
+        "span over TLS: {:?}",
+        counters
+    );
+
+    let before = sink.received();
+    let counters = export_one(OtlpSettings::to(endpoint)).await;
+    assert_eq!(sink.received(), before, "no CA file: nothing trusted");
+    assert!(
+        counters
+            .export_failed
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0,
+        "the failed export is counted: {counters:?}"
+    );
+
+    let mut missing = OtlpSettings::to("https://localhost:1".to_string());
+    missing.ca_file = Some(dir.path().join("nope.pem"));
+    let e = Pipeline::start(&missing).expect_err("a missing CA file is refused");
+    assert!(e.to_string().contains("nope.pem"), "{e}");
+}

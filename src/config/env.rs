@@ -34,6 +34,13 @@ const TABLE: &[(&str, &str, Form)] = &[
         "server.http_close_unhealthy",
         Form::Flag,
     ),
+    ("LIFELINE_TLS_CERT", "server.tls_cert", Form::Text),
+    ("LIFELINE_TLS_KEY", "server.tls_key", Form::Text),
+    (
+        "LIFELINE_AGENT_CLIENT_CA",
+        "server.agent_client_ca",
+        Form::Text,
+    ),
     ("LIFELINE_CLUSTER_ADDR", "cluster.addr", Form::Text),
     ("LIFELINE_CLUSTER_SOURCE", "cluster.source", Form::Text),
     (

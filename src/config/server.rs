@@ -2,6 +2,7 @@
 //! limits.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -30,6 +31,19 @@ pub struct ServerConfig {
     /// `https://lifeline.example.com`): the alert rules and the Grafana
     /// dashboard link there. Unset: `http://` and `listen`.
     pub external_url: Option<String>,
+    /// The certificate chain (PEM, leaf first) both listeners serve over
+    /// TLS; with `tls_key`. Unset: plaintext. Re-read when it changes on
+    /// disk. Env: `LIFELINE_TLS_CERT`.
+    pub tls_cert: Option<PathBuf>,
+    /// Its private key (PEM: PKCS#8, PKCS#1 or SEC1). Env: `LIFELINE_TLS_KEY`.
+    pub tls_key: Option<PathBuf>,
+    /// CA certificates (PEM): agents must present a client certificate
+    /// signed by one of them on `AgentSignals.Connect`, as well as the
+    /// join token. Needs `tls_cert`. Env: `LIFELINE_AGENT_CLIENT_CA`.
+    pub agent_client_ca: Option<PathBuf>,
+    /// How often the certificate files are looked at for a change.
+    #[serde(with = "humantime_serde")]
+    pub tls_reload_interval: Duration,
 }
 
 impl Default for ServerConfig {
@@ -42,6 +56,10 @@ impl Default for ServerConfig {
             max_live_streams_per_ip: 8,
             http_close_unhealthy: false,
             external_url: None,
+            tls_cert: None,
+            tls_key: None,
+            agent_client_ca: None,
+            tls_reload_interval: Duration::from_secs(10),
         }
     }
 }
@@ -84,13 +102,41 @@ impl ServerConfig {
         if let Some(u) = &self.external_url {
             check_external_url(u).map_err(|why| invalid("server.external_url", &why))?;
         }
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(_), None) => {
+                return Err(invalid(
+                    "server.tls_key",
+                    "server.tls_cert is set, so its private key is needed too",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(invalid(
+                    "server.tls_cert",
+                    "server.tls_key is set, so the certificate is needed too",
+                ))
+            }
+            _ => {}
+        }
+        if self.agent_client_ca.is_some() && self.tls_cert.is_none() {
+            return Err(invalid(
+                "server.agent_client_ca",
+                "client certificates need TLS: set server.tls_cert and server.tls_key",
+            ));
+        }
+        positive("server.tls_reload_interval", self.tls_reload_interval)?;
         Ok(())
     }
 
-    /// `external_url`, or `http://` and `listen`; no trailing slash.
+    /// True when both listeners serve TLS.
+    pub fn tls(&self) -> bool {
+        self.tls_cert.is_some()
+    }
+
+    /// `external_url`, or `http(s)://` and `listen`; no trailing slash.
     pub fn external_url(&self) -> String {
         match &self.external_url {
             Some(u) => u.trim_end_matches('/').to_string(),
+            None if self.tls() => format!("https://{}", self.listen),
             None => format!("http://{}", self.listen),
         }
     }

@@ -1,5 +1,6 @@
 //! `[telemetry]`: trace export and self-observation.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -14,6 +15,10 @@ pub struct TelemetryConfig {
     /// OTLP/gRPC collector, e.g. `http://127.0.0.1:4317`; empty: no export.
     /// Env: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, `OTEL_EXPORTER_OTLP_ENDPOINT`.
     pub otlp_endpoint: String,
+    /// CA certificates (PEM) to trust for an `https://` collector, besides
+    /// the system's. Env: `OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE`,
+    /// `OTEL_EXPORTER_OTLP_CERTIFICATE`.
+    pub otlp_ca_file: Option<PathBuf>,
     /// Env: `OTEL_SERVICE_NAME`.
     pub service_name: String,
     /// Share of failure traces (and other roots) kept, 0..=1; children
@@ -35,6 +40,7 @@ impl Default for TelemetryConfig {
     fn default() -> Self {
         TelemetryConfig {
             otlp_endpoint: String::new(),
+            otlp_ca_file: None,
             service_name: "lifeline".into(),
             sample_ratio: Ratio::ONE,
             ingest_span_every: 1000,

@@ -357,4 +357,22 @@ fn counters(st: &Stats, spans: &SpanCounters) {
     );
     f.total(&[("reason", "queue_full")], &spans.dropped_queue_full);
     f.total(&[("reason", "export_failed")], &spans.export_failed);
+    let f = counter(
+        metric::TLS_HANDSHAKE_FAILURES_TOTAL,
+        "TLS handshakes on Lifeline's own listeners that failed or timed out, by listener.",
+    );
+    for (i, listener) in ["http", "grpc"].into_iter().enumerate() {
+        f.total(&[("listener", listener)], &st.tls_handshake_failures[i]);
+    }
+    let f = counter(
+        metric::TLS_RELOADS_TOTAL,
+        "Changed certificate files looked at: loaded, or refused (the previous certificate stays).",
+    );
+    f.total(&[("outcome", "loaded")], &st.tls_reloads[0]);
+    f.total(&[("outcome", "refused")], &st.tls_reloads[1]);
+    gauge(
+        metric::TLS_CERTIFICATE_EXPIRY,
+        "When the certificate Lifeline serves expires, Unix seconds (0 without TLS).",
+    )
+    .set(&[], st.tls_not_after.load(Ordering::Relaxed) as f64);
 }

@@ -33,7 +33,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tracing::{debug, info};
 
 use super::cluster::SimCluster;
@@ -204,7 +204,7 @@ impl SimAgent {
     /// `per_connection` agents per HTTP/2 connection to Lifeline.
     pub async fn start_for_cluster(
         cluster: &SimCluster,
-        lifeline: SocketAddr,
+        lifeline: impl Into<LifelineAddr>,
         legacy_share: f64,
         per_connection: usize,
         parent: &CancellationToken,
@@ -225,19 +225,20 @@ impl SimAgent {
     /// (fewer than they hold makes them candidates for graceful closing).
     pub async fn start_for_cluster_wanting(
         cluster: &SimCluster,
-        lifeline: SocketAddr,
+        lifeline: impl Into<LifelineAddr>,
         legacy_share: f64,
         per_connection: usize,
         desired_tunnels: u32,
         parent: &CancellationToken,
     ) -> Result<Vec<SimAgent>, tonic::transport::Error> {
+        let lifeline = lifeline.into();
         let n = cluster.spec().agents;
         let mut rng = rand::rngs::SmallRng::seed_from_u64(cluster.spec().seed ^ 0xa6e7);
         let mut out = Vec::with_capacity(n);
         let mut channel = None;
         for i in 0..n {
             if i % per_connection.max(1) == 0 {
-                channel = Some(lifeline_channel(lifeline)?);
+                channel = Some(lifeline_channel(lifeline.clone())?);
             }
             let Some(ch) = channel.clone() else { break };
             let name = super::cluster::agent_name(i);
@@ -681,11 +682,47 @@ impl SimAgent {
 }
 
 /// A channel to Lifeline's gRPC port (connects lazily, reconnects itself).
-pub fn lifeline_channel(addr: SocketAddr) -> Result<Channel, tonic::transport::Error> {
-    Ok(Endpoint::from_shared(format!("http://{addr}"))?
+/// Where simulated agents reach Lifeline's gRPC port: plaintext, or TLS
+/// trusting a CA (and presenting a client certificate when given).
+#[derive(Clone, Debug)]
+pub struct LifelineAddr {
+    pub addr: SocketAddr,
+    pub tls: Option<ClientTlsConfig>,
+}
+
+impl From<SocketAddr> for LifelineAddr {
+    fn from(addr: SocketAddr) -> Self {
+        LifelineAddr { addr, tls: None }
+    }
+}
+
+impl LifelineAddr {
+    /// TLS to `addr`, verified as `localhost` against `ca_pem`; presenting
+    /// `client` (certificate and key, PEM) when given.
+    pub fn tls(addr: SocketAddr, ca_pem: &str, client: Option<(&str, &str)>) -> LifelineAddr {
+        let mut tls = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(ca_pem))
+            .domain_name("localhost");
+        if let Some((cert, key)) = client {
+            tls = tls.identity(Identity::from_pem(cert, key));
+        }
+        LifelineAddr {
+            addr,
+            tls: Some(tls),
+        }
+    }
+}
+
+pub fn lifeline_channel(to: impl Into<LifelineAddr>) -> Result<Channel, tonic::transport::Error> {
+    let to = to.into();
+    let scheme = if to.tls.is_some() { "https" } else { "http" };
+    let mut ep = Endpoint::from_shared(format!("{scheme}://{}", to.addr))?
         .connect_timeout(Duration::from_secs(5))
-        .tcp_nodelay(true)
-        .connect_lazy())
+        .tcp_nodelay(true);
+    if let Some(tls) = to.tls {
+        ep = ep.tls_config(tls)?;
+    }
+    Ok(ep.connect_lazy())
 }
 
 /// A Connect request carrying `authorization: Bearer <join token>`.

@@ -58,6 +58,9 @@ pub struct SimSpec {
     pub join_token: String,
     /// Serve Teleport's Auth API over mutual TLS instead of ClusterEvents.
     pub teleport: Option<TeleportSpec>,
+    /// Serve ClusterEvents over TLS (a server certificate only, for
+    /// `localhost` and 127.0.0.1; `pki().ca_pem()` is what to trust).
+    pub tls: bool,
 }
 
 /// The simulated cluster's join token unless a spec says otherwise (the
@@ -82,6 +85,7 @@ impl Default for SimSpec {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             max_message_bytes: 64 * 1024 * 1024,
             join_token: SIM_JOIN_TOKEN.to_string(),
+            tls: false,
             teleport: None,
         }
     }
@@ -227,14 +231,17 @@ pub struct SimCluster {
 impl SimCluster {
     pub async fn start(spec: SimSpec, clock: Clock) -> std::io::Result<SimCluster> {
         let stop = CancellationToken::new();
-        let pki = match &spec.teleport {
-            Some(t) => Some(Box::new(
+        let pki = match (&spec.teleport, spec.tls) {
+            (Some(t), _) => Some(Box::new(
                 SimPki::new(&t.cluster_name).map_err(std::io::Error::other)?,
             )),
-            None => None,
+            (None, true) => Some(Box::new(
+                SimPki::new("sim.lifeline").map_err(std::io::Error::other)?,
+            )),
+            (None, false) => None,
         };
         // Auth servers serve health over the cluster's mutual TLS, ALPN h2.
-        let health_tls = match &pki {
+        let health_tls = match pki.as_ref().filter(|_| spec.teleport.is_some()) {
             Some(p) => Some(
                 p.server_config(vec![b"h2".to_vec()])
                     .map_err(std::io::Error::other)?,
@@ -337,14 +344,21 @@ impl SimCluster {
                     stop2,
                 ));
             }
-            _ => {
+            (_, pki) => {
+                let tls = match pki {
+                    Some(p) => Some(
+                        p.server_only_config(vec![b"h2".to_vec()])
+                            .map_err(std::io::Error::other)?,
+                    ),
+                    None => None,
+                };
                 let svc = ClusterEventsServer::new(Service {
                     inner: inner.clone(),
                 })
                 .max_encoding_message_size(inner.spec.max_message_bytes)
                 .max_decoding_message_size(inner.spec.max_message_bytes);
                 let router = tonic::transport::Server::builder().add_service(svc);
-                tokio::spawn(super::serve::serve(router, listener, None, None, stop2));
+                tokio::spawn(super::serve::serve(router, listener, tls, None, stop2));
             }
         }
         let sim = SimCluster { inner, addr };
@@ -360,7 +374,8 @@ impl SimCluster {
     }
 
     pub fn uri(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.inner.spec.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     pub fn spec(&self) -> &SimSpec {

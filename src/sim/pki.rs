@@ -1,4 +1,5 @@
-//! The simulated Teleport cluster's certificates, made at start: a CA, the
+//! Certificates made in memory ([`Ca`]), and the simulated Teleport
+//! cluster's, made at start: a CA, the
 //! Auth servers' certificate (for `teleport.cluster.local`, as Teleport's
 //! carry), and client identities written in the layout `tctl auth sign
 //! --format=file` uses. Also the wrong ones the tests need: an identity
@@ -23,14 +24,24 @@ pub enum PkiError {
     Tls(String),
 }
 
-struct Ca {
+/// A certificate authority made in memory: the simulated cluster's, the
+/// demo's throwaway one for Lifeline's own listeners, the tests'.
+pub struct Ca {
     issuer: Issuer<'static, KeyPair>,
     pem: String,
     der: CertificateDer<'static>,
 }
 
+/// A certificate a [`Ca`] issued, with its key.
+pub struct Issued {
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub der: CertificateDer<'static>,
+    key: KeyPair,
+}
+
 impl Ca {
-    fn new(name: &str) -> Result<Ca, PkiError> {
+    pub fn new(name: &str) -> Result<Ca, PkiError> {
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -43,12 +54,14 @@ impl Ca {
         })
     }
 
-    /// A leaf for `names` signed by this CA: its PEM, DER and key.
-    fn leaf(
-        &self,
-        cn: &str,
-        names: &[&str],
-    ) -> Result<(String, CertificateDer<'static>, KeyPair), PkiError> {
+    /// The CA certificate, PEM.
+    pub fn pem(&self) -> &str {
+        &self.pem
+    }
+
+    /// A certificate for `names` (DNS names; `localhost` brings
+    /// 127.0.0.1 along), common name `cn`; none for a client's.
+    pub fn issue(&self, cn: &str, names: &[&str]) -> Result<Issued, PkiError> {
         let key = KeyPair::generate()?;
         let mut params =
             CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())?;
@@ -59,7 +72,12 @@ impl Ca {
                 .push(SanType::IpAddress(std::net::IpAddr::from([127, 0, 0, 1])));
         }
         let cert = params.signed_by(&key, &self.issuer)?;
-        Ok((cert.pem(), cert.der().clone(), key))
+        Ok(Issued {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            der: cert.der().clone(),
+            key,
+        })
     }
 }
 
@@ -91,10 +109,10 @@ fn identity_text(key: &str, cert: &str, cas: &[&str]) -> String {
 impl SimPki {
     pub fn new(cluster: &str) -> Result<SimPki, PkiError> {
         let ca = Ca::new(&format!("{cluster} host CA"))?;
-        let (_, der, key) = ca.leaf("auth", &[AUTH_SERVER_NAME, "localhost"])?;
+        let auth = ca.issue("auth", &[AUTH_SERVER_NAME, "localhost"])?;
         Ok(SimPki {
-            server_chain: vec![der],
-            server_key: key.serialize_der(),
+            server_chain: vec![auth.der],
+            server_key: auth.key.serialize_der(),
             ca,
         })
     }
@@ -106,20 +124,34 @@ impl SimPki {
     /// TLS for the Auth listeners: this certificate, client certificates
     /// required and verified against the CA, `alpn` offered.
     pub fn server_config(&self, alpn: Vec<Vec<u8>>) -> Result<Arc<ServerConfig>, PkiError> {
+        self.config(alpn, true)
+    }
+
+    /// The same with no client certificate asked for (a `ClusterEvents`
+    /// source over plain server TLS).
+    pub fn server_only_config(&self, alpn: Vec<Vec<u8>>) -> Result<Arc<ServerConfig>, PkiError> {
+        self.config(alpn, false)
+    }
+
+    fn config(&self, alpn: Vec<Vec<u8>>, clients: bool) -> Result<Arc<ServerConfig>, PkiError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut roots = RootCertStore::empty();
-        roots
-            .add(self.ca.der.clone())
+        let builder = ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
             .map_err(|e| PkiError::Tls(e.to_string()))?;
-        let verifier =
-            WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        let builder = if clients {
+            let mut roots = RootCertStore::empty();
+            roots
+                .add(self.ca.der.clone())
+                .map_err(|e| PkiError::Tls(e.to_string()))?;
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .build()
                 .map_err(|e| PkiError::Tls(e.to_string()))?;
+            builder.with_client_cert_verifier(verifier)
+        } else {
+            builder.with_no_client_auth()
+        };
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.server_key.clone()));
-        let mut cfg = ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| PkiError::Tls(e.to_string()))?
-            .with_client_cert_verifier(verifier)
+        let mut cfg = builder
             .with_single_cert(self.server_chain.clone(), key)
             .map_err(|e| PkiError::Tls(e.to_string()))?;
         cfg.alpn_protocols = alpn;
@@ -128,22 +160,22 @@ impl SimPki {
 
     /// An identity for `user` the cluster accepts.
     pub fn identity(&self, user: &str) -> Result<String, PkiError> {
-        let (cert, _, key) = self.ca.leaf(user, &[])?;
-        Ok(identity_text(&key.serialize_pem(), &cert, &[&self.ca.pem]))
+        let c = self.ca.issue(user, &[])?;
+        Ok(identity_text(&c.key_pem, &c.cert_pem, &[&self.ca.pem]))
     }
 
     /// An identity whose client certificate another CA signed: the cluster
     /// refuses it.
     pub fn foreign_identity(&self, user: &str) -> Result<String, PkiError> {
         let other = Ca::new("another cluster")?;
-        let (cert, _, key) = other.leaf(user, &[])?;
-        Ok(identity_text(&key.serialize_pem(), &cert, &[&self.ca.pem]))
+        let c = other.issue(user, &[])?;
+        Ok(identity_text(&c.key_pem, &c.cert_pem, &[&self.ca.pem]))
     }
 
     /// An identity that trusts another CA: it cannot verify the cluster.
     pub fn identity_trusting_another_ca(&self, user: &str) -> Result<String, PkiError> {
         let other = Ca::new("another cluster")?;
-        let (cert, _, key) = self.ca.leaf(user, &[])?;
-        Ok(identity_text(&key.serialize_pem(), &cert, &[&other.pem]))
+        let c = self.ca.issue(user, &[])?;
+        Ok(identity_text(&c.key_pem, &c.cert_pem, &[&other.pem]))
     }
 }

@@ -143,6 +143,18 @@ fn rules(s: &AlertSettings) -> Vec<Rule> {
             description: "Spans were lost in the last ten minutes ({{ $labels.reason }}: the export queue was full or the OTLP collector failed); traces of that time are incomplete (Lifeline {{ $labels.instance }}).".into(),
             page: "/".into(),
         },
+        Rule {
+            alert: "LifelineTlsCertificateExpiring",
+            expr: format!(
+                "({0} - time()) < 14 * 86400 and {0} > 0",
+                metric::TLS_CERTIFICATE_EXPIRY
+            ),
+            hold: None,
+            severity: "warning",
+            summary: "Lifeline's TLS certificate expires {{ $value | humanizeDuration }} from now".into(),
+            description: "The certificate Lifeline serves on its HTTP and gRPC listeners (server.tls_cert) expires within 14 days. Write renewed files in place: Lifeline reloads them without a restart (Lifeline {{ $labels.instance }}).".into(),
+            page: "/".into(),
+        },
     ]
 }
 

@@ -16,13 +16,14 @@ use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry::Context;
-use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{
     BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracer, SdkTracerProvider, Span, SpanData,
     SpanExporter, SpanProcessor,
 };
 use opentelemetry_sdk::Resource;
+use tonic::transport::{Certificate, ClientTlsConfig};
 use tracing::Level;
 use tracing_subscriber::filter::{FilterExt, Targets};
 use tracing_subscriber::registry::LookupSpan;
@@ -68,6 +69,8 @@ pub enum TelemetryError {
     Env { var: &'static str, message: String },
     #[error("cannot start the OTLP exporter for {endpoint}: {message}")]
     Exporter { endpoint: String, message: String },
+    #[error("OTLP CA file {path}: {message}")]
+    CaFile { path: String, message: String },
 }
 
 /// Where and how to export, resolved from the config file and the standard
@@ -76,6 +79,9 @@ pub enum TelemetryError {
 #[derive(Clone, Debug)]
 pub struct OtlpSettings {
     pub endpoint: String,
+    /// CA certificates (PEM) trusted for an `https://` endpoint, besides
+    /// the system's.
+    pub ca_file: Option<std::path::PathBuf>,
     pub service_name: String,
     /// Root sampling ratio, unless `OTEL_TRACES_SAMPLER` is set (then the
     /// SDK reads it and its `_ARG`).
@@ -135,6 +141,10 @@ impl OtlpSettings {
                 })
             }
         }
+        let ca_file = var("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE")
+            .or_else(|| var("OTEL_EXPORTER_OTLP_CERTIFICATE"))
+            .map(std::path::PathBuf::from)
+            .or_else(|| cfg.otlp_ca_file.clone());
         let service_name = var("OTEL_SERVICE_NAME").unwrap_or_else(|| cfg.service_name.clone());
         let sample_ratio = match var("OTEL_TRACES_SAMPLER") {
             Some(_) => None,
@@ -142,6 +152,7 @@ impl OtlpSettings {
         };
         Ok(Some(OtlpSettings {
             endpoint,
+            ca_file,
             service_name,
             sample_ratio,
             max_queued_spans: cfg.max_queued_spans,
@@ -155,6 +166,7 @@ impl OtlpSettings {
         let d = TelemetryConfig::default();
         OtlpSettings {
             endpoint: endpoint.into(),
+            ca_file: None,
             service_name: d.service_name,
             sample_ratio: Some(1.0),
             max_queued_spans: d.max_queued_spans,
@@ -162,6 +174,28 @@ impl OtlpSettings {
             batch_delay: d.batch_delay,
         }
     }
+}
+
+/// TLS for an `https://` endpoint: the system's roots and `ca_file`'s.
+fn tls_config(s: &OtlpSettings) -> Result<Option<ClientTlsConfig>, TelemetryError> {
+    if !s.endpoint.starts_with("https://") {
+        return Ok(None);
+    }
+    let mut tls = ClientTlsConfig::new().with_enabled_roots();
+    if let Some(p) = &s.ca_file {
+        let pem = std::fs::read(p).map_err(|e| TelemetryError::CaFile {
+            path: p.display().to_string(),
+            message: format!("cannot read it: {e}"),
+        })?;
+        if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
+            return Err(TelemetryError::CaFile {
+                path: p.display().to_string(),
+                message: "holds no CERTIFICATE section".into(),
+            });
+        }
+        tls = tls.ca_certificate(Certificate::from_pem(pem));
+    }
+    Ok(Some(tls))
 }
 
 /// A running export pipeline. Dropping it without [`Pipeline::shutdown`]
@@ -188,6 +222,7 @@ impl Pipeline {
     /// Starts the exporter thread and both providers, and makes the
     /// simulated agents' provider the global one.
     pub fn start(s: &OtlpSettings) -> Result<Pipeline, TelemetryError> {
+        let tls = tls_config(s)?;
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let settings = s.clone();
@@ -206,11 +241,14 @@ impl Pipeline {
                 };
                 let built = rt.block_on(async {
                     let build = || {
-                        opentelemetry_otlp::SpanExporter::builder()
+                        let b = opentelemetry_otlp::SpanExporter::builder()
                             .with_tonic()
                             .with_endpoint(settings.endpoint.clone())
-                            .with_timeout(settings.export_timeout)
-                            .build()
+                            .with_timeout(settings.export_timeout);
+                        match &tls {
+                            Some(t) => b.with_tls_config(t.clone()).build(),
+                            None => b.build(),
+                        }
                     };
                     Ok::<_, opentelemetry_otlp::ExporterBuildError>((build()?, build()?))
                 });

@@ -112,6 +112,18 @@ impl Sink {
     /// Listens on 127.0.0.1 (a free port); keeps the first `keep` spans
     /// and counts all of them.
     pub fn start(keep: usize) -> std::io::Result<Sink> {
+        Sink::serve(keep, None)
+    }
+
+    /// The same over TLS with this certificate and key (PEM): export to
+    /// `https://localhost:<port>`.
+    pub fn start_tls(keep: usize, cert_pem: &str, key_pem: &str) -> std::io::Result<Sink> {
+        let tls = tonic::transport::ServerTlsConfig::new()
+            .identity(tonic::transport::Identity::from_pem(cert_pem, key_pem));
+        Sink::serve(keep, Some(tls))
+    }
+
+    fn serve(keep: usize, tls: Option<tonic::transport::ServerTlsConfig>) -> std::io::Result<Sink> {
         let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
@@ -132,7 +144,14 @@ impl Sink {
                         return;
                     };
                     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-                    let _ = tonic::transport::Server::builder()
+                    let mut server = tonic::transport::Server::builder();
+                    if let Some(tls) = tls {
+                        server = match server.tls_config(tls) {
+                            Ok(s) => s,
+                            Err(_) => return,
+                        };
+                    }
+                    let _ = server
                         .add_service(TraceServiceServer::new(svc))
                         .serve_with_incoming_shutdown(incoming, async {
                             let _ = stop_rx.await;

@@ -63,6 +63,75 @@ fn invalid_config_names_the_field_and_exits_78() {
     }
 }
 
+/// Guards TLS start-up checks: a wrong path, a certificate that is not
+/// one, a key that is not the certificate's, a CA that holds nothing, or
+/// half a pair stops `serve` before it listens, naming the field (78).
+#[test]
+fn tls_files_that_cannot_serve_stop_start_up_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = lifeline::sim::pki::Ca::new("cli CA").unwrap();
+    let a = ca.issue("a", &["localhost"]).unwrap();
+    let b = ca.issue("b", &["localhost"]).unwrap();
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let (cert, key, other_key) = (
+        write("a.crt", &a.cert_pem),
+        write("a.key", &a.key_pem),
+        write("b.key", &b.key_pem),
+    );
+    let garbage = write("garbage.pem", "not a certificate\n");
+    let tls = |c: &str, k: &str| format!("[server]\ntls_cert = {c:?}\ntls_key = {k:?}\n");
+    let cases = [
+        (
+            tls("/nonexistent/tls.crt", &key),
+            "server.tls_cert",
+            "/nonexistent/tls.crt",
+        ),
+        (tls(&garbage, &key), "server.tls_cert", "no CERTIFICATE"),
+        (tls(&key, &key), "server.tls_cert", "is it the key?"),
+        (tls(&cert, &cert), "server.tls_key", "no PRIVATE KEY"),
+        (
+            tls(&cert, &other_key),
+            "server.tls_key",
+            "is not the key of the certificate",
+        ),
+        (
+            format!("[server]\ntls_cert = {cert:?}\n"),
+            "server.tls_key",
+            "needed too",
+        ),
+        (
+            format!("{}agent_client_ca = {garbage:?}\n", tls(&cert, &key)),
+            "server.agent_client_ca",
+            "no usable CA certificate",
+        ),
+        (
+            format!("[server]\nagent_client_ca = {cert:?}\n"),
+            "server.agent_client_ca",
+            "need TLS",
+        ),
+    ];
+    for (i, (text, field, says)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("tls{i}.toml"));
+        std::fs::write(&path, text).unwrap();
+        let err = config_error(
+            lifeline()
+                .args(["serve", "--config"])
+                .arg(&path)
+                .env("LIFELINE_DB", dir.path().join("x.db")),
+            text,
+        );
+        assert!(
+            err.contains(field) && err.contains(says),
+            "{text:?}: {err:?} should name {field} and say {says:?}"
+        );
+        assert!(!err.contains("PRIVATE KEY-----"), "no key material: {err}");
+    }
+}
+
 #[test]
 fn bad_environment_override_names_the_variable() {
     let err = config_error(

@@ -20,6 +20,7 @@ mod signals;
 mod storage;
 mod stranded;
 mod teleport;
+mod tls;
 mod ui;
 mod walls;
 mod watcher;

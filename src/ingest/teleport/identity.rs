@@ -17,6 +17,7 @@ use rustls_pki_types::pem::{self, SectionKind};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::clock::Ts;
+use crate::tls::pem::validity;
 
 /// The most an identity file may hold; real ones are a few KiB.
 pub const MAX_BYTES: u64 = 1024 * 1024;
@@ -220,23 +221,6 @@ impl Identity {
             not_after: v.not_after,
         })
     }
-}
-
-struct Validity {
-    subject: String,
-    not_before: Ts,
-    not_after: Ts,
-}
-
-fn validity(der: &CertificateDer<'_>) -> Result<Validity, String> {
-    let (_, cert) = x509_parser::parse_x509_certificate(der).map_err(|e| e.to_string())?;
-    let v = cert.validity();
-    let ts = |t: &x509_parser::time::ASN1Time| Ts(t.timestamp().saturating_mul(1_000_000));
-    Ok(Validity {
-        subject: cert.subject().to_string(),
-        not_before: ts(&v.not_before),
-        not_after: ts(&v.not_after),
-    })
 }
 
 #[cfg(test)]

@@ -67,6 +67,60 @@ pub struct Cluster {
     /// Start a simulated agent per cluster agent, this share legacy.
     sim_agents: Option<f64>,
     desired_tunnels: Option<u32>,
+    /// Serve TLS; `Some(true)`: agents need a client certificate too.
+    tls: Option<bool>,
+}
+
+/// A TLS test's certificates: a CA made for the test, Lifeline's
+/// certificate and key files it signed, and an agent's client certificate.
+pub struct TestTls {
+    pub ca: lifeline::sim::pki::Ca,
+    pub ca_file: std::path::PathBuf,
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
+    pub agent: lifeline::sim::pki::Issued,
+}
+
+impl TestTls {
+    fn make(dir: &std::path::Path) -> TestTls {
+        let ca = lifeline::sim::pki::Ca::new("test CA").expect("CA");
+        let server = ca.issue("lifeline", &["localhost"]).expect("server cert");
+        let agent = ca.issue("agent", &[]).expect("agent cert");
+        let (ca_file, cert, key) = (dir.join("ca.pem"), dir.join("tls.crt"), dir.join("tls.key"));
+        std::fs::write(&ca_file, ca.pem()).expect("write CA");
+        std::fs::write(&cert, &server.cert_pem).expect("write cert");
+        std::fs::write(&key, &server.key_pem).expect("write key");
+        TestTls {
+            ca,
+            ca_file,
+            cert,
+            key,
+            agent,
+        }
+    }
+
+    /// An HTTPS client that trusts the test CA.
+    pub fn client(&self) -> reqwest::Client {
+        reqwest::Client::builder()
+            .add_root_certificate(
+                reqwest::Certificate::from_pem(self.ca.pem().as_bytes()).expect("CA pem"),
+            )
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .expect("client")
+    }
+
+    /// Where agents reach `grpc` over TLS, with the agent's certificate
+    /// or none.
+    pub fn agent_addr(
+        &self,
+        grpc: std::net::SocketAddr,
+        with_cert: bool,
+    ) -> lifeline::sim::agent::LifelineAddr {
+        let client =
+            with_cert.then_some((self.agent.cert_pem.as_str(), self.agent.key_pem.as_str()));
+        lifeline::sim::agent::LifelineAddr::tls(grpc, self.ca.pem(), client)
+    }
 }
 
 /// `Cluster::new().agents(6).proxies(3).start().await`
@@ -92,7 +146,21 @@ impl Cluster {
             configs: Vec::new(),
             sim_agents: None,
             desired_tunnels: None,
+            tls: None,
         }
+    }
+
+    /// Lifeline serves HTTP and gRPC over TLS with a CA made for the test;
+    /// with `agent_client_ca`, agents need a certificate it signed.
+    pub fn tls(mut self, agent_client_ca: bool) -> Self {
+        self.tls = Some(agent_client_ca);
+        self
+    }
+
+    /// The simulated cluster serves `ClusterEvents` over TLS.
+    pub fn cluster_tls(mut self) -> Self {
+        self.spec.tls = true;
+        self
     }
     /// 6 legacy simulated agents, each on both of 2 proxies that announce
     /// the same expiry, and agents that never expire: with
@@ -237,6 +305,20 @@ impl Cluster {
         cfg.server.listen = ([127, 0, 0, 1], 0).into();
         cfg.server.grpc_listen = ([127, 0, 0, 1], 0).into();
         cfg.cluster.addr = sim.uri();
+        if let Some(pki) = sim.pki().filter(|_| sim.spec().tls) {
+            let ca = dir.path().join("cluster-ca.pem");
+            std::fs::write(&ca, pki.ca_pem()).expect("cluster CA written");
+            cfg.cluster.ca_file = Some(ca);
+        }
+        let tls = self.tls.map(|client_ca| {
+            let t = TestTls::make(dir.path());
+            cfg.server.tls_cert = Some(t.cert.clone());
+            cfg.server.tls_key = Some(t.key.clone());
+            if client_ca {
+                cfg.server.agent_client_ca = Some(t.ca_file.clone());
+            }
+            t
+        });
         if sim.spec().teleport.is_some() {
             let identity = dir.path().join("identity");
             sim.write_identity(&identity)
@@ -267,10 +349,14 @@ impl Cluster {
         let ll = Lifeline::start_tuned(&cfg, clock, tuning.clone())
             .await
             .expect("lifeline starts");
+        let to = match &tls {
+            Some(t) => t.agent_addr(ll.grpc_addr, true),
+            None => ll.grpc_addr.into(),
+        };
         let agents = match self.sim_agents {
             Some(share) => SimAgent::start_for_cluster_wanting(
                 &sim,
-                ll.grpc_addr,
+                to,
                 share,
                 1000,
                 self.desired_tunnels
@@ -289,7 +375,8 @@ impl Cluster {
             tuning,
             clock,
             _dir: dir,
-            http: reqwest::Client::new(),
+            http: tls.as_ref().map(TestTls::client).unwrap_or_default(),
+            tls,
             _anchor: anchor,
         }
     }
@@ -304,6 +391,8 @@ pub struct Running {
     pub clock: Clock,
     _dir: TempDir,
     pub http: reqwest::Client,
+    /// With [`Cluster::tls`]: the test's CA and certificate files.
+    pub tls: Option<TestTls>,
     _anchor: std::sync::mpsc::Sender<()>,
 }
 
