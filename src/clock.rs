@@ -105,6 +105,20 @@ impl serde::Serialize for Ts {
     }
 }
 
+/// On the wire: an RFC 3339 time in UTC, milliseconds.
+impl utoipa::PartialSchema for Ts {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)))
+            .examples(["2026-11-24T07:12:41.718Z"])
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Ts {}
+
 /// The injectable clock. Cheap to copy.
 #[derive(Clone, Copy, Debug)]
 pub struct Clock {

@@ -57,7 +57,7 @@ named_enum! {
 
 impl WatchState {}
 
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, Serialize, utoipa::ToSchema)]
 pub struct KindStatus {
     pub state: WatchState,
     pub generation: u64,
@@ -65,7 +65,7 @@ pub struct KindStatus {
 }
 
 /// What `/readyz` and the summary report about the watcher.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Readiness {
     pub ready: bool,
     pub kinds: BTreeMap<&'static str, KindStatus>,

@@ -10,8 +10,10 @@
 pub mod api;
 pub mod auth;
 pub mod caller;
+pub mod contract;
 pub mod error;
 pub mod metrics;
+pub mod openapi;
 pub mod probes;
 pub mod settings;
 pub mod signals;
@@ -66,14 +68,14 @@ pub struct AppState {
 
 pub fn router(state: AppState) -> Router {
     let max_body_bytes = state.max_body_bytes;
+    let (api, _) = openapi::api();
     Router::new()
-        .merge(api::router())
-        .merge(settings::router())
+        .merge(api)
         .merge(probes::router())
         .merge(metrics::router())
-        .merge(signals::router())
         .merge(ui::router())
         .fallback(error::not_found)
+        .method_not_allowed_fallback(error::method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), auth::guard))
         .layer(RequestBodyLimitLayer::new(max_body_bytes))
         .layer(middleware::from_fn_with_state(state.clone(), body_limit))

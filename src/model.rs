@@ -58,6 +58,18 @@ macro_rules! named_enum {
                 self.into()
             }
         }
+
+        /// On the wire: one of its names (the API's contract).
+        impl utoipa::PartialSchema for $name {
+            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+                utoipa::openapi::schema::ObjectBuilder::new()
+                    .schema_type(utoipa::openapi::schema::Type::String)
+                    .enum_values(Some($name::ALL.iter().map(|v| v.as_str())))
+                    .into()
+            }
+        }
+
+        impl utoipa::ToSchema for $name {}
     };
 }
 pub(crate) use named_enum;
@@ -74,7 +86,7 @@ where
 /// A kind of resource Lifeline watches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-#[derive(strum::IntoStaticStr)]
+#[derive(strum::IntoStaticStr, utoipa::ToSchema)]
 #[strum(serialize_all = "snake_case")]
 pub enum Kind {
     Proxy,
@@ -365,6 +377,17 @@ impl Serialize for Reasons {
         s.collect_seq(self.iter())
     }
 }
+
+/// On the wire: the reasons' names, in order.
+impl utoipa::PartialSchema for Reasons {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::schema::ArrayBuilder::new()
+            .items(<Reason as utoipa::PartialSchema>::schema())
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Reasons {}
 
 named_enum! {
     "snake_case";

@@ -78,7 +78,25 @@ impl Name {
     pub fn parse(s: &str) -> Option<Name> {
         Name::ALL.into_iter().find(|n| n.as_str() == s)
     }
+}
 
+/// On the wire (the API's path): one of the names.
+impl utoipa::PartialSchema for Name {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::schema::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .enum_values(Some(Name::ALL.iter().map(|n| n.as_str())))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Name {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "SettingName".into()
+    }
+}
+
+impl Name {
     /// Where the config file sets it.
     pub fn config_key(self) -> &'static str {
         match self {
@@ -308,7 +326,7 @@ fn in_config(cfg: &Config, name: Name) -> bool {
 }
 
 /// A setting as the API shows it.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct SettingView {
     pub name: &'static str,
     pub value: Value,

@@ -335,7 +335,7 @@ impl Stats {
     }
 }
 
-#[derive(Debug, Serialize, Clone)]
+#[derive(Debug, Serialize, Clone, utoipa::ToSchema)]
 pub struct StatsSnapshot {
     pub events_applied: u64,
     pub heartbeats: u64,
@@ -352,7 +352,7 @@ pub struct StatsSnapshot {
     pub signals: SignalStatsSnapshot,
 }
 
-#[derive(Debug, Serialize, Clone)]
+#[derive(Debug, Serialize, Clone, utoipa::ToSchema)]
 pub struct SignalStatsSnapshot {
     pub discovery_full: u64,
     pub discovery_delta: u64,

@@ -188,7 +188,7 @@ pub struct AgentEntry {
 }
 
 /// An agent's own stream to Lifeline (`AgentSignals.Connect`).
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct Link {
     pub since: Ts,
     pub version: String,

@@ -2,10 +2,12 @@
 //! SQLite). Thin: parse and validate parameters, delegate, serialise.
 
 use axum::extract::{Path, State};
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use serde::{Deserialize, Serialize};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
+use super::contract::{ReadErrors, ReadOneErrors};
 use super::error::{ApiError, ApiQuery};
 use super::AppState;
 use crate::clock::Ts;
@@ -14,21 +16,49 @@ use crate::model::Subject;
 use crate::model::{AgentState, HistoryEvent, Kind};
 use crate::store::read::{self, EpisodeFilter, EventFilter};
 
+enum Since {
+    At(Ts),
+    Ago(std::time::Duration),
+}
+
+/// An RFC 3339 time (any offset), or `contract::SINCE_PATTERN`.
+fn since(v: &str) -> Option<Since> {
+    use time::format_description::well_known::Rfc3339;
+    if let Ok(t) = time::OffsetDateTime::parse(v, &Rfc3339) {
+        let us = t.unix_timestamp_nanos() / 1000;
+        return Some(Since::At(Ts(i64::try_from(us).ok()?)));
+    }
+    let unit = v.chars().last()?;
+    let n = &v[..v.len() - unit.len_utf8()];
+    let ok =
+        (1..=9).contains(&n.len()) && !n.starts_with('0') && n.bytes().all(|b| b.is_ascii_digit());
+    let n: u64 = if ok { n.parse().ok()? } else { return None };
+    let secs = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86_400,
+        _ => return None,
+    };
+    Some(Since::Ago(std::time::Duration::from_secs(n * secs)))
+}
+
 pub const DEFAULT_LIMIT: u32 = 100;
 pub const MAX_LIMIT: u32 = 1000;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/summary", get(summary))
-        .route("/api/v1/agents", get(agents))
-        .route("/api/v1/agents/{name}", get(agent))
-        .route("/api/v1/proxies", get(proxies))
-        .route("/api/v1/proxies/{name}", get(proxy))
-        .route("/api/v1/auth-servers", get(auth_servers))
-        .route("/api/v1/auth-servers/{name}", get(auth_server))
-        .route("/api/v1/ttl-windows", get(ttl_windows))
-        .route("/api/v1/episodes", get(episodes))
-        .route("/api/v1/events", get(events))
+/// The reads of `/api/v1`, each documented by its `#[utoipa::path]`.
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(summary))
+        .routes(routes!(agents))
+        .routes(routes!(agent))
+        .routes(routes!(proxies))
+        .routes(routes!(proxy))
+        .routes(routes!(auth_servers))
+        .routes(routes!(auth_server))
+        .routes(routes!(ttl_windows))
+        .routes(routes!(episodes))
+        .routes(routes!(events))
 }
 
 pub(super) fn limit(l: Option<u32>) -> Result<u32, ApiError> {
@@ -90,7 +120,7 @@ fn bad_cursor(c: &str) -> ApiError {
     ))
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct SummaryResponse {
     #[serde(flatten)]
     fleet: view::Summary,
@@ -99,7 +129,7 @@ struct SummaryResponse {
     signals: SignalsSummary,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct SignalsSummary {
     connected_agents: usize,
     awaiting_ack: usize,
@@ -110,6 +140,19 @@ struct SignalsSummary {
     storm_guard: crate::signals::reconnect::Guard,
 }
 
+/// The fleet at a glance.
+///
+/// Counts of agents by state, proxies, auth servers' health, the
+/// watcher's readiness, root causes, ingest counters and the signals'
+/// state (storm guard included).
+#[utoipa::path(
+    get,
+    path = "/api/v1/summary",
+    tag = "fleet",
+    operation_id = "summary",
+    security((), ("bearer" = [])),
+    responses((status = 200, description = "The summary.", body = SummaryResponse), ReadErrors)
+)]
 async fn summary(State(s): State<AppState>) -> Result<Json<SummaryResponse>, ApiError> {
     let fleet = s.fleet.recent().await?.summary.clone();
     let set = &s.hub.settings;
@@ -130,17 +173,40 @@ async fn summary(State(s): State<AppState>) -> Result<Json<SummaryResponse>, Api
     }))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct AgentsQuery {
+    /// Only agents in this state.
     state: Option<AgentState>,
+    /// Only agents with a tunnel to this proxy.
+    #[param(min_length = 1)]
     proxy: Option<String>,
+    /// Only agents connected to this auth server.
+    #[param(min_length = 1)]
     auth_server: Option<String>,
+    /// Only agents whose name contains this.
     q: Option<String>,
+    /// Page size, 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
+    /// `next_cursor` of the previous page.
+    #[param(pattern = "^(?:[0-9a-fA-F]{2})+$", max_length = 538)]
     cursor: Option<String>,
 }
 
+/// Agents, one page at a time.
+///
+/// In name order, with their state, reasons, root cause, tunnels and TTL.
+#[utoipa::path(
+    get,
+    path = "/api/v1/agents",
+    tag = "fleet",
+    operation_id = "list_agents",
+    params(AgentsQuery),
+    security((), ("bearer" = [])),
+    responses((status = 200, description = "A page of agents.", body = view::AgentPage), ReadErrors)
+)]
 async fn agents(
     State(s): State<AppState>,
     ApiQuery(q): ApiQuery<AgentsQuery>,
@@ -156,13 +222,26 @@ async fn agents(
     Ok(Json(s.fleet.agents(filter).await?))
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct AgentResponse {
     #[serde(flatten)]
     detail: view::AgentDetail,
     episodes: Vec<read::Episode>,
 }
 
+/// One agent.
+///
+/// Its state and why, tunnels, TTL window, signal stream and its 50
+/// newest episodes.
+#[utoipa::path(
+    get,
+    path = "/api/v1/agents/{name}",
+    tag = "fleet",
+    operation_id = "get_agent",
+    params(("name" = String, Path, description = "The agent's name.", example = "agent-00042")),
+    security((), ("bearer" = [])),
+    responses((status = 200, description = "The agent.", body = AgentResponse), ReadOneErrors)
+)]
 async fn agent(
     State(s): State<AppState>,
     Path(name): Path<String>,
@@ -189,16 +268,39 @@ async fn agent(
 }
 
 /// A list answer: `{"items": [...]}`.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub(super) struct Items<T> {
     pub items: Vec<T>,
 }
 
+/// Every proxy.
+///
+/// With its TTL window and how many agents hold tunnels to it.
+#[utoipa::path(
+    get,
+    path = "/api/v1/proxies",
+    tag = "fleet",
+    operation_id = "list_proxies",
+    security((), ("bearer" = [])),
+    responses((status = 200, description = "The proxies, by name.", body = Items<view::ProxyView>), ReadErrors)
+)]
 async fn proxies(State(s): State<AppState>) -> Result<Json<Items<view::ProxyView>>, ApiError> {
     let items = s.fleet.recent().await?.proxies.clone();
     Ok(Json(Items { items }))
 }
 
+/// One proxy.
+///
+/// With its agents counted by state.
+#[utoipa::path(
+    get,
+    path = "/api/v1/proxies/{name}",
+    tag = "fleet",
+    operation_id = "get_proxy",
+    params(("name" = String, Path, description = "The proxy's name.", example = "proxy-1")),
+    security((), ("bearer" = [])),
+    responses((status = 200, description = "The proxy.", body = view::ProxyDetail), ReadOneErrors)
+)]
 async fn proxy(
     State(s): State<AppState>,
     Path(name): Path<String>,
@@ -213,25 +315,48 @@ async fn proxy(
         })
 }
 
+/// Every auth server.
+///
+/// With its gRPC health and how many agents use it.
+#[utoipa::path(
+    get,
+    path = "/api/v1/auth-servers",
+    tag = "fleet",
+    operation_id = "list_auth_servers",
+    security((), ("bearer" = [])),
+    responses((status = 200, description = "The auth servers, by name.", body = Items<view::AuthView>), ReadErrors)
+)]
 async fn auth_servers(State(s): State<AppState>) -> Result<Json<Items<view::AuthView>>, ApiError> {
     let items = s.fleet.recent().await?.auth_servers.clone();
     Ok(Json(Items { items }))
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct TransitionView {
     at: Ts,
     #[serde(flatten)]
     t: read::Transition,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct AuthResponse {
     #[serde(flatten)]
     view: view::AuthView,
     transitions: Vec<TransitionView>,
 }
 
+/// One auth server.
+///
+/// With its 100 newest health transitions.
+#[utoipa::path(
+    get,
+    path = "/api/v1/auth-servers/{name}",
+    tag = "fleet",
+    operation_id = "get_auth_server",
+    params(("name" = String, Path, description = "The auth server's name.", example = "auth-1")),
+    security((), ("bearer" = [])),
+    responses((status = 200, description = "The auth server.", body = AuthResponse), ReadOneErrors)
+)]
 async fn auth_server(
     State(s): State<AppState>,
     Path(name): Path<String>,
@@ -256,14 +381,34 @@ async fn auth_server(
     Ok(Json(AuthResponse { view, transitions }))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct TtlQuery {
+    /// proxy, auth_server or agent; none: proxies and auth servers.
+    #[param(schema_with = super::contract::ttl_kind)]
     kind: Option<Kind>,
+    /// Page size, 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
+    /// `next_cursor` of the previous page.
+    #[param(pattern = "^(?:[0-9a-fA-F]{2})+$", max_length = 538)]
     cursor: Option<String>,
 }
 
+/// TTL windows, one page at a time.
+///
+/// Each resource's last heartbeat, expiry, time left, the heartbeat
+/// interval, heartbeats seen and missed.
+#[utoipa::path(
+    get,
+    path = "/api/v1/ttl-windows",
+    tag = "fleet",
+    operation_id = "list_ttl_windows",
+    params(TtlQuery),
+    security((), ("bearer" = [])),
+    responses((status = 200, description = "A page of TTL windows.", body = view::TtlPage), ReadErrors)
+)]
 async fn ttl_windows(
     State(s): State<AppState>,
     ApiQuery(q): ApiQuery<TtlQuery>,
@@ -279,7 +424,7 @@ async fn ttl_windows(
     Ok(Json(s.fleet.ttl_windows(kind, cursor, limit).await?.0))
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct Page<T> {
     items: Vec<T>,
     next_cursor: Option<String>,
@@ -292,17 +437,42 @@ fn page<T>(items: Vec<T>, limit: u32, id: impl Fn(&T) -> i64) -> Page<T> {
     Page { items, next_cursor }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct EpisodesQuery {
+    /// Only this agent's episodes.
+    #[param(min_length = 1)]
     agent: Option<String>,
+    /// degraded or stranded.
+    #[param(schema_with = super::contract::episode_state)]
     state: Option<AgentState>,
+    /// true: only open ones; false: only ended ones.
     open: Option<bool>,
+    /// Only episodes caused by this proxy or auth server.
+    #[param(min_length = 1)]
     cause_resource: Option<String>,
+    /// Page size, 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
+    /// `next_cursor` of the previous page.
+    #[param(pattern = "^[1-9][0-9]{0,17}$")]
     cursor: Option<String>,
 }
 
+/// Episodes, newest first.
+///
+/// Each degraded or stranded period of an agent, its cause and how it
+/// ended.
+#[utoipa::path(
+    get,
+    path = "/api/v1/episodes",
+    tag = "history",
+    operation_id = "list_episodes",
+    params(EpisodesQuery),
+    security((), ("bearer" = [])),
+    responses((status = 200, description = "A page of episodes.", body = Page<read::Episode>), ReadErrors)
+)]
 async fn episodes(
     State(s): State<AppState>,
     ApiQuery(q): ApiQuery<EpisodesQuery>,
@@ -324,34 +494,56 @@ async fn episodes(
     Ok(Json(page(items, f.limit, |e| e.id)))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct EventsQuery {
     /// RFC 3339 time, or a duration back from now ("15m").
+    #[param(schema_with = super::contract::since)]
     since: Option<String>,
+    /// Only events of this kind of subject.
+    #[param(value_type = Option<Subject>)]
     kind: Option<String>,
+    /// Only events of this resource.
+    #[param(min_length = 1)]
     name: Option<String>,
+    /// Only events of this type.
+    #[param(value_type = Option<HistoryEvent>)]
     event: Option<String>,
+    /// Page size, 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
+    /// `next_cursor` of the previous page.
+    #[param(pattern = "^[1-9][0-9]{0,17}$")]
     cursor: Option<String>,
 }
 
+/// History events, newest first.
+///
+/// Heartbeats, expiries, health changes and rejected inputs.
+#[utoipa::path(
+    get,
+    path = "/api/v1/events",
+    tag = "history",
+    operation_id = "list_events",
+    params(EventsQuery),
+    security((), ("bearer" = [])),
+    responses((status = 200, description = "A page of events.", body = Page<read::EventView>), ReadErrors)
+)]
 async fn events(
     State(s): State<AppState>,
     ApiQuery(q): ApiQuery<EventsQuery>,
 ) -> Result<Json<Page<read::EventView>>, ApiError> {
     let since = match q.since.as_deref() {
         None => None,
-        Some(v) => Some(match Ts::parse_rfc3339(v) {
-            Some(t) => t,
+        Some(v) => Some(match since(v) {
+            Some(Since::At(t)) => t,
+            Some(Since::Ago(d)) => s.fleet.settled().await?.saturating_sub(d),
             None => {
-                let d = humantime::parse_duration(v).map_err(|_| {
-                    ApiError::BadParameter(format!(
-                        "since {v:?} is neither an RFC 3339 time nor a duration like 15m"
-                    ))
-                })?;
-                let now = s.fleet.settled().await?;
-                now.saturating_sub(d)
+                return Err(ApiError::BadParameter(format!(
+                    "since {:?} is neither an RFC 3339 time nor a duration like 15m (a number and one of s, m, h, d)",
+                    crate::http::error::clip(v)
+                )))
             }
         }),
     };

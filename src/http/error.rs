@@ -19,6 +19,9 @@ pub enum ApiError {
     NotFound { what: &'static str, name: String },
     #[error("no route for {0}")]
     NoRoute(String),
+    /// The path exists; the method does not (405).
+    #[error("{method} is not allowed on {path}")]
+    MethodNotAllowed { method: String, path: String },
     /// An unknown setting; the message lists the known ones.
     #[error("{message}")]
     NotFoundSetting { name: String, message: String },
@@ -98,6 +101,7 @@ impl ApiError {
                 StatusCode::NOT_FOUND
             }
             ApiError::BadBody(_) => StatusCode::BAD_REQUEST,
+            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
             ApiError::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -117,6 +121,7 @@ impl ApiError {
             ApiError::NoRoute(_) => "no_route",
             ApiError::NotFoundSetting { .. } => "unknown_setting",
             ApiError::BadBody(_) => "bad_body",
+            ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::Conflict { code, .. } => code,
             ApiError::Forbidden { code, .. } => code,
             ApiError::Busy { code, .. } => code,
@@ -189,6 +194,33 @@ pub async fn not_found(uri: axum::http::Uri) -> ApiError {
     ApiError::NoRoute(uri.path().to_string())
 }
 
+pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::MethodNotAllowed {
+        method: method.to_string(),
+        path: clip(uri.path()),
+    }
+}
+
+/// Every error's body: `{"error": {"code", "message"}}`.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[schema(example = json!({"error": {"code": "bad_parameter", "message": "limit must be between 1 and 1000, got 0"}}))]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    /// Stable, machine-readable: `bad_parameter`, `bad_body`, `not_found`,
+    /// `no_route`, `method_not_allowed`, `unknown_setting`,
+    /// `unauthenticated`, `invalid_token`, `bad_authorization`,
+    /// `forbidden`, `not_connected`, `no_such_tunnel`, `already_exists`,
+    /// `managed_by_config_file`, `rate_limited`, `body_too_large`, `busy`,
+    /// `unavailable`, `internal`.
+    pub code: String,
+    /// What went wrong, in words that say what to do.
+    pub message: String,
+}
+
 /// `Query<T>` whose rejection is our JSON error (unknown or malformed
 /// parameters are a 400 that names the parameter).
 pub struct ApiQuery<T>(pub T);
@@ -211,9 +243,21 @@ where
     }
 }
 
-/// `Json<T>` whose rejection is our JSON error: a body that is not JSON, or
-/// not the expected shape, is a 400 that says what is wrong.
+/// `Json<T>` whose rejection is our JSON error: a body that is not JSON, not
+/// an object, or not the expected shape, is a 400 that says what is wrong.
+/// (An object only: serde would read a struct from an array too.)
 pub struct ApiJson<T>(pub T);
+
+/// A request body's JSON as `T`, which must come as an object.
+pub fn object_body<T: DeserializeOwned>(v: serde_json::Value) -> Result<T, ApiError> {
+    if !v.is_object() {
+        return Err(ApiError::BadBody(format!(
+            "invalid JSON body: expected an object, got {}",
+            clip(&v.to_string())
+        )));
+    }
+    serde_json::from_value(v).map_err(|e| ApiError::BadBody(format!("invalid JSON body: {e}")))
+}
 
 impl<S, T> axum::extract::FromRequest<S> for ApiJson<T>
 where
@@ -223,8 +267,8 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
-        match Json::<T>::from_request(req, state).await {
-            Ok(Json(v)) => Ok(ApiJson(v)),
+        match Json::<serde_json::Value>::from_request(req, state).await {
+            Ok(Json(v)) => object_body(v).map(ApiJson),
             // The limit's message is filled in by `http::body_limit`.
             Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(ApiError::TooLarge(0)),
             Err(e) => Err(ApiError::BadBody(format!(

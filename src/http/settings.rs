@@ -4,13 +4,15 @@
 //! settings room; this file parses, checks the `create` role, and answers.
 
 use axum::extract::{Path, State};
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::api::Items;
 use super::caller::Caller;
+use super::contract::{ReadErrors, ReadOneErrors, WriteErrors};
 use super::error::{ApiError, ApiJson, ApiQuery};
 use super::AppState;
 use crate::clock::Ts;
@@ -18,26 +20,37 @@ use crate::config::Role;
 use crate::settings::{PutFlags, SettingView, Settings};
 use crate::store::settings::SettingChange;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/settings", get(list))
-        .route("/api/v1/settings/{name}", get(one).put(put).delete(remove))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list))
+        .routes(routes!(one, put, remove))
 }
 
+/// Every dynamic setting.
+///
+/// Its value, origin, default, and who set it when.
+#[utoipa::path(
+    get,
+    path = "/api/v1/settings",
+    tag = "settings",
+    operation_id = "list_settings",
+    security((), ("bearer" = [])),
+    responses((status = 200, description = "The settings, by name.", body = Items<SettingView>), ReadErrors)
+)]
 async fn list(State(s): State<AppState>) -> Result<Json<Items<SettingView>>, ApiError> {
     Ok(Json(Items {
         items: s.settings.list().await?,
     }))
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct ChangeView {
     at: Ts,
     #[serde(flatten)]
     change: SettingChange,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct OneResponse {
     #[serde(flatten)]
     setting: SettingView,
@@ -45,6 +58,18 @@ struct OneResponse {
     history: Vec<ChangeView>,
 }
 
+/// One setting.
+///
+/// With its 50 newest changes.
+#[utoipa::path(
+    get,
+    path = "/api/v1/settings/{name}",
+    tag = "settings",
+    operation_id = "get_setting",
+    params(("name" = crate::settings::Name, Path, description = "The setting's name.", example = "auto_reconnect")),
+    security((), ("bearer" = [])),
+    responses((status = 200, description = "The setting.", body = OneResponse), ReadOneErrors)
+)]
 async fn one(
     State(s): State<AppState>,
     Path(name): Path<String>,
@@ -64,19 +89,40 @@ async fn one(
     Ok(Json(OneResponse { setting, history }))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct PutQuery {
+    /// Overwrite a value set through the API before (RFD 0016 `create --force`).
     force: Option<bool>,
+    /// With `force` and the `create` role: overwrite a value the config
+    /// file set.
     confirm: Option<bool>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"value": true}))]
 struct PutBody {
+    /// The new value, as the setting's type (a boolean, a duration such as
+    /// "6h", a JSON policy).
     value: Value,
 }
 
+/// Sets a setting.
+///
+/// RFD 0016 `create`: needs the `update` role; over a value the config
+/// file set, also `force`, `confirm` and the `create` role.
+#[utoipa::path(
+    put,
+    path = "/api/v1/settings/{name}",
+    tag = "settings",
+    operation_id = "put_setting",
+    params(("name" = crate::settings::Name, Path, description = "The setting's name.", example = "auto_reconnect"), PutQuery),
+    request_body(content = PutBody, content_type = "application/json"),
+    security(("bearer" = [])),
+    responses((status = 200, description = "The setting as it now is.", body = SettingView), WriteErrors)
+)]
 async fn put(
     State(s): State<AppState>,
     Path(name): Path<String>,
@@ -97,6 +143,19 @@ async fn put(
     ))
 }
 
+/// Removes a setting's API value.
+///
+/// RFD 0016 `rm`: back to the config file's value or the default. Needs
+/// the `update` role.
+#[utoipa::path(
+    delete,
+    path = "/api/v1/settings/{name}",
+    tag = "settings",
+    operation_id = "remove_setting",
+    params(("name" = crate::settings::Name, Path, description = "The setting's name.", example = "auto_reconnect")),
+    security(("bearer" = [])),
+    responses((status = 200, description = "The setting as it now is.", body = SettingView), WriteErrors)
+)]
 async fn remove(
     State(s): State<AppState>,
     Path(name): Path<String>,

@@ -4,12 +4,14 @@
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use serde::{Deserialize, Serialize};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::api::{choice, id_cursor, limit, nonempty};
 use super::caller::Caller;
+use super::contract::{ReadErrors, ReadOneErrors, WriteErrors};
 use super::error::{ApiError, ApiJson, ApiQuery};
 use super::AppState;
 use crate::fleet::query::Selection;
@@ -22,12 +24,12 @@ use crate::store::signals::{self as audit, SignalFilter, SignalRecord};
 pub const MAX_SELECTED: usize = 100_000;
 const MAX_REASON: usize = 256;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/agents/{name}/reconnect", post(reconnect_one))
-        .route("/api/v1/reconnects", post(reconnect_many))
-        .route("/api/v1/signals", get(list))
-        .route("/api/v1/signals/{id}", get(one))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(reconnect_one))
+        .routes(routes!(reconnect_many))
+        .routes(routes!(list))
+        .routes(routes!(one))
 }
 
 impl From<SendError> for ApiError {
@@ -68,13 +70,37 @@ pub(super) fn reason(r: Option<String>, default: &str) -> Result<String, ApiErro
     }
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"proxy": "proxy-2", "reason": "INC-1234"}))]
 struct ReconnectBody {
+    /// The proxy whose tunnel the agent should leave (default: its least
+    /// healthy).
+    #[schema(min_length = 1)]
     proxy: Option<String>,
+    /// Why, for the audit (at most 256 characters).
+    #[schema(max_length = 256)]
     reason: Option<String>,
 }
 
+/// Asks one agent to reconnect.
+///
+/// The audited signal is committed before the answer; follow it at
+/// `/api/v1/signals/{id}`. Needs the `update` role.
+#[utoipa::path(
+    post,
+    path = "/api/v1/agents/{name}/reconnect",
+    tag = "signals",
+    operation_id = "reconnect_agent",
+    params(("name" = String, Path, description = "The agent's name.", example = "agent-00042")),
+    request_body(content = Option<ReconnectBody>, content_type = "application/json", description = "Optional: none means any proxy and the default reason."),
+    security(("bearer" = [])),
+    responses(
+        (status = 202, description = "The signal, sent and audited.", body = SignalRecord,
+            links(("signal" = (operation_id = "get_signal", parameters(("id" = "$response.body#/id")), description = "What became of the signal.")))),
+        WriteErrors,
+    )
+)]
 async fn reconnect_one(
     State(s): State<AppState>,
     Path(name): Path<String>,
@@ -82,12 +108,17 @@ async fn reconnect_one(
     caller: Caller,
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<SignalRecord>), ApiError> {
-    // The body is optional: none means "any proxy, default reason".
+    // The body is optional: none (or `null`) means "any proxy, default
+    // reason".
     let body: ReconnectBody = if body.iter().all(u8::is_ascii_whitespace) {
         ReconnectBody::default()
     } else {
-        serde_json::from_slice(&body)
+        match serde_json::from_slice::<serde_json::Value>(&body)
             .map_err(|e| ApiError::BadBody(format!("invalid JSON body: {e}")))?
+        {
+            serde_json::Value::Null => ReconnectBody::default(),
+            v => super::error::object_body(v)?,
+        }
     };
     let proxy = nonempty("proxy", body.proxy).map_err(|e| ApiError::BadBody(e.to_string()))?;
     let reason = reason(body.reason, "manual reconnect")?;
@@ -156,6 +187,8 @@ pub(super) async fn reconnect_agent(
     rows.into_iter().next().ok_or(ApiError::FleetGone)
 }
 
+/// Exactly one of `state`, `proxy`, `auth_server` (a `null` one counts
+/// as absent), and an optional `reason`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Selector {
@@ -165,13 +198,85 @@ struct Selector {
     reason: Option<String>,
 }
 
-#[derive(Serialize)]
+/// By hand: "exactly one selector" is a `oneOf` the derive cannot say.
+impl utoipa::PartialSchema for Selector {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{
+            AdditionalProperties, AllOfBuilder, ObjectBuilder, OneOfBuilder, SchemaType, Type,
+        };
+        let nullable =
+            |t: Type| ObjectBuilder::new().schema_type(SchemaType::from_iter([t, Type::Null]));
+        let states = || ["stranded", "degraded"];
+        let fields = ObjectBuilder::new()
+            .property(
+                "state",
+                nullable(Type::String)
+                    .enum_values(Some(
+                        states()
+                            .map(serde_json::Value::from)
+                            .into_iter()
+                            .chain([serde_json::Value::Null]),
+                    ))
+                    .description(Some("Every agent in this state.")),
+            )
+            .property(
+                "proxy",
+                nullable(Type::String).min_length(Some(1)).description(Some(
+                    "Every agent with a tunnel to this proxy (each leaves it).",
+                )),
+            )
+            .property(
+                "auth_server",
+                nullable(Type::String)
+                    .min_length(Some(1))
+                    .description(Some("Every agent of this auth server.")),
+            )
+            .property(
+                "reason",
+                nullable(Type::String)
+                    .max_length(Some(MAX_REASON))
+                    .description(Some("Why, for the audit.")),
+            )
+            .additional_properties(Some(AdditionalProperties::FreeForm(false)));
+        let given = |name: &str, value: ObjectBuilder| {
+            ObjectBuilder::new().property(name, value).required(name)
+        };
+        let exactly_one = OneOfBuilder::new()
+            .item(given(
+                "state",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .enum_values(Some(states())),
+            ))
+            .item(given(
+                "proxy",
+                ObjectBuilder::new().schema_type(Type::String),
+            ))
+            .item(given(
+                "auth_server",
+                ObjectBuilder::new().schema_type(Type::String),
+            ));
+        AllOfBuilder::new()
+            .schema_type(Type::Object)
+            .item(fields)
+            .item(exactly_one)
+            .description(Some(
+                "Exactly one of `state`, `proxy`, `auth_server` (a null one counts as absent).",
+            ))
+            .examples([serde_json::json!({"state": "stranded", "reason": "INC-1234"})])
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Selector {}
+
+#[derive(Serialize, utoipa::ToSchema)]
 pub(super) struct Skipped {
     pub agent: String,
     pub reason: &'static str,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct ReconnectsResponse {
     /// Agents the selector matched.
     matched: usize,
@@ -180,6 +285,19 @@ struct ReconnectsResponse {
     skipped: Vec<Skipped>,
 }
 
+/// Asks every agent a selector matches to reconnect.
+///
+/// At most 100 000 agents; those not connected or rate limited are
+/// skipped with the reason. Needs the `update` role.
+#[utoipa::path(
+    post,
+    path = "/api/v1/reconnects",
+    tag = "signals",
+    operation_id = "reconnect_selected",
+    request_body(content = Selector, content_type = "application/json"),
+    security(("bearer" = [])),
+    responses((status = 202, description = "The signals sent, and the agents skipped.", body = ReconnectsResponse), WriteErrors)
+)]
 async fn reconnect_many(
     State(s): State<AppState>,
     headers: HeaderMap,
@@ -301,18 +419,31 @@ pub(super) async fn reconnect_selected(
     Ok((signals, skipped))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct ListQuery {
+    /// Only signals to this agent.
+    #[param(min_length = 1)]
     agent: Option<String>,
+    /// Only signals with this outcome.
+    #[param(value_type = Option<Outcome>)]
     outcome: Option<String>,
+    /// Only signals of this kind.
+    #[param(value_type = Option<SignalKind>)]
     kind: Option<String>,
+    /// Only signals asked for by this (`auto`, `api:ops`, `cli:ops`, …).
+    #[param(min_length = 1)]
     requested_by: Option<String>,
+    /// Page size, 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
+    /// `next_cursor` of the previous page.
+    #[param(pattern = "^[1-9][0-9]{0,17}$")]
     cursor: Option<String>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct SignalPage {
     items: Vec<SignalRecord>,
     next_cursor: Option<String>,
@@ -327,6 +458,19 @@ pub(super) fn signal_filter(
     Ok((choice("outcome", outcome)?, choice("kind", kind)?))
 }
 
+/// The signal audit, newest first.
+///
+/// Every Reconnect and close-tunnel sent, who asked, and what became of
+/// it.
+#[utoipa::path(
+    get,
+    path = "/api/v1/signals",
+    tag = "signals",
+    operation_id = "list_signals",
+    params(ListQuery),
+    security((), ("bearer" = [])),
+    responses((status = 200, description = "A page of signals.", body = SignalPage), ReadErrors)
+)]
 async fn list(
     State(s): State<AppState>,
     ApiQuery(q): ApiQuery<ListQuery>,
@@ -352,6 +496,16 @@ async fn list(
     Ok(Json(SignalPage { items, next_cursor }))
 }
 
+/// One audited signal.
+#[utoipa::path(
+    get,
+    path = "/api/v1/signals/{id}",
+    tag = "signals",
+    operation_id = "get_signal",
+    params(("id" = i64, Path, description = "The signal's id.", minimum = 1, example = 1)),
+    security((), ("bearer" = [])),
+    responses((status = 200, description = "The signal.", body = SignalRecord), ReadOneErrors)
+)]
 async fn one(
     State(s): State<AppState>,
     Path(id): Path<String>,

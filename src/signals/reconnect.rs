@@ -49,7 +49,7 @@ pub struct ReconnectConfig {
 }
 
 /// The storm guard as the summary and the dashboard show it.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct Guard {
     /// Automatic reconnects are paused.
     pub paused: bool,

@@ -51,14 +51,16 @@ struct EpisodeRow {
 }
 
 /// One degraded or stranded period of an agent.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Episode {
     pub id: i64,
     pub agent: String,
     pub state: AgentState,
     pub reasons: Vec<String>,
-    /// `""` when there is none (as stored).
+    /// The root cause's kind (a `CauseKind` name); `""` when there is
+    /// none (as stored).
     #[serde(serialize_with = "cause_or_empty")]
+    #[schema(value_type = String)]
     pub cause: Option<CauseKind>,
     pub cause_resource: String,
     pub started_at: Ts,
@@ -239,7 +241,7 @@ struct EventDbRow {
 }
 
 /// One history row as the API shows it.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct EventView {
     pub id: i64,
     pub at: Ts,
@@ -299,7 +301,7 @@ pub async fn events(pool: &SqlitePool, f: &EventFilter) -> Result<Vec<EventView>
 }
 
 /// One auth health transition as the API shows it.
-#[derive(Clone, Debug, Serialize, sqlx::FromRow)]
+#[derive(Clone, Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct Transition {
     pub id: i64,
     pub auth_server: String,

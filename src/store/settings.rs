@@ -21,7 +21,7 @@ pub struct StoredSetting {
 }
 
 /// One change of a setting.
-#[derive(Clone, Debug, Serialize, sqlx::FromRow)]
+#[derive(Clone, Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct SettingChange {
     pub id: i64,
     #[serde(skip)]

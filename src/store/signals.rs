@@ -13,7 +13,7 @@ use crate::model::{Outcome, SignalKind};
 const CHUNK: usize = 400;
 
 /// One audited signal, as stored and as the API shows it.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct SignalRecord {
     pub id: i64,
     pub kind: SignalKind,

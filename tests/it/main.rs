@@ -14,6 +14,7 @@ mod browser;
 mod cli;
 mod discovery;
 mod metrics;
+mod openapi;
 mod reconnect;
 mod settings;
 mod signals;

@@ -1,0 +1,105 @@
+//! The REST API's contract: an OpenAPI 3.1 document built from the
+//! handlers' own `#[utoipa::path]` annotations and types, and served at
+//! `/api/v1/openapi.json`. The `/api/v1` routes are registered through
+//! `utoipa-axum` with those same annotations, so a route cannot be served
+//! without being documented, nor documented without being served.
+//!
+//! Here: the document's frame (info, the bearer scheme, tags) and its
+//! assembly. Each operation lives by its handler; what they share is in
+//! `contract`.
+
+use std::sync::OnceLock;
+
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::OpenApi as Document;
+use utoipa::{Modify, OpenApi};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::contract::ReadErrors;
+use super::error::ErrorBody;
+use super::AppState;
+
+pub const PATH: &str = "/api/v1/openapi.json";
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Lifeline",
+        description = "Finds agents stranded by unhealthy auth servers or proxies, says why, and moves them. Reads are open unless `access.read_requires_token` is set; every mutation needs `Authorization: Bearer <API token>` with the role it names. Every error is `{\"error\": {\"code\", \"message\"}}`.",
+        license(name = "Apache-2.0", identifier = "Apache-2.0"),
+    ),
+    modifiers(&Bearer),
+    // What only parameters name (the derive registers bodies' schemas).
+    components(schemas(ErrorBody, super::error::ErrorDetail, crate::settings::Name)),
+    tags(
+        (name = "fleet", description = "Current state: agents, proxies, auth servers, TTL windows."),
+        (name = "history", description = "What happened: episodes and heartbeat, health and rejection events."),
+        (name = "signals", description = "Manual reconnects and the audit of every signal."),
+        (name = "settings", description = "Dynamic settings (RFD 0016), with their origin and history."),
+        (name = "meta", description = "This document."),
+    )
+)]
+struct Frame;
+
+/// The `bearer` security scheme: an API token from `[[access.tokens]]`.
+struct Bearer;
+
+impl Modify for Bearer {
+    fn modify(&self, doc: &mut Document) {
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "An API token (`lifeline token new`), hashed in `[[access.tokens]]`.",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// The whole `/api/v1` surface: the routes and their document, together.
+pub fn api() -> (axum::Router<AppState>, Document) {
+    let (router, doc) = OpenApiRouter::with_openapi(Frame::openapi())
+        .merge(super::api::router())
+        .merge(super::settings::router())
+        .merge(super::signals::router())
+        .routes(routes!(document))
+        .split_for_parts();
+    (router, doc)
+}
+
+/// The document as served, built once.
+pub fn document_json() -> &'static str {
+    static DOC: OnceLock<String> = OnceLock::new();
+    DOC.get_or_init(|| {
+        let (_, doc) = api();
+        doc.to_pretty_json().unwrap_or_else(|_| "{}".into())
+    })
+}
+
+/// This document.
+#[utoipa::path(
+    get,
+    path = "/api/v1/openapi.json",
+    tag = "meta",
+    operation_id = "openapi",
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "The OpenAPI 3.1 document of `/api/v1`.", content_type = "application/json", body = Object),
+        ReadErrors,
+    )
+)]
+async fn document() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        document_json(),
+    )
+        .into_response()
+}

@@ -1,0 +1,383 @@
+//! The REST API's contract: `/api/v1/openapi.json` is OpenAPI 3.1, covers
+//! every `/api/v1` route the router serves and nothing it does not, and
+//! documents the error shape, the bearer scheme and examples.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use crate::support::{bounded, Cluster, Running, ADMIN};
+
+/// The operations the API has: (method, path).
+const OPERATIONS: &[(&str, &str)] = &[
+    ("get", "/api/v1/summary"),
+    ("get", "/api/v1/agents"),
+    ("get", "/api/v1/agents/{name}"),
+    ("post", "/api/v1/agents/{name}/reconnect"),
+    ("get", "/api/v1/proxies"),
+    ("get", "/api/v1/proxies/{name}"),
+    ("get", "/api/v1/auth-servers"),
+    ("get", "/api/v1/auth-servers/{name}"),
+    ("get", "/api/v1/ttl-windows"),
+    ("get", "/api/v1/episodes"),
+    ("get", "/api/v1/events"),
+    ("post", "/api/v1/reconnects"),
+    ("get", "/api/v1/signals"),
+    ("get", "/api/v1/signals/{id}"),
+    ("get", "/api/v1/settings"),
+    ("get", "/api/v1/settings/{name}"),
+    ("put", "/api/v1/settings/{name}"),
+    ("delete", "/api/v1/settings/{name}"),
+    ("get", "/api/v1/openapi.json"),
+];
+
+fn documented(doc: &Value) -> BTreeSet<(String, String)> {
+    let mut out = BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for method in item.as_object().expect("path item").keys() {
+            if ["get", "put", "post", "delete", "patch"].contains(&method.as_str()) {
+                out.insert((method.clone(), path.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// Every `"/api/v1…"` string in the source that follows `marker`.
+fn in_source(marker: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/http");
+    let mut stack = vec![src];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).expect("src/http").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            let text = std::fs::read_to_string(&p).expect("source");
+            for (i, _) in text.match_indices(marker) {
+                let rest = &text[i + marker.len()..];
+                if let Some(end) = rest.find('"') {
+                    if rest.starts_with("/api/v1") {
+                        out.insert(rest[..end].to_string());
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn collect_refs(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, v) in m {
+                match (k.as_str(), v) {
+                    ("$ref", Value::String(r)) => out.push(r.clone()),
+                    _ => collect_refs(v, out),
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|v| collect_refs(v, out)),
+        _ => {}
+    }
+}
+
+async fn fetch_document(c: &Running) -> Value {
+    let (status, doc) = c.get("/api/v1/openapi.json").await;
+    assert_eq!(status, 200, "{doc}");
+    doc
+}
+
+/// Guards the drift between router and document: the document lists
+/// exactly the API's operations; every `#[utoipa::path]` in the source is
+/// in it; no `/api/v1` route is registered outside the documented router;
+/// and every documented operation is served (neither `no_route` nor 405)
+/// and answers with the error shape when it refuses.
+#[tokio::test(start_paused = true)]
+async fn the_router_and_the_document_list_the_same_routes() {
+    let c = Cluster::new().quiet().start().await;
+    c.ready().await;
+    let doc = fetch_document(&c).await;
+    let want: BTreeSet<(String, String)> = OPERATIONS
+        .iter()
+        .map(|(m, p)| (m.to_string(), p.to_string()))
+        .collect();
+    assert_eq!(documented(&doc), want);
+
+    let annotated = in_source("path = \"");
+    let paths: BTreeSet<String> = want.iter().map(|(_, p)| p.clone()).collect();
+    assert_eq!(annotated, paths, "#[utoipa::path] paths vs the document");
+    let plain = in_source(".route(\"");
+    assert!(
+        plain.is_empty(),
+        "registered outside the documented router: {plain:?}"
+    );
+
+    for (method, path) in &want {
+        let concrete = path
+            .replace("{name}", "no-such-thing")
+            .replace("{id}", "999999");
+        let m = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).expect("method");
+        let body = match method.as_str() {
+            "put" => Some("{\"value\": 1}"),
+            "post" => Some("{}"),
+            _ => None,
+        };
+        let (status, v) = c.call(m, &concrete, Some(ADMIN), body).await;
+        assert_ne!(status, 405, "{method} {path} is not served");
+        assert_ne!(
+            v["error"]["code"], "no_route",
+            "{method} {path} is not served"
+        );
+        if status >= 400 {
+            assert!(
+                v["error"]["code"].is_string() && v["error"]["message"].is_string(),
+                "{method} {concrete} → {status} without the error shape: {v}"
+            );
+            let documented = &doc["paths"][path][method]["responses"][status.to_string()];
+            assert!(
+                documented.is_object(),
+                "{method} {path} answered {status}, which it does not document"
+            );
+        }
+    }
+    c.shutdown().await;
+}
+
+/// Guards what the document promises a client generator: OpenAPI 3.1, the
+/// bearer scheme on every mutation (optional on reads), the error shape on
+/// every 4xx and 5xx, a summary, a tag and an operation id on each, and
+/// examples; a wrong method is a 405 with the error shape.
+#[tokio::test(start_paused = true)]
+async fn the_document_carries_security_errors_and_examples() {
+    let c = Cluster::new().quiet().start().await;
+    c.ready().await;
+    let doc = fetch_document(&c).await;
+    assert_eq!(doc["openapi"], "3.1.0");
+    assert_eq!(
+        doc["components"]["securitySchemes"]["bearer"]["scheme"],
+        "bearer"
+    );
+    let mut refs = Vec::new();
+    collect_refs(&doc, &mut refs);
+    assert!(refs.len() > 50, "{}", refs.len());
+    for r in refs {
+        let name = r
+            .strip_prefix("#/components/schemas/")
+            .unwrap_or_else(|| panic!("a local schema reference: {r}"));
+        assert!(
+            doc["components"]["schemas"][name].is_object(),
+            "{r} does not resolve"
+        );
+    }
+    let error = &doc["components"]["schemas"]["ErrorBody"];
+    assert!(error["example"]["error"]["code"].is_string(), "{error}");
+    let mut ids = BTreeSet::new();
+    for (method, path) in documented(&doc) {
+        let op = &doc["paths"][&path][&method];
+        let what = format!("{method} {path}");
+        assert!(op["summary"].is_string(), "{what}: summary");
+        assert!(op["tags"][0].is_string(), "{what}: tag");
+        assert!(
+            ids.insert(op["operationId"].as_str().expect("id").to_string()),
+            "{what}: unique operationId"
+        );
+        let security = op["security"].as_array().expect("security");
+        let anonymous = security
+            .iter()
+            .any(|s| s.as_object().is_some_and(|o| o.is_empty()));
+        assert_eq!(anonymous, method == "get", "{what}: {security:?}");
+        for (status, r) in op["responses"].as_object().expect("responses") {
+            if status.starts_with('4') || status.starts_with('5') {
+                assert_eq!(
+                    r["content"]["application/json"]["schema"]["$ref"],
+                    "#/components/schemas/ErrorBody",
+                    "{what} {status}"
+                );
+            }
+        }
+    }
+    let reconnect = &doc["paths"]["/api/v1/agents/{name}/reconnect"]["post"];
+    assert_eq!(
+        reconnect["responses"]["202"]["links"]["signal"]["operationId"],
+        "get_signal"
+    );
+    for schema in ["ReconnectBody", "Selector", "PutBody"] {
+        let s = &doc["components"]["schemas"][schema];
+        assert!(
+            s["example"].is_object() || s["examples"][0].is_object(),
+            "{schema} has an example: {s}"
+        );
+    }
+    assert_eq!(
+        doc["components"]["schemas"]["Selector"]["allOf"][1]["oneOf"]
+            .as_array()
+            .map(Vec::len),
+        Some(3),
+        "exactly one selector"
+    );
+
+    let wrong = bounded(
+        "PATCH",
+        c.http
+            .patch(format!("{}/api/v1/summary", c.ll().base_url()))
+            .bearer_auth(ADMIN)
+            .send(),
+    )
+    .await
+    .expect("answer");
+    assert_eq!(wrong.status().as_u16(), 405);
+    let v: Value = wrong.json().await.expect("JSON");
+    assert_eq!(v["error"]["code"], "method_not_allowed", "{v}");
+    c.shutdown().await;
+}
+
+/// The values of `field` in `items`.
+fn values<'a>(items: &'a Value, field: &str) -> Vec<&'a str> {
+    items
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i[field].as_str())
+        .collect()
+}
+
+/// The names a documented enum schema allows.
+fn enum_of<'a>(doc: &'a Value, schema: &str) -> Vec<&'a str> {
+    doc["components"]["schemas"][schema]["enum"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{schema} is an enum"))
+        .iter()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
+/// The schema of query parameter `name` of `GET path`.
+fn query_param<'a>(doc: &'a Value, path: &str, name: &str) -> &'a Value {
+    doc["paths"][path]["get"]["parameters"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["name"] == name))
+        .map(|p| &p["schema"])
+        .unwrap_or_else(|| panic!("{path} has ?{name}"))
+}
+
+/// Guards what fuzzing the contract found, each now fixed:
+/// - enums were documented by their Rust names (`Reconnect`), not the
+///   wire's (`reconnect`);
+/// - a JSON array was read as a body object (`[null, null]` reconnected);
+///   a `null` body was refused although documented as "no body";
+/// - `{"proxy": …, "state": null}` is one selector, two non-null are not;
+/// - cursors, `?since=`, `?state=` of episodes and `?kind=` of TTL windows
+///   accepted less (or more) than the document said;
+/// - a path parameter's schema was a reference to nothing.
+#[tokio::test(start_paused = true)]
+async fn what_fuzzing_found_stays_fixed() {
+    let c = Cluster::two_stranded_by_hand().await;
+    let doc = fetch_document(&c).await;
+
+    let (status, sent) = c
+        .call(
+            reqwest::Method::POST,
+            "/api/v1/agents/agent-00001/reconnect",
+            Some(ADMIN),
+            Some("null"),
+        )
+        .await;
+    assert_eq!(status, 202, "a null body is no body: {sent}");
+    let (_, list) = c.get("/api/v1/signals").await;
+    let items = &list["items"];
+    assert!(!values(items, "kind").is_empty());
+    for (field, schema) in [("kind", "SignalKind"), ("outcome", "Outcome")] {
+        let allowed = enum_of(&doc, schema);
+        for v in values(items, field) {
+            assert!(allowed.contains(&v), "{field} {v:?} not in {allowed:?}");
+        }
+    }
+    let (_, agents) = c.get("/api/v1/agents").await;
+    let allowed = enum_of(&doc, "AgentState");
+    for v in values(&agents["items"], "state") {
+        assert!(allowed.contains(&v), "state {v:?} not in {allowed:?}");
+    }
+
+    for (path, body) in [
+        ("/api/v1/agents/agent-00005/reconnect", "[null, null]"),
+        ("/api/v1/reconnects", "[\"stranded\"]"),
+        ("/api/v1/settings/auto_reconnect", "[true]"),
+    ] {
+        let m = if path.contains("settings") {
+            reqwest::Method::PUT
+        } else {
+            reqwest::Method::POST
+        };
+        let (status, v) = c.call(m, path, Some(ADMIN), Some(body)).await;
+        assert_eq!(status, 400, "{path} {body}: {v}");
+        assert_eq!(v["error"]["code"], "bad_body", "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("expected an object")),
+            "{v}"
+        );
+    }
+
+    let (status, v) = c
+        .post(
+            "/api/v1/reconnects",
+            "{\"proxy\": \"no-such-proxy\", \"state\": null}",
+        )
+        .await;
+    assert_eq!(
+        (status, &v["error"]["code"]),
+        (404, &Value::from("not_found")),
+        "{v}"
+    );
+    let (status, v) = c
+        .post(
+            "/api/v1/reconnects",
+            "{\"proxy\": \"proxy-1\", \"auth_server\": \"auth-1\"}",
+        )
+        .await;
+    assert_eq!(status, 400, "{v}");
+
+    // Cursors: any hex is a position; anything else is refused.
+    assert_eq!(c.get("/api/v1/agents?cursor=fffe").await.0, 200);
+    assert_eq!(c.get("/api/v1/agents?cursor=").await.0, 400);
+    let cursor = query_param(&doc, "/api/v1/agents", "cursor");
+    assert!(cursor.to_string().contains("pattern"), "{cursor}");
+
+    // ?since=: RFC 3339 with any offset, or one number and unit.
+    for ok in [
+        "2026-11-24T08:00:00+01:00",
+        "2026-11-24T07:00:00.5Z",
+        "15m",
+        "2d",
+    ] {
+        let (status, v) = c
+            .get(&format!("/api/v1/events?since={}", ok.replace('+', "%2B")))
+            .await;
+        assert_eq!(status, 200, "{ok}: {v}");
+    }
+    for bad in ["1h 30m", "015m", "15", "1234567890s", "soon"] {
+        let (status, _) = c
+            .get(&format!("/api/v1/events?since={}", bad.replace(' ', "%20")))
+            .await;
+        assert_eq!(status, 400, "{bad}");
+    }
+    let since = query_param(&doc, "/api/v1/events", "since");
+    assert_eq!(
+        since["anyOf"][1]["pattern"],
+        lifeline::http::contract::SINCE_PATTERN
+    );
+
+    let states = query_param(&doc, "/api/v1/episodes", "state");
+    assert_eq!(states["enum"], serde_json::json!(["degraded", "stranded"]));
+    let kinds = query_param(&doc, "/api/v1/ttl-windows", "kind");
+    assert!(!kinds.to_string().contains("tunnel_connection"), "{kinds}");
+    assert_eq!(
+        doc["components"]["schemas"]["SettingName"]["enum"][0],
+        "grpc_client_lb_policy"
+    );
+    c.shutdown().await;
+}
