@@ -401,16 +401,24 @@ async fn run(
             println!("{}", serde_json::to_string_pretty(&d)?);
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::CheckConfig { config } => match load_config(config.as_ref()) {
-            Ok(c) => {
-                println!("config OK: {c:#?}");
-                Ok(ExitCode::SUCCESS)
+        Cmd::CheckConfig { config } => {
+            // The files it names are read as `serve` would: a certificate
+            // that cannot serve is caught before a restart finds it.
+            let checked = load_config(config.as_ref()).and_then(|c| {
+                lifeline::tls::ServerTls::load(&c.server, Clock::system().now(), Arc::default())
+                    .map(|_| c)
+            });
+            match checked {
+                Ok(c) => {
+                    println!("config OK: {c:#?}");
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    eprintln!("lifeline: {e}");
+                    Ok(ExitCode::from(EXIT_CONFIG))
+                }
             }
-            Err(e) => {
-                eprintln!("lifeline: {e}");
-                Ok(ExitCode::from(EXIT_CONFIG))
-            }
-        },
+        }
         Cmd::Demo {
             listen,
             grpc_listen,

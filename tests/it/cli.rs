@@ -16,6 +16,20 @@ fn config_error(cmd: &mut Command, what: &str) -> String {
     err
 }
 
+/// `lifeline serve` with config `text` (written as `<dir>/<name>.toml`)
+/// must stop on it: exit 78; its message.
+fn serve_refuses(dir: &std::path::Path, name: &str, text: &str) -> String {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).unwrap();
+    config_error(
+        lifeline()
+            .args(["serve", "--config"])
+            .arg(&path)
+            .env("LIFELINE_DB", dir.join("x.db")),
+        text,
+    )
+}
+
 /// Guards "a broken config file gets a clear error": the field is named and
 /// the exit code is EX_CONFIG (78).
 #[test]
@@ -47,15 +61,7 @@ fn invalid_config_names_the_field_and_exits_78() {
         ("[probes]\nallow = [\"10.0.0.1\"]\n", "probes.allow[0]"),
     ];
     for (i, (text, needle)) in cases.iter().enumerate() {
-        let path = dir.path().join(format!("bad{i}.toml"));
-        std::fs::write(&path, text).unwrap();
-        let err = config_error(
-            lifeline()
-                .args(["serve", "--config"])
-                .arg(&path)
-                .env("LIFELINE_DB", dir.path().join("x.db")),
-            text,
-        );
+        let err = serve_refuses(dir.path(), &format!("bad{i}"), text);
         assert!(
             err.contains(needle),
             "{text:?}: {err:?} should name {needle:?}"
@@ -115,21 +121,20 @@ fn tls_files_that_cannot_serve_stop_start_up_naming_the_field() {
         ),
     ];
     for (i, (text, field, says)) in cases.iter().enumerate() {
-        let path = dir.path().join(format!("tls{i}.toml"));
-        std::fs::write(&path, text).unwrap();
-        let err = config_error(
-            lifeline()
-                .args(["serve", "--config"])
-                .arg(&path)
-                .env("LIFELINE_DB", dir.path().join("x.db")),
-            text,
-        );
+        let err = serve_refuses(dir.path(), &format!("tls{i}"), text);
         assert!(
             err.contains(field) && err.contains(says),
             "{text:?}: {err:?} should name {field} and say {says:?}"
         );
         assert!(!err.contains("PRIVATE KEY-----"), "no key material: {err}");
     }
+    // check-config reads the files too.
+    let path = dir.path().join("tls4.toml");
+    let err = config_error(
+        lifeline().args(["check-config", "--config"]).arg(&path),
+        "check-config",
+    );
+    assert!(err.contains("is not the key of the certificate"), "{err}");
 }
 
 #[test]
