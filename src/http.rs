@@ -147,14 +147,20 @@ async fn transport_security(State(st): State<AppState>, req: Request, next: Next
         HeaderValue::from_static(HSTS),
     );
     if h.contains_key(header::SET_COOKIE) {
+        // Every cookie is ours and parses; one that did not would pass
+        // unchanged rather than vanish.
         let secured: Vec<HeaderValue> = h
             .get_all(header::SET_COOKIE)
             .iter()
-            .filter_map(|v| v.to_str().ok())
-            .filter_map(|v| ::cookie::Cookie::parse(v.to_string()).ok())
-            .filter_map(|mut c| {
-                c.set_secure(true);
-                HeaderValue::from_str(&c.to_string()).ok()
+            .map(|v| {
+                v.to_str()
+                    .ok()
+                    .and_then(|text| ::cookie::Cookie::parse(text.to_string()).ok())
+                    .and_then(|mut c| {
+                        c.set_secure(true);
+                        HeaderValue::from_str(&c.to_string()).ok()
+                    })
+                    .unwrap_or_else(|| v.clone())
             })
             .collect();
         h.remove(header::SET_COOKIE);

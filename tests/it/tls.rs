@@ -87,6 +87,38 @@ async fn both_listeners_serve_tls_and_an_untrusting_client_is_refused() {
         "{cookie}"
     );
 
+    // Sign in over HTTPS: the session cookie is Secure too.
+    let base = c.ll().base_url();
+    let page = bounded("sign-in page", c.http.get(format!("{base}/signin")).send())
+        .await
+        .expect("sign-in page");
+    let csrf_cookie = page.headers()["set-cookie"]
+        .to_str()
+        .expect("cookie")
+        .split(';')
+        .next()
+        .expect("pair")
+        .to_string();
+    let html = page.text().await.expect("html");
+    let at = html.find("name=\"csrf\" value=\"").expect("CSRF field") + 19;
+    let csrf = html[at..at + html[at..].find('"').expect("end")].to_string();
+    let signed_in = bounded(
+        "sign in",
+        c.http
+            .post(format!("{base}/signin"))
+            .header("cookie", &csrf_cookie)
+            .form(&[("csrf", csrf.as_str()), ("token", ADMIN), ("next", "/")])
+            .send(),
+    )
+    .await
+    .expect("signed in");
+    assert_eq!(signed_in.status().as_u16(), 303);
+    let session = signed_in.headers()["set-cookie"].to_str().expect("cookie");
+    assert!(
+        session.starts_with("lifeline_session=") && session.contains("Secure"),
+        "{session}"
+    );
+
     let untrusting = reqwest::Client::new();
     let e = bounded(
         "an untrusting client",
