@@ -105,7 +105,7 @@ pub async fn open(path: &Path, acquire_timeout: Duration) -> Result<SqlitePool, 
         .execute(&pool)
         .await
         .map_err(open_error)?;
-    sqlx::migrate!("./migrations")
+    sqlx::migrate!("./migrations/sqlite")
         .run(&pool)
         .await
         .map_err(|source| StoreError::Migrate {

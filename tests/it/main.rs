@@ -16,6 +16,7 @@ mod discovery;
 mod metrics;
 mod openapi;
 mod reconnect;
+mod schema;
 mod settings;
 mod signals;
 mod storage;

@@ -804,3 +804,38 @@ pub async fn real_timeout<F: std::future::Future>(d: Duration, f: F) -> Option<F
         _ = real_sleep(d) => None,
     }
 }
+
+/// A fresh, empty database on the test PostgreSQL server
+/// (`LIFELINE_TEST_POSTGRES_URL`, which `.ci/postgres start` exports): its
+/// URL. Without a server the test is skipped, said on stderr, except under
+/// `CI=true`, where that is a failure.
+pub async fn fresh_postgres(test: &str) -> Option<String> {
+    use sqlx::Connection;
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let Some(admin) = std::env::var("LIFELINE_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+    else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{test}: CI=true but LIFELINE_TEST_POSTGRES_URL is not set (eval \"$(.ci/postgres start)\")"
+        );
+        eprintln!("SKIPPED {test}: no PostgreSQL (eval \"$(.ci/postgres start)\" to run it)");
+        return None;
+    };
+    let name = format!(
+        "t_{}_{}_{}",
+        test.replace(|c: char| !c.is_ascii_alphanumeric(), "_"),
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    );
+    let mut conn = sqlx::PgConnection::connect(&admin)
+        .await
+        .unwrap_or_else(|e| panic!("{test}: cannot reach {admin}: {e}"));
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
+        .execute(&mut conn)
+        .await
+        .expect("database created");
+    let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
+    Some(format!("{base}/{name}"))
+}

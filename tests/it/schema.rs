@@ -1,0 +1,132 @@
+//! The store's two schemas, SQLite's (`migrations/sqlite`) and
+//! PostgreSQL's (`migrations/postgres`), each applied to a real database:
+//! the same tables, columns (name, order, type, nullability), primary keys
+//! and indexes, so that neither engine can drift from the other.
+
+use std::collections::BTreeMap;
+
+use sqlx::{Connection, Row};
+
+use crate::support::fresh_postgres;
+
+/// A column: name, type as both engines mean it, nullable, in the key.
+type Column = (String, &'static str, bool, bool);
+/// Table → columns in order; and every index by name.
+type Schema = (BTreeMap<String, Vec<Column>>, Vec<String>);
+
+fn kind_of(declared: &str) -> &'static str {
+    match declared.to_ascii_lowercase().as_str() {
+        "integer" | "bigint" => "int64",
+        "text" => "text",
+        other => panic!("a column type outside the shared set: {other}"),
+    }
+}
+
+async fn sqlite_schema() -> Schema {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pool = lifeline::store::open(&dir.path().join("s.db"), lifeline::store::ACQUIRE_TIMEOUT)
+        .await
+        .expect("SQLite opens and migrates");
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT name FROM sqlite_master WHERE type = 'table' \
+         AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '_sqlx%' ORDER BY name",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("tables");
+    let mut out = BTreeMap::new();
+    for t in tables {
+        let rows = sqlx::query(
+            "SELECT name, type, \"notnull\", pk FROM pragma_table_info(?) ORDER BY cid",
+        )
+        .bind(&t)
+        .fetch_all(&pool)
+        .await
+        .expect("columns");
+        let cols = rows
+            .iter()
+            .map(|r| {
+                let pk: i64 = r.get("pk");
+                let notnull: i64 = r.get("notnull");
+                // SQLite lets a primary key hold NULL unless it says not to;
+                // Lifeline never writes one, and PostgreSQL refuses it.
+                (
+                    r.get::<String, _>("name"),
+                    kind_of(&r.get::<String, _>("type")),
+                    notnull == 0 && pk == 0,
+                    pk > 0,
+                )
+            })
+            .collect();
+        out.insert(t, cols);
+    }
+    let indexes: Vec<String> = sqlx::query_scalar(
+        "SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL ORDER BY name",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("indexes");
+    (out, indexes)
+}
+
+async fn postgres_schema(url: &str) -> Schema {
+    let mut conn = sqlx::PgConnection::connect(url).await.expect("connects");
+    let migrator = sqlx::migrate::Migrator::new(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/postgres"),
+    )
+    .await
+    .expect("the PostgreSQL migrations read");
+    migrator.run(&mut conn).await.expect("PostgreSQL migrates");
+    let rows = sqlx::query(
+        "SELECT c.table_name::text AS t, c.column_name::text AS name, c.data_type::text AS ty, \
+                c.is_nullable = 'YES' AS nullable, \
+                EXISTS (SELECT 1 FROM information_schema.key_column_usage k \
+                        JOIN information_schema.table_constraints tc \
+                          ON tc.constraint_name = k.constraint_name AND tc.constraint_type = 'PRIMARY KEY' \
+                        WHERE k.table_name = c.table_name AND k.column_name = c.column_name) AS pk \
+         FROM information_schema.columns c \
+         WHERE c.table_schema = 'public' AND c.table_name NOT LIKE '\\_sqlx%' \
+         ORDER BY c.table_name, c.ordinal_position",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .expect("columns");
+    let mut out: BTreeMap<String, Vec<Column>> = BTreeMap::new();
+    for r in &rows {
+        out.entry(r.get("t")).or_default().push((
+            r.get("name"),
+            kind_of(&r.get::<String, _>("ty")),
+            r.get("nullable"),
+            r.get("pk"),
+        ));
+    }
+    let indexes: Vec<String> = sqlx::query_scalar(
+        "SELECT indexname::text FROM pg_indexes WHERE schemaname = 'public' \
+         AND indexname NOT LIKE '%_pkey' AND tablename NOT LIKE '\\_sqlx%' ORDER BY indexname",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .expect("indexes");
+    (out, indexes)
+}
+
+/// Guards "one store, two engines": both migration sets end in the same
+/// schema.
+#[tokio::test]
+async fn sqlite_and_postgres_migrate_to_the_same_schema() {
+    let Some(url) = fresh_postgres("schema_parity").await else {
+        return;
+    };
+    let (lite_tables, lite_indexes) = sqlite_schema().await;
+    let (pg_tables, pg_indexes) = postgres_schema(&url).await;
+    assert_eq!(
+        lite_tables.keys().collect::<Vec<_>>(),
+        pg_tables.keys().collect::<Vec<_>>(),
+        "tables"
+    );
+    assert!(lite_tables.len() >= 8, "{:?}", lite_tables.keys());
+    for (t, cols) in &lite_tables {
+        assert_eq!(cols, &pg_tables[t], "table {t}");
+    }
+    assert_eq!(lite_indexes, pg_indexes, "indexes");
+}
