@@ -1,7 +1,7 @@
 //! `lifeline grafana-dashboard`: a Grafana dashboard (JSON, for import)
 //! over the metrics `/metrics` serves, named through `stats::metric` as the
 //! alert rules are. Rows follow the data flow: the fleet and what strands
-//! it, ingest, signals, the store, and Lifeline's own traces.
+//! it, ingest, signals, the store and Lifeline's own traces, and TLS.
 
 use serde_json::{json, Value};
 
@@ -319,6 +319,48 @@ fn rows() -> Vec<(&'static str, Vec<Panel>)> {
                             "dropped {{reason}}",
                         ),
                     ],
+                ),
+            ],
+        ),
+        (
+            "TLS",
+            vec![
+                Panel {
+                    title: "Certificate expires in",
+                    description: "Time left on the certificate Lifeline serves (server.tls_cert); empty without TLS.",
+                    kind: PanelKind::Stat,
+                    unit: "s",
+                    targets: vec![(
+                        format!(
+                            "min({0}{i} > 0) - time()",
+                            metric::TLS_CERTIFICATE_EXPIRY
+                        ),
+                        "left",
+                    )],
+                },
+                ts(
+                    "Handshakes failed",
+                    "TLS handshakes on Lifeline's listeners that failed or timed out, per second: untrusting clients, plaintext to a TLS port, refused client certificates.",
+                    "ops",
+                    vec![(
+                        format!(
+                            "sum by (listener) (rate({}{i}[$__rate_interval]))",
+                            metric::TLS_HANDSHAKE_FAILURES_TOTAL
+                        ),
+                        "{{listener}}",
+                    )],
+                ),
+                ts(
+                    "Certificate reloads",
+                    "Changed certificate files: loaded, or refused (the previous certificate stays).",
+                    "short",
+                    vec![(
+                        format!(
+                            "sum by (outcome) (increase({}{i}[$__rate_interval]))",
+                            metric::TLS_RELOADS_TOTAL
+                        ),
+                        "{{outcome}}",
+                    )],
                 ),
             ],
         ),
