@@ -310,21 +310,8 @@ async fn sign_in_gives_a_strict_session_cookie() {
         .build()
         .expect("client");
     let base = c.ll().base_url();
-    let page = client
-        .get(format!("{base}/signin?next=/agents"))
-        .send()
-        .await
-        .expect("sign-in page");
-    let csrf_cookie = page.headers()["set-cookie"]
-        .to_str()
-        .expect("cookie")
-        .split(';')
-        .next()
-        .expect("pair")
-        .to_string();
-    let html = page.text().await.expect("html");
-    let at = html.find("name=\"csrf\" value=\"").expect("CSRF field") + 19;
-    let csrf = &html[at..at + html[at..].find('"').expect("end")];
+    let (csrf_cookie, csrf) = support::signin_csrf(&client, &base).await;
+    let csrf = csrf.as_str();
     let post = |token: &str| {
         client
             .post(format!("{base}/signin"))

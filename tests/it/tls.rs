@@ -89,19 +89,7 @@ async fn both_listeners_serve_tls_and_an_untrusting_client_is_refused() {
 
     // Sign in over HTTPS: the session cookie is Secure too.
     let base = c.ll().base_url();
-    let page = bounded("sign-in page", c.http.get(format!("{base}/signin")).send())
-        .await
-        .expect("sign-in page");
-    let csrf_cookie = page.headers()["set-cookie"]
-        .to_str()
-        .expect("cookie")
-        .split(';')
-        .next()
-        .expect("pair")
-        .to_string();
-    let html = page.text().await.expect("html");
-    let at = html.find("name=\"csrf\" value=\"").expect("CSRF field") + 19;
-    let csrf = html[at..at + html[at..].find('"').expect("end")].to_string();
+    let (csrf_cookie, csrf) = crate::support::signin_csrf(&c.http, &base).await;
     let signed_in = bounded(
         "sign in",
         c.http

@@ -839,3 +839,25 @@ pub async fn fresh_postgres(test: &str) -> Option<String> {
     let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
     Some(format!("{base}/{name}"))
 }
+
+/// The sign-in page's CSRF cookie (`name=value`) and form token, as a
+/// browser would get them before posting `/signin`.
+pub async fn signin_csrf(client: &reqwest::Client, base: &str) -> (String, String) {
+    let page = bounded(
+        "the sign-in page",
+        client.get(format!("{base}/signin?next=/agents")).send(),
+    )
+    .await
+    .expect("sign-in page");
+    let cookie = page.headers()["set-cookie"]
+        .to_str()
+        .expect("cookie")
+        .split(';')
+        .next()
+        .expect("pair")
+        .to_string();
+    let html = page.text().await.expect("html");
+    let at = html.find("name=\"csrf\" value=\"").expect("CSRF field") + 19;
+    let csrf = html[at..at + html[at..].find('"').expect("end")].to_string();
+    (cookie, csrf)
+}
