@@ -46,7 +46,9 @@ macro_rules! named_enum {
         )]
         #[serde(rename_all = $case)]
         #[strum(serialize_all = $case)]
-        #[sqlx(rename_all = $case)]
+        // Stored as text by every engine (PostgreSQL would otherwise look
+        // for an enum type of its own).
+        #[sqlx(rename_all = $case, type_name = "text")]
         $vis enum $name { $($body)* }
 
         impl $name {

@@ -1,7 +1,8 @@
 //! The store's two schemas, SQLite's (`migrations/sqlite`) and
 //! PostgreSQL's (`migrations/postgres`), each applied to a real database:
 //! the same tables, columns (name, order, type, nullability), primary keys
-//! and indexes, so that neither engine can drift from the other.
+//! and indexes, so that neither engine can drift from the other; and the
+//! enums the store writes, stored by name in text columns on both.
 
 use std::collections::BTreeMap;
 
@@ -129,4 +130,74 @@ async fn sqlite_and_postgres_migrate_to_the_same_schema() {
         assert_eq!(cols, &pg_tables[t], "table {t}");
     }
     assert_eq!(lite_indexes, pg_indexes, "indexes");
+}
+
+/// Binds `values` into a text column and reads them back, on PostgreSQL.
+async fn round_trip<T>(conn: &mut sqlx::PgConnection, values: &[T])
+where
+    T: for<'q> sqlx::Encode<'q, sqlx::Postgres>
+        + for<'r> sqlx::Decode<'r, sqlx::Postgres>
+        + sqlx::Type<sqlx::Postgres>
+        + Copy
+        + PartialEq
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + Unpin
+        + 'static,
+{
+    for &v in values {
+        sqlx::query("INSERT INTO names (v) VALUES ($1)")
+            .bind(v)
+            .execute(&mut *conn)
+            .await
+            .unwrap_or_else(|e| panic!("{v:?} binds as text: {e}"));
+        let back: T = sqlx::query_scalar("SELECT v FROM names")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap_or_else(|e| panic!("{v:?} reads back: {e}"));
+        assert_eq!(back, v);
+        sqlx::query("DELETE FROM names")
+            .execute(&mut *conn)
+            .await
+            .expect("emptied");
+    }
+}
+
+/// Guards the store's enums on PostgreSQL: each is stored by its name in a
+/// text column, as on SQLite, and reads back as itself.
+#[tokio::test]
+async fn every_stored_enum_round_trips_through_postgres_text() {
+    use lifeline::model::*;
+    let Some(url) = fresh_postgres("enum_text").await else {
+        return;
+    };
+    let mut conn = sqlx::PgConnection::connect(&url).await.expect("connects");
+    sqlx::query("CREATE TABLE names (v TEXT NOT NULL)")
+        .execute(&mut conn)
+        .await
+        .expect("table");
+    round_trip(&mut conn, Health::ALL).await;
+    round_trip(&mut conn, HealthMode::ALL).await;
+    round_trip(&mut conn, AgentState::ALL).await;
+    round_trip(&mut conn, CauseKind::ALL).await;
+    round_trip(&mut conn, HistoryEvent::ALL).await;
+    round_trip(&mut conn, Subject::ALL).await;
+    round_trip(&mut conn, EndReason::ALL).await;
+    round_trip(&mut conn, Origin::ALL).await;
+    round_trip(&mut conn, SettingAction::ALL).await;
+    round_trip(&mut conn, SignalKind::ALL).await;
+    round_trip(&mut conn, Outcome::ALL).await;
+    let stored: String = {
+        sqlx::query("INSERT INTO names (v) VALUES ($1)")
+            .bind(Outcome::Undeliverable)
+            .execute(&mut conn)
+            .await
+            .expect("insert");
+        sqlx::query_scalar("SELECT v FROM names")
+            .fetch_one(&mut conn)
+            .await
+            .expect("read")
+    };
+    assert_eq!(stored, "undeliverable", "stored by its wire name");
 }
