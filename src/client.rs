@@ -4,6 +4,8 @@
 //! and, when given, a CA file).
 
 use std::path::Path;
+
+use crate::backoff::chain;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -73,22 +75,6 @@ impl SignalRecordIn {
             "acked" | "failed" | "undeliverable" | "timeout"
         )
     }
-}
-
-/// An error and its causes, `a: b: c`: reqwest's own message alone does
-/// not say that the certificate was not trusted.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let m = c.to_string();
-        if !s.contains(&m) {
-            s.push_str(": ");
-            s.push_str(&m);
-        }
-        cur = c.source();
-    }
-    s
 }
 
 /// What to do about an untrusted certificate, said where it happens.

@@ -68,9 +68,8 @@ pub struct AppState {
 
 pub fn router(state: AppState) -> Router {
     let max_body_bytes = state.max_body_bytes;
-    let (api, _) = openapi::api();
     Router::new()
-        .merge(api)
+        .merge(openapi::router())
         .merge(probes::router())
         .merge(metrics::router())
         .merge(ui::router())
@@ -112,16 +111,18 @@ pub fn cookie(h: &axum::http::HeaderMap, name: &str) -> Option<String> {
 }
 
 /// A `Set-Cookie` value for the dashboard: `Path=/`, `HttpOnly`,
-/// `SameSite=Strict`; `max_age` when it should outlive the browser
-/// session (zero deletes it).
+/// `SameSite=Strict`, `Secure` when served over TLS; `max_age` when it
+/// should outlive the browser session (zero deletes it).
 pub fn set_cookie(
     name: &str,
     value: &str,
     max_age: Option<std::time::Duration>,
+    secure: bool,
 ) -> Option<HeaderValue> {
     let mut c = ::cookie::Cookie::build((name, value))
         .path("/")
         .http_only(true)
+        .secure(secure)
         .same_site(::cookie::SameSite::Strict);
     if let Some(age) = max_age {
         let secs = i64::try_from(age.as_secs()).unwrap_or(i64::MAX);
@@ -133,9 +134,8 @@ pub fn set_cookie(
 /// How long browsers keep to HTTPS for this host once told (a year).
 pub const HSTS: &str = "max-age=31536000";
 
-/// Over TLS: `Strict-Transport-Security` on every response, and `Secure`
-/// on every cookie, so neither the session nor the CSRF cookie ever
-/// travels in the clear.
+/// Over TLS: `Strict-Transport-Security` on every response (the cookies
+/// themselves are `Secure` where they are made, `set_cookie`).
 async fn transport_security(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let mut r = next.run(req).await;
     if !st.tls {
@@ -146,28 +146,6 @@ async fn transport_security(State(st): State<AppState>, req: Request, next: Next
         header::STRICT_TRANSPORT_SECURITY,
         HeaderValue::from_static(HSTS),
     );
-    if h.contains_key(header::SET_COOKIE) {
-        // Every cookie is ours and parses; one that did not would pass
-        // unchanged rather than vanish.
-        let secured: Vec<HeaderValue> = h
-            .get_all(header::SET_COOKIE)
-            .iter()
-            .map(|v| {
-                v.to_str()
-                    .ok()
-                    .and_then(|text| ::cookie::Cookie::parse(text.to_string()).ok())
-                    .and_then(|mut c| {
-                        c.set_secure(true);
-                        HeaderValue::from_str(&c.to_string()).ok()
-                    })
-                    .unwrap_or_else(|| v.clone())
-            })
-            .collect();
-        h.remove(header::SET_COOKIE);
-        for v in secured {
-            h.append(header::SET_COOKIE, v);
-        }
-    }
     r
 }
 
@@ -205,10 +183,13 @@ mod tests {
         assert_eq!(cookie(&h, "b").as_deref(), Some("two"));
         assert_eq!(cookie(&h, "c").as_deref(), Some("3"));
         assert_eq!(cookie(&h, "junk"), None);
-        let set = set_cookie("s", "v", Some(std::time::Duration::from_secs(60))).unwrap();
+        let set = set_cookie("s", "v", Some(std::time::Duration::from_secs(60)), false).unwrap();
         let set = set.to_str().unwrap();
         for part in ["s=v", "Path=/", "HttpOnly", "SameSite=Strict", "Max-Age=60"] {
             assert!(set.contains(part), "{set}");
         }
+        assert!(!set.contains("Secure"), "{set}");
+        let secure = set_cookie("s", "v", None, true).unwrap();
+        assert!(secure.to_str().unwrap().contains("Secure"), "{secure:?}");
     }
 }

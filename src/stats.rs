@@ -101,8 +101,9 @@ pub struct Stats {
     /// TLS handshakes that failed or timed out, by listener
     /// (`tls::Which`: http, grpc).
     pub tls_handshake_failures: [AtomicU64; 2],
-    /// New certificate files looked at: loaded, refused.
-    pub tls_reloads: [AtomicU64; 2],
+    /// Changed certificate files looked at and loaded, or refused.
+    pub tls_reloads_loaded: AtomicU64,
+    pub tls_reloads_refused: AtomicU64,
     /// When the served certificate expires, Unix seconds (0: no TLS).
     pub tls_not_after: AtomicU64,
     /// Latency and size distributions.

@@ -361,15 +361,18 @@ fn counters(st: &Stats, spans: &SpanCounters) {
         metric::TLS_HANDSHAKE_FAILURES_TOTAL,
         "TLS handshakes on Lifeline's own listeners that failed or timed out, by listener.",
     );
-    for (i, listener) in ["http", "grpc"].into_iter().enumerate() {
-        f.total(&[("listener", listener)], &st.tls_handshake_failures[i]);
+    for w in crate::tls::Which::ALL {
+        f.total(
+            &[("listener", w.as_str())],
+            &st.tls_handshake_failures[w as usize],
+        );
     }
     let f = counter(
         metric::TLS_RELOADS_TOTAL,
         "Changed certificate files looked at: loaded, or refused (the previous certificate stays).",
     );
-    f.total(&[("outcome", "loaded")], &st.tls_reloads[0]);
-    f.total(&[("outcome", "refused")], &st.tls_reloads[1]);
+    f.total(&[("outcome", "loaded")], &st.tls_reloads_loaded);
+    f.total(&[("outcome", "refused")], &st.tls_reloads_refused);
     gauge(
         metric::TLS_CERTIFICATE_EXPIRY,
         "When the certificate Lifeline serves expires, Unix seconds (0 without TLS).",

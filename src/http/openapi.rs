@@ -64,24 +64,25 @@ impl Modify for Bearer {
     }
 }
 
+/// The document as served: built with the router, once per process (it
+/// is the same for every Lifeline).
+static DOC: OnceLock<String> = OnceLock::new();
+
 /// The whole `/api/v1` surface: the routes and their document, together.
-pub fn api() -> (axum::Router<AppState>, Document) {
-    let (router, doc) = OpenApiRouter::with_openapi(Frame::openapi())
+fn api() -> (axum::Router<AppState>, Document) {
+    OpenApiRouter::with_openapi(Frame::openapi())
         .merge(super::api::router())
         .merge(super::settings::router())
         .merge(super::signals::router())
         .routes(routes!(document))
-        .split_for_parts();
-    (router, doc)
+        .split_for_parts()
 }
 
-/// The document as served, built once.
-pub fn document_json() -> &'static str {
-    static DOC: OnceLock<String> = OnceLock::new();
-    DOC.get_or_init(|| {
-        let (_, doc) = api();
-        doc.to_pretty_json().unwrap_or_else(|_| "{}".into())
-    })
+/// The `/api/v1` routes; their document is kept for `GET /api/v1/openapi.json`.
+pub fn router() -> axum::Router<AppState> {
+    let (router, doc) = api();
+    DOC.get_or_init(|| doc.to_pretty_json().unwrap_or_else(|_| "{}".into()));
+    router
 }
 
 /// This document.
@@ -97,9 +98,6 @@ pub fn document_json() -> &'static str {
     )
 )]
 async fn document() -> Response {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        document_json(),
-    )
-        .into_response()
+    let doc = DOC.get().map_or("{}", String::as_str);
+    ([(header::CONTENT_TYPE, "application/json")], doc).into_response()
 }

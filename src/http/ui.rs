@@ -111,13 +111,16 @@ pub struct Ctx {
     pub session: csrf::Session,
     pub started: Instant,
     pub caller: crate::http::caller::Caller,
+    /// Served over TLS: cookies are `Secure`.
+    pub tls: bool,
 }
 
-impl<S: Send + Sync> FromRequestParts<S> for Ctx {
+impl FromRequestParts<AppState> for Ctx {
     type Rejection = std::convert::Infallible;
 
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(parts: &mut Parts, st: &AppState) -> Result<Self, Self::Rejection> {
         Ok(Ctx {
+            tls: st.tls,
             session: csrf::session(&parts.headers),
             // Server-Timing: how long the page took to render.
             #[allow(clippy::disallowed_methods)]
@@ -160,7 +163,7 @@ impl Ctx {
                 security_headers(h);
                 h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
                 if self.session.new {
-                    if let Some(v) = csrf::set_cookie(&self.session.id) {
+                    if let Some(v) = csrf::set_cookie(&self.session.id, self.tls) {
                         h.insert(header::SET_COOKIE, v);
                     }
                 }

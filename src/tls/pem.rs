@@ -18,22 +18,39 @@ use crate::config::{invalid, ConfigError};
 /// The most one PEM file may hold; real ones are a few KiB.
 pub const MAX_BYTES: u64 = 1024 * 1024;
 
-/// One read, bounded: a byte past the limit is enough to refuse it.
-pub fn read(field: &str, path: &Path) -> Result<Vec<u8>, ConfigError> {
+/// Why a PEM file could not be read.
+#[derive(Debug)]
+pub enum ReadFault {
+    Io(std::io::Error),
+    /// Larger than [`MAX_BYTES`].
+    TooLarge,
+}
+
+/// One read, bounded: a byte past the limit is enough to refuse it. (The
+/// Teleport identity file is read this way too.)
+pub fn read_limited(path: &Path) -> Result<Vec<u8>, ReadFault> {
     let mut bytes = Vec::new();
     std::fs::File::open(path)
         .and_then(|f| f.take(MAX_BYTES + 1).read_to_end(&mut bytes))
-        .map_err(|e| invalid(field, format!("cannot read {}: {e}", path.display())))?;
+        .map_err(ReadFault::Io)?;
     if bytes.len() as u64 > MAX_BYTES {
-        return Err(invalid(
+        return Err(ReadFault::TooLarge);
+    }
+    Ok(bytes)
+}
+
+/// [`read_limited`], a fault naming `field`.
+pub fn read(field: &str, path: &Path) -> Result<Vec<u8>, ConfigError> {
+    read_limited(path).map_err(|f| match f {
+        ReadFault::Io(e) => invalid(field, format!("cannot read {}: {e}", path.display())),
+        ReadFault::TooLarge => invalid(
             field,
             format!(
                 "{} is larger than {MAX_BYTES} bytes; is it a PEM file?",
                 path.display()
             ),
-        ));
-    }
-    Ok(bytes)
+        ),
+    })
 }
 
 /// A certificate's subject and validity, read from its X.509.

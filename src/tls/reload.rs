@@ -35,9 +35,9 @@ pub enum Reloaded {
 pub struct CertStore {
     cert_path: PathBuf,
     key_path: PathBuf,
-    current: RwLock<Arc<CertifiedKey>>,
-    /// What is served now (subject and validity), for logs and `/metrics`.
-    served: RwLock<Validity>,
+    /// What is served now, and its subject and validity (for logs and
+    /// `/metrics`), swapped together.
+    current: RwLock<(Arc<CertifiedKey>, Validity)>,
     /// The files' digest at the last look, so each change is tried (and
     /// refused or logged) once.
     seen: Mutex<[u8; 32]>,
@@ -82,8 +82,7 @@ impl CertStore {
         let store = CertStore {
             cert_path: cert_path.to_path_buf(),
             key_path: key_path.to_path_buf(),
-            current: RwLock::new(loaded.key),
-            served: RwLock::new(loaded.validity.clone()),
+            current: RwLock::new((loaded.key, loaded.validity.clone())),
             seen: Mutex::new(digest(&cert, &key)),
             stats,
         };
@@ -93,9 +92,10 @@ impl CertStore {
 
     /// The certificate served now: its subject and validity.
     pub fn served(&self) -> Validity {
-        self.served
+        self.current
             .read()
             .unwrap_or_else(|e| e.into_inner())
+            .1
             .clone()
     }
 
@@ -124,14 +124,14 @@ impl CertStore {
             .and_then(|(cert, key)| pem::pair(&self.cert_path, &cert, &self.key_path, &key, now));
         match checked {
             Ok(loaded) => {
-                *self.current.write().unwrap_or_else(|e| e.into_inner()) = loaded.key;
-                *self.served.write().unwrap_or_else(|e| e.into_inner()) = loaded.validity.clone();
                 self.publish(&loaded.validity);
-                Stats::inc(&self.stats.tls_reloads[0]);
+                *self.current.write().unwrap_or_else(|e| e.into_inner()) =
+                    (loaded.key, loaded.validity.clone());
+                Stats::inc(&self.stats.tls_reloads_loaded);
                 Reloaded::Loaded(loaded.validity)
             }
             Err(e) => {
-                Stats::inc(&self.stats.tls_reloads[1]);
+                Stats::inc(&self.stats.tls_reloads_refused);
                 Reloaded::Refused(e.to_string())
             }
         }
@@ -186,6 +186,7 @@ impl ResolvesServerCert for CertStore {
             self.current
                 .read()
                 .unwrap_or_else(|e| e.into_inner())
+                .0
                 .clone(),
         )
     }
@@ -235,7 +236,7 @@ mod tests {
             other => panic!("new pair not loaded: {other:?}"),
         }
         assert!(store.served().subject.contains("second"));
-        assert_eq!(stats.tls_reloads[0].load(Ordering::Relaxed), 1);
-        assert_eq!(stats.tls_reloads[1].load(Ordering::Relaxed), 1);
+        assert_eq!(stats.tls_reloads_loaded.load(Ordering::Relaxed), 1);
+        assert_eq!(stats.tls_reloads_refused.load(Ordering::Relaxed), 1);
     }
 }

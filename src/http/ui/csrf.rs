@@ -79,8 +79,8 @@ pub fn session(headers: &HeaderMap) -> Session {
     }
 }
 
-pub fn set_cookie(id: &str) -> Option<HeaderValue> {
-    crate::http::set_cookie(COOKIE, id, None)
+pub fn set_cookie(id: &str, secure: bool) -> Option<HeaderValue> {
+    crate::http::set_cookie(COOKIE, id, None, secure)
 }
 
 /// Why a form POST was refused.

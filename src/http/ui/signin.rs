@@ -100,7 +100,12 @@ pub async fn sign_in(
     };
     info!(token = %p.name, "signed in to the dashboard");
     let mut r = see_other(&next);
-    if let Some(v) = set_cookie(SESSION_COOKIE, &value, Some(st.access.session_ttl())) {
+    if let Some(v) = set_cookie(
+        SESSION_COOKIE,
+        &value,
+        Some(st.access.session_ttl()),
+        st.tls,
+    ) {
         r.headers_mut().insert(header::SET_COOKIE, v);
     }
     r
@@ -118,9 +123,12 @@ impl CsrfForm for SignoutForm {
     }
 }
 
-pub async fn sign_out(Checked { .. }: Checked<SignoutForm>) -> impl IntoResponse {
+pub async fn sign_out(
+    State(st): State<AppState>,
+    Checked { .. }: Checked<SignoutForm>,
+) -> impl IntoResponse {
     let mut r = see_other("/");
-    if let Some(v) = set_cookie(SESSION_COOKIE, "", Some(std::time::Duration::ZERO)) {
+    if let Some(v) = set_cookie(SESSION_COOKIE, "", Some(std::time::Duration::ZERO), st.tls) {
         r.headers_mut().insert(header::SET_COOKIE, v);
     }
     r

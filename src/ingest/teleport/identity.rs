@@ -9,7 +9,6 @@
 //! what is wrong. Nothing here prints key material: `Identity`'s `Debug`
 //! shows the certificate's subject and validity only.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use rustls::sign::CertifiedKey;
@@ -17,10 +16,10 @@ use rustls_pki_types::pem::{self, SectionKind};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::clock::Ts;
-use crate::tls::pem::validity;
+use crate::tls::pem::{read_limited, validity, ReadFault};
 
 /// The most an identity file may hold; real ones are a few KiB.
-pub const MAX_BYTES: u64 = 1024 * 1024;
+pub use crate::tls::pem::MAX_BYTES;
 
 #[derive(Debug, thiserror::Error)]
 pub enum IdentityError {
@@ -78,21 +77,16 @@ pub struct Identity {
     pub not_after: Ts,
 }
 
-/// One read, bounded: a byte past the limit is enough to refuse it.
 fn read_bounded(path: &Path) -> Result<Vec<u8>, IdentityError> {
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_BYTES + 1).read_to_end(&mut bytes))
-        .map_err(|source| IdentityError::Read {
+    read_limited(path).map_err(|f| match f {
+        ReadFault::Io(source) => IdentityError::Read {
             path: path.to_path_buf(),
             source,
-        })?;
-    if bytes.len() as u64 > MAX_BYTES {
-        return Err(IdentityError::TooLarge {
+        },
+        ReadFault::TooLarge => IdentityError::TooLarge {
             path: path.to_path_buf(),
-        });
-    }
-    Ok(bytes)
+        },
+    })
 }
 
 /// Every certificate in a PEM file of CAs (the `lifeline` source's
