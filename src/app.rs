@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::store::Db;
 use axum::serve::ListenerExt;
-use sqlx::SqlitePool;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
@@ -80,7 +80,7 @@ pub struct Lifeline {
     /// Both listeners serve TLS (`server.tls_cert`).
     pub tls: bool,
     pub fleet: FleetHandle,
-    pub db: SqlitePool,
+    pub db: Db,
     pub stats: Arc<Stats>,
     pub clock: Clock,
     /// The dynamic settings (RFD 0016); changes apply at once.
@@ -144,7 +144,8 @@ impl Lifeline {
         // anything listens.
         let (source_dialer, health_dialer) = cluster_dialers(&cfg.cluster, clock.now())?;
         let server_tls = crate::tls::ServerTls::load(&cfg.server, clock.now(), stats.clone())?;
-        let db = store::open(&cfg.storage.path, tuning.acquire_timeout).await?;
+        let engine = cfg.storage.engine()?;
+        let db = store::open(&engine, tuning.acquire_timeout).await?;
         let loaded = store::read::load(&db).await.map_err(StoreError::Query)?;
         let settings = Arc::new(Settings::start(db.clone(), cfg, clock).await?);
         let shutdown = CancellationToken::new();
@@ -479,7 +480,7 @@ impl Lifeline {
         // the writer drains them.
         supervised.critical("fleet", fleet_task);
         supervised.critical("store writer", writer_task);
-        info!(%http_addr, %grpc_addr, cluster = %cfg.cluster.addr, db = %cfg.storage.path.display(), "Lifeline started");
+        info!(%http_addr, %grpc_addr, cluster = %cfg.cluster.addr, db = %engine, engine = engine.name(), "Lifeline started");
         Ok(Lifeline {
             http_addr,
             grpc_addr,
@@ -524,7 +525,7 @@ impl Lifeline {
 }
 
 async fn prune_loop(
-    db: SqlitePool,
+    db: Db,
     clock: Clock,
     live: Arc<crate::settings::Live>,
     every: Duration,

@@ -23,6 +23,7 @@ use resync::{cluster_process, resync};
 
 use crate::app::{Lifeline, StartError, Tuning};
 use crate::clock::{Clock, Ts};
+use crate::config::DbUrl;
 use crate::config::{Config, SourceKind};
 use crate::model::{AgentState, Kind, Server};
 use crate::proto::v1 as pb;
@@ -64,6 +65,12 @@ pub enum Scenario {
         /// teleport-source leg each); 0 skips it.
         #[arg(long, default_value_t = 3)]
         source_rounds: usize,
+        /// Also run the pipeline and the raw insert with the store on this
+        /// PostgreSQL server (`postgres://user@host:port/db`; a database
+        /// per leg is created on it and dropped after, so the user needs
+        /// CREATEDB).
+        #[arg(long, env = "LIFELINE_BENCH_POSTGRES_URL")]
+        postgres: Option<String>,
     },
     /// INIT + paged list + classify of a large cluster.
     Resync {
@@ -261,6 +268,7 @@ pub async fn run(s: Scenario, export: Option<Export<'_>>) -> Result<Value, Bench
             no_export: _,
             export_rounds,
             source_rounds,
+            postgres,
         } => {
             ingest(
                 agents,
@@ -268,6 +276,7 @@ pub async fn run(s: Scenario, export: Option<Export<'_>>) -> Result<Value, Bench
                 events,
                 export_rounds,
                 source_rounds,
+                postgres.map(DbUrl::new).as_ref(),
                 export,
             )
             .await
@@ -344,6 +353,57 @@ impl Scratch {
 impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A database of its own for one benchmark leg, created on a PostgreSQL
+/// server and dropped by [`PgScratch::remove`].
+struct PgScratch {
+    server: DbUrl,
+    name: String,
+    url: DbUrl,
+}
+
+impl PgScratch {
+    async fn create(server: &DbUrl, leg: &str) -> Result<PgScratch, BenchError> {
+        use sqlx::Connection;
+        let name = format!(
+            "lifeline_bench_{leg}_{}_{}",
+            std::process::id(),
+            Ts::from_system(std::time::SystemTime::now()).as_micros()
+        );
+        let mut url = url::Url::parse(server.expose())
+            .map_err(|_| BenchError::Unavailable("--postgres is not a postgres:// URL"))?;
+        url.set_path(&name);
+        let mut conn = sqlx::PgConnection::connect(server.expose()).await?;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
+            .execute(&mut conn)
+            .await?;
+        conn.close().await?;
+        Ok(PgScratch {
+            server: server.clone(),
+            name,
+            url: DbUrl::new(url.to_string()),
+        })
+    }
+
+    /// Drops the database; a failure is only logged (the leg's figure
+    /// stands).
+    async fn remove(self) {
+        use sqlx::Connection;
+        let dropped = async {
+            let mut conn = sqlx::PgConnection::connect(self.server.expose()).await?;
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
+                self.name
+            )))
+            .execute(&mut conn)
+            .await?;
+            conn.close().await
+        };
+        if let Err(e) = dropped.await {
+            tracing::warn!(database = %self.name, error = %e, "cannot drop the benchmark's database");
+        }
     }
 }
 

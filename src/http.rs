@@ -21,12 +21,12 @@ pub mod ui;
 
 use std::sync::Arc;
 
+use crate::store::Db;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use sqlx::SqlitePool;
 use tower_http::compression::CompressionLayer;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::trace::{DefaultMakeSpan, DefaultOnFailure, DefaultOnResponse, TraceLayer};
@@ -47,7 +47,7 @@ pub struct AppState {
     pub ui: Arc<ui::UiShared>,
     /// Fires when Lifeline stops: long-lived responses (live streams) end.
     pub shutdown: tokio_util::sync::CancellationToken,
-    pub db: SqlitePool,
+    pub db: Db,
     pub stats: Arc<Stats>,
     pub hub: Arc<Hub>,
     pub guard: tokio::sync::watch::Receiver<Guard>,

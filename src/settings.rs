@@ -26,9 +26,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::store::Db;
 use serde::Serialize;
 use serde_json::Value;
-use sqlx::SqlitePool;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
@@ -349,7 +349,7 @@ pub struct PutFlags {
 
 /// The settings service: the only writer of settings.
 pub struct Settings {
-    db: SqlitePool,
+    db: Db,
     clock: Clock,
     live: Arc<Live>,
     lb: watch::Sender<LbPolicy>,
@@ -363,11 +363,7 @@ const START: &str = "start";
 impl Settings {
     /// Reconciles the stored settings with `cfg` (RFD 0016's start rules),
     /// commits them, and returns the service with live values applied.
-    pub async fn start(
-        db: SqlitePool,
-        cfg: &Config,
-        clock: Clock,
-    ) -> Result<Settings, SettingsError> {
+    pub async fn start(db: Db, cfg: &Config, clock: Clock) -> Result<Settings, SettingsError> {
         let live = Arc::new(Live::default());
         let (lb, _) = watch::channel(LbPolicy::default());
         let s = Settings {
@@ -380,7 +376,7 @@ impl Settings {
         let now = clock.now();
         let mut tx = rows::begin_change(&s.db).await?;
         for name in Name::ALL {
-            let old = rows::get_in(&mut tx, name.as_str()).await?;
+            let old = tx.get(name.as_str()).await?;
             let (value, origin) = if in_config(cfg, name) {
                 (from_config(cfg, name), Origin::ConfigFile)
             } else {
@@ -415,7 +411,7 @@ impl Settings {
                     updated_us: now.as_micros(),
                     updated_by: START.into(),
                 };
-                rows::put_in(&mut tx, &new, old.as_ref(), SettingAction::Start).await?;
+                tx.put(&new, old.as_ref(), SettingAction::Start).await?;
                 if old.is_some() {
                     info!(setting = name.as_str(), value = %new.value, origin = origin.as_str(), "setting changed at start");
                 }
@@ -576,7 +572,7 @@ impl Settings {
         let (canonical, parsed) = parse(name, value)?;
         let _one = self.write.lock().await;
         let mut tx = rows::begin_change(&self.db).await?;
-        let old = rows::get_in(&mut tx, name.as_str()).await?;
+        let old = tx.get(name.as_str()).await?;
         let from = old.as_ref().map_or(Origin::Defaults, |o| o.origin);
         let action = decide(from)?;
         let new = StoredSetting {
@@ -586,7 +582,7 @@ impl Settings {
             updated_us: self.clock.now().as_micros(),
             updated_by: actor.into(),
         };
-        rows::put_in(&mut tx, &new, old.as_ref(), action).await?;
+        tx.put(&new, old.as_ref(), action).await?;
         tx.commit().await?;
         self.apply(name, &parsed);
         info!(setting = name.as_str(), value = %new.value, from = from.as_str(), to = origin.as_str(), %actor, action = action.as_str(), "setting changed");

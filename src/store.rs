@@ -1,7 +1,8 @@
-//! The store room: SQLite history and last known state.
+//! The store room: history and last known state, on SQLite (one file, the
+//! default) or PostgreSQL (shared by several replicas).
 //!
-//! Owns: the database file, its schema (`migrations/`), the single writer task
-//! and the read queries the API uses. Receives `WriteBatch`es from the fleet
+//! Owns: the database, its schema (`migrations/<engine>/`), the single
+//! writer task and the read queries the API uses. Receives `WriteBatch`es from the fleet
 //! over a bounded channel and commits each in one transaction; nobody else
 //! writes. Must not touch: current state (the fleet owns it) or the network.
 //! The ingest path never waits on a commit: the fleet keeps a pending batch
@@ -18,9 +19,11 @@ use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
 
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::SqlitePool;
+use sqlx::{PgPool, SqlitePool};
 
+pub use crate::config::Engine;
 pub use batch::{EpisodeOp, EventRow, HealthRow, WriteBatch};
 pub use writer::WriterHandle;
 
@@ -28,6 +31,10 @@ pub use writer::WriterHandle;
 /// a busy writer gets a clear 503 after this; the writer retries on its
 /// own schedule.
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Connections to a PostgreSQL server per replica: the writer, the signal
+/// audit, settings, the notification listener and API readers.
+const PG_CONNECTIONS: u32 = 10;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -51,16 +58,93 @@ pub enum StoreError {
     WriterGone,
 }
 
+/// The store's database: one pool on one engine. Every query is written
+/// once and compiled for both engines through [`on_pool!`]; the rooms
+/// outside only pass a `Db` around.
+#[derive(Clone, Debug)]
+pub enum Db {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// Runs `$body` with `$pool` bound to the engine's own pool type: the same
+/// text (placeholders `$1`, `$2`, … in order, which both engines read) is
+/// compiled once per engine, with no dynamic dispatch on the hot path.
+macro_rules! on_pool {
+    ($db:expr, $pool:ident => $body:expr) => {
+        match $db {
+            $crate::store::Db::Sqlite($pool) => $body,
+            $crate::store::Db::Postgres($pool) => $body,
+        }
+    };
+}
+pub(crate) use on_pool;
+
+impl Db {
+    /// `sqlite` or `postgres`.
+    pub fn engine_name(&self) -> &'static str {
+        match self {
+            Db::Sqlite(_) => "sqlite",
+            Db::Postgres(_) => "postgres",
+        }
+    }
+
+    /// Closes every connection (waits for those in use).
+    pub async fn close(&self) {
+        on_pool!(self, pool => pool.close().await)
+    }
+}
+
 fn is_locked(e: &sqlx::Error) -> bool {
     let text = e.to_string();
     text.contains("database is locked") || text.contains("SQLITE_BUSY")
 }
 
-/// Opens (creating if needed) the database in WAL mode and migrates it.
-/// Opens (creating if needed) and migrates the database at `path`; a caller
-/// waits at most `acquire_timeout` for a connection ([`ACQUIRE_TIMEOUT`]
-/// unless a test on a paused clock needs otherwise).
-pub async fn open(path: &Path, acquire_timeout: Duration) -> Result<SqlitePool, StoreError> {
+/// Opens (creating a missing SQLite file) and migrates the database;
+/// a caller waits at most `acquire_timeout` for a connection
+/// ([`ACQUIRE_TIMEOUT`] unless a test on a paused clock needs otherwise).
+pub async fn open(engine: &Engine, acquire_timeout: Duration) -> Result<Db, StoreError> {
+    match engine {
+        Engine::Sqlite(path) => open_sqlite(path, acquire_timeout).await.map(Db::Sqlite),
+        Engine::Postgres(url) => {
+            let shown = url.to_string();
+            let open_error = |source| StoreError::Open {
+                path: shown.clone(),
+                source,
+            };
+            // A write stuck behind someone else's lock fails (and is
+            // retried, and reported) instead of hanging unseen; so does a
+            // transaction left open.
+            let opts = PgConnectOptions::from_str(url.expose())
+                .map_err(open_error)?
+                .application_name("lifeline")
+                .options([
+                    ("lock_timeout", "2s"),
+                    ("statement_timeout", "60s"),
+                    ("idle_in_transaction_session_timeout", "60s"),
+                ]);
+            let pool = PgPoolOptions::new()
+                .max_connections(PG_CONNECTIONS)
+                .acquire_timeout(acquire_timeout)
+                .connect_with(opts)
+                .await
+                .map_err(open_error)?;
+            // Replicas starting together: the migrator holds an advisory
+            // lock, so one migrates and the others find it done.
+            sqlx::migrate!("./migrations/postgres")
+                .run(&pool)
+                .await
+                .map_err(|source| StoreError::Migrate {
+                    path: shown.clone(),
+                    source,
+                })?;
+            Ok(Db::Postgres(pool))
+        }
+    }
+}
+
+/// Opens (creating if needed) the SQLite file in WAL mode and migrates it.
+async fn open_sqlite(path: &Path, acquire_timeout: Duration) -> Result<SqlitePool, StoreError> {
     let shown = path.display().to_string();
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir {

@@ -1,5 +1,6 @@
 //! `bench ingest`: heartbeat events through validation, the fleet and into
-//! SQLite, against raw inserts; and the cost of exporting traces.
+//! the store, against raw inserts, on SQLite and (given a server) on
+//! PostgreSQL in the same run; and the cost of exporting traces.
 
 use super::*;
 use std::sync::Arc;
@@ -21,6 +22,7 @@ pub(super) async fn ingest_leg(
     scratch: &Scratch,
     db: &str,
     source: SourceKind,
+    postgres: Option<&DbUrl>,
 ) -> Result<IngestLeg, BenchError> {
     let clock = Clock::system();
     let mut spec = spec(agents, proxies, 2, events + 1024);
@@ -29,6 +31,7 @@ pub(super) async fn ingest_leg(
         .await
         .map_err(BenchError::Sim)?;
     let mut cfg = config(&sim, scratch.db(db), 5000);
+    cfg.storage.url = postgres.cloned();
     crate::demo::watch_sim(&mut cfg, &sim, &scratch.db(&format!("{db}.identity")))
         .map_err(BenchError::Sim)?;
     let ll = Lifeline::start_tuned(&cfg, clock, Tuning::default()).await?;
@@ -134,6 +137,7 @@ pub(super) async fn ingest_export(
                 scratch,
                 &format!("export-{export}-{round}.db"),
                 SourceKind::Lifeline,
+                None,
             )
             .await;
             otlp::set_enabled(false);
@@ -171,15 +175,16 @@ pub(super) async fn ingest_export(
     }))
 }
 
+#[allow(clippy::too_many_arguments)] // the CLI's options, passed on
 pub(super) async fn ingest(
     agents: usize,
     proxies: usize,
     events: usize,
     export_rounds: usize,
     source_rounds: usize,
+    postgres: Option<&DbUrl>,
     export: Option<Export<'_>>,
 ) -> Result<Value, BenchError> {
-    let clock = Clock::system();
     let scratch = Scratch::new("ingest");
     let IngestLeg {
         applied_at,
@@ -194,17 +199,71 @@ pub(super) async fn ingest(
         &scratch,
         "pipeline.db",
         SourceKind::Lifeline,
+        None,
     )
     .await?;
+    let rows = validated(&templates);
+    // The same rows, straight into the store in batches.
+    let raw = raw_insert(
+        &store::Engine::Sqlite(scratch.db("raw.db")),
+        &rows,
+        events,
+        base,
+    )
+    .await?;
+    let p_rate = events as f64 / pipeline.as_secs_f64();
+    let r_rate = events as f64 / raw.as_secs_f64();
+    Ok(json!({
+        "scenario": "ingest",
+        "agents": agents,
+        "proxies": proxies,
+        "events": events,
+        "pipeline_seconds": pipeline.as_secs_f64(),
+        "applied_in_fleet_seconds": applied_at.as_secs_f64(),
+        "pipeline_events_per_s": p_rate.round(),
+        "raw_insert_seconds": raw.as_secs_f64(),
+        "raw_insert_events_per_s": r_rate.round(),
+        "ratio": (p_rate / r_rate * 1000.0).round() / 1000.0,
+        "history_rows_dropped": dropped,
+        "target": {"pipeline_events_per_s": 100000, "ratio": 0.5},
+        "teleport_source": if source_rounds == 0 {
+            Value::Null
+        } else {
+            against_lifeline(source_rounds, "events/s", true, |source, db| {
+                let scratch = &scratch;
+                async move {
+                    let leg =
+                        ingest_leg(agents, proxies, events, scratch, &db, source, None).await?;
+                    Ok(events as f64 / leg.pipeline.as_secs_f64())
+                }
+            })
+            .await?
+        },
+        "export": match export {
+            Some(export) => {
+                ingest_export(agents, proxies, events, export_rounds, &scratch, export).await?
+            }
+            None => Value::Null,
+        },
+        "postgres": match postgres {
+            Some(server) => {
+                on_postgres(agents, proxies, events, &scratch, server, pipeline, raw).await?
+            }
+            None => Value::Null,
+        },
+        "peak_rss_kib": peak_rss_kib(),
+    }))
+}
 
-    // The same rows, straight into SQLite in batches.
-    let db = store::open(&scratch.db("raw.db"), store::ACQUIRE_TIMEOUT).await?;
-    let rows: Vec<Server> = templates
+/// The simulator's servers as the store keeps them.
+fn validated(templates: &[pb::Server]) -> Vec<Server> {
+    let now = Clock::system().now();
+    templates
         .iter()
         .filter_map(|s| {
             crate::ingest::validate::server(
                 s.clone(),
-                clock.now(),
+                now,
                 &crate::ingest::validate::Limits {
                     default_ttl: Duration::from_secs(600),
                     max_expired_age: Duration::from_secs(3600),
@@ -213,8 +272,20 @@ pub(super) async fn ingest(
             )
             .ok()
         })
-        .collect();
-    let now = clock.now();
+        .collect()
+}
+
+/// `events` heartbeats of `rows` committed straight through the store's
+/// writer code in batches of 5000, on a fresh database at `engine`: the
+/// rate the pipeline is measured against.
+async fn raw_insert(
+    engine: &store::Engine,
+    rows: &[Server],
+    events: usize,
+    base: Ts,
+) -> Result<Duration, BenchError> {
+    let db = store::open(engine, store::ACQUIRE_TIMEOUT).await?;
+    let now = Clock::system().now();
     let batch_size = 5000;
     let t0 = Instant::now();
     let mut i = 0;
@@ -242,40 +313,57 @@ pub(super) async fn ingest(
     }
     let raw = t0.elapsed();
     db.close().await;
+    Ok(raw)
+}
 
-    let p_rate = events as f64 / pipeline.as_secs_f64();
-    let r_rate = events as f64 / raw.as_secs_f64();
+/// The pipeline and the raw insert again with the store on PostgreSQL
+/// (each on a database of its own, created on `server` and dropped after),
+/// against the SQLite legs of the same run.
+async fn on_postgres(
+    agents: usize,
+    proxies: usize,
+    events: usize,
+    scratch: &Scratch,
+    server: &DbUrl,
+    sqlite_pipeline: Duration,
+    sqlite_raw: Duration,
+) -> Result<Value, BenchError> {
+    let leg_db = PgScratch::create(server, "pipeline").await?;
+    let leg = ingest_leg(
+        agents,
+        proxies,
+        events,
+        scratch,
+        "pg-pipeline",
+        SourceKind::Lifeline,
+        Some(&leg_db.url),
+    )
+    .await;
+    leg_db.remove().await;
+    let leg = leg?;
+    let raw_db = PgScratch::create(server, "raw").await?;
+    let rows = validated(&leg.templates);
+    let raw = raw_insert(
+        &store::Engine::Postgres(raw_db.url.clone()),
+        &rows,
+        events,
+        leg.base,
+    )
+    .await;
+    raw_db.remove().await;
+    let raw = raw?;
+    let rate = |d: Duration| (events as f64 / d.as_secs_f64()).round();
+    let ratio = |a: f64, b: f64| (a / b * 1000.0).round() / 1000.0;
+    let (pipeline, lite) = (rate(leg.pipeline), rate(sqlite_pipeline));
     Ok(json!({
-        "scenario": "ingest",
-        "agents": agents,
-        "proxies": proxies,
-        "events": events,
-        "pipeline_seconds": pipeline.as_secs_f64(),
-        "applied_in_fleet_seconds": applied_at.as_secs_f64(),
-        "pipeline_events_per_s": p_rate.round(),
-        "raw_insert_seconds": raw.as_secs_f64(),
-        "raw_insert_events_per_s": r_rate.round(),
-        "ratio": (p_rate / r_rate * 1000.0).round() / 1000.0,
-        "history_rows_dropped": dropped,
-        "target": {"pipeline_events_per_s": 100000, "ratio": 0.5},
-        "teleport_source": if source_rounds == 0 {
-            Value::Null
-        } else {
-            against_lifeline(source_rounds, "events/s", true, |source, db| {
-                let scratch = &scratch;
-                async move {
-                    let leg = ingest_leg(agents, proxies, events, scratch, &db, source).await?;
-                    Ok(events as f64 / leg.pipeline.as_secs_f64())
-                }
-            })
-            .await?
-        },
-        "export": match export {
-            Some(export) => {
-                ingest_export(agents, proxies, events, export_rounds, &scratch, export).await?
-            }
-            None => Value::Null,
-        },
-        "peak_rss_kib": peak_rss_kib(),
+        "server": server.to_string(),
+        "pipeline_events_per_s": pipeline,
+        "raw_insert_events_per_s": rate(raw),
+        "ratio": ratio(pipeline, rate(raw)),
+        "history_rows_dropped": leg.dropped,
+        "sqlite_pipeline_events_per_s": lite,
+        "sqlite_raw_insert_events_per_s": rate(sqlite_raw),
+        "postgres_to_sqlite_pipeline": ratio(pipeline, lite),
+        "method": "the same stream through a fresh Lifeline with the store on each engine, one leg each, in this run",
     }))
 }

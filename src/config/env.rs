@@ -49,6 +49,7 @@ const TABLE: &[(&str, &str, Form)] = &[
         Form::Text,
     ),
     ("LIFELINE_DB", "storage.path", Form::Text),
+    ("LIFELINE_DB_URL", "storage.url", Form::Text),
     ("LIFELINE_RETENTION", "storage.retention", Form::Duration),
     (
         "LIFELINE_AUDIT_RETENTION",

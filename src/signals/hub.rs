@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::store::Db;
 use futures::Stream;
 use prost::Message;
-use sqlx::SqlitePool;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
@@ -115,7 +115,7 @@ pub struct Hub {
     clock: Clock,
     board: Arc<Board>,
     fleet: FleetHandle,
-    db: SqlitePool,
+    db: Db,
     stats: Arc<Stats>,
     conns: Mutex<HashMap<String, Conn>>,
     next_conn: AtomicU64,
@@ -138,7 +138,7 @@ impl Hub {
         clock: Clock,
         board: Arc<Board>,
         fleet: FleetHandle,
-        db: SqlitePool,
+        db: Db,
         stats: Arc<Stats>,
         store_health: Arc<StoreHealth>,
         shutdown: CancellationToken,
@@ -631,7 +631,7 @@ fn outbound(
 
 /// Commits delivery and ack updates in batches; never blocks the hub.
 async fn audit_writer(
-    db: SqlitePool,
+    db: Db,
     mut rx: mpsc::Receiver<SignalUpdate>,
     stats: Arc<Stats>,
     (health, clock): (Arc<StoreHealth>, Clock),

@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use serde::Serialize;
-use sqlx::{QueryBuilder, Sqlite, SqlitePool};
+use sqlx::QueryBuilder;
+
+use super::{on_pool, Db};
 
 use crate::clock::Ts;
 use crate::model::{
@@ -114,7 +116,8 @@ pub struct Loaded {
     pub health: Vec<LastHealth>,
 }
 
-pub async fn load(pool: &SqlitePool) -> Result<Loaded, sqlx::Error> {
+pub async fn load(db: &Db) -> Result<Loaded, sqlx::Error> {
+    on_pool!(db, pool => {
     let rows: Vec<ResourceRow> = sqlx::query_as(
         "SELECT kind, name, addr, version, group_id, group_generation, expires_us, ttl_us, labels, auth_server FROM resources",
     )
@@ -183,6 +186,7 @@ pub async fn load(pool: &SqlitePool) -> Result<Loaded, sqlx::Error> {
         next_episode_id: max.unwrap_or(0) + 1,
         health,
     })
+    })
 }
 
 /// Filters for `/api/v1/episodes`. `before` is the paging cursor (an id).
@@ -196,8 +200,9 @@ pub struct EpisodeFilter {
     pub limit: u32,
 }
 
-pub async fn episodes(pool: &SqlitePool, f: &EpisodeFilter) -> Result<Vec<Episode>, sqlx::Error> {
-    let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
+pub async fn episodes(db: &Db, f: &EpisodeFilter) -> Result<Vec<Episode>, sqlx::Error> {
+    on_pool!(db, pool => {
+    let mut q = QueryBuilder::new(
         "SELECT id, agent, state, reasons, cause, cause_resource, started_us, ended_us, ended_by_signal, end_reason \
          FROM episodes WHERE 1 = 1",
     );
@@ -226,6 +231,7 @@ pub async fn episodes(pool: &SqlitePool, f: &EpisodeFilter) -> Result<Vec<Episod
         .push_bind(i64::from(f.limit));
     let rows: Vec<EpisodeRow> = q.build_query_as().fetch_all(pool).await?;
     Ok(rows.into_iter().map(Episode::from).collect())
+    })
 }
 
 #[derive(sqlx::FromRow)]
@@ -263,8 +269,9 @@ pub struct EventFilter {
     pub limit: u32,
 }
 
-pub async fn events(pool: &SqlitePool, f: &EventFilter) -> Result<Vec<EventView>, sqlx::Error> {
-    let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
+pub async fn events(db: &Db, f: &EventFilter) -> Result<Vec<EventView>, sqlx::Error> {
+    on_pool!(db, pool => {
+    let mut q = QueryBuilder::new(
         "SELECT id, at_us, kind, name, event, expires_us, ttl_us, detail FROM events WHERE 1 = 1",
     );
     if let Some(s) = f.since {
@@ -298,6 +305,7 @@ pub async fn events(pool: &SqlitePool, f: &EventFilter) -> Result<Vec<EventView>
             detail: r.detail,
         })
         .collect())
+    })
 }
 
 /// One auth health transition as the API shows it.
@@ -321,16 +329,18 @@ impl Transition {
 }
 
 pub async fn transitions(
-    pool: &SqlitePool,
+    db: &Db,
     auth_server: &str,
     limit: u32,
 ) -> Result<Vec<Transition>, sqlx::Error> {
+    on_pool!(db, pool => {
     sqlx::query_as(
         "SELECT id, auth_server, addr, at_us, from_status, to_status, mode, detail \
-         FROM health_transitions WHERE auth_server = ? ORDER BY id DESC LIMIT ?",
+         FROM health_transitions WHERE auth_server = $1 ORDER BY id DESC LIMIT $2",
     )
     .bind(auth_server)
     .bind(i64::from(limit))
     .fetch_all(pool)
     .await
+    })
 }

@@ -5,7 +5,9 @@
 //! this file only reads and writes rows.
 
 use serde::Serialize;
-use sqlx::{Sqlite, SqlitePool, Transaction};
+use sqlx::{Postgres, Sqlite, Transaction};
+
+use super::{on_pool, Db};
 
 use crate::clock::Ts;
 use crate::model::{Origin, SettingAction};
@@ -41,87 +43,124 @@ impl SettingChange {
     }
 }
 
-pub async fn all(db: &SqlitePool) -> Result<Vec<StoredSetting>, sqlx::Error> {
-    sqlx::query_as("SELECT name, value, origin, updated_us, updated_by FROM settings ORDER BY name")
-        .fetch_all(db)
-        .await
+pub async fn all(db: &Db) -> Result<Vec<StoredSetting>, sqlx::Error> {
+    on_pool!(db, pool => {
+        sqlx::query_as("SELECT name, value, origin, updated_us, updated_by FROM settings ORDER BY name")
+            .fetch_all(pool)
+            .await
+    })
 }
 
+/// A change of settings under way: one transaction that holds the
+/// settings' write lock from its first read to its commit, so two changes
+/// (from two API calls, or two replicas) never interleave.
+pub enum Change {
+    Sqlite(Transaction<'static, Sqlite>),
+    Postgres(Transaction<'static, Postgres>),
+}
+
+/// Runs `$body` with `$tx` bound to the change's own transaction type.
+macro_rules! on_tx {
+    ($change:expr, $tx:ident => $body:expr) => {
+        match $change {
+            Change::Sqlite($tx) => $body,
+            Change::Postgres($tx) => $body,
+        }
+    };
+}
+
+/// The advisory lock key that serialises settings changes on PostgreSQL
+/// (any constant that no other lock uses; "LLSETTNG" in ASCII).
+const SETTINGS_LOCK: i64 = 0x4c4c_5345_5454_4e47;
+
 /// Begins a change of settings, which reads the stored rows, then writes.
-/// In WAL mode a deferred transaction that read before another connection
-/// committed cannot take the write lock (`SQLITE_BUSY_SNAPSHOT`, with no
-/// wait); taking the lock first makes a concurrent writer wait instead.
-pub async fn begin_change(db: &SqlitePool) -> Result<Transaction<'static, Sqlite>, sqlx::Error> {
-    db.begin_with("BEGIN IMMEDIATE").await
+/// SQLite: in WAL mode a deferred transaction that read before another
+/// connection committed cannot take the write lock (`SQLITE_BUSY_SNAPSHOT`,
+/// with no wait); taking the lock first makes a concurrent writer wait
+/// instead. PostgreSQL: a transaction-scoped advisory lock does the same
+/// across replicas.
+pub async fn begin_change(db: &Db) -> Result<Change, sqlx::Error> {
+    match db {
+        Db::Sqlite(pool) => Ok(Change::Sqlite(pool.begin_with("BEGIN IMMEDIATE").await?)),
+        Db::Postgres(pool) => {
+            let mut tx = pool.begin().await?;
+            sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                .bind(SETTINGS_LOCK)
+                .execute(&mut *tx)
+                .await?;
+            Ok(Change::Postgres(tx))
+        }
+    }
 }
 
 /// One setting's row.
-const ONE: &str = "SELECT name, value, origin, updated_us, updated_by FROM settings WHERE name = ?";
+const ONE: &str =
+    "SELECT name, value, origin, updated_us, updated_by FROM settings WHERE name = $1";
 
-pub async fn get(db: &SqlitePool, name: &str) -> Result<Option<StoredSetting>, sqlx::Error> {
-    sqlx::query_as(ONE).bind(name).fetch_optional(db).await
+pub async fn get(db: &Db, name: &str) -> Result<Option<StoredSetting>, sqlx::Error> {
+    on_pool!(db, pool => sqlx::query_as(ONE).bind(name).fetch_optional(pool).await)
 }
 
-pub async fn get_in(
-    tx: &mut Transaction<'_, Sqlite>,
-    name: &str,
-) -> Result<Option<StoredSetting>, sqlx::Error> {
-    sqlx::query_as(ONE)
-        .bind(name)
-        .fetch_optional(&mut **tx)
-        .await
-}
+impl Change {
+    pub async fn get(&mut self, name: &str) -> Result<Option<StoredSetting>, sqlx::Error> {
+        on_tx!(self, tx => sqlx::query_as(ONE).bind(name).fetch_optional(&mut **tx).await)
+    }
 
-/// Writes `new` and its audit row (`old` is what it replaces) in `tx`.
-pub async fn put_in(
-    tx: &mut Transaction<'_, Sqlite>,
-    new: &StoredSetting,
-    old: Option<&StoredSetting>,
-    action: SettingAction,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "INSERT INTO settings (name, value, origin, updated_us, updated_by) VALUES (?, ?, ?, ?, ?) \
-         ON CONFLICT (name) DO UPDATE SET value = excluded.value, origin = excluded.origin, \
-         updated_us = excluded.updated_us, updated_by = excluded.updated_by",
-    )
-    .bind(&new.name)
-    .bind(&new.value)
-    .bind(new.origin)
-    .bind(new.updated_us)
-    .bind(&new.updated_by)
-    .execute(&mut **tx)
-    .await?;
-    sqlx::query(
-        "INSERT INTO settings_audit (at_us, name, action, old_value, old_origin, new_value, new_origin, actor) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(new.updated_us)
-    .bind(&new.name)
-    .bind(action)
-    .bind(old.map(|o| o.value.clone()))
-    .bind(old.map(|o| o.origin))
-    .bind(&new.value)
-    .bind(new.origin)
-    .bind(&new.updated_by)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
+    /// Writes `new` and its audit row (`old` is what it replaces).
+    pub async fn put(
+        &mut self,
+        new: &StoredSetting,
+        old: Option<&StoredSetting>,
+        action: SettingAction,
+    ) -> Result<(), sqlx::Error> {
+        on_tx!(self, tx => {
+            sqlx::query(
+                "INSERT INTO settings (name, value, origin, updated_us, updated_by) VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT (name) DO UPDATE SET value = excluded.value, origin = excluded.origin, \
+                 updated_us = excluded.updated_us, updated_by = excluded.updated_by",
+            )
+            .bind(&new.name)
+            .bind(&new.value)
+            .bind(new.origin)
+            .bind(new.updated_us)
+            .bind(&new.updated_by)
+            .execute(&mut **tx)
+            .await?;
+            sqlx::query(
+                "INSERT INTO settings_audit (at_us, name, action, old_value, old_origin, new_value, new_origin, actor) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            )
+            .bind(new.updated_us)
+            .bind(&new.name)
+            .bind(action)
+            .bind(old.map(|o| o.value.clone()))
+            .bind(old.map(|o| o.origin))
+            .bind(&new.value)
+            .bind(new.origin)
+            .bind(&new.updated_by)
+            .execute(&mut **tx)
+            .await?;
+        });
+        Ok(())
+    }
+
+    pub async fn commit(self) -> Result<(), sqlx::Error> {
+        on_tx!(self, tx => tx.commit().await)
+    }
 }
 
 /// The newest changes of one setting, newest first.
-pub async fn history(
-    db: &SqlitePool,
-    name: &str,
-    limit: u32,
-) -> Result<Vec<SettingChange>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT id, at_us, name, action, old_value, old_origin, new_value, new_origin, actor \
-         FROM settings_audit WHERE name = ? ORDER BY id DESC LIMIT ?",
-    )
-    .bind(name)
-    .bind(limit)
-    .fetch_all(db)
-    .await
+pub async fn history(db: &Db, name: &str, limit: u32) -> Result<Vec<SettingChange>, sqlx::Error> {
+    on_pool!(db, pool => {
+        sqlx::query_as(
+            "SELECT id, at_us, name, action, old_value, old_origin, new_value, new_origin, actor \
+             FROM settings_audit WHERE name = $1 ORDER BY id DESC LIMIT $2",
+        )
+        .bind(name)
+        .bind(i64::from(limit))
+        .fetch_all(pool)
+        .await
+    })
 }
 
 #[cfg(test)]
@@ -140,11 +179,12 @@ mod tests {
     async fn a_change_keeps_the_write_lock_from_its_first_read() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("lifeline.db");
-        let db = crate::store::open(&path, Duration::from_secs(5))
+        let engine = crate::store::Engine::Sqlite(path.clone());
+        let db = crate::store::open(&engine, Duration::from_secs(5))
             .await
             .unwrap();
         let mut tx = begin_change(&db).await.unwrap();
-        assert_eq!(get_in(&mut tx, "retention").await.unwrap(), None);
+        assert_eq!(tx.get("retention").await.unwrap(), None);
 
         let mut other = SqliteConnectOptions::new()
             .filename(&path)
@@ -166,9 +206,7 @@ mod tests {
             updated_us: 2,
             updated_by: "test".into(),
         };
-        put_in(&mut tx, &new, None, SettingAction::Create)
-            .await
-            .unwrap();
+        tx.put(&new, None, SettingAction::Create).await.unwrap();
         tx.commit().await.unwrap();
         assert_eq!(get(&db, "retention").await.unwrap(), Some(new));
         other.close().await.unwrap();

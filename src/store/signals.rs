@@ -1,10 +1,12 @@
-//! The signal audit in SQLite. Unlike history, these rows are written
+//! The signal audit. Unlike history, these rows are written
 //! directly (not through the batch writer): a signal's row must be committed
-//! before the API answers for it, and SQLite serialises the two writers.
+//! before the API answers for it.
 //! Delivery and ack updates arrive in batches from the signals room.
 
 use serde::Serialize;
-use sqlx::{QueryBuilder, Sqlite, SqlitePool};
+use sqlx::QueryBuilder;
+
+use super::{on_pool, Db};
 
 use crate::clock::Ts;
 use crate::model::{Outcome, SignalKind};
@@ -85,21 +87,24 @@ pub enum SignalUpdate {
 }
 
 /// The highest signal id stored, so ids stay unique across restarts.
-pub async fn max_id(pool: &SqlitePool) -> Result<i64, sqlx::Error> {
+pub async fn max_id(db: &Db) -> Result<i64, sqlx::Error> {
+    on_pool!(db, pool => {
     let (max,): (Option<i64>,) = sqlx::query_as("SELECT max(id) FROM signals")
         .fetch_one(pool)
         .await?;
     Ok(max.unwrap_or(0))
+    })
 }
 
 /// Commits new signal rows in one transaction.
-pub async fn insert(pool: &SqlitePool, rows: &[SignalRecord]) -> Result<(), sqlx::Error> {
+pub async fn insert(db: &Db, rows: &[SignalRecord]) -> Result<(), sqlx::Error> {
+    on_pool!(db, pool => {
     if rows.is_empty() {
         return Ok(());
     }
     let mut tx = pool.begin().await?;
     for chunk in rows.chunks(CHUNK) {
-        let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
+        let mut q = QueryBuilder::new(
             "INSERT INTO signals (id, kind, agent, proxy, reason, requested_by, created_us, delivered_us, acked_us, outcome, detail, latency_us) ",
         );
         q.push_values(chunk, |mut b, r| {
@@ -119,11 +124,13 @@ pub async fn insert(pool: &SqlitePool, rows: &[SignalRecord]) -> Result<(), sqlx
         q.build().execute(&mut *tx).await?;
     }
     tx.commit().await
+    })
 }
 
 /// Applies delivery and outcome updates in one transaction. An outcome never
 /// goes back to `delivered`.
-pub async fn update(pool: &SqlitePool, updates: &[SignalUpdate]) -> Result<(), sqlx::Error> {
+pub async fn update(db: &Db, updates: &[SignalUpdate]) -> Result<(), sqlx::Error> {
+    on_pool!(db, pool => {
     if updates.is_empty() {
         return Ok(());
     }
@@ -132,7 +139,7 @@ pub async fn update(pool: &SqlitePool, updates: &[SignalUpdate]) -> Result<(), s
         match u {
             SignalUpdate::Delivered { id, at } => {
                 sqlx::query(
-                    "UPDATE signals SET delivered_us = coalesce(delivered_us, ?), outcome = CASE WHEN outcome = 'pending' THEN 'delivered' ELSE outcome END WHERE id = ?",
+                    "UPDATE signals SET delivered_us = coalesce(delivered_us, $1), outcome = CASE WHEN outcome = 'pending' THEN 'delivered' ELSE outcome END WHERE id = $2",
                 )
                 .bind(at.as_micros())
                 .bind(id)
@@ -148,7 +155,7 @@ pub async fn update(pool: &SqlitePool, updates: &[SignalUpdate]) -> Result<(), s
                 latency_us,
             } => {
                 sqlx::query(
-                    "UPDATE signals SET outcome = ?, detail = ?, acked_us = ?, latency_us = ? WHERE id = ?",
+                    "UPDATE signals SET outcome = $1, detail = $2, acked_us = $3, latency_us = $4 WHERE id = $5",
                 )
                 .bind(*outcome)
                 .bind(detail.as_str())
@@ -161,6 +168,7 @@ pub async fn update(pool: &SqlitePool, updates: &[SignalUpdate]) -> Result<(), s
         }
     }
     tx.commit().await
+    })
 }
 
 #[derive(Clone, Debug, Default)]
@@ -176,8 +184,9 @@ pub struct SignalFilter {
 
 const COLUMNS: &str = "SELECT id, kind, agent, proxy, reason, requested_by, created_us, delivered_us, acked_us, outcome, detail, latency_us FROM signals";
 
-pub async fn list(pool: &SqlitePool, f: &SignalFilter) -> Result<Vec<SignalRecord>, sqlx::Error> {
-    let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(COLUMNS);
+pub async fn list(db: &Db, f: &SignalFilter) -> Result<Vec<SignalRecord>, sqlx::Error> {
+    on_pool!(db, pool => {
+    let mut q = QueryBuilder::new(COLUMNS);
     q.push(" WHERE 1=1");
     if let Some(a) = &f.agent {
         q.push(" AND agent = ").push_bind(a.clone());
@@ -193,9 +202,9 @@ pub async fn list(pool: &SqlitePool, f: &SignalFilter) -> Result<Vec<SignalRecor
         let prefix = format!("{r}:");
         q.push(" AND (requested_by = ")
             .push_bind(r.clone())
-            .push(" OR substr(requested_by, 1, ")
-            .push_bind(prefix.chars().count() as i64)
-            .push(") = ")
+            .push(" OR substr(requested_by, 1, length(")
+            .push_bind(prefix.clone())
+            .push(")) = ")
             .push_bind(prefix)
             .push(")");
     }
@@ -205,22 +214,26 @@ pub async fn list(pool: &SqlitePool, f: &SignalFilter) -> Result<Vec<SignalRecor
     q.push(" ORDER BY id DESC LIMIT ").push_bind(f.limit as i64);
     let rows: Vec<Row> = q.build_query_as().fetch_all(pool).await?;
     Ok(rows.into_iter().map(Into::into).collect())
+    })
 }
 
-pub async fn get(pool: &SqlitePool, id: i64) -> Result<Option<SignalRecord>, sqlx::Error> {
-    let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(COLUMNS);
+pub async fn get(db: &Db, id: i64) -> Result<Option<SignalRecord>, sqlx::Error> {
+    on_pool!(db, pool => {
+    let mut q = QueryBuilder::new(COLUMNS);
     q.push(" WHERE id = ").push_bind(id);
     let row: Option<Row> = q.build_query_as().fetch_optional(pool).await?;
     Ok(row.map(Into::into))
+    })
 }
 
 /// The rows with these ids (at most [`CHUNK`] are looked up; the dashboard
 /// asks for one page of agents' last signals at a time).
-pub async fn by_ids(pool: &SqlitePool, ids: &[i64]) -> Result<Vec<SignalRecord>, sqlx::Error> {
+pub async fn by_ids(db: &Db, ids: &[i64]) -> Result<Vec<SignalRecord>, sqlx::Error> {
+    on_pool!(db, pool => {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(COLUMNS);
+    let mut q = QueryBuilder::new(COLUMNS);
     q.push(" WHERE id IN (");
     let mut sep = q.separated(", ");
     for id in ids.iter().take(CHUNK) {
@@ -229,4 +242,5 @@ pub async fn by_ids(pool: &SqlitePool, ids: &[i64]) -> Result<Vec<SignalRecord>,
     q.push(")");
     let rows: Vec<Row> = q.build_query_as().fetch_all(pool).await?;
     Ok(rows.into_iter().map(Into::into).collect())
+    })
 }

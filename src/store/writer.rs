@@ -10,12 +10,12 @@
 use std::borrow::Borrow;
 use std::sync::Arc;
 
-use sqlx::{QueryBuilder, Sqlite, SqlitePool};
+use sqlx::{Database, Encode, QueryBuilder, Type};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug_span, error, warn, Instrument};
 
 use super::batch::{EpisodeOp, WriteBatch};
-use super::StoreError;
+use super::{on_pool, Db, StoreError};
 use crate::clock::{dur_micros, Ts};
 use crate::model::{Server, Tunnel};
 use crate::stats::Stats;
@@ -92,7 +92,7 @@ pub struct WriterOptions {
 /// Starts the writer: returns its handle and the future to run (the caller
 /// spawns it, supervised).
 pub fn writer(
-    pool: SqlitePool,
+    pool: Db,
     opts: WriterOptions,
 ) -> (WriterHandle, impl std::future::Future<Output = ()> + Send) {
     let (tx, mut rx) = mpsc::channel::<WriterMsg>(opts.depth.max(1));
@@ -109,13 +109,13 @@ pub fn writer(
     (WriterHandle { tx }, run)
 }
 
-async fn commit_with_retry(pool: &SqlitePool, opts: &WriterOptions, mut batch: WriteBatch) {
+async fn commit_with_retry(pool: &Db, opts: &WriterOptions, mut batch: WriteBatch) {
     let stats = &*opts.stats;
     if batch.dropped_events > 0 {
         Stats::add(&stats.store_events_dropped, batch.dropped_events);
         warn!(
             dropped = batch.dropped_events,
-            "SQLite fell behind: history rows dropped (current state is kept)"
+            "the database fell behind: history rows dropped (current state is kept)"
         );
     }
     if batch.is_empty() {
@@ -193,24 +193,25 @@ fn chunks<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
 }
 
 /// Commits one batch in one transaction.
-pub async fn commit(pool: &SqlitePool, b: &WriteBatch) -> Result<(), sqlx::Error> {
+pub async fn commit(db: &Db, b: &WriteBatch) -> Result<(), sqlx::Error> {
+    on_pool!(db, pool => {
     let mut tx = pool.begin().await?;
     for (kind, rows) in &b.replace_servers {
-        sqlx::query("DELETE FROM resources WHERE kind = ?")
+        sqlx::query("DELETE FROM resources WHERE kind = $1")
             .bind(kind.as_str())
             .execute(&mut *tx)
             .await?;
         for chunk in chunks(rows) {
-            upsert_servers(&mut tx, chunk).await?;
+            upsert_servers(chunk).build().execute(&mut *tx).await?;
         }
     }
     let (puts, dels): (Vec<_>, Vec<_>) = b.servers.iter().partition(|(_, v)| v.is_some());
     let puts: Vec<&Server> = puts.into_iter().filter_map(|(_, v)| v.as_ref()).collect();
     for chunk in chunks(&puts) {
-        upsert_servers(&mut tx, chunk).await?;
+        upsert_servers(chunk).build().execute(&mut *tx).await?;
     }
     for ((kind, name), _) in dels {
-        sqlx::query("DELETE FROM resources WHERE kind = ? AND name = ?")
+        sqlx::query("DELETE FROM resources WHERE kind = $1 AND name = $2")
             .bind(kind.as_str())
             .bind(name.as_str())
             .execute(&mut *tx)
@@ -219,22 +220,22 @@ pub async fn commit(pool: &SqlitePool, b: &WriteBatch) -> Result<(), sqlx::Error
     if let Some(rows) = &b.replace_tunnels {
         sqlx::query("DELETE FROM tunnels").execute(&mut *tx).await?;
         for chunk in chunks(rows) {
-            upsert_tunnels(&mut tx, chunk).await?;
+            upsert_tunnels(chunk).build().execute(&mut *tx).await?;
         }
     }
     let (puts, dels): (Vec<_>, Vec<_>) = b.tunnels.iter().partition(|(_, v)| v.is_some());
     let puts: Vec<&Tunnel> = puts.into_iter().filter_map(|(_, v)| v.as_ref()).collect();
     for chunk in chunks(&puts) {
-        upsert_tunnels(&mut tx, chunk).await?;
+        upsert_tunnels(chunk).build().execute(&mut *tx).await?;
     }
     for (name, _) in dels {
-        sqlx::query("DELETE FROM tunnels WHERE name = ?")
+        sqlx::query("DELETE FROM tunnels WHERE name = $1")
             .bind(name.as_str())
             .execute(&mut *tx)
             .await?;
     }
     for chunk in chunks(&b.events) {
-        let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
+        let mut q = QueryBuilder::new(
             "INSERT INTO events (at_us, kind, name, event, expires_us, ttl_us, detail) ",
         );
         q.push_values(chunk, |mut r, e| {
@@ -249,7 +250,7 @@ pub async fn commit(pool: &SqlitePool, b: &WriteBatch) -> Result<(), sqlx::Error
         q.build().execute(&mut *tx).await?;
     }
     for chunk in chunks(&b.health) {
-        let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
+        let mut q = QueryBuilder::new(
             "INSERT INTO health_transitions (auth_server, addr, at_us, from_status, to_status, mode, detail) ",
         );
         q.push_values(chunk, |mut r, h| {
@@ -275,7 +276,7 @@ pub async fn commit(pool: &SqlitePool, b: &WriteBatch) -> Result<(), sqlx::Error
             } => {
                 sqlx::query(
                     "INSERT INTO episodes (id, agent, state, reasons, cause, cause_resource, started_us) \
-                     VALUES (?, ?, ?, ?, ?, ?, ?)",
+                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
                 )
                 .bind(id)
                 .bind(agent.as_str())
@@ -289,7 +290,7 @@ pub async fn commit(pool: &SqlitePool, b: &WriteBatch) -> Result<(), sqlx::Error
             }
             EpisodeOp::Update { id, reasons, cause } => {
                 sqlx::query(
-                    "UPDATE episodes SET reasons = ?, cause = ?, cause_resource = ? WHERE id = ?",
+                    "UPDATE episodes SET reasons = $1, cause = $2, cause_resource = $3 WHERE id = $4",
                 )
                 .bind(reasons.as_str())
                 .bind(cause.as_ref().map_or("", |c| c.kind.as_str()))
@@ -305,7 +306,7 @@ pub async fn commit(pool: &SqlitePool, b: &WriteBatch) -> Result<(), sqlx::Error
                 end_reason,
             } => {
                 sqlx::query(
-                    "UPDATE episodes SET ended_us = ?, ended_by_signal = ?, end_reason = ? WHERE id = ?",
+                    "UPDATE episodes SET ended_us = $1, ended_by_signal = $2, end_reason = $3 WHERE id = $4",
                 )
                 .bind(ended.as_micros())
                 .bind(*ended_by_signal)
@@ -317,17 +318,19 @@ pub async fn commit(pool: &SqlitePool, b: &WriteBatch) -> Result<(), sqlx::Error
         }
     }
     tx.commit().await
+    })
 }
 
-/// `rows` are servers or references to them (what a batch holds).
-async fn upsert_servers<R: Borrow<Server>>(
-    tx: &mut sqlx::Transaction<'_, Sqlite>,
-    rows: &[R],
-) -> Result<(), sqlx::Error> {
-    if rows.is_empty() {
-        return Ok(());
-    }
-    let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
+/// The upsert of `rows` (servers or references to them, what a batch
+/// holds; never empty: [`chunks`] yields none).
+fn upsert_servers<DB: Database, R: Borrow<Server>>(rows: &[R]) -> QueryBuilder<DB>
+where
+    DB::Arguments: Default,
+    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
+    for<'t> i64: Encode<'t, DB> + Type<DB>,
+    for<'t> String: Encode<'t, DB> + Type<DB>,
+{
+    let mut q = QueryBuilder::new(
         "INSERT INTO resources (kind, name, addr, version, group_id, group_generation, expires_us, ttl_us, labels, auth_server) ",
     );
     q.push_values(rows, |mut r, s| {
@@ -349,18 +352,16 @@ async fn upsert_servers<R: Borrow<Server>>(
          expires_us = excluded.expires_us, ttl_us = excluded.ttl_us, labels = excluded.labels, \
          auth_server = excluded.auth_server",
     );
-    q.build().execute(&mut **tx).await?;
-    Ok(())
+    q
 }
 
-async fn upsert_tunnels<R: Borrow<Tunnel>>(
-    tx: &mut sqlx::Transaction<'_, Sqlite>,
-    rows: &[R],
-) -> Result<(), sqlx::Error> {
-    if rows.is_empty() {
-        return Ok(());
-    }
-    let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
+fn upsert_tunnels<DB: Database, R: Borrow<Tunnel>>(rows: &[R]) -> QueryBuilder<DB>
+where
+    DB::Arguments: Default,
+    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
+    for<'t> Option<i64>: Encode<'t, DB> + Type<DB>,
+{
+    let mut q = QueryBuilder::new(
         "INSERT INTO tunnels (name, agent, proxy, last_heartbeat_us, expires_us) ",
     );
     q.push_values(rows, |mut r, t| {
@@ -375,17 +376,17 @@ async fn upsert_tunnels<R: Borrow<Tunnel>>(
         " ON CONFLICT (name) DO UPDATE SET agent = excluded.agent, proxy = excluded.proxy, \
          last_heartbeat_us = excluded.last_heartbeat_us, expires_us = excluded.expires_us",
     );
-    q.build().execute(&mut **tx).await?;
-    Ok(())
+    q
 }
 
 /// Deletes history older than `before`, in small steps so readers and the
 /// writer are never blocked for long. Returns the rows deleted.
-pub async fn prune(pool: &SqlitePool, before: Ts) -> Result<u64, sqlx::Error> {
+pub async fn prune(db: &Db, before: Ts) -> Result<u64, sqlx::Error> {
+    on_pool!(db, pool => {
     let mut total = 0;
     loop {
         let n = sqlx::query(
-            "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE at_us < ? ORDER BY at_us LIMIT 5000)",
+            "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE at_us < $1 ORDER BY at_us LIMIT 5000)",
         )
         .bind(before.as_micros())
         .execute(pool)
@@ -397,12 +398,13 @@ pub async fn prune(pool: &SqlitePool, before: Ts) -> Result<u64, sqlx::Error> {
         }
         tokio::task::yield_now().await;
     }
-    let n = sqlx::query("DELETE FROM health_transitions WHERE at_us < ?")
+    let n = sqlx::query("DELETE FROM health_transitions WHERE at_us < $1")
         .bind(before.as_micros())
         .execute(pool)
         .await?
         .rows_affected();
     Ok(total + n)
+    })
 }
 
 /// Rows the audit pruning deletes per statement.
@@ -411,18 +413,18 @@ const AUDIT_PRUNE_STEP: i64 = 1000;
 /// Deletes signal audit rows and closed episodes older than `before`, in
 /// small steps. Never a pending signal (not yet delivered, acked, failed or
 /// timed out) and never an open episode. Returns (signals, episodes).
-pub async fn prune_audit(pool: &SqlitePool, before: Ts) -> Result<(u64, u64), sqlx::Error> {
+pub async fn prune_audit(pool: &Db, before: Ts) -> Result<(u64, u64), sqlx::Error> {
     let signals = prune_in_steps(
         pool,
         "DELETE FROM signals WHERE id IN (SELECT id FROM signals \
-         WHERE created_us < ? AND outcome NOT IN ('pending', 'delivered') ORDER BY id LIMIT ?)",
+         WHERE created_us < $1 AND outcome NOT IN ('pending', 'delivered') ORDER BY id LIMIT $2)",
         before,
     )
     .await?;
     let episodes = prune_in_steps(
         pool,
         "DELETE FROM episodes WHERE id IN (SELECT id FROM episodes \
-         WHERE ended_us IS NOT NULL AND ended_us < ? ORDER BY id LIMIT ?)",
+         WHERE ended_us IS NOT NULL AND ended_us < $1 ORDER BY id LIMIT $2)",
         before,
     )
     .await?;
@@ -431,11 +433,8 @@ pub async fn prune_audit(pool: &SqlitePool, before: Ts) -> Result<(u64, u64), sq
 
 /// Runs `sql` (binding `before` and the step size) until it deletes less
 /// than a step, yielding between steps.
-async fn prune_in_steps(
-    pool: &SqlitePool,
-    sql: &'static str,
-    before: Ts,
-) -> Result<u64, sqlx::Error> {
+async fn prune_in_steps(db: &Db, sql: &'static str, before: Ts) -> Result<u64, sqlx::Error> {
+    on_pool!(db, pool => {
     let mut total = 0;
     loop {
         let n = sqlx::query(sql)
@@ -450,6 +449,7 @@ async fn prune_in_steps(
         }
         tokio::task::yield_now().await;
     }
+    })
 }
 
 #[cfg(test)]

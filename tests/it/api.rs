@@ -196,23 +196,35 @@ async fn ttl_windows_page_through_every_resource_once_in_order() {
     c.shutdown().await;
 }
 
+/// Every connection of `pool`, held while the result lives.
+async fn hold_all<DB: sqlx::Database>(
+    pool: &sqlx::Pool<DB>,
+) -> Vec<sqlx::pool::PoolConnection<DB>> {
+    let mut held = Vec::new();
+    while held.len() < pool.options().get_max_connections() as usize {
+        held.push(pool.acquire().await.expect("a connection"));
+    }
+    held
+}
+
+on_both_engines! {
 /// Guards "reads never hang": with every database connection taken (a
 /// writer stuck behind a lock, say), a request that needs one is answered
 /// 503 `busy` once the 2 s acquire timeout passes, and works again after.
 #[tokio::test(start_paused = true)]
-async fn a_request_that_cannot_get_a_database_connection_is_a_clear_503() {
+async fn a_request_that_cannot_get_a_database_connection_is_a_clear_503(store) {
     let c = Cluster::new()
+        .store(store)
         .quiet()
         .production_acquire_timeout()
         .start()
         .await;
     c.ready().await;
     c.flush().await;
-    let pool = c.ll().db.clone();
-    let mut held = Vec::new();
-    while held.len() < pool.options().get_max_connections() as usize {
-        held.push(pool.acquire().await.expect("a connection"));
-    }
+    let held = match &c.ll().db {
+        lifeline::store::Db::Sqlite(p) => (hold_all(p).await, Vec::new()),
+        lifeline::store::Db::Postgres(p) => (Vec::new(), hold_all(p).await),
+    };
     let http = c.http.clone();
     let url = format!("{}/api/v1/episodes", c.ll().base_url());
     let req = tokio::spawn(async move {
@@ -245,4 +257,5 @@ async fn a_request_that_cannot_get_a_database_connection_is_a_clear_503() {
     drop(held);
     assert_eq!(c.get("/api/v1/episodes").await.0, 200);
     c.shutdown().await;
+}
 }

@@ -82,7 +82,8 @@ fn source_comparison(v: &Value) {
 
 #[test]
 fn bench_ingest_runs_and_loses_nothing() {
-    let v = bench(&[
+    let server = crate::support::postgres_server("bench_ingest");
+    let mut args = vec![
         "ingest",
         "--agents",
         "200",
@@ -94,7 +95,11 @@ fn bench_ingest_runs_and_loses_nothing() {
         "1",
         "--source-rounds",
         "1",
-    ]);
+    ];
+    if let Some(url) = &server {
+        args.extend(["--postgres", url.as_str()]);
+    }
+    let v = bench(&args);
     assert_eq!(at(&v, "scenario"), "ingest");
     source_comparison(&v);
     eq(&v, "events", 5000.0);
@@ -114,6 +119,21 @@ fn bench_ingest_runs_and_loses_nothing() {
     positive(&v, "export/spans_received");
     eq(&v, "export/spans_lost", 0.0);
     positive(&v, "peak_rss_kib");
+    // The same stream on PostgreSQL, in the same run.
+    if server.is_some() {
+        for f in [
+            "pipeline_events_per_s",
+            "raw_insert_events_per_s",
+            "ratio",
+            "sqlite_pipeline_events_per_s",
+            "postgres_to_sqlite_pipeline",
+        ] {
+            positive(&v, &format!("postgres/{f}"));
+        }
+        eq(&v, "postgres/history_rows_dropped", 0.0);
+    } else {
+        assert!(at(&v, "postgres").is_null(), "{v:#}");
+    }
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! small machine. The one exception is `tests/telemetry.rs`: it installs
 //! tracing subscribers, and tracing's callsite cache is process-wide.
 
+#[macro_use]
 mod support;
 
 mod access;

@@ -27,12 +27,13 @@ fn position(events: &[AgentEvent], e: &AgentEvent) -> usize {
         .unwrap_or_else(|| panic!("{e:?} not in {events:?}"))
 }
 
+on_both_engines! {
 /// Guards the manual path end to end: a legacy agent stranded by proxy
 /// expiry is told to reconnect, opens a new tunnel before closing the old,
 /// acks; the audit row says so and the episode is closed by that signal.
 #[tokio::test(start_paused = true)]
-async fn manual_reconnect_recovers_a_stranded_legacy_agent() {
-    let c = Cluster::two_stranded_by_hand().await;
+async fn manual_reconnect_recovers_a_stranded_legacy_agent(store) {
+    let c = Cluster::two_stranded_by_hand_on(store).await;
     assert!(c.agents_in("stranded").await.contains(&AGENT.to_string()));
 
     let (status, body) = c
@@ -95,13 +96,15 @@ async fn manual_reconnect_recovers_a_stranded_legacy_agent() {
     );
     c.shutdown().await;
 }
+}
 
+on_both_engines! {
 /// Guards automatic recovery: with nobody acting, the stranded agent gets
 /// a Reconnect, moves, and then (still degraded, one tunnel on a dead
 /// proxy) gets another until it is healthy.
 #[tokio::test(start_paused = true)]
-async fn automatic_reconnect_recovers_without_a_person() {
-    let c = Cluster::six_legacy().start().await;
+async fn automatic_reconnect_recovers_without_a_person(store) {
+    let c = Cluster::six_legacy().store(store).start().await;
     c.ready().await;
     c.strand_two().await;
     c.advance_until("agent healthy again", Duration::from_secs(40), || async {
@@ -146,6 +149,7 @@ async fn automatic_reconnect_recovers_without_a_person() {
     })
     .await;
     c.shutdown().await;
+}
 }
 
 /// Automatic signals per agent, and how many of them failed.

@@ -25,9 +25,14 @@ fn kind_of(declared: &str) -> &'static str {
 
 async fn sqlite_schema() -> Schema {
     let dir = tempfile::tempdir().expect("temp dir");
-    let pool = lifeline::store::open(&dir.path().join("s.db"), lifeline::store::ACQUIRE_TIMEOUT)
-        .await
-        .expect("SQLite opens and migrates");
+    let engine = lifeline::store::Engine::Sqlite(dir.path().join("s.db"));
+    let lifeline::store::Db::Sqlite(pool) =
+        lifeline::store::open(&engine, lifeline::store::ACQUIRE_TIMEOUT)
+            .await
+            .expect("SQLite opens and migrates")
+    else {
+        panic!("a SQLite path opens SQLite")
+    };
     let tables: Vec<String> = sqlx::query_scalar(
         "SELECT name FROM sqlite_master WHERE type = 'table' \
          AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '_sqlx%' ORDER BY name",

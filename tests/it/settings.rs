@@ -59,6 +59,7 @@ async fn restart(c: &mut Running, file: Option<bool>) {
     c.restart_lifeline().await;
 }
 
+on_both_engines! {
 /// Guards RFD 0016's table, row by row: defaults → dynamic (create) →
 /// dynamic (force) → kept over a restart without the file section →
 /// defaults (rm) → config-file (file section, restart; even with the
@@ -66,8 +67,8 @@ async fn restart(c: &mut Running, file: Option<bool>) {
 /// refused without the create role, dynamic with force+confirm → the file
 /// wins again at restart → rm refused → defaults once the section is gone.
 #[tokio::test(start_paused = true)]
-async fn origin_transitions_follow_rfd_0016() {
-    let mut c = Cluster::new().quiet().start().await;
+async fn origin_transitions_follow_rfd_0016(store) {
+    let mut c = Cluster::new().store(store).quiet().start().await;
     assert_eq!(origin(&c).await, ("defaults".into(), Value::Bool(true)));
 
     // defaults → dynamic: a plain create, effective at once.
@@ -207,6 +208,7 @@ async fn origin_transitions_follow_rfd_0016() {
         .collect();
     assert_eq!(got, expect, "{hist}");
     c.shutdown().await;
+}
 }
 
 /// Guards the API's refusals: unknown names, bad values and bodies, the
@@ -363,12 +365,13 @@ async fn settings_refusals_are_clear() {
     c.shutdown().await;
 }
 
+on_both_engines! {
 /// Guards "effective at once" for the other settings: the summary and
 /// `GetServiceConfig` follow a PUT without a restart; values are stored
 /// in canonical form.
 #[tokio::test(start_paused = true)]
-async fn changes_apply_at_once() {
-    let c = Cluster::new().quiet().start().await;
+async fn changes_apply_at_once(store) {
+    let c = Cluster::new().store(store).quiet().start().await;
     let (s, v) = put(
         &c,
         "/api/v1/settings/reconnect_interval",
@@ -399,6 +402,7 @@ async fn changes_apply_at_once() {
     let (s, v) = put(&c, "/api/v1/settings/retention", ADMIN, r#"{"value":"2h"}"#).await;
     assert_eq!((s, v["value"].as_str()), (200, Some("2h")), "{v}");
     c.shutdown().await;
+}
 }
 
 /// Guards `lifeline settings get|set|rm`: values typed as an operator

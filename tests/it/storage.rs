@@ -1,6 +1,8 @@
-//! SQLite: history and episodes survive a restart; the last known state is
-//! served (as stale) before the upstream resyncs; a locked database is a
-//! clear start-up error.
+//! The store, on SQLite and on PostgreSQL: history and episodes survive a
+//! restart; the last known state is served (as stale) before the upstream
+//! resyncs; a database that refuses writes for a while loses nothing;
+//! retention prunes; a database that cannot be used is a clear start-up
+//! error.
 
 use crate::support;
 use std::str::FromStr;
@@ -12,11 +14,12 @@ use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::ConnectOptions;
 use support::{ids, Cluster};
 
+on_both_engines! {
 /// Guards persistence: a restart on the same database keeps the open
 /// episodes (same ids), the history, and shows last known state while stale.
 #[tokio::test(start_paused = true)]
-async fn restart_on_the_same_database_keeps_episodes_and_history() {
-    let mut c = Cluster::new().start().await;
+async fn restart_on_the_same_database_keeps_episodes_and_history(store) {
+    let mut c = Cluster::new().store(store).start().await;
     c.ready().await;
     c.sim.pause_heartbeats("proxy-1").await;
     c.sim.pause_heartbeats("proxy-2").await;
@@ -67,6 +70,7 @@ async fn restart_on_the_same_database_keeps_episodes_and_history() {
     assert_eq!(now_ids, before_ids);
     c.shutdown().await;
 }
+}
 
 /// Another connection to the database at `path` that runs `sql` (a lock)
 /// and holds it while it lives.
@@ -107,11 +111,46 @@ async fn locked_database_is_a_clear_start_up_error() {
     drop(holder);
 }
 
+/// Guards the PostgreSQL case: a server that cannot be reached stops
+/// start-up with a message that names it, never its password.
+#[tokio::test]
+async fn an_unreachable_postgres_is_a_clear_start_up_error_without_the_password() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut cfg = Config::default();
+    cfg.server.listen = ([127, 0, 0, 1], 0).into();
+    cfg.server.grpc_listen = ([127, 0, 0, 1], 0).into();
+    cfg.storage.url = Some(lifeline::config::DbUrl::new(format!(
+        "postgres://lifeline:hunter2@127.0.0.1:{port}/lifeline"
+    )));
+    let err = match Lifeline::start(&cfg, Clock::system()).await {
+        Ok(_) => panic!("start-up must fail without a database"),
+        Err(e) => format!("{e:#} {e:?}"),
+    };
+    assert!(
+        err.contains(&format!(
+            "postgres://lifeline:***@127.0.0.1:{port}/lifeline"
+        )),
+        "names the server: {err}"
+    );
+    assert!(!err.contains("hunter2"), "{err}");
+}
+
+on_both_engines! {
 /// Guards retention: history older than the retention is pruned.
 #[tokio::test]
-async fn pruning_removes_history_past_retention() {
+async fn pruning_removes_history_past_retention(store) {
     let dir = tempfile::tempdir().unwrap();
-    let db = lifeline::store::open(&dir.path().join("p.db"), lifeline::store::ACQUIRE_TIMEOUT)
+    let engine = match store {
+        support::Store::Sqlite => lifeline::store::Engine::Sqlite(dir.path().join("p.db")),
+        support::Store::Postgres(url) => {
+            lifeline::store::Engine::Postgres(lifeline::config::DbUrl::new(url))
+        }
+    };
+    let db = lifeline::store::open(&engine, lifeline::store::ACQUIRE_TIMEOUT)
         .await
         .unwrap();
     let mut b = lifeline::store::WriteBatch::default();
@@ -134,21 +173,59 @@ async fn pruning_removes_history_past_retention() {
         .await
         .unwrap();
     assert_eq!(n, 2);
-    let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM events")
-        .fetch_one(&db)
-        .await
-        .unwrap();
-    assert_eq!(left, 1);
+    assert_eq!(support::sql_i64(&db, "SELECT COUNT(*) FROM events").await, 1);
+}
 }
 
-/// Guards "history never silently lost": while another connection holds
-/// SQLite's write lock, the writer keeps current state and episode changes
-/// pending and retries; `/readyz` and `/metrics` say the store is failing
-/// (reads still answer); once the lock is gone every episode is in the
-/// database, opened and closed, none lost.
+/// Another session that blocks every write to the history tables (reads
+/// go on) until [`WriteLock::release`]: SQLite's write lock (WAL), or
+/// PostgreSQL table locks, which Lifeline's `lock_timeout` turns into
+/// errors.
+enum WriteLock {
+    Sqlite(sqlx::SqliteConnection),
+    Postgres(sqlx::PgConnection),
+}
+
+impl WriteLock {
+    async fn take(store: &support::Store, path: &std::path::Path) -> WriteLock {
+        use sqlx::Connection;
+        match store {
+            support::Store::Sqlite => WriteLock::Sqlite(lock(path, "BEGIN IMMEDIATE").await),
+            support::Store::Postgres(url) => {
+                let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+                sqlx::raw_sql(
+                    "BEGIN; LOCK TABLE resources, tunnels, events, health_transitions, episodes IN EXCLUSIVE MODE",
+                )
+                .execute(&mut conn)
+                .await
+                .unwrap();
+                WriteLock::Postgres(conn)
+            }
+        }
+    }
+
+    async fn release(self) {
+        match self {
+            WriteLock::Sqlite(mut c) => {
+                sqlx::query("ROLLBACK").execute(&mut c).await.unwrap();
+            }
+            WriteLock::Postgres(mut c) => {
+                sqlx::query("ROLLBACK").execute(&mut c).await.unwrap();
+            }
+        }
+    }
+}
+
+on_both_engines! {
+/// Guards "history never silently lost": while another session blocks
+/// writes, the writer keeps current state and episode changes pending and
+/// retries; `/readyz` and `/metrics` say the store is failing (reads still
+/// answer); once the lock is gone every episode is in the database, opened
+/// and closed, none lost.
 #[tokio::test(start_paused = true)]
-async fn a_database_that_refuses_writes_for_a_while_loses_no_episode() {
+async fn a_database_that_refuses_writes_for_a_while_loses_no_episode(store) {
     let c = Cluster::new()
+        .store(store.clone())
         .agents(6)
         .proxies(4)
         .ttl(Duration::from_secs(10))
@@ -157,8 +234,7 @@ async fn a_database_that_refuses_writes_for_a_while_loses_no_episode() {
     c.ready().await;
     c.flush().await;
 
-    // Another process takes the write lock (WAL: readers go on).
-    let mut holder = lock(&c.cfg.storage.path, "BEGIN IMMEDIATE").await;
+    let holder = WriteLock::take(&store, &c.cfg.storage.path).await;
 
     // Two agents strand (episodes open) while the database refuses writes.
     c.strand_two().await;
@@ -186,8 +262,7 @@ async fn a_database_that_refuses_writes_for_a_while_loses_no_episode() {
     c.advance(Duration::from_secs(2)).await;
     assert_eq!(c.agents_in("stranded").await.len(), 0);
 
-    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
-    drop(holder);
+    holder.release().await;
     // The writer gets through on its next retry.
     for _ in 0..40 {
         if c.get("/readyz").await.0 == 200 {
@@ -213,13 +288,16 @@ async fn a_database_that_refuses_writes_for_a_while_loses_no_episode() {
     assert!(metrics.contains("lifeline_store_failing 0"), "{metrics}");
     c.shutdown().await;
 }
+}
 
+on_both_engines! {
 /// Guards bounded history: past `storage.audit_retention` the signal audit
 /// and closed episodes are pruned, but never a pending signal and never an
 /// open episode. Virtual time: an hour passes in two steps.
 #[tokio::test(start_paused = true)]
-async fn audit_retention_prunes_closed_history_but_never_pending_or_open() {
+async fn audit_retention_prunes_closed_history_but_never_pending_or_open(store) {
     let c = Cluster::new()
+        .store(store)
         .quiet()
         .agents(3)
         .proxies(2)
@@ -247,29 +325,34 @@ async fn audit_retention_prunes_closed_history_but_never_pending_or_open() {
     .await;
     c.flush().await;
     // Two audit rows from this moment: one answered, one still pending.
-    let db = &c.ll().db;
-    let now = c.clock.now().as_micros();
-    for (id, outcome) in [(9001, "acked"), (9002, "pending")] {
-        sqlx::query(
-            "INSERT INTO signals (id, kind, agent, proxy, reason, requested_by, created_us, outcome) \
-             VALUES (?, 'reconnect', 'agent-00001', '', 'test', 'api', ?, ?)",
-        )
-        .bind(id)
-        .bind(now)
-        .bind(outcome)
-        .execute(db)
-        .await
-        .unwrap();
-    }
-    let pool = c.ll().db.clone();
+    let now = c.clock.now();
+    let row = |id, outcome| lifeline::store::signals::SignalRecord {
+        id,
+        kind: lifeline::model::SignalKind::Reconnect,
+        agent: "agent-00001".into(),
+        proxy: String::new(),
+        reason: "test".into(),
+        requested_by: "api".into(),
+        created: now,
+        delivered: None,
+        acked: None,
+        outcome,
+        detail: String::new(),
+        latency_ms: None,
+    };
+    let db = c.ll().db.clone();
+    lifeline::store::signals::insert(
+        &db,
+        &[
+            row(9001, lifeline::model::Outcome::Acked),
+            row(9002, lifeline::model::Outcome::Pending),
+        ],
+    )
+    .await
+    .unwrap();
     let count = |sql: &'static str| {
-        let pool = pool.clone();
-        async move {
-            sqlx::query_scalar::<_, i64>(sql)
-                .fetch_one(&pool)
-                .await
-                .unwrap()
-        }
+        let db = db.clone();
+        async move { support::sql_i64(&db, sql).await }
     };
     let closed = count("SELECT COUNT(*) FROM episodes WHERE ended_us IS NOT NULL").await;
     assert!(closed >= 2, "closed episodes: {closed}");
@@ -306,4 +389,43 @@ async fn audit_retention_prunes_closed_history_but_never_pending_or_open() {
         "the open episode stays: {open}"
     );
     c.shutdown().await;
+}
+}
+
+/// Guards settings changes across replicas on PostgreSQL: a change holds
+/// its lock from its first read, so another replica's change (its own
+/// pool) waits for the commit instead of interleaving with it.
+#[tokio::test]
+async fn a_settings_change_on_postgres_waits_for_another_replicas() {
+    use lifeline::model::{Origin, SettingAction};
+    use lifeline::store::settings::{begin_change, StoredSetting};
+    let Some(url) = support::fresh_postgres("settings_change_lock").await else {
+        return;
+    };
+    let engine = lifeline::store::Engine::Postgres(lifeline::config::DbUrl::new(url));
+    let a = lifeline::store::open(&engine, lifeline::store::ACQUIRE_TIMEOUT)
+        .await
+        .unwrap();
+    let b = lifeline::store::open(&engine, lifeline::store::ACQUIRE_TIMEOUT)
+        .await
+        .unwrap();
+    let mut first = begin_change(&a).await.unwrap();
+    assert_eq!(first.get("retention").await.unwrap(), None);
+    let second = tokio::spawn(async move {
+        let mut tx = begin_change(&b).await.unwrap();
+        tx.get("retention").await.unwrap()
+    });
+    support::real_sleep(Duration::from_millis(300)).await;
+    assert!(!second.is_finished(), "the other replica's change got in");
+    let new = StoredSetting {
+        name: "retention".into(),
+        value: "\"1h\"".into(),
+        origin: Origin::Dynamic,
+        updated_us: 1,
+        updated_by: "a".into(),
+    };
+    first.put(&new, None, SettingAction::Create).await.unwrap();
+    first.commit().await.unwrap();
+    let seen = support::bounded("the second change", second).await.unwrap();
+    assert_eq!(seen, Some(new), "it reads what the first committed");
 }

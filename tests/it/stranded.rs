@@ -13,11 +13,12 @@ use tonic_health::ServingStatus;
 // (i+1)%3, and auth server i%2. So agents 1 and 4 sit on proxy-1 + proxy-2,
 // and auth-1 has agents 1, 3, 5.
 
+on_both_engines! {
 /// Guards the core promise: proxies that stop heartbeating strand the agents
 /// with no other live tunnel at the instant the last TTL runs out.
 #[tokio::test(start_paused = true)]
-async fn proxy_expiry_strands_its_agents() {
-    let c = Cluster::new().start().await;
+async fn proxy_expiry_strands_its_agents(store) {
+    let c = Cluster::new().store(store).start().await;
     c.ready().await;
     assert!(c.agents_in("stranded").await.is_empty());
     let mut changes = c.ll().fleet.subscribe();
@@ -83,6 +84,7 @@ async fn proxy_expiry_strands_its_agents() {
     assert!(!ep["ended_at"].is_null());
     c.shutdown().await;
 }
+}
 
 /// Guards the timer rule: a heartbeat that arrives before the old expiry
 /// keeps the proxy alive (the timer re-checks the current expiry).
@@ -102,11 +104,12 @@ async fn heartbeats_keep_proxies_alive_across_many_ttls() {
     c.shutdown().await;
 }
 
+on_both_engines! {
 /// Guards the auth rule: NOT_SERVING strands its agents at once; SERVING
 /// again closes the episode.
 #[tokio::test(start_paused = true)]
-async fn auth_not_serving_strands_and_serving_closes_the_episode() {
-    let c = Cluster::new().start().await;
+async fn auth_not_serving_strands_and_serving_closes_the_episode(store) {
+    let c = Cluster::new().store(store).start().await;
     c.ready().await;
     c.sim
         .set_auth_status("auth-1", ServingStatus::NotServing)
@@ -145,6 +148,7 @@ async fn auth_not_serving_strands_and_serving_closes_the_episode() {
     let to = strs(&auth["transitions"], "to_status");
     assert_eq!(to[..2], ["SERVING", "NOT_SERVING"], "{to:?}");
     c.shutdown().await;
+}
 }
 
 /// Guards against false alarms: a broken health stream is UNKNOWN, not

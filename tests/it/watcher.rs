@@ -132,12 +132,13 @@ async fn init_without_status_means_all_kinds_accepted() {
     c.shutdown().await;
 }
 
+on_both_engines! {
 /// Guards "bad input gets a clear error and loses nothing": every malformed
 /// event is rejected with its own code, counted, recorded, and the watcher
 /// keeps going.
 #[tokio::test(start_paused = true)]
-async fn bad_events_are_rejected_counted_and_recorded() {
-    let c = Cluster::new().quiet().start().await;
+async fn bad_events_are_rejected_counted_and_recorded(store) {
+    let c = Cluster::new().store(store).quiet().start().await;
     c.ready().await;
     let now = c.clock.now();
     let good = c.sim.get_server(Kind::Proxy, "proxy-1").await.unwrap();
@@ -193,6 +194,7 @@ async fn bad_events_are_rejected_counted_and_recorded() {
         .unwrap()
         .starts_with("bad_ttl: ttl -5s")));
     c.shutdown().await;
+}
 }
 
 /// Guards bounded messages: an event over the size limit is counted as

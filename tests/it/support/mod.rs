@@ -1,6 +1,6 @@
 //! Shared helpers: a builder that starts a simulated cluster and a real
-//! Lifeline (real gRPC, real HTTP, a real SQLite file in a temp dir), and
-//! small HTTP helpers.
+//! Lifeline (real gRPC, real HTTP, a real SQLite file in a temp dir or a
+//! fresh database on a real PostgreSQL), and small HTTP helpers.
 //!
 //! Time: tests run with tokio's clock paused (`start_paused = true`) and the
 //! builder holds a blocking task for the whole test, which stops tokio from
@@ -69,6 +69,58 @@ pub struct Cluster {
     desired_tunnels: Option<u32>,
     /// Serve TLS; `Some(true)`: agents need a client certificate too.
     tls: Option<bool>,
+    store: Store,
+}
+
+/// Which engine a test's Lifeline keeps its store on.
+#[derive(Clone, Debug)]
+pub enum Store {
+    /// A file in the test's temp dir.
+    Sqlite,
+    /// A fresh database on the test PostgreSQL server: its URL.
+    Postgres(String),
+}
+
+impl Store {
+    /// A fresh PostgreSQL database for `test`; `None` (the test is
+    /// skipped) without a server, except under `CI=true` (see
+    /// [`fresh_postgres`]).
+    pub async fn postgres(test: &str) -> Option<Store> {
+        fresh_postgres(test).await.map(Store::Postgres)
+    }
+}
+
+/// One test body, two tests: `<name>::sqlite` and `<name>::postgres`. The
+/// body gets a [`Store`] to give [`Cluster::store`] (or to open itself).
+/// ```ignore
+/// on_both_engines! {
+///     #[tokio::test(start_paused = true)]
+///     async fn history_survives(store) { ... }
+/// }
+/// ```
+#[allow(unused_macros)]
+macro_rules! on_both_engines {
+    ($(#[doc = $doc:literal])* #[tokio::test $(($($arg:tt)*))?] async fn $name:ident($store:ident) $body:block) => {
+        $(#[doc = $doc])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            async fn run($store: $crate::support::Store) $body
+            #[tokio::test $(($($arg)*))?]
+            async fn sqlite() {
+                run($crate::support::Store::Sqlite).await
+            }
+            #[tokio::test $(($($arg)*))?]
+            async fn postgres() {
+                // Connecting is real I/O: keep a paused clock from jumping.
+                let _hold = $crate::support::hold_clock();
+                let test = concat!(module_path!(), "::", stringify!($name));
+                if let Some(store) = $crate::support::Store::postgres(test).await {
+                    run(store).await
+                }
+            }
+        }
+    };
 }
 
 /// A TLS test's certificates: a CA made for the test, Lifeline's
@@ -147,7 +199,14 @@ impl Cluster {
             sim_agents: None,
             desired_tunnels: None,
             tls: None,
+            store: Store::Sqlite,
         }
+    }
+
+    /// Lifeline stores on `store` (SQLite in the temp dir by default).
+    pub fn store(mut self, store: Store) -> Self {
+        self.store = store;
+        self
     }
 
     /// Lifeline serves HTTP and gRPC over TLS with a CA made for the test;
@@ -180,7 +239,13 @@ impl Cluster {
     /// agent-00001 and agent-00005 stranded ([`Running::strand_two`]): where
     /// every manual-reconnect test starts.
     pub async fn two_stranded_by_hand() -> Running {
+        Cluster::two_stranded_by_hand_on(Store::Sqlite).await
+    }
+
+    /// [`Cluster::two_stranded_by_hand`] on `store`.
+    pub async fn two_stranded_by_hand_on(store: Store) -> Running {
         let c = Cluster::six_legacy()
+            .store(store)
             .signals(|s| s.auto_reconnect = false)
             .start()
             .await;
@@ -330,6 +395,9 @@ impl Cluster {
         }
         cfg.cluster.max_message_bytes = self.max_message_bytes;
         cfg.storage.path = dir.path().join("lifeline.db");
+        if let Store::Postgres(url) = &self.store {
+            cfg.storage.url = Some(lifeline::config::DbUrl::new(url.clone()));
+        }
         cfg.health.unknown_grace = self.grace;
         cfg.health.poll_interval = Duration::from_secs(1);
         cfg.signals.grpc_client_lb_policy = self.lb_policy;
@@ -805,6 +873,23 @@ pub async fn real_timeout<F: std::future::Future>(d: Duration, f: F) -> Option<F
     }
 }
 
+/// The test PostgreSQL server's URL (`LIFELINE_TEST_POSTGRES_URL`, which
+/// `.ci/postgres start` exports); `None`, said on stderr, without one,
+/// except under `CI=true`, where that is a failure.
+pub fn postgres_server(test: &str) -> Option<String> {
+    let url = std::env::var("LIFELINE_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.is_empty());
+    if url.is_none() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{test}: CI=true but LIFELINE_TEST_POSTGRES_URL is not set (eval \"$(.ci/postgres start)\")"
+        );
+        eprintln!("SKIPPED {test}: no PostgreSQL (eval \"$(.ci/postgres start)\" to run it)");
+    }
+    url
+}
+
 /// A fresh, empty database on the test PostgreSQL server
 /// (`LIFELINE_TEST_POSTGRES_URL`, which `.ci/postgres start` exports): its
 /// URL. Without a server the test is skipped, said on stderr, except under
@@ -812,17 +897,7 @@ pub async fn real_timeout<F: std::future::Future>(d: Duration, f: F) -> Option<F
 pub async fn fresh_postgres(test: &str) -> Option<String> {
     use sqlx::Connection;
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let Some(admin) = std::env::var("LIFELINE_TEST_POSTGRES_URL")
-        .ok()
-        .filter(|u| !u.is_empty())
-    else {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "{test}: CI=true but LIFELINE_TEST_POSTGRES_URL is not set (eval \"$(.ci/postgres start)\")"
-        );
-        eprintln!("SKIPPED {test}: no PostgreSQL (eval \"$(.ci/postgres start)\" to run it)");
-        return None;
-    };
+    let admin = postgres_server(test)?;
     let name = format!(
         "t_{}_{}_{}",
         test.replace(|c: char| !c.is_ascii_alphanumeric(), "_"),
@@ -838,6 +913,26 @@ pub async fn fresh_postgres(test: &str) -> Option<String> {
         .expect("database created");
     let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
     Some(format!("{base}/{name}"))
+}
+
+/// `sql` (one number, e.g. a `COUNT(*)`) on either engine.
+pub async fn sql_i64(db: &lifeline::store::Db, sql: &'static str) -> i64 {
+    use lifeline::store::Db;
+    let n = match db {
+        Db::Sqlite(p) => sqlx::query_scalar(sql).fetch_one(p).await,
+        Db::Postgres(p) => sqlx::query_scalar(sql).fetch_one(p).await,
+    };
+    n.unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// Runs `sql` (no result) on either engine.
+pub async fn sql_exec(db: &lifeline::store::Db, sql: &'static str) {
+    use lifeline::store::Db;
+    let r = match db {
+        Db::Sqlite(p) => sqlx::query(sql).execute(p).await.map(drop),
+        Db::Postgres(p) => sqlx::query(sql).execute(p).await.map(drop),
+    };
+    r.unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
 /// The sign-in page's CSRF cookie (`name=value`) and form token, as a
