@@ -123,14 +123,16 @@ pub async fn open(engine: &Engine, acquire_timeout: Duration) -> Result<Db, Stor
                     ("statement_timeout", "60s"),
                     ("idle_in_transaction_session_timeout", "60s"),
                 ]);
+            if let Some(why) = unverified_transport(url.expose()) {
+                tracing::warn!(db = %shown, "{why}");
+            }
             let pool = PgPoolOptions::new()
                 .max_connections(PG_CONNECTIONS)
                 .acquire_timeout(acquire_timeout)
                 .connect_with(opts)
                 .await
                 .map_err(open_error)?;
-            // Replicas starting together: the migrator holds an advisory
-            // lock, so one migrates and the others find it done.
+            hold_the_only_writer(&pool, &shown).await?;
             sqlx::migrate!("./migrations/postgres")
                 .run(&pool)
                 .await
@@ -141,6 +143,80 @@ pub async fn open(engine: &Engine, acquire_timeout: Duration) -> Result<Db, Stor
             Ok(Db::Postgres(pool))
         }
     }
+}
+
+/// The session advisory lock that makes one Lifeline the only writer of a
+/// PostgreSQL database ("LLWRITER" in ASCII).
+const ONE_WRITER_LOCK: i64 = 0x4c4c_5752_4954_4552;
+/// SQLSTATE `lock_not_available`: `lock_timeout` ran out.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
+
+/// Takes [`ONE_WRITER_LOCK`] on a connection of its own, held until the
+/// pool closes: the PostgreSQL twin of SQLite's `BEGIN IMMEDIATE` check at
+/// open. A second Lifeline on the same database would write the same
+/// history twice and allocate the same episode ids, so it is refused at
+/// start instead.
+async fn hold_the_only_writer(pool: &PgPool, shown: &str) -> Result<(), StoreError> {
+    let open_error = |source| StoreError::Open {
+        path: shown.to_string(),
+        source,
+    };
+    let mut holder = pool.acquire().await.map_err(open_error)?.detach();
+    // Waits up to the session's lock_timeout: a Lifeline restarting on
+    // the same database may still be closing its session.
+    let taken = sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(ONE_WRITER_LOCK)
+        .execute(&mut holder)
+        .await;
+    match taken {
+        Ok(_) => {}
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(LOCK_NOT_AVAILABLE) => {
+            return Err(StoreError::Locked {
+                path: shown.to_string(),
+            })
+        }
+        Err(e) => return Err(open_error(e)),
+    }
+    let closed = pool.close_event();
+    tokio::spawn(async move {
+        closed.await;
+        // Closing the session releases the lock.
+        let _ = sqlx::Connection::close(holder).await;
+    });
+    Ok(())
+}
+
+/// Why bytes to the PostgreSQL server at `url` could be read or changed on
+/// the way, or `None`: the server is on this machine (loopback or a Unix
+/// socket), or `sslmode` is `verify-ca` or `verify-full`.
+fn unverified_transport(url: &str) -> Option<String> {
+    let u = url::Url::parse(url).ok()?;
+    let mode = u
+        .query_pairs()
+        .find(|(k, _)| k == "sslmode")
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_else(|| "prefer".into());
+    let socket = u
+        .query_pairs()
+        .any(|(k, v)| k == "host" && v.starts_with('/'));
+    let local = match u.host() {
+        None => true,
+        // postgres:// is not a "special" scheme: an IPv4 host is a name.
+        Some(url::Host::Domain(d)) => {
+            d == "localhost"
+                || d.parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback())
+        }
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+    };
+    if socket || local || matches!(mode.as_str(), "verify-ca" | "verify-full") {
+        return None;
+    }
+    Some(format!(
+        "storage.url leaves this machine with sslmode={mode}: the connection may be unencrypted or its server unverified; \
+         add sslmode=verify-full (and sslrootcert=<CA file> for a private CA)"
+    ))
 }
 
 /// Opens (creating if needed) the SQLite file in WAL mode and migrates it.
@@ -197,4 +273,34 @@ async fn open_sqlite(path: &Path, acquire_timeout: Duration) -> Result<SqlitePoo
             source,
         })?;
     Ok(pool)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unverified_transport;
+
+    #[test]
+    fn a_remote_server_without_verified_tls_is_named() {
+        for local in [
+            "postgres://l@127.0.0.1:5432/db",
+            "postgres://l@localhost/db",
+            "postgres://l@[::1]/db",
+            "postgres:///db?host=/run/postgresql",
+            "postgres://l@db.internal/db?sslmode=verify-full",
+            "postgres://l@db.internal/db?sslmode=verify-ca&sslrootcert=/ca.pem",
+        ] {
+            assert_eq!(unverified_transport(local), None, "{local}");
+        }
+        for (remote, mode) in [
+            ("postgres://l@db.internal/db", "prefer"),
+            ("postgres://l@10.0.0.5/db?sslmode=require", "require"),
+            ("postgres://l@db.internal/db?sslmode=disable", "disable"),
+        ] {
+            let why = unverified_transport(remote).unwrap_or_default();
+            assert!(
+                why.contains(&format!("sslmode={mode}")) && why.contains("verify-full"),
+                "{why}"
+            );
+        }
+    }
 }

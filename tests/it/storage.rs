@@ -139,6 +139,39 @@ async fn an_unreachable_postgres_is_a_clear_start_up_error_without_the_password(
     assert!(!err.contains("hunter2"), "{err}");
 }
 
+/// Guards "one Lifeline per PostgreSQL database": a second one on the
+/// same database is refused at start with a message that says so; once
+/// the first stops, it starts.
+#[tokio::test]
+async fn a_second_lifeline_on_one_postgres_database_is_refused() {
+    let Some(url) = support::fresh_postgres("second_writer").await else {
+        return;
+    };
+    let engine = lifeline::store::Engine::Postgres(lifeline::config::DbUrl::new(url));
+    let first = lifeline::store::open(&engine, lifeline::store::ACQUIRE_TIMEOUT)
+        .await
+        .unwrap();
+    let err = lifeline::store::open(&engine, lifeline::store::ACQUIRE_TIMEOUT)
+        .await
+        .map(drop)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("locked by another process"), "{err}");
+    first.close().await;
+    support::bounded("the lock is released with the pool", async {
+        loop {
+            match lifeline::store::open(&engine, lifeline::store::ACQUIRE_TIMEOUT).await {
+                Ok(db) => return db.close().await,
+                Err(e) if e.to_string().contains("locked") => {
+                    support::real_sleep(Duration::from_millis(20)).await
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    })
+    .await;
+}
+
 on_both_engines! {
 /// Guards retention: history older than the retention is pruned.
 #[tokio::test]
@@ -392,6 +425,13 @@ async fn audit_retention_prunes_closed_history_but_never_pending_or_open(store) 
 }
 }
 
+fn engine_url(e: &lifeline::store::Engine) -> &str {
+    match e {
+        lifeline::store::Engine::Postgres(u) => u.expose(),
+        lifeline::store::Engine::Sqlite(_) => panic!("a PostgreSQL engine"),
+    }
+}
+
 /// Guards settings changes across replicas on PostgreSQL: a change holds
 /// its lock from its first read, so another replica's change (its own
 /// pool) waits for the commit instead of interleaving with it.
@@ -406,9 +446,10 @@ async fn a_settings_change_on_postgres_waits_for_another_replicas() {
     let a = lifeline::store::open(&engine, lifeline::store::ACQUIRE_TIMEOUT)
         .await
         .unwrap();
-    let b = lifeline::store::open(&engine, lifeline::store::ACQUIRE_TIMEOUT)
-        .await
-        .unwrap();
+    // The other replica's pool (store::open admits one Lifeline per
+    // database).
+    let b =
+        lifeline::store::Db::Postgres(sqlx::PgPool::connect(engine_url(&engine)).await.unwrap());
     let mut first = begin_change(&a).await.unwrap();
     assert_eq!(first.get("retention").await.unwrap(), None);
     let second = tokio::spawn(async move {
