@@ -147,7 +147,7 @@ async fn a_second_lifeline_on_one_postgres_database_is_refused() {
     let Some(url) = support::fresh_postgres("second_writer").await else {
         return;
     };
-    let engine = lifeline::store::Engine::Postgres(lifeline::config::DbUrl::new(url));
+    let engine = support::Store::Postgres(url).engine(std::path::Path::new(""));
     let first = lifeline::store::open(&engine, lifeline::store::ACQUIRE_TIMEOUT)
         .await
         .unwrap();
@@ -177,13 +177,7 @@ on_both_engines! {
 #[tokio::test]
 async fn pruning_removes_history_past_retention(store) {
     let dir = tempfile::tempdir().unwrap();
-    let engine = match store {
-        support::Store::Sqlite => lifeline::store::Engine::Sqlite(dir.path().join("p.db")),
-        support::Store::Postgres(url) => {
-            lifeline::store::Engine::Postgres(lifeline::config::DbUrl::new(url))
-        }
-    };
-    let db = lifeline::store::open(&engine, lifeline::store::ACQUIRE_TIMEOUT)
+    let db = lifeline::store::open(&store.engine(&dir.path().join("p.db")), lifeline::store::ACQUIRE_TIMEOUT)
         .await
         .unwrap();
     let mut b = lifeline::store::WriteBatch::default();
@@ -425,13 +419,6 @@ async fn audit_retention_prunes_closed_history_but_never_pending_or_open(store) 
 }
 }
 
-fn engine_url(e: &lifeline::store::Engine) -> &str {
-    match e {
-        lifeline::store::Engine::Postgres(u) => u.expose(),
-        lifeline::store::Engine::Sqlite(_) => panic!("a PostgreSQL engine"),
-    }
-}
-
 /// Guards settings changes across replicas on PostgreSQL: a change holds
 /// its lock from its first read, so another replica's change (its own
 /// pool) waits for the commit instead of interleaving with it.
@@ -442,14 +429,16 @@ async fn a_settings_change_on_postgres_waits_for_another_replicas() {
     let Some(url) = support::fresh_postgres("settings_change_lock").await else {
         return;
     };
-    let engine = lifeline::store::Engine::Postgres(lifeline::config::DbUrl::new(url));
-    let a = lifeline::store::open(&engine, lifeline::store::ACQUIRE_TIMEOUT)
-        .await
-        .unwrap();
+    let store = support::Store::Postgres(url.clone());
+    let a = lifeline::store::open(
+        &store.engine(std::path::Path::new("")),
+        lifeline::store::ACQUIRE_TIMEOUT,
+    )
+    .await
+    .unwrap();
     // The other replica's pool (store::open admits one Lifeline per
     // database).
-    let b =
-        lifeline::store::Db::Postgres(sqlx::PgPool::connect(engine_url(&engine)).await.unwrap());
+    let b = lifeline::store::Db::Postgres(sqlx::PgPool::connect(&url).await.unwrap());
     let mut first = begin_change(&a).await.unwrap();
     assert_eq!(first.get("retention").await.unwrap(), None);
     let second = tokio::spawn(async move {

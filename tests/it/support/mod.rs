@@ -88,6 +88,16 @@ impl Store {
     pub async fn postgres(test: &str) -> Option<Store> {
         fresh_postgres(test).await.map(Store::Postgres)
     }
+
+    /// The engine to open: the SQLite file at `file`, or the database.
+    pub fn engine(&self, file: &std::path::Path) -> lifeline::store::Engine {
+        match self {
+            Store::Sqlite => lifeline::store::Engine::Sqlite(file.to_path_buf()),
+            Store::Postgres(url) => {
+                lifeline::store::Engine::Postgres(lifeline::config::DbUrl::new(url.clone()))
+            }
+        }
+    }
 }
 
 /// One test body, two tests: `<name>::sqlite` and `<name>::postgres`. The
