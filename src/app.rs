@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::store::Db;
 use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic::service::interceptor::InterceptedService;
@@ -30,14 +31,15 @@ use crate::ingest::teleport::source::{Teleport, TeleportConfig};
 use crate::ingest::validate::Limits;
 use crate::ingest::{health, watcher};
 use crate::model::Kind;
+use crate::replica;
 use crate::settings::{Settings, SettingsError};
-use crate::signals::hub::{Hub, HubConfig};
+use crate::signals::hub::{Hub, HubConfig, Relay};
 use crate::signals::reconnect::{self, Guard, ReconnectConfig};
 use crate::signals::service_config;
 use crate::stats::Stats;
 use crate::store::health::StoreHealth;
 use crate::store::writer::WriterOptions;
-use crate::store::{self, StoreError};
+use crate::store::{self, Fence, Leadership, StoreError};
 use crate::supervise::{FailureWatch, Tasks};
 use crate::telemetry::SpanCounters;
 use crate::tls;
@@ -91,6 +93,9 @@ pub struct Lifeline {
     pub guard: tokio::sync::watch::Receiver<Guard>,
     /// Whether the store takes writes.
     pub store_health: Arc<StoreHealth>,
+    /// Who leads (always this process, alone on SQLite).
+    pub leadership: watch::Receiver<Leadership>,
+    departure: Option<replica::Departure>,
     shutdown: CancellationToken,
     tasks: Tasks,
 }
@@ -162,6 +167,12 @@ impl Lifeline {
         );
         let writer_task = tokio::spawn(writer_run.instrument(info_span!("store.writer")));
         let mut supervised = Tasks::new(shutdown.clone());
+        // Alone on SQLite it always leads; among replicas it follows until
+        // the lease says otherwise.
+        let fence = match &db {
+            Db::Sqlite(_) => Fence::Sole,
+            Db::Postgres(_) => Fence::Follower,
+        };
         let board = Board::new(cfg.signals.discovery_backlog, clock.now());
         let static_auth: Vec<(String, String)> = cfg
             .auth_servers
@@ -179,6 +190,7 @@ impl Lifeline {
                 change_capacity: tuning.change_capacity,
                 static_auth: static_auth.clone(),
                 board: board.clone(),
+                fence,
             },
             loaded,
             stats.clone(),
@@ -202,6 +214,23 @@ impl Lifeline {
                 addr: cfg.server.grpc_listen,
                 source,
             })?;
+        let replica_name = cfg
+            .storage
+            .replica
+            .clone()
+            .unwrap_or_else(|| default_replica_name(http_addr));
+        let (lead_tx, leadership, relay) = match &db {
+            Db::Sqlite(_) => (None, replica::sole(&replica_name, clock.now()), None),
+            Db::Postgres(pool) => {
+                let (tx, rx) = replica::follower(&replica_name, clock.now());
+                let relay = Relay {
+                    me: replica_name.as_str().into(),
+                    pool: pool.clone(),
+                    lease: cfg.storage.leader_lease,
+                };
+                (Some(tx), rx, Some(relay))
+            }
+        };
         let (hub, hub_tasks) = Hub::start(
             HubConfig {
                 full_discovery_interval: cfg.signals.full_discovery_interval,
@@ -210,6 +239,8 @@ impl Lifeline {
                 hello_timeout: cfg.signals.hello_timeout,
                 ack_timeout: cfg.signals.ack_timeout,
                 max_message_bytes: cfg.signals.max_message_bytes,
+                relay,
+                leadership: leadership.clone(),
             },
             settings.live(),
             clock,
@@ -225,6 +256,37 @@ impl Lifeline {
         for t in hub_tasks {
             supervised.critical("hub", t);
         }
+        let departure = match (lead_tx, &db) {
+            (Some(lead_tx), Db::Postgres(pool)) => {
+                let (tasks, departure) = replica::start(
+                    replica::Parts {
+                        cfg: replica::ReplicaConfig {
+                            name: replica_name.clone(),
+                            lease: cfg.storage.leader_lease,
+                            http_addr: http_addr.to_string(),
+                            grpc_addr: grpc_addr.to_string(),
+                            ack_timeout: cfg.signals.ack_timeout,
+                        },
+                        pool: pool.clone(),
+                        db: db.clone(),
+                        fleet: fleet.clone(),
+                        hub: hub.clone(),
+                        settings: settings.clone(),
+                        stats: stats.clone(),
+                        clock,
+                        leadership: lead_tx,
+                    },
+                    shutdown.clone(),
+                )
+                .await
+                .map_err(StoreError::Query)?;
+                for t in tasks {
+                    supervised.critical("replica", t);
+                }
+                Some(departure)
+            }
+            _ => None,
+        };
         let (guard, more) = reconnect::spawn(
             ReconnectConfig {
                 backoff_base: cfg.signals.reconnect_backoff_base,
@@ -470,6 +532,7 @@ impl Lifeline {
             tokio::spawn(prune_loop(
                 db.clone(),
                 clock,
+                leadership.clone(),
                 settings.live(),
                 cfg.storage.prune_interval,
                 shutdown.clone(),
@@ -493,6 +556,8 @@ impl Lifeline {
             hub,
             guard,
             store_health,
+            leadership,
+            departure,
             shutdown,
             tasks: supervised,
         })
@@ -519,14 +584,31 @@ impl Lifeline {
     pub async fn shutdown(self) {
         self.shutdown.cancel();
         self.tasks.join().await;
+        if let Some(d) = self.departure {
+            d.leave().await;
+        }
         self.db.close().await;
         info!("Lifeline stopped");
     }
 }
 
+/// `<hostname>:<HTTP port>`: what a replica is called unless named.
+fn default_replica_name(http: SocketAddr) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty() && !h.contains(char::is_whitespace))
+        .unwrap_or_else(|| "lifeline".into());
+    let mut name = format!("{host}:{}", http.port());
+    name.truncate(crate::config::MAX_REPLICA_NAME);
+    name
+}
+
 async fn prune_loop(
     db: Db,
     clock: Clock,
+    leadership: watch::Receiver<Leadership>,
     live: Arc<crate::settings::Live>,
     every: Duration,
     stop: CancellationToken,
@@ -535,6 +617,10 @@ async fn prune_loop(
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
+        }
+        // History is the leader's to keep and to prune.
+        if !leadership.borrow().leading {
+            continue;
         }
         // Read each round: both retentions are dynamic settings.
         let before = clock.now().saturating_sub(live.retention());

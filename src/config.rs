@@ -32,7 +32,9 @@ pub use access::{valid_token_name, AccessConfig, Role, TokenConfig, TOKEN_NAME_R
 pub use cluster::{ClusterConfig, FleetConfig, HealthConfig, SourceKind, StaticAuthServer};
 pub use server::{check_external_url, ProbesConfig, ServerConfig};
 pub use signals::SignalsConfig;
-pub use storage::{DbUrl, Engine, StorageConfig, MIN_AUDIT_RETENTION, MIN_RETENTION};
+pub use storage::{
+    DbUrl, Engine, StorageConfig, MAX_REPLICA_NAME, MIN_AUDIT_RETENTION, MIN_RETENTION,
+};
 pub use telemetry::TelemetryConfig;
 
 /// Everything Lifeline needs to start. Defaults make `lifeline demo` need none.

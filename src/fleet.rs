@@ -18,6 +18,8 @@ pub mod board;
 pub mod classify;
 pub mod destination;
 mod expiry;
+mod lead;
+pub use lead::Adopted;
 pub mod published;
 pub mod query;
 mod resync;
@@ -224,6 +226,23 @@ impl FleetHandle {
                 .await
                 .unwrap_or(Err(FleetError::Busy(d))),
         }
+    }
+
+    /// This replica leads under `fence`: the fleet goes on from the stored
+    /// open episodes (see `lead`) before this returns.
+    pub async fn lead(
+        &self,
+        fence: crate::store::Fence,
+        open: Vec<crate::store::read::Episode>,
+        next_episode: i64,
+    ) -> Result<Adopted, FleetError> {
+        self.ask_mut(move |f| f.lead(fence, open, next_episode))
+            .await
+    }
+
+    /// Another replica leads: nothing this one makes is written.
+    pub async fn follow(&self) -> Result<(), FleetError> {
+        self.ask_mut(|f| f.follow()).await
     }
 
     /// Waits until everything applied so far is committed to SQLite.

@@ -17,6 +17,7 @@ pub mod http;
 pub mod ingest;
 pub mod model;
 pub mod proto;
+pub mod replica;
 pub mod settings;
 pub mod signals;
 pub mod sim;

@@ -483,6 +483,25 @@ impl Settings {
         }
     }
 
+    /// Applies the stored value of `name`: another replica changed it.
+    pub async fn reload(&self, name: Name) -> Result<(), SettingsError> {
+        let row = rows::get(&self.db, name.as_str()).await?;
+        let value = row
+            .and_then(|r| serde_json::from_str::<Value>(&r.value).ok())
+            .unwrap_or_else(|| default_value(name));
+        let (_, parsed) = parse(name, &value)?;
+        self.apply(name, &parsed);
+        Ok(())
+    }
+
+    /// Applies every stored value (a replica that may have missed changes).
+    pub async fn reload_all(&self) -> Result<(), SettingsError> {
+        for name in Name::ALL {
+            self.reload(name).await?;
+        }
+        Ok(())
+    }
+
     pub fn name(s: &str) -> Result<Name, SettingsError> {
         Name::parse(s).ok_or_else(|| SettingsError::Unknown(s.to_string()))
     }

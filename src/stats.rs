@@ -72,6 +72,12 @@ pub struct Stats {
     pub store_batches: AtomicU64,
     /// Write transactions that failed (and were retried or dropped).
     pub store_errors: AtomicU64,
+    /// Batches not written because the lease they were made under had
+    /// moved on (another replica leads).
+    pub store_batches_fenced: AtomicU64,
+    /// Signals the leader recorded as timed out because no replica
+    /// answered for them (the one holding the agent died).
+    pub signals_swept: AtomicU64,
     /// Expiry timers that fired.
     pub timers_fired: AtomicU64,
     /// Agent state changes.
@@ -140,6 +146,8 @@ pub mod metric {
     pub const STORM_GUARD_PAUSED: &str = "lifeline_storm_guard_paused";
     pub const STORM_GUARD_STRANDED_IN_WINDOW: &str = "lifeline_storm_guard_stranded_in_window";
     pub const AGENTS_RETRYING: &str = "lifeline_agents_retrying";
+    pub const LEADER: &str = "lifeline_leader";
+    pub const LEADER_TERM: &str = "lifeline_leader_term";
     pub const STORE_FAILING: &str = "lifeline_store_failing";
     pub const TASK_FAILED: &str = "lifeline_task_failed";
     pub const TRACE_SPANS_QUEUED: &str = "lifeline_trace_spans_queued";
@@ -158,6 +166,8 @@ pub mod metric {
     pub const PROBES_REFUSED_TOTAL: &str = "lifeline_probes_refused_total";
     pub const STORE_BATCHES_TOTAL: &str = "lifeline_store_batches_total";
     pub const STORE_ERRORS_TOTAL: &str = "lifeline_store_errors_total";
+    pub const STORE_BATCHES_FENCED_TOTAL: &str = "lifeline_store_batches_fenced_total";
+    pub const SIGNALS_SWEPT_TOTAL: &str = "lifeline_signals_swept_total";
     pub const TRACE_SPANS_EXPORTED_TOTAL: &str = "lifeline_trace_spans_exported_total";
     pub const SIGNALS_TOTAL: &str = "lifeline_signals_total";
     pub const DISCOVERY_MESSAGES_TOTAL: &str = "lifeline_discovery_messages_total";

@@ -10,6 +10,7 @@
 
 pub mod batch;
 pub mod health;
+pub mod lease;
 pub mod read;
 pub mod settings;
 pub mod signals;
@@ -19,12 +20,14 @@ use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::Connection;
 use sqlx::{PgPool, SqlitePool};
 
 pub use crate::config::Engine;
 pub use batch::{EpisodeOp, EventRow, HealthRow, WriteBatch};
+pub use lease::{Fence, Leadership};
 pub use writer::WriterHandle;
 
 /// How long anyone waits for a database connection: a reader stuck behind
@@ -33,7 +36,7 @@ pub use writer::WriterHandle;
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Connections to a PostgreSQL server per replica: the writer, the signal
-/// audit, settings, the notification listener and API readers.
+/// audit, settings, the lease, the notification listener and API readers.
 const PG_CONNECTIONS: u32 = 10;
 
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +48,8 @@ pub enum StoreError {
     },
     #[error("cannot open database {path}: {source}")]
     Open { path: String, source: sqlx::Error },
+    #[error("cannot open database {path}: no answer within {after:?}")]
+    NoAnswer { path: String, after: Duration },
     #[error("database {path} is locked by another process (is another Lifeline running on it?)")]
     Locked { path: String },
     #[error("cannot migrate database {path}: {source}")]
@@ -113,26 +118,38 @@ pub async fn open(engine: &Engine, acquire_timeout: Duration) -> Result<Db, Stor
                 source,
             };
             // A write stuck behind someone else's lock fails (and is
-            // retried, and reported) instead of hanging unseen; so does a
-            // transaction left open.
+            // retried, and reported) instead of hanging unseen. A
+            // transaction left open ends soon: a replica cut off from the
+            // server mid-transaction would otherwise keep the leader lease
+            // row locked (its writes check their term under a share lock)
+            // and hold its successor back.
             let opts = PgConnectOptions::from_str(url.expose())
                 .map_err(open_error)?
                 .application_name("lifeline")
                 .options([
                     ("lock_timeout", "2s"),
                     ("statement_timeout", "60s"),
-                    ("idle_in_transaction_session_timeout", "60s"),
+                    ("idle_in_transaction_session_timeout", "2s"),
                 ]);
             if let Some(why) = unverified_transport(url.expose()) {
                 tracing::warn!(db = %shown, "{why}");
             }
+            // One connection first: if the server cannot be reached, its
+            // own error says why (the pool would only say it timed out).
+            let first = tokio::time::timeout(acquire_timeout, PgConnection::connect_with(&opts))
+                .await
+                .map_err(|_| StoreError::NoAnswer {
+                    path: shown.clone(),
+                    after: acquire_timeout,
+                })?
+                .map_err(open_error)?;
+            let _ = first.close().await;
             let pool = PgPoolOptions::new()
                 .max_connections(PG_CONNECTIONS)
                 .acquire_timeout(acquire_timeout)
                 .connect_with(opts)
                 .await
                 .map_err(open_error)?;
-            hold_the_only_writer(&pool, &shown).await?;
             sqlx::migrate!("./migrations/postgres")
                 .run(&pool)
                 .await
@@ -143,47 +160,6 @@ pub async fn open(engine: &Engine, acquire_timeout: Duration) -> Result<Db, Stor
             Ok(Db::Postgres(pool))
         }
     }
-}
-
-/// The session advisory lock that makes one Lifeline the only writer of a
-/// PostgreSQL database ("LLWRITER" in ASCII).
-const ONE_WRITER_LOCK: i64 = 0x4c4c_5752_4954_4552;
-/// SQLSTATE `lock_not_available`: `lock_timeout` ran out.
-const LOCK_NOT_AVAILABLE: &str = "55P03";
-
-/// Takes [`ONE_WRITER_LOCK`] on a connection of its own, held until the
-/// pool closes: the PostgreSQL twin of SQLite's `BEGIN IMMEDIATE` check at
-/// open. A second Lifeline on the same database would write the same
-/// history twice and allocate the same episode ids, so it is refused at
-/// start instead.
-async fn hold_the_only_writer(pool: &PgPool, shown: &str) -> Result<(), StoreError> {
-    let open_error = |source| StoreError::Open {
-        path: shown.to_string(),
-        source,
-    };
-    let mut holder = pool.acquire().await.map_err(open_error)?.detach();
-    // Waits up to the session's lock_timeout: a Lifeline restarting on
-    // the same database may still be closing its session.
-    let taken = sqlx::query("SELECT pg_advisory_lock($1)")
-        .bind(ONE_WRITER_LOCK)
-        .execute(&mut holder)
-        .await;
-    match taken {
-        Ok(_) => {}
-        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(LOCK_NOT_AVAILABLE) => {
-            return Err(StoreError::Locked {
-                path: shown.to_string(),
-            })
-        }
-        Err(e) => return Err(open_error(e)),
-    }
-    let closed = pool.close_event();
-    tokio::spawn(async move {
-        closed.await;
-        // Closing the session releases the lock.
-        let _ = sqlx::Connection::close(holder).await;
-    });
-    Ok(())
 }
 
 /// Why bytes to the PostgreSQL server at `url` could be read or changed on

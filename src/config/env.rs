@@ -50,6 +50,12 @@ const TABLE: &[(&str, &str, Form)] = &[
     ),
     ("LIFELINE_DB", "storage.path", Form::Text),
     ("LIFELINE_DB_URL", "storage.url", Form::Text),
+    ("LIFELINE_REPLICA", "storage.replica", Form::Text),
+    (
+        "LIFELINE_LEADER_LEASE",
+        "storage.leader_lease",
+        Form::Duration,
+    ),
     ("LIFELINE_RETENTION", "storage.retention", Form::Duration),
     (
         "LIFELINE_AUDIT_RETENTION",

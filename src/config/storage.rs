@@ -35,7 +35,17 @@ pub struct StorageConfig {
     /// Writes held in memory while SQLite is slow; history past this is
     /// dropped (and counted), current state never is.
     pub max_pending_events: usize,
+    /// This replica's name among several on one PostgreSQL database
+    /// (unset: `<hostname>:<HTTP port>`). Env: `LIFELINE_REPLICA`.
+    pub replica: Option<String>,
+    /// How long a leader's lease lasts without renewal: the longest a dead
+    /// leader keeps the others waiting. Env: `LIFELINE_LEADER_LEASE`.
+    #[serde(with = "humantime_serde")]
+    pub leader_lease: Duration,
 }
+
+/// Longest replica name (it is sent in notifications and shown).
+pub const MAX_REPLICA_NAME: usize = 63;
 
 /// The shortest history retention (config and dynamic setting alike).
 pub const MIN_RETENTION: Duration = Duration::from_secs(60);
@@ -51,6 +61,8 @@ impl Default for StorageConfig {
             audit_retention: Duration::from_secs(90 * 24 * 3600),
             prune_interval: Duration::from_secs(60),
             max_pending_events: 1_000_000,
+            replica: None,
+            leader_lease: Duration::from_secs(5),
         }
     }
 }
@@ -72,6 +84,20 @@ impl StorageConfig {
             }
         }
         positive("storage.prune_interval", self.prune_interval)?;
+        if !(Duration::from_secs(1)..=Duration::from_secs(300)).contains(&self.leader_lease) {
+            return Err(invalid("storage.leader_lease", "must be between 1s and 5m"));
+        }
+        if let Some(name) = &self.replica {
+            if name.is_empty()
+                || name.len() > MAX_REPLICA_NAME
+                || name.chars().any(|c| c.is_whitespace() || c.is_control())
+            {
+                return Err(invalid(
+                    "storage.replica",
+                    format!("must be 1..={MAX_REPLICA_NAME} characters without spaces"),
+                ));
+            }
+        }
         if self.max_pending_events < 1000 {
             return Err(invalid(
                 "storage.max_pending_events",

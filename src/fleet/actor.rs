@@ -29,6 +29,9 @@ pub struct FleetOptions {
     pub static_auth: Vec<(String, String)>,
     /// Where proxy expiries are published for discovery.
     pub board: Arc<crate::fleet::board::Board>,
+    /// Whether its batches are written: `Sole` on a database of its own,
+    /// `Follower` among replicas until the lease says it leads.
+    pub fence: crate::store::Fence,
 }
 
 /// Builds the fleet from the loaded state and starts its actor.
@@ -55,6 +58,7 @@ pub fn spawn(
         targets_tx,
         opts.board,
     );
+    fleet.fence = opts.fence;
     fleet.load(loaded);
     for (name, addr) in &opts.static_auth {
         fleet.add_static_auth(name, addr);

@@ -22,7 +22,7 @@ use crate::model::{
     AgentState, Cause, CauseKind, Health, HealthMode, HistoryEvent, Kind, Reasons, Server, Tunnel,
 };
 use crate::stats::Stats;
-use crate::store::WriteBatch;
+use crate::store::{Fence, WriteBatch};
 use crate::telemetry::propagate::TraceRef;
 
 /// How often the current-state snapshot is written at most.
@@ -249,6 +249,8 @@ pub struct Fleet {
     /// How long after `state_written` the next snapshot may go.
     pub(super) state_gap: Duration,
     pub(super) next_episode: i64,
+    /// Whether this replica writes history (see `lead`).
+    pub(super) fence: Fence,
     pub(super) changes: broadcast::Sender<Changes>,
     /// Changes of the current classification pass, published at its end.
     pub(super) changed: Vec<StateChange>,
@@ -314,6 +316,7 @@ impl Fleet {
             state_written: now,
             state_gap: STATE_WRITE_EVERY,
             next_episode: 1,
+            fence: Fence::Sole,
             changes,
             changed: Vec::new(),
             readiness,

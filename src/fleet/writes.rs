@@ -9,7 +9,7 @@ use super::state::{Fleet, STATE_ROWS_PER_SECOND, STATE_WRITE_EVERY};
 use crate::clock::Ts;
 use crate::model::HistoryEvent;
 use crate::model::Subject;
-use crate::store::{EventRow, WriteBatch};
+use crate::store::{EventRow, Fence, WriteBatch};
 
 impl Fleet {
     pub(super) fn history(&mut self, row: EventRow) {
@@ -35,7 +35,8 @@ impl Fleet {
         let rows = self.pending.state_rows() as u64;
         let budget = Duration::from_millis(rows.saturating_mul(1000) / STATE_ROWS_PER_SECOND);
         self.state_gap = budget.max(STATE_WRITE_EVERY);
-        std::mem::take(&mut self.pending)
+        let batch = std::mem::take(&mut self.pending);
+        self.stamped(batch)
     }
 
     /// Takes what is due: history at once; the current-state snapshot (what
@@ -46,7 +47,21 @@ impl Fleet {
         if self.pending.has_state() && now.since(self.state_written) >= self.state_gap {
             return self.take_pending();
         }
-        self.pending.take_history()
+        let batch = self.pending.take_history();
+        self.stamped(batch)
+    }
+
+    /// Marks a batch with who may write it. A follower's rows are the
+    /// leader's to write: they are let go here, and the batch is empty.
+    fn stamped(&self, mut batch: WriteBatch) -> WriteBatch {
+        if self.fence == Fence::Follower {
+            return WriteBatch {
+                fence: Fence::Follower,
+                ..WriteBatch::default()
+            };
+        }
+        batch.fence = self.fence.clone();
+        batch
     }
 
     /// True when something is due for the store now.
@@ -66,8 +81,12 @@ impl Fleet {
             .then(|| self.state_written.saturating_add(self.state_gap))
     }
 
-    /// Puts back a batch the store had no room for; newer rows win.
+    /// Puts back a batch the store had no room for; newer rows win. One
+    /// made under another lease is not ours to write any more.
     pub fn restore_pending(&mut self, mut older: WriteBatch) {
+        if older.fence != self.fence {
+            return;
+        }
         let mut newer = std::mem::take(&mut self.pending);
         if older.has_state() {
             for (k, rows) in newer.replace_servers.drain(..) {

@@ -127,6 +127,8 @@ struct SummaryResponse {
     /// Counted by every room as it happens, read now.
     ingest: crate::stats::StatsSnapshot,
     signals: SignalsSummary,
+    /// This replica and who leads (always itself, alone on SQLite).
+    leadership: crate::store::Leadership,
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -170,6 +172,7 @@ async fn summary(State(s): State<AppState>) -> Result<Json<SummaryResponse>, Api
             graceful_tunnel_closing: set.graceful_tunnel_closing(),
             storm_guard: s.guard.borrow().clone(),
         },
+        leadership: s.hub.leadership().borrow().clone(),
     }))
 }
 

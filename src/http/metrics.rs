@@ -142,6 +142,17 @@ fn state_gauges(s: &AppState, g: &Summary) {
         "Agents waiting for their next automatic reconnect.",
     )
     .set(&[], guard.agents_retrying as f64);
+    let lead = s.hub.leadership().borrow().clone();
+    gauge(
+        metric::LEADER,
+        "1 while this replica leads (holds the leader lease, or runs alone on SQLite).",
+    )
+    .set(&[], flag(lead.leading));
+    gauge(
+        metric::LEADER_TERM,
+        "The leader lease's term as this replica last saw it (0 alone on SQLite).",
+    )
+    .set(&[], lead.term as f64);
     gauge(
         metric::STORE_FAILING,
         "1 while the database refuses writes (state and episodes are kept pending and retried).",
@@ -289,13 +300,23 @@ fn counters(st: &Stats, spans: &SpanCounters) {
         ),
         (
             metric::STORE_BATCHES_TOTAL,
-            "SQLite write transactions committed.",
+            "Write transactions committed.",
             &st.store_batches,
         ),
         (
             metric::STORE_ERRORS_TOTAL,
-            "SQLite write transactions that failed.",
+            "Write transactions that failed.",
             &st.store_errors,
+        ),
+        (
+            metric::STORE_BATCHES_FENCED_TOTAL,
+            "Batches left unwritten because another replica took the leader lease.",
+            &st.store_batches_fenced,
+        ),
+        (
+            metric::SIGNALS_SWEPT_TOTAL,
+            "Signals recorded as timed out by the leader because no replica answered for them.",
+            &st.signals_swept,
         ),
         (
             metric::TRACE_SPANS_EXPORTED_TOTAL,

@@ -143,7 +143,7 @@ pub(super) async fn reconnect_agent(
             name,
         });
     };
-    if !s.hub.is_connected(&name) {
+    if !s.hub.reachable_now(&name).await {
         return Err(ApiError::Conflict {
             code: "not_connected",
             message: format!(
@@ -389,7 +389,7 @@ pub(super) async fn reconnect_selected(
     let mut skipped = Vec::new();
     let mut reqs = Vec::new();
     for agent in agents {
-        if !s.hub.is_connected(&agent) {
+        if !s.hub.reachable(&agent) {
             skipped.push(Skipped {
                 agent,
                 reason: "not connected to Lifeline",

@@ -103,6 +103,26 @@ pub struct Layout {
     pub version: &'static str,
     /// The signed-in token's name, if any.
     pub user: Option<String>,
+    /// Which replica this page comes from and who leads (`None` alone on
+    /// SQLite).
+    pub replica: Option<String>,
+}
+
+/// "replica r1 · leader r2 (term 3)", or `None` for a process alone.
+fn replica_line(l: &crate::store::Leadership) -> Option<String> {
+    if l.sole {
+        return None;
+    }
+    Some(match (&l.leader, l.leading) {
+        (_, true) => format!("replica {} · leads (term {})", l.replica, l.term),
+        (Some(leader), false) => {
+            format!(
+                "replica {} · leader {} (term {})",
+                l.replica, leader, l.term
+            )
+        }
+        (None, false) => format!("replica {} · no leader", l.replica),
+    })
 }
 
 /// Per-request context of a page: the browser's CSRF session and when the
@@ -145,6 +165,7 @@ impl Ctx {
             csrf: st.ui.csrf.token(&self.session.id),
             version: ASSET_VERSION,
             user: self.caller.0.as_ref().map(|p| p.name.clone()),
+            replica: replica_line(&st.hub.leadership().borrow()),
         }
     }
 
@@ -257,6 +278,7 @@ impl IntoResponse for UiError {
                 csrf: String::new(),
                 version: ASSET_VERSION,
                 user: None,
+                replica: None,
             },
             status: status.as_u16(),
             reason,

@@ -70,6 +70,9 @@ named_enum! {
         AgentDeleted,
         /// At start, the agent was no longer known.
         AgentUnknown,
+        /// A new leader took over and found the agent healthy: the old
+        /// leader's episode ends when the new one saw it end.
+        LeaderChange,
     }
 }
 

@@ -7,14 +7,14 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::store::Db;
 use futures::Stream;
 use prost::Message;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{debug, info, info_span, warn, Instrument};
@@ -29,7 +29,8 @@ use crate::proto::v1 as pb;
 use crate::proto::v1::agent_signals_server::{AgentSignals, AgentSignalsServer};
 use crate::stats::{SignalKind, SignalOutcome, Stats};
 use crate::store::health::StoreHealth;
-use crate::store::signals::{self as audit, SignalRecord, SignalUpdate};
+use crate::store::lease::{self, Leadership};
+use crate::store::signals::{self as audit, SignalIds, SignalRecord, SignalUpdate};
 use crate::telemetry::propagate::{self, TraceRef};
 
 /// Longest agent or proxy name accepted from an agent.
@@ -49,6 +50,23 @@ pub struct HubConfig {
     pub hello_timeout: Duration,
     pub ack_timeout: Duration,
     pub max_message_bytes: usize,
+    /// Other replicas may hold agents' streams (PostgreSQL); `None`: this
+    /// process holds every stream there is.
+    pub relay: Option<Relay>,
+    /// Who leads: only the leader sends automatic, periodic and graceful
+    /// signals.
+    pub leadership: watch::Receiver<Leadership>,
+}
+
+/// How a signal reaches an agent whose stream another replica holds: the
+/// row is the outbox, a notification wakes that replica, and it delivers.
+#[derive(Clone, Debug)]
+pub struct Relay {
+    /// This replica's name.
+    pub me: Arc<str>,
+    pub pool: sqlx::PgPool,
+    /// A replica silent for longer holds no stream.
+    pub lease: Duration,
 }
 
 /// Settings the hub and the reconnect loops read on every use, so they can
@@ -118,8 +136,11 @@ pub struct Hub {
     db: Db,
     stats: Arc<Stats>,
     conns: Mutex<HashMap<String, Conn>>,
+    /// Agents whose streams other live replicas hold (agent → replica),
+    /// as last read from the database.
+    remote: Mutex<HashMap<String, String>>,
     next_conn: AtomicU64,
-    next_id: AtomicI64,
+    ids: SignalIds,
     in_flight: Mutex<HashMap<i64, InFlight>>,
     updates: mpsc::Sender<SignalUpdate>,
     shutdown: CancellationToken,
@@ -143,7 +164,7 @@ impl Hub {
         store_health: Arc<StoreHealth>,
         shutdown: CancellationToken,
     ) -> Result<(Arc<Hub>, Vec<tokio::task::JoinHandle<()>>), sqlx::Error> {
-        let max_id = audit::max_id(&db).await?;
+        let ids = SignalIds::start(&db).await?;
         let (updates, rx) = mpsc::channel(UPDATE_QUEUE);
         let hub = Arc::new(Hub {
             cfg,
@@ -154,8 +175,9 @@ impl Hub {
             db: db.clone(),
             stats,
             conns: Mutex::new(HashMap::new()),
+            remote: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
-            next_id: AtomicI64::new(max_id + 1),
+            ids,
             in_flight: Mutex::new(HashMap::new()),
             updates,
             shutdown: shutdown.clone(),
@@ -197,6 +219,53 @@ impl Hub {
         v
     }
 
+    /// The agent's stream is here or on another live replica.
+    pub fn reachable(&self, agent: &str) -> bool {
+        self.is_connected(agent) || lock(&self.remote).contains_key(agent)
+    }
+
+    /// [`Self::reachable`], asking the database when the last read of the
+    /// other replicas' streams does not have the agent (it may have
+    /// connected since).
+    pub async fn reachable_now(&self, agent: &str) -> bool {
+        if self.reachable(agent) {
+            return true;
+        }
+        let Some(relay) = &self.cfg.relay else {
+            return false;
+        };
+        match lease::owners(&relay.pool, &[agent.to_string()], relay.lease).await {
+            Ok(owners) => owners.contains_key(agent),
+            Err(e) => {
+                warn!(agent, error = %e, "cannot tell which replica holds the agent");
+                false
+            }
+        }
+    }
+
+    /// Every agent with a stream on any live replica.
+    pub fn reachable_agents(&self) -> Vec<String> {
+        let mut v = self.connected_agents();
+        v.extend(lock(&self.remote).keys().cloned());
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// Replaces what this replica knows of the others' streams.
+    pub fn set_remote(&self, streams: HashMap<String, String>) {
+        *lock(&self.remote) = streams;
+    }
+
+    /// This replica leads (always, alone on its database).
+    pub fn leads(&self) -> bool {
+        self.cfg.leadership.borrow().leading
+    }
+
+    pub fn leadership(&self) -> watch::Receiver<Leadership> {
+        self.cfg.leadership.clone()
+    }
+
     pub fn in_flight(&self) -> usize {
         lock(&self.in_flight).len()
     }
@@ -215,12 +284,12 @@ impl Hub {
             return Ok(Vec::new());
         }
         let now = self.clock.now();
-        let first = self.next_id.fetch_add(reqs.len() as i64, Ordering::Relaxed);
+        let ids = self.ids.take(&self.db, reqs.len()).await?;
         let mut rows: Vec<SignalRecord> = reqs
             .iter()
-            .enumerate()
-            .map(|(i, r)| SignalRecord {
-                id: first + i as i64,
+            .zip(ids)
+            .map(|(r, id)| SignalRecord {
+                id,
                 kind: r.ask.kind(),
                 agent: r.agent.clone(),
                 proxy: r.ask.proxy().to_string(),
@@ -244,6 +313,8 @@ impl Hub {
             .map_err(|_| SendError::FleetGone)?;
         let deadline = now.saturating_add(self.cfg.ack_timeout);
         let current = TraceRef::current();
+        let elsewhere = self.held_elsewhere(&rows).await;
+        let mut relayed: HashMap<String, Vec<i64>> = HashMap::new();
         for (row, req) in rows.iter_mut().zip(reqs) {
             let kind = req.ask.kind();
             let span = propagate::child(req.trace.as_ref().or(current.as_ref()), || {
@@ -261,22 +332,21 @@ impl Hub {
                 )
             });
             let trace = TraceRef::of(&span);
-            let signal = pb::Signal {
-                id: row.id as u64,
-                kind: Some(match req.ask {
-                    Ask::Reconnect { proxy } => pb::signal::Kind::Reconnect(pb::Reconnect {
-                        proxy,
-                        reason: req.reason,
-                        requested_by: req.requested_by,
-                        deadline: Some(to_timestamp(deadline)),
-                    }),
-                    Ask::CloseTunnel { proxy } => pb::signal::Kind::CloseTunnel(pb::CloseTunnel {
-                        proxy,
-                        reason: req.reason,
-                    }),
-                }),
-                trace_context: trace.as_ref().map(TraceRef::carrier).unwrap_or_default(),
-            };
+            if let Some(owner) = elsewhere.get(&row.agent) {
+                // The replica holding its stream delivers it.
+                relayed.entry(owner.clone()).or_default().push(row.id);
+                self.stats.signal(kind, SignalOutcome::Sent);
+                span.record("outcome", "relayed");
+                continue;
+            }
+            let signal = wire(
+                row.id,
+                req.ask,
+                req.reason,
+                req.requested_by,
+                deadline,
+                trace.as_ref(),
+            );
             let flight = InFlight {
                 agent: row.agent.clone(),
                 kind,
@@ -305,7 +375,107 @@ impl Hub {
                 }
             }
         }
+        self.wake(relayed, &mut rows, now).await;
         Ok(rows)
+    }
+
+    /// Which of these rows' agents another live replica holds (none
+    /// without replicas, or when the database cannot say).
+    async fn held_elsewhere(&self, rows: &[SignalRecord]) -> HashMap<String, String> {
+        let Some(relay) = &self.cfg.relay else {
+            return HashMap::new();
+        };
+        let away: Vec<String> = rows
+            .iter()
+            .filter(|r| !self.is_connected(&r.agent))
+            .map(|r| r.agent.clone())
+            .collect();
+        if away.is_empty() {
+            return HashMap::new();
+        }
+        match lease::owners(&relay.pool, &away, relay.lease).await {
+            Ok(mut owners) => {
+                owners.retain(|_, replica| **replica != *relay.me);
+                owners
+            }
+            Err(e) => {
+                warn!(error = %e, agents = away.len(), "cannot tell which replica holds these agents: their signals are undeliverable");
+                HashMap::new()
+            }
+        }
+    }
+
+    /// Wakes each replica holding agents that `relayed` signals are for;
+    /// a replica that cannot be woken leaves its signals undeliverable.
+    async fn wake(&self, relayed: HashMap<String, Vec<i64>>, rows: &mut [SignalRecord], now: Ts) {
+        let Some(relay) = &self.cfg.relay else {
+            return;
+        };
+        for (replica, ids) in relayed {
+            if let Err(e) = lease::notify_signals(&relay.pool, &replica, &ids).await {
+                warn!(%replica, signals = ids.len(), error = %e, "cannot wake the replica holding these agents");
+                let detail = format!("cannot wake replica {replica}, which holds the agent: {e}");
+                for row in rows.iter_mut().filter(|r| ids.contains(&r.id)) {
+                    row.outcome = Outcome::Undeliverable;
+                    row.detail = detail.clone();
+                    self.stats.signal(row.kind, SignalOutcome::Undeliverable);
+                    self.update(SignalUpdate::Outcome {
+                        id: row.id,
+                        at: now,
+                        outcome: Outcome::Undeliverable,
+                        detail: detail.clone(),
+                        acked: false,
+                        latency_us: None,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Delivers signals another replica recorded for agents whose streams
+    /// are here (it woke this one for them). A signal already answered is
+    /// left alone; one whose agent has left gets `undeliverable`.
+    pub async fn deliver_relayed(&self, ids: &[i64]) {
+        for chunk in ids.chunks(audit::LOOKUP_CHUNK) {
+            let rows = match audit::by_ids(&self.db, chunk).await {
+                Ok(rows) => rows,
+                Err(e) => {
+                    warn!(error = %e, signals = chunk.len(), "cannot read signals another replica relayed: they time out");
+                    continue;
+                }
+            };
+            for row in rows {
+                if row.outcome != Outcome::Pending {
+                    continue;
+                }
+                let _span =
+                    info_span!("signal.relayed", signal.id = row.id, agent = %row.agent).entered();
+                let deadline = row.created.saturating_add(self.cfg.ack_timeout);
+                let ask = match row.kind {
+                    SignalKind::Reconnect => Ask::Reconnect { proxy: row.proxy },
+                    SignalKind::CloseTunnel => Ask::CloseTunnel { proxy: row.proxy },
+                };
+                let signal = wire(row.id, ask, row.reason, row.requested_by, deadline, None);
+                let flight = InFlight {
+                    agent: row.agent,
+                    kind: row.kind,
+                    created: row.created,
+                    deadline,
+                    trace: None,
+                };
+                if let Err(detail) = self.enqueue(signal, flight) {
+                    self.stats.signal(row.kind, SignalOutcome::Undeliverable);
+                    self.update(SignalUpdate::Outcome {
+                        id: row.id,
+                        at: self.clock.now(),
+                        outcome: Outcome::Undeliverable,
+                        detail,
+                        acked: false,
+                        latency_us: None,
+                    });
+                }
+            }
+        }
     }
 
     /// Queues a signal on the agent's stream and awaits its ack; the error
@@ -446,6 +616,32 @@ impl Hub {
         };
         Stats::add(bytes, s.encoded_len() as u64);
         s
+    }
+}
+
+/// A control signal as it goes on the wire.
+fn wire(
+    id: i64,
+    ask: Ask,
+    reason: String,
+    requested_by: String,
+    deadline: Ts,
+    trace: Option<&TraceRef>,
+) -> pb::Signal {
+    pb::Signal {
+        id: id as u64,
+        kind: Some(match ask {
+            Ask::Reconnect { proxy } => pb::signal::Kind::Reconnect(pb::Reconnect {
+                proxy,
+                reason,
+                requested_by,
+                deadline: Some(to_timestamp(deadline)),
+            }),
+            Ask::CloseTunnel { proxy } => {
+                pb::signal::Kind::CloseTunnel(pb::CloseTunnel { proxy, reason })
+            }
+        }),
+        trace_context: trace.map(TraceRef::carrier).unwrap_or_default(),
     }
 }
 

@@ -15,6 +15,8 @@
 //!   once the proxy topology has been still for a (randomised) threshold,
 //!   never for its last live tunnel.
 //!
+//! - replicas: every replica tracks who needs what; only the leader sends.
+//!
 //! Reads fleet state through `FleetHandle` and changes from its broadcast;
 //! sends only through the hub. Must not touch SQLite or agent streams.
 
@@ -227,6 +229,23 @@ impl Auto {
         }
     }
 
+    /// This replica took the lead: every agent it holds back is due now
+    /// (the old leader's backoff is not known here, and time matters more).
+    fn took_lead(&mut self) {
+        let mut due = 0usize;
+        for (agent, n) in self.needs.iter_mut() {
+            if let Some(k) = n.key.take() {
+                self.queue.remove(&k);
+            }
+            n.key = Some(self.queue.insert(agent.clone(), Duration::ZERO));
+            due += 1;
+        }
+        info!(
+            agents = due,
+            "leading now: agents that need a reconnect are due"
+        );
+    }
+
     /// Re-reads who needs a reconnect (after missing changes).
     async fn resync(&mut self) {
         let Ok(list) = self.fleet.not_healthy().await else {
@@ -344,13 +363,15 @@ impl Auto {
         let backoff = Backoff::at_least_step(self.cfg.backoff_base, self.cfg.backoff_cap);
         // The guard is re-evaluated on every change batch, readiness change
         // and second, so it is current here.
-        let hold = !self.hub.settings.auto_reconnect() || self.guard.borrow().paused;
+        // A follower holds too: the leader sends them.
+        let hold =
+            !self.hub.leads() || !self.hub.settings.auto_reconnect() || self.guard.borrow().paused;
         let mut ready = Vec::new();
         for agent in due {
             let Some(n) = self.needs.get_mut(&agent) else {
                 continue;
             };
-            if hold || !self.hub.is_connected(&agent) {
+            if hold || !self.hub.reachable(&agent) {
                 n.key = Some(
                     self.queue
                         .insert(agent, backoff.delay_with(0, &mut self.rng)),
@@ -424,6 +445,8 @@ async fn automatic(
     let mut changes = fleet.subscribe();
     let mut readiness = fleet.readiness_watch();
     let mut proxy_up = hub.board().subscribe_proxy_up();
+    let mut leadership = hub.leadership();
+    let mut lead_may_change = true;
     let mut auto = Auto {
         cfg,
         hub,
@@ -467,6 +490,15 @@ async fn automatic(
                 if r.is_err() { return; }
                 auto.proxy_up();
             }
+            // Alone on its database nobody changes who leads: the
+            // sender is gone from the start.
+            r = leadership.changed(), if lead_may_change => {
+                if r.is_err() {
+                    lead_may_change = false;
+                } else if leadership.borrow_and_update().leading {
+                    auto.took_lead();
+                }
+            }
             Some(exp) = auto.queue.next(), if !auto.queue.is_empty() => {
                 // Everything due now goes out together.
                 let mut due = vec![exp.into_inner()];
@@ -492,10 +524,10 @@ async fn periodic(cfg: ReconnectConfig, hub: Arc<Hub>, stop: CancellationToken) 
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
         }
-        if hub.settings.reconnect_interval().is_none() {
+        if hub.settings.reconnect_interval().is_none() || !hub.leads() {
             continue;
         }
-        let agents = hub.connected_agents();
+        let agents = hub.reachable_agents();
         info!(
             agents = agents.len(),
             rate = cfg.periodic_max_per_second,
@@ -552,7 +584,7 @@ async fn graceful(
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(check) => {}
         }
-        if !hub.settings.graceful_tunnel_closing() {
+        if !hub.settings.graceful_tunnel_closing() || !hub.leads() {
             continue;
         }
         let changed = hub.board().topology_changed();

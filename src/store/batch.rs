@@ -5,6 +5,7 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
+use super::lease::Fence;
 use crate::clock::Ts;
 use crate::model::{
     AgentState, Cause, EndReason, Health, HealthMode, HistoryEvent, Kind, Server, Subject, Tunnel,
@@ -82,6 +83,8 @@ pub struct WriteBatch {
     pub episodes: Vec<EpisodeOp>,
     /// History rows dropped while this batch waited.
     pub dropped_events: u64,
+    /// Who made it: the writer commits it only while this still holds.
+    pub fence: Fence,
 }
 
 impl WriteBatch {

@@ -154,16 +154,7 @@ pub async fn load(db: &Db) -> Result<Loaded, sqlx::Error> {
             expires: r.expires_us.map(Ts),
         })
         .collect();
-    let rows: Vec<EpisodeRow> = sqlx::query_as(
-        "SELECT id, agent, state, reasons, cause, cause_resource, started_us, ended_us, ended_by_signal, end_reason \
-         FROM episodes WHERE ended_us IS NULL ORDER BY id",
-    )
-    .fetch_all(pool)
-    .await?;
-    let open_episodes = rows.into_iter().map(Episode::from).collect();
-    let max: Option<i64> = sqlx::query_scalar("SELECT MAX(id) FROM episodes")
-        .fetch_one(pool)
-        .await?;
+    let (open_episodes, next_episode_id) = open_episodes(db).await?;
     let rows: Vec<(String, String, Health, i64)> = sqlx::query_as(
         "SELECT auth_server, addr, to_status, at_us FROM health_transitions \
          WHERE id IN (SELECT MAX(id) FROM health_transitions GROUP BY auth_server)",
@@ -183,9 +174,26 @@ pub async fn load(db: &Db) -> Result<Loaded, sqlx::Error> {
         servers,
         tunnels,
         open_episodes,
-        next_episode_id: max.unwrap_or(0) + 1,
+        next_episode_id,
         health,
     })
+    })
+}
+
+/// The open episodes, and the id the next one takes (one more than any
+/// stored): what a replica that starts, or takes the lead, goes on from.
+pub async fn open_episodes(db: &Db) -> Result<(Vec<Episode>, i64), sqlx::Error> {
+    on_pool!(db, pool => {
+    let rows: Vec<EpisodeRow> = sqlx::query_as(
+        "SELECT id, agent, state, reasons, cause, cause_resource, started_us, ended_us, ended_by_signal, end_reason \
+         FROM episodes WHERE ended_us IS NULL ORDER BY id",
+    )
+    .fetch_all(pool)
+    .await?;
+    let max: Option<i64> = sqlx::query_scalar("SELECT MAX(id) FROM episodes")
+        .fetch_one(pool)
+        .await?;
+    Ok((rows.into_iter().map(Episode::from).collect(), max.unwrap_or(0) + 1))
     })
 }
 

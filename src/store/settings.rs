@@ -141,6 +141,14 @@ impl Change {
             .execute(&mut **tx)
             .await?;
         });
+        if let Change::Postgres(tx) = self {
+            // Delivered at commit, to every replica listening.
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(super::lease::SETTINGS_CHANNEL)
+                .bind(&new.name)
+                .execute(&mut **tx)
+                .await?;
+        }
         Ok(())
     }
 

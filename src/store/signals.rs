@@ -4,6 +4,8 @@
 //! Delivery and ack updates arrive in batches from the signals room.
 
 use serde::Serialize;
+use std::sync::atomic::{AtomicI64, Ordering};
+
 use sqlx::QueryBuilder;
 
 use super::{on_pool, Db};
@@ -86,14 +88,49 @@ pub enum SignalUpdate {
     },
 }
 
-/// The highest signal id stored, so ids stay unique across restarts.
-pub async fn max_id(db: &Db) -> Result<i64, sqlx::Error> {
-    on_pool!(db, pool => {
-    let (max,): (Option<i64>,) = sqlx::query_as("SELECT max(id) FROM signals")
-        .fetch_one(pool)
-        .await?;
-    Ok(max.unwrap_or(0))
-    })
+/// Where new signal ids come from. On SQLite one process owns the file:
+/// a counter after the highest stored id. On PostgreSQL several replicas
+/// insert signals: the table's own sequence hands each a distinct id.
+#[derive(Debug)]
+pub struct SignalIds {
+    next: AtomicI64,
+}
+
+impl SignalIds {
+    pub async fn start(db: &Db) -> Result<SignalIds, sqlx::Error> {
+        let next = match db {
+            Db::Sqlite(pool) => {
+                let (max,): (Option<i64>,) = sqlx::query_as("SELECT max(id) FROM signals")
+                    .fetch_one(pool)
+                    .await?;
+                max.unwrap_or(0) + 1
+            }
+            Db::Postgres(_) => 0,
+        };
+        Ok(SignalIds {
+            next: AtomicI64::new(next),
+        })
+    }
+
+    /// `n` new ids, in increasing order.
+    pub async fn take(&self, db: &Db, n: usize) -> Result<Vec<i64>, sqlx::Error> {
+        match db {
+            Db::Sqlite(_) => {
+                let first = self.next.fetch_add(n as i64, Ordering::Relaxed);
+                Ok((first..first + n as i64).collect())
+            }
+            Db::Postgres(pool) => {
+                let mut ids: Vec<i64> = sqlx::query_scalar(
+                    "SELECT nextval(pg_get_serial_sequence('signals', 'id')) FROM generate_series(1, $1)",
+                )
+                .bind(n as i64)
+                .fetch_all(pool)
+                .await?;
+                ids.sort_unstable();
+                Ok(ids)
+            }
+        }
+    }
 }
 
 /// Commits new signal rows in one transaction.
@@ -128,7 +165,9 @@ pub async fn insert(db: &Db, rows: &[SignalRecord]) -> Result<(), sqlx::Error> {
 }
 
 /// Applies delivery and outcome updates in one transaction. An outcome never
-/// goes back to `delivered`.
+/// goes back to `delivered`, and a final outcome is never replaced (with
+/// several replicas, the one that saw the ack and the one whose deadline
+/// passed may both answer for one signal: the first answer stands).
 pub async fn update(db: &Db, updates: &[SignalUpdate]) -> Result<(), sqlx::Error> {
     on_pool!(db, pool => {
     if updates.is_empty() {
@@ -155,7 +194,8 @@ pub async fn update(db: &Db, updates: &[SignalUpdate]) -> Result<(), sqlx::Error
                 latency_us,
             } => {
                 sqlx::query(
-                    "UPDATE signals SET outcome = $1, detail = $2, acked_us = $3, latency_us = $4 WHERE id = $5",
+                    "UPDATE signals SET outcome = $1, detail = $2, acked_us = $3, latency_us = $4 \
+                     WHERE id = $5 AND outcome IN ('pending', 'delivered')",
                 )
                 .bind(*outcome)
                 .bind(detail.as_str())
@@ -225,6 +265,9 @@ pub async fn get(db: &Db, id: i64) -> Result<Option<SignalRecord>, sqlx::Error> 
     Ok(row.map(Into::into))
     })
 }
+
+/// Most ids [`by_ids`] looks up at once.
+pub const LOOKUP_CHUNK: usize = CHUNK;
 
 /// The rows with these ids (at most [`CHUNK`] are looked up; the dashboard
 /// asks for one page of agents' last signals at a time).

@@ -10,11 +10,12 @@
 use std::borrow::Borrow;
 use std::sync::Arc;
 
-use sqlx::{Database, Encode, QueryBuilder, Type};
+use sqlx::{Database, Encode, Postgres, QueryBuilder, Sqlite, Transaction, Type};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug_span, error, warn, Instrument};
 
 use super::batch::{EpisodeOp, WriteBatch};
+use super::lease::Fence;
 use super::{on_pool, Db, StoreError};
 use crate::clock::{dur_micros, Ts};
 use crate::model::{Server, Tunnel};
@@ -129,7 +130,16 @@ async fn commit_with_retry(pool: &Db, opts: &WriterOptions, mut batch: WriteBatc
         #[allow(clippy::disallowed_methods)] // commit duration histogram
         let started = std::time::Instant::now();
         let e = match commit(pool, &batch).instrument(span.clone()).await {
-            Ok(()) => {
+            Ok(Committed::Fenced) => {
+                Stats::inc(&stats.store_batches_fenced);
+                warn!(
+                    events,
+                    episodes = batch.episodes.len(),
+                    "this replica no longer leads: a batch made under its lease is left to the new leader"
+                );
+                return;
+            }
+            Ok(Committed::Written) => {
                 tracing::debug!(
                     events,
                     servers = batch.servers.len(),
@@ -192,10 +202,46 @@ fn chunks<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
     })
 }
 
-/// Commits one batch in one transaction.
-pub async fn commit(db: &Db, b: &WriteBatch) -> Result<(), sqlx::Error> {
+/// What became of a batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Committed {
+    Written,
+    /// Made under a lease this replica no longer holds: the new leader
+    /// writes history now, and this batch is not committed.
+    Fenced,
+}
+
+/// Checks a batch's [`Fence`] inside the transaction that writes it.
+trait CheckFence {
+    async fn holds(&mut self, fence: &Fence) -> Result<bool, sqlx::Error>;
+}
+
+impl CheckFence for Transaction<'static, Sqlite> {
+    async fn holds(&mut self, fence: &Fence) -> Result<bool, sqlx::Error> {
+        // One process per SQLite file: only `Sole` is ever made for it.
+        Ok(*fence == Fence::Sole)
+    }
+}
+
+impl CheckFence for Transaction<'static, Postgres> {
+    async fn holds(&mut self, fence: &Fence) -> Result<bool, sqlx::Error> {
+        match fence {
+            Fence::Sole => Ok(true),
+            Fence::Follower => Ok(false),
+            Fence::Leader { replica, term } => {
+                super::lease::still_leads(self, replica, *term).await
+            }
+        }
+    }
+}
+
+/// Commits one batch in one transaction, if its fence still holds.
+pub async fn commit(db: &Db, b: &WriteBatch) -> Result<Committed, sqlx::Error> {
     on_pool!(db, pool => {
     let mut tx = pool.begin().await?;
+    if !tx.holds(&b.fence).await? {
+        return Ok(Committed::Fenced);
+    }
     for (kind, rows) in &b.replace_servers {
         sqlx::query("DELETE FROM resources WHERE kind = $1")
             .bind(kind.as_str())
@@ -317,7 +363,8 @@ pub async fn commit(db: &Db, b: &WriteBatch) -> Result<(), sqlx::Error> {
             }
         }
     }
-    tx.commit().await
+    tx.commit().await?;
+    Ok(Committed::Written)
     })
 }
 

@@ -17,6 +17,7 @@ mod discovery;
 mod metrics;
 mod openapi;
 mod reconnect;
+mod replicas;
 mod schema;
 mod settings;
 mod signals;

@@ -182,6 +182,9 @@ async fn metrics_count_what_happened() {
     assert!(value(&m, "lifeline_store_commit_seconds_count", &[]) > 0.0);
     assert_eq!(value(&m, "lifeline_agent_streams", &[]), 6.0);
     assert_eq!(value(&m, "lifeline_storm_guard_paused", &[]), 0.0);
+    // Alone on SQLite, it always leads.
+    assert_eq!(value(&m, "lifeline_leader", &[]), 1.0);
+    assert_eq!(value(&m, "lifeline_leader_term", &[]), 0.0);
 
     // Root causes and auth servers, by name: the stranded agents add up,
     // each cause is as old as its proxy's expiry, each auth server shows

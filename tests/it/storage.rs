@@ -139,39 +139,6 @@ async fn an_unreachable_postgres_is_a_clear_start_up_error_without_the_password(
     assert!(!err.contains("hunter2"), "{err}");
 }
 
-/// Guards "one Lifeline per PostgreSQL database": a second one on the
-/// same database is refused at start with a message that says so; once
-/// the first stops, it starts.
-#[tokio::test]
-async fn a_second_lifeline_on_one_postgres_database_is_refused() {
-    let Some(url) = support::fresh_postgres("second_writer").await else {
-        return;
-    };
-    let engine = support::Store::Postgres(url).engine(std::path::Path::new(""));
-    let first = lifeline::store::open(&engine, lifeline::store::ACQUIRE_TIMEOUT)
-        .await
-        .unwrap();
-    let err = lifeline::store::open(&engine, lifeline::store::ACQUIRE_TIMEOUT)
-        .await
-        .map(drop)
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("locked by another process"), "{err}");
-    first.close().await;
-    support::bounded("the lock is released with the pool", async {
-        loop {
-            match lifeline::store::open(&engine, lifeline::store::ACQUIRE_TIMEOUT).await {
-                Ok(db) => return db.close().await,
-                Err(e) if e.to_string().contains("locked") => {
-                    support::real_sleep(Duration::from_millis(20)).await
-                }
-                Err(e) => panic!("{e}"),
-            }
-        }
-    })
-    .await;
-}
-
 on_both_engines! {
 /// Guards retention: history older than the retention is pruned.
 #[tokio::test]

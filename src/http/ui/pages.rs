@@ -200,7 +200,7 @@ async fn agent_rows(
         .into_iter()
         .zip(last)
         .map(|(a, id)| {
-            let connected = st.hub.is_connected(&a.name);
+            let connected = st.hub.reachable(&a.name);
             agent_row(now, a, id.and_then(|i| recs.get(&i)), connected)
         })
         .collect())

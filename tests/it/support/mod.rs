@@ -407,6 +407,10 @@ impl Cluster {
         cfg.storage.path = dir.path().join("lifeline.db");
         if let Store::Postgres(url) = &self.store {
             cfg.storage.url = Some(lifeline::config::DbUrl::new(url.clone()));
+            // The lease's deadline is in the database's (real) clock and
+            // this test's clock only moves when it advances: the longest
+            // lease keeps the one replica leading however the two drift.
+            cfg.storage.leader_lease = Duration::from_secs(300);
         }
         cfg.health.unknown_grace = self.grace;
         cfg.health.poll_interval = Duration::from_secs(1);
@@ -447,6 +451,7 @@ impl Cluster {
         };
         Running {
             sim,
+            other_watchers: Vec::new(),
             agents,
             ll: Some(ll),
             cfg,
@@ -462,6 +467,9 @@ impl Cluster {
 
 pub struct Running {
     pub sim: SimCluster,
+    /// The counters of other Lifelines watching the simulator (replicas a
+    /// test starts beside this one): its count of events sent covers theirs.
+    pub other_watchers: Vec<Arc<lifeline::stats::Stats>>,
     pub agents: Vec<SimAgent>,
     ll: Option<Lifeline>,
     pub cfg: Config,
@@ -507,7 +515,12 @@ impl Running {
     /// earlier command, with due timers fired).
     pub async fn quiesce(&self) {
         let ll = self.ll();
-        let consumed = || ll.stats.session_events.load(Ordering::SeqCst);
+        let consumed = || {
+            std::iter::once(&ll.stats)
+                .chain(&self.other_watchers)
+                .map(|s| s.session_events.load(Ordering::SeqCst))
+                .sum::<u64>()
+        };
         let caught_up = real_timeout(REAL_WAIT, async {
             // Nothing more arrives while the stream is down.
             while ll.fleet.readiness().ready
@@ -908,12 +921,14 @@ pub async fn fresh_postgres(test: &str) -> Option<String> {
     use sqlx::Connection;
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let admin = postgres_server(test)?;
-    let name = format!(
+    // What makes it unique first: PostgreSQL cuts names at 63 bytes.
+    let mut name = format!(
         "t_{}_{}_{}",
-        test.replace(|c: char| !c.is_ascii_alphanumeric(), "_"),
         std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
+        N.fetch_add(1, Ordering::Relaxed),
+        test.replace(|c: char| !c.is_ascii_alphanumeric(), "_"),
     );
+    name.truncate(63);
     let mut conn = sqlx::PgConnection::connect(&admin)
         .await
         .unwrap_or_else(|e| panic!("{test}: cannot reach {admin}: {e}"));

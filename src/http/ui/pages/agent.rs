@@ -179,7 +179,7 @@ pub async fn agent(
         .collect::<Vec<_>>()
         .join(" · ");
     let svg = ttl_svg::build(std::slice::from_ref(&d.ttl_window), now);
-    let connected = st.hub.is_connected(&name);
+    let connected = st.hub.reachable(&name);
     let row = agent_row(now, d.item, last.as_ref(), connected);
     Ok(ctx.render(
         StatusCode::OK,

@@ -14,7 +14,7 @@ pub struct ConfirmPage {
 pub async fn confirm_stranded(State(st): State<AppState>, ctx: Ctx) -> Result<Response, UiError> {
     // The same selection the action makes.
     let names = select(&st, Some(AgentState::Stranded), None, None).await?;
-    let connected = names.iter().filter(|n| st.hub.is_connected(n)).count();
+    let connected = names.iter().filter(|n| st.hub.reachable(n)).count();
     Ok(ctx.render(
         StatusCode::OK,
         &ConfirmPage {

@@ -1,0 +1,241 @@
+//! Taking the lead and giving it up. Every replica classifies the same
+//! events on its own; only the leader writes. A replica that takes the
+//! lease goes on from what the database holds: it writes the current state
+//! in full, keeps the open episodes it agrees with (their ids), closes
+//! those it does not, and opens its own with ids after the highest stored.
+
+use rustc_hash::FxHashMap as HashMap;
+use tracing::info;
+
+use super::state::Fleet;
+use crate::model::{EndReason, Kind};
+use crate::store::read::Episode;
+use crate::store::{EpisodeOp, Fence};
+
+/// What the lead changed, for the log and the tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Adopted {
+    /// Open episodes kept with their stored ids.
+    pub kept: usize,
+    /// Stored open episodes closed: their agent is healthy, in another
+    /// state, or unknown to this replica.
+    pub closed: usize,
+    /// Episodes this replica had open that the database had not.
+    pub opened: usize,
+}
+
+impl Fleet {
+    /// This replica now leads under `fence`: what it had pending as a
+    /// follower is dropped (none of it was written), and the database is
+    /// brought to this replica's view in the first batch of its tenure.
+    pub fn lead(&mut self, fence: Fence, open: Vec<Episode>, next_episode: i64) -> Adopted {
+        let now = self.now();
+        self.pending = Default::default();
+        self.fence = fence;
+        self.next_episode = next_episode.max(1);
+        // The current state in full: the last leader's rows may be behind.
+        let proxies = self.proxies.values().map(|e| e.server.clone()).collect();
+        self.pending.replace_kind(Kind::Proxy, proxies);
+        let auths = self
+            .auths
+            .values()
+            .filter_map(|a| a.resource.as_ref().map(|e| e.server.clone()))
+            .collect();
+        self.pending.replace_kind(Kind::AuthServer, auths);
+        let agents = self.agents.values().map(|a| a.res.server.clone()).collect();
+        self.pending.replace_kind(Kind::Agent, agents);
+        let tunnels = self.tunnels.values().map(|t| t.tunnel.clone()).collect();
+        self.pending.replace_tunnels(tunnels);
+
+        let mut stored: HashMap<String, Episode> = HashMap::default();
+        let mut adopted = Adopted::default();
+        for ep in open {
+            // Two open episodes of one agent cannot both be right.
+            if let Some(older) = stored.insert(ep.agent.clone(), ep) {
+                self.pending.episodes.push(EpisodeOp::close(
+                    older.id,
+                    now,
+                    EndReason::LeaderChange,
+                ));
+                adopted.closed += 1;
+            }
+        }
+        let mut names: Vec<&String> = self.agents.keys().collect();
+        names.sort();
+        let names: Vec<String> = names.into_iter().cloned().collect();
+        for name in names {
+            let Some(a) = self.agents.get_mut(&name) else {
+                continue;
+            };
+            let theirs = stored.remove(&name);
+            if a.episode.is_none() {
+                if let Some(ep) = theirs {
+                    self.pending.episodes.push(EpisodeOp::close(
+                        ep.id,
+                        now,
+                        EndReason::LeaderChange,
+                    ));
+                    adopted.closed += 1;
+                }
+                continue;
+            }
+            match theirs {
+                Some(ep) if ep.state == a.state => {
+                    a.episode = Some(ep.id);
+                    self.pending.episodes.push(EpisodeOp::Update {
+                        id: ep.id,
+                        reasons: a.reasons.join(),
+                        cause: a.cause.clone(),
+                    });
+                    adopted.kept += 1;
+                }
+                other => {
+                    if let Some(ep) = other {
+                        self.pending.episodes.push(EpisodeOp::close(
+                            ep.id,
+                            now,
+                            EndReason::LeaderChange,
+                        ));
+                        adopted.closed += 1;
+                    }
+                    let id = self.next_episode;
+                    self.next_episode += 1;
+                    a.episode = Some(id);
+                    self.pending.episodes.push(EpisodeOp::Open {
+                        id,
+                        agent: name.clone(),
+                        state: a.state,
+                        reasons: a.reasons.join(),
+                        cause: a.cause.clone(),
+                        started: a.since,
+                    });
+                    adopted.opened += 1;
+                }
+            }
+        }
+        for ep in stored.into_values() {
+            self.pending
+                .episodes
+                .push(EpisodeOp::close(ep.id, now, EndReason::AgentUnknown));
+            adopted.closed += 1;
+        }
+        info!(
+            kept = adopted.kept,
+            closed = adopted.closed,
+            opened = adopted.opened,
+            "leading: the stored open episodes now match this replica's view"
+        );
+        adopted
+    }
+
+    /// Another replica leads (or this one cannot tell): nothing this one
+    /// makes is written from now on.
+    pub fn follow(&mut self) {
+        self.fence = Fence::Follower;
+        self.pending = Default::default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::state::fixture::*;
+    use super::*;
+    use crate::clock::Ts;
+    use crate::model::{AgentState, CauseKind};
+    use crate::store::read::Episode;
+
+    fn stored(id: i64, agent: &str, state: AgentState) -> Episode {
+        Episode {
+            id,
+            agent: agent.into(),
+            state,
+            reasons: vec![],
+            cause: Some(CauseKind::ProxyExpired),
+            cause_resource: "p1".into(),
+            started_at: Ts(1),
+            ended_at: None,
+            ended_by_signal: None,
+            end_reason: None,
+        }
+    }
+
+    /// Guards the hand-over: a new leader keeps the episodes it agrees
+    /// with, closes the rest, opens its own after the stored ids, and its
+    /// first batch carries its fence.
+    #[tokio::test(start_paused = true)]
+    async fn a_new_leader_adopts_the_stored_episodes_it_agrees_with() {
+        let mut f = ready(&[("p1", 3600)], &["a1", "a2", "a3", "a4"]);
+        for (name, state) in [
+            ("a1", AgentState::Stranded),
+            ("a2", AgentState::Stranded),
+            ("a3", AgentState::Healthy),
+            ("a4", AgentState::Degraded),
+        ] {
+            let a = f.agents.get_mut(name).expect("listed");
+            a.state = state;
+            a.episode = (state != AgentState::Healthy).then_some(900);
+        }
+        f.follow();
+        let fence = Fence::Leader {
+            replica: "r2".into(),
+            term: 7,
+        };
+        let got = f.lead(
+            fence.clone(),
+            vec![
+                stored(10, "a1", AgentState::Stranded),
+                stored(11, "a3", AgentState::Stranded),
+                stored(12, "a4", AgentState::Stranded),
+                stored(13, "gone", AgentState::Stranded),
+            ],
+            20,
+        );
+        assert_eq!(
+            got,
+            Adopted {
+                kept: 1,
+                closed: 3,
+                opened: 2
+            }
+        );
+        assert_eq!(f.agents["a1"].episode, Some(10));
+        assert_eq!(f.agents["a2"].episode, Some(20));
+        assert_eq!(f.agents["a4"].episode, Some(21));
+        assert_eq!(f.agents["a3"].episode, None);
+        let batch = f.take_pending();
+        assert_eq!(batch.fence, fence);
+        assert_eq!(batch.replace_servers.len(), 3, "every kind in full");
+        let closed: Vec<(i64, EndReason)> = batch
+            .episodes
+            .iter()
+            .filter_map(|e| match e {
+                EpisodeOp::Close { id, end_reason, .. } => Some((*id, *end_reason)),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            closed.contains(&(11, EndReason::LeaderChange)),
+            "{closed:?}"
+        );
+        assert!(
+            closed.contains(&(12, EndReason::LeaderChange)),
+            "{closed:?}"
+        );
+        assert!(
+            closed.contains(&(13, EndReason::AgentUnknown)),
+            "{closed:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_follower_hands_the_writer_nothing() {
+        let mut f = ready(&[("p1", 3600)], &["a1"]);
+        f.follow();
+        f.pending
+            .episodes
+            .push(EpisodeOp::close(1, Ts(1), EndReason::Recovered));
+        let b = f.take_pending();
+        assert!(b.is_empty());
+        assert_eq!(b.fence, Fence::Follower);
+    }
+}

@@ -1,0 +1,484 @@
+//! The replica room: this process among several Lifelines on one
+//! PostgreSQL database. Every replica watches the cluster and classifies
+//! on its own; this room decides which one acts.
+//!
+//! Owns: the leader lease loop (take, renew, step down before the lease
+//! ends when the database cannot be reached, give it up at shutdown), this
+//! replica's heartbeat, the record of which agent streams it holds, the
+//! notifications that wake it (signals to deliver, settings that changed),
+//! and the leader's chores (signals nobody will answer, replicas long
+//! gone). Publishes [`Leadership`] for everyone else to read.
+//!
+//! Must not touch: history rows (the store's writer writes them, fenced by
+//! the term this room hands the fleet), agent streams (the hub's) or
+//! signal rules (the signals room's). On SQLite there is nothing to do:
+//! the process is alone and always leads ([`sole`]).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::postgres::{PgListener, PgPoolOptions};
+use sqlx::PgPool;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, info_span, warn, Instrument};
+
+use crate::backoff::Backoff;
+use crate::clock::{Clock, Ts};
+use crate::fleet::FleetHandle;
+use crate::settings::Settings;
+use crate::signals::hub::Hub;
+use crate::stats::Stats;
+use crate::store::lease::{self, Attempt, Fence, Leadership};
+use crate::store::read;
+use crate::store::Db;
+
+/// What the room needs to know about this replica.
+#[derive(Clone, Debug)]
+pub struct ReplicaConfig {
+    pub name: String,
+    pub lease: Duration,
+    /// Shown to operators (and to other replicas' dashboards).
+    pub http_addr: String,
+    pub grpc_addr: String,
+    /// A signal unanswered this long after it was made is over.
+    pub ack_timeout: Duration,
+}
+
+/// How often the leader renews, as a share of the lease: four renewals
+/// may fail before it steps down.
+const RENEW_SHARE: u32 = 5;
+/// How often the agent streams this replica holds are written down.
+const STREAMS_EVERY: Duration = Duration::from_millis(250);
+/// How often the others' streams are read (the leader's reach).
+const REMOTE_EVERY: Duration = Duration::from_secs(1);
+/// How often the leader's chores run.
+const CHORES_EVERY: Duration = Duration::from_secs(5);
+/// Replicas silent this long leave the registry.
+const FORGET_REPLICAS_AFTER: Duration = Duration::from_secs(24 * 3600);
+/// Unanswered signals timed out per chore round.
+const SWEEP_LIMIT: i64 = 1000;
+
+/// The leadership of a process alone on its database.
+pub fn sole(name: &str, now: Ts) -> watch::Receiver<Leadership> {
+    let (_, rx) = watch::channel(Leadership {
+        replica: name.to_string(),
+        leader: Some(name.to_string()),
+        term: 0,
+        leading: true,
+        sole: true,
+        since: Some(now),
+    });
+    rx
+}
+
+/// A follower's leadership until the lease loop has looked.
+pub fn follower(name: &str, now: Ts) -> (watch::Sender<Leadership>, watch::Receiver<Leadership>) {
+    watch::channel(Leadership {
+        replica: name.to_string(),
+        leader: None,
+        term: 0,
+        leading: false,
+        sole: false,
+        since: Some(now),
+    })
+}
+
+/// Everything a replica runs besides what a sole process runs.
+pub struct Parts {
+    pub cfg: ReplicaConfig,
+    pub pool: PgPool,
+    pub db: Db,
+    pub fleet: FleetHandle,
+    pub hub: Arc<Hub>,
+    pub settings: Arc<Settings>,
+    pub stats: Arc<Stats>,
+    pub clock: Clock,
+    pub leadership: watch::Sender<Leadership>,
+}
+
+/// What a replica does on its way out, once its last writes are in.
+pub struct Departure {
+    pool: PgPool,
+    name: String,
+    leadership: watch::Receiver<Leadership>,
+}
+
+impl Departure {
+    /// Gives the lease up (the others need not wait for it to lapse) and
+    /// forgets this replica's agent streams.
+    pub async fn leave(self) {
+        let (leading, term) = {
+            let l = self.leadership.borrow();
+            (l.leading, l.term)
+        };
+        if leading {
+            match lease::release(&self.pool, &self.name, term).await {
+                Ok(()) => info!(term, "leader lease given up at shutdown"),
+                Err(e) => {
+                    warn!(term, error = %e, "cannot give the lease up at shutdown: it lapses on its own")
+                }
+            }
+        }
+        if let Err(e) = lease::leave(&self.pool, &self.name).await {
+            warn!(error = %e, "cannot record this replica leaving: its heartbeat goes stale on its own");
+        }
+    }
+}
+
+/// Records this replica and starts its loops.
+pub async fn start(
+    p: Parts,
+    stop: CancellationToken,
+) -> Result<(Vec<JoinHandle<()>>, Departure), sqlx::Error> {
+    lease::register(&p.pool, &p.cfg.name, &p.cfg.http_addr, &p.cfg.grpc_addr).await?;
+    info!(replica = %p.cfg.name, lease = ?p.cfg.lease, "replica registered; following until the lease says otherwise");
+    let departure = Departure {
+        pool: p.pool.clone(),
+        name: p.cfg.name.clone(),
+        leadership: p.leadership.subscribe(),
+    };
+    let p = Arc::new(p);
+    let tasks = vec![
+        tokio::spawn(lease_loop(p.clone(), stop.clone()).instrument(info_span!("replica.lease"))),
+        tokio::spawn(listen(p.clone(), stop.clone()).instrument(info_span!("replica.listen"))),
+        tokio::spawn(streams(p.clone(), stop.clone()).instrument(info_span!("replica.streams"))),
+        tokio::spawn(chores(p, stop).instrument(info_span!("replica.chores"))),
+    ];
+    Ok((tasks, departure))
+}
+
+/// Where the lease loop stands.
+struct Lease {
+    /// The term this replica leads in, if it does.
+    term: Option<i64>,
+    /// Local time past which it must not act as leader without a renewal.
+    valid_until: Ts,
+    /// Consecutive failures to reach the database (for the log).
+    failures: u32,
+}
+
+async fn lease_loop(p: Arc<Parts>, stop: CancellationToken) {
+    let cfg = &p.cfg;
+    let renew_every = cfg.lease / RENEW_SHARE;
+    let mut st = Lease {
+        term: None,
+        valid_until: Ts::ZERO,
+        failures: 0,
+    };
+    loop {
+        let started = p.clock.now();
+        // A leader waits for an answer no longer than it may still lead.
+        let budget = match st.term {
+            Some(_) => renew_every
+                .min(st.valid_until.since(started))
+                .max(Duration::from_millis(10)),
+            None => renew_every,
+        };
+        let attempt =
+            tokio::time::timeout(budget, lease::try_lead(&p.pool, &cfg.name, cfg.lease)).await;
+        let wait = match attempt {
+            Ok(Ok(Attempt::Ours(t))) => {
+                st.failures = 0;
+                // The database's deadline is `lease` after it ran the
+                // statement, which was after `started`: stepping down a
+                // renewal early leaves the lease ours until then.
+                st.valid_until = started.saturating_add(cfg.lease - renew_every);
+                if st.term != Some(t.term) {
+                    take_lead(&p, &mut st, t.term).await;
+                }
+                renew_every
+            }
+            Ok(Ok(Attempt::Theirs(held))) => {
+                st.failures = 0;
+                step_down(&p, &mut st, "another replica holds the lease");
+                set_leader(&p, Some(held.holder.clone()), held.term);
+                // Look again just after it would lapse, or at the usual pace.
+                let left = Duration::from_micros(
+                    held.deadline_us.saturating_sub(held.now_us).max(0) as u64,
+                );
+                left.saturating_add(Duration::from_millis(20))
+                    .min(renew_every)
+            }
+            Ok(Ok(Attempt::Nobody)) => Duration::from_millis(50),
+            Ok(Err(e)) => {
+                unreachable(&p, &mut st, &e.to_string());
+                renew_every / 2
+            }
+            Err(_) => {
+                unreachable(&p, &mut st, &format!("no answer within {budget:?}"));
+                renew_every / 2
+            }
+        };
+        // Only a failed renewal makes a leader step down: one that merely
+        // woke late renews first.
+        if st.failures > 0 && st.term.is_some() && p.clock.now() >= st.valid_until {
+            step_down(&p, &mut st, "the lease could not be renewed before it ends");
+        }
+        // A leader that cannot renew wakes exactly when it must step down.
+        let wait = match st.term {
+            Some(_) => wait.min(st.valid_until.since(p.clock.now())),
+            None => wait,
+        };
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+    // The lease stays held until the last writes are in: see `Departure`.
+}
+
+/// This replica holds the lease in a new term: the fleet goes on from the
+/// database's open episodes, then the others may see it lead.
+async fn take_lead(p: &Parts, st: &mut Lease, term: i64) {
+    let (open, next) = match read::open_episodes(&p.db).await {
+        Ok(v) => v,
+        Err(e) => {
+            // Not leading yet: the next renewal tries again.
+            warn!(term, error = %e, "holding the lease but cannot read the open episodes; not leading yet");
+            return;
+        }
+    };
+    let fence = Fence::Leader {
+        replica: p.cfg.name.as_str().into(),
+        term,
+    };
+    if p.fleet.lead(fence, open, next).await.is_err() {
+        return;
+    }
+    st.term = Some(term);
+    info!(
+        term,
+        "this replica leads: it writes history and sends automatic signals"
+    );
+    let now = p.clock.now();
+    p.leadership.send_modify(|l| {
+        l.leader = Some(p.cfg.name.clone());
+        l.term = term;
+        l.leading = true;
+        l.since = Some(now);
+    });
+}
+
+fn step_down(p: &Parts, st: &mut Lease, why: &str) {
+    let Some(term) = st.term.take() else {
+        return;
+    };
+    warn!(term, why, "this replica no longer leads");
+    let fleet = p.fleet.clone();
+    // The fleet stops stamping batches as the leader's; the database's
+    // fence already refuses them.
+    tokio::spawn(async move {
+        let _ = fleet.follow().await;
+    });
+    let now = p.clock.now();
+    p.leadership.send_modify(|l| {
+        l.leading = false;
+        l.since = Some(now);
+        if l.leader.as_deref() == Some(p.cfg.name.as_str()) {
+            l.leader = None;
+        }
+    });
+}
+
+fn set_leader(p: &Parts, leader: Option<String>, term: i64) {
+    p.leadership.send_if_modified(|l| {
+        let changed = l.leader != leader || l.term != term;
+        l.leader = leader;
+        l.term = term;
+        changed
+    });
+}
+
+fn unreachable(p: &Parts, st: &mut Lease, error: &str) {
+    st.failures += 1;
+    if st.failures == 1 {
+        warn!(
+            error,
+            leading = st.term.is_some(),
+            "cannot reach the database for the leader lease"
+        );
+    } else {
+        debug!(
+            error,
+            failures = st.failures,
+            "still cannot reach the database for the lease"
+        );
+    }
+    if st.term.is_none() {
+        set_leader(p, None, 0);
+    }
+}
+
+/// Listens for signals to deliver and settings that changed. Missed
+/// notifications (while the connection was down) are made up for: every
+/// setting is read again, and signals nobody delivered time out.
+async fn listen(p: Arc<Parts>, stop: CancellationToken) {
+    let backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+    let mut attempt = 0u32;
+    // A connection of its own, outside the pool that requests and writes
+    // draw from, which it would otherwise hold for good.
+    let own = PgPoolOptions::new()
+        .max_connections(1)
+        .idle_timeout(None)
+        .max_lifetime(None)
+        .connect_lazy_with((*p.pool.connect_options()).clone());
+    loop {
+        let mut listener = match PgListener::connect_with(&own).await {
+            Ok(l) => l,
+            Err(e) => {
+                warn!(error = %e, "cannot listen for notifications; retrying");
+                attempt += 1;
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(backoff.delay(attempt)) => continue,
+                }
+            }
+        };
+        if let Err(e) = listener
+            .listen_all([lease::SIGNALS_CHANNEL, lease::SETTINGS_CHANNEL])
+            .await
+        {
+            warn!(error = %e, "cannot listen for notifications; retrying");
+            attempt += 1;
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(backoff.delay(attempt)) => continue,
+            }
+        }
+        attempt = 0;
+        if let Err(e) = p.settings.reload_all().await {
+            warn!(error = %e, "cannot read the settings again");
+        }
+        loop {
+            let n = tokio::select! {
+                _ = stop.cancelled() => return,
+                n = listener.try_recv() => n,
+            };
+            match n {
+                Ok(Some(n)) => dispatch(&p, n.channel(), n.payload()).await,
+                // The connection was lost and made again.
+                Ok(None) => {
+                    if let Err(e) = p.settings.reload_all().await {
+                        warn!(error = %e, "cannot read the settings again");
+                    }
+                }
+                Err(e) => {
+                    warn!(error = %e, "notifications lost; listening again");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+async fn dispatch(p: &Parts, channel: &str, payload: &str) {
+    if channel == lease::SIGNALS_CHANNEL {
+        match lease::parse_signals(payload) {
+            Some((replica, ids)) if replica == p.cfg.name => p.hub.deliver_relayed(&ids).await,
+            Some(_) => {}
+            None => warn!(payload, "a signals notification that does not parse"),
+        }
+    } else if channel == lease::SETTINGS_CHANNEL {
+        match Settings::name(payload) {
+            Ok(name) => match p.settings.reload(name).await {
+                Ok(()) => info!(
+                    setting = payload,
+                    "setting changed on another replica: applied"
+                ),
+                Err(e) => {
+                    warn!(setting = payload, error = %e, "cannot apply a setting another replica changed")
+                }
+            },
+            Err(_) => warn!(
+                setting = payload,
+                "another replica changed a setting this one does not know"
+            ),
+        }
+    }
+}
+
+/// Writes down which agent streams this replica holds (the others read it
+/// to relay signals), and reads which the others hold.
+async fn streams(p: Arc<Parts>, stop: CancellationToken) {
+    let mut written: HashSet<String> = HashSet::new();
+    let mut last_remote = Ts::ZERO;
+    let mut tick = tokio::time::interval(STREAMS_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let now: HashSet<String> = p.hub.connected_agents().into_iter().collect();
+        let opened: Vec<String> = now.difference(&written).cloned().collect();
+        let closed: Vec<String> = written.difference(&now).cloned().collect();
+        if !opened.is_empty() {
+            match lease::claim_streams(&p.pool, &p.cfg.name, &opened, p.clock.now()).await {
+                Ok(()) => written.extend(opened),
+                Err(e) => {
+                    debug!(error = %e, agents = opened.len(), "cannot record agent streams; next round")
+                }
+            }
+        }
+        if !closed.is_empty() {
+            match lease::release_streams(&p.pool, &p.cfg.name, &closed).await {
+                Ok(()) => {
+                    for a in &closed {
+                        written.remove(a);
+                    }
+                }
+                Err(e) => {
+                    debug!(error = %e, agents = closed.len(), "cannot forget agent streams; next round")
+                }
+            }
+        }
+        let t = p.clock.now();
+        if t.since(last_remote) >= REMOTE_EVERY {
+            last_remote = t;
+            match lease::remote_streams(&p.pool, &p.cfg.name, p.cfg.lease).await {
+                Ok(remote) => p.hub.set_remote(remote),
+                Err(e) => debug!(error = %e, "cannot read the other replicas' streams; next round"),
+            }
+        }
+    }
+}
+
+/// The heartbeat, and the leader's chores: signals nobody will answer
+/// time out; replicas silent for a day leave the registry.
+async fn chores(p: Arc<Parts>, stop: CancellationToken) {
+    let beat = p.cfg.lease / RENEW_SHARE;
+    let mut last_chores = Ts::ZERO;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(beat) => {}
+        }
+        if let Err(e) = lease::heartbeat(&p.pool, &p.cfg.name).await {
+            debug!(error = %e, "heartbeat not recorded; next round");
+        }
+        let now = p.clock.now();
+        if !p.hub.leads() || now.since(last_chores) < CHORES_EVERY {
+            continue;
+        }
+        last_chores = now;
+        // Well after every replica's own deadline for it has passed.
+        let before = now.saturating_sub(p.cfg.ack_timeout + p.cfg.lease);
+        match lease::sweep_unanswered(&p.pool, before, SWEEP_LIMIT).await {
+            Ok(0) => {}
+            Ok(n) => {
+                Stats::add(&p.stats.signals_swept, n);
+                info!(
+                    signals = n,
+                    "signals no replica answered for are recorded as timed out"
+                );
+            }
+            Err(e) => debug!(error = %e, "cannot sweep unanswered signals; next round"),
+        }
+        if let Err(e) = lease::forget_replicas(&p.pool, FORGET_REPLICAS_AFTER).await {
+            debug!(error = %e, "cannot forget old replicas; next round");
+        }
+    }
+}

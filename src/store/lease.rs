@@ -1,0 +1,428 @@
+//! Several replicas on one PostgreSQL database: the leader lease row, the
+//! fence a writer's transaction checks, the replicas' heartbeats, which
+//! replica holds each agent's signal stream, and the notifications that
+//! wake a replica. Only rows and SQL live here; the loops that use them
+//! are the replica room's. Every deadline is in the database's clock
+//! (`clock_timestamp()`), so replicas whose clocks disagree still agree on
+//! who leads.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use sqlx::{PgPool, Postgres, QueryBuilder, Transaction};
+
+use crate::clock::{dur_micros, Ts};
+
+/// The database's clock in microseconds since the Unix epoch.
+macro_rules! db_now {
+    () => {
+        "(extract(epoch from clock_timestamp()) * 1000000)::bigint"
+    };
+}
+
+/// Who may write history, carried by every batch the fleet hands the
+/// writer: the writer commits a batch only under the fence it was made
+/// under, checked in the same transaction.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Fence {
+    /// The only process on its database (SQLite): nothing to fence.
+    #[default]
+    Sole,
+    /// The leader of `term`: a write commits only while the lease row
+    /// still names this replica, this term, and a deadline to come.
+    Leader { replica: Arc<str>, term: i64 },
+    /// Not the leader: history is the leader's to write.
+    Follower,
+}
+
+/// Who leads, as this replica last saw it (what the dashboard, the API
+/// and the signal loops read).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Leadership {
+    /// This replica's name.
+    pub replica: String,
+    /// The leader's name; `None` while nobody holds the lease.
+    pub leader: Option<String>,
+    /// The leader's term (grows with every new tenure).
+    pub term: i64,
+    /// This replica leads: it writes history and sends automatic signals.
+    pub leading: bool,
+    /// One process on its own database (SQLite): it always leads.
+    pub sole: bool,
+    /// When this replica last changed role.
+    pub since: Option<Ts>,
+}
+
+/// A lease this replica holds, in the database's clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tenure {
+    pub term: i64,
+    pub deadline_us: i64,
+}
+
+/// Someone else's lease, and the database's clock when it was read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Held {
+    pub holder: String,
+    pub term: i64,
+    pub deadline_us: i64,
+    pub now_us: i64,
+}
+
+/// What trying to take (or renew) the lease found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Attempt {
+    Ours(Tenure),
+    Theirs(Held),
+    /// Nobody has ever held it and the row could not be made (a race).
+    Nobody,
+}
+
+/// Takes the lease if it is free or lapsed, renews it if it is ours. The
+/// term grows only when the lease changes hands: a replica that lost it
+/// and takes it back is a new tenure, and what it wrote under the old term
+/// no longer commits. A lease that lapsed with nobody taking it stays its
+/// holder's, term and all: nobody else wrote meanwhile.
+pub async fn try_lead(pool: &PgPool, me: &str, lease: Duration) -> Result<Attempt, sqlx::Error> {
+    let ours: Option<(i64, i64)> = sqlx::query_as(concat!(
+        "WITH now AS (SELECT ",
+        db_now!(),
+        " AS us) \
+         INSERT INTO leader_lease AS l (id, holder, term, deadline_us, since_us) \
+         SELECT 1, $1, 1, now.us + $2, now.us FROM now \
+         ON CONFLICT (id) DO UPDATE SET \
+           term = CASE WHEN l.holder = EXCLUDED.holder THEN l.term ELSE l.term + 1 END, \
+           since_us = CASE WHEN l.holder = EXCLUDED.holder THEN l.since_us ELSE EXCLUDED.since_us END, \
+           holder = EXCLUDED.holder, \
+           deadline_us = EXCLUDED.deadline_us \
+         WHERE l.holder = EXCLUDED.holder OR l.deadline_us <= EXCLUDED.since_us \
+         RETURNING term, deadline_us"
+    ))
+    .bind(me)
+    .bind(dur_micros(lease))
+    .fetch_optional(pool)
+    .await?;
+    if let Some((term, deadline_us)) = ours {
+        return Ok(Attempt::Ours(Tenure { term, deadline_us }));
+    }
+    let theirs: Option<(String, i64, i64, i64)> = sqlx::query_as(concat!(
+        "SELECT holder, term, deadline_us, ",
+        db_now!(),
+        " FROM leader_lease WHERE id = 1"
+    ))
+    .fetch_optional(pool)
+    .await?;
+    Ok(match theirs {
+        Some((holder, term, deadline_us, now_us)) => Attempt::Theirs(Held {
+            holder,
+            term,
+            deadline_us,
+            now_us,
+        }),
+        None => Attempt::Nobody,
+    })
+}
+
+/// Gives the lease up at once (a clean shutdown), so a follower need not
+/// wait for it to lapse. A term that is no longer ours changes nothing.
+pub async fn release(pool: &PgPool, me: &str, term: i64) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE leader_lease SET deadline_us = 0 WHERE id = 1 AND holder = $1 AND term = $2",
+    )
+    .bind(me)
+    .bind(term)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Checks, inside a writer's transaction, that `me` still leads in `term`
+/// (the fencing token: a new holder always brings a new term); the row
+/// stays share-locked until the transaction ends, so the lease cannot
+/// change hands before this transaction commits.
+pub async fn still_leads(
+    tx: &mut Transaction<'static, Postgres>,
+    me: &str,
+    term: i64,
+) -> Result<bool, sqlx::Error> {
+    let held: Option<i64> = sqlx::query_scalar(
+        "SELECT term FROM leader_lease WHERE id = 1 AND holder = $1 AND term = $2 FOR SHARE",
+    )
+    .bind(me)
+    .bind(term)
+    .fetch_optional(&mut **tx)
+    .await?;
+    Ok(held.is_some())
+}
+
+/// A replica as the registry shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct ReplicaRow {
+    pub id: String,
+    pub http_addr: String,
+    pub grpc_addr: String,
+    pub started: Ts,
+    pub heartbeat: Ts,
+    /// Its heartbeat is younger than the lease.
+    pub alive: bool,
+}
+
+/// Records this replica (at start: its start time is now).
+pub async fn register(pool: &PgPool, me: &str, http: &str, grpc: &str) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    sqlx::query(concat!(
+        "INSERT INTO replicas (id, http_addr, grpc_addr, started_us, heartbeat_us) \
+         VALUES ($1, $2, $3, ",
+        db_now!(),
+        ", ",
+        db_now!(),
+        ") ON CONFLICT (id) DO UPDATE SET http_addr = EXCLUDED.http_addr, \
+         grpc_addr = EXCLUDED.grpc_addr, started_us = EXCLUDED.started_us, \
+         heartbeat_us = EXCLUDED.heartbeat_us"
+    ))
+    .bind(me)
+    .bind(http)
+    .bind(grpc)
+    .execute(&mut *tx)
+    .await?;
+    // Streams a previous run of this replica held are gone with it.
+    sqlx::query("DELETE FROM agent_streams WHERE replica = $1")
+        .bind(me)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await
+}
+
+/// This replica is alive.
+pub async fn heartbeat(pool: &PgPool, me: &str) -> Result<(), sqlx::Error> {
+    sqlx::query(concat!(
+        "UPDATE replicas SET heartbeat_us = ",
+        db_now!(),
+        " WHERE id = $1"
+    ))
+    .bind(me)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// A clean shutdown: nobody should wait for this replica's heartbeat to
+/// go stale before treating its streams as gone.
+pub async fn leave(pool: &PgPool, me: &str) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("DELETE FROM agent_streams WHERE replica = $1")
+        .bind(me)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("UPDATE replicas SET heartbeat_us = 0 WHERE id = $1")
+        .bind(me)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await
+}
+
+/// Every replica heard from within `keep`, the live ones marked.
+pub async fn replicas(
+    pool: &PgPool,
+    lease: Duration,
+    keep: Duration,
+) -> Result<Vec<ReplicaRow>, sqlx::Error> {
+    let rows: Vec<(String, String, String, i64, i64, i64)> = sqlx::query_as(concat!(
+        "SELECT id, http_addr, grpc_addr, started_us, heartbeat_us, ",
+        db_now!(),
+        " FROM replicas ORDER BY id"
+    ))
+    .fetch_all(pool)
+    .await?;
+    let (lease, keep) = (dur_micros(lease), dur_micros(keep));
+    Ok(rows
+        .into_iter()
+        .filter(|r| r.5 - r.4 <= keep)
+        .map(
+            |(id, http_addr, grpc_addr, started, heartbeat, now)| ReplicaRow {
+                id,
+                http_addr,
+                grpc_addr,
+                started: Ts(started),
+                heartbeat: Ts(heartbeat),
+                alive: now - heartbeat < lease,
+            },
+        )
+        .collect())
+}
+
+/// Forgets replicas silent for longer than `keep` (bounds the registry).
+pub async fn forget_replicas(pool: &PgPool, keep: Duration) -> Result<u64, sqlx::Error> {
+    let done = sqlx::query(concat!(
+        "DELETE FROM replicas WHERE heartbeat_us < ",
+        db_now!(),
+        " - $1"
+    ))
+    .bind(dur_micros(keep))
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Rows per statement when claiming or releasing streams.
+const STREAM_CHUNK: usize = 1000;
+
+/// Records that `me` holds these agents' streams (since `at`).
+pub async fn claim_streams(
+    pool: &PgPool,
+    me: &str,
+    agents: &[String],
+    at: Ts,
+) -> Result<(), sqlx::Error> {
+    for chunk in agents.chunks(STREAM_CHUNK) {
+        let mut q =
+            QueryBuilder::<Postgres>::new("INSERT INTO agent_streams (agent, replica, since_us) ");
+        q.push_values(chunk, |mut r, a| {
+            r.push_bind(a.as_str())
+                .push_bind(me)
+                .push_bind(at.as_micros());
+        });
+        q.push(
+            " ON CONFLICT (agent) DO UPDATE SET replica = EXCLUDED.replica, since_us = EXCLUDED.since_us",
+        );
+        q.build().execute(pool).await?;
+    }
+    Ok(())
+}
+
+/// Forgets these agents' streams if `me` still holds them (another replica
+/// may have taken one over since).
+pub async fn release_streams(
+    pool: &PgPool,
+    me: &str,
+    agents: &[String],
+) -> Result<(), sqlx::Error> {
+    for chunk in agents.chunks(STREAM_CHUNK) {
+        sqlx::query("DELETE FROM agent_streams WHERE replica = $1 AND agent = ANY($2)")
+            .bind(me)
+            .bind(chunk)
+            .execute(pool)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Which live replica holds each of `agents`' streams (those held by none,
+/// or by a replica whose heartbeat is older than `lease`, are left out).
+pub async fn owners(
+    pool: &PgPool,
+    agents: &[String],
+    lease: Duration,
+) -> Result<HashMap<String, String>, sqlx::Error> {
+    let rows: Vec<(String, String)> = sqlx::query_as(concat!(
+        "SELECT s.agent, s.replica FROM agent_streams s JOIN replicas r ON r.id = s.replica \
+         WHERE s.agent = ANY($1) AND r.heartbeat_us > ",
+        db_now!(),
+        " - $2"
+    ))
+    .bind(agents)
+    .bind(dur_micros(lease))
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().collect())
+}
+
+/// Every agent stream held by a live replica other than `me`.
+pub async fn remote_streams(
+    pool: &PgPool,
+    me: &str,
+    lease: Duration,
+) -> Result<HashMap<String, String>, sqlx::Error> {
+    let rows: Vec<(String, String)> = sqlx::query_as(concat!(
+        "SELECT s.agent, s.replica FROM agent_streams s JOIN replicas r ON r.id = s.replica \
+         WHERE s.replica <> $1 AND r.heartbeat_us > ",
+        db_now!(),
+        " - $2"
+    ))
+    .bind(me)
+    .bind(dur_micros(lease))
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().collect())
+}
+
+/// The channel that wakes a replica holding an agent a signal is for.
+pub const SIGNALS_CHANNEL: &str = "lifeline_signals";
+/// The channel that tells every replica a setting changed.
+pub const SETTINGS_CHANNEL: &str = "lifeline_settings";
+/// Longest payload sent in one notification (PostgreSQL's bound is 8000).
+const MAX_PAYLOAD: usize = 7000;
+
+/// Wakes `replica` for the signals `ids`: payloads `<replica> <id>,<id>…`,
+/// split to fit.
+pub async fn notify_signals(pool: &PgPool, replica: &str, ids: &[i64]) -> Result<(), sqlx::Error> {
+    let mut payload = String::new();
+    for id in ids {
+        if payload.len() > MAX_PAYLOAD {
+            notify(pool, SIGNALS_CHANNEL, &payload).await?;
+            payload.clear();
+        }
+        if payload.is_empty() {
+            payload.push_str(replica);
+            payload.push(' ');
+        } else {
+            payload.push(',');
+        }
+        payload.push_str(&id.to_string());
+    }
+    if !payload.is_empty() {
+        notify(pool, SIGNALS_CHANNEL, &payload).await?;
+    }
+    Ok(())
+}
+
+/// Reads a signals notification: the replica it is for and the ids.
+pub fn parse_signals(payload: &str) -> Option<(&str, Vec<i64>)> {
+    let (replica, ids) = payload.split_once(' ')?;
+    let ids = ids
+        .split(',')
+        .map(str::parse)
+        .collect::<Result<Vec<i64>, _>>()
+        .ok()?;
+    Some((replica, ids))
+}
+
+async fn notify(pool: &PgPool, channel: &str, payload: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(channel)
+        .bind(payload)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Signals still `pending` or `delivered` that were created before
+/// `before` (by this replica's clock) become `timeout`: the replica that
+/// held their agent is gone, or nobody ever did. At most `limit` per call.
+pub async fn sweep_unanswered(pool: &PgPool, before: Ts, limit: i64) -> Result<u64, sqlx::Error> {
+    let done = sqlx::query(
+        "UPDATE signals SET outcome = 'timeout', \
+           detail = 'no replica saw an ack before the deadline (the replica holding the agent is gone)' \
+         WHERE id IN (SELECT id FROM signals WHERE outcome IN ('pending', 'delivered') \
+                      AND created_us < $1 ORDER BY created_us LIMIT $2)",
+    )
+    .bind(before.as_micros())
+    .bind(limit)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_signals;
+
+    #[test]
+    fn a_signals_payload_names_its_replica_and_ids() {
+        assert_eq!(parse_signals("r1 3,4,5"), Some(("r1", vec![3, 4, 5])));
+        assert_eq!(parse_signals("r1 x"), None);
+        assert_eq!(parse_signals("r1"), None);
+    }
+}

@@ -1,0 +1,309 @@
+//! Several Lifelines on one PostgreSQL database: the lease and its fence,
+//! one writer of history, settings and signals shared through the
+//! database, and a clean hand-over. (A leader killed outright is the
+//! `failover` benchmark's, with real processes.)
+
+use std::time::Duration;
+
+use lifeline::app::Tuning;
+use lifeline::store::lease::{self, Attempt};
+use lifeline::store::writer::{commit, Committed};
+use lifeline::store::{Db, EventRow, Fence, WriteBatch};
+use lifeline::Lifeline;
+use reqwest::Method;
+use serde_json::Value;
+
+use crate::support::{bounded, real_sleep, sql_i64, Cluster, Store, ADMIN};
+
+fn one_event() -> WriteBatch {
+    let mut b = WriteBatch::default();
+    b.event(
+        EventRow {
+            at: lifeline::Ts(1),
+            kind: lifeline::model::Subject::Proxy,
+            name: "p1".into(),
+            event: lifeline::model::HistoryEvent::Heartbeat,
+            expires: None,
+            ttl_us: None,
+            detail: String::new(),
+        },
+        10,
+    );
+    b
+}
+
+async fn lead(pool: &sqlx::PgPool, who: &str, lease: Duration) -> Attempt {
+    lease::try_lead(pool, who, lease)
+        .await
+        .expect("lease query")
+}
+
+/// Guards the fence: once the lease changes hands, a batch made under the
+/// old term is not written, whatever its maker believes; the new term's is.
+/// A holder renewing a lapsed lease nobody took keeps its term.
+#[tokio::test]
+async fn a_batch_made_under_a_lease_that_moved_on_is_not_written() {
+    let Some(store) = Store::postgres("fence").await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let db = lifeline::store::open(
+        &store.engine(&dir.path().join("x")),
+        lifeline::store::ACQUIRE_TIMEOUT,
+    )
+    .await
+    .unwrap();
+    let Db::Postgres(pool) = &db else {
+        panic!("a PostgreSQL store")
+    };
+    let short = Duration::from_millis(200);
+    let Attempt::Ours(a) = lead(pool, "a", short).await else {
+        panic!("a free lease is taken")
+    };
+    assert!(matches!(lead(pool, "b", short).await, Attempt::Theirs(h) if h.holder == "a"));
+    real_sleep(Duration::from_millis(250)).await;
+    let Attempt::Ours(a_again) = lead(pool, "a", short).await else {
+        panic!("a lapsed lease nobody took is still a's")
+    };
+    assert_eq!(a_again.term, a.term, "same tenure");
+    real_sleep(Duration::from_millis(250)).await;
+    let Attempt::Ours(b) = lead(pool, "b", Duration::from_secs(30)).await else {
+        panic!("a lapsed lease is taken")
+    };
+    assert_eq!(b.term, a.term + 1, "a new holder, a new term");
+    assert!(matches!(lead(pool, "a", short).await, Attempt::Theirs(h) if h.holder == "b"));
+
+    let mut stale = one_event();
+    stale.fence = Fence::Leader {
+        replica: "a".into(),
+        term: a.term,
+    };
+    assert_eq!(commit(&db, &stale).await.unwrap(), Committed::Fenced);
+    let mut follower = one_event();
+    follower.fence = Fence::Follower;
+    assert_eq!(commit(&db, &follower).await.unwrap(), Committed::Fenced);
+    assert_eq!(sql_i64(&db, "SELECT count(*) FROM events").await, 0);
+    let mut current = one_event();
+    current.fence = Fence::Leader {
+        replica: "b".into(),
+        term: b.term,
+    };
+    assert_eq!(commit(&db, &current).await.unwrap(), Committed::Written);
+    assert_eq!(sql_i64(&db, "SELECT count(*) FROM events").await, 1);
+    db.close().await;
+}
+
+async fn leadership_of(ll: &Lifeline) -> lifeline::store::Leadership {
+    ll.leadership.borrow().clone()
+}
+
+async fn call(base: &str, method: Method, path: &str, body: Option<&str>) -> (u16, Value) {
+    let mut req = reqwest::Client::new()
+        .request(method, format!("{base}{path}"))
+        .bearer_auth(ADMIN);
+    if let Some(b) = body {
+        req = req
+            .header("content-type", "application/json")
+            .body(b.to_string());
+    }
+    let resp = bounded("an HTTP call", req.send()).await.expect("HTTP");
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap_or_default();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// Waits, in real time, until `cond` holds.
+async fn until<F: FnMut() -> Fut, Fut: std::future::Future<Output = bool>>(
+    what: &str,
+    mut cond: F,
+) {
+    bounded(what, async {
+        while !cond().await {
+            real_sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+}
+
+/// Guards "replicas that agree without talking to each other": the first
+/// replica leads and the second follows; both classify the same stranded
+/// agents but only the leader writes episodes; a setting changed on one
+/// applies on the other; a manual reconnect asked of the follower reaches
+/// an agent whose stream the leader holds, and its ack lands in the same
+/// row; when the leader stops, the follower takes the lease and keeps the
+/// open episodes, with no duplicate.
+#[tokio::test(start_paused = true)]
+async fn two_replicas_share_one_database_and_hand_over_cleanly() {
+    let Some(store) = Store::postgres("two_replicas").await else {
+        return;
+    };
+    let mut c = Cluster::six_legacy()
+        .store(store)
+        .config(|cfg| {
+            cfg.storage.replica = Some("replica-a".into());
+            cfg.signals.auto_reconnect = false;
+        })
+        .start()
+        .await;
+    let a = c.ll();
+    until("replica-a leads", || async {
+        leadership_of(a).await.leading
+    })
+    .await;
+    let mut cfg_b = c.cfg.clone();
+    cfg_b.storage.replica = Some("replica-b".into());
+    let b = Lifeline::start_tuned(
+        &cfg_b,
+        c.clock,
+        Tuning {
+            acquire_timeout: Duration::from_secs(3600),
+            ..Tuning::default()
+        },
+    )
+    .await
+    .expect("a second replica starts on the same database");
+    c.other_watchers.push(b.stats.clone());
+    let base_b = b.base_url();
+    until("replica-b sees replica-a lead", || async {
+        leadership_of(&b).await.leader.as_deref() == Some("replica-a")
+    })
+    .await;
+    assert!(!leadership_of(&b).await.leading);
+    let (_, summary) = call(&base_b, Method::GET, "/api/v1/summary", None).await;
+    assert_eq!(summary["leadership"]["replica"], "replica-b", "{summary}");
+    assert_eq!(summary["leadership"]["leader"], "replica-a", "{summary}");
+    let (_, page) = {
+        let resp = bounded("the dashboard", reqwest::get(format!("{base_b}/")))
+            .await
+            .expect("page");
+        (resp.status(), resp.text().await.unwrap_or_default())
+    };
+    assert!(
+        page.contains("replica replica-b · leader replica-a"),
+        "the dashboard says where you are"
+    );
+    let leader_gauge = |base: String| async move {
+        let resp = bounded("metrics", reqwest::get(format!("{base}/metrics")))
+            .await
+            .expect("metrics");
+        let text = resp.text().await.unwrap_or_default();
+        text.lines()
+            .find_map(|l| l.strip_prefix("lifeline_leader "))
+            .map(str::to_string)
+    };
+    assert_eq!(leader_gauge(base_b.clone()).await.as_deref(), Some("0"));
+    assert_eq!(leader_gauge(c.ll().base_url()).await.as_deref(), Some("1"));
+
+    c.ready().await;
+    c.strand_two().await;
+    c.advance_until(
+        "two agents stranded on the leader",
+        Duration::from_secs(120),
+        || async { c.agents_in("stranded").await.len() == 2 },
+    )
+    .await;
+    until("the follower classified them too", || async {
+        let (_, v) = call(&base_b, Method::GET, "/api/v1/agents?state=stranded", None).await;
+        v["items"].as_array().map(Vec::len) == Some(2)
+    })
+    .await;
+    c.flush().await;
+    let db = c.ll().db.clone();
+    let unhealthy =
+        (c.agents_in("stranded").await.len() + c.agents_in("degraded").await.len()) as i64;
+    assert_eq!(
+        sql_i64(&db, "SELECT count(*) FROM episodes WHERE ended_us IS NULL").await,
+        unhealthy,
+        "one writer: each unhealthy agent has one open episode"
+    );
+    assert_eq!(
+        sql_i64(&db, "SELECT count(*) FROM episodes").await,
+        unhealthy
+    );
+
+    // A setting changed on the follower applies on the leader at once.
+    let (status, body) = call(
+        &base_b,
+        Method::PUT,
+        "/api/v1/settings/storm_share",
+        Some(r#"{"value":0.75}"#),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    until("the leader applies the follower's change", || async {
+        (c.ll().settings.live().storm_share() - 0.75).abs() < 1e-9
+    })
+    .await;
+
+    // The agents' streams are on replica-a; the API call is on replica-b.
+    c.advance(Duration::from_secs(1)).await;
+    until("replica-a recorded the streams it holds", || async {
+        sql_i64(
+            &db,
+            "SELECT count(*) FROM agent_streams WHERE replica = 'replica-a'",
+        )
+        .await
+            == 6
+    })
+    .await;
+    // Stranded by the two stopped proxies, and connected to replica-a.
+    let agent = c.agents_in("stranded").await[0].clone();
+    let (status, body) = call(
+        &base_b,
+        Method::POST,
+        &format!("/api/v1/agents/{agent}/reconnect"),
+        Some(r#"{"reason":"asked of the follower"}"#),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    let id = body["id"].as_i64().expect("signal id");
+    until("the leader's agent acked the follower's signal", || async {
+        let (_, row) = call(&base_b, Method::GET, &format!("/api/v1/signals/{id}"), None).await;
+        row["outcome"] == "acked"
+    })
+    .await;
+
+    // The leader stops: the follower takes the lease and the open
+    // episodes, ids and all.
+    c.flush().await;
+    let before = (
+        sql_i64(&db, "SELECT count(*) FROM episodes WHERE ended_us IS NULL").await,
+        sql_i64(&db, "SELECT count(*) FROM episodes").await,
+        sql_i64(
+            &db,
+            "SELECT CAST(sum(id) AS BIGINT) FROM episodes WHERE ended_us IS NULL",
+        )
+        .await,
+    );
+    c.stop_lifeline().await;
+    // The follower looks at the lease again within a fifth of it.
+    for _ in 0..61 {
+        tokio::time::advance(Duration::from_secs(1)).await;
+        tokio::task::yield_now().await;
+    }
+    until("replica-b leads", || async {
+        leadership_of(&b).await.leading
+    })
+    .await;
+    b.fleet.flush().await.expect("flush");
+    let db_b = b.db.clone();
+    let open = sql_i64(
+        &db_b,
+        "SELECT count(*) FROM episodes WHERE ended_us IS NULL",
+    )
+    .await;
+    let total = sql_i64(&db_b, "SELECT count(*) FROM episodes").await;
+    let after = sql_i64(
+        &db_b,
+        "SELECT CAST(sum(id) AS BIGINT) FROM episodes WHERE ended_us IS NULL",
+    )
+    .await;
+    assert_eq!((open, total, after), before, "kept, not duplicated");
+    assert_eq!(
+        sql_i64(&db_b, "SELECT count(*) FROM signals").await,
+        1,
+        "one audit row for one signal"
+    );
+    b.shutdown().await;
+    c.shutdown().await;
+}
