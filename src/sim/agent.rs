@@ -17,6 +17,10 @@
 //!
 //! Tunnels live in the simulated cluster's records when one is given (what
 //! a real proxy would record), and always in the agent's own reports.
+//!
+//! Several Lifeline replicas ([`Lifelines`]) are reached as a layer-4 load
+//! balancer hands them out: agents are spread over them, and an agent whose
+//! stream breaks or cannot open tries the next replica.
 
 // Simulated agents are the cluster, not Lifeline: they keep their own
 // proxy expiries on tokio's clock, as a real agent does.
@@ -167,11 +171,12 @@ fn continue_trace(s: &pb::Signal, agent: &str) -> Option<opentelemetry::global::
 impl SimAgent {
     /// Starts an agent with the tunnels and auth server it has now.
     /// `lifeline` is the channel to Lifeline's gRPC port (shared by many
-    /// agents if wanted); `cluster` is where its tunnels are recorded.
+    /// agents if wanted), or to each replica; `cluster` is where its tunnels
+    /// are recorded.
     pub fn start(
         name: String,
         opts: AgentOptions,
-        lifeline: Channel,
+        lifeline: impl Into<Upstream>,
         cluster: Option<SimCluster>,
         tunnels: Vec<String>,
         auth: String,
@@ -189,22 +194,25 @@ impl SimAgent {
             stop: parent.child_token(),
         };
         let a = agent.clone();
-        let (opts2, ch2, cl2) = (opts.clone(), lifeline.clone(), cluster.clone());
-        tokio::spawn(async move { a.signals_loop(opts2, ch2, cl2).await });
+        let lifeline = lifeline.into();
+        let first = lifeline.current().clone();
+        let (opts2, cl2) = (opts.clone(), cluster.clone());
+        tokio::spawn(async move { a.signals_loop(opts2, lifeline, cl2).await });
         if let Some(c) = cluster {
             if !c.auth_servers().is_empty() {
                 let a = agent.clone();
-                tokio::spawn(async move { a.auth_loop(opts, lifeline, c).await });
+                tokio::spawn(async move { a.auth_loop(opts, first, c).await });
             }
         }
         agent
     }
 
     /// Starts one agent per cluster agent, multiplexed over
-    /// `per_connection` agents per HTTP/2 connection to Lifeline.
+    /// `per_connection` agents per HTTP/2 connection to Lifeline (agent `i`
+    /// starts on replica `i mod n` when there are several).
     pub async fn start_for_cluster(
         cluster: &SimCluster,
-        lifeline: impl Into<LifelineAddr>,
+        lifeline: impl Into<Lifelines>,
         legacy_share: f64,
         per_connection: usize,
         parent: &CancellationToken,
@@ -225,7 +233,7 @@ impl SimAgent {
     /// (fewer than they hold makes them candidates for graceful closing).
     pub async fn start_for_cluster_wanting(
         cluster: &SimCluster,
-        lifeline: impl Into<LifelineAddr>,
+        lifeline: impl Into<Lifelines>,
         legacy_share: f64,
         per_connection: usize,
         desired_tunnels: u32,
@@ -235,12 +243,19 @@ impl SimAgent {
         let n = cluster.spec().agents;
         let mut rng = rand::rngs::SmallRng::seed_from_u64(cluster.spec().seed ^ 0xa6e7);
         let mut out = Vec::with_capacity(n);
-        let mut channel = None;
+        let mut channels: Option<Arc<[Channel]>> = None;
         for i in 0..n {
             if i % per_connection.max(1) == 0 {
-                channel = Some(lifeline_channel(lifeline.clone())?);
+                let each = lifeline.0.iter().cloned().map(lifeline_channel);
+                channels = Some(each.collect::<Result<Vec<_>, _>>()?.into());
             }
-            let Some(ch) = channel.clone() else { break };
+            let Some(chs) = channels.clone().filter(|c| !c.is_empty()) else {
+                break;
+            };
+            let ch = Upstream {
+                at: i % chs.len(),
+                channels: chs,
+            };
             let name = super::cluster::agent_name(i);
             let tunnels = cluster.agent_proxies(&name).await;
             let auth = cluster.agent_auth(&name).await.unwrap_or_default();
@@ -508,10 +523,16 @@ impl SimAgent {
         }
     }
 
-    async fn signals_loop(self, opts: AgentOptions, channel: Channel, cluster: Option<SimCluster>) {
+    async fn signals_loop(
+        self,
+        opts: AgentOptions,
+        mut upstream: Upstream,
+        cluster: Option<SimCluster>,
+    ) {
         let mut rng = rand::rngs::SmallRng::seed_from_u64(opts.seed);
         let mut attempt = 0u32;
         loop {
+            let channel = upstream.current().clone();
             let (tx, rx) = mpsc::channel(16);
             let hello = pb::AgentMessage::hello(&self.name, "sim", opts.desired_tunnels);
             let _ = tx.send(hello).await;
@@ -551,6 +572,7 @@ impl SimAgent {
                 }
                 Err(e) => debug!(agent = %self.name, error = %e, "cannot open the signal stream"),
             }
+            upstream.next();
             let d = wire::backoff(opts.backoff_base, opts.backoff_cap, attempt, &mut rng);
             attempt = attempt.saturating_add(1);
             tokio::select! {
@@ -681,7 +703,6 @@ impl SimAgent {
     }
 }
 
-/// A channel to Lifeline's gRPC port (connects lazily, reconnects itself).
 /// Where simulated agents reach Lifeline's gRPC port: plaintext, or TLS
 /// trusting a CA (and presenting a client certificate when given).
 #[derive(Clone, Debug)]
@@ -713,6 +734,52 @@ impl LifelineAddr {
     }
 }
 
+/// Every replica's gRPC port (one, or several behind the same load
+/// balancer).
+#[derive(Clone, Debug)]
+pub struct Lifelines(pub Vec<LifelineAddr>);
+
+impl From<LifelineAddr> for Lifelines {
+    fn from(a: LifelineAddr) -> Self {
+        Lifelines(vec![a])
+    }
+}
+
+impl From<SocketAddr> for Lifelines {
+    fn from(a: SocketAddr) -> Self {
+        Lifelines(vec![a.into()])
+    }
+}
+
+/// The channels one agent may use, one per replica, and the one it is on.
+#[derive(Clone)]
+pub struct Upstream {
+    channels: Arc<[Channel]>,
+    at: usize,
+}
+
+impl From<Channel> for Upstream {
+    fn from(c: Channel) -> Self {
+        Upstream {
+            channels: Arc::from([c]),
+            at: 0,
+        }
+    }
+}
+
+impl Upstream {
+    fn current(&self) -> &Channel {
+        &self.channels[self.at % self.channels.len()]
+    }
+
+    /// Moves on to the next replica, as a balancer does when a backend
+    /// breaks a connection or refuses one.
+    fn next(&mut self) {
+        self.at = (self.at + 1) % self.channels.len();
+    }
+}
+
+/// A channel to Lifeline's gRPC port (connects lazily, reconnects itself).
 pub fn lifeline_channel(to: impl Into<LifelineAddr>) -> Result<Channel, tonic::transport::Error> {
     let to = to.into();
     let scheme = if to.tls.is_some() { "https" } else { "http" };
