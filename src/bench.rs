@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 mod child;
+mod failover;
 mod ingest;
 mod resync;
 pub mod signals;
@@ -155,6 +156,27 @@ pub enum Scenario {
         expiring: usize,
         /// Requests measured per page.
         #[arg(long, default_value_t = 200)]
+        requests: usize,
+    },
+    /// Several `lifeline serve` replicas on one PostgreSQL database: the
+    /// leader killed during an incident (SIGKILL → new lease → its first
+    /// automatic signal → all recovered; audit and episodes checked),
+    /// manual reconnects across replicas, and a leader cut off from the
+    /// database.
+    Failover {
+        /// The PostgreSQL server (`postgres://user@host:port/db`); a
+        /// database is created on it for the run and dropped after.
+        #[arg(long, env = "LIFELINE_BENCH_POSTGRES_URL")]
+        postgres: String,
+        #[arg(long, default_value_t = 3)]
+        replicas: usize,
+        #[arg(long, default_value_t = 1_000)]
+        agents: usize,
+        /// `storage.leader_lease` of every replica.
+        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+        lease: Duration,
+        /// Manual reconnects measured across replicas.
+        #[arg(long, default_value_t = 500)]
         requests: usize,
     },
     /// (internal) The simulated cluster of `resync`, in its own process so
@@ -317,6 +339,13 @@ pub async fn run(s: Scenario, export: Option<Export<'_>>) -> Result<Value, Bench
             expiring,
             requests,
         } => ui::ui(agents, proxies, expiring, requests).await,
+        Scenario::Failover {
+            postgres,
+            replicas,
+            agents,
+            lease,
+            requests,
+        } => failover::failover(&DbUrl::new(postgres), replicas, agents, lease, requests).await,
         Scenario::Cluster {
             agents,
             proxies,

@@ -237,7 +237,7 @@ fn sim_spec(agents: usize, proxies: usize, ttl: Duration) -> SimSpec {
     }
 }
 
-fn stats_ms(v: &mut [f64]) -> Value {
+pub(super) fn stats_ms(v: &mut [f64]) -> Value {
     v.sort_by(|a, b| a.total_cmp(b));
     json!({
         "p50": percentile(v, 0.50),

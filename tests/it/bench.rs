@@ -258,6 +258,83 @@ fn bench_recovery_recovers_every_stranded_agent() {
     eq(&v, "signals/failed", 0.0);
 }
 
+/// Three `lifeline serve` processes on one PostgreSQL database: the leader
+/// killed with SIGKILL during an incident, manual reconnects across
+/// replicas, and a leader cut off from the database. Times are bounded only
+/// loosely (a loaded CI machine); what must hold exactly is checked
+/// exactly: one leader at a time, every stream moved, no signal lost or
+/// delivered twice, no episode duplicated or left open.
+#[test]
+fn bench_failover_hands_over_and_loses_nothing() {
+    let Some(url) = crate::support::postgres_server("bench_failover") else {
+        return;
+    };
+    let v = bench(&[
+        "failover",
+        "--postgres",
+        &url,
+        "--agents",
+        "30",
+        "--lease",
+        "2s",
+        "--requests",
+        "10",
+    ]);
+    assert_eq!(at(&v, "scenario"), "failover");
+    eq(&v, "replicas", 3.0);
+    let lease = num(&v, "leader_lease_ms");
+    assert_eq!(lease, 2000.0);
+    // SIGKILL: a follower takes the lease (the dead leader's last renewal
+    // left at most one lease to wait), then signals and everyone recovers.
+    assert_ne!(at(&v, "kill/new_leader"), at(&v, "kill/leader"), "{v:#}");
+    let took = positive(&v, "kill/to_new_lease_ms");
+    assert!(
+        took <= 2.0 * lease,
+        "the lease took {took} ms to move: {v:#}"
+    );
+    let first = positive(&v, "kill/to_first_automatic_signal_ms");
+    assert!(first >= took, "{v:#}");
+    positive(&v, "kill/to_every_agent_recovered_ms");
+    let moved = positive(&v, "kill/agent_streams_on_it");
+    eq(&v, "kill/agent_streams_moved", moved);
+    // The audit against what the agents saw.
+    positive(&v, "audit/signal_rows");
+    positive(&v, "audit/acks_by_agents");
+    eq(&v, "audit/acked_without_a_row", 0.0);
+    eq(&v, "audit/signals_delivered_twice", 0.0);
+    // Episodes.
+    positive(&v, "episodes/total");
+    let open = num(&v, "episodes/open");
+    eq(
+        &v,
+        "episodes/degraded_or_stranded_in_the_leaders_model",
+        open,
+    );
+    eq(&v, "episodes/open_stranded", 0.0);
+    eq(&v, "episodes/duplicated", 0.0);
+    eq(&v, "episodes/overlapping", 0.0);
+    // Manual reconnects through one replica to agents on another.
+    latency(&v, "manual_cross_replica/post_to_ack_ms", Some(10.0));
+    assert_ne!(
+        at(&v, "manual_cross_replica/api_on"),
+        at(&v, "manual_cross_replica/streams_on"),
+        "{v:#}"
+    );
+    // Cut off: it stops leading before its lease ends; the next takes over
+    // only after.
+    assert_eq!(
+        at(&v, "cutoff/stepped_down_before_lease_end"),
+        true,
+        "{v:#}"
+    );
+    assert_eq!(at(&v, "cutoff/taken_over_after_lease_end"), true, "{v:#}");
+    assert_ne!(
+        at(&v, "cutoff/new_leader"),
+        at(&v, "cutoff/leader"),
+        "{v:#}"
+    );
+}
+
 #[test]
 fn bench_ui_renders_every_page() {
     let v = bench(&[
