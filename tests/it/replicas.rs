@@ -307,3 +307,56 @@ async fn two_replicas_share_one_database_and_hand_over_cleanly() {
     b.shutdown().await;
     c.shutdown().await;
 }
+
+/// Guards the leader's sweep: signals nobody will answer (their replica
+/// died holding them) become `timeout` once old enough, oldest first and
+/// at most a page at a time; answered and recent ones are left alone.
+#[tokio::test]
+async fn signals_nobody_will_answer_time_out_and_only_those() {
+    let Some(store) = Store::postgres("sweep").await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let db = lifeline::store::open(
+        &store.engine(&dir.path().join("x")),
+        lifeline::store::ACQUIRE_TIMEOUT,
+    )
+    .await
+    .unwrap();
+    let Db::Postgres(pool) = &db else {
+        panic!("a PostgreSQL store")
+    };
+    for (id, created, outcome) in [
+        (1, 100, "delivered"),
+        (2, 200, "pending"),
+        (3, 300, "acked"),
+        (4, 5_000, "pending"),
+    ] {
+        sqlx::query(
+            "INSERT INTO signals (id, kind, agent, proxy, reason, requested_by, created_us, outcome) \
+             VALUES ($1, 'reconnect', 'a1', '', 'test', 'auto', $2, $3)",
+        )
+        .bind(id as i64)
+        .bind(created as i64)
+        .bind(outcome)
+        .execute(pool)
+        .await
+        .unwrap();
+    }
+    let before = lifeline::Ts(1_000);
+    assert_eq!(lease::sweep_unanswered(pool, before, 1).await.unwrap(), 1);
+    assert_eq!(lease::sweep_unanswered(pool, before, 10).await.unwrap(), 1);
+    assert_eq!(lease::sweep_unanswered(pool, before, 10).await.unwrap(), 0);
+    let outcomes: Vec<(i64, String)> =
+        sqlx::query_as("SELECT id, outcome FROM signals ORDER BY id")
+            .fetch_all(pool)
+            .await
+            .unwrap();
+    let want = [(1, "timeout"), (2, "timeout"), (3, "acked"), (4, "pending")];
+    assert_eq!(
+        outcomes,
+        want.map(|(i, o)| (i, o.to_string())).to_vec(),
+        "old unanswered ones time out, the rest stay"
+    );
+    db.close().await;
+}
