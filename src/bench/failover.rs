@@ -21,25 +21,26 @@
 // Benchmarks and tests measure and bound real time: timing sites.
 #![allow(clippy::disallowed_methods)]
 
-use std::collections::{HashMap, HashSet};
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use sqlx::{PgPool, Row};
-use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-use super::signals::stats_ms;
-use super::{BenchError, PgScratch, Scratch, BENCH_TOKEN};
+use super::{BenchError, PgScratch, Scratch};
 use crate::clock::{Clock, Ts};
 use crate::config::DbUrl;
 use crate::model::Kind;
-use crate::sim::agent::{AgentEvent, LifelineAddr, Lifelines};
+use crate::sim::agent::{LifelineAddr, Lifelines};
 use crate::sim::cluster::proxy_name;
 use crate::sim::{SimAgent, SimCluster, SimSpec};
+
+mod checks;
+mod replica;
+
+use checks::{audit, episodes, manual, settings};
+use replica::{Replica, Setup};
 
 fn wall_us() -> i64 {
     Ts::from_system(std::time::SystemTime::now()).as_micros()
@@ -51,235 +52,6 @@ fn ms(us: i64) -> f64 {
 
 fn other(what: impl std::fmt::Display) -> BenchError {
     BenchError::Agents(what.to_string())
-}
-
-/// A TCP relay to the database that can be cut: from then on it forwards
-/// nothing either way and accepts connections only to hold them.
-struct DbRelay {
-    addr: SocketAddr,
-    cut: CancellationToken,
-    stop: CancellationToken,
-}
-
-impl DbRelay {
-    async fn start(target: SocketAddr) -> Result<DbRelay, BenchError> {
-        let listener = TcpListener::bind(("127.0.0.1", 0))
-            .await
-            .map_err(|e| other(format!("database relay: {e}")))?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| other(format!("database relay: {e}")))?;
-        let (cut, stop) = (CancellationToken::new(), CancellationToken::new());
-        let held: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
-        let (c, s) = (cut.clone(), stop.clone());
-        tokio::spawn(async move {
-            loop {
-                let conn = tokio::select! {
-                    _ = s.cancelled() => break,
-                    a = listener.accept() => a,
-                };
-                let Ok((client, _)) = conn else { continue };
-                let (c, s, held) = (c.clone(), s.clone(), held.clone());
-                tokio::spawn(relay(client, target, c, s, held));
-            }
-        });
-        Ok(DbRelay { addr, cut, stop })
-    }
-}
-
-impl Drop for DbRelay {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
-}
-
-async fn relay(
-    mut client: TcpStream,
-    target: SocketAddr,
-    cut: CancellationToken,
-    stop: CancellationToken,
-    held: Arc<Mutex<Vec<TcpStream>>>,
-) {
-    let hold = |s: TcpStream| held.lock().unwrap_or_else(|p| p.into_inner()).push(s);
-    if cut.is_cancelled() {
-        return hold(client);
-    }
-    let Ok(mut server) = TcpStream::connect(target).await else {
-        return;
-    };
-    let _ = server.set_nodelay(true);
-    let _ = client.set_nodelay(true);
-    tokio::select! {
-        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
-        _ = cut.cancelled() => {
-            // Neither end hears anything again, nor is told it is over.
-            hold(client);
-            hold(server);
-        }
-        _ = stop.cancelled() => {}
-    }
-}
-
-/// One `lifeline serve` process.
-struct Replica {
-    name: String,
-    http: SocketAddr,
-    grpc: SocketAddr,
-    proc: tokio::process::Child,
-    db: DbRelay,
-    log: PathBuf,
-}
-
-/// A free loopback port (bound and released: another process could take
-/// it in between, which on a quiet machine it does not).
-fn free_port() -> Result<SocketAddr, BenchError> {
-    std::net::TcpListener::bind(("127.0.0.1", 0))
-        .and_then(|l| l.local_addr())
-        .map_err(|e| other(format!("no free port: {e}")))
-}
-
-struct Setup<'a> {
-    scratch: &'a Scratch,
-    sim: &'a SimCluster,
-    db: &'a DbUrl,
-    db_addr: SocketAddr,
-    lease: Duration,
-}
-
-impl Replica {
-    async fn spawn(name: &str, s: &Setup<'_>) -> Result<Replica, BenchError> {
-        let (http, grpc) = (free_port()?, free_port()?);
-        let relay = DbRelay::start(s.db_addr).await?;
-        let mut url = url::Url::parse(s.db.expose())
-            .map_err(|_| BenchError::Unavailable("--postgres is not a postgres:// URL"))?;
-        url.set_host(Some("127.0.0.1"))
-            .and_then(|_| {
-                url.set_port(Some(relay.addr.port()))
-                    .map_err(|_| url::ParseError::InvalidPort)
-            })
-            .map_err(|_| BenchError::Unavailable("--postgres cannot be given a host and port"))?;
-        let hash = crate::access::hash_hex;
-        let toml = format!(
-            r#"[server]
-listen = "{http}"
-grpc_listen = "{grpc}"
-
-[cluster]
-addr = "{cluster}"
-page_size = 5000
-
-[storage]
-url = "{url}"
-replica = "{name}"
-leader_lease = "{lease}ms"
-
-[signals]
-ack_timeout = "2s"
-
-[access]
-join_tokens = ["{join}"]
-manual_reconnect_interval = "1ms"
-
-[[access.tokens]]
-name = "bench"
-sha256 = "{token}"
-roles = ["read", "update"]
-"#,
-            cluster = s.sim.uri(),
-            lease = s.lease.as_millis(),
-            join = hash(&s.sim.spec().join_token),
-            token = hash(BENCH_TOKEN),
-        );
-        let config = s.scratch.db(&format!("{name}.toml"));
-        let log = s.scratch.db(&format!("{name}.log"));
-        std::fs::write(&config, toml).map_err(|e| other(format!("{name}: config: {e}")))?;
-        let stderr = std::fs::File::create(&log).map_err(|e| other(format!("{name}: log: {e}")))?;
-        let exe = std::env::current_exe().map_err(other)?;
-        let mut cmd = tokio::process::Command::new(exe);
-        // Only the file configures it, not whatever this shell exports.
-        for (k, _) in std::env::vars_os() {
-            if k.to_str()
-                .is_some_and(|k| k.starts_with("LIFELINE_") || k.starts_with("OTEL_"))
-            {
-                cmd.env_remove(k);
-            }
-        }
-        let proc = cmd
-            .arg("serve")
-            .env("LIFELINE_CONFIG", &config)
-            .env("LIFELINE_LOG", "warn,lifeline::replica=info")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(stderr)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| other(format!("cannot start `lifeline serve` ({name}): {e}")))?;
-        Ok(Replica {
-            name: name.to_string(),
-            http,
-            grpc,
-            proc,
-            db: relay,
-            log,
-        })
-    }
-
-    /// The end of its log, for an error that names it.
-    fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(15)..].join("\n")
-    }
-
-    fn failed(&self, what: &str) -> BenchError {
-        BenchError::Agents(format!(
-            "replica {}: {what}; its log ends:\n{}",
-            self.name,
-            self.log_tail()
-        ))
-    }
-
-    async fn wait_ready(
-        &mut self,
-        http: &reqwest::Client,
-        limit: Duration,
-    ) -> Result<(), BenchError> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Ok(Some(status)) = self.proc.try_wait() {
-                return Err(self.failed(&format!("exited ({status})")));
-            }
-            let ok = http
-                .get(format!("http://{}/readyz", self.http))
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success());
-            if ok {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(self.failed("not ready"));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// Its summary (from its own memory).
-    async fn summary(&self, http: &reqwest::Client) -> Option<Value> {
-        http.get(format!("http://{}/api/v1/summary", self.http))
-            .timeout(Duration::from_secs(1))
-            .send()
-            .await
-            .ok()?
-            .json()
-            .await
-            .ok()
-    }
-
-    /// Whether it says it leads.
-    async fn says_it_leads(&self, http: &reqwest::Client) -> Option<bool> {
-        self.summary(http).await?["leadership"]["leading"].as_bool()
-    }
 }
 
 /// The lease row: holder, term, deadline and start (the database's clock).
@@ -599,6 +371,7 @@ async fn scenario(
         &reps[live_index(reps, &live, 1)],
     );
     let manual = manual(pool, http, from, to, requests).await?;
+    let settings = settings(http, from, to).await?;
 
     // 3. Cut-off: the leader loses the database.
     let leader = lease(pool).await?.ok_or(BenchError::Timeout("a lease"))?;
@@ -607,7 +380,7 @@ async fn scenario(
         .position(|r| r.name == leader.holder)
         .ok_or_else(|| other(format!("the lease is held by {}", leader.holder)))?;
     let cut_us = wall_us();
-    reps[cut].db.cut.cancel();
+    reps[cut].cut_off_database();
     // Its last deadline as the database has it, when it stepped down, and
     // who took over.
     let mut last = leader.clone();
@@ -660,6 +433,7 @@ async fn scenario(
         "audit": audit,
         "episodes": episodes,
         "manual_cross_replica": manual,
+        "settings_cross_replica": settings,
         "cutoff": {
             "leader": leader.holder,
             "lease_end_ms": ms(last.deadline_us - cut_us),
@@ -682,172 +456,4 @@ fn live_proxy(p: &str) -> bool {
 fn live_index(reps: &[Replica], live: &[String], k: usize) -> usize {
     let name = &live[k % live.len()];
     reps.iter().position(|r| &r.name == name).unwrap_or(0)
-}
-
-/// What the agents acked against the `signals` table.
-async fn audit(pool: &PgPool, sims: &[SimAgent]) -> Result<Value, BenchError> {
-    let rows: HashMap<i64, String> = sqlx::query("SELECT id, outcome FROM signals")
-        .fetch_all(pool)
-        .await?
-        .into_iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
-    let mut acked: Vec<i64> = Vec::new();
-    for a in sims {
-        for e in a.events() {
-            if let AgentEvent::Acked { id, .. } = e {
-                acked.push(id as i64);
-            }
-        }
-    }
-    let unique: HashSet<i64> = acked.iter().copied().collect();
-    let without_row = unique.iter().filter(|id| !rows.contains_key(id)).count();
-    let not_recorded = unique
-        .iter()
-        .filter(|id| rows.get(id).is_some_and(|o| o != "acked"))
-        .count();
-    let mut outcomes: HashMap<&str, usize> = HashMap::new();
-    for o in rows.values() {
-        *outcomes.entry(o.as_str()).or_default() += 1;
-    }
-    Ok(json!({
-        "signal_rows": rows.len(),
-        "outcomes": outcomes,
-        "acks_by_agents": acked.len(),
-        "signals_delivered_twice": acked.len() - unique.len(),
-        "acked_without_a_row": without_row,
-        "acks_lost_with_the_killed_replica": not_recorded,
-    }))
-}
-
-/// Episodes: open ones only for agents the leader's model has degraded or
-/// stranded now, none twice, none overlapping another of its agent.
-async fn episodes(
-    pool: &PgPool,
-    http: &reqwest::Client,
-    leader: &Replica,
-) -> Result<Value, BenchError> {
-    let in_model = || async {
-        let v = leader.summary(http).await.unwrap_or_default();
-        let n = |k: &str| v["agents"][k].as_i64();
-        n("degraded").zip(n("stranded")).map(|(d, s)| d + s)
-    };
-    // The leader writes history in batches: wait for it to catch up.
-    let (open, model) = poll(
-        "open episodes match the leader's model",
-        Duration::from_secs(10),
-        || async {
-            let open = count(pool, "SELECT count(*) FROM episodes WHERE ended_us IS NULL").await?;
-            Ok(in_model().await.filter(|m| *m == open).map(|m| (open, m)))
-        },
-    )
-    .await
-    .or_else(|_| Ok::<_, BenchError>((-1, -1)))?;
-    let open = if open < 0 {
-        count(pool, "SELECT count(*) FROM episodes WHERE ended_us IS NULL").await?
-    } else {
-        open
-    };
-    let model = if model < 0 {
-        in_model().await.unwrap_or(-1)
-    } else {
-        model
-    };
-    Ok(json!({
-        "total": count(pool, "SELECT count(*) FROM episodes").await?,
-        "open": open,
-        "degraded_or_stranded_in_the_leaders_model": model,
-        "open_stranded": count(
-            pool,
-            "SELECT count(*) FROM episodes WHERE ended_us IS NULL AND state = 'stranded'",
-        )
-        .await?,
-        "duplicated": count(
-            pool,
-            "SELECT count(*) FROM (SELECT agent, state, started_us FROM episodes \
-             GROUP BY agent, state, started_us HAVING count(*) > 1) d",
-        )
-        .await?,
-        "overlapping": count(
-            pool,
-            "SELECT count(*) FROM episodes a JOIN episodes b \
-             ON a.agent = b.agent AND a.id < b.id \
-             AND b.started_us < COALESCE(a.ended_us, 9223372036854775807) \
-             AND a.started_us < COALESCE(b.ended_us, 9223372036854775807)",
-        )
-        .await?,
-    }))
-}
-
-/// `requests` manual reconnects posted to `from`, each to an agent whose
-/// stream is on `to`: POST → the ack recorded (by `to`).
-async fn manual(
-    pool: &PgPool,
-    http: &reqwest::Client,
-    from: &Replica,
-    to: &Replica,
-    requests: usize,
-) -> Result<Value, BenchError> {
-    let on_to: Vec<String> = sqlx::query_scalar::<_, String>(
-        "SELECT agent FROM agent_streams WHERE replica = $1 ORDER BY agent",
-    )
-    .bind(&to.name)
-    .fetch_all(pool)
-    .await?;
-    if on_to.is_empty() {
-        return Err(other(format!("no agent stream is on {}", to.name)));
-    }
-    let mut started = Vec::with_capacity(requests);
-    for i in 0..requests {
-        let agent = &on_to[i % on_to.len()];
-        let t0 = wall_us();
-        let v: Value = http
-            .post(format!(
-                "http://{}/api/v1/agents/{agent}/reconnect",
-                from.http
-            ))
-            .bearer_auth(BENCH_TOKEN)
-            .json(&json!({"reason": "bench"}))
-            .send()
-            .await
-            .map_err(other)?
-            .json()
-            .await
-            .map_err(other)?;
-        let id = v["id"]
-            .as_i64()
-            .ok_or_else(|| other(format!("no signal id: {v}")))?;
-        started.push((id, t0));
-        // One at a time, a little apart: latency, not throughput.
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let ids: Vec<i64> = started.iter().map(|(id, _)| *id).collect();
-    let ids = &ids;
-    let acked: HashMap<i64, i64> = poll(
-        "every manual reconnect is acked",
-        Duration::from_secs(30),
-        || async move {
-            let rows: Vec<(i64, Option<i64>)> =
-                sqlx::query_as("SELECT id, acked_us FROM signals WHERE id = ANY($1)")
-                    .bind(ids)
-                    .fetch_all(pool)
-                    .await?;
-            let acked: HashMap<i64, i64> = rows
-                .into_iter()
-                .filter_map(|(id, a)| a.map(|a| (id, a)))
-                .collect();
-            Ok((acked.len() == ids.len()).then_some(acked))
-        },
-    )
-    .await?;
-    let mut lat: Vec<f64> = started
-        .iter()
-        .filter_map(|(id, t0)| acked.get(id).map(|a| ms(a - t0)))
-        .collect();
-    Ok(json!({
-        "api_on": from.name,
-        "streams_on": to.name,
-        "post_to_ack_ms": stats_ms(&mut lat),
-        "target_p99_ms": 50,
-    }))
 }

@@ -320,6 +320,7 @@ fn bench_failover_hands_over_and_loses_nothing() {
         at(&v, "manual_cross_replica/streams_on"),
         "{v:#}"
     );
+    latency(&v, "settings_cross_replica/put_to_applied_ms", Some(10.0));
     // Cut off: it stops leading before its lease ends; the next takes over
     // only after.
     assert_eq!(
