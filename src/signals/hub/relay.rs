@@ -1,0 +1,172 @@
+//! The hub's side of several replicas: which agents another replica
+//! holds, waking it for the signals recorded for them (the `signals` row is
+//! the outbox), and delivering what another replica recorded for agents
+//! held here. Alone on its database the hub never comes here.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{info_span, warn};
+
+use super::{lock, wire, Ask, Hub, InFlight};
+use crate::clock::Ts;
+use crate::model::Outcome;
+use crate::stats::{SignalKind, SignalOutcome};
+use crate::store::lease;
+use crate::store::signals::{self as audit, SignalRecord, SignalUpdate};
+
+/// How a signal reaches an agent whose stream another replica holds: the
+/// row is the outbox, a notification wakes that replica, and it delivers.
+#[derive(Clone, Debug)]
+pub struct Relay {
+    /// This replica's name.
+    pub me: Arc<str>,
+    pub pool: sqlx::PgPool,
+    /// A replica silent for longer holds no stream.
+    pub lease: Duration,
+}
+
+impl Hub {
+    /// The agent's stream is here or on another live replica.
+    pub fn reachable(&self, agent: &str) -> bool {
+        self.is_connected(agent) || lock(&self.remote).contains_key(agent)
+    }
+
+    /// [`Self::reachable`], asking the database when the last read of the
+    /// other replicas' streams does not have the agent (it may have
+    /// connected since).
+    pub async fn reachable_now(&self, agent: &str) -> bool {
+        if self.reachable(agent) {
+            return true;
+        }
+        let Some(relay) = &self.cfg.relay else {
+            return false;
+        };
+        match lease::owners(&relay.pool, &[agent.to_string()], relay.lease).await {
+            Ok(owners) => owners.contains_key(agent),
+            Err(e) => {
+                warn!(agent, error = %e, "cannot tell which replica holds the agent");
+                false
+            }
+        }
+    }
+
+    /// Every agent with a stream on any live replica.
+    pub fn reachable_agents(&self) -> Vec<String> {
+        let mut v = self.connected_agents();
+        v.extend(lock(&self.remote).keys().cloned());
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// Replaces what this replica knows of the others' streams.
+    pub fn set_remote(&self, streams: HashMap<String, String>) {
+        *lock(&self.remote) = streams;
+    }
+
+    /// Which of these rows' agents another live replica holds (none
+    /// without replicas, or when the database cannot say).
+    pub(super) async fn held_elsewhere(&self, rows: &[SignalRecord]) -> HashMap<String, String> {
+        let Some(relay) = &self.cfg.relay else {
+            return HashMap::new();
+        };
+        let away: Vec<String> = rows
+            .iter()
+            .filter(|r| !self.is_connected(&r.agent))
+            .map(|r| r.agent.clone())
+            .collect();
+        if away.is_empty() {
+            return HashMap::new();
+        }
+        match lease::owners(&relay.pool, &away, relay.lease).await {
+            Ok(mut owners) => {
+                owners.retain(|_, replica| **replica != *relay.me);
+                owners
+            }
+            Err(e) => {
+                warn!(error = %e, agents = away.len(), "cannot tell which replica holds these agents: their signals are undeliverable");
+                HashMap::new()
+            }
+        }
+    }
+
+    /// Wakes each replica holding agents that `relayed` signals are for;
+    /// a replica that cannot be woken leaves its signals undeliverable.
+    pub(super) async fn wake(
+        &self,
+        relayed: HashMap<String, Vec<i64>>,
+        rows: &mut [SignalRecord],
+        now: Ts,
+    ) {
+        let Some(relay) = &self.cfg.relay else {
+            return;
+        };
+        for (replica, ids) in relayed {
+            if let Err(e) = lease::notify_signals(&relay.pool, &replica, &ids).await {
+                warn!(%replica, signals = ids.len(), error = %e, "cannot wake the replica holding these agents");
+                let detail = format!("cannot wake replica {replica}, which holds the agent: {e}");
+                for row in rows.iter_mut().filter(|r| ids.contains(&r.id)) {
+                    row.outcome = Outcome::Undeliverable;
+                    row.detail = detail.clone();
+                    self.stats.signal(row.kind, SignalOutcome::Undeliverable);
+                    self.update(SignalUpdate::Outcome {
+                        id: row.id,
+                        at: now,
+                        outcome: Outcome::Undeliverable,
+                        detail: detail.clone(),
+                        acked: false,
+                        latency_us: None,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Delivers signals another replica recorded for agents whose streams
+    /// are here (it woke this one for them). A signal already answered is
+    /// left alone; one whose agent has left gets `undeliverable`.
+    pub async fn deliver_relayed(&self, ids: &[i64]) {
+        for chunk in ids.chunks(audit::LOOKUP_CHUNK) {
+            let rows = match audit::by_ids(&self.db, chunk).await {
+                Ok(rows) => rows,
+                Err(e) => {
+                    warn!(error = %e, signals = chunk.len(), "cannot read signals another replica relayed: they time out");
+                    continue;
+                }
+            };
+            for row in rows {
+                if row.outcome != Outcome::Pending {
+                    continue;
+                }
+                let _span =
+                    info_span!("signal.relayed", signal.id = row.id, agent = %row.agent).entered();
+                let deadline = row.created.saturating_add(self.cfg.ack_timeout);
+                let ask = match row.kind {
+                    SignalKind::Reconnect => Ask::Reconnect { proxy: row.proxy },
+                    SignalKind::CloseTunnel => Ask::CloseTunnel { proxy: row.proxy },
+                };
+                let signal = wire(row.id, ask, row.reason, row.requested_by, deadline, None);
+                let flight = InFlight {
+                    agent: row.agent,
+                    kind: row.kind,
+                    created: row.created,
+                    deadline,
+                    trace: None,
+                };
+                if let Err(detail) = self.enqueue(signal, flight) {
+                    self.stats.signal(row.kind, SignalOutcome::Undeliverable);
+                    self.update(SignalUpdate::Outcome {
+                        id: row.id,
+                        at: self.clock.now(),
+                        outcome: Outcome::Undeliverable,
+                        detail,
+                        acked: false,
+                        latency_us: None,
+                    });
+                }
+            }
+        }
+    }
+}
