@@ -32,6 +32,17 @@ fn one_event() -> WriteBatch {
     b
 }
 
+/// A migrated store on a fresh PostgreSQL database of its own (`None`:
+/// no server, the test is skipped).
+async fn postgres_store(test: &str) -> Option<Db> {
+    let store = Store::postgres(test).await?;
+    let unused = std::path::Path::new("unused-on-postgres");
+    let db = lifeline::store::open(&store.engine(unused), lifeline::store::ACQUIRE_TIMEOUT)
+        .await
+        .expect("the store opens");
+    Some(db)
+}
+
 async fn lead(pool: &sqlx::PgPool, who: &str, lease: Duration) -> Attempt {
     lease::try_lead(pool, who, lease)
         .await
@@ -43,16 +54,9 @@ async fn lead(pool: &sqlx::PgPool, who: &str, lease: Duration) -> Attempt {
 /// A holder renewing a lapsed lease nobody took keeps its term.
 #[tokio::test]
 async fn a_batch_made_under_a_lease_that_moved_on_is_not_written() {
-    let Some(store) = Store::postgres("fence").await else {
+    let Some(db) = postgres_store("fence").await else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let db = lifeline::store::open(
-        &store.engine(&dir.path().join("x")),
-        lifeline::store::ACQUIRE_TIMEOUT,
-    )
-    .await
-    .unwrap();
     let Db::Postgres(pool) = &db else {
         panic!("a PostgreSQL store")
     };
@@ -313,16 +317,9 @@ async fn two_replicas_share_one_database_and_hand_over_cleanly() {
 /// at most a page at a time; answered and recent ones are left alone.
 #[tokio::test]
 async fn signals_nobody_will_answer_time_out_and_only_those() {
-    let Some(store) = Store::postgres("sweep").await else {
+    let Some(db) = postgres_store("sweep").await else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let db = lifeline::store::open(
-        &store.engine(&dir.path().join("x")),
-        lifeline::store::ACQUIRE_TIMEOUT,
-    )
-    .await
-    .unwrap();
     let Db::Postgres(pool) = &db else {
         panic!("a PostgreSQL store")
     };
