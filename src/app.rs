@@ -33,13 +33,13 @@ use crate::ingest::{health, watcher};
 use crate::model::Kind;
 use crate::replica;
 use crate::settings::{Settings, SettingsError};
-use crate::signals::hub::{Hub, HubConfig, Relay};
+use crate::signals::hub::{Hub, HubConfig};
 use crate::signals::reconnect::{self, Guard, ReconnectConfig};
 use crate::signals::service_config;
 use crate::stats::Stats;
 use crate::store::health::StoreHealth;
 use crate::store::writer::WriterOptions;
-use crate::store::{self, Fence, Leadership, StoreError};
+use crate::store::{self, Leadership, StoreError};
 use crate::supervise::{FailureWatch, Tasks};
 use crate::telemetry::SpanCounters;
 use crate::tls;
@@ -167,37 +167,6 @@ impl Lifeline {
         );
         let writer_task = tokio::spawn(writer_run.instrument(info_span!("store.writer")));
         let mut supervised = Tasks::new(shutdown.clone());
-        // Alone on SQLite it always leads; among replicas it follows until
-        // the lease says otherwise.
-        let fence = match &db {
-            Db::Sqlite(_) => Fence::Sole,
-            Db::Postgres(_) => Fence::Follower,
-        };
-        let board = Board::new(cfg.signals.discovery_backlog, clock.now());
-        let static_auth: Vec<(String, String)> = cfg
-            .auth_servers
-            .iter()
-            .map(|a| (a.name.clone(), a.addr.clone()))
-            .collect();
-        let (fleet, fleet_task) = actor::spawn(
-            FleetOptions {
-                clock,
-                rules: Rules {
-                    unknown_grace: cfg.health.unknown_grace,
-                    max_pending_events: cfg.storage.max_pending_events,
-                },
-                command_queue: cfg.fleet.command_queue,
-                change_capacity: tuning.change_capacity,
-                static_auth: static_auth.clone(),
-                board: board.clone(),
-                fence,
-            },
-            loaded,
-            stats.clone(),
-            writer,
-            shutdown.clone(),
-        );
-
         let http_listener = bind("HTTP", cfg.server.listen).await?;
         let grpc_listener = bind("gRPC", cfg.server.grpc_listen).await?;
         let http_addr = http_listener
@@ -219,18 +188,35 @@ impl Lifeline {
             .replica
             .clone()
             .unwrap_or_else(|| default_replica_name(http_addr));
-        let (lead_tx, leadership, relay) = match &db {
-            Db::Sqlite(_) => (None, replica::sole(&replica_name, clock.now()), None),
-            Db::Postgres(pool) => {
-                let (tx, rx) = replica::follower(&replica_name, clock.now());
-                let relay = Relay {
-                    me: replica_name.as_str().into(),
-                    pool: pool.clone(),
-                    lease: cfg.storage.leader_lease,
-                };
-                (Some(tx), rx, Some(relay))
-            }
-        };
+        // Alone on SQLite it always leads; among replicas it follows until
+        // the lease says otherwise.
+        let standing =
+            replica::Standing::new(&db, &replica_name, cfg.storage.leader_lease, clock.now());
+        let board = Board::new(cfg.signals.discovery_backlog, clock.now());
+        let static_auth: Vec<(String, String)> = cfg
+            .auth_servers
+            .iter()
+            .map(|a| (a.name.clone(), a.addr.clone()))
+            .collect();
+        let (fleet, fleet_task) = actor::spawn(
+            FleetOptions {
+                clock,
+                rules: Rules {
+                    unknown_grace: cfg.health.unknown_grace,
+                    max_pending_events: cfg.storage.max_pending_events,
+                },
+                command_queue: cfg.fleet.command_queue,
+                change_capacity: tuning.change_capacity,
+                static_auth: static_auth.clone(),
+                board: board.clone(),
+                fence: standing.fence.clone(),
+            },
+            loaded,
+            stats.clone(),
+            writer,
+            shutdown.clone(),
+        );
+
         let (hub, hub_tasks) = Hub::start(
             HubConfig {
                 full_discovery_interval: cfg.signals.full_discovery_interval,
@@ -239,8 +225,8 @@ impl Lifeline {
                 hello_timeout: cfg.signals.hello_timeout,
                 ack_timeout: cfg.signals.ack_timeout,
                 max_message_bytes: cfg.signals.max_message_bytes,
-                relay,
-                leadership: leadership.clone(),
+                relay: standing.relay.clone(),
+                leadership: standing.leadership.clone(),
             },
             settings.live(),
             clock,
@@ -256,37 +242,34 @@ impl Lifeline {
         for t in hub_tasks {
             supervised.critical("hub", t);
         }
-        let departure = match (lead_tx, &db) {
-            (Some(lead_tx), Db::Postgres(pool)) => {
-                let (tasks, departure) = replica::start(
-                    replica::Parts {
-                        cfg: replica::ReplicaConfig {
-                            name: replica_name.clone(),
-                            lease: cfg.storage.leader_lease,
-                            http_addr: http_addr.to_string(),
-                            grpc_addr: grpc_addr.to_string(),
-                            ack_timeout: cfg.signals.ack_timeout,
-                        },
-                        pool: pool.clone(),
-                        db: db.clone(),
-                        fleet: fleet.clone(),
-                        hub: hub.clone(),
-                        settings: settings.clone(),
-                        stats: stats.clone(),
-                        clock,
-                        leadership: lead_tx,
-                    },
-                    shutdown.clone(),
-                )
-                .await
-                .map_err(StoreError::Query)?;
+        let leadership = standing.leadership.clone();
+        let departure = standing
+            .start(
+                replica::ReplicaConfig {
+                    name: replica_name.clone(),
+                    lease: cfg.storage.leader_lease,
+                    http_addr: http_addr.to_string(),
+                    grpc_addr: grpc_addr.to_string(),
+                    ack_timeout: cfg.signals.ack_timeout,
+                },
+                replica::Rooms {
+                    db: db.clone(),
+                    fleet: fleet.clone(),
+                    hub: hub.clone(),
+                    settings: settings.clone(),
+                    stats: stats.clone(),
+                    clock,
+                },
+                shutdown.clone(),
+            )
+            .await
+            .map_err(StoreError::Query)?
+            .map(|(tasks, departure)| {
                 for t in tasks {
                     supervised.critical("replica", t);
                 }
-                Some(departure)
-            }
-            _ => None,
-        };
+                departure
+            });
         let (guard, more) = reconnect::spawn(
             ReconnectConfig {
                 backoff_base: cfg.signals.reconnect_backoff_base,

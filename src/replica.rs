@@ -12,7 +12,7 @@
 //! Must not touch: history rows (the store's writer writes them, fenced by
 //! the term this room hands the fleet), agent streams (the hub's) or
 //! signal rules (the signals room's). On SQLite there is nothing to do:
-//! the process is alone and always leads ([`sole`]).
+//! the process is alone and always leads ([`Standing`]).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -29,7 +29,7 @@ use crate::backoff::Backoff;
 use crate::clock::{Clock, Ts};
 use crate::fleet::FleetHandle;
 use crate::settings::Settings;
-use crate::signals::hub::Hub;
+use crate::signals::hub::{Hub, Relay};
 use crate::stats::Stats;
 use crate::store::lease::{self, Attempt, Fence, Leadership};
 use crate::store::read;
@@ -61,42 +61,86 @@ const FORGET_REPLICAS_AFTER: Duration = Duration::from_secs(24 * 3600);
 /// Unanswered signals timed out per chore round.
 const SWEEP_LIMIT: i64 = 1000;
 
-/// The leadership of a process alone on its database.
-pub fn sole(name: &str, now: Ts) -> watch::Receiver<Leadership> {
-    let (_, rx) = watch::channel(Leadership {
-        replica: name.to_string(),
-        leader: Some(name.to_string()),
-        term: 0,
-        leading: true,
-        sole: true,
-        since: Some(now),
-    });
-    rx
+/// What this process is on its database, decided once at start: alone
+/// (SQLite: it always leads, with nothing to fence or relay) or one replica
+/// among several (PostgreSQL: it follows until the lease says otherwise).
+/// The other rooms read what they need from it; [`Standing::start`] runs
+/// the replica's loops, if any.
+pub struct Standing {
+    /// What the fleet stamps its batches with at start.
+    pub fence: Fence,
+    pub leadership: watch::Receiver<Leadership>,
+    /// How the hub reaches agents whose streams other replicas hold.
+    pub relay: Option<Relay>,
+    /// The lease loop's side, among replicas.
+    lead: Option<(PgPool, watch::Sender<Leadership>)>,
 }
 
-/// A follower's leadership until the lease loop has looked.
-pub fn follower(name: &str, now: Ts) -> (watch::Sender<Leadership>, watch::Receiver<Leadership>) {
-    watch::channel(Leadership {
-        replica: name.to_string(),
-        leader: None,
-        term: 0,
-        leading: false,
-        sole: false,
-        since: Some(now),
-    })
+impl Standing {
+    pub fn new(db: &Db, name: &str, lease: Duration, now: Ts) -> Standing {
+        match db {
+            Db::Sqlite(_) => {
+                let (_, leadership) = watch::channel(Leadership::sole(name, now));
+                Standing {
+                    fence: Fence::Sole,
+                    leadership,
+                    relay: None,
+                    lead: None,
+                }
+            }
+            Db::Postgres(pool) => {
+                let (tx, leadership) = watch::channel(Leadership::follower(name, now));
+                Standing {
+                    fence: Fence::Follower,
+                    leadership,
+                    relay: Some(Relay {
+                        me: name.into(),
+                        pool: pool.clone(),
+                        lease,
+                    }),
+                    lead: Some((pool.clone(), tx)),
+                }
+            }
+        }
+    }
+
+    /// Records this replica and starts its loops; alone on its database
+    /// there is nothing to start.
+    pub async fn start(
+        self,
+        cfg: ReplicaConfig,
+        rooms: Rooms,
+        stop: CancellationToken,
+    ) -> Result<Option<(Vec<JoinHandle<()>>, Departure)>, sqlx::Error> {
+        let Some((pool, leadership)) = self.lead else {
+            return Ok(None);
+        };
+        let p = Parts {
+            cfg,
+            pool,
+            rooms,
+            leadership,
+        };
+        start(p, stop).await.map(Some)
+    }
 }
 
-/// Everything a replica runs besides what a sole process runs.
-pub struct Parts {
-    pub cfg: ReplicaConfig,
-    pub pool: PgPool,
+/// The rooms a replica's loops hand their findings to.
+pub struct Rooms {
     pub db: Db,
     pub fleet: FleetHandle,
     pub hub: Arc<Hub>,
     pub settings: Arc<Settings>,
     pub stats: Arc<Stats>,
     pub clock: Clock,
-    pub leadership: watch::Sender<Leadership>,
+}
+
+/// Everything a replica runs besides what a sole process runs.
+struct Parts {
+    cfg: ReplicaConfig,
+    pool: PgPool,
+    rooms: Rooms,
+    leadership: watch::Sender<Leadership>,
 }
 
 /// What a replica does on its way out, once its last writes are in.
@@ -128,8 +172,7 @@ impl Departure {
     }
 }
 
-/// Records this replica and starts its loops.
-pub async fn start(
+async fn start(
     p: Parts,
     stop: CancellationToken,
 ) -> Result<(Vec<JoinHandle<()>>, Departure), sqlx::Error> {
@@ -169,7 +212,7 @@ async fn lease_loop(p: Arc<Parts>, stop: CancellationToken) {
         failures: 0,
     };
     loop {
-        let started = p.clock.now();
+        let started = p.rooms.clock.now();
         // A leader waits for an answer no longer than it may still lead.
         let budget = match st.term {
             Some(_) => renew_every
@@ -214,12 +257,12 @@ async fn lease_loop(p: Arc<Parts>, stop: CancellationToken) {
         };
         // Only a failed renewal makes a leader step down: one that merely
         // woke late renews first.
-        if st.failures > 0 && st.term.is_some() && p.clock.now() >= st.valid_until {
+        if st.failures > 0 && st.term.is_some() && p.rooms.clock.now() >= st.valid_until {
             step_down(&p, &mut st, "the lease could not be renewed before it ends");
         }
         // A leader that cannot renew wakes exactly when it must step down.
         let wait = match st.term {
-            Some(_) => wait.min(st.valid_until.since(p.clock.now())),
+            Some(_) => wait.min(st.valid_until.since(p.rooms.clock.now())),
             None => wait,
         };
         tokio::select! {
@@ -233,7 +276,7 @@ async fn lease_loop(p: Arc<Parts>, stop: CancellationToken) {
 /// This replica holds the lease in a new term: the fleet goes on from the
 /// database's open episodes, then the others may see it lead.
 async fn take_lead(p: &Parts, st: &mut Lease, term: i64) {
-    let (open, next) = match read::open_episodes(&p.db).await {
+    let (open, next) = match read::open_episodes(&p.rooms.db).await {
         Ok(v) => v,
         Err(e) => {
             // Not leading yet: the next renewal tries again.
@@ -245,7 +288,7 @@ async fn take_lead(p: &Parts, st: &mut Lease, term: i64) {
         replica: p.cfg.name.as_str().into(),
         term,
     };
-    if p.fleet.lead(fence, open, next).await.is_err() {
+    if p.rooms.fleet.lead(fence, open, next).await.is_err() {
         return;
     }
     st.term = Some(term);
@@ -253,7 +296,7 @@ async fn take_lead(p: &Parts, st: &mut Lease, term: i64) {
         term,
         "this replica leads: it writes history and sends automatic signals"
     );
-    let now = p.clock.now();
+    let now = p.rooms.clock.now();
     p.leadership.send_modify(|l| {
         l.leader = Some(p.cfg.name.clone());
         l.term = term;
@@ -267,13 +310,13 @@ fn step_down(p: &Parts, st: &mut Lease, why: &str) {
         return;
     };
     warn!(term, why, "this replica no longer leads");
-    let fleet = p.fleet.clone();
+    let fleet = p.rooms.fleet.clone();
     // The fleet stops stamping batches as the leader's; the database's
     // fence already refuses them.
     tokio::spawn(async move {
         let _ = fleet.follow().await;
     });
-    let now = p.clock.now();
+    let now = p.rooms.clock.now();
     p.leadership.send_modify(|l| {
         l.leading = false;
         l.since = Some(now);
@@ -326,7 +369,7 @@ async fn listen(p: Arc<Parts>, stop: CancellationToken) {
         .max_lifetime(None)
         .connect_lazy_with((*p.pool.connect_options()).clone());
     loop {
-        let mut listener = match PgListener::connect_with(&own).await {
+        let mut listener = match listener(&own).await {
             Ok(l) => l,
             Err(e) => {
                 warn!(error = %e, "cannot listen for notifications; retrying");
@@ -337,21 +380,8 @@ async fn listen(p: Arc<Parts>, stop: CancellationToken) {
                 }
             }
         };
-        if let Err(e) = listener
-            .listen_all([lease::SIGNALS_CHANNEL, lease::SETTINGS_CHANNEL])
-            .await
-        {
-            warn!(error = %e, "cannot listen for notifications; retrying");
-            attempt += 1;
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(backoff.delay(attempt)) => continue,
-            }
-        }
         attempt = 0;
-        if let Err(e) = p.settings.reload_all().await {
-            warn!(error = %e, "cannot read the settings again");
-        }
+        p.rooms.settings.reload_all().await;
         loop {
             let n = tokio::select! {
                 _ = stop.cancelled() => return,
@@ -359,12 +389,9 @@ async fn listen(p: Arc<Parts>, stop: CancellationToken) {
             };
             match n {
                 Ok(Some(n)) => dispatch(&p, n.channel(), n.payload()).await,
-                // The connection was lost and made again.
-                Ok(None) => {
-                    if let Err(e) = p.settings.reload_all().await {
-                        warn!(error = %e, "cannot read the settings again");
-                    }
-                }
+                // The connection was lost and made again: what was sent
+                // meanwhile is gone.
+                Ok(None) => p.rooms.settings.reload_all().await,
                 Err(e) => {
                     warn!(error = %e, "notifications lost; listening again");
                     break;
@@ -374,16 +401,26 @@ async fn listen(p: Arc<Parts>, stop: CancellationToken) {
     }
 }
 
+/// A listener on both channels.
+async fn listener(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
+    let mut l = PgListener::connect_with(pool).await?;
+    l.listen_all([lease::SIGNALS_CHANNEL, lease::SETTINGS_CHANNEL])
+        .await?;
+    Ok(l)
+}
+
 async fn dispatch(p: &Parts, channel: &str, payload: &str) {
     if channel == lease::SIGNALS_CHANNEL {
         match lease::parse_signals(payload) {
-            Some((replica, ids)) if replica == p.cfg.name => p.hub.deliver_relayed(&ids).await,
+            Some((replica, ids)) if replica == p.cfg.name => {
+                p.rooms.hub.deliver_relayed(&ids).await
+            }
             Some(_) => {}
             None => warn!(payload, "a signals notification that does not parse"),
         }
     } else if channel == lease::SETTINGS_CHANNEL {
         match Settings::name(payload) {
-            Ok(name) => match p.settings.reload(name).await {
+            Ok(name) => match p.rooms.settings.reload(name).await {
                 Ok(()) => info!(
                     setting = payload,
                     "setting changed on another replica: applied"
@@ -403,7 +440,10 @@ async fn dispatch(p: &Parts, channel: &str, payload: &str) {
 /// Writes down which agent streams this replica holds (the others read it
 /// to relay signals), and reads which the others hold.
 async fn streams(p: Arc<Parts>, stop: CancellationToken) {
+    let hub = &p.rooms.hub;
     let mut written: HashSet<String> = HashSet::new();
+    // The hub's streams as last written in full (`None`: write again).
+    let mut in_sync: Option<u64> = None;
     let mut last_remote = Ts::ZERO;
     let mut tick = tokio::time::interval(STREAMS_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -412,34 +452,42 @@ async fn streams(p: Arc<Parts>, stop: CancellationToken) {
             _ = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let now: HashSet<String> = p.hub.connected_agents().into_iter().collect();
-        let opened: Vec<String> = now.difference(&written).cloned().collect();
-        let closed: Vec<String> = written.difference(&now).cloned().collect();
-        if !opened.is_empty() {
-            match lease::claim_streams(&p.pool, &p.cfg.name, &opened, p.clock.now()).await {
-                Ok(()) => written.extend(opened),
-                Err(e) => {
-                    debug!(error = %e, agents = opened.len(), "cannot record agent streams; next round")
-                }
-            }
-        }
-        if !closed.is_empty() {
-            match lease::release_streams(&p.pool, &p.cfg.name, &closed).await {
-                Ok(()) => {
-                    for a in &closed {
-                        written.remove(a);
+        let version = hub.streams_version();
+        if in_sync != Some(version) {
+            let now: HashSet<String> = hub.connected_agents().into_iter().collect();
+            let opened: Vec<String> = now.difference(&written).cloned().collect();
+            let closed: Vec<String> = written.difference(&now).cloned().collect();
+            let mut ok = true;
+            if !opened.is_empty() {
+                match lease::claim_streams(&p.pool, &p.cfg.name, &opened, p.rooms.clock.now()).await
+                {
+                    Ok(()) => written.extend(opened),
+                    Err(e) => {
+                        ok = false;
+                        debug!(error = %e, agents = opened.len(), "cannot record agent streams; next round")
                     }
                 }
-                Err(e) => {
-                    debug!(error = %e, agents = closed.len(), "cannot forget agent streams; next round")
+            }
+            if !closed.is_empty() {
+                match lease::release_streams(&p.pool, &p.cfg.name, &closed).await {
+                    Ok(()) => {
+                        for a in &closed {
+                            written.remove(a);
+                        }
+                    }
+                    Err(e) => {
+                        ok = false;
+                        debug!(error = %e, agents = closed.len(), "cannot forget agent streams; next round")
+                    }
                 }
             }
+            in_sync = ok.then_some(version);
         }
-        let t = p.clock.now();
+        let t = p.rooms.clock.now();
         if t.since(last_remote) >= REMOTE_EVERY {
             last_remote = t;
             match lease::remote_streams(&p.pool, &p.cfg.name, p.cfg.lease).await {
-                Ok(remote) => p.hub.set_remote(remote),
+                Ok(remote) => hub.set_remote(remote),
                 Err(e) => debug!(error = %e, "cannot read the other replicas' streams; next round"),
             }
         }
@@ -459,8 +507,8 @@ async fn chores(p: Arc<Parts>, stop: CancellationToken) {
         if let Err(e) = lease::heartbeat(&p.pool, &p.cfg.name).await {
             debug!(error = %e, "heartbeat not recorded; next round");
         }
-        let now = p.clock.now();
-        if !p.hub.leads() || now.since(last_chores) < CHORES_EVERY {
+        let now = p.rooms.clock.now();
+        if !p.rooms.hub.leads() || now.since(last_chores) < CHORES_EVERY {
             continue;
         }
         last_chores = now;
@@ -469,7 +517,7 @@ async fn chores(p: Arc<Parts>, stop: CancellationToken) {
         match lease::sweep_unanswered(&p.pool, before, SWEEP_LIMIT).await {
             Ok(0) => {}
             Ok(n) => {
-                Stats::add(&p.stats.signals_swept, n);
+                Stats::add(&p.rooms.stats.signals_swept, n);
                 info!(
                     signals = n,
                     "signals no replica answered for are recorded as timed out"

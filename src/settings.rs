@@ -495,11 +495,14 @@ impl Settings {
     }
 
     /// Applies every stored value (a replica that may have missed changes).
-    pub async fn reload_all(&self) -> Result<(), SettingsError> {
+    /// One that cannot be read or applied keeps its current value, is
+    /// logged, and does not hold the others back.
+    pub async fn reload_all(&self) {
         for name in Name::ALL {
-            self.reload(name).await?;
+            if let Err(e) = self.reload(name).await {
+                tracing::warn!(setting = name.as_str(), error = %e, "cannot read the setting again; its current value stays");
+            }
         }
-        Ok(())
     }
 
     pub fn name(s: &str) -> Result<Name, SettingsError> {

@@ -297,14 +297,9 @@ async fn scenario(
         },
     )
     .await?;
-    let live: Vec<String> = reps
-        .iter()
-        .filter(|r| r.name != before.holder)
-        .map(|r| r.name.clone())
-        .collect();
-    let (live_ref, sims_ref) = (&live, &sims);
-    let live_reps: Vec<&Replica> = reps.iter().filter(|r| live.contains(&r.name)).collect();
-    let live_reps = &live_reps;
+    let survivors: Vec<&Replica> = reps.iter().filter(|r| r.name != before.holder).collect();
+    let live: Vec<String> = survivors.iter().map(|r| r.name.clone()).collect();
+    let (live_ref, sims_ref, live_reps) = (&live, &sims, &survivors);
     let recovered_us = poll(
         "every agent recovers",
         Duration::from_secs(120),
@@ -366,10 +361,7 @@ async fn scenario(
     let episodes = episodes(pool, http, new_leader).await?;
 
     // 2. Manual reconnects through one replica to agents on another.
-    let (from, to) = (
-        &reps[live_index(reps, &live, 0)],
-        &reps[live_index(reps, &live, 1)],
-    );
+    let (from, to) = (survivors[0], survivors[1 % survivors.len()]);
     let manual = manual(pool, http, from, to, requests).await?;
     let settings = settings(http, from, to).await?;
 
@@ -451,9 +443,4 @@ fn live_proxy(p: &str) -> bool {
     ![proxy_name(0), proxy_name(1), proxy_name(2)]
         .iter()
         .any(|d| d == p)
-}
-
-fn live_index(reps: &[Replica], live: &[String], k: usize) -> usize {
-    let name = &live[k % live.len()];
-    reps.iter().position(|r| &r.name == name).unwrap_or(0)
 }

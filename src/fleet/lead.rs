@@ -47,42 +47,36 @@ impl Fleet {
         let tunnels = self.tunnels.values().map(|t| t.tunnel.clone()).collect();
         self.pending.replace_tunnels(tunnels);
 
+        // Closes go first, then what is kept, then what is opened.
+        let mut closes: Vec<EpisodeOp> = Vec::new();
+        let mut ops: Vec<EpisodeOp> = Vec::new();
+        let mut close = |id: i64, why: EndReason| closes.push(EpisodeOp::close(id, now, why));
         let mut stored: HashMap<String, Episode> = HashMap::default();
-        let mut adopted = Adopted::default();
         for ep in open {
             // Two open episodes of one agent cannot both be right.
             if let Some(older) = stored.insert(ep.agent.clone(), ep) {
-                self.pending.episodes.push(EpisodeOp::close(
-                    older.id,
-                    now,
-                    EndReason::LeaderChange,
-                ));
-                adopted.closed += 1;
+                close(older.id, EndReason::LeaderChange);
             }
         }
-        let mut names: Vec<&String> = self.agents.keys().collect();
+        let mut names: Vec<String> = self.agents.keys().cloned().collect();
         names.sort();
-        let names: Vec<String> = names.into_iter().cloned().collect();
+        let mut adopted = Adopted::default();
         for name in names {
             let Some(a) = self.agents.get_mut(&name) else {
                 continue;
             };
             let theirs = stored.remove(&name);
             if a.episode.is_none() {
+                // Healthy here: whatever the database had open ends.
                 if let Some(ep) = theirs {
-                    self.pending.episodes.push(EpisodeOp::close(
-                        ep.id,
-                        now,
-                        EndReason::LeaderChange,
-                    ));
-                    adopted.closed += 1;
+                    close(ep.id, EndReason::LeaderChange);
                 }
                 continue;
             }
             match theirs {
                 Some(ep) if ep.state == a.state => {
                     a.episode = Some(ep.id);
-                    self.pending.episodes.push(EpisodeOp::Update {
+                    ops.push(EpisodeOp::Update {
                         id: ep.id,
                         reasons: a.reasons.join(),
                         cause: a.cause.clone(),
@@ -91,17 +85,12 @@ impl Fleet {
                 }
                 other => {
                     if let Some(ep) = other {
-                        self.pending.episodes.push(EpisodeOp::close(
-                            ep.id,
-                            now,
-                            EndReason::LeaderChange,
-                        ));
-                        adopted.closed += 1;
+                        close(ep.id, EndReason::LeaderChange);
                     }
                     let id = self.next_episode;
                     self.next_episode += 1;
                     a.episode = Some(id);
-                    self.pending.episodes.push(EpisodeOp::Open {
+                    ops.push(EpisodeOp::Open {
                         id,
                         agent: name.clone(),
                         state: a.state,
@@ -114,11 +103,11 @@ impl Fleet {
             }
         }
         for ep in stored.into_values() {
-            self.pending
-                .episodes
-                .push(EpisodeOp::close(ep.id, now, EndReason::AgentUnknown));
-            adopted.closed += 1;
+            close(ep.id, EndReason::AgentUnknown);
         }
+        adopted.closed = closes.len();
+        self.pending.episodes.extend(closes);
+        self.pending.episodes.extend(ops);
         info!(
             kept = adopted.kept,
             closed = adopted.closed,

@@ -13,6 +13,11 @@ use crate::store::{EventRow, Fence, WriteBatch};
 
 impl Fleet {
     pub(super) fn history(&mut self, row: EventRow) {
+        // A follower's history is the leader's to write: the rows of every
+        // heartbeat are not even kept (see `stamped` for the rest).
+        if self.fence == Fence::Follower {
+            return;
+        }
         self.pending.event(row, self.rules.max_pending_events);
     }
 

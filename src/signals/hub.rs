@@ -133,6 +133,8 @@ pub struct Hub {
     /// as last read from the database.
     remote: Mutex<HashMap<String, String>>,
     next_conn: AtomicU64,
+    /// Grows whenever a stream opens or closes.
+    streams_version: AtomicU64,
     ids: SignalIds,
     in_flight: Mutex<HashMap<i64, InFlight>>,
     updates: mpsc::Sender<SignalUpdate>,
@@ -170,6 +172,7 @@ impl Hub {
             conns: Mutex::new(HashMap::new()),
             remote: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
+            streams_version: AtomicU64::new(0),
             ids,
             in_flight: Mutex::new(HashMap::new()),
             updates,
@@ -204,6 +207,12 @@ impl Hub {
 
     pub fn connected(&self) -> usize {
         lock(&self.conns).len()
+    }
+
+    /// Changes whenever a stream opens or closes: a reader of
+    /// [`Self::connected_agents`] need not read again while it stays.
+    pub fn streams_version(&self) -> u64 {
+        self.streams_version.load(Ordering::Acquire)
     }
 
     pub fn connected_agents(&self) -> Vec<String> {
@@ -428,10 +437,11 @@ impl Hub {
 
     fn register(&self, agent: &str, tx: mpsc::Sender<pb::Signal>) -> u64 {
         let id = self.next_conn.fetch_add(1, Ordering::Relaxed);
-        if lock(&self.conns)
+        let replaced = lock(&self.conns)
             .insert(agent.to_string(), Conn { id, tx })
-            .is_some()
-        {
+            .is_some();
+        self.streams_version.fetch_add(1, Ordering::Release);
+        if replaced {
             info!(
                 agent,
                 "agent reconnected its signal stream; the old one is closed"
@@ -445,6 +455,7 @@ impl Hub {
         let mut m = lock(&self.conns);
         if m.get(agent).is_some_and(|c| c.id == conn) {
             m.remove(agent);
+            self.streams_version.fetch_add(1, Ordering::Release);
             true
         } else {
             false

@@ -31,7 +31,9 @@ pub enum Fence {
     #[default]
     Sole,
     /// The leader of `term`: a write commits only while the lease row
-    /// still names this replica, this term, and a deadline to come.
+    /// still names this replica and this term. Its deadline is not checked:
+    /// a lease that lapsed with nobody taking it is still this tenure's
+    /// (see [`try_lead`]), and whoever takes it brings a new term.
     Leader { replica: Arc<str>, term: i64 },
     /// Not the leader: history is the leader's to write.
     Follower,
@@ -53,6 +55,30 @@ pub struct Leadership {
     pub sole: bool,
     /// When this replica last changed role.
     pub since: Option<Ts>,
+}
+
+impl Leadership {
+    /// A process alone on its database: it leads from the start.
+    pub fn sole(name: &str, now: Ts) -> Leadership {
+        Leadership {
+            leader: Some(name.to_string()),
+            leading: true,
+            sole: true,
+            ..Leadership::follower(name, now)
+        }
+    }
+
+    /// One replica among several, until the lease loop has looked.
+    pub fn follower(name: &str, now: Ts) -> Leadership {
+        Leadership {
+            replica: name.to_string(),
+            leader: None,
+            term: 0,
+            leading: false,
+            sole: false,
+            since: Some(now),
+        }
+    }
 }
 
 /// A lease this replica holds, in the database's clock.
@@ -157,18 +183,6 @@ pub async fn still_leads(
     Ok(held.is_some())
 }
 
-/// A replica as the registry shows it.
-#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct ReplicaRow {
-    pub id: String,
-    pub http_addr: String,
-    pub grpc_addr: String,
-    pub started: Ts,
-    pub heartbeat: Ts,
-    /// Its heartbeat is younger than the lease.
-    pub alive: bool,
-}
-
 /// Records this replica (at start: its start time is now).
 pub async fn register(pool: &PgPool, me: &str, http: &str, grpc: &str) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
@@ -221,36 +235,6 @@ pub async fn leave(pool: &PgPool, me: &str) -> Result<(), sqlx::Error> {
         .execute(&mut *tx)
         .await?;
     tx.commit().await
-}
-
-/// Every replica heard from within `keep`, the live ones marked.
-pub async fn replicas(
-    pool: &PgPool,
-    lease: Duration,
-    keep: Duration,
-) -> Result<Vec<ReplicaRow>, sqlx::Error> {
-    let rows: Vec<(String, String, String, i64, i64, i64)> = sqlx::query_as(concat!(
-        "SELECT id, http_addr, grpc_addr, started_us, heartbeat_us, ",
-        db_now!(),
-        " FROM replicas ORDER BY id"
-    ))
-    .fetch_all(pool)
-    .await?;
-    let (lease, keep) = (dur_micros(lease), dur_micros(keep));
-    Ok(rows
-        .into_iter()
-        .filter(|r| r.5 - r.4 <= keep)
-        .map(
-            |(id, http_addr, grpc_addr, started, heartbeat, now)| ReplicaRow {
-                id,
-                http_addr,
-                grpc_addr,
-                started: Ts(started),
-                heartbeat: Ts(heartbeat),
-                alive: now - heartbeat < lease,
-            },
-        )
-        .collect())
 }
 
 /// Forgets replicas silent for longer than `keep` (bounds the registry).
@@ -309,6 +293,19 @@ pub async fn release_streams(
     Ok(())
 }
 
+/// Agent streams (agent, replica) held by replicas whose heartbeat is
+/// younger than `$1` µs, and that pass the condition that follows.
+macro_rules! live_streams {
+    () => {
+        concat!(
+            "SELECT s.agent, s.replica FROM agent_streams s JOIN replicas r ON r.id = s.replica \
+             WHERE r.heartbeat_us > ",
+            db_now!(),
+            " - $1 AND "
+        )
+    };
+}
+
 /// Which live replica holds each of `agents`' streams (those held by none,
 /// or by a replica whose heartbeat is older than `lease`, are left out).
 pub async fn owners(
@@ -316,16 +313,11 @@ pub async fn owners(
     agents: &[String],
     lease: Duration,
 ) -> Result<HashMap<String, String>, sqlx::Error> {
-    let rows: Vec<(String, String)> = sqlx::query_as(concat!(
-        "SELECT s.agent, s.replica FROM agent_streams s JOIN replicas r ON r.id = s.replica \
-         WHERE s.agent = ANY($1) AND r.heartbeat_us > ",
-        db_now!(),
-        " - $2"
-    ))
-    .bind(agents)
-    .bind(dur_micros(lease))
-    .fetch_all(pool)
-    .await?;
+    let rows: Vec<(String, String)> = sqlx::query_as(concat!(live_streams!(), "s.agent = ANY($2)"))
+        .bind(dur_micros(lease))
+        .bind(agents)
+        .fetch_all(pool)
+        .await?;
     Ok(rows.into_iter().collect())
 }
 
@@ -335,16 +327,11 @@ pub async fn remote_streams(
     me: &str,
     lease: Duration,
 ) -> Result<HashMap<String, String>, sqlx::Error> {
-    let rows: Vec<(String, String)> = sqlx::query_as(concat!(
-        "SELECT s.agent, s.replica FROM agent_streams s JOIN replicas r ON r.id = s.replica \
-         WHERE s.replica <> $1 AND r.heartbeat_us > ",
-        db_now!(),
-        " - $2"
-    ))
-    .bind(me)
-    .bind(dur_micros(lease))
-    .fetch_all(pool)
-    .await?;
+    let rows: Vec<(String, String)> = sqlx::query_as(concat!(live_streams!(), "s.replica <> $2"))
+        .bind(dur_micros(lease))
+        .bind(me)
+        .fetch_all(pool)
+        .await?;
     Ok(rows.into_iter().collect())
 }
 
