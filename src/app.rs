@@ -127,10 +127,16 @@ impl Default for Tuning {
     }
 }
 
-async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, StartError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| StartError::Bind { what, addr, source })
+/// A listener on `addr`, and the address it got (the port, when `addr`
+/// asked for any).
+async fn bind(
+    what: &'static str,
+    addr: SocketAddr,
+) -> Result<(TcpListener, SocketAddr), StartError> {
+    let err = |source| StartError::Bind { what, addr, source };
+    let listener = TcpListener::bind(addr).await.map_err(err)?;
+    let local = listener.local_addr().map_err(err)?;
+    Ok((listener, local))
 }
 
 impl Lifeline {
@@ -167,22 +173,8 @@ impl Lifeline {
         );
         let writer_task = tokio::spawn(writer_run.instrument(info_span!("store.writer")));
         let mut supervised = Tasks::new(shutdown.clone());
-        let http_listener = bind("HTTP", cfg.server.listen).await?;
-        let grpc_listener = bind("gRPC", cfg.server.grpc_listen).await?;
-        let http_addr = http_listener
-            .local_addr()
-            .map_err(|source| StartError::Bind {
-                what: "HTTP",
-                addr: cfg.server.listen,
-                source,
-            })?;
-        let grpc_addr = grpc_listener
-            .local_addr()
-            .map_err(|source| StartError::Bind {
-                what: "gRPC",
-                addr: cfg.server.grpc_listen,
-                source,
-            })?;
+        let (http_listener, http_addr) = bind("HTTP", cfg.server.listen).await?;
+        let (grpc_listener, grpc_addr) = bind("gRPC", cfg.server.grpc_listen).await?;
         let replica_name = cfg
             .storage
             .replica

@@ -36,11 +36,7 @@ fn one_event() -> WriteBatch {
 /// no server, the test is skipped).
 async fn postgres_store(test: &str) -> Option<Db> {
     let store = Store::postgres(test).await?;
-    let unused = std::path::Path::new("unused-on-postgres");
-    let db = lifeline::store::open(&store.engine(unused), lifeline::store::ACQUIRE_TIMEOUT)
-        .await
-        .expect("the store opens");
-    Some(db)
+    Some(store.open(std::path::Path::new("unused-on-postgres")).await)
 }
 
 async fn lead(pool: &sqlx::PgPool, who: &str, lease: Duration) -> Attempt {

@@ -144,9 +144,7 @@ on_both_engines! {
 #[tokio::test]
 async fn pruning_removes_history_past_retention(store) {
     let dir = tempfile::tempdir().unwrap();
-    let db = lifeline::store::open(&store.engine(&dir.path().join("p.db")), lifeline::store::ACQUIRE_TIMEOUT)
-        .await
-        .unwrap();
+    let db = store.open(dir.path()).await;
     let mut b = lifeline::store::WriteBatch::default();
     for (i, at) in [1_000_000i64, 2_000_000, 3_000_000].iter().enumerate() {
         b.event(
@@ -179,23 +177,8 @@ on_both_engines! {
 async fn audit_pruning_never_takes_a_signal_still_waiting_for_its_answer(store) {
     use lifeline::model::Outcome;
     let dir = tempfile::tempdir().unwrap();
-    let db = lifeline::store::open(&store.engine(&dir.path().join("a.db")), lifeline::store::ACQUIRE_TIMEOUT)
-        .await
-        .unwrap();
-    let row = |id, created, outcome| lifeline::store::signals::SignalRecord {
-        id,
-        kind: lifeline::model::SignalKind::Reconnect,
-        agent: "agent-00001".into(),
-        proxy: String::new(),
-        reason: "test".into(),
-        requested_by: "api".into(),
-        created: lifeline::Ts(created),
-        delivered: None,
-        acked: None,
-        outcome,
-        detail: String::new(),
-        latency_ms: None,
-    };
+    let db = store.open(dir.path()).await;
+    let row = |id, created, outcome| support::signal_row(id, lifeline::Ts(created), outcome);
     let old = 1_000_000;
     let rows = [
         row(1, old, Outcome::Acked),
@@ -369,24 +352,10 @@ async fn audit_retention_prunes_closed_history_but_never_pending_or_open(store) 
     c.flush().await;
     // An answered audit row from this moment.
     let now = c.clock.now();
-    let row = |id, outcome| lifeline::store::signals::SignalRecord {
-        id,
-        kind: lifeline::model::SignalKind::Reconnect,
-        agent: "agent-00001".into(),
-        proxy: String::new(),
-        reason: "test".into(),
-        requested_by: "api".into(),
-        created: now,
-        delivered: None,
-        acked: None,
-        outcome,
-        detail: String::new(),
-        latency_ms: None,
-    };
     let db = c.ll().db.clone();
     lifeline::store::signals::insert(
         &db,
-        &[row(9001, lifeline::model::Outcome::Acked)],
+        &[support::signal_row(9001, now, lifeline::model::Outcome::Acked)],
     )
     .await
     .unwrap();
@@ -438,12 +407,7 @@ async fn a_settings_change_on_postgres_waits_for_another_replicas() {
         return;
     };
     let store = support::Store::Postgres(url.clone());
-    let a = lifeline::store::open(
-        &store.engine(std::path::Path::new("")),
-        lifeline::store::ACQUIRE_TIMEOUT,
-    )
-    .await
-    .unwrap();
+    let a = store.open(std::path::Path::new("")).await;
     // The other replica's pool (store::open admits one Lifeline per
     // database).
     let b = lifeline::store::Db::Postgres(sqlx::PgPool::connect(&url).await.unwrap());

@@ -98,6 +98,40 @@ impl Store {
             }
         }
     }
+
+    /// The store itself, migrated, without a Lifeline around it: a file in
+    /// `dir`, or the database.
+    pub async fn open(&self, dir: &std::path::Path) -> lifeline::store::Db {
+        lifeline::store::open(
+            &self.engine(&dir.join("lifeline.db")),
+            lifeline::store::ACQUIRE_TIMEOUT,
+        )
+        .await
+        .expect("the store opens")
+    }
+}
+
+/// A row of the signal audit as the API would have written it, for
+/// `agent-00001`, at `created`.
+pub fn signal_row(
+    id: i64,
+    created: lifeline::Ts,
+    outcome: lifeline::model::Outcome,
+) -> lifeline::store::signals::SignalRecord {
+    lifeline::store::signals::SignalRecord {
+        id,
+        kind: lifeline::model::SignalKind::Reconnect,
+        agent: "agent-00001".into(),
+        proxy: String::new(),
+        reason: "test".into(),
+        requested_by: "api".into(),
+        created,
+        delivered: None,
+        acked: None,
+        outcome,
+        detail: String::new(),
+        latency_ms: None,
+    }
 }
 
 /// One test body, two tests: `<name>::sqlite` and `<name>::postgres`. The
