@@ -353,7 +353,8 @@ pub struct Settings {
     clock: Clock,
     live: Arc<Live>,
     lb: watch::Sender<LbPolicy>,
-    /// One change at a time: read, check and write are one step.
+    /// One change at a time: read, check and write are one step, and a
+    /// reload's read and apply are never in between.
     write: tokio::sync::Mutex<()>,
 }
 
@@ -485,6 +486,9 @@ impl Settings {
 
     /// Applies the stored value of `name`: another replica changed it.
     pub async fn reload(&self, name: Name) -> Result<(), SettingsError> {
+        // Not between this replica's own change's commit and its apply: a
+        // value read before that commit would undo the change here.
+        let _one = self.write.lock().await;
         let row = rows::get(&self.db, name.as_str()).await?;
         let value = row
             .and_then(|r| serde_json::from_str::<Value>(&r.value).ok())

@@ -436,3 +436,36 @@ async fn the_cli_gets_sets_and_removes_settings() {
     assert!(out.contains("storm_share"), "{out}");
     c.shutdown().await;
 }
+
+on_both_engines! {
+/// Guards read-your-write for settings: a change and a reload of every
+/// setting (what a replica does when a notification arrives or its
+/// `LISTEN` connection comes back) race many times, and each time the
+/// value just changed is the one in effect afterwards, never an older one
+/// the reload read before the change committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_never_undoes_a_change_it_raced(store) {
+    use lifeline::settings::{PutFlags, Settings};
+    let dir = tempfile::tempdir().unwrap();
+    let db = store.open(dir.path()).await;
+    let cfg = lifeline::config::Config::default();
+    let s = Settings::start(db, &cfg, lifeline::clock::Clock::system())
+        .await
+        .unwrap();
+    let name = Settings::name("auto_reconnect").unwrap();
+    let force = PutFlags {
+        force: true,
+        ..PutFlags::default()
+    };
+    for i in 0..200 {
+        let want = i % 2 == 0;
+        let value = Value::Bool(want);
+        let (put, ()) = tokio::join!(
+            s.put(name, &value, force, "test"),
+            s.reload_all()
+        );
+        put.unwrap();
+        assert_eq!(s.live().auto_reconnect(), want, "round {i}");
+    }
+}
+}
