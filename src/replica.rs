@@ -60,6 +60,8 @@ const CHORES_EVERY: Duration = Duration::from_secs(5);
 const FORGET_REPLICAS_AFTER: Duration = Duration::from_secs(24 * 3600);
 /// Unanswered signals timed out per chore round.
 const SWEEP_LIMIT: i64 = 1000;
+/// Missed signals delivered each time the listener is back.
+const CATCH_UP_LIMIT: i64 = 1000;
 
 /// What this process is on its database, decided once at start: alone
 /// (SQLite: it always leads, with nothing to fence or relay) or one replica
@@ -356,8 +358,8 @@ fn unreachable(p: &Parts, st: &mut Lease, error: &str) {
 }
 
 /// Listens for signals to deliver and settings that changed. Missed
-/// notifications (while the connection was down) are made up for: every
-/// setting is read again, and signals nobody delivered time out.
+/// notifications (while the connection was down) are made up for each
+/// time it listens again: see [`make_up`].
 async fn listen(p: Arc<Parts>, stop: CancellationToken) {
     let backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     let mut attempt = 0u32;
@@ -381,7 +383,7 @@ async fn listen(p: Arc<Parts>, stop: CancellationToken) {
             }
         };
         attempt = 0;
-        p.rooms.settings.reload_all().await;
+        make_up(&p).await;
         loop {
             let n = tokio::select! {
                 _ = stop.cancelled() => return,
@@ -391,13 +393,48 @@ async fn listen(p: Arc<Parts>, stop: CancellationToken) {
                 Ok(Some(n)) => dispatch(&p, n.channel(), n.payload()).await,
                 // The connection was lost and made again: what was sent
                 // meanwhile is gone.
-                Ok(None) => p.rooms.settings.reload_all().await,
+                Ok(None) => make_up(&p).await,
                 Err(e) => {
                     warn!(error = %e, "notifications lost; listening again");
                     break;
                 }
             }
         }
+    }
+}
+
+/// Makes up for notifications this replica may have missed, once it
+/// listens again: every setting is read, and signals still pending for
+/// agents whose streams it holds are delivered (their notification was
+/// sent while it could not hear). Runs after `LISTEN`, so a notification
+/// is either heard or found here.
+async fn make_up(p: &Parts) {
+    p.rooms.settings.reload_all().await;
+    let since = p.rooms.clock.now().saturating_sub(p.cfg.ack_timeout);
+    let found = match lease::pending_here(&p.pool, &p.cfg.name, since, CATCH_UP_LIMIT).await {
+        Ok(found) => found,
+        Err(e) => {
+            warn!(error = %e, "cannot look for signals missed while not listening: they time out");
+            return;
+        }
+    };
+    let hub = &p.rooms.hub;
+    // Only agents still here: the others' signals are the sweep's.
+    let ids: Vec<i64> = found
+        .into_iter()
+        .filter(|(_, agent)| hub.is_connected(agent))
+        .map(|(id, _)| id)
+        .collect();
+    if ids.is_empty() {
+        return;
+    }
+    let n = hub.deliver_relayed(&ids).await;
+    if n > 0 {
+        Stats::add(&p.rooms.stats.signals_caught_up, n as u64);
+        info!(
+            signals = n,
+            "signals whose notification was missed are delivered"
+        );
     }
 }
 
@@ -413,7 +450,7 @@ async fn dispatch(p: &Parts, channel: &str, payload: &str) {
     if channel == lease::SIGNALS_CHANNEL {
         match lease::parse_signals(payload) {
             Some((replica, ids)) if replica == p.cfg.name => {
-                p.rooms.hub.deliver_relayed(&ids).await
+                p.rooms.hub.deliver_relayed(&ids).await;
             }
             Some(_) => {}
             None => warn!(payload, "a signals notification that does not parse"),

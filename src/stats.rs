@@ -78,6 +78,9 @@ pub struct Stats {
     /// Signals the leader recorded as timed out because no replica
     /// answered for them (the one holding the agent died).
     pub signals_swept: AtomicU64,
+    /// Signals delivered on a replica's own search after it could not
+    /// hear for a while (the notification that woke it was lost).
+    pub signals_caught_up: AtomicU64,
     /// Expiry timers that fired.
     pub timers_fired: AtomicU64,
     /// Agent state changes.
@@ -168,6 +171,7 @@ pub mod metric {
     pub const STORE_ERRORS_TOTAL: &str = "lifeline_store_errors_total";
     pub const STORE_BATCHES_FENCED_TOTAL: &str = "lifeline_store_batches_fenced_total";
     pub const SIGNALS_SWEPT_TOTAL: &str = "lifeline_signals_swept_total";
+    pub const SIGNALS_CAUGHT_UP_TOTAL: &str = "lifeline_signals_caught_up_total";
     pub const TRACE_SPANS_EXPORTED_TOTAL: &str = "lifeline_trace_spans_exported_total";
     pub const SIGNALS_TOTAL: &str = "lifeline_signals_total";
     pub const DISCOVERY_MESSAGES_TOTAL: &str = "lifeline_discovery_messages_total";

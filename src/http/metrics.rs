@@ -319,6 +319,11 @@ fn counters(st: &Stats, spans: &SpanCounters) {
             &st.signals_swept,
         ),
         (
+            metric::SIGNALS_CAUGHT_UP_TOTAL,
+            "Signals this replica found and delivered itself after its notifications were lost.",
+            &st.signals_caught_up,
+        ),
+        (
             metric::TRACE_SPANS_EXPORTED_TOTAL,
             "Spans the OTLP collector accepted.",
             &spans.exported,

@@ -353,3 +353,77 @@ async fn signals_nobody_will_answer_time_out_and_only_those() {
     );
     db.close().await;
 }
+
+/// Guards the make-up after a lost `LISTEN` connection: a signal another
+/// replica recorded for an agent here, whose notification this replica
+/// never heard, is found and delivered once it listens again, and acked.
+#[tokio::test(start_paused = true)]
+async fn a_signal_whose_notification_was_missed_is_delivered_when_the_replica_listens_again() {
+    let Some(store) = Store::postgres("missed_notification").await else {
+        return;
+    };
+    let c = Cluster::six_legacy()
+        .store(store)
+        .config(|cfg| {
+            cfg.storage.replica = Some("replica-a".into());
+            cfg.signals.auto_reconnect = false;
+        })
+        .start()
+        .await;
+    until("replica-a leads", || async {
+        leadership_of(c.ll()).await.leading
+    })
+    .await;
+    c.ready().await;
+    c.advance(Duration::from_secs(1)).await;
+    let db = c.ll().db.clone();
+    until("replica-a recorded the streams it holds", || async {
+        sql_i64(&db, "SELECT count(*) FROM agent_streams").await == 6
+    })
+    .await;
+    let Db::Postgres(pool) = &db else {
+        panic!("a PostgreSQL store")
+    };
+    let agent: String =
+        sqlx::query_scalar("SELECT agent FROM agent_streams ORDER BY agent LIMIT 1")
+            .fetch_one(pool)
+            .await
+            .expect("an agent stream");
+    // Recorded elsewhere; the notification that should wake replica-a is
+    // never sent, as if its connection had been down at the time.
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO signals (kind, agent, proxy, reason, requested_by, created_us, outcome) \
+         VALUES ('reconnect', $1, '', 'notification lost', 'ui:elsewhere', $2, 'pending') \
+         RETURNING id",
+    )
+    .bind(&agent)
+    .bind(c.clock.now().as_micros())
+    .fetch_one(pool)
+    .await
+    .expect("a pending signal");
+    // The listening connection drops; the listener comes back.
+    let dropped: i64 = sqlx::query_scalar(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+         WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("terminate the listener");
+    assert_eq!(dropped, 1, "one listening connection");
+    let base = c.ll().base_url();
+    until(
+        "the agent acked the signal nobody woke its replica for",
+        || async {
+            let (_, row) = call(&base, Method::GET, &format!("/api/v1/signals/{id}"), None).await;
+            row["outcome"] == "acked"
+        },
+    )
+    .await;
+    let caught_up = c
+        .ll()
+        .stats
+        .signals_caught_up
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(caught_up, 1, "found by the make-up, once");
+    c.shutdown().await;
+}

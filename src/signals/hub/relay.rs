@@ -125,9 +125,11 @@ impl Hub {
     }
 
     /// Delivers signals another replica recorded for agents whose streams
-    /// are here (it woke this one for them). A signal already answered is
-    /// left alone; one whose agent has left gets `undeliverable`.
-    pub async fn deliver_relayed(&self, ids: &[i64]) {
+    /// are here (it woke this one for them). A signal already answered or
+    /// already on its way is left alone; one whose agent has left gets
+    /// `undeliverable`. Returns how many were sent.
+    pub async fn deliver_relayed(&self, ids: &[i64]) -> usize {
+        let mut sent = 0;
         for chunk in ids.chunks(audit::LOOKUP_CHUNK) {
             let rows = match audit::by_ids(&self.db, chunk).await {
                 Ok(rows) => rows,
@@ -137,7 +139,7 @@ impl Hub {
                 }
             };
             for row in rows {
-                if row.outcome != Outcome::Pending {
+                if row.outcome != Outcome::Pending || lock(&self.in_flight).contains_key(&row.id) {
                     continue;
                 }
                 let _span =
@@ -155,18 +157,22 @@ impl Hub {
                     deadline,
                     trace: None,
                 };
-                if let Err(detail) = self.enqueue(signal, flight) {
-                    self.stats.signal(row.kind, SignalOutcome::Undeliverable);
-                    self.update(SignalUpdate::Outcome {
-                        id: row.id,
-                        at: self.clock.now(),
-                        outcome: Outcome::Undeliverable,
-                        detail,
-                        acked: false,
-                        latency_us: None,
-                    });
+                match self.enqueue(signal, flight) {
+                    Ok(()) => sent += 1,
+                    Err(detail) => {
+                        self.stats.signal(row.kind, SignalOutcome::Undeliverable);
+                        self.update(SignalUpdate::Outcome {
+                            id: row.id,
+                            at: self.clock.now(),
+                            outcome: Outcome::Undeliverable,
+                            detail,
+                            acked: false,
+                            latency_us: None,
+                        });
+                    }
                 }
             }
         }
+        sent
     }
 }
