@@ -33,6 +33,7 @@ use crate::signals::hub::{Hub, Relay};
 use crate::stats::Stats;
 use crate::store::lease::{self, Attempt, Fence, Leadership};
 use crate::store::read;
+use crate::store::signals as audit;
 use crate::store::Db;
 
 /// What the room needs to know about this replica.
@@ -411,7 +412,9 @@ async fn listen(p: Arc<Parts>, stop: CancellationToken) {
 async fn make_up(p: &Parts) {
     p.rooms.settings.reload_all().await;
     let since = p.rooms.clock.now().saturating_sub(p.cfg.ack_timeout);
-    let found = match lease::pending_here(&p.pool, &p.cfg.name, since, CATCH_UP_LIMIT).await {
+    let found = match audit::pending_for_streams_of(&p.pool, &p.cfg.name, since, CATCH_UP_LIMIT)
+        .await
+    {
         Ok(found) => found,
         Err(e) => {
             warn!(error = %e, "cannot look for signals missed while not listening: they time out");
@@ -420,15 +423,11 @@ async fn make_up(p: &Parts) {
     };
     let hub = &p.rooms.hub;
     // Only agents still here: the others' signals are the sweep's.
-    let ids: Vec<i64> = found
+    let here: Vec<_> = found
         .into_iter()
-        .filter(|(_, agent)| hub.is_connected(agent))
-        .map(|(id, _)| id)
+        .filter(|s| hub.is_connected(&s.agent))
         .collect();
-    if ids.is_empty() {
-        return;
-    }
-    let n = hub.deliver_relayed(&ids).await;
+    let n = hub.deliver_recorded(here);
     if n > 0 {
         Stats::add(&p.rooms.stats.signals_caught_up, n as u64);
         info!(
@@ -450,7 +449,7 @@ async fn dispatch(p: &Parts, channel: &str, payload: &str) {
     if channel == lease::SIGNALS_CHANNEL {
         match lease::parse_signals(payload) {
             Some((replica, ids)) if replica == p.cfg.name => {
-                p.rooms.hub.deliver_relayed(&ids).await;
+                p.rooms.hub.deliver_relayed(&ids).await
             }
             Some(_) => {}
             None => warn!(payload, "a signals notification that does not parse"),

@@ -335,28 +335,6 @@ pub async fn remote_streams(
     Ok(rows.into_iter().collect())
 }
 
-/// Signals still `pending` (nobody delivered them) made since `since`, for
-/// agents whose streams `me` has recorded as its own, oldest first, at
-/// most `limit`: what this replica was woken for while it could not hear
-/// (its listening connection was lost and made again).
-pub async fn pending_here(
-    pool: &PgPool,
-    me: &str,
-    since: Ts,
-    limit: i64,
-) -> Result<Vec<(i64, String)>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT s.id, s.agent FROM signals s JOIN agent_streams a ON a.agent = s.agent \
-         WHERE a.replica = $1 AND s.outcome = 'pending' AND s.created_us >= $2 \
-         ORDER BY s.id LIMIT $3",
-    )
-    .bind(me)
-    .bind(since.as_micros())
-    .bind(limit)
-    .fetch_all(pool)
-    .await
-}
-
 /// The channel that wakes a replica holding an agent a signal is for.
 pub const SIGNALS_CHANNEL: &str = "lifeline_signals";
 /// The channel that tells every replica a setting changed.

@@ -266,6 +266,27 @@ pub async fn get(db: &Db, id: i64) -> Result<Option<SignalRecord>, sqlx::Error> 
     })
 }
 
+/// Among replicas: signals still `pending` (nobody delivered them) made
+/// since `since` for agents whose streams `replica` has recorded as its
+/// own, oldest first, at most `limit`. What it was woken for while it
+/// could not hear.
+pub async fn pending_for_streams_of(
+    pool: &sqlx::PgPool,
+    replica: &str,
+    since: Ts,
+    limit: i64,
+) -> Result<Vec<SignalRecord>, sqlx::Error> {
+    let mut q = QueryBuilder::new(COLUMNS);
+    q.push(" WHERE outcome = 'pending' AND created_us >= ")
+        .push_bind(since.as_micros())
+        .push(" AND agent IN (SELECT agent FROM agent_streams WHERE replica = ")
+        .push_bind(replica)
+        .push(") ORDER BY id LIMIT ")
+        .push_bind(limit);
+    let rows: Vec<Row> = q.build_query_as().fetch_all(pool).await?;
+    Ok(rows.into_iter().map(Into::into).collect())
+}
+
 /// Most ids [`by_ids`] looks up at once.
 pub const LOOKUP_CHUNK: usize = CHUNK;
 

@@ -13,7 +13,7 @@ use lifeline::Lifeline;
 use reqwest::Method;
 use serde_json::Value;
 
-use crate::support::{bounded, real_sleep, sql_i64, Cluster, Store, ADMIN};
+use crate::support::{bounded, real_sleep, sql_i64, Cluster, Running, Store, ADMIN};
 
 fn one_event() -> WriteBatch {
     let mut b = WriteBatch::default();
@@ -125,6 +125,39 @@ async fn until<F: FnMut() -> Fut, Fut: std::future::Future<Output = bool>>(
     .await
 }
 
+/// The six-agent cluster on a PostgreSQL database of its own, its
+/// Lifeline named `replica-a` (no automatic reconnects: signals here are
+/// the test's), once it leads. `None`: no server, the test is skipped.
+async fn replica_a(test: &str) -> Option<Running> {
+    let store = Store::postgres(test).await?;
+    let c = Cluster::six_legacy()
+        .store(store)
+        .config(|cfg| {
+            cfg.storage.replica = Some("replica-a".into());
+            cfg.signals.auto_reconnect = false;
+        })
+        .start()
+        .await;
+    until("replica-a leads", || async {
+        leadership_of(c.ll()).await.leading
+    })
+    .await;
+    Some(c)
+}
+
+/// Waits until replica-a has recorded that it holds all six agent streams.
+async fn streams_recorded(db: &Db) {
+    until("replica-a recorded the streams it holds", || async {
+        sql_i64(
+            db,
+            "SELECT count(*) FROM agent_streams WHERE replica = 'replica-a'",
+        )
+        .await
+            == 6
+    })
+    .await;
+}
+
 /// Guards "replicas that agree without talking to each other": the first
 /// replica leads and the second follows; both classify the same stranded
 /// agents but only the leader writes episodes; a setting changed on one
@@ -134,22 +167,9 @@ async fn until<F: FnMut() -> Fut, Fut: std::future::Future<Output = bool>>(
 /// open episodes, with no duplicate.
 #[tokio::test(start_paused = true)]
 async fn two_replicas_share_one_database_and_hand_over_cleanly() {
-    let Some(store) = Store::postgres("two_replicas").await else {
+    let Some(mut c) = replica_a("two_replicas").await else {
         return;
     };
-    let mut c = Cluster::six_legacy()
-        .store(store)
-        .config(|cfg| {
-            cfg.storage.replica = Some("replica-a".into());
-            cfg.signals.auto_reconnect = false;
-        })
-        .start()
-        .await;
-    let a = c.ll();
-    until("replica-a leads", || async {
-        leadership_of(a).await.leading
-    })
-    .await;
     let mut cfg_b = c.cfg.clone();
     cfg_b.storage.replica = Some("replica-b".into());
     let b = Lifeline::start_tuned(
@@ -237,15 +257,7 @@ async fn two_replicas_share_one_database_and_hand_over_cleanly() {
 
     // The agents' streams are on replica-a; the API call is on replica-b.
     c.advance(Duration::from_secs(1)).await;
-    until("replica-a recorded the streams it holds", || async {
-        sql_i64(
-            &db,
-            "SELECT count(*) FROM agent_streams WHERE replica = 'replica-a'",
-        )
-        .await
-            == 6
-    })
-    .await;
+    streams_recorded(&db).await;
     // Stranded by the two stopped proxies, and connected to replica-a.
     let agent = c.agents_in("stranded").await[0].clone();
     let (status, body) = call(
@@ -359,28 +371,13 @@ async fn signals_nobody_will_answer_time_out_and_only_those() {
 /// never heard, is found and delivered once it listens again, and acked.
 #[tokio::test(start_paused = true)]
 async fn a_signal_whose_notification_was_missed_is_delivered_when_the_replica_listens_again() {
-    let Some(store) = Store::postgres("missed_notification").await else {
+    let Some(c) = replica_a("missed_notification").await else {
         return;
     };
-    let c = Cluster::six_legacy()
-        .store(store)
-        .config(|cfg| {
-            cfg.storage.replica = Some("replica-a".into());
-            cfg.signals.auto_reconnect = false;
-        })
-        .start()
-        .await;
-    until("replica-a leads", || async {
-        leadership_of(c.ll()).await.leading
-    })
-    .await;
     c.ready().await;
     c.advance(Duration::from_secs(1)).await;
     let db = c.ll().db.clone();
-    until("replica-a recorded the streams it holds", || async {
-        sql_i64(&db, "SELECT count(*) FROM agent_streams").await == 6
-    })
-    .await;
+    streams_recorded(&db).await;
     let Db::Postgres(pool) = &db else {
         panic!("a PostgreSQL store")
     };

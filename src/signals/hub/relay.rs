@@ -124,52 +124,59 @@ impl Hub {
         }
     }
 
-    /// Delivers signals another replica recorded for agents whose streams
-    /// are here (it woke this one for them). A signal already answered or
-    /// already on its way is left alone; one whose agent has left gets
-    /// `undeliverable`. Returns how many were sent.
-    pub async fn deliver_relayed(&self, ids: &[i64]) -> usize {
-        let mut sent = 0;
+    /// Delivers the signals `ids` another replica recorded for agents whose
+    /// streams are here (it woke this one for them): see
+    /// [`Self::deliver_recorded`].
+    pub async fn deliver_relayed(&self, ids: &[i64]) {
         for chunk in ids.chunks(audit::LOOKUP_CHUNK) {
-            let rows = match audit::by_ids(&self.db, chunk).await {
-                Ok(rows) => rows,
+            match audit::by_ids(&self.db, chunk).await {
+                Ok(rows) => {
+                    self.deliver_recorded(rows);
+                }
                 Err(e) => {
                     warn!(error = %e, signals = chunk.len(), "cannot read signals another replica relayed: they time out");
-                    continue;
                 }
+            }
+        }
+    }
+
+    /// Delivers signals already recorded (by another replica, or found
+    /// after a lost notification). A signal already answered or already on
+    /// its way is left alone; one whose agent has left gets
+    /// `undeliverable`. Returns how many were sent.
+    pub fn deliver_recorded(&self, rows: Vec<SignalRecord>) -> usize {
+        let mut sent = 0;
+        for row in rows {
+            if row.outcome != Outcome::Pending || lock(&self.in_flight).contains_key(&row.id) {
+                continue;
+            }
+            let _span =
+                info_span!("signal.relayed", signal.id = row.id, agent = %row.agent).entered();
+            let deadline = row.created.saturating_add(self.cfg.ack_timeout);
+            let ask = match row.kind {
+                SignalKind::Reconnect => Ask::Reconnect { proxy: row.proxy },
+                SignalKind::CloseTunnel => Ask::CloseTunnel { proxy: row.proxy },
             };
-            for row in rows {
-                if row.outcome != Outcome::Pending || lock(&self.in_flight).contains_key(&row.id) {
-                    continue;
-                }
-                let _span =
-                    info_span!("signal.relayed", signal.id = row.id, agent = %row.agent).entered();
-                let deadline = row.created.saturating_add(self.cfg.ack_timeout);
-                let ask = match row.kind {
-                    SignalKind::Reconnect => Ask::Reconnect { proxy: row.proxy },
-                    SignalKind::CloseTunnel => Ask::CloseTunnel { proxy: row.proxy },
-                };
-                let signal = wire(row.id, ask, row.reason, row.requested_by, deadline, None);
-                let flight = InFlight {
-                    agent: row.agent,
-                    kind: row.kind,
-                    created: row.created,
-                    deadline,
-                    trace: None,
-                };
-                match self.enqueue(signal, flight) {
-                    Ok(()) => sent += 1,
-                    Err(detail) => {
-                        self.stats.signal(row.kind, SignalOutcome::Undeliverable);
-                        self.update(SignalUpdate::Outcome {
-                            id: row.id,
-                            at: self.clock.now(),
-                            outcome: Outcome::Undeliverable,
-                            detail,
-                            acked: false,
-                            latency_us: None,
-                        });
-                    }
+            let signal = wire(row.id, ask, row.reason, row.requested_by, deadline, None);
+            let flight = InFlight {
+                agent: row.agent,
+                kind: row.kind,
+                created: row.created,
+                deadline,
+                trace: None,
+            };
+            match self.enqueue(signal, flight) {
+                Ok(()) => sent += 1,
+                Err(detail) => {
+                    self.stats.signal(row.kind, SignalOutcome::Undeliverable);
+                    self.update(SignalUpdate::Outcome {
+                        id: row.id,
+                        at: self.clock.now(),
+                        outcome: Outcome::Undeliverable,
+                        detail,
+                        acked: false,
+                        latency_us: None,
+                    });
                 }
             }
         }
