@@ -29,6 +29,15 @@ pub struct Ts(pub i64);
 
 impl Ts {
     pub const ZERO: Ts = Ts(0);
+    /// The last microsecond of year 9999: the latest time any input may
+    /// carry, and the latest RFC 3339 can write with four-digit years.
+    pub const MAX_VALID: Ts = Ts(253_402_300_799_999_999);
+
+    /// True from the Unix epoch to the end of year 9999: the range every
+    /// time from the wire, the API or a database must lie in.
+    pub fn in_range(self) -> bool {
+        (0..=Self::MAX_VALID.0).contains(&self.0)
+    }
 
     pub fn from_micros(us: i64) -> Self {
         Ts(us)
@@ -70,12 +79,13 @@ impl Ts {
         Duration::from_micros(self.0.saturating_sub(earlier.0).max(0) as u64)
     }
 
-    /// RFC 3339 with milliseconds, UTC (what the API prints).
+    /// RFC 3339 with milliseconds, UTC (what the API prints). Never
+    /// panics: a time before 1970 prints as the epoch, one past year 9999
+    /// as its last millisecond (validation refuses both at the edge; this
+    /// is for what arithmetic on valid times can reach, `saturating_add`).
     pub fn rfc3339(self) -> String {
-        if self.0 < 0 {
-            return "1970-01-01T00:00:00.000Z".to_string();
-        }
-        humantime::format_rfc3339_millis(self.to_system()).to_string()
+        let t = Ts(self.0.clamp(0, Self::MAX_VALID.0));
+        humantime::format_rfc3339_millis(t.to_system()).to_string()
     }
 
     pub fn parse_rfc3339(s: &str) -> Option<Ts> {
@@ -133,6 +143,9 @@ enum Source {
     /// monotonic time since then.
     Manual { wall_base: Ts, mono_base: Instant },
 }
+
+/// "Never", for a deadline: thirty years.
+const FAR: Duration = Duration::from_secs(30 * 365 * 86_400);
 
 /// How far ahead a timer is armed on the wall clock before it is re-armed.
 pub const REARM: Duration = Duration::from_secs(1);
@@ -200,7 +213,9 @@ impl Clock {
     /// A tokio instant `d` from now: deadlines for retries and windows
     /// that are about elapsed time, not the wall.
     pub fn deadline_in(&self, d: Duration) -> Instant {
-        mono_now() + d
+        let now = mono_now();
+        // A duration too long for the monotonic clock is as good as never.
+        now.checked_add(d).unwrap_or_else(|| now + FAR)
     }
 }
 
@@ -257,6 +272,67 @@ mod tests {
         let at = clock.instant_at(Ts(3_500_000));
         tokio::time::sleep_until(at).await;
         assert_eq!(clock.now(), Ts(3_500_000));
+    }
+
+    /// Every `i64` formats, and only times in 1970–9999 come back from
+    /// the wire: the two ends, their neighbours, and a spread between.
+    #[test]
+    fn every_i64_formats_and_only_1970_to_9999_is_valid() {
+        use crate::proto::{timestamp, to_timestamp};
+        let mut probes = vec![
+            i64::MIN,
+            i64::MIN + 1,
+            -1,
+            0,
+            1,
+            Ts::MAX_VALID.0,
+            Ts::MAX_VALID.0 + 1,
+            i64::MAX - 1,
+            i64::MAX,
+        ];
+        // A deterministic spread over the whole range (splitmix64).
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..20_000 {
+            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            probes.push((z ^ (z >> 31)) as i64);
+            // and as many inside the valid range
+            probes.push(((z >> 1) % (Ts::MAX_VALID.0 as u64 + 1)) as i64);
+        }
+        for us in probes {
+            let t = Ts(us);
+            let text = t.rfc3339();
+            assert_eq!(text.len(), 24, "{us}: {text}");
+            let _ = format!("{t} {t:?}");
+            assert_eq!(t.in_range(), (0..=Ts::MAX_VALID.0).contains(&us));
+            if t.in_range() {
+                // Round trips through the wire form and through text (to
+                // the millisecond).
+                assert_eq!(timestamp(&to_timestamp(t)), Some(t), "{us}");
+                assert_eq!(
+                    Ts::parse_rfc3339(&text),
+                    Some(Ts(us - us.rem_euclid(1000))),
+                    "{us}: {text}"
+                );
+            } else {
+                assert_eq!(timestamp(&to_timestamp(t)), None, "{us}");
+            }
+            for secs in [us, us / 1_000_000] {
+                for nanos in [0, 999_999_999, -1, 1_000_000_000, i32::MIN, i32::MAX] {
+                    let raw = prost_types::Timestamp {
+                        seconds: secs,
+                        nanos,
+                    };
+                    if let Some(t) = timestamp(&raw) {
+                        assert!(t.in_range(), "{secs}/{nanos}");
+                    }
+                }
+            }
+        }
+        assert_eq!(Ts(i64::MAX).rfc3339(), "9999-12-31T23:59:59.999Z");
+        assert_eq!(Ts(i64::MIN).rfc3339(), "1970-01-01T00:00:00.000Z");
     }
 
     #[test]

@@ -73,7 +73,10 @@ pub fn std_duration(d: &prost_types::Duration) -> std::time::Duration {
     )
 }
 
-/// A wire timestamp as Lifeline time; `None` when out of range.
+/// A wire timestamp as Lifeline time; `None` when its nanoseconds are
+/// out of range or it lies outside 1970–9999 ([`Ts::in_range`]).
+///
+/// [`Ts::in_range`]: crate::clock::Ts::in_range
 pub fn timestamp(ts: &prost_types::Timestamp) -> Option<crate::clock::Ts> {
     if !(0..1_000_000_000).contains(&ts.nanos) {
         return None;
@@ -82,6 +85,7 @@ pub fn timestamp(ts: &prost_types::Timestamp) -> Option<crate::clock::Ts> {
         .checked_mul(1_000_000)
         .and_then(|us| us.checked_add(i64::from(ts.nanos / 1000)))
         .map(crate::clock::Ts)
+        .filter(|t| t.in_range())
 }
 
 pub fn to_timestamp(t: crate::clock::Ts) -> prost_types::Timestamp {

@@ -394,14 +394,14 @@ pub fn ttl_window(f: &Fleet, e: &ResEntry, now: Ts) -> TtlWindow {
     let ttl_us = dur_micros(s.ttl).max(1);
     let last = s.last_heartbeat();
     let max_interval = ttl_us / 2 + ttl_us / 10;
-    let elapsed = now.as_micros() - last.as_micros();
+    let elapsed = now.as_micros().saturating_sub(last.as_micros());
     TtlWindow {
         kind: s.kind,
         name: s.name.clone(),
         last_heartbeat_at: last,
         ttl_ms: ttl_us / 1000,
         expires_at: s.expires,
-        remaining_ms: (s.expires.as_micros() - now.as_micros()) / 1000,
+        remaining_ms: s.expires.as_micros().saturating_sub(now.as_micros()) / 1000,
         expired: e.expired,
         stale: f.kind(s.kind).state != WatchState::Ready,
         heartbeat_interval_ms: [ttl_us / 2000, max_interval / 1000],

@@ -52,7 +52,7 @@ pub fn compact(d: Duration) -> String {
 
 /// How long before `now` `t` was ("41 s ago"); "in 5 s" for the future.
 pub fn ago(now: Ts, t: Ts) -> String {
-    let us = now.as_micros() - t.as_micros();
+    let us = now.as_micros().saturating_sub(t.as_micros());
     let d = Duration::from_micros(us.unsigned_abs());
     if us >= 0 {
         format!("{} ago", compact(d))
@@ -68,7 +68,7 @@ pub fn ms(ms: i64) -> String {
 
 /// Time left until `t` ("12 s left", "expired 41 s ago").
 pub fn left(now: Ts, t: Ts) -> String {
-    let us = t.as_micros() - now.as_micros();
+    let us = t.as_micros().saturating_sub(now.as_micros());
     let d = compact(Duration::from_micros(us.unsigned_abs()));
     if us >= 0 {
         format!("{d} left")
@@ -159,6 +159,20 @@ mod tests {
             hms(Ts((14 * 3600 + 2 * 60 + 10) * 1_000_000 + 999)),
             "14:02:10"
         );
+    }
+
+    /// Formatting a time never panics, whatever the two times are.
+    #[test]
+    fn relative_times_format_over_the_whole_range() {
+        let edges = [i64::MIN, -1, 0, 1, Ts::MAX_VALID.0, i64::MAX];
+        for a in edges {
+            for b in edges {
+                let (now, t) = (Ts(a), Ts(b));
+                assert!(!ago(now, t).is_empty());
+                assert!(!left(now, t).is_empty());
+                assert_eq!(hms(t).len(), 8);
+            }
+        }
     }
 
     #[test]
