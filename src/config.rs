@@ -31,9 +31,10 @@ use serde::{Deserialize, Serialize};
 pub use access::{valid_token_name, AccessConfig, Role, TokenConfig, TOKEN_NAME_RULE};
 pub use cluster::{ClusterConfig, FleetConfig, HealthConfig, SourceKind, StaticAuthServer};
 pub use server::{check_external_url, ProbesConfig, ServerConfig};
-pub use signals::SignalsConfig;
+pub use signals::{SignalsConfig, MAX_RECONNECT_INTERVAL};
 pub use storage::{
-    DbUrl, Engine, StorageConfig, MAX_REPLICA_NAME, MIN_AUDIT_RETENTION, MIN_RETENTION,
+    DbUrl, Engine, StorageConfig, MAX_AUDIT_RETENTION, MAX_REPLICA_NAME, MAX_RETENTION,
+    MIN_AUDIT_RETENTION, MIN_RETENTION,
 };
 pub use telemetry::TelemetryConfig;
 

@@ -33,7 +33,10 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::clock::{Clock, Ts};
-use crate::config::{Config, MIN_AUDIT_RETENTION, MIN_RETENTION};
+use crate::config::{
+    Config, MAX_AUDIT_RETENTION, MAX_RECONNECT_INTERVAL, MAX_RETENTION, MIN_AUDIT_RETENTION,
+    MIN_RETENTION,
+};
 use crate::model::{LbPolicy, Origin, SettingAction};
 use crate::store::settings::{self as rows, SettingChange, StoredSetting};
 
@@ -116,11 +119,11 @@ impl Name {
             Name::GrpcClientLbPolicy => "client load-balancing policy served by GetServiceConfig, RFD 0226 JSON (\"\" = pick_first)",
             Name::FullDiscovery => "send every agent the full proxy list instead of deltas (true/false)",
             Name::AutoReconnect => "reconnect stranded agents automatically (true/false)",
-            Name::ReconnectInterval => "reconnect every agent at this interval plus jitter (a duration like 6h, or \"off\")",
+            Name::ReconnectInterval => "reconnect every agent at this interval plus jitter (a duration from 1s to 30days, like 6h, or \"off\")",
             Name::GracefulTunnelClosing => "close tunnels beyond an agent's desired count once the topology is still (true/false)",
             Name::StormShare => "automatic reconnects pause when more than this share of agents strand at once (0 < x <= 1)",
-            Name::Retention => "how long event history is kept (a duration, at least 1m)",
-            Name::AuditRetention => "how long the signal audit and closed episodes are kept; pending signals and open episodes never go (a duration, at least 1h)",
+            Name::Retention => "how long event history is kept (a duration from 1m to 365days)",
+            Name::AuditRetention => "how long the signal audit and closed episodes are kept; pending signals and open episodes never go (a duration from 1h to 3650days)",
         }
     }
 
@@ -211,6 +214,12 @@ enum Parsed {
     AuditRetention(Duration),
 }
 
+/// Milliseconds for a live atomic: checked, never wrapped (parsing bounds
+/// every duration far below `u64::MAX` ms; this is the belt to that).
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// A duration as settings show it: humantime's text, except that from 30
 /// days on it counts whole days (humantime's months are 30.44 days, which
 /// turns "90d" into "2months 29days 2h 52m 48s").
@@ -270,6 +279,12 @@ fn parse(name: Name, v: &Value) -> Result<(Value, Parsed), SettingsError> {
             if d < Duration::from_secs(1) {
                 return Err(bad("must be at least 1s (or \"off\")".into()));
             }
+            if d > MAX_RECONNECT_INTERVAL {
+                return Err(bad(format!(
+                    "must be at most {} (or \"off\")",
+                    duration_text(MAX_RECONNECT_INTERVAL)
+                )));
+            }
             Ok((Value::String(duration_text(d)), Parsed::Interval(Some(d))))
         }
         Name::StormShare => {
@@ -282,13 +297,20 @@ fn parse(name: Name, v: &Value) -> Result<(Value, Parsed), SettingsError> {
             Ok((v.clone(), Parsed::Share(x)))
         }
         Name::Retention | Name::AuditRetention => {
-            let (min, parsed): (_, fn(Duration) -> Parsed) = match name {
-                Name::Retention => (MIN_RETENTION, Parsed::Retention),
-                _ => (MIN_AUDIT_RETENTION, Parsed::AuditRetention),
+            let (min, max, parsed): (_, _, fn(Duration) -> Parsed) = match name {
+                Name::Retention => (MIN_RETENTION, MAX_RETENTION, Parsed::Retention),
+                _ => (
+                    MIN_AUDIT_RETENTION,
+                    MAX_AUDIT_RETENTION,
+                    Parsed::AuditRetention,
+                ),
             };
             let d = duration(v)?;
             if d < min {
                 return Err(bad(format!("must be at least {}", duration_text(min))));
+            }
+            if d > max {
+                return Err(bad(format!("must be at most {}", duration_text(max))));
             }
             Ok((Value::String(duration_text(d)), parsed(d)))
         }
@@ -448,16 +470,12 @@ impl Settings {
             }
             Parsed::Interval(d) => l
                 .reconnect_interval_ms
-                .store(d.map_or(0, |d| d.as_millis() as u64), Ordering::Relaxed),
+                .store(d.map_or(0, millis), Ordering::Relaxed),
             Parsed::Share(x) => l
                 .storm_share_ppm
                 .store((x * 1e6).round() as u64, Ordering::Relaxed),
-            Parsed::Retention(d) => l
-                .retention_ms
-                .store(d.as_millis() as u64, Ordering::Relaxed),
-            Parsed::AuditRetention(d) => l
-                .audit_retention_ms
-                .store(d.as_millis() as u64, Ordering::Relaxed),
+            Parsed::Retention(d) => l.retention_ms.store(millis(*d), Ordering::Relaxed),
+            Parsed::AuditRetention(d) => l.audit_retention_ms.store(millis(*d), Ordering::Relaxed),
         }
     }
 
@@ -649,6 +667,60 @@ mod tests {
             let e = parse(n, &v).unwrap_err().to_string();
             assert!(e.contains(n.as_str()) && e.contains(needle), "{e}");
         }
+    }
+
+    /// Every duration setting through 0, its minimum, its maximum, just
+    /// past it and `u64::MAX` seconds: the ends are taken and kept exactly
+    /// (in the live value too), everything outside is refused by name.
+    #[test]
+    fn duration_settings_take_their_range_and_refuse_the_rest() {
+        let secs = |d: Duration| json!(format!("{}s", d.as_secs()));
+        for (name, min, max) in [
+            (
+                Name::ReconnectInterval,
+                Duration::from_secs(1),
+                MAX_RECONNECT_INTERVAL,
+            ),
+            (Name::Retention, MIN_RETENTION, MAX_RETENTION),
+            (
+                Name::AuditRetention,
+                MIN_AUDIT_RETENTION,
+                MAX_AUDIT_RETENTION,
+            ),
+        ] {
+            assert!(
+                name.describe().contains(&duration_text(max)),
+                "{} documents its maximum: {}",
+                name.as_str(),
+                name.describe()
+            );
+            for d in [min, max] {
+                let (shown, parsed) = parse(name, &secs(d)).unwrap();
+                let back = match parsed {
+                    Parsed::Interval(Some(x))
+                    | Parsed::Retention(x)
+                    | Parsed::AuditRetention(x) => x,
+                    other => panic!("{other:?}"),
+                };
+                assert_eq!(back, d);
+                assert_eq!(Duration::from_millis(millis(back)), d, "the live value");
+                // What is shown parses back to the same value.
+                assert_eq!(
+                    parse(name, &shown).unwrap().1,
+                    parse(name, &secs(d)).unwrap().1
+                );
+            }
+            for (v, needle) in [
+                (json!("0s"), "at least"),
+                (secs(max + Duration::from_secs(1)), "at most"),
+                (json!("18446744073709552s"), "at most"),
+                (json!(format!("{}s", u64::MAX)), name.as_str()),
+            ] {
+                let e = parse(name, &v).unwrap_err().to_string();
+                assert!(e.contains(name.as_str()) && e.contains(needle), "{v}: {e}");
+            }
+        }
+        assert_eq!(millis(Duration::MAX), u64::MAX);
     }
 
     #[test]

@@ -8,6 +8,9 @@ use serde::Deserialize;
 use super::{backoff_range, invalid, positive, ConfigError, Ratio};
 use crate::model::LbPolicy;
 
+/// The longest periodic reconnect interval: thirty days.
+pub const MAX_RECONNECT_INTERVAL: Duration = Duration::from_secs(30 * 86_400);
+
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SignalsConfig {
@@ -135,6 +138,12 @@ impl SignalsConfig {
         if let Some(i) = self.reconnect_interval {
             if i < Duration::from_secs(1) {
                 return Err(invalid("signals.reconnect_interval", "must be at least 1s"));
+            }
+            if i > MAX_RECONNECT_INTERVAL {
+                return Err(invalid(
+                    "signals.reconnect_interval",
+                    "must be at most 30days",
+                ));
             }
         }
         if self.periodic_max_per_second == 0 {

@@ -51,6 +51,10 @@ pub const MAX_REPLICA_NAME: usize = 63;
 pub const MIN_RETENTION: Duration = Duration::from_secs(60);
 /// The shortest audit retention.
 pub const MIN_AUDIT_RETENTION: Duration = Duration::from_secs(3600);
+/// The longest history retention: a year.
+pub const MAX_RETENTION: Duration = Duration::from_secs(365 * 86_400);
+/// The longest audit retention: ten years.
+pub const MAX_AUDIT_RETENTION: Duration = Duration::from_secs(3650 * 86_400);
 
 impl Default for StorageConfig {
     fn default() -> Self {
@@ -70,17 +74,27 @@ impl Default for StorageConfig {
 impl StorageConfig {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         self.engine()?;
-        for (field, d, min) in [
-            ("storage.retention", self.retention, MIN_RETENTION),
+        for (field, d, min, max) in [
+            (
+                "storage.retention",
+                self.retention,
+                MIN_RETENTION,
+                MAX_RETENTION,
+            ),
             (
                 "storage.audit_retention",
                 self.audit_retention,
                 MIN_AUDIT_RETENTION,
+                MAX_AUDIT_RETENTION,
             ),
         ] {
             if d < min {
                 let min = humantime::format_duration(min);
                 return Err(invalid(field, format!("must be at least {min}")));
+            }
+            if d > max {
+                let max = max.as_secs() / 86_400;
+                return Err(invalid(field, format!("must be at most {max}days")));
             }
         }
         positive("storage.prune_interval", self.prune_interval)?;
