@@ -15,6 +15,7 @@ mod history;
 mod lb_policy;
 mod setting;
 mod signal;
+pub mod text;
 
 pub use change::{Change, Op, RejectCode, Rejection, MAX_NAME_LEN};
 pub use history::{EndReason, HistoryEvent, Subject};

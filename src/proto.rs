@@ -101,3 +101,31 @@ pub fn to_duration(d: std::time::Duration) -> prost_types::Duration {
         nanos: d.subsec_nanos() as i32,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{timestamp, to_timestamp};
+    use crate::clock::{spread, Ts};
+
+    /// Only times in 1970–9999 come back from the wire; those round-trip
+    /// exactly. Any seconds with any nanoseconds is refused or in range.
+    #[test]
+    fn wire_timestamps_over_the_whole_range() {
+        for us in spread() {
+            let t = Ts(us);
+            let back = timestamp(&to_timestamp(t));
+            assert_eq!(back, t.in_range().then_some(t), "{us}");
+            for secs in [us, us / 1_000_000] {
+                for nanos in [0, 999_999_999, -1, 1_000_000_000, i32::MIN, i32::MAX] {
+                    let raw = prost_types::Timestamp {
+                        seconds: secs,
+                        nanos,
+                    };
+                    if let Some(t) = timestamp(&raw) {
+                        assert!(t.in_range(), "{secs}/{nanos}");
+                    }
+                }
+            }
+        }
+    }
+}

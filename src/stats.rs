@@ -75,6 +75,9 @@ pub struct Stats {
     /// Batches not written because the lease they were made under had
     /// moved on (another replica leads).
     pub store_batches_fenced: AtomicU64,
+    /// Rows the database refused for what they hold (a poison row): each
+    /// recorded as rejected while the rest of its batch committed.
+    pub store_rows_refused: AtomicU64,
     /// Signals the leader recorded as timed out because no replica
     /// answered for them (the one holding the agent died).
     pub signals_swept: AtomicU64,
@@ -170,6 +173,7 @@ pub mod metric {
     pub const STORE_BATCHES_TOTAL: &str = "lifeline_store_batches_total";
     pub const STORE_ERRORS_TOTAL: &str = "lifeline_store_errors_total";
     pub const STORE_BATCHES_FENCED_TOTAL: &str = "lifeline_store_batches_fenced_total";
+    pub const STORE_ROWS_REFUSED_TOTAL: &str = "lifeline_store_rows_refused_total";
     pub const SIGNALS_SWEPT_TOTAL: &str = "lifeline_signals_swept_total";
     pub const SIGNALS_CAUGHT_UP_TOTAL: &str = "lifeline_signals_caught_up_total";
     pub const TRACE_SPANS_EXPORTED_TOTAL: &str = "lifeline_trace_spans_exported_total";

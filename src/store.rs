@@ -100,6 +100,31 @@ impl Db {
     }
 }
 
+/// True when the database refused a statement for what it holds, so that
+/// trying it again can never succeed: PostgreSQL's data exceptions (class
+/// 22: a NUL in text, a number out of range) and integrity violations
+/// (class 23), SQLite's constraint, type-mismatch, too-big and range
+/// errors, and a value the driver cannot encode. Everything else (a lost
+/// connection, a lock, a full disk, a timeout) is transient.
+pub fn is_permanent(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Encode(_) => true,
+        sqlx::Error::Database(d) => {
+            if d.try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                .is_some()
+            {
+                let code = d.code().unwrap_or_default();
+                return code.starts_with("22") || code.starts_with("23");
+            }
+            // SQLite: the extended result code; its low byte is the primary.
+            d.code()
+                .and_then(|c| c.parse::<u32>().ok())
+                .is_some_and(|c| matches!(c & 0xff, 18 | 19 | 20 | 25))
+        }
+        _ => false,
+    }
+}
+
 fn is_locked(e: &sqlx::Error) -> bool {
     let text = e.to_string();
     text.contains("database is locked") || text.contains("SQLITE_BUSY")

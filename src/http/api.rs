@@ -75,7 +75,12 @@ pub(super) fn limit(l: Option<u32>) -> Result<u32, ApiError> {
 pub(super) fn nonempty(name: &str, v: Option<String>) -> Result<Option<String>, ApiError> {
     match v {
         Some(s) if s.is_empty() => Err(ApiError::BadParameter(format!("{name} must not be empty"))),
-        v => Ok(v),
+        // A name with a NUL could never match, and PostgreSQL refuses it.
+        Some(s) => match crate::model::text::name_problem(&s) {
+            Some(problem) => Err(ApiError::BadParameter(format!("{name} {problem}"))),
+            None => Ok(Some(s)),
+        },
+        None => Ok(None),
     }
 }
 

@@ -314,6 +314,11 @@ fn counters(st: &Stats, spans: &SpanCounters) {
             &st.store_batches_fenced,
         ),
         (
+            metric::STORE_ROWS_REFUSED_TOTAL,
+            "Rows the database refused for what they hold, recorded as rejected; the rest of their batch committed.",
+            &st.store_rows_refused,
+        ),
+        (
             metric::SIGNALS_SWEPT_TOTAL,
             "Signals recorded as timed out by the leader because no replica answered for them.",
             &st.signals_swept,

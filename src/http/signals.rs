@@ -65,7 +65,10 @@ pub(super) fn reason(r: Option<String>, default: &str) -> Result<String, ApiErro
         Some(r) if r.chars().count() > MAX_REASON => Err(ApiError::BadBody(format!(
             "reason must be at most {MAX_REASON} characters"
         ))),
-        Some(r) if !r.trim().is_empty() => Ok(r.trim().to_string()),
+        // Free text: kept, with control characters replaced.
+        Some(r) if !r.trim().is_empty() => {
+            Ok(crate::model::text::clean_owned(r.trim().to_string()))
+        }
         _ => Ok(default.to_string()),
     }
 }

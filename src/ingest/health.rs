@@ -18,7 +18,7 @@ use tracing::{debug, info_span, warn, Instrument};
 
 use crate::backoff::Backoff;
 use crate::fleet::{Command, FleetHandle, HealthUpdate};
-use crate::model::{Health, HealthMode};
+use crate::model::{text, Health, HealthMode};
 use crate::proto::health::health_check_response::ServingStatus;
 use crate::proto::health::health_client::HealthClient;
 use crate::proto::health::HealthCheckRequest;
@@ -116,7 +116,9 @@ impl Report for Reporter {
                 addr: self.addr.clone(),
                 health,
                 mode,
-                detail,
+                // A status message is the auth server's text: bounded and
+                // cleaned before the history or a log sees it.
+                detail: text::bounded(&detail, 1024),
             }))
             .await
             .is_ok()
@@ -163,7 +165,7 @@ async fn watch_one(
         }
         let delay = cfg.backoff.delay(attempt);
         attempt = attempt.saturating_add(1);
-        warn!(detail = %end.detail, retry_in_ms = delay.as_millis() as u64, "auth health not available (UNKNOWN); retrying");
+        warn!(detail = %text::excerpt(&end.detail), retry_in_ms = delay.as_millis() as u64, "auth health not available (UNKNOWN); retrying");
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(delay) => {}

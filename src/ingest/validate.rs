@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::clock::{dur_micros, Ts};
-use crate::model::{Change, Kind, RejectCode, Rejection, Server, Tunnel, MAX_NAME_LEN};
+use crate::model::{text, Change, Kind, RejectCode, Rejection, Server, Tunnel, MAX_NAME_LEN};
 use crate::proto::timestamp;
 use crate::proto::v1 as pb;
 
@@ -19,7 +19,8 @@ pub struct Limits {
 
 /// A rejection, its name cut to a readable length.
 pub fn reject(code: RejectCode, kind: &str, name: &str, message: impl Into<String>) -> Rejection {
-    let mut name = name.to_string();
+    // Shown in logs, the API and the dashboard: never raw.
+    let mut name = text::clean_owned(name.to_string());
     if name.len() > 80 {
         let mut cut = 80;
         while !name.is_char_boundary(cut) {
@@ -30,13 +31,14 @@ pub fn reject(code: RejectCode, kind: &str, name: &str, message: impl Into<Strin
     }
     Rejection {
         code,
-        kind: kind.to_string(),
+        kind: text::bounded(kind, 80),
         name,
-        message: message.into(),
+        message: text::clean_owned(message.into()),
     }
 }
 
-/// A resource name: not blank, at most `MAX_NAME_LEN` bytes.
+/// A resource name: not blank, at most `MAX_NAME_LEN` bytes, no control
+/// characters (a NUL among them).
 pub fn check_name(kind: &str, name: &str, field: &str) -> Result<(), Rejection> {
     if name.trim().is_empty() {
         return Err(reject(
@@ -52,6 +54,14 @@ pub fn check_name(kind: &str, name: &str, field: &str) -> Result<(), Rejection> 
             kind,
             name,
             format!("{field} is {} bytes; at most {MAX_NAME_LEN}", name.len()),
+        ));
+    }
+    if let Some(problem) = text::name_problem(name) {
+        return Err(reject(
+            RejectCode::ControlCharacter,
+            kind,
+            &text::clean(name),
+            format!("{field} {problem}"),
         ));
     }
     Ok(())
@@ -169,16 +179,21 @@ pub fn server(p: pb::Server, now: Ts, limits: &Limits) -> Result<Server, Rejecti
         check_name(k, &p.auth_server, "auth_server")?;
     }
     debug_assert!(dur_micros(ttl) > 0);
+    // Free text is kept, with control characters replaced.
     Ok(Server {
         kind,
         name: p.name,
-        addr: p.addr,
-        version: p.version,
-        group_id: p.group_id,
+        addr: text::clean_owned(p.addr),
+        version: text::clean_owned(p.version),
+        group_id: text::clean_owned(p.group_id),
         group_generation: p.group_generation,
         expires,
         ttl,
-        labels: p.labels.into_iter().collect(),
+        labels: p
+            .labels
+            .into_iter()
+            .map(|(k, v)| (text::clean_owned(k), text::clean_owned(v)))
+            .collect(),
         auth_server: p.auth_server,
     })
 }
@@ -357,6 +372,98 @@ mod tests {
         p.expires = Some(prost_types::Timestamp {
             seconds: 1,
             nanos: -4,
+        });
+        assert_eq!(code(server(p, NOW, &l)), RejectCode::BadTimestamp);
+    }
+
+    /// Names holding a control character are refused (and the rejection
+    /// shows them cleaned); free text is kept with those replaced.
+    #[test]
+    fn control_characters_refuse_names_and_are_replaced_in_free_text() {
+        let l = limits();
+        for bad in ["p\0", "p\n1", "\u{1b}[2Jp", "p\u{7f}"] {
+            let r = server(proxy(bad), NOW, &l).unwrap_err();
+            assert_eq!(r.code, RejectCode::ControlCharacter, "{bad:?}");
+            assert!(!r.name.chars().any(text::is_unsafe), "{r:?}");
+            assert!(r.message.contains("U+00"), "{r:?}");
+        }
+        let mut a = proxy("a1");
+        a.kind = "agent".into();
+        a.auth_server = "auth\0".into();
+        assert_eq!(code(server(a, NOW, &l)), RejectCode::ControlCharacter);
+        let t = pb::TunnelConnection {
+            name: "t1".into(),
+            agent: "a\u{0}1".into(),
+            proxy: "p1".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            tunnel(t, NOW, &l).unwrap_err().code,
+            RejectCode::ControlCharacter
+        );
+
+        let mut p = proxy("p1");
+        p.version = "17.0\0-rc".into();
+        p.addr = "10.0.0.1:3080\r\n".into();
+        p.group_id = "g\u{1b}".into();
+        p.labels.insert("env\0".into(), "prod\0uction".into());
+        let s = server(p, NOW, &l).unwrap();
+        assert_eq!(s.version, "17.0\u{FFFD}-rc");
+        assert_eq!(s.addr, "10.0.0.1:3080\u{FFFD}\u{FFFD}");
+        assert_eq!(s.group_id, "g\u{FFFD}");
+        assert_eq!(s.labels["env\u{FFFD}"], "prod\u{FFFD}uction");
+    }
+
+    /// Every expiry from the whole `i64` range of seconds is accepted or
+    /// refused with a code: never a panic, never a time past year 9999.
+    #[test]
+    fn expiries_over_the_whole_range_are_refused_or_in_range() {
+        let l = limits();
+        let mut secs = vec![
+            i64::MIN,
+            -1,
+            0,
+            253_402_300_799,
+            253_402_300_800,
+            300_000_000_000,
+            i64::MAX,
+        ];
+        let mut x: u64 = 7;
+        for _ in 0..10_000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            secs.push(x as i64);
+        }
+        for s in secs {
+            let mut p = proxy("p1");
+            p.expires = Some(prost_types::Timestamp {
+                seconds: s,
+                nanos: 0,
+            });
+            match server(p, NOW, &l) {
+                Ok(v) => assert!(v.expires.in_range()),
+                Err(r) => {
+                    assert!(!r.to_string().is_empty());
+                }
+            }
+            // A far future passes validation's range check only to be
+            // refused as too far ahead, its message formatted.
+            let mut far = limits();
+            far.max_ttl = Duration::MAX;
+            let mut p = proxy("p1");
+            p.expires = Some(prost_types::Timestamp {
+                seconds: s,
+                nanos: 0,
+            });
+            if let Ok(v) = server(p, NOW, &far) {
+                assert!(v.expires.in_range(), "{s}");
+            }
+        }
+        let mut p = proxy("p1");
+        p.expires = Some(prost_types::Timestamp {
+            seconds: 300_000_000_000,
+            nanos: 0,
         });
         assert_eq!(code(server(p, NOW, &l)), RejectCode::BadTimestamp);
     }

@@ -17,6 +17,8 @@ named_enum! {
         UnknownKind,
         EmptyName,
         NameTooLong,
+        /// A name holding a NUL or another control character.
+        ControlCharacter,
         BadTtl,
         MissingExpires,
         ExpiredTooLongAgo,

@@ -23,7 +23,7 @@ use crate::clock::{dur_micros, Clock, Ts};
 use crate::fleet::board::{Board, Pending};
 use crate::fleet::state::Link;
 use crate::fleet::{Command, FleetHandle};
-use crate::model::Outcome;
+use crate::model::{text, Outcome};
 use crate::proto::to_timestamp;
 use crate::proto::v1 as pb;
 use crate::proto::v1::agent_signals_server::{AgentSignals, AgentSignalsServer};
@@ -39,6 +39,8 @@ pub use relay::Relay;
 
 /// Longest agent or proxy name accepted from an agent.
 const MAX_NAME: usize = 253;
+/// Most characters of an ack's detail kept in the audit.
+const MAX_ACK_DETAIL: usize = 1024;
 /// Most proxies one tunnel report may name.
 const MAX_REPORTED: usize = 256;
 /// Audit updates waiting for SQLite.
@@ -410,6 +412,9 @@ impl Hub {
             },
         );
         self.stats.hist.signal[f.kind as usize].record(latency.as_secs_f64());
+        // The agent's words: bounded and cleaned before they reach the
+        // audit, a span or a log line.
+        let detail = text::bounded(&a.detail, MAX_ACK_DETAIL);
         let _ack = propagate::child(f.trace.as_ref(), || {
             info_span!(
                 parent: None,
@@ -419,17 +424,17 @@ impl Hub {
                 agent,
                 outcome = outcome.as_str(),
                 latency_ms = latency.as_secs_f64() * 1e3,
-                detail = %a.detail,
+                detail = %text::excerpt(&detail),
             )
         });
         if !a.ok {
-            info!(agent, id, detail = %a.detail, "agent could not carry out a signal");
+            info!(agent, id, detail = %text::excerpt(&detail), "agent could not carry out a signal");
         }
         self.update(SignalUpdate::Outcome {
             id,
             at: now,
             outcome,
-            detail: a.detail.chars().take(1024).collect(),
+            detail,
             acked: true,
             latency_us: Some(dur_micros(latency)),
         });
@@ -520,7 +525,7 @@ pub struct Service {
 type SignalStream = Pin<Box<dyn Stream<Item = Result<pb::Signal, Status>> + Send>>;
 
 fn valid_name(s: &str) -> bool {
-    !s.is_empty() && s.len() <= MAX_NAME && !s.chars().any(char::is_control)
+    !s.is_empty() && s.len() <= MAX_NAME && text::name_problem(s).is_none()
 }
 
 #[tonic::async_trait]
@@ -558,7 +563,7 @@ impl AgentSignals for Service {
         let conn = hub.register(&agent, tx);
         let link = Link {
             since: hub.clock.now(),
-            version: hello.version.chars().take(64).collect(),
+            version: text::bounded(&hello.version, 64),
             desired_tunnels: hello.desired_tunnels,
             auth_server: String::new(),
             reports: 0,
@@ -600,6 +605,7 @@ async fn read_agent(
                     if r.proxies.len() > MAX_REPORTED
                         || !r.proxies.iter().all(|p| valid_name(p))
                         || r.auth_server.len() > MAX_NAME
+                        || r.auth_server.chars().any(text::is_unsafe)
                     {
                         Stats::inc(&hub.stats.agent_messages_rejected);
                         warn!(%agent, proxies = r.proxies.len(), "tunnel report refused: bad proxy names or too many");
@@ -725,11 +731,24 @@ async fn audit_writer(
         // takes it (while it waits, the bounded channel in front may fill,
         // and what does not fit is counted as dropped where it is sent).
         let mut retry = health.retry(clock, "signal audit updates");
+        // One at a time once the database has refused an update for what
+        // it holds: that one is set aside, the others are written.
+        let mut isolate = false;
         loop {
-            match audit::update(&db, &buf).await {
+            let done = if isolate {
+                audit::update_isolating(&db, &buf).await.map(|refused| {
+                    Stats::add(&stats.store_rows_refused, refused);
+                })
+            } else {
+                audit::update(&db, &buf).await
+            };
+            match done {
                 Ok(()) => {
                     retry.succeeded();
                     break;
+                }
+                Err(e) if crate::store::is_permanent(&e) && !isolate => {
+                    isolate = true;
                 }
                 Err(e) => {
                     if !retry.failed(&e, &stop).await {

@@ -211,6 +211,54 @@ pub async fn update(db: &Db, updates: &[SignalUpdate]) -> Result<(), sqlx::Error
     })
 }
 
+/// [`update`], one update per transaction, for a batch the database
+/// refused: an update refused for what it holds ([`is_permanent`]) is
+/// written again with its detail replaced by the refusal, so the outcome
+/// is still recorded; one refused even so is set aside. Returns how many
+/// were refused. Updates are idempotent, so a transient error that cuts
+/// this short is retried whole.
+///
+/// [`is_permanent`]: super::is_permanent
+pub async fn update_isolating(db: &Db, updates: &[SignalUpdate]) -> Result<u64, sqlx::Error> {
+    let mut refused = 0;
+    for u in updates {
+        let e = match update(db, std::slice::from_ref(u)).await {
+            Ok(()) => continue,
+            Err(e) if super::is_permanent(&e) => e,
+            Err(e) => return Err(e),
+        };
+        refused += 1;
+        tracing::error!(error = %e, "the database refused a signal audit update; recording its outcome without the agent's detail");
+        let SignalUpdate::Outcome {
+            id,
+            at,
+            outcome,
+            acked,
+            latency_us,
+            ..
+        } = u
+        else {
+            continue;
+        };
+        let plain = SignalUpdate::Outcome {
+            id: *id,
+            at: *at,
+            outcome: *outcome,
+            detail: crate::model::text::excerpt(&format!("the database refused this detail: {e}")),
+            acked: *acked,
+            latency_us: *latency_us,
+        };
+        match update(db, &[plain]).await {
+            Ok(()) => {}
+            Err(e) if super::is_permanent(&e) => {
+                tracing::error!(id, error = %e, "the database refused a signal's outcome: set aside");
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(refused)
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct SignalFilter {
     pub agent: Option<String>,

@@ -14,11 +14,11 @@ use sqlx::{Database, Encode, Postgres, QueryBuilder, Sqlite, Transaction, Type};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug_span, error, warn, Instrument};
 
-use super::batch::{EpisodeOp, WriteBatch};
+use super::batch::{EpisodeOp, EventRow, WriteBatch};
 use super::lease::Fence;
-use super::{on_pool, Db, StoreError};
+use super::{is_permanent, on_pool, Db, StoreError};
 use crate::clock::{dur_micros, Ts};
-use crate::model::{Server, Tunnel};
+use crate::model::{text, HistoryEvent, Server, Subject, Tunnel, MAX_NAME_LEN};
 use crate::stats::Stats;
 
 /// Rows per multi-row statement (well below SQLite's 32766 bound parameters).
@@ -126,11 +126,16 @@ async fn commit_with_retry(pool: &Db, opts: &WriterOptions, mut batch: WriteBatc
     // DEBUG: tens per second under load; the histograms cover commits.
     let span = debug_span!("store.commit", events, servers = batch.servers.len());
     let mut retry = opts.health.retry(opts.clock, "write batch");
+    // Row by row once the database has refused a row for what it holds.
+    let mut isolate = false;
     loop {
         #[allow(clippy::disallowed_methods)] // commit duration histogram
         let started = std::time::Instant::now();
-        let e = match commit(pool, &batch).instrument(span.clone()).await {
-            Ok(Committed::Fenced) => {
+        let e = match commit_batch(pool, &batch, isolate)
+            .instrument(span.clone())
+            .await
+        {
+            Ok((Committed::Fenced, _)) => {
                 Stats::inc(&stats.store_batches_fenced);
                 warn!(
                     events,
@@ -139,7 +144,19 @@ async fn commit_with_retry(pool: &Db, opts: &WriterOptions, mut batch: WriteBatc
                 );
                 return;
             }
-            Ok(Committed::Written) => {
+            Ok((Committed::Written, refused)) => {
+                if !refused.is_empty() {
+                    Stats::add(&stats.store_rows_refused, refused.len() as u64);
+                    for r in &refused {
+                        error!(
+                            table = r.table,
+                            subject = r.subject.as_str(),
+                            name = %r.name,
+                            error = %r.error,
+                            "the database refused a row for what it holds: recorded as rejected, the rest of its batch committed"
+                        );
+                    }
+                }
                 tracing::debug!(
                     events,
                     servers = batch.servers.len(),
@@ -158,6 +175,13 @@ async fn commit_with_retry(pool: &Db, opts: &WriterOptions, mut batch: WriteBatc
                 );
                 retry.succeeded();
                 return;
+            }
+            Err(e) if is_permanent(&e) && !isolate => {
+                // Not worth a wait: the same rows would be refused again.
+                warn!(error = %e, "the database refused a row of this batch; writing it row by row to set that row aside");
+                Stats::inc(&stats.store_errors);
+                isolate = true;
+                continue;
             }
             Err(e) => e,
         };
@@ -186,16 +210,17 @@ async fn commit_with_retry(pool: &Db, opts: &WriterOptions, mut batch: WriteBatc
     }
 }
 
-/// `rows` in statements of `CHUNK` rows, the rest in halving powers of two:
-/// each statement's text then comes from a set of ten per table, which the
-/// connection's statement cache keeps prepared. A tail of any length would
-/// be a new text (parsed and planned again) in nearly every batch.
-fn chunks<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
+/// `rows` in statements of `cap` rows (a power of two: `CHUNK`, or 1 row
+/// by row), the rest in halving powers of two: each statement's text then
+/// comes from a set of ten per table, which the connection's statement
+/// cache keeps prepared. A tail of any length would be a new text (parsed
+/// and planned again) in nearly every batch.
+fn chunks<T>(mut rows: &[T], cap: usize) -> impl Iterator<Item = &[T]> {
     std::iter::from_fn(move || {
         if rows.is_empty() {
             return None;
         }
-        let n = CHUNK.min(1 << rows.len().ilog2());
+        let n = cap.min(1 << rows.len().ilog2());
         let (head, tail) = rows.split_at(n);
         rows = tail;
         Some(head)
@@ -237,65 +262,115 @@ impl CheckFence for Transaction<'static, Postgres> {
 
 /// Commits one batch in one transaction, if its fence still holds.
 pub async fn commit(db: &Db, b: &WriteBatch) -> Result<Committed, sqlx::Error> {
+    commit_batch(db, b, false).await.map(|(c, _)| c)
+}
+
+/// A row the database refused for what it holds: recorded as rejected
+/// (a history row of its own) while the rest of its batch commits.
+#[derive(Clone, Debug)]
+pub struct Refused {
+    pub subject: Subject,
+    pub name: String,
+    pub table: &'static str,
+    pub error: String,
+}
+
+impl Refused {
+    fn new(subject: Subject, name: &str, table: &'static str, e: &sqlx::Error) -> Refused {
+        Refused {
+            subject,
+            name: text::bounded(name, MAX_NAME_LEN),
+            table,
+            error: text::excerpt(&e.to_string()),
+        }
+    }
+}
+
+/// Runs one statement on the transaction. Isolating (`$refused` is
+/// `Some`), it runs in a savepoint of its own: a statement the database
+/// refuses for what it holds ([`is_permanent`]) is rolled back alone and
+/// recorded; any other error fails the transaction as usual.
+macro_rules! exec {
+    ($tx:ident, $refused:ident, ($subject:expr, $name:expr, $table:literal), $q:expr) => {
+        match $refused.as_mut() {
+            None => {
+                $q.execute(&mut *$tx).await?;
+            }
+            Some(refused) => {
+                let mut sp = sqlx::Connection::begin(&mut *$tx).await?;
+                match $q.execute(&mut *sp).await {
+                    Ok(_) => sp.commit().await?,
+                    Err(e) if is_permanent(&e) => {
+                        sp.rollback().await?;
+                        refused.push(Refused::new($subject, $name, $table, &e));
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    };
+}
+
+/// Commits one batch in one transaction, if its fence still holds. With
+/// `isolate`, row by row, each in a savepoint: what the database refuses
+/// is returned (and recorded as rejected history in the same transaction)
+/// and everything else is written.
+pub async fn commit_batch(
+    db: &Db,
+    b: &WriteBatch,
+    isolate: bool,
+) -> Result<(Committed, Vec<Refused>), sqlx::Error> {
+    let cap = if isolate { 1 } else { CHUNK };
+    let mut refused: Option<Vec<Refused>> = isolate.then(Vec::new);
     on_pool!(db, pool => {
     let mut tx = pool.begin().await?;
     if !tx.holds(&b.fence).await? {
-        return Ok(Committed::Fenced);
+        return Ok((Committed::Fenced, Vec::new()));
     }
     for (kind, rows) in &b.replace_servers {
         sqlx::query("DELETE FROM resources WHERE kind = $1")
             .bind(kind.as_str())
             .execute(&mut *tx)
             .await?;
-        for chunk in chunks(rows) {
-            upsert_servers(chunk).build().execute(&mut *tx).await?;
+        for chunk in chunks(rows, cap) {
+            exec!(tx, refused, (Subject::from(*kind), &chunk[0].name, "resources"),
+                upsert_servers(chunk).build());
         }
     }
     let (puts, dels): (Vec<_>, Vec<_>) = b.servers.iter().partition(|(_, v)| v.is_some());
     let puts: Vec<&Server> = puts.into_iter().filter_map(|(_, v)| v.as_ref()).collect();
-    for chunk in chunks(&puts) {
-        upsert_servers(chunk).build().execute(&mut *tx).await?;
+    for chunk in chunks(&puts, cap) {
+        exec!(tx, refused, (Subject::from(chunk[0].kind), &chunk[0].name, "resources"),
+            upsert_servers(chunk).build());
     }
     for ((kind, name), _) in dels {
-        sqlx::query("DELETE FROM resources WHERE kind = $1 AND name = $2")
-            .bind(kind.as_str())
-            .bind(name.as_str())
-            .execute(&mut *tx)
-            .await?;
+        exec!(tx, refused, (Subject::from(*kind), name, "resources"),
+            sqlx::query("DELETE FROM resources WHERE kind = $1 AND name = $2")
+                .bind(kind.as_str())
+                .bind(name.as_str()));
     }
     if let Some(rows) = &b.replace_tunnels {
         sqlx::query("DELETE FROM tunnels").execute(&mut *tx).await?;
-        for chunk in chunks(rows) {
-            upsert_tunnels(chunk).build().execute(&mut *tx).await?;
+        for chunk in chunks(rows, cap) {
+            exec!(tx, refused, (Subject::TunnelConnection, &chunk[0].name, "tunnels"),
+                upsert_tunnels(chunk).build());
         }
     }
     let (puts, dels): (Vec<_>, Vec<_>) = b.tunnels.iter().partition(|(_, v)| v.is_some());
     let puts: Vec<&Tunnel> = puts.into_iter().filter_map(|(_, v)| v.as_ref()).collect();
-    for chunk in chunks(&puts) {
-        upsert_tunnels(chunk).build().execute(&mut *tx).await?;
+    for chunk in chunks(&puts, cap) {
+        exec!(tx, refused, (Subject::TunnelConnection, &chunk[0].name, "tunnels"),
+            upsert_tunnels(chunk).build());
     }
     for (name, _) in dels {
-        sqlx::query("DELETE FROM tunnels WHERE name = $1")
-            .bind(name.as_str())
-            .execute(&mut *tx)
-            .await?;
+        exec!(tx, refused, (Subject::TunnelConnection, name, "tunnels"),
+            sqlx::query("DELETE FROM tunnels WHERE name = $1").bind(name.as_str()));
     }
-    for chunk in chunks(&b.events) {
-        let mut q = QueryBuilder::new(
-            "INSERT INTO events (at_us, kind, name, event, expires_us, ttl_us, detail) ",
-        );
-        q.push_values(chunk, |mut r, e| {
-            r.push_bind(e.at.as_micros())
-                .push_bind(e.kind)
-                .push_bind(e.name.as_str())
-                .push_bind(e.event)
-                .push_bind(e.expires.map(Ts::as_micros))
-                .push_bind(e.ttl_us)
-                .push_bind(e.detail.as_str());
-        });
-        q.build().execute(&mut *tx).await?;
+    for chunk in chunks(&b.events, cap) {
+        exec!(tx, refused, (chunk[0].kind, &chunk[0].name, "events"),
+            insert_events(chunk.iter()).build());
     }
-    for chunk in chunks(&b.health) {
+    for chunk in chunks(&b.health, cap) {
         let mut q = QueryBuilder::new(
             "INSERT INTO health_transitions (auth_server, addr, at_us, from_status, to_status, mode, detail) ",
         );
@@ -308,7 +383,8 @@ pub async fn commit(db: &Db, b: &WriteBatch) -> Result<Committed, sqlx::Error> {
                 .push_bind(h.mode)
                 .push_bind(h.detail.as_str());
         });
-        q.build().execute(&mut *tx).await?;
+        exec!(tx, refused, (Subject::AuthServer, &chunk[0].auth_server, "health_transitions"),
+            q.build());
     }
     for op in &b.episodes {
         match op {
@@ -320,6 +396,7 @@ pub async fn commit(db: &Db, b: &WriteBatch) -> Result<Committed, sqlx::Error> {
                 cause,
                 started,
             } => {
+                exec!(tx, refused, (Subject::Agent, agent, "episodes"),
                 sqlx::query(
                     "INSERT INTO episodes (id, agent, state, reasons, cause, cause_resource, started_us) \
                      VALUES ($1, $2, $3, $4, $5, $6, $7)",
@@ -330,20 +407,17 @@ pub async fn commit(db: &Db, b: &WriteBatch) -> Result<Committed, sqlx::Error> {
                 .bind(reasons.as_str())
                 .bind(cause.as_ref().map_or("", |c| c.kind.as_str()))
                 .bind(cause.as_ref().map_or("", |c| c.resource.as_str()))
-                .bind(started.as_micros())
-                .execute(&mut *tx)
-                .await?;
+                .bind(started.as_micros()));
             }
             EpisodeOp::Update { id, reasons, cause } => {
+                exec!(tx, refused, (Subject::Agent, &format!("episode {id}"), "episodes"),
                 sqlx::query(
                     "UPDATE episodes SET reasons = $1, cause = $2, cause_resource = $3 WHERE id = $4",
                 )
                 .bind(reasons.as_str())
                 .bind(cause.as_ref().map_or("", |c| c.kind.as_str()))
                 .bind(cause.as_ref().map_or("", |c| c.resource.as_str()))
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
+                .bind(id));
             }
             EpisodeOp::Close {
                 id,
@@ -351,21 +425,73 @@ pub async fn commit(db: &Db, b: &WriteBatch) -> Result<Committed, sqlx::Error> {
                 ended_by_signal,
                 end_reason,
             } => {
+                exec!(tx, refused, (Subject::Agent, &format!("episode {id}"), "episodes"),
                 sqlx::query(
                     "UPDATE episodes SET ended_us = $1, ended_by_signal = $2, end_reason = $3 WHERE id = $4",
                 )
                 .bind(ended.as_micros())
                 .bind(*ended_by_signal)
                 .bind(*end_reason)
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
+                .bind(id));
             }
         }
     }
+    let refused = refused.unwrap_or_default();
+    if !refused.is_empty() {
+        // What was refused becomes history of its own, in words the
+        // database takes (names and errors cleaned and bounded).
+        let at = b.events.last().map_or(Ts::ZERO, |e| e.at);
+        let rows: Vec<EventRow> = refused.iter().map(|r| r.history_row(at)).collect();
+        for chunk in chunks(&rows, CHUNK) {
+            insert_events(chunk.iter()).build().execute(&mut *tx).await?;
+        }
+    }
     tx.commit().await?;
-    Ok(Committed::Written)
+    Ok((Committed::Written, refused))
     })
+}
+
+impl Refused {
+    /// The history row that records this refusal.
+    fn history_row(&self, at: Ts) -> EventRow {
+        EventRow {
+            at,
+            kind: self.subject,
+            name: self.name.clone(),
+            event: HistoryEvent::Rejected,
+            expires: None,
+            ttl_us: None,
+            detail: format!(
+                "the database refused this {} row: {}",
+                self.table, self.error
+            ),
+        }
+    }
+}
+
+/// The insert of history rows (never empty).
+fn insert_events<'r, DB: Database>(rows: impl Iterator<Item = &'r EventRow>) -> QueryBuilder<DB>
+where
+    DB::Arguments: Default,
+    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
+    for<'t> i64: Encode<'t, DB> + Type<DB>,
+    for<'t> Option<i64>: Encode<'t, DB> + Type<DB>,
+    for<'t> Subject: Encode<'t, DB> + Type<DB>,
+    for<'t> HistoryEvent: Encode<'t, DB> + Type<DB>,
+{
+    let mut q = QueryBuilder::new(
+        "INSERT INTO events (at_us, kind, name, event, expires_us, ttl_us, detail) ",
+    );
+    q.push_values(rows, |mut r, e| {
+        r.push_bind(e.at.as_micros())
+            .push_bind(e.kind)
+            .push_bind(e.name.as_str())
+            .push_bind(e.event)
+            .push_bind(e.expires.map(Ts::as_micros))
+            .push_bind(e.ttl_us)
+            .push_bind(e.detail.as_str());
+    });
+    q
 }
 
 /// The upsert of `rows` (servers or references to them, what a batch
@@ -510,7 +636,8 @@ mod tests {
         let mut sizes = std::collections::BTreeSet::new();
         for n in [0, 1, 2, 3, 511, 512, 513, 1000, 1537, 5000] {
             let rows: Vec<usize> = (0..n).collect();
-            let parts: Vec<&[usize]> = chunks(&rows).collect();
+            let parts: Vec<&[usize]> = chunks(&rows, CHUNK).collect();
+            assert_eq!(chunks(&rows, 1).count(), n, "row by row");
             assert_eq!(parts.concat(), rows, "{n} rows");
             sizes.extend(parts.iter().map(|p| p.len()));
         }

@@ -14,6 +14,7 @@ mod bench;
 mod browser;
 mod cli;
 mod discovery;
+mod hostile;
 mod metrics;
 mod openapi;
 mod reconnect;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::clock::Ts;
 use crate::ingest::validate::{self, reject, Limits};
+use crate::model::text;
 use crate::model::{AgentService, Kind, RejectCode, Rejection, Server};
 use crate::proto::teleport::{auth, types};
 use crate::proto::v1 as pb;
@@ -337,8 +338,8 @@ pub fn beat(service: AgentService, s: Service, seen: &Seen) -> Result<Item, Reje
         service,
         name: s.name,
         host: s.host,
-        hostname: s.hostname,
-        version: s.version,
+        hostname: text::clean_owned(s.hostname),
+        version: text::clean_owned(s.version),
         expires,
         proxies,
     }))

@@ -1,0 +1,276 @@
+//! Hostile input and faults: times past year 9999, NULs and control
+//! characters, rows a database refuses. Nothing crashes, nothing wedges,
+//! one bad row never blocks the rows around it, on either engine.
+
+use crate::support;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lifeline::model::{AgentState, HistoryEvent, Kind, Labels, Outcome, Server, Subject};
+use lifeline::proto::v1 as pb;
+use lifeline::store::signals::SignalUpdate;
+use lifeline::store::writer::{self, WriterOptions};
+use lifeline::store::{EpisodeOp, EventRow, WriteBatch};
+use lifeline::{Clock, Ts};
+use support::Cluster;
+
+fn put(s: pb::Server) -> pb::Event {
+    pb::Event {
+        r#type: pb::EventType::Put as i32,
+        resource: Some(pb::event::Resource::Server(s)),
+    }
+}
+
+on_both_engines! {
+/// A resource whose expiry lies past year 9999 is refused (and listed
+/// again at every start without harm); a name with a NUL is refused; a
+/// NUL in free text is replaced. Lifeline stays ready and its writer keeps
+/// committing, across a restart.
+#[tokio::test(start_paused = true)]
+async fn far_future_expiries_and_nuls_from_the_cluster_neither_crash_nor_wedge(store) {
+    let mut c = Cluster::new().store(store).quiet().start().await;
+    c.ready().await;
+    let good = c.sim.get_server(Kind::Proxy, "proxy-1").await.unwrap();
+    // Stored in the simulator: listed again at every resync.
+    let mut far = good.clone();
+    far.name = "proxy-far".into();
+    far.expires = Some(prost_types::Timestamp { seconds: 300_000_000_000, nanos: 0 });
+    c.sim.put_server(far).await;
+    let mut nul_name = good.clone();
+    nul_name.name = "proxy\0evil".into();
+    c.sim.inject(put(nul_name));
+    let mut nul_text = good.clone();
+    nul_text.version = "17.0\0-evil".into();
+    nul_text.labels.insert("team".into(), "ops\0\u{1b}[2J".into());
+    c.sim.inject(put(nul_text));
+    c.quiesce().await;
+
+    let s = c.summary().await;
+    let r = &s["ingest"]["rejected"];
+    assert_eq!(r["bad_timestamp"], 1, "{r}");
+    assert_eq!(r["control_character"], 1, "{r}");
+    assert_eq!(c.get("/readyz").await.0, 200);
+    let p = c.ok("/api/v1/proxies/proxy-1").await;
+    assert_eq!(p["version"], "17.0\u{FFFD}-evil", "{p}");
+    c.flush().await;
+    let ev = c.ok("/api/v1/events?event=rejected").await;
+    let details: Vec<String> = support::strs(&ev["items"], "detail");
+    assert!(details.iter().any(|d| d.contains("U+0000")), "{details:?}");
+    assert!(details.iter().all(|d| !d.contains('\0')), "{details:?}");
+
+    // The far-future resource is listed again at start: no crash loop.
+    c.restart_lifeline().await;
+    c.advance_until("ready after restart", Duration::from_secs(120), || async {
+        c.get("/readyz").await.0 == 200
+    })
+    .await;
+    assert!(c.ll().stats.rejected[lifeline::model::RejectCode::BadTimestamp as usize]
+        .load(std::sync::atomic::Ordering::Relaxed) >= 1);
+    assert!(!c.ll().store_health.is_failing());
+    c.shutdown().await;
+}
+}
+
+fn server(kind: Kind, name: &str, version: &str) -> Server {
+    Server {
+        kind,
+        name: name.into(),
+        addr: String::new(),
+        version: version.into(),
+        group_id: String::new(),
+        group_generation: 0,
+        expires: Ts(1_000_000_000),
+        ttl: Duration::from_secs(60),
+        labels: Labels::default(),
+        auth_server: String::new(),
+    }
+}
+
+fn open_episode(id: i64, agent: &str) -> EpisodeOp {
+    EpisodeOp::Open {
+        id,
+        agent: agent.into(),
+        state: AgentState::Stranded,
+        reasons: "no_live_tunnel".into(),
+        cause: None,
+        started: Ts(1_000_000),
+    }
+}
+
+fn event(name: &str) -> EventRow {
+    EventRow {
+        at: Ts(2_000_000),
+        kind: Subject::Proxy,
+        name: name.into(),
+        event: HistoryEvent::Heartbeat,
+        expires: None,
+        ttl_us: None,
+        detail: String::new(),
+    }
+}
+
+on_both_engines! {
+/// A row the database refuses for what it holds (an episode id already
+/// taken, on every engine; a NUL in text, on PostgreSQL) is set aside and
+/// recorded as rejected; the rest of its batch and every later batch are
+/// committed, without waiting out a backoff.
+#[tokio::test]
+async fn a_poison_row_is_set_aside_and_the_rest_of_its_batch_committed(store) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = store.open(dir.path()).await;
+    let stats = Arc::new(lifeline::stats::Stats::default());
+    let health = Arc::new(lifeline::store::health::StoreHealth::default());
+    let (handle, run) = writer::writer(
+        db.clone(),
+        WriterOptions {
+            stats: stats.clone(),
+            health: health.clone(),
+            clock: Clock::system(),
+            depth: 4,
+            stop: tokio_util::sync::CancellationToken::new(),
+        },
+    );
+    tokio::spawn(run);
+
+    let mut first = WriteBatch::default();
+    first.episodes.push(open_episode(7, "agent-1"));
+    handle.send(first).await.unwrap();
+
+    let mut b = WriteBatch::default();
+    b.put_server(&server(Kind::Proxy, "p1", "17.0"));
+    b.put_server(&server(Kind::Proxy, "p2", "17.0\0-rc"));
+    b.put_server(&server(Kind::Proxy, "p3", "17.0"));
+    b.event(event("p1"), 100);
+    b.event(event("p3"), 100);
+    b.episodes.push(open_episode(7, "agent-1"));
+    b.episodes.push(open_episode(8, "agent-2"));
+    handle.send(b).await.unwrap();
+    let mut after = WriteBatch::default();
+    after.episodes.push(open_episode(9, "agent-3"));
+    handle.send(after).await.unwrap();
+    support::bounded("the writer flushes past the poison rows", handle.flush())
+        .await
+        .unwrap();
+
+    let pg = db.engine_name() == "postgres";
+    let refused = stats.store_rows_refused.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(refused, if pg { 2 } else { 1 }, "the repeated episode id, and the NUL on PostgreSQL");
+    assert_eq!(support::sql_i64(&db, "SELECT COUNT(*) FROM episodes WHERE id IN (7, 8, 9)").await, 3);
+    assert_eq!(support::sql_i64(&db, "SELECT COUNT(*) FROM episodes WHERE id = 7").await, 1);
+    let servers = support::sql_i64(&db, "SELECT COUNT(*) FROM resources").await;
+    assert_eq!(servers, if pg { 2 } else { 3 });
+    assert_eq!(
+        support::sql_i64(&db, "SELECT COUNT(*) FROM events WHERE event = 'heartbeat'").await,
+        2
+    );
+    let rejected = support::sql_i64(
+        &db,
+        "SELECT COUNT(*) FROM events WHERE event = 'rejected' AND detail LIKE 'the database refused this %'",
+    )
+    .await;
+    assert_eq!(rejected as u64, refused, "each refusal is history of its own");
+    assert!(!health.is_failing());
+}
+}
+
+on_both_engines! {
+/// An ack detail the database refuses (a NUL, on PostgreSQL) does not
+/// block the signal audit: each outcome is still recorded, the refused
+/// detail replaced by the refusal.
+#[tokio::test]
+async fn a_refused_ack_detail_never_blocks_the_signal_audit(store) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = store.open(dir.path()).await;
+    let rows = [
+        support::signal_row(1, Ts(1_000_000), Outcome::Delivered),
+        support::signal_row(2, Ts(1_000_000), Outcome::Delivered),
+    ];
+    lifeline::store::signals::insert(&db, &rows).await.unwrap();
+    let ack = |id, detail: &str| SignalUpdate::Outcome {
+        id,
+        at: Ts(2_000_000),
+        outcome: Outcome::Failed,
+        detail: detail.into(),
+        acked: true,
+        latency_us: Some(1000),
+    };
+    let updates = [ack(1, "bad\0detail"), ack(2, "fine")];
+    let pg = db.engine_name() == "postgres";
+    if pg {
+        let e = lifeline::store::signals::update(&db, &updates).await.unwrap_err();
+        assert!(lifeline::store::is_permanent(&e), "{e}");
+    }
+    let refused = lifeline::store::signals::update_isolating(&db, &updates)
+        .await
+        .unwrap();
+    assert_eq!(refused, u64::from(pg));
+    assert_eq!(
+        support::sql_i64(&db, "SELECT COUNT(*) FROM signals WHERE outcome = 'failed'").await,
+        2
+    );
+}
+}
+
+/// A deterministic source of arbitrary bytes (splitmix64).
+fn bytes(seed: u64, n: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x2545_f491_4f6c_dd1d);
+    (0..n)
+        .map(|_| {
+            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            (z ^ (z >> 31)) as u8
+        })
+        .collect()
+}
+
+on_both_engines! {
+/// Arbitrary bytes in every text field of a resource: validation either
+/// refuses it with a code or the store takes it whole, in one batch.
+#[tokio::test]
+async fn arbitrary_bytes_in_every_text_field_are_refused_or_stored(store) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = store.open(dir.path()).await;
+    let limits = lifeline::ingest::validate::Limits {
+        default_ttl: Duration::from_secs(60),
+        max_expired_age: Duration::from_secs(3600),
+        max_ttl: Duration::from_secs(86_400),
+    };
+    let now = Ts(1_800_000_000_000_000);
+    let text = |seed: u64| String::from_utf8_lossy(&bytes(seed, (seed % 40) as usize)).into_owned();
+    let mut b = WriteBatch::default();
+    let (mut taken, mut refused) = (0, 0);
+    for i in 0..400u64 {
+        let p = pb::Server {
+            kind: "agent".into(),
+            name: if i % 2 == 0 { format!("a{i}") } else { format!("a{i}{}", text(i)) },
+            addr: text(i + 1000),
+            version: text(i + 2000),
+            group_id: text(i + 3000),
+            group_generation: i,
+            expires: Some(lifeline::proto::to_timestamp(now.saturating_add(Duration::from_secs(30)))),
+            ttl: None,
+            labels: [(text(i + 4000), text(i + 5000))].into_iter().collect(),
+            auth_server: if i % 3 == 0 { text(i + 6000) } else { String::new() },
+        };
+        match lifeline::ingest::validate::server(p, now, &limits) {
+            Ok(s) => {
+                taken += 1;
+                b.put_server(&s);
+            }
+            Err(r) => {
+                refused += 1;
+                assert!(!r.to_string().contains('\0'), "{r}");
+            }
+        }
+    }
+    assert!(taken > 100 && refused > 0, "{taken} taken, {refused} refused");
+    assert_eq!(
+        writer::commit(&db, &b).await.unwrap(),
+        writer::Committed::Written
+    );
+    let stored = support::sql_i64(&db, "SELECT COUNT(*) FROM resources").await;
+    assert_eq!(stored, b.servers.len() as i64);
+}
+}
