@@ -21,7 +21,9 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::clock::{Clock, Ts};
-use crate::config::{AccessConfig, Role};
+use std::sync::Arc;
+
+use crate::config::{AccessConfig, AgentIdentity, Role};
 
 /// Who made a request: a configured token's name and roles.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -34,6 +36,91 @@ impl Principal {
     pub fn has(&self, r: Role) -> bool {
         self.roles.contains(&r)
     }
+}
+
+/// A join token: its hash, and the agent names it admits (`None`: any).
+struct Join {
+    hash: [u8; 32],
+    agents: Option<Arc<[String]>>,
+}
+
+/// What one signal stream may call itself, decided when it opened: the
+/// names its join token admits, and (with `agent_identity =
+/// "certificate"`) the names its client certificate holds.
+#[derive(Clone, Debug, Default)]
+pub struct AgentGrant {
+    /// Patterns (`*` matches any run); `None`: any name.
+    pub names: Option<Arc<[String]>>,
+    /// The certificate's CN and DNS/URI SANs; `None`: not checked.
+    pub certificate: Option<Vec<String>>,
+}
+
+impl AgentGrant {
+    /// Whether `agent` is a name this stream may speak for; why not.
+    pub fn admits(&self, agent: &str) -> Result<(), String> {
+        if let Some(names) = &self.names {
+            if !names.iter().any(|p| glob(p, agent)) {
+                return Err(format!(
+                    "the join token admits only agents named {}",
+                    names.join(", ")
+                ));
+            }
+        }
+        if let Some(held) = &self.certificate {
+            if !held.iter().any(|n| n == agent) {
+                return Err(if held.is_empty() {
+                    "access.agent_identity is \"certificate\" and the client certificate names no agent (no CN, DNS or URI SAN)".into()
+                } else {
+                    "access.agent_identity is \"certificate\" and the client certificate's CN and SANs do not name this agent".into()
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `pattern` matches `name` whole, `*` standing for any run of characters.
+pub fn glob(pattern: &str, name: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    let [first, middle @ .., last] = parts.as_slice() else {
+        return pattern == name;
+    };
+    if parts.len() == 1 {
+        return pattern == name;
+    }
+    let Some(mut rest) = name.strip_prefix(first) else {
+        return false;
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
+}
+
+/// The names a client certificate (DER) holds: its subject's CNs, DNS
+/// SANs and URI SANs. A certificate that does not parse holds none.
+pub fn certificate_names(der: &[u8]) -> Vec<String> {
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = cert
+        .subject()
+        .iter_common_name()
+        .filter_map(|a| a.as_str().ok().map(str::to_string))
+        .collect();
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for n in &san.value.general_names {
+            match n {
+                x509_parser::extensions::GeneralName::DNSName(d) => names.push(d.to_string()),
+                x509_parser::extensions::GeneralName::URI(u) => names.push(u.to_string()),
+                _ => {}
+            }
+        }
+    }
+    names
 }
 
 struct Token {
@@ -92,7 +179,9 @@ type ReconnectLimiter = RateLimiter<
 
 pub struct Access {
     tokens: Vec<Token>,
-    join: Vec<[u8; 32]>,
+    join: Vec<Join>,
+    /// What proves an agent's name (`access.agent_identity`).
+    identity: AgentIdentity,
     /// GETs need the `read` role.
     pub read_requires_token: bool,
     session_key: [u8; 32],
@@ -125,8 +214,14 @@ impl Access {
             join: cfg
                 .join_tokens
                 .iter()
-                .filter_map(|h| parse_hash(h))
+                .filter_map(|j| {
+                    Some(Join {
+                        hash: parse_hash(j.sha256())?,
+                        agents: j.agents().map(Arc::from),
+                    })
+                })
                 .collect(),
+            identity: cfg.agent_identity,
             read_requires_token: cfg.read_requires_token,
             session_key,
             session_ttl: cfg.session_ttl,
@@ -166,12 +261,27 @@ impl Access {
 
     /// True when `presented` is one of the configured join tokens.
     pub fn join_allowed(&self, presented: &str) -> bool {
+        self.join_grant(presented, None).is_some()
+    }
+
+    /// What a stream presenting `presented` (and, with
+    /// `agent_identity = "certificate"`, the client certificate `leaf`,
+    /// DER) may call itself; `None` when the token is not a join token.
+    /// Every entry is compared, in constant time.
+    pub fn join_grant(&self, presented: &str, leaf: Option<&[u8]>) -> Option<AgentGrant> {
         let h: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
-        let mut ok = false;
+        let mut found: Option<&Join> = None;
         for j in &self.join {
-            ok |= bool::from(j.ct_eq(&h));
+            if bool::from(j.hash.ct_eq(&h)) && found.is_none() {
+                found = Some(j);
+            }
         }
-        ok
+        let j = found?;
+        Some(AgentGrant {
+            names: j.agents.clone(),
+            certificate: (self.identity == AgentIdentity::Certificate)
+                .then(|| leaf.map(certificate_names).unwrap_or_default()),
+        })
     }
 
     fn mac(&self, body: &str, hash: &[u8; 32]) -> Hmac<Sha256> {
@@ -243,7 +353,13 @@ mod tests {
                     sha256: hash_hex("s3cret"),
                     roles: vec![Role::Read, Role::Update],
                 }],
-                join_tokens: vec![hash_hex("join-me")],
+                join_tokens: vec![
+                    hash_hex("join-me").into(),
+                    crate::config::JoinToken::Bound {
+                        sha256: hash_hex("web-only"),
+                        agents: crate::config::AgentNames::One("web-*".into()),
+                    },
+                ],
                 ..AccessConfig::default()
             },
             clock,
@@ -263,6 +379,62 @@ mod tests {
         );
         assert!(a.join_allowed("join-me") && !a.join_allowed("s3cret"));
         assert!(generate().len() > 60);
+    }
+
+    #[test]
+    fn join_tokens_admit_the_names_they_list() {
+        let a = access(Clock::system());
+        let any = a.join_grant("join-me", None).unwrap();
+        assert!(any.admits("db-1").is_ok() && any.admits("web-1").is_ok());
+        let web = a.join_grant("web-only", None).unwrap();
+        assert!(web.admits("web-01").is_ok());
+        let why = web.admits("db-01").unwrap_err();
+        assert!(why.contains("web-*"), "{why}");
+        assert!(a.join_grant("nope", None).is_none());
+    }
+
+    #[test]
+    fn globs_match_whole_names() {
+        for (p, n, m) in [
+            ("web-*", "web-1", true),
+            ("web-*", "web-", true),
+            ("web-*", "xweb-1", false),
+            ("*-db", "eu-db", true),
+            ("*-db", "eu-db2", false),
+            ("a*b*c", "abc", true),
+            ("a*b*c", "axxbyyc", true),
+            ("a*b*c", "acb", false),
+            ("ab*ba", "aba", false),
+            ("exact", "exact", true),
+            ("exact", "exactly", false),
+            ("*", "", true),
+        ] {
+            assert_eq!(glob(p, n), m, "{p} ~ {n}");
+        }
+    }
+
+    #[test]
+    fn a_certificate_names_its_cn_and_sans() {
+        let mut params = rcgen::CertificateParams::new(vec!["a01.agents.example".into()]).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "a01");
+        params.subject_alt_names.push(rcgen::SanType::URI(
+            "spiffe://cluster/agent/a01".try_into().unwrap(),
+        ));
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let names = certificate_names(cert.der());
+        assert_eq!(
+            names,
+            ["a01", "a01.agents.example", "spiffe://cluster/agent/a01"]
+        );
+        assert!(certificate_names(b"not a certificate").is_empty());
+        let g = AgentGrant {
+            names: None,
+            certificate: Some(names),
+        };
+        assert!(g.admits("a01").is_ok() && g.admits("a02").is_err());
     }
 
     #[tokio::test(start_paused = true)]

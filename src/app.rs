@@ -362,6 +362,10 @@ impl Lifeline {
         let grpc_hub = hub.clone();
         let client_cert = server_tls.as_ref().is_some_and(|t| t.agent_client_ca);
         let grpc_router = tonic::transport::Server::builder()
+            // A connection gone silent is found and closed, so the agents'
+            // streams on it end and their names are free again.
+            .http2_keepalive_interval(cfg.server.grpc_keepalive)
+            .http2_keepalive_timeout(Some(GRPC_KEEPALIVE_TIMEOUT))
             .layer(
                 TraceLayer::new_for_grpc()
                     .make_span_with(DefaultMakeSpan::new().level(Level::INFO))
@@ -618,6 +622,9 @@ async fn prune_loop(
     }
 }
 
+/// How long a gRPC keepalive ping may go unanswered.
+const GRPC_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The gRPC interceptor in front of `AgentSignals`: a stream opens only
 /// with a configured join token in `authorization: Bearer <token>`, and,
 /// with `client_cert`, over a connection whose client certificate
@@ -640,9 +647,17 @@ fn join_check(
             .get("authorization")
             .and_then(|v| v.to_str().ok())
             .and_then(crate::access::bearer);
-        match presented {
-            Some(t) if access.join_allowed(t) => Ok(req),
-            Some(_) => {
+        let leaf = req
+            .peer_certs()
+            .and_then(|c| c.first().map(|c| c.as_ref().to_vec()));
+        match presented.map(|t| access.join_grant(t, leaf.as_deref())) {
+            // The hub checks the name the stream's Hello says against it.
+            Some(Some(grant)) => {
+                let mut req = req;
+                req.extensions_mut().insert(grant);
+                Ok(req)
+            }
+            Some(None) => {
                 Stats::inc(&stats.agent_join_refused);
                 Err(tonic::Status::unauthenticated(
                     "the join token is not valid: it matches no access.join_tokens entry",

@@ -452,7 +452,7 @@ fn config_for(uri: &str, join_token: &str, db: PathBuf, page_size: u32) -> Confi
     cfg.cluster.max_message_bytes = 64 * 1024 * 1024;
     cfg.storage.path = db;
     cfg.fleet.command_queue = 4096;
-    cfg.access.join_tokens = vec![crate::access::hash_hex(join_token)];
+    cfg.access.join_tokens = vec![crate::access::hash_hex(join_token).into()];
     cfg.access.tokens = vec![crate::config::TokenConfig {
         name: "bench".into(),
         sha256: crate::access::hash_hex(BENCH_TOKEN),

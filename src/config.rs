@@ -28,7 +28,10 @@ use figment::providers::{Format, Toml};
 use figment::{Figment, Provider};
 use serde::{Deserialize, Serialize};
 
-pub use access::{valid_token_name, AccessConfig, Role, TokenConfig, TOKEN_NAME_RULE};
+pub use access::{
+    valid_token_name, AccessConfig, AgentIdentity, AgentNames, JoinToken, Role, TokenConfig,
+    TOKEN_NAME_RULE,
+};
 pub use cluster::{ClusterConfig, FleetConfig, HealthConfig, SourceKind, StaticAuthServer};
 pub use server::{check_external_url, ProbesConfig, ServerConfig};
 pub use signals::{SignalsConfig, MAX_RECONNECT_INTERVAL};
@@ -201,6 +204,14 @@ impl Config {
         self.telemetry.validate()?;
         self.server.validate()?;
         self.access.validate()?;
+        if self.access.agent_identity == AgentIdentity::Certificate
+            && self.server.agent_client_ca.is_none()
+        {
+            return Err(invalid(
+                "access.agent_identity",
+                "\"certificate\" needs agents' client certificates: set server.agent_client_ca",
+            ));
+        }
         self.probes.validate()?;
         self.cluster.validate()?;
         cluster::validate_auth_servers(&self.auth_servers)?;
@@ -362,6 +373,53 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("auth_servers[0].addr"));
+    }
+
+    #[test]
+    fn join_tokens_may_name_their_agents_and_identity_may_be_the_certificate() {
+        let h = "a".repeat(64);
+        let c = Config::from_toml(&format!(
+            "[access]\njoin_tokens = [\"{h}\", {{ sha256 = \"{h}\", agents = \"web-*\" }}, {{ sha256 = \"{h}\", agents = [\"a\", \"b-*\"] }}]\n"
+        ))
+        .unwrap();
+        c.validate().unwrap();
+        let names: Vec<Option<Vec<String>>> =
+            c.access.join_tokens.iter().map(JoinToken::agents).collect();
+        assert_eq!(
+            names,
+            [
+                None,
+                Some(vec!["web-*".to_string()]),
+                Some(vec!["a".to_string(), "b-*".to_string()])
+            ]
+        );
+        for (toml, field) in [
+            (
+                format!("[access]\njoin_tokens = [{{ sha256 = \"{h}\", agents = [] }}]\n"),
+                "access.join_tokens[0].agents",
+            ),
+            (
+                format!(
+                    "[access]\njoin_tokens = [{{ sha256 = \"{h}\", agents = \"a\\u0000\" }}]\n"
+                ),
+                "access.join_tokens[0].agents",
+            ),
+            (
+                "[access]\nagent_identity = \"certificate\"\n".to_string(),
+                "access.agent_identity",
+            ),
+            (
+                "[server]\ngrpc_keepalive = \"2h\"\n".to_string(),
+                "server.grpc_keepalive",
+            ),
+        ] {
+            let e = Config::from_toml(&toml)
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(field), "{toml}: {e}");
+        }
     }
 
     #[test]

@@ -173,7 +173,7 @@ impl Demo {
         // off a NOT_SERVING auth server by themselves.
         cfg.signals.grpc_client_lb_policy = LbPolicy::reconnect().to_json();
         cfg.signals.auto_reconnect = o.auto_reconnect;
-        cfg.access.join_tokens = vec![access::hash_hex(&sim.spec().join_token)];
+        cfg.access.join_tokens = vec![access::hash_hex(&sim.spec().join_token).into()];
         cfg.access.tokens = vec![TokenConfig {
             name: "demo".into(),
             sha256: access::hash_hex(&o.token),

@@ -473,6 +473,8 @@ async fn traffic_run(
     let mut cfg = config(&sim, scratch.db("traffic.db"), 5000);
     cfg.signals.full_discovery = full;
     cfg.signals.auto_reconnect = false;
+    // An hour passes in steps: no ping could be answered within one.
+    cfg.server.grpc_keepalive = None;
     let ll = Lifeline::start_tuned(&cfg, clock, Tuning::default()).await?;
     let ready = ll.fleet.clone();
     super::wait_until_async("ready", Duration::from_secs(30), || {

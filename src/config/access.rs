@@ -25,6 +25,67 @@ named_enum! {
 
 impl Role {}
 
+named_enum! {
+    "lowercase";
+    /// What proves which agent a signal stream speaks for.
+    pub enum AgentIdentity {
+        /// The join token (and the names it admits, when it lists any).
+        Token,
+        /// The client certificate: `Hello.agent` must be its subject's CN
+        /// or one of its DNS or URI SANs (needs `server.agent_client_ca`).
+        Certificate,
+    }
+}
+
+/// One entry of `access.join_tokens`: a hash alone admits any agent name;
+/// a table may list the names (`*` matches any run of characters) its
+/// token admits.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum JoinToken {
+    /// Hex SHA-256 of the token.
+    Any(String),
+    /// `{ sha256 = "…", agents = "web-*" }` or `agents = ["a", "b-*"]`.
+    Bound { sha256: String, agents: AgentNames },
+}
+
+/// One name pattern or several.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum AgentNames {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl JoinToken {
+    pub fn sha256(&self) -> &str {
+        match self {
+            JoinToken::Any(h) | JoinToken::Bound { sha256: h, .. } => h,
+        }
+    }
+
+    /// The name patterns it admits; `None`: any name.
+    pub fn agents(&self) -> Option<Vec<String>> {
+        match self {
+            JoinToken::Any(_) => None,
+            JoinToken::Bound {
+                agents: AgentNames::One(p),
+                ..
+            } => Some(vec![p.clone()]),
+            JoinToken::Bound {
+                agents: AgentNames::Many(p),
+                ..
+            } => Some(p.clone()),
+        }
+    }
+}
+
+impl From<String> for JoinToken {
+    fn from(sha256: String) -> Self {
+        JoinToken::Any(sha256)
+    }
+}
+
 /// One API token. Only its SHA-256 is kept (`lifeline token new` prints
 /// both); the token itself never touches the disk on Lifeline's side.
 #[derive(Clone, Debug, Deserialize)]
@@ -44,8 +105,13 @@ pub struct AccessConfig {
     pub tokens: Vec<TokenConfig>,
     /// Hex SHA-256 of each join token agents may present on
     /// `AgentSignals.Connect` (`authorization: Bearer <token>` metadata).
-    /// Empty: no agent can connect.
-    pub join_tokens: Vec<String>,
+    /// Empty: no agent can connect. An entry may be a table naming the
+    /// agents its token admits (`{ sha256 = "…", agents = "web-*" }`).
+    pub join_tokens: Vec<JoinToken>,
+    /// What proves an agent's name: `token` (the join token, and its
+    /// `agents` when listed) or `certificate` (the client certificate's
+    /// CN or a DNS/URI SAN must be the name it says).
+    pub agent_identity: AgentIdentity,
     /// Reads (GET: API, dashboard, /metrics, probes) need a token with the
     /// `read` role. `/healthz`, `/readyz` and sign-in stay open.
     pub read_requires_token: bool,
@@ -62,6 +128,7 @@ impl Default for AccessConfig {
         AccessConfig {
             tokens: Vec::new(),
             join_tokens: Vec::new(),
+            agent_identity: AgentIdentity::Token,
             read_requires_token: false,
             manual_reconnect_interval: Duration::from_secs(10),
             session_ttl: Duration::from_secs(12 * 3600),
@@ -108,11 +175,23 @@ impl AccessConfig {
             }
         }
         for (i, j) in self.join_tokens.iter().enumerate() {
-            if !hex64(j) {
+            if !hex64(j.sha256()) {
                 return Err(invalid(
                     format!("access.join_tokens[{i}]"),
-                    "must be a join token's SHA-256 as 64 hex digits (see `lifeline token new`)",
+                    "must be a join token's SHA-256 as 64 hex digits (see `lifeline token new`), or a table { sha256 = \"…\", agents = \"web-*\" }",
                 ));
+            }
+            if let Some(names) = j.agents() {
+                if names.is_empty()
+                    || names
+                        .iter()
+                        .any(|p| p.is_empty() || p.len() > 253 || p.chars().any(char::is_control))
+                {
+                    return Err(invalid(
+                        format!("access.join_tokens[{i}].agents"),
+                        "must name at least one agent pattern of 1 to 253 printable characters ('*' matches any run)",
+                    ));
+                }
             }
         }
         positive(

@@ -41,6 +41,11 @@ const TABLE: &[(&str, &str, Form)] = &[
         "server.agent_client_ca",
         Form::Text,
     ),
+    (
+        "LIFELINE_AGENT_IDENTITY",
+        "access.agent_identity",
+        Form::Text,
+    ),
     ("LIFELINE_CLUSTER_ADDR", "cluster.addr", Form::Text),
     ("LIFELINE_CLUSTER_SOURCE", "cluster.source", Form::Text),
     (

@@ -44,6 +44,12 @@ pub struct ServerConfig {
     /// How often the certificate files are looked at for a change.
     #[serde(with = "humantime_serde")]
     pub tls_reload_interval: Duration,
+    /// How often the gRPC listener pings an idle HTTP/2 connection; one
+    /// that does not answer within 10 s is closed, and with it the agent
+    /// streams it carried (so a new stream may take their names). Unset
+    /// in code only (tests on a paused clock).
+    #[serde(with = "humantime_serde")]
+    pub grpc_keepalive: Option<Duration>,
 }
 
 impl Default for ServerConfig {
@@ -60,6 +66,7 @@ impl Default for ServerConfig {
             tls_key: None,
             agent_client_ca: None,
             tls_reload_interval: Duration::from_secs(10),
+            grpc_keepalive: Some(Duration::from_secs(20)),
         }
     }
 }
@@ -124,6 +131,14 @@ impl ServerConfig {
             ));
         }
         positive("server.tls_reload_interval", self.tls_reload_interval)?;
+        if let Some(k) = self.grpc_keepalive {
+            if !(Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&k) {
+                return Err(invalid(
+                    "server.grpc_keepalive",
+                    "must be between 1s and 1h",
+                ));
+            }
+        }
         Ok(())
     }
 

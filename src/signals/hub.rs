@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{debug, info, info_span, warn, Instrument};
 
+use crate::access::AgentGrant;
 use crate::clock::{dur_micros, Clock, Ts};
 use crate::fleet::board::{Board, Pending};
 use crate::fleet::state::Link;
@@ -111,6 +112,8 @@ pub enum SendError {
 struct Conn {
     id: u64,
     tx: mpsc::Sender<pb::Signal>,
+    /// Where it comes from, for the log when another claims its name.
+    peer: String,
 }
 
 struct InFlight {
@@ -440,19 +443,41 @@ impl Hub {
         });
     }
 
-    fn register(&self, agent: &str, tx: mpsc::Sender<pb::Signal>) -> u64 {
+    /// Makes `tx` the agent's stream, unless another that is still open
+    /// holds the name: a second stream never takes a live one's signals
+    /// (its peer is only told to wait; the first ends when its agent goes
+    /// or its connection fails HTTP/2 keepalive). `None`: refused.
+    fn register(&self, agent: &str, tx: mpsc::Sender<pb::Signal>, peer: &str) -> Option<u64> {
         let id = self.next_conn.fetch_add(1, Ordering::Relaxed);
-        let replaced = lock(&self.conns)
-            .insert(agent.to_string(), Conn { id, tx })
+        let mut conns = lock(&self.conns);
+        if let Some(held) = conns.get(agent).filter(|c| !c.tx.is_closed()) {
+            warn!(
+                agent = %text::excerpt(agent),
+                %peer,
+                holder = %held.peer,
+                "a second signal stream for a connected agent refused"
+            );
+            return None;
+        }
+        let replaced = conns
+            .insert(
+                agent.to_string(),
+                Conn {
+                    id,
+                    tx,
+                    peer: peer.to_string(),
+                },
+            )
             .is_some();
+        drop(conns);
         self.streams_version.fetch_add(1, Ordering::Release);
         if replaced {
             info!(
                 agent,
-                "agent reconnected its signal stream; the old one is closed"
+                "agent reconnected its signal stream; the old one had ended"
             );
         }
-        id
+        Some(id)
     }
 
     /// Removes the stream if it is still the agent's current one.
@@ -537,6 +562,10 @@ impl AgentSignals for Service {
         req: Request<Streaming<pb::AgentMessage>>,
     ) -> Result<Response<SignalStream>, Status> {
         let hub = self.hub.clone();
+        let grant = req.extensions().get::<AgentGrant>().cloned();
+        let peer = req
+            .remote_addr()
+            .map_or_else(|| "unknown".to_string(), |a| a.to_string());
         let mut inbound = req.into_inner();
         let first = tokio::time::timeout(hub.cfg.hello_timeout, inbound.message())
             .await
@@ -559,8 +588,22 @@ impl AgentSignals for Service {
             )));
         }
         let agent = hello.agent.clone();
+        // The name is what the stream says; the join token (and the client
+        // certificate, when it is the identity) say which names it may.
+        if let Some(why) = grant.as_ref().and_then(|g| g.admits(&agent).err()) {
+            Stats::inc(&hub.stats.agent_join_refused);
+            warn!(%peer, agent = %text::excerpt(&agent), "agent signal stream refused: {why}");
+            return Err(Status::permission_denied(format!(
+                "this stream may not speak for agent {agent:?}: {why}"
+            )));
+        }
         let (tx, rx) = mpsc::channel(hub.cfg.signal_queue.max(1));
-        let conn = hub.register(&agent, tx);
+        let Some(conn) = hub.register(&agent, tx, &peer) else {
+            Stats::inc(&hub.stats.agent_join_refused);
+            return Err(Status::already_exists(format!(
+                "agent {agent:?} already holds a signal stream; a second is refused until that one ends"
+            )));
+        };
         let link = Link {
             since: hub.clock.now(),
             version: text::bounded(&hello.version, 64),

@@ -15,6 +15,7 @@ mod browser;
 mod cli;
 mod discovery;
 mod hostile;
+mod identity;
 mod metrics;
 mod openapi;
 mod reconnect;

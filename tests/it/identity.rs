@@ -1,0 +1,146 @@
+//! Agent identity: the name a signal stream says is bound by its join
+//! token's listed names or by its client certificate, and a second stream
+//! never takes a connected agent's name (and with it, its signals).
+
+use crate::support::{bounded, Cluster, Running};
+use lifeline::proto::v1 as pb;
+use lifeline::proto::v1::agent_signals_client::AgentSignalsClient;
+use lifeline::sim::agent::{join_request, lifeline_channel, LifelineAddr};
+use tokio_stream::wrappers::ReceiverStream;
+
+/// Opens a stream saying `agent` with `token` over `addr`; `Ok` once its
+/// first Discovery arrived. The sender keeps the stream open.
+async fn open(
+    addr: LifelineAddr,
+    token: &str,
+    agent: &str,
+) -> (
+    Result<tonic::Streaming<pb::Signal>, tonic::Status>,
+    tokio::sync::mpsc::Sender<pb::AgentMessage>,
+) {
+    let ch = lifeline_channel(addr).expect("channel");
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(pb::AgentMessage::hello(agent, "test", 2))
+        .await
+        .expect("hello queued");
+    let r = async {
+        let mut inbound = AgentSignalsClient::new(ch)
+            .connect(join_request(ReceiverStream::new(rx), token))
+            .await?
+            .into_inner();
+        inbound.message().await?;
+        Ok(inbound)
+    }
+    .await;
+    (r, tx)
+}
+
+async fn refused(c: &Running) -> f64 {
+    let m = c.get_text("/metrics").await.1;
+    m.lines()
+        .find_map(|l| l.strip_prefix("lifeline_agent_join_refused_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// With the shared join token, a second stream saying a connected agent's
+/// name is refused (counted), and that agent keeps its signals: the next
+/// manual reconnect reaches the real one and is acked.
+#[tokio::test(start_paused = true)]
+async fn a_second_stream_cannot_take_a_connected_agents_name() {
+    let c = Cluster::new().quiet().sim_agents(0.0).start().await;
+    c.ready().await;
+    c.eventually("agent-00001 holds its stream", || async {
+        c.ok("/api/v1/agents/agent-00001").await["link"].is_object()
+    })
+    .await;
+    let grpc = LifelineAddr::from(c.ll().grpc_addr);
+    let before = refused(&c).await;
+    let (r, _keep) = bounded(
+        "a second stream for agent-00001",
+        open(grpc, lifeline::sim::SIM_JOIN_TOKEN, "agent-00001"),
+    )
+    .await;
+    let e = r.expect_err("a connected agent's name is taken");
+    assert_eq!(e.code(), tonic::Code::AlreadyExists, "{e:?}");
+    assert!(e.message().contains("already holds"), "{}", e.message());
+    assert_eq!(refused(&c).await, before + 1.0);
+
+    let (status, body) = c.post("/api/v1/agents/agent-00001/reconnect", "").await;
+    assert_eq!(status, 202, "{body}");
+    let id = body["id"].as_i64().expect("signal id");
+    c.eventually("the real agent acks", || async {
+        c.ok(&format!("/api/v1/signals/{id}")).await["outcome"] == "acked"
+    })
+    .await;
+    c.shutdown().await;
+}
+
+/// A join token listed with `agents = "web-*"` admits those names only;
+/// a refusal says why and is counted.
+#[tokio::test(start_paused = true)]
+async fn a_join_token_admits_only_the_names_it_lists() {
+    let c = Cluster::new()
+        .quiet()
+        .config(|cfg| {
+            cfg.access
+                .join_tokens
+                .push(lifeline::config::JoinToken::Bound {
+                    sha256: lifeline::access::hash_hex("web-token"),
+                    agents: lifeline::config::AgentNames::One("web-*".into()),
+                })
+        })
+        .start()
+        .await;
+    c.ready().await;
+    let grpc = || LifelineAddr::from(c.ll().grpc_addr);
+    let (r, _a) = bounded(
+        "web-1 with the web token",
+        open(grpc(), "web-token", "web-1"),
+    )
+    .await;
+    r.expect("the web token admits web-1");
+    let (r, _b) = bounded(
+        "agent-00002 with the web token",
+        open(grpc(), "web-token", "agent-00002"),
+    )
+    .await;
+    let e = r.expect_err("the web token does not admit agent-00002");
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("web-*"), "{}", e.message());
+    assert!(refused(&c).await >= 1.0);
+    c.shutdown().await;
+}
+
+/// With `access.agent_identity = "certificate"`, `Hello.agent` must be the
+/// client certificate's CN or a SAN: the shared join token no longer lets
+/// one agent speak for another.
+#[tokio::test(start_paused = true)]
+async fn with_certificate_identity_the_name_is_the_certificates() {
+    let c = Cluster::new()
+        .quiet()
+        .tls(true)
+        .config(|cfg| cfg.access.agent_identity = lifeline::config::AgentIdentity::Certificate)
+        .start()
+        .await;
+    c.ready().await;
+    let tls = c.tls.as_ref().expect("TLS");
+    let grpc = c.ll().grpc_addr;
+    let a7 = tls
+        .ca
+        .issue("agent-00007", &["agent-00008.agents.test"])
+        .expect("cert");
+    let with = |cert: &lifeline::sim::pki::Issued| {
+        LifelineAddr::tls(grpc, tls.ca.pem(), Some((&cert.cert_pem, &cert.key_pem)))
+    };
+    let token = lifeline::sim::SIM_JOIN_TOKEN;
+    let (r, _a) = bounded("its CN", open(with(&a7), token, "agent-00007")).await;
+    r.expect("the certificate's CN is its name");
+    let (r, _b) = bounded("its SAN", open(with(&a7), token, "agent-00008.agents.test")).await;
+    r.expect("a DNS SAN is a name too");
+    let (r, _c) = bounded("another name", open(with(&a7), token, "agent-00009")).await;
+    let e = r.expect_err("a name the certificate does not hold");
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("certificate"), "{}", e.message());
+    c.shutdown().await;
+}
