@@ -223,8 +223,11 @@ async fn lease_loop(p: Arc<Parts>, stop: CancellationToken) {
                 .max(Duration::from_millis(10)),
             None => renew_every,
         };
-        let attempt =
-            tokio::time::timeout(budget, lease::try_lead(&p.pool, &cfg.name, cfg.lease)).await;
+        let attempt = tokio::time::timeout(
+            budget,
+            lease::try_lead(&p.pool, &cfg.name, cfg.lease, st.term),
+        )
+        .await;
         let wait = match attempt {
             Ok(Ok(Attempt::Ours(t))) => {
                 st.failures = 0;

@@ -106,12 +106,19 @@ pub enum Attempt {
     Nobody,
 }
 
-/// Takes the lease if it is free or lapsed, renews it if it is ours. The
-/// term grows only when the lease changes hands: a replica that lost it
-/// and takes it back is a new tenure, and what it wrote under the old term
-/// no longer commits. A lease that lapsed with nobody taking it stays its
-/// holder's, term and all: nobody else wrote meanwhile.
-pub async fn try_lead(pool: &PgPool, me: &str, lease: Duration) -> Result<Attempt, sqlx::Error> {
+/// Renews the lease in term `leading` (this replica leads in it), or,
+/// with `None`, takes it if it is free, lapsed or left to this replica.
+/// Taking it always starts a new tenure with the next term, even when the
+/// row still names this replica: what an earlier tenure of its own queued
+/// is then fenced like anybody else's, and cannot land after the new
+/// tenure has read the database. A renewal keeps its term, also when the
+/// lease lapsed meanwhile and nobody took it: nobody else wrote.
+pub async fn try_lead(
+    pool: &PgPool,
+    me: &str,
+    lease: Duration,
+    leading: Option<i64>,
+) -> Result<Attempt, sqlx::Error> {
     let ours: Option<(i64, i64)> = sqlx::query_as(concat!(
         "WITH now AS (SELECT ",
         db_now!(),
@@ -119,15 +126,17 @@ pub async fn try_lead(pool: &PgPool, me: &str, lease: Duration) -> Result<Attemp
          INSERT INTO leader_lease AS l (id, holder, term, deadline_us, since_us) \
          SELECT 1, $1, 1, now.us + $2, now.us FROM now \
          ON CONFLICT (id) DO UPDATE SET \
-           term = CASE WHEN l.holder = EXCLUDED.holder THEN l.term ELSE l.term + 1 END, \
-           since_us = CASE WHEN l.holder = EXCLUDED.holder THEN l.since_us ELSE EXCLUDED.since_us END, \
+           term = CASE WHEN $3::bigint IS NOT NULL THEN l.term ELSE l.term + 1 END, \
+           since_us = CASE WHEN $3::bigint IS NOT NULL THEN l.since_us ELSE EXCLUDED.since_us END, \
            holder = EXCLUDED.holder, \
            deadline_us = EXCLUDED.deadline_us \
-         WHERE l.holder = EXCLUDED.holder OR l.deadline_us <= EXCLUDED.since_us \
+         WHERE (l.holder = EXCLUDED.holder AND l.term = $3::bigint) \
+            OR ($3::bigint IS NULL AND (l.holder = EXCLUDED.holder OR l.deadline_us <= EXCLUDED.since_us)) \
          RETURNING term, deadline_us"
     ))
     .bind(me)
     .bind(dur_micros(lease))
+    .bind(leading)
     .fetch_optional(pool)
     .await?;
     if let Some((term, deadline_us)) = ours {

@@ -40,7 +40,13 @@ async fn postgres_store(test: &str) -> Option<Db> {
 }
 
 async fn lead(pool: &sqlx::PgPool, who: &str, lease: Duration) -> Attempt {
-    lease::try_lead(pool, who, lease)
+    lease::try_lead(pool, who, lease, None)
+        .await
+        .expect("lease query")
+}
+
+async fn renew(pool: &sqlx::PgPool, who: &str, lease: Duration, term: i64) -> Attempt {
+    lease::try_lead(pool, who, lease, Some(term))
         .await
         .expect("lease query")
 }
@@ -62,10 +68,10 @@ async fn a_batch_made_under_a_lease_that_moved_on_is_not_written() {
     };
     assert!(matches!(lead(pool, "b", short).await, Attempt::Theirs(h) if h.holder == "a"));
     real_sleep(Duration::from_millis(250)).await;
-    let Attempt::Ours(a_again) = lead(pool, "a", short).await else {
+    let Attempt::Ours(a_again) = renew(pool, "a", short, a.term).await else {
         panic!("a lapsed lease nobody took is still a's")
     };
-    assert_eq!(a_again.term, a.term, "same tenure");
+    assert_eq!(a_again.term, a.term, "a renewal: the same tenure");
     real_sleep(Duration::from_millis(250)).await;
     let Attempt::Ours(b) = lead(pool, "b", Duration::from_secs(30)).await else {
         panic!("a lapsed lease is taken")
@@ -90,6 +96,52 @@ async fn a_batch_made_under_a_lease_that_moved_on_is_not_written() {
     };
     assert_eq!(commit(&db, &current).await.unwrap(), Committed::Written);
     assert_eq!(sql_i64(&db, "SELECT count(*) FROM events").await, 1);
+    db.close().await;
+}
+
+/// Guards "a new tenure, a new term": a replica that stopped leading and
+/// takes its own lease again (lapsed or not) leads in the next term, so a
+/// batch its earlier tenure queued is fenced instead of landing after the
+/// new tenure read the database (where a repeated episode id would then
+/// be refused). A renewal in a term that is no longer the row's fails.
+#[tokio::test]
+async fn taking_back_ones_own_lease_is_a_new_term_that_fences_the_old_one() {
+    let Some(db) = postgres_store("retake").await else {
+        return;
+    };
+    let Db::Postgres(pool) = &db else {
+        panic!("a PostgreSQL store")
+    };
+    let lease = Duration::from_secs(30);
+    let Attempt::Ours(first) = lead(pool, "a", lease).await else {
+        panic!("a free lease is taken")
+    };
+    // Stepped down (say a renewal failed), then takes it back at once.
+    let Attempt::Ours(second) = lead(pool, "a", lease).await else {
+        panic!("its own lease is taken back")
+    };
+    assert_eq!(second.term, first.term + 1, "a new tenure");
+    // And after it lapsed with nobody taking it.
+    lease::release(pool, "a", second.term).await.unwrap();
+    let Attempt::Ours(third) = lead(pool, "a", lease).await else {
+        panic!("a lapsed lease is taken back")
+    };
+    assert_eq!(third.term, second.term + 1, "a new tenure");
+    assert!(
+        !matches!(renew(pool, "a", lease, first.term).await, Attempt::Ours(_)),
+        "an old tenure cannot renew"
+    );
+    let mut queued = one_event();
+    queued.fence = Fence::Leader {
+        replica: "a".into(),
+        term: second.term,
+    };
+    assert_eq!(commit(&db, &queued).await.unwrap(), Committed::Fenced);
+    queued.fence = Fence::Leader {
+        replica: "a".into(),
+        term: third.term,
+    };
+    assert_eq!(commit(&db, &queued).await.unwrap(), Committed::Written);
     db.close().await;
 }
 
