@@ -430,7 +430,7 @@ async fn make_up(p: &Parts) {
         .into_iter()
         .filter(|s| hub.is_connected(&s.agent))
         .collect();
-    let n = hub.deliver_recorded(here);
+    let n = hub.deliver_recorded(here).await;
     if n > 0 {
         Stats::add(&p.rooms.stats.signals_caught_up, n as u64);
         info!(

@@ -211,6 +211,28 @@ pub async fn update(db: &Db, updates: &[SignalUpdate]) -> Result<(), sqlx::Error
     })
 }
 
+/// Claims the still-pending signals among `ids` for delivery by marking
+/// them `delivered` at `at`, in one statement; returns the ids claimed.
+/// Whoever re-reads a row later (a late notification, the make-up after a
+/// lost `LISTEN`, another replica) finds it claimed: a signal is delivered
+/// once.
+pub async fn claim(db: &Db, ids: &[i64], at: Ts) -> Result<Vec<i64>, sqlx::Error> {
+    on_pool!(db, pool => {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut q = QueryBuilder::new("UPDATE signals SET outcome = 'delivered', delivered_us = ");
+    q.push_bind(at.as_micros());
+    q.push(" WHERE outcome = 'pending' AND id IN (");
+    let mut sep = q.separated(", ");
+    for id in ids.iter().take(CHUNK) {
+        sep.push_bind(*id);
+    }
+    q.push(") RETURNING id");
+    q.build_query_scalar().fetch_all(pool).await
+    })
+}
+
 /// [`update`], one update per transaction, for a batch the database
 /// refused: an update refused for what it holds ([`is_permanent`]) is
 /// written again with its detail replaced by the refusal, so the outcome

@@ -476,3 +476,55 @@ async fn a_signal_whose_notification_was_missed_is_delivered_when_the_replica_li
     assert_eq!(caught_up, 1, "found by the make-up, once");
     c.shutdown().await;
 }
+
+/// Guards "delivered once": a row read twice before its first delivery's
+/// outcome was written (a late notification and the make-up after a lost
+/// `LISTEN` both read it `pending`) reaches the agent once. The row is
+/// claimed in the database before it is sent.
+#[tokio::test(start_paused = true)]
+async fn a_signal_read_twice_is_delivered_once() {
+    let Some(c) = replica_a("delivered_once").await else {
+        return;
+    };
+    c.ready().await;
+    c.advance(Duration::from_secs(1)).await;
+    let db = c.ll().db.clone();
+    streams_recorded(&db).await;
+    let Db::Postgres(pool) = &db else {
+        panic!("a PostgreSQL store")
+    };
+    let agent = "agent-00001";
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO signals (kind, agent, proxy, reason, requested_by, created_us, outcome) \
+         VALUES ('reconnect', $1, '', 'read twice', 'ui:elsewhere', $2, 'pending') \
+         RETURNING id",
+    )
+    .bind(agent)
+    .bind(c.clock.now().as_micros())
+    .fetch_one(pool)
+    .await
+    .expect("a pending signal");
+    let snapshot = lifeline::store::signals::by_ids(&db, &[id])
+        .await
+        .expect("the row");
+    assert_eq!(snapshot[0].outcome, lifeline::model::Outcome::Pending);
+    let hub = c.ll().hub.clone();
+    assert_eq!(hub.deliver_recorded(snapshot.clone()).await, 1);
+    let base = c.ll().base_url();
+    until("the agent acked", || async {
+        let (_, row) = call(&base, Method::GET, &format!("/api/v1/signals/{id}"), None).await;
+        row["outcome"] == "acked"
+    })
+    .await;
+    // The second reader's snapshot still says pending, and the ack has
+    // left the hub's memory: only the database can tell.
+    assert_eq!(hub.deliver_recorded(snapshot).await, 0, "delivered once");
+    let acks = c
+        .agent(agent)
+        .events()
+        .iter()
+        .filter(|e| matches!(e, lifeline::sim::agent::AgentEvent::Acked { id: got, .. } if *got == id as u64))
+        .count();
+    assert_eq!(acks, 1, "the agent heard it once");
+    c.shutdown().await;
+}

@@ -131,7 +131,7 @@ impl Hub {
         for chunk in ids.chunks(audit::LOOKUP_CHUNK) {
             match audit::by_ids(&self.db, chunk).await {
                 Ok(rows) => {
-                    self.deliver_recorded(rows);
+                    self.deliver_recorded(rows).await;
                 }
                 Err(e) => {
                     warn!(error = %e, signals = chunk.len(), "cannot read signals another replica relayed: they time out");
@@ -141,13 +141,29 @@ impl Hub {
     }
 
     /// Delivers signals already recorded (by another replica, or found
-    /// after a lost notification). A signal already answered or already on
-    /// its way is left alone; one whose agent has left gets
-    /// `undeliverable`. Returns how many were sent.
-    pub fn deliver_recorded(&self, rows: Vec<SignalRecord>) -> usize {
+    /// after a lost notification). Each is claimed in the database first
+    /// ([`audit::claim`]): one already answered, already on its way, or
+    /// claimed by another reader of the same row (whatever its snapshot
+    /// says) is left alone. One whose agent has left gets `undeliverable`.
+    /// Returns how many were sent.
+    pub async fn deliver_recorded(&self, rows: Vec<SignalRecord>) -> usize {
+        let candidates: Vec<i64> = rows
+            .iter()
+            .filter(|r| r.outcome == Outcome::Pending && !lock(&self.in_flight).contains_key(&r.id))
+            .map(|r| r.id)
+            .collect();
+        let mut claimed = std::collections::HashSet::with_capacity(candidates.len());
+        for chunk in candidates.chunks(audit::LOOKUP_CHUNK) {
+            match audit::claim(&self.db, chunk, self.clock.now()).await {
+                Ok(ids) => claimed.extend(ids),
+                Err(e) => {
+                    warn!(error = %e, signals = chunk.len(), "cannot claim recorded signals for delivery: they time out");
+                }
+            }
+        }
         let mut sent = 0;
         for row in rows {
-            if row.outcome != Outcome::Pending || lock(&self.in_flight).contains_key(&row.id) {
+            if !claimed.contains(&row.id) {
                 continue;
             }
             let _span =
