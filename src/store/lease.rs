@@ -173,10 +173,11 @@ pub async fn release(pool: &PgPool, me: &str, term: i64) -> Result<(), sqlx::Err
     Ok(())
 }
 
-/// Checks, inside a writer's transaction, that `me` still leads in `term`
-/// (the fencing token: a new holder always brings a new term); the row
-/// stays share-locked until the transaction ends, so the lease cannot
-/// change hands before this transaction commits.
+/// Checks, inside a writer's transaction and just before its COMMIT, that
+/// `me` still leads in `term` (the fencing token: a new tenure always
+/// brings a new term); the row stays share-locked until the transaction
+/// ends, so the lease cannot change hands before this transaction commits,
+/// and a renewal waits for no more than the COMMIT itself.
 pub async fn still_leads(
     tx: &mut Transaction<'static, Postgres>,
     me: &str,

@@ -323,10 +323,14 @@ pub async fn commit_batch(
     let cap = if isolate { 1 } else { CHUNK };
     let mut refused: Option<Vec<Refused>> = isolate.then(Vec::new);
     on_pool!(db, pool => {
-    let mut tx = pool.begin().await?;
-    if !tx.holds(&b.fence).await? {
+    // Whether the fence holds is decided last, just before COMMIT, where
+    // a leader's check share-locks the lease row: held from the first
+    // statement, that lock would keep the lease from being renewed for as
+    // long as a large batch takes (and the leader would step down for it).
+    if matches!(b.fence, Fence::Follower) {
         return Ok((Committed::Fenced, Vec::new()));
     }
+    let mut tx = pool.begin().await?;
     for (kind, rows) in &b.replace_servers {
         sqlx::query("DELETE FROM resources WHERE kind = $1")
             .bind(kind.as_str())
@@ -445,6 +449,9 @@ pub async fn commit_batch(
         for chunk in chunks(&rows, CHUNK) {
             insert_events(chunk.iter()).build().execute(&mut *tx).await?;
         }
+    }
+    if !tx.holds(&b.fence).await? {
+        return Ok((Committed::Fenced, Vec::new()));
     }
     tx.commit().await?;
     Ok((Committed::Written, refused))

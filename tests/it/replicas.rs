@@ -145,6 +145,53 @@ async fn taking_back_ones_own_lease_is_a_new_term_that_fences_the_old_one() {
     db.close().await;
 }
 
+/// Guards the leader against its own writer: a write transaction that
+/// takes long (here: three seconds, made so by a trigger) does not hold
+/// the lease row, so the lease is renewed meanwhile (a renewal waits at
+/// most 2 s for a lock, then fails, and a leader that cannot renew steps
+/// down). The fence is still checked, at the end.
+#[tokio::test]
+async fn a_long_write_does_not_keep_the_lease_from_being_renewed() {
+    let Some(db) = postgres_store("long_write").await else {
+        return;
+    };
+    let Db::Postgres(pool) = &db else {
+        panic!("a PostgreSQL store")
+    };
+    sqlx::raw_sql(
+        "CREATE FUNCTION slow_insert() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN PERFORM pg_sleep(3); RETURN NULL; END $$; \
+         CREATE TRIGGER slow AFTER INSERT ON events FOR EACH STATEMENT EXECUTE FUNCTION slow_insert();",
+    )
+    .execute(pool)
+    .await
+    .expect("a slow trigger");
+    let lease = Duration::from_secs(30);
+    let Attempt::Ours(a) = lead(pool, "a", lease).await else {
+        panic!("a free lease is taken")
+    };
+    let mut batch = one_event();
+    batch.fence = Fence::Leader {
+        replica: "a".into(),
+        term: a.term,
+    };
+    let writing = tokio::spawn({
+        let db = db.clone();
+        async move { commit(&db, &batch).await }
+    });
+    real_sleep(Duration::from_millis(500)).await;
+    let renewed = lease::try_lead(pool, "a", lease, Some(a.term)).await;
+    assert!(
+        matches!(renewed, Ok(Attempt::Ours(ref t)) if t.term == a.term),
+        "renewed during the long write: {renewed:?}"
+    );
+    assert_eq!(
+        bounded("the slow write", writing).await.unwrap().unwrap(),
+        Committed::Written
+    );
+    db.close().await;
+}
+
 async fn leadership_of(ll: &Lifeline) -> lifeline::store::Leadership {
     ll.leadership.borrow().clone()
 }
