@@ -22,6 +22,7 @@ use sqlx::postgres::{PgListener, PgPoolOptions};
 use sqlx::PgPool;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, info_span, warn, Instrument};
 
@@ -63,6 +64,14 @@ const FORGET_REPLICAS_AFTER: Duration = Duration::from_secs(24 * 3600);
 const SWEEP_LIMIT: i64 = 1000;
 /// Missed signals delivered each time the listener is back.
 const CATCH_UP_LIMIT: i64 = 1000;
+/// How often the listening connection is probed (see [`listen`]).
+const PROBE_EVERY: Duration = Duration::from_secs(10);
+/// The longest time between two reads of pending signals and settings
+/// while the listener seems well (a notification can be lost without the
+/// connection failing); a third of `signals.ack_timeout` when shorter, so
+/// that a signal whose notification was lost is delivered before its
+/// deadline.
+const MAKE_UP_EVERY: Duration = Duration::from_secs(10);
 
 /// What this process is on its database, decided once at start: alone
 /// (SQLite: it always leads, with nothing to fence or relay) or one replica
@@ -200,8 +209,10 @@ async fn start(
 struct Lease {
     /// The term this replica leads in, if it does.
     term: Option<i64>,
-    /// Local time past which it must not act as leader without a renewal.
-    valid_until: Ts,
+    /// Monotonic instant past which it must not act as leader without a
+    /// renewal: a wall clock step cannot stretch it, and a process paused
+    /// (SIGSTOP, a VM freeze) finds it passed when it wakes.
+    valid_until: Instant,
     /// Consecutive failures to reach the database (for the log).
     failures: u32,
 }
@@ -209,17 +220,28 @@ struct Lease {
 async fn lease_loop(p: Arc<Parts>, stop: CancellationToken) {
     let cfg = &p.cfg;
     let renew_every = cfg.lease / RENEW_SHARE;
+    let mono = || p.rooms.clock.deadline_in(Duration::ZERO);
     let mut st = Lease {
         term: None,
-        valid_until: Ts::ZERO,
+        valid_until: mono(),
         failures: 0,
     };
     loop {
-        let started = p.rooms.clock.now();
+        let started = mono();
+        // Validity first: a leader that slept past it (paused, starved)
+        // stops acting before anything else, and whatever it takes next
+        // is a new tenure.
+        if st.term.is_some() && started >= st.valid_until {
+            step_down(
+                &p,
+                &mut st,
+                "its validity ran out before it could renew (was it paused?)",
+            );
+        }
         // A leader waits for an answer no longer than it may still lead.
         let budget = match st.term {
             Some(_) => renew_every
-                .min(st.valid_until.since(started))
+                .min(st.valid_until.saturating_duration_since(started))
                 .max(Duration::from_millis(10)),
             None => renew_every,
         };
@@ -234,7 +256,13 @@ async fn lease_loop(p: Arc<Parts>, stop: CancellationToken) {
                 // The database's deadline is `lease` after it ran the
                 // statement, which was after `started`: stepping down a
                 // renewal early leaves the lease ours until then.
-                st.valid_until = started.saturating_add(cfg.lease - renew_every);
+                st.valid_until = started + (cfg.lease - renew_every);
+                let valid_until = st.valid_until;
+                // Moved without waking anyone: only who leads is news.
+                p.leadership.send_if_modified(|l| {
+                    l.valid_until = Some(valid_until);
+                    false
+                });
                 if st.term != Some(t.term) {
                     take_lead(&p, &mut st, t.term).await;
                 }
@@ -261,14 +289,12 @@ async fn lease_loop(p: Arc<Parts>, stop: CancellationToken) {
                 renew_every / 2
             }
         };
-        // Only a failed renewal makes a leader step down: one that merely
-        // woke late renews first.
-        if st.failures > 0 && st.term.is_some() && p.rooms.clock.now() >= st.valid_until {
+        if st.failures > 0 && st.term.is_some() && mono() >= st.valid_until {
             step_down(&p, &mut st, "the lease could not be renewed before it ends");
         }
         // A leader that cannot renew wakes exactly when it must step down.
         let wait = match st.term {
-            Some(_) => wait.min(st.valid_until.since(p.rooms.clock.now())),
+            Some(_) => wait.min(st.valid_until.saturating_duration_since(mono())),
             None => wait,
         };
         tokio::select! {
@@ -303,10 +329,12 @@ async fn take_lead(p: &Parts, st: &mut Lease, term: i64) {
         "this replica leads: it writes history and sends automatic signals"
     );
     let now = p.rooms.clock.now();
+    let valid_until = st.valid_until;
     p.leadership.send_modify(|l| {
         l.leader = Some(p.cfg.name.clone());
         l.term = term;
         l.leading = true;
+        l.valid_until = Some(valid_until);
         l.since = Some(now);
     });
 }
@@ -325,6 +353,7 @@ fn step_down(p: &Parts, st: &mut Lease, why: &str) {
     let now = p.rooms.clock.now();
     p.leadership.send_modify(|l| {
         l.leading = false;
+        l.valid_until = None;
         l.since = Some(now);
         if l.leader.as_deref() == Some(p.cfg.name.as_str()) {
             l.leader = None;
@@ -362,8 +391,11 @@ fn unreachable(p: &Parts, st: &mut Lease, error: &str) {
 }
 
 /// Listens for signals to deliver and settings that changed. Missed
-/// notifications (while the connection was down) are made up for each
-/// time it listens again: see [`make_up`].
+/// notifications are made up for (see [`make_up`]) each time it listens
+/// again and at least every [`MAKE_UP_EVERY`] besides. Every [`PROBE_EVERY`] it
+/// sends itself a probe through the database; a probe not heard back by
+/// the next one means the connection is dead without having said so (a
+/// peer gone silent, a black-holed route): it is dropped and made again.
 async fn listen(p: Arc<Parts>, stop: CancellationToken) {
     let backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     let mut attempt = 0u32;
@@ -388,16 +420,52 @@ async fn listen(p: Arc<Parts>, stop: CancellationToken) {
         };
         attempt = 0;
         make_up(&p).await;
-        loop {
-            let n = tokio::select! {
-                _ = stop.cancelled() => return,
-                n = listener.try_recv() => n,
+        let mut probe = tokio::time::interval(PROBE_EVERY);
+        probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let every = (p.cfg.ack_timeout / 3).clamp(Duration::from_secs(1), MAKE_UP_EVERY);
+        let mut periodic = tokio::time::interval(every);
+        periodic.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        periodic.reset();
+        // A probe sent and not heard back yet.
+        let mut unanswered = false;
+        'heard: loop {
+            // One receive in flight across the other arms: never dropped
+            // half-read.
+            let n = {
+                let recv = listener.try_recv();
+                tokio::pin!(recv);
+                loop {
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        n = &mut recv => break n,
+                        _ = probe.tick() => {
+                            if unanswered {
+                                Stats::inc(&p.rooms.stats.listen_probes_lost);
+                                warn!("the listening connection did not hear its own probe: listening again");
+                                break 'heard;
+                            }
+                            match lease::notify_probe(&p.pool, &p.cfg.name).await {
+                                Ok(()) => unanswered = true,
+                                Err(e) => debug!(error = %e, "cannot send the listener its probe"),
+                            }
+                        }
+                        _ = periodic.tick() => make_up(&p).await,
+                    }
+                }
             };
             match n {
+                Ok(Some(n)) if n.channel() == lease::PROBE_CHANNEL => {
+                    if n.payload() == p.cfg.name {
+                        unanswered = false;
+                    }
+                }
                 Ok(Some(n)) => dispatch(&p, n.channel(), n.payload()).await,
                 // The connection was lost and made again: what was sent
                 // meanwhile is gone.
-                Ok(None) => make_up(&p).await,
+                Ok(None) => {
+                    unanswered = false;
+                    make_up(&p).await
+                }
                 Err(e) => {
                     warn!(error = %e, "notifications lost; listening again");
                     break;
@@ -440,11 +508,15 @@ async fn make_up(p: &Parts) {
     }
 }
 
-/// A listener on both channels.
+/// A listener on every channel.
 async fn listener(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
     let mut l = PgListener::connect_with(pool).await?;
-    l.listen_all([lease::SIGNALS_CHANNEL, lease::SETTINGS_CHANNEL])
-        .await?;
+    l.listen_all([
+        lease::SIGNALS_CHANNEL,
+        lease::SETTINGS_CHANNEL,
+        lease::PROBE_CHANNEL,
+    ])
+    .await?;
     Ok(l)
 }
 

@@ -84,6 +84,9 @@ pub struct Stats {
     /// Signals delivered on a replica's own search after it could not
     /// hear for a while (the notification that woke it was lost).
     pub signals_caught_up: AtomicU64,
+    /// Times the listening connection missed its own probe and was made
+    /// again (it had died without saying so).
+    pub listen_probes_lost: AtomicU64,
     /// Expiry timers that fired.
     pub timers_fired: AtomicU64,
     /// Agent state changes.
@@ -176,6 +179,7 @@ pub mod metric {
     pub const STORE_ROWS_REFUSED_TOTAL: &str = "lifeline_store_rows_refused_total";
     pub const SIGNALS_SWEPT_TOTAL: &str = "lifeline_signals_swept_total";
     pub const SIGNALS_CAUGHT_UP_TOTAL: &str = "lifeline_signals_caught_up_total";
+    pub const LISTEN_PROBES_LOST_TOTAL: &str = "lifeline_listen_probes_lost_total";
     pub const TRACE_SPANS_EXPORTED_TOTAL: &str = "lifeline_trace_spans_exported_total";
     pub const SIGNALS_TOTAL: &str = "lifeline_signals_total";
     pub const DISCOVERY_MESSAGES_TOTAL: &str = "lifeline_discovery_messages_total";

@@ -329,6 +329,11 @@ fn counters(st: &Stats, spans: &SpanCounters) {
             &st.signals_caught_up,
         ),
         (
+            metric::LISTEN_PROBES_LOST_TOTAL,
+            "Times the listening connection did not hear its own probe and was made again.",
+            &st.listen_probes_lost,
+        ),
+        (
             metric::TRACE_SPANS_EXPORTED_TOTAL,
             "Spans the OTLP collector accepted.",
             &spans.exported,

@@ -37,6 +37,10 @@ impl From<SendError> for ApiError {
         match e {
             SendError::Db(e) => ApiError::from(e),
             SendError::FleetGone => ApiError::FleetGone,
+            SendError::NotLeader => ApiError::Busy {
+                code: "not_leader",
+                message: "this replica no longer leads; try again".into(),
+            },
         }
     }
 }

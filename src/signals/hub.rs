@@ -30,7 +30,7 @@ use crate::proto::v1 as pb;
 use crate::proto::v1::agent_signals_server::{AgentSignals, AgentSignalsServer};
 use crate::stats::{SignalKind, SignalOutcome, Stats};
 use crate::store::health::StoreHealth;
-use crate::store::lease::Leadership;
+use crate::store::lease::{Fence, Leadership};
 use crate::store::signals::{self as audit, SignalIds, SignalRecord, SignalUpdate};
 use crate::telemetry::propagate::{self, TraceRef};
 
@@ -107,6 +107,10 @@ pub enum SendError {
     Db(#[from] sqlx::Error),
     #[error("the fleet has stopped")]
     FleetGone,
+    /// A leader's signal from a replica that no longer leads (its term
+    /// passed): nothing was recorded or sent.
+    #[error("this replica no longer leads")]
+    NotLeader,
 }
 
 struct Conn {
@@ -226,9 +230,12 @@ impl Hub {
         v
     }
 
-    /// This replica leads (always, alone on its database).
+    /// This replica leads (always, alone on its database) and may act on
+    /// it now: within its validity on the monotonic clock, so a leader
+    /// that was paused sends nothing before its lease loop has looked.
     pub fn leads(&self) -> bool {
-        self.cfg.leadership.borrow().leading
+        let now = self.clock.deadline_in(Duration::ZERO);
+        self.cfg.leadership.borrow().acting(now)
     }
 
     pub fn leadership(&self) -> watch::Receiver<Leadership> {
@@ -249,6 +256,38 @@ impl Hub {
     /// and queues it on the agent's stream. An agent that is not connected,
     /// or whose queue is full, gets an `undeliverable` row instead.
     pub async fn send(&self, reqs: Vec<SignalRequest>) -> Result<Vec<SignalRecord>, SendError> {
+        self.send_fenced(reqs, Fence::Sole).await
+    }
+
+    /// [`Self::send`] for what only the leader sends (automatic, periodic,
+    /// graceful): recorded only while this replica still leads in its
+    /// term, checked in the transaction that records them.
+    pub async fn send_as_leader(
+        &self,
+        reqs: Vec<SignalRequest>,
+    ) -> Result<Vec<SignalRecord>, SendError> {
+        let fence = {
+            let l = self.cfg.leadership.borrow();
+            if !l.acting(self.clock.deadline_in(Duration::ZERO)) {
+                return Err(SendError::NotLeader);
+            }
+            if l.sole {
+                Fence::Sole
+            } else {
+                Fence::Leader {
+                    replica: l.replica.as_str().into(),
+                    term: l.term,
+                }
+            }
+        };
+        self.send_fenced(reqs, fence).await
+    }
+
+    async fn send_fenced(
+        &self,
+        reqs: Vec<SignalRequest>,
+        fence: Fence,
+    ) -> Result<Vec<SignalRecord>, SendError> {
         if reqs.is_empty() {
             return Ok(Vec::new());
         }
@@ -272,7 +311,9 @@ impl Hub {
                 latency_ms: None,
             })
             .collect();
-        audit::insert(&self.db, &rows).await?;
+        if !audit::insert_fenced(&self.db, &rows, &fence).await? {
+            return Err(SendError::NotLeader);
+        }
         self.fleet
             .send(Command::Signaled {
                 signals: rows.iter().map(|r| (r.agent.clone(), r.id)).collect(),

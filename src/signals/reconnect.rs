@@ -419,7 +419,7 @@ impl Auto {
             return;
         }
         let sent: Vec<String> = reqs.iter().map(|r| r.agent.clone()).collect();
-        match self.hub.send(reqs).await {
+        match self.hub.send_as_leader(reqs).await {
             Ok(rows) => debug!(signals = rows.len(), "automatic reconnects sent"),
             Err(e) => warn!(agents = sent.len(), error = %e, "automatic reconnects not sent"),
         }
@@ -540,6 +540,12 @@ async fn periodic(cfg: ReconnectConfig, hub: Arc<Hub>, stop: CancellationToken) 
                 _ = stop.cancelled() => return,
                 _ = tick.tick() => {}
             }
+            // A round runs for minutes: it ends when this replica stops
+            // leading (and each batch is fenced by the term besides).
+            if !hub.leads() {
+                info!("periodic reconnect round stopped: this replica no longer leads");
+                break;
+            }
             let reqs = chunk
                 .iter()
                 .map(|a| SignalRequest {
@@ -552,7 +558,7 @@ async fn periodic(cfg: ReconnectConfig, hub: Arc<Hub>, stop: CancellationToken) 
                     trace: None,
                 })
                 .collect();
-            if let Err(e) = hub.send(reqs).await {
+            if let Err(e) = hub.send_as_leader(reqs).await {
                 warn!(error = %e, "periodic reconnects not sent");
             }
         }
@@ -622,7 +628,7 @@ async fn graceful(
         }
         if !reqs.is_empty() {
             info!(agents = reqs.len(), "closing excess tunnels");
-            if let Err(e) = hub.send(reqs).await {
+            if let Err(e) = hub.send_as_leader(reqs).await {
                 warn!(error = %e, "graceful tunnel closing not sent");
             }
         }

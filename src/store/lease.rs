@@ -55,9 +55,21 @@ pub struct Leadership {
     pub sole: bool,
     /// When this replica last changed role.
     pub since: Option<Ts>,
+    /// While leading: the monotonic instant past which it must not act
+    /// without another renewal (moved at every renewal without waking
+    /// anyone). A leader that was paused finds it passed on waking.
+    #[serde(skip)]
+    #[schema(ignore)]
+    pub valid_until: Option<tokio::time::Instant>,
 }
 
 impl Leadership {
+    /// Whether this replica may act as leader at the monotonic instant
+    /// `now`: it leads, alone on its database or within its validity.
+    pub fn acting(&self, now: tokio::time::Instant) -> bool {
+        self.leading && (self.sole || self.valid_until.is_some_and(|v| now < v))
+    }
+
     /// A process alone on its database: it leads from the start.
     pub fn sole(name: &str, now: Ts) -> Leadership {
         Leadership {
@@ -77,6 +89,7 @@ impl Leadership {
             leading: false,
             sole: false,
             since: Some(now),
+            valid_until: None,
         }
     }
 }
@@ -349,6 +362,15 @@ pub async fn remote_streams(
 pub const SIGNALS_CHANNEL: &str = "lifeline_signals";
 /// The channel that tells every replica a setting changed.
 pub const SETTINGS_CHANNEL: &str = "lifeline_settings";
+/// The channel each replica sends itself a probe on, to know its
+/// listening connection still hears (payload: the replica's name).
+pub const PROBE_CHANNEL: &str = "lifeline_probe";
+
+/// Sends `replica`'s listening connection a probe (see [`PROBE_CHANNEL`]).
+pub async fn notify_probe(pool: &PgPool, replica: &str) -> Result<(), sqlx::Error> {
+    notify(pool, PROBE_CHANNEL, replica).await
+}
+
 /// Longest payload sent in one notification (PostgreSQL's bound is 8000).
 const MAX_PAYLOAD: usize = 7000;
 
@@ -414,6 +436,25 @@ pub async fn sweep_unanswered(pool: &PgPool, before: Ts, limit: i64) -> Result<u
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// A leader acts only within its validity on the monotonic clock; a
+    /// process alone on its database always does.
+    #[tokio::test(start_paused = true)]
+    #[allow(clippy::disallowed_methods)] // the monotonic clock is what is tested
+    async fn a_leader_acts_only_within_its_validity() {
+        let now = tokio::time::Instant::now();
+        let mut l = Leadership::follower("a", Ts(0));
+        assert!(!l.acting(now));
+        l.leading = true;
+        assert!(!l.acting(now), "no validity yet");
+        l.valid_until = Some(now + std::time::Duration::from_secs(4));
+        assert!(l.acting(now));
+        tokio::time::advance(std::time::Duration::from_secs(5)).await;
+        assert!(!l.acting(tokio::time::Instant::now()), "woke past it");
+        assert!(Leadership::sole("a", Ts(0)).acting(tokio::time::Instant::now()));
+    }
+
     use super::parse_signals;
 
     #[test]

@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use sqlx::QueryBuilder;
 
+use super::lease::Fence;
+use super::writer::CheckFence;
 use super::{on_pool, Db};
 
 use crate::clock::Ts;
@@ -135,9 +137,24 @@ impl SignalIds {
 
 /// Commits new signal rows in one transaction.
 pub async fn insert(db: &Db, rows: &[SignalRecord]) -> Result<(), sqlx::Error> {
+    insert_fenced(db, rows, &Fence::Sole).await.map(|_| ())
+}
+
+/// Commits new signal rows in one transaction if `fence` still holds at
+/// its end (the leader's automatic, periodic and graceful signals are
+/// fenced like history: a leader whose term has passed records and sends
+/// none). False: fenced, nothing written.
+pub async fn insert_fenced(
+    db: &Db,
+    rows: &[SignalRecord],
+    fence: &Fence,
+) -> Result<bool, sqlx::Error> {
+    if matches!(fence, Fence::Follower) {
+        return Ok(false);
+    }
     on_pool!(db, pool => {
     if rows.is_empty() {
-        return Ok(());
+        return Ok(true);
     }
     let mut tx = pool.begin().await?;
     for chunk in rows.chunks(CHUNK) {
@@ -160,7 +177,11 @@ pub async fn insert(db: &Db, rows: &[SignalRecord]) -> Result<(), sqlx::Error> {
         });
         q.build().execute(&mut *tx).await?;
     }
-    tx.commit().await
+    if !tx.holds(fence).await? {
+        return Ok(false);
+    }
+    tx.commit().await?;
+    Ok(true)
     })
 }
 

@@ -237,7 +237,7 @@ pub enum Committed {
 }
 
 /// Checks a batch's [`Fence`] inside the transaction that writes it.
-trait CheckFence {
+pub(super) trait CheckFence {
     async fn holds(&mut self, fence: &Fence) -> Result<bool, sqlx::Error>;
 }
 

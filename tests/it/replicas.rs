@@ -575,3 +575,93 @@ async fn a_signal_read_twice_is_delivered_once() {
     assert_eq!(acks, 1, "the agent heard it once");
     c.shutdown().await;
 }
+
+/// Guards the fence on the leader's own signals: once another replica has
+/// taken the lease, a replica that has not yet noticed records and sends
+/// no automatic, periodic or graceful signal (the term is checked in the
+/// transaction that records them). A manual one still goes out.
+#[tokio::test(start_paused = true)]
+async fn a_replica_whose_term_has_passed_sends_no_leaders_signal() {
+    let Some(c) = replica_a("stale_leader").await else {
+        return;
+    };
+    c.ready().await;
+    let db = c.ll().db.clone();
+    let Db::Postgres(pool) = &db else {
+        panic!("a PostgreSQL store")
+    };
+    // Another replica takes the lease; replica-a has not looked yet.
+    sqlx::query("UPDATE leader_lease SET holder = 'replica-b', term = term + 1 WHERE id = 1")
+        .execute(pool)
+        .await
+        .expect("the lease moves");
+    assert!(c.ll().hub.leads(), "replica-a has not noticed yet");
+    let req = |requested_by: &str| lifeline::signals::hub::SignalRequest {
+        agent: "agent-00001".into(),
+        ask: lifeline::signals::hub::Ask::Reconnect {
+            proxy: String::new(),
+        },
+        reason: "test".into(),
+        requested_by: requested_by.into(),
+        trace: None,
+    };
+    let before = sql_i64(&db, "SELECT count(*) FROM signals").await;
+    let e = c
+        .ll()
+        .hub
+        .send_as_leader(vec![req("auto")])
+        .await
+        .expect_err("fenced");
+    assert!(
+        matches!(e, lifeline::signals::hub::SendError::NotLeader),
+        "{e}"
+    );
+    assert_eq!(
+        sql_i64(&db, "SELECT count(*) FROM signals").await,
+        before,
+        "nothing recorded"
+    );
+    let rows = c
+        .ll()
+        .hub
+        .send(vec![req("api:admin")])
+        .await
+        .expect("manual");
+    assert_eq!(rows.len(), 1);
+    c.shutdown().await;
+}
+
+/// Guards the periodic make-up: a signal recorded for an agent here whose
+/// notification never came (the listener itself looked well) is found and
+/// delivered within ten seconds (a third of the ack timeout), well before
+/// its deadline, without waiting for the listener to fail.
+#[tokio::test(start_paused = true)]
+async fn a_lost_notification_is_made_up_for_without_a_reconnect() {
+    let Some(c) = replica_a("periodic_make_up").await else {
+        return;
+    };
+    c.ready().await;
+    c.advance(Duration::from_secs(1)).await;
+    let db = c.ll().db.clone();
+    streams_recorded(&db).await;
+    let Db::Postgres(pool) = &db else {
+        panic!("a PostgreSQL store")
+    };
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO signals (kind, agent, proxy, reason, requested_by, created_us, outcome) \
+         VALUES ('reconnect', 'agent-00002', '', 'notification lost', 'ui:elsewhere', $1, 'pending') \
+         RETURNING id",
+    )
+    .bind(c.clock.now().as_micros())
+    .fetch_one(pool)
+    .await
+    .expect("a pending signal");
+    let base = c.ll().base_url();
+    let acked = || async {
+        let (_, row) = call(&base, Method::GET, &format!("/api/v1/signals/{id}"), None).await;
+        row["outcome"] == "acked"
+    };
+    c.advance(Duration::from_secs(11)).await;
+    until("the periodic make-up delivered it", acked).await;
+    c.shutdown().await;
+}
