@@ -392,7 +392,30 @@ impl Fleet {
     /// An agent's own report of its tunnels. Merged with the cluster's
     /// tunnel records, latest observation wins: a proxy it no longer names
     /// loses its tunnel, a proxy it names without a tunnel gains one.
-    pub fn report(&mut self, agent: &str, proxies: Vec<String>, auth_server: String) {
+    /// An agent's own report of its tunnels. Only names the cluster knows
+    /// count: a report from an agent it does not know is refused, and a
+    /// proxy it does not know is left out (both counted), so a report can
+    /// neither make tunnels nor grow the fleet beyond what the cluster
+    /// says exists.
+    pub fn report(&mut self, agent: &str, mut proxies: Vec<String>, auth_server: String) {
+        if !self.agents.contains_key(agent) {
+            Stats::inc(&self.stats.agent_messages_rejected);
+            tracing::debug!(
+                agent,
+                "tunnel report refused: the cluster knows no such agent"
+            );
+            return;
+        }
+        let named = proxies.len();
+        proxies.retain(|p| self.proxies.contains_key(p));
+        if proxies.len() < named {
+            Stats::inc(&self.stats.agent_messages_rejected);
+            tracing::debug!(
+                agent,
+                unknown = named - proxies.len(),
+                "tunnel report names proxies the cluster does not know: left out"
+            );
+        }
         let now = self.now();
         if let Some(l) = self.links.get_mut(agent) {
             l.reports += 1;
@@ -439,6 +462,29 @@ mod tests {
 
     fn put(f: &mut super::Fleet, s: crate::model::Server) {
         f.apply(vec![Ingested::Change(Change::PutServer(s))]);
+    }
+
+    /// Guards the fleet's bounds against its agents: a report from an
+    /// agent the cluster does not know makes nothing, and proxies it does
+    /// not know are left out of a known agent's report.
+    #[tokio::test(start_paused = true)]
+    async fn reports_only_count_names_the_cluster_knows() {
+        let mut f = ready(&[("p1", 100), ("p2", 100)], &["a1"]);
+        let tunnels = f.tunnels.len();
+        f.report("stranger", vec!["p1".into()], String::new());
+        assert!(!f.agents.contains_key("stranger"));
+        assert_eq!(f.tunnels.len(), tunnels, "nothing made for a stranger");
+        f.report("a1", vec!["p1".into(), "p-made-up".into()], String::new());
+        assert!(f.tunnels.values().all(|t| t.tunnel.proxy != "p-made-up"));
+        assert!(f
+            .tunnels
+            .values()
+            .any(|t| t.tunnel.agent == "a1" && t.tunnel.proxy == "p1"));
+        let refused = f
+            .stats
+            .agent_messages_rejected
+            .load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(refused, 2);
     }
 
     /// Guards what counts as a heartbeat: a PUT that moves the expiry, in
