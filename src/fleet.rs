@@ -181,7 +181,14 @@ pub struct FleetHandle {
     auth_targets: watch::Receiver<BTreeMap<String, String>>,
     /// Reads give up after this long (`None`: wait as long as it takes).
     read_timeout: Option<std::time::Duration>,
+    /// Request handlers' reads in the actor's queue at once: a flood of
+    /// reads cannot crowd out the changes the fleet must apply.
+    reads: std::sync::Arc<tokio::sync::Semaphore>,
 }
+
+/// Most request handlers' reads waiting in the fleet's queue at once;
+/// beyond it a read waits for a turn within its timeout, then is `Busy`.
+pub const MAX_QUEUED_READS: usize = 64;
 
 impl FleetHandle {
     pub async fn send(&self, cmd: Command) -> Result<(), FleetError> {
@@ -222,9 +229,16 @@ impl FleetHandle {
         };
         match self.read_timeout {
             None => read.await,
-            Some(d) => tokio::time::timeout(d, read)
-                .await
-                .unwrap_or(Err(FleetError::Busy(d))),
+            Some(d) => tokio::time::timeout(d, async {
+                let _turn = self
+                    .reads
+                    .acquire()
+                    .await
+                    .map_err(|_| FleetError::Stopped)?;
+                read.await
+            })
+            .await
+            .unwrap_or(Err(FleetError::Busy(d))),
         }
     }
 

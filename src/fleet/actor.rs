@@ -72,6 +72,7 @@ pub fn spawn(
         changes,
         auth_targets: targets_rx,
         read_timeout: None,
+        reads: std::sync::Arc::new(tokio::sync::Semaphore::new(super::MAX_QUEUED_READS)),
     };
     let task = tokio::spawn(run(fleet, rx, writer, shutdown));
     (handle, task)
