@@ -366,6 +366,7 @@ impl Lifeline {
             // streams on it end and their names are free again.
             .http2_keepalive_interval(cfg.server.grpc_keepalive)
             .http2_keepalive_timeout(Some(GRPC_KEEPALIVE_TIMEOUT))
+            .max_concurrent_streams(GRPC_MAX_STREAMS_PER_CONNECTION)
             .layer(
                 TraceLayer::new_for_grpc()
                     .make_span_with(DefaultMakeSpan::new().level(Level::INFO))
@@ -621,6 +622,12 @@ async fn prune_loop(
         }
     }
 }
+
+/// Most streams one HTTP/2 connection may hold open: far above what one
+/// agent needs (its signal stream, a health watch, a config call), and
+/// room for a stream-balancing proxy that carries many agents on one
+/// connection, while no single peer can open streams without end.
+const GRPC_MAX_STREAMS_PER_CONNECTION: u32 = 1000;
 
 /// How long a gRPC keepalive ping may go unanswered.
 const GRPC_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
