@@ -32,15 +32,21 @@ pub enum Reloaded {
     Refused(String),
 }
 
+/// How often contents that were refused are tried again.
+pub const RETRY_REFUSED: Duration = Duration::from_secs(60);
+
 pub struct CertStore {
     cert_path: PathBuf,
     key_path: PathBuf,
     /// What is served now, and its subject and validity (for logs and
     /// `/metrics`), swapped together.
     current: RwLock<(Arc<CertifiedKey>, Validity)>,
-    /// The files' digest at the last look, so each change is tried (and
-    /// refused or logged) once.
-    seen: Mutex<[u8; 32]>,
+    /// The files' digest at the last look, so each change is logged and
+    /// counted once; and when those contents were refused, since when
+    /// (they are tried again, quietly, every [`RETRY_REFUSED`]: a pair
+    /// refused for a time, such as a notBefore a few seconds ahead, is
+    /// served once it is valid).
+    seen: Mutex<([u8; 32], Option<Ts>)>,
     stats: Arc<Stats>,
 }
 
@@ -83,7 +89,7 @@ impl CertStore {
             cert_path: cert_path.to_path_buf(),
             key_path: key_path.to_path_buf(),
             current: RwLock::new((loaded.key, loaded.validity.clone())),
-            seen: Mutex::new(digest(&cert, &key)),
+            seen: Mutex::new((digest(&cert, &key), None)),
             stats,
         };
         store.publish(&loaded.validity);
@@ -113,15 +119,29 @@ impl CertStore {
             Ok((cert, key)) => digest(cert, key),
             Err(e) => digest(b"unreadable", e.to_string().as_bytes()),
         };
-        {
+        let again = {
             let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-            if *seen == d {
-                return Reloaded::Unchanged;
+            match *seen {
+                (s, None) if s == d => return Reloaded::Unchanged,
+                (s, Some(at)) if s == d && now.since(at) < RETRY_REFUSED => {
+                    return Reloaded::Unchanged
+                }
+                (s, Some(_)) if s == d => true,
+                _ => {
+                    *seen = (d, None);
+                    false
+                }
             }
-            *seen = d;
-        }
+        };
         let checked = read
             .and_then(|(cert, key)| pem::pair(&self.cert_path, &cert, &self.key_path, &key, now));
+        self.seen.lock().unwrap_or_else(|e| e.into_inner()).1 = checked.is_err().then_some(now);
+        if checked.is_err() {
+            if again {
+                // Refused before, for the same reason: said once.
+                return Reloaded::Unchanged;
+            }
+        }
         match checked {
             Ok(loaded) => {
                 self.publish(&loaded.validity);
@@ -238,5 +258,50 @@ mod tests {
         assert!(store.served().subject.contains("second"));
         assert_eq!(stats.tls_reloads_loaded.load(Ordering::Relaxed), 1);
         assert_eq!(stats.tls_reloads_refused.load(Ordering::Relaxed), 1);
+    }
+
+    /// A pair refused for a time (its notBefore a little ahead, as a
+    /// renewal written by a host whose clock runs early) is tried again,
+    /// quietly, and served once it is valid.
+    #[test]
+    fn a_pair_not_yet_valid_is_served_once_it_is() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (c, k) = write_leaf(dir.path(), "first");
+        let now = Clock::system().now();
+        let stats = Arc::new(Stats::default());
+        let store = CertStore::load(&c, &k, now, stats.clone()).expect("loads");
+
+        let key = KeyPair::generate().expect("key");
+        let mut params = CertificateParams::new(vec!["localhost".to_string()]).expect("params");
+        params.distinguished_name.push(DnType::CommonName, "early");
+        params.not_before =
+            time::OffsetDateTime::from_unix_timestamp(now.as_micros() / 1_000_000 + 30)
+                .expect("a time");
+        let cert = params.self_signed(&key).expect("cert");
+        std::fs::write(&c, cert.pem()).expect("write cert");
+        std::fs::write(&k, key.serialize_pem()).expect("write key");
+
+        assert!(matches!(store.check(now), Reloaded::Refused(_)));
+        let later = |s: u64| now.saturating_add(Duration::from_secs(s));
+        assert_eq!(
+            store.check(later(10)),
+            Reloaded::Unchanged,
+            "not yet looked at again"
+        );
+        assert_eq!(
+            store.check(later(40)),
+            Reloaded::Unchanged,
+            "within the retry period"
+        );
+        match store.check(later(61)) {
+            Reloaded::Loaded(v) => assert!(v.subject.contains("early"), "{v:?}"),
+            other => panic!("a pair now valid not served: {other:?}"),
+        }
+        assert_eq!(
+            stats.tls_reloads_refused.load(Ordering::Relaxed),
+            1,
+            "refused once"
+        );
+        assert_eq!(store.check(later(200)), Reloaded::Unchanged);
     }
 }
