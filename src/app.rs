@@ -70,7 +70,10 @@ impl StartError {
     pub fn is_config(&self) -> bool {
         matches!(
             self,
-            StartError::Config(_) | StartError::Identity(_) | StartError::Dial(_)
+            StartError::Config(_)
+                | StartError::Identity(_)
+                | StartError::Dial(_)
+                | StartError::Store(StoreError::ReplicaNameTaken { .. })
         )
     }
 }
@@ -254,8 +257,7 @@ impl Lifeline {
                 },
                 shutdown.clone(),
             )
-            .await
-            .map_err(StoreError::Query)?
+            .await?
             .map(|(tasks, departure)| {
                 for t in tasks {
                     supervised.critical("replica", t);

@@ -35,7 +35,7 @@ use crate::stats::Stats;
 use crate::store::lease::{self, Attempt, Fence, Leadership};
 use crate::store::read;
 use crate::store::signals as audit;
-use crate::store::Db;
+use crate::store::{Db, StoreError};
 
 /// What the room needs to know about this replica.
 #[derive(Clone, Debug)]
@@ -123,7 +123,7 @@ impl Standing {
         cfg: ReplicaConfig,
         rooms: Rooms,
         stop: CancellationToken,
-    ) -> Result<Option<(Vec<JoinHandle<()>>, Departure)>, sqlx::Error> {
+    ) -> Result<Option<(Vec<JoinHandle<()>>, Departure)>, StoreError> {
         let Some((pool, leadership)) = self.lead else {
             return Ok(None);
         };
@@ -184,10 +184,35 @@ impl Departure {
     }
 }
 
+/// Holds this replica's name on a connection of its own until `stop`
+/// (or until the process dies, which ends the session): two live
+/// processes with one name would both pass the fence as the same leader.
+/// A predecessor whose session is still closing gets a lease to finish.
+async fn hold_name(p: &Parts, stop: CancellationToken) -> Result<(), StoreError> {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect_with(&p.pool.connect_options()).await?;
+    let give_up = p.rooms.clock.deadline_in(p.cfg.lease);
+    while !lease::hold_name(&mut conn, &p.cfg.name).await? {
+        if p.rooms.clock.deadline_in(Duration::ZERO) >= give_up {
+            let _ = conn.close().await;
+            return Err(StoreError::ReplicaNameTaken {
+                name: p.cfg.name.clone(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::spawn(async move {
+        stop.cancelled().await;
+        let _ = conn.close().await;
+    });
+    Ok(())
+}
+
 async fn start(
     p: Parts,
     stop: CancellationToken,
-) -> Result<(Vec<JoinHandle<()>>, Departure), sqlx::Error> {
+) -> Result<(Vec<JoinHandle<()>>, Departure), StoreError> {
+    hold_name(&p, stop.clone()).await?;
     lease::register(&p.pool, &p.cfg.name, &p.cfg.http_addr, &p.cfg.grpc_addr).await?;
     info!(replica = %p.cfg.name, lease = ?p.cfg.lease, "replica registered; following until the lease says otherwise");
     let departure = Departure {

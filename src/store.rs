@@ -57,6 +57,8 @@ pub enum StoreError {
         path: String,
         source: sqlx::migrate::MigrateError,
     },
+    #[error("another live Lifeline runs as replica {name:?} on this database: give each replica a name of its own (storage.replica, LIFELINE_REPLICA)")]
+    ReplicaNameTaken { name: String },
     #[error("database query failed: {0}")]
     Query(#[from] sqlx::Error),
     #[error("the store writer has stopped")]

@@ -206,6 +206,18 @@ pub async fn still_leads(
     Ok(held.is_some())
 }
 
+/// Takes this replica's name for as long as `conn` (a connection of its
+/// own) lives: a session advisory lock on the name. False: another live
+/// session holds it.
+pub async fn hold_name(conn: &mut sqlx::PgConnection, me: &str) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT pg_try_advisory_lock(hashtextextended('lifeline-replica:' || $1, 0))",
+    )
+    .bind(me)
+    .fetch_one(conn)
+    .await
+}
+
 /// Records this replica (at start: its start time is now).
 pub async fn register(pool: &PgPool, me: &str, http: &str, grpc: &str) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;

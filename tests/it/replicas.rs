@@ -665,3 +665,58 @@ async fn a_lost_notification_is_made_up_for_without_a_reconnect() {
     until("the periodic make-up delivered it", acked).await;
     c.shutdown().await;
 }
+
+/// Guards the replica name: two live processes with one name would both
+/// pass the fence as the same leader, so the second `lifeline serve` is
+/// refused at start (exit 78, naming the setting), and the name is free
+/// again once the first has gone.
+#[tokio::test]
+async fn a_second_process_with_a_replica_name_in_use_is_refused() {
+    let Some(url) = crate::support::fresh_postgres("replica_name").await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("twin.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\ngrpc_listen = \"127.0.0.1:0\"\n\
+             [cluster]\naddr = \"127.0.0.1:9\"\n\
+             [storage]\nurl = {url:?}\nreplica = \"twin\"\nleader_lease = \"1s\"\n"
+        ),
+    )
+    .unwrap();
+    let serve = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_lifeline"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("lifeline serve starts")
+    };
+    let mut first = serve();
+    let store = Store::Postgres(url);
+    let db = store.open(dir.path()).await;
+    until("the first registered", || async {
+        sql_i64(&db, "SELECT count(*) FROM replicas WHERE id = 'twin'").await == 1
+    })
+    .await;
+    let second = serve();
+    let out = bounded(
+        "the second stops",
+        tokio::task::spawn_blocking(move || second.wait_with_output()),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{err}");
+    assert!(
+        err.contains("replica \"twin\"") && err.contains("storage.replica"),
+        "{err}"
+    );
+    first.kill().unwrap();
+    first.wait().unwrap();
+    db.close().await;
+}
