@@ -189,7 +189,14 @@ pub struct Access {
     clock: Clock,
     reconnect_every: Duration,
     reconnects: ReconnectLimiter,
+    /// Dashboard sign-in attempts per client address.
+    sign_ins: ReconnectLimiter,
 }
+
+/// Sign-in attempts one client address may make in a row, and how often
+/// it earns one more: ten at once, then one every six seconds.
+pub const SIGN_IN_BURST: u32 = 10;
+pub const SIGN_IN_EVERY: Duration = Duration::from_secs(6);
 
 /// Session cookie name.
 pub const SESSION_COOKIE: &str = "lifeline_session";
@@ -232,6 +239,13 @@ impl Access {
                 Quota::with_period(cfg.manual_reconnect_interval)
                     .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
                     .allow_burst(NonZeroU32::MIN),
+                DefaultKeyedStateStore::default(),
+                LimiterClock(clock),
+            ),
+            sign_ins: RateLimiter::new(
+                Quota::with_period(SIGN_IN_EVERY)
+                    .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
+                    .allow_burst(NonZeroU32::new(SIGN_IN_BURST).unwrap_or(NonZeroU32::MIN)),
                 DefaultKeyedStateStore::default(),
                 LimiterClock(clock),
             ),
@@ -332,6 +346,20 @@ impl Access {
             .check_key(&agent.to_string())
             .map_err(|not_until| {
                 not_until.wait_time_from(governor::clock::Clock::now(self.reconnects.clock()))
+            })
+    }
+
+    /// Whether the client at `ip` may try a sign-in now; how long to wait
+    /// otherwise. Every attempt counts (a person signs in once; a guesser
+    /// is held to one try every six seconds after ten).
+    pub fn admit_sign_in(&self, ip: std::net::IpAddr) -> Result<(), Duration> {
+        if self.sign_ins.len() >= MAX_LIMITED {
+            self.sign_ins.retain_recent();
+        }
+        self.sign_ins
+            .check_key(&ip.to_string())
+            .map_err(|not_until| {
+                not_until.wait_time_from(governor::clock::Clock::now(self.sign_ins.clock()))
             })
     }
 

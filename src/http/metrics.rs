@@ -367,7 +367,7 @@ fn counters(st: &Stats, spans: &SpanCounters) {
     bytes.total(&[("mode", "delta")], &st.discovery_bytes_delta);
     let f = counter(
         metric::HTTP_REFUSED_TOTAL,
-        "HTTP requests refused: no or invalid token, a missing role, a manual reconnect too soon.",
+        "HTTP requests refused: no or invalid token, a missing role, a manual reconnect or a sign-in too soon.",
     );
     f.total(&[("reason", "unauthenticated")], &st.http_unauthorized);
     f.total(&[("reason", "forbidden")], &st.http_forbidden);

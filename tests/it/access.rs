@@ -415,3 +415,45 @@ async fn sign_in_gives_a_strict_session_cookie() {
     assert_eq!(v["error"]["code"], "not_connected", "{v}");
     c.shutdown().await;
 }
+
+/// Guards sign-in against guessing: ten attempts from one address go
+/// through, the next is a 429 with Retry-After (even with the right
+/// token), counted; the address earns one more attempt every six seconds.
+#[tokio::test(start_paused = true)]
+async fn sign_in_attempts_are_limited_per_address() {
+    let c = Cluster::new().quiet().start().await;
+    c.ready().await;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    let base = c.ll().base_url();
+    let (csrf_cookie, csrf) = support::signin_csrf(&client, &base).await;
+    let post = |token: &'static str| {
+        client
+            .post(format!("{base}/signin"))
+            .header("cookie", &csrf_cookie)
+            .form(&[("csrf", csrf.as_str()), ("token", token), ("next", "/")])
+            .send()
+    };
+    for i in 0..lifeline::access::SIGN_IN_BURST {
+        let r = post("guess").await.expect("answer");
+        assert_eq!(r.status().as_u16(), 401, "attempt {i}");
+    }
+    let held = post(READER).await.expect("answer");
+    assert_eq!(held.status().as_u16(), 429);
+    assert!(held.headers().contains_key("retry-after"));
+    assert!(held
+        .text()
+        .await
+        .unwrap_or_default()
+        .contains("Too many sign-in attempts"));
+    let m = c.get_text("/metrics").await.1;
+    assert!(
+        m.contains("lifeline_http_refused_total{reason=\"rate_limited\"} 1"),
+        "{m}"
+    );
+    c.advance(lifeline::access::SIGN_IN_EVERY).await;
+    assert_eq!(post(READER).await.expect("answer").status().as_u16(), 303);
+    c.shutdown().await;
+}

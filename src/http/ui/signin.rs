@@ -4,11 +4,11 @@
 //! Both forms carry CSRF tokens like every other form.
 
 use askama::Template;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::actions::{see_other, Checked, CsrfForm};
 use super::{Ctx, Layout, UiQuery};
@@ -75,10 +75,27 @@ impl CsrfForm for SigninForm {
 
 pub async fn sign_in(
     State(st): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     ctx: Ctx,
     Checked { form, .. }: Checked<SigninForm>,
 ) -> Response {
     let next = safe_next(Some(&form.next));
+    if let Err(wait) = st.access.admit_sign_in(peer.ip()) {
+        Stats::inc(&st.stats.http_rate_limited);
+        warn!(peer = %peer.ip(), "sign-in attempts from this address are held back");
+        let secs = wait.as_secs().max(1);
+        let mut r = render(
+            &st,
+            &ctx,
+            StatusCode::TOO_MANY_REQUESTS,
+            next,
+            format!("Too many sign-in attempts from this address: try again in {secs} s."),
+        );
+        if let Ok(v) = secs.to_string().parse() {
+            r.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        return r;
+    }
     let Some(p) = st.access.authenticate(form.token.trim()) else {
         Stats::inc(&st.stats.http_unauthorized);
         return render(
