@@ -14,6 +14,7 @@ mod bench;
 mod browser;
 mod cli;
 mod discovery;
+mod faults;
 mod hostile;
 mod identity;
 mod metrics;
