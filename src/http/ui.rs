@@ -141,7 +141,7 @@ impl FromRequestParts<AppState> for Ctx {
     async fn from_request_parts(parts: &mut Parts, st: &AppState) -> Result<Self, Self::Rejection> {
         Ok(Ctx {
             tls: st.tls,
-            session: csrf::session(&parts.headers),
+            session: csrf::session(&parts.headers, st.tls),
             // Server-Timing: how long the page took to render.
             #[allow(clippy::disallowed_methods)]
             started: Instant::now(),
@@ -162,7 +162,7 @@ impl Ctx {
         Layout {
             nav,
             title,
-            csrf: st.ui.csrf.token(&self.session.id),
+            csrf: st.ui.csrf.token(&self.session.id, &self.session.bound),
             version: ASSET_VERSION,
             user: self.caller.0.as_ref().map(|p| p.name.clone()),
             replica: replica_line(&st.hub.leadership().borrow()),

@@ -312,6 +312,7 @@ async fn sign_in_gives_a_strict_session_cookie() {
     let base = c.ll().base_url();
     let (csrf_cookie, csrf) = support::signin_csrf(&client, &base).await;
     let csrf = csrf.as_str();
+    let anonymous = csrf;
     let post = |token: &str| {
         client
             .post(format!("{base}/signin"))
@@ -345,6 +346,20 @@ async fn sign_in_gives_a_strict_session_cookie() {
     );
     let session = set.split(';').next().expect("pair").to_string();
     let both = format!("{csrf_cookie}; {session}");
+    // The token from before sign-in is not one for this session.
+    let stale = client
+        .post(format!("{base}/signout"))
+        .header("cookie", &both)
+        .header("accept", "application/json")
+        .form(&[("csrf", csrf)])
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(stale.status().as_u16(), 403);
+    let v: Value = stale.json().await.expect("JSON");
+    assert_eq!(v["error"]["code"], "csrf", "{v}");
+    let fresh = support::page_csrf(&client, &base, &both).await;
+    let csrf = fresh.as_str();
 
     // Signed in as "reader": shown, but a reconnect needs update → 403.
     let html = client
@@ -406,7 +421,7 @@ async fn sign_in_gives_a_strict_session_cookie() {
         .header("cookie", &csrf_cookie)
         .header("accept", "application/json")
         .bearer_auth(ADMIN)
-        .form(&[("csrf", csrf)])
+        .form(&[("csrf", anonymous)])
         .send()
         .await
         .expect("answer");

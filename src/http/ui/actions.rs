@@ -76,7 +76,7 @@ impl<T: CsrfForm> FromRequest<AppState> for Checked<T> {
                 err: ApiError::BadBody(format!("invalid form: {}", e.body_text())),
                 json,
             })?;
-        csrf::check(&st.ui.csrf, &headers, form.csrf()).map_err(|r| UiError {
+        csrf::check(&st.ui.csrf, &headers, form.csrf(), st.tls).map_err(|r| UiError {
             err: ApiError::Forbidden {
                 code: "csrf",
                 message: r.message().to_string(),

@@ -1018,3 +1018,22 @@ pub async fn signin_csrf(client: &reqwest::Client, base: &str) -> (String, Strin
     let csrf = html[at..at + html[at..].find('"').expect("end")].to_string();
     (cookie, csrf)
 }
+
+/// The CSRF token of a dashboard page fetched with `cookies` (the form
+/// token a signed-in browser's pages carry).
+pub async fn page_csrf(client: &reqwest::Client, base: &str, cookies: &str) -> String {
+    let html = bounded(
+        "a dashboard page",
+        client
+            .get(format!("{base}/agents"))
+            .header("cookie", cookies)
+            .send(),
+    )
+    .await
+    .expect("page")
+    .text()
+    .await
+    .expect("html");
+    let at = html.find("name=\"csrf\" value=\"").expect("CSRF field") + 19;
+    html[at..at + html[at..].find('"').expect("end")].to_string()
+}
