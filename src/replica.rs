@@ -425,12 +425,17 @@ async fn listen(p: Arc<Parts>, stop: CancellationToken) {
     let backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     let mut attempt = 0u32;
     // A connection of its own, outside the pool that requests and writes
-    // draw from, which it would otherwise hold for good.
-    let own = PgPoolOptions::new()
-        .max_connections(1)
-        .idle_timeout(None)
-        .max_lifetime(None)
-        .connect_lazy_with((*p.pool.connect_options()).clone());
+    // draw from, which it would otherwise hold for good. A connection
+    // found silent is left behind with its pool (whatever still waits on
+    // it ends when its socket does), and a new pool dials afresh.
+    let fresh = || {
+        PgPoolOptions::new()
+            .max_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .connect_lazy_with((*p.pool.connect_options()).clone())
+    };
+    let mut own = fresh();
     loop {
         let mut listener = match listener(&own).await {
             Ok(l) => l,
@@ -466,7 +471,8 @@ async fn listen(p: Arc<Parts>, stop: CancellationToken) {
                         _ = probe.tick() => {
                             if unanswered {
                                 Stats::inc(&p.rooms.stats.listen_probes_lost);
-                                warn!("the listening connection did not hear its own probe: listening again");
+                                warn!("the listening connection did not hear its own probe: listening again on a new one");
+                                own = fresh();
                                 break 'heard;
                             }
                             match lease::notify_probe(&p.pool, &p.cfg.name).await {

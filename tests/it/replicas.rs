@@ -720,3 +720,55 @@ async fn a_second_process_with_a_replica_name_in_use_is_refused() {
     first.wait().unwrap();
     db.close().await;
 }
+
+/// Guards the listener's probe: a listening connection that goes silent
+/// without closing (its server process stopped, as a black-holed route
+/// looks) misses its probe and is made again, on a new backend.
+#[tokio::test(start_paused = true)]
+async fn a_listening_connection_gone_silent_is_found_and_made_again() {
+    let Some(c) = replica_a("silent_listener").await else {
+        return;
+    };
+    c.ready().await;
+    let db = c.ll().db.clone();
+    let Db::Postgres(pool) = &db else {
+        panic!("a PostgreSQL store")
+    };
+    let listener = "SELECT pid FROM pg_stat_activity \
+         WHERE datname = current_database() AND query LIKE 'LISTEN%' ORDER BY backend_start DESC LIMIT 1";
+    let silent: i32 = sqlx::query_scalar(listener)
+        .fetch_one(pool)
+        .await
+        .expect("the listening backend");
+    let stop = std::process::Command::new("kill")
+        .args(["-STOP", &silent.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(stop.success(), "the backend stopped");
+    let lost = || {
+        c.ll()
+            .stats
+            .listen_probes_lost
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let mut rounds = 0;
+    while lost() == 0 {
+        rounds += 1;
+        assert!(rounds < 400, "the silent listener was never noticed");
+        c.advance(Duration::from_millis(250)).await;
+        real_sleep(Duration::from_millis(5)).await;
+    }
+    until("listening again on another backend", || async {
+        sqlx::query_scalar::<_, i32>(listener)
+            .fetch_optional(pool)
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|pid| pid != silent)
+    })
+    .await;
+    let _ = std::process::Command::new("kill")
+        .args(["-CONT", &silent.to_string()])
+        .status();
+    c.shutdown().await;
+}
