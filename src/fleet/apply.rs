@@ -332,7 +332,7 @@ impl Fleet {
         let now_unhealthy = entry.unhealthy;
         let arm_grace = matches!(u.health, Health::Unknown | Health::ServiceUnknown);
         info!(auth_server = %u.auth_server, from = from.as_str(), to = u.health.as_str(), detail = %u.detail, "auth health changed");
-        self.pending.health.push(HealthRow {
+        self.pending.health_row(HealthRow {
             auth_server: u.auth_server.clone(),
             addr: u.addr.clone(),
             at: now,

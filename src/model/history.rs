@@ -28,6 +28,9 @@ named_enum! {
         Connected,
         /// An agent's signal stream closed.
         Disconnected,
+        /// History rows were dropped (the database refused writes for
+        /// long): the history has a gap here, and says how large.
+        Gap,
     }
 }
 
@@ -44,6 +47,8 @@ named_enum! {
         Watcher,
         /// A rejected input naming no kind Lifeline knows.
         Unknown,
+        /// Lifeline's own store (a gap in the history it keeps).
+        Store,
     }
 }
 

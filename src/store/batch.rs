@@ -69,6 +69,11 @@ impl EpisodeOp {
     }
 }
 
+/// Most health transitions waiting for the store: an auth server flapping
+/// through a long database outage cannot grow them without end (the
+/// current health is kept by the fleet regardless).
+pub const MAX_PENDING_HEALTH: usize = 100_000;
+
 #[derive(Debug, Default)]
 pub struct WriteBatch {
     /// Whole-kind replacements (resync), applied before `servers`.
@@ -157,6 +162,16 @@ impl WriteBatch {
         }
     }
 
+    /// Appends a health transition unless [`MAX_PENDING_HEALTH`] are
+    /// already waiting (then it is dropped and counted, like history).
+    pub fn health_row(&mut self, row: HealthRow) {
+        if self.health.len() >= MAX_PENDING_HEALTH {
+            self.dropped_events += 1;
+        } else {
+            self.health.push(row);
+        }
+    }
+
     /// Appends history unless `max_events` are already waiting.
     pub fn event(&mut self, row: EventRow, max_events: usize) {
         if self.events.len() >= max_events {
@@ -205,6 +220,25 @@ mod tests {
         assert!(!h.has_state());
         assert!(b.has_state());
         assert!(b.episodes.is_empty());
+    }
+
+    #[test]
+    fn health_transitions_are_bounded_too() {
+        let mut b = WriteBatch::default();
+        let row = HealthRow {
+            auth_server: "a".into(),
+            addr: String::new(),
+            at: Ts(0),
+            from: Health::Serving,
+            to: Health::NotServing,
+            mode: HealthMode::Watch,
+            detail: String::new(),
+        };
+        for _ in 0..MAX_PENDING_HEALTH + 3 {
+            b.health_row(row.clone());
+        }
+        assert_eq!(b.health.len(), MAX_PENDING_HEALTH);
+        assert_eq!(b.dropped_events, 3);
     }
 
     #[test]

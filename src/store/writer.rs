@@ -118,6 +118,9 @@ async fn commit_with_retry(pool: &Db, opts: &WriterOptions, mut batch: WriteBatc
             dropped = batch.dropped_events,
             "the database fell behind: history rows dropped (current state is kept)"
         );
+        batch
+            .events
+            .push(gap(opts.clock.now(), batch.dropped_events));
     }
     if batch.is_empty() {
         return;
@@ -194,7 +197,8 @@ async fn commit_with_retry(pool: &Db, opts: &WriterOptions, mut batch: WriteBatc
             );
             Stats::add(&stats.store_events_dropped, events);
             batch.events.clear();
-            events = 0;
+            batch.events.push(gap(opts.clock.now(), events));
+            events = 1;
         }
         if !retry.failed(&e, &opts.stop).await {
             error!(
@@ -207,6 +211,19 @@ async fn commit_with_retry(pool: &Db, opts: &WriterOptions, mut batch: WriteBatc
             );
             return;
         }
+    }
+}
+
+/// The history row that marks a gap: `dropped` rows are missing before it.
+fn gap(at: Ts, dropped: u64) -> EventRow {
+    EventRow {
+        at,
+        kind: Subject::Store,
+        name: "history".into(),
+        event: HistoryEvent::Gap,
+        expires: None,
+        ttl_us: None,
+        detail: format!("{dropped} history rows were dropped while the database refused writes"),
     }
 }
 

@@ -274,3 +274,43 @@ async fn arbitrary_bytes_in_every_text_field_are_refused_or_stored(store) {
     assert_eq!(stored, b.servers.len() as i64);
 }
 }
+
+on_both_engines! {
+/// Dropped history is a visible gap: the batch that carries the count of
+/// rows dropped while the database refused writes writes a `gap` row that
+/// says how many.
+#[tokio::test]
+async fn dropped_history_leaves_a_visible_gap(store) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = store.open(dir.path()).await;
+    let stats = Arc::new(lifeline::stats::Stats::default());
+    let (handle, run) = writer::writer(
+        db.clone(),
+        WriterOptions {
+            stats: stats.clone(),
+            health: Arc::default(),
+            clock: Clock::system(),
+            depth: 4,
+            stop: tokio_util::sync::CancellationToken::new(),
+        },
+    );
+    tokio::spawn(run);
+    let mut b = WriteBatch::default();
+    for i in 0..5 {
+        b.event(event(&format!("p{i}")), 2);
+    }
+    assert_eq!(b.dropped_events, 3);
+    handle.send(b).await.unwrap();
+    support::bounded("the writer flushes", handle.flush()).await.unwrap();
+    assert_eq!(
+        support::sql_i64(
+            &db,
+            "SELECT count(*) FROM events WHERE event = 'gap' AND kind = 'store' \
+             AND detail LIKE '3 history rows were dropped%'"
+        )
+        .await,
+        1
+    );
+    assert_eq!(support::sql_i64(&db, "SELECT count(*) FROM events WHERE event = 'heartbeat'").await, 2);
+}
+}
