@@ -297,12 +297,9 @@ async fn live_streams_per_ip_and_page_sizes_are_capped() {
     c.shutdown().await;
 }
 
-/// Guards the dashboard's sign-in: a wrong token is a 401 page; the right
-/// one sets an HttpOnly, SameSite=Strict session cookie that makes the
-/// dashboard's mutations possible and is useless on the API; sign-out
-/// clears it.
-#[tokio::test(start_paused = true)]
-async fn sign_in_gives_a_strict_session_cookie() {
+/// A ready cluster and a browser-like client (no redirects followed) at
+/// its sign-in page: the client, the base URL, the CSRF cookie and token.
+async fn at_the_sign_in_page() -> (Running, reqwest::Client, String, String, String) {
     let c = Cluster::new().quiet().start().await;
     c.ready().await;
     let client = reqwest::Client::builder()
@@ -311,6 +308,16 @@ async fn sign_in_gives_a_strict_session_cookie() {
         .expect("client");
     let base = c.ll().base_url();
     let (csrf_cookie, csrf) = support::signin_csrf(&client, &base).await;
+    (c, client, base, csrf_cookie, csrf)
+}
+
+/// Guards the dashboard's sign-in: a wrong token is a 401 page; the right
+/// one sets an HttpOnly, SameSite=Strict session cookie that makes the
+/// dashboard's mutations possible and is useless on the API; sign-out
+/// clears it.
+#[tokio::test(start_paused = true)]
+async fn sign_in_gives_a_strict_session_cookie() {
+    let (c, client, base, csrf_cookie, csrf) = at_the_sign_in_page().await;
     let csrf = csrf.as_str();
     let anonymous = csrf;
     let post = |token: &str| {
@@ -436,14 +443,7 @@ async fn sign_in_gives_a_strict_session_cookie() {
 /// token), counted; the address earns one more attempt every six seconds.
 #[tokio::test(start_paused = true)]
 async fn sign_in_attempts_are_limited_per_address() {
-    let c = Cluster::new().quiet().start().await;
-    c.ready().await;
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .expect("client");
-    let base = c.ll().base_url();
-    let (csrf_cookie, csrf) = support::signin_csrf(&client, &base).await;
+    let (c, client, base, csrf_cookie, csrf) = at_the_sign_in_page().await;
     let post = |token: &'static str| {
         client
             .post(format!("{base}/signin"))

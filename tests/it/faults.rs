@@ -19,21 +19,28 @@ struct OwnServer {
     dir: String,
 }
 
+/// `.ci/postgres <args>`: what it printed, once it succeeded (a failure
+/// panics with its stderr, except where `must` is false: the clean-up).
+fn ci_postgres(args: &[&str], must: bool) -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/postgres");
+    let out = std::process::Command::new("bash")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect(".ci/postgres runs");
+    assert!(
+        out.status.success() || !must,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 impl OwnServer {
     fn start() -> Option<OwnServer> {
         // Skipped (or, under CI=true, failed) like every PostgreSQL test.
         support::postgres_server("faults")?;
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/postgres");
-        let out = std::process::Command::new("bash")
-            .args([script, "start"])
-            .output()
-            .expect(".ci/postgres runs");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let text = ci_postgres(&["start"], true);
         let var = |name: &str| {
             text.lines()
                 .find_map(|l| l.strip_prefix(&format!("export {name}=")))
@@ -47,25 +54,13 @@ impl OwnServer {
     }
 
     fn restart(&self) {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/postgres");
-        let out = std::process::Command::new("bash")
-            .args([script, "restart", &self.dir])
-            .output()
-            .expect(".ci/postgres runs");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        ci_postgres(&["restart", &self.dir], true);
     }
 }
 
 impl Drop for OwnServer {
     fn drop(&mut self) {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/postgres");
-        let _ = std::process::Command::new("bash")
-            .args([script, "stop", &self.dir])
-            .output();
+        ci_postgres(&["stop", &self.dir], false);
     }
 }
 

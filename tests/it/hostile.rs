@@ -86,6 +86,30 @@ fn server(kind: Kind, name: &str, version: &str) -> Server {
     }
 }
 
+/// The store's writer on `db`, running, with its counters and health.
+fn spawn_writer(
+    db: &lifeline::store::Db,
+) -> (
+    writer::WriterHandle,
+    Arc<lifeline::stats::Stats>,
+    Arc<lifeline::store::health::StoreHealth>,
+) {
+    let stats = Arc::new(lifeline::stats::Stats::default());
+    let health = Arc::new(lifeline::store::health::StoreHealth::default());
+    let (handle, run) = writer::writer(
+        db.clone(),
+        WriterOptions {
+            stats: stats.clone(),
+            health: health.clone(),
+            clock: Clock::system(),
+            depth: 4,
+            stop: tokio_util::sync::CancellationToken::new(),
+        },
+    );
+    tokio::spawn(run);
+    (handle, stats, health)
+}
+
 fn open_episode(id: i64, agent: &str) -> EpisodeOp {
     EpisodeOp::Open {
         id,
@@ -118,19 +142,7 @@ on_both_engines! {
 async fn a_poison_row_is_set_aside_and_the_rest_of_its_batch_committed(store) {
     let dir = tempfile::tempdir().unwrap();
     let db = store.open(dir.path()).await;
-    let stats = Arc::new(lifeline::stats::Stats::default());
-    let health = Arc::new(lifeline::store::health::StoreHealth::default());
-    let (handle, run) = writer::writer(
-        db.clone(),
-        WriterOptions {
-            stats: stats.clone(),
-            health: health.clone(),
-            clock: Clock::system(),
-            depth: 4,
-            stop: tokio_util::sync::CancellationToken::new(),
-        },
-    );
-    tokio::spawn(run);
+    let (handle, stats, health) = spawn_writer(&db);
 
     let mut first = WriteBatch::default();
     first.episodes.push(open_episode(7, "agent-1"));
@@ -211,18 +223,11 @@ async fn a_refused_ack_detail_never_blocks_the_signal_audit(store) {
 }
 }
 
-/// A deterministic source of arbitrary bytes (splitmix64).
+/// `n` arbitrary bytes, the same for the same seed.
 fn bytes(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x2545_f491_4f6c_dd1d);
-    (0..n)
-        .map(|_| {
-            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = x;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            (z ^ (z >> 31)) as u8
-        })
-        .collect()
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    (0..n).map(|_| rng.random()).collect()
 }
 
 on_both_engines! {
@@ -283,18 +288,7 @@ on_both_engines! {
 async fn dropped_history_leaves_a_visible_gap(store) {
     let dir = tempfile::tempdir().unwrap();
     let db = store.open(dir.path()).await;
-    let stats = Arc::new(lifeline::stats::Stats::default());
-    let (handle, run) = writer::writer(
-        db.clone(),
-        WriterOptions {
-            stats: stats.clone(),
-            health: Arc::default(),
-            clock: Clock::system(),
-            depth: 4,
-            stop: tokio_util::sync::CancellationToken::new(),
-        },
-    );
-    tokio::spawn(run);
+    let (handle, _, _) = spawn_writer(&db);
     let mut b = WriteBatch::default();
     for i in 0..5 {
         b.event(event(&format!("p{i}")), 2);

@@ -244,6 +244,46 @@ async fn replica_a(test: &str) -> Option<Running> {
     Some(c)
 }
 
+/// replica-a, ready, once it has recorded the six agent streams it holds:
+/// the set-up of the tests that record signals for those agents.
+async fn replica_a_with_streams(test: &str) -> Option<(Running, Db)> {
+    let c = replica_a(test).await?;
+    c.ready().await;
+    c.advance(Duration::from_secs(1)).await;
+    let db = c.ll().db.clone();
+    streams_recorded(&db).await;
+    Some((c, db))
+}
+
+/// A signal for `agent` recorded as another replica would, pending, whose
+/// notification is never sent: its id.
+async fn record_unnotified(db: &Db, agent: &str, created: lifeline::Ts, reason: &str) -> i64 {
+    let Db::Postgres(pool) = db else {
+        panic!("a PostgreSQL store")
+    };
+    sqlx::query_scalar(
+        "INSERT INTO signals (kind, agent, proxy, reason, requested_by, created_us, outcome) \
+         VALUES ('reconnect', $1, '', $3, 'ui:elsewhere', $2, 'pending') \
+         RETURNING id",
+    )
+    .bind(agent)
+    .bind(created.as_micros())
+    .bind(reason)
+    .fetch_one(pool)
+    .await
+    .expect("a pending signal")
+}
+
+/// Waits (real time) until signal `id` is acked.
+async fn until_acked(c: &Running, id: i64, what: &str) {
+    let base = c.ll().base_url();
+    until(what, || async {
+        let (_, row) = call(&base, Method::GET, &format!("/api/v1/signals/{id}"), None).await;
+        row["outcome"] == "acked"
+    })
+    .await;
+}
+
 /// Waits until replica-a has recorded that it holds all six agent streams.
 async fn streams_recorded(db: &Db) {
     until("replica-a recorded the streams it holds", || async {
@@ -470,13 +510,9 @@ async fn signals_nobody_will_answer_time_out_and_only_those() {
 /// never heard, is found and delivered once it listens again, and acked.
 #[tokio::test(start_paused = true)]
 async fn a_signal_whose_notification_was_missed_is_delivered_when_the_replica_listens_again() {
-    let Some(c) = replica_a("missed_notification").await else {
+    let Some((c, db)) = replica_a_with_streams("missed_notification").await else {
         return;
     };
-    c.ready().await;
-    c.advance(Duration::from_secs(1)).await;
-    let db = c.ll().db.clone();
-    streams_recorded(&db).await;
     let Db::Postgres(pool) = &db else {
         panic!("a PostgreSQL store")
     };
@@ -487,16 +523,7 @@ async fn a_signal_whose_notification_was_missed_is_delivered_when_the_replica_li
             .expect("an agent stream");
     // Recorded elsewhere; the notification that should wake replica-a is
     // never sent, as if its connection had been down at the time.
-    let id: i64 = sqlx::query_scalar(
-        "INSERT INTO signals (kind, agent, proxy, reason, requested_by, created_us, outcome) \
-         VALUES ('reconnect', $1, '', 'notification lost', 'ui:elsewhere', $2, 'pending') \
-         RETURNING id",
-    )
-    .bind(&agent)
-    .bind(c.clock.now().as_micros())
-    .fetch_one(pool)
-    .await
-    .expect("a pending signal");
+    let id = record_unnotified(&db, &agent, c.clock.now(), "notification lost").await;
     // The listening connection drops; the listener comes back.
     let dropped: i64 = sqlx::query_scalar(
         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
@@ -506,13 +533,10 @@ async fn a_signal_whose_notification_was_missed_is_delivered_when_the_replica_li
     .await
     .expect("terminate the listener");
     assert_eq!(dropped, 1, "one listening connection");
-    let base = c.ll().base_url();
-    until(
+    until_acked(
+        &c,
+        id,
         "the agent acked the signal nobody woke its replica for",
-        || async {
-            let (_, row) = call(&base, Method::GET, &format!("/api/v1/signals/{id}"), None).await;
-            row["outcome"] == "acked"
-        },
     )
     .await;
     let caught_up = c
@@ -530,39 +554,18 @@ async fn a_signal_whose_notification_was_missed_is_delivered_when_the_replica_li
 /// claimed in the database before it is sent.
 #[tokio::test(start_paused = true)]
 async fn a_signal_read_twice_is_delivered_once() {
-    let Some(c) = replica_a("delivered_once").await else {
+    let Some((c, db)) = replica_a_with_streams("delivered_once").await else {
         return;
     };
-    c.ready().await;
-    c.advance(Duration::from_secs(1)).await;
-    let db = c.ll().db.clone();
-    streams_recorded(&db).await;
-    let Db::Postgres(pool) = &db else {
-        panic!("a PostgreSQL store")
-    };
     let agent = "agent-00001";
-    let id: i64 = sqlx::query_scalar(
-        "INSERT INTO signals (kind, agent, proxy, reason, requested_by, created_us, outcome) \
-         VALUES ('reconnect', $1, '', 'read twice', 'ui:elsewhere', $2, 'pending') \
-         RETURNING id",
-    )
-    .bind(agent)
-    .bind(c.clock.now().as_micros())
-    .fetch_one(pool)
-    .await
-    .expect("a pending signal");
+    let id = record_unnotified(&db, agent, c.clock.now(), "read twice").await;
     let snapshot = lifeline::store::signals::by_ids(&db, &[id])
         .await
         .expect("the row");
     assert_eq!(snapshot[0].outcome, lifeline::model::Outcome::Pending);
     let hub = c.ll().hub.clone();
     assert_eq!(hub.deliver_recorded(snapshot.clone()).await, 1);
-    let base = c.ll().base_url();
-    until("the agent acked", || async {
-        let (_, row) = call(&base, Method::GET, &format!("/api/v1/signals/{id}"), None).await;
-        row["outcome"] == "acked"
-    })
-    .await;
+    until_acked(&c, id, "the agent acked").await;
     // The second reader's snapshot still says pending, and the ack has
     // left the hub's memory: only the database can tell.
     assert_eq!(hub.deliver_recorded(snapshot).await, 0, "delivered once");
@@ -637,32 +640,12 @@ async fn a_replica_whose_term_has_passed_sends_no_leaders_signal() {
 /// its deadline, without waiting for the listener to fail.
 #[tokio::test(start_paused = true)]
 async fn a_lost_notification_is_made_up_for_without_a_reconnect() {
-    let Some(c) = replica_a("periodic_make_up").await else {
+    let Some((c, db)) = replica_a_with_streams("periodic_make_up").await else {
         return;
     };
-    c.ready().await;
-    c.advance(Duration::from_secs(1)).await;
-    let db = c.ll().db.clone();
-    streams_recorded(&db).await;
-    let Db::Postgres(pool) = &db else {
-        panic!("a PostgreSQL store")
-    };
-    let id: i64 = sqlx::query_scalar(
-        "INSERT INTO signals (kind, agent, proxy, reason, requested_by, created_us, outcome) \
-         VALUES ('reconnect', 'agent-00002', '', 'notification lost', 'ui:elsewhere', $1, 'pending') \
-         RETURNING id",
-    )
-    .bind(c.clock.now().as_micros())
-    .fetch_one(pool)
-    .await
-    .expect("a pending signal");
-    let base = c.ll().base_url();
-    let acked = || async {
-        let (_, row) = call(&base, Method::GET, &format!("/api/v1/signals/{id}"), None).await;
-        row["outcome"] == "acked"
-    };
+    let id = record_unnotified(&db, "agent-00002", c.clock.now(), "notification lost").await;
     c.advance(Duration::from_secs(11)).await;
-    until("the periodic make-up delivered it", acked).await;
+    until_acked(&c, id, "the periodic make-up delivered it").await;
     c.shutdown().await;
 }
 
