@@ -311,7 +311,30 @@ impl Hub {
                 latency_ms: None,
             })
             .collect();
-        if !audit::insert_fenced(&self.db, &rows, &fence).await? {
+        // With several replicas, a row this replica delivers itself is
+        // claimed as it is recorded ('delivered', the time filled in when
+        // it is written to the stream): the make-up that reads `pending`
+        // rows for the agents held here must not send it again after its
+        // ack has left memory but before the outcome is written.
+        let elsewhere = self.held_elsewhere(&rows).await;
+        let claimed: Vec<SignalRecord>;
+        let stored = if self.cfg.relay.is_some() {
+            claimed = rows
+                .iter()
+                .map(|r| SignalRecord {
+                    outcome: if elsewhere.contains_key(&r.agent) {
+                        r.outcome
+                    } else {
+                        Outcome::Delivered
+                    },
+                    ..r.clone()
+                })
+                .collect();
+            &claimed
+        } else {
+            &rows
+        };
+        if !audit::insert_fenced(&self.db, stored, &fence).await? {
             return Err(SendError::NotLeader);
         }
         self.fleet
@@ -323,7 +346,6 @@ impl Hub {
             .map_err(|_| SendError::FleetGone)?;
         let deadline = now.saturating_add(self.cfg.ack_timeout);
         let current = TraceRef::current();
-        let elsewhere = self.held_elsewhere(&rows).await;
         let mut relayed: HashMap<String, Vec<i64>> = HashMap::new();
         for (row, req) in rows.iter_mut().zip(reqs) {
             let kind = req.ask.kind();

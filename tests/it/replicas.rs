@@ -723,10 +723,21 @@ async fn a_listening_connection_gone_silent_is_found_and_made_again() {
         .fetch_one(pool)
         .await
         .expect("the listening backend");
+    // Resumed however the test ends: a stopped backend holds up every
+    // CREATE or DROP DATABASE on the server (they wait for it to answer).
+    struct Resume(i32);
+    impl Drop for Resume {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("kill")
+                .args(["-CONT", &self.0.to_string()])
+                .status();
+        }
+    }
     let stop = std::process::Command::new("kill")
         .args(["-STOP", &silent.to_string()])
         .status()
         .expect("kill runs");
+    let resume = Resume(silent);
     assert!(stop.success(), "the backend stopped");
     let lost = || {
         c.ll()
@@ -750,8 +761,45 @@ async fn a_listening_connection_gone_silent_is_found_and_made_again() {
             .is_some_and(|pid| pid != silent)
     })
     .await;
-    let _ = std::process::Command::new("kill")
-        .args(["-CONT", &silent.to_string()])
-        .status();
+    drop(resume);
+    c.shutdown().await;
+}
+
+/// Guards "delivered once" on the direct path: a signal this replica
+/// sends to an agent it holds is recorded already claimed, so the make-up
+/// (which reads the `pending` rows of the agents held here) never finds
+/// it, even between its ack and the ack's row being written.
+#[tokio::test(start_paused = true)]
+async fn a_signal_sent_to_an_agent_held_here_is_recorded_claimed() {
+    let Some((c, db)) = replica_a_with_streams("claimed_at_insert").await else {
+        return;
+    };
+    let Db::Postgres(pool) = &db else {
+        panic!("a PostgreSQL store")
+    };
+    let rows = c
+        .ll()
+        .hub
+        .send(vec![lifeline::signals::hub::SignalRequest {
+            agent: "agent-00003".into(),
+            ask: lifeline::signals::hub::Ask::Reconnect {
+                proxy: String::new(),
+            },
+            reason: "test".into(),
+            requested_by: "api:admin".into(),
+            trace: None,
+        }])
+        .await
+        .expect("sent");
+    let id = rows[0].id;
+    let found =
+        lifeline::store::signals::pending_for_streams_of(pool, "replica-a", lifeline::Ts(0), 1000)
+            .await
+            .expect("the make-up's read");
+    assert!(
+        found.iter().all(|r| r.id != id),
+        "the make-up would send it again: {found:?}"
+    );
+    until_acked(&c, id, "the agent acked").await;
     c.shutdown().await;
 }
