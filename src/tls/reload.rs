@@ -136,11 +136,9 @@ impl CertStore {
         let checked = read
             .and_then(|(cert, key)| pem::pair(&self.cert_path, &cert, &self.key_path, &key, now));
         self.seen.lock().unwrap_or_else(|e| e.into_inner()).1 = checked.is_err().then_some(now);
-        if checked.is_err() {
-            if again {
-                // Refused before, for the same reason: said once.
-                return Reloaded::Unchanged;
-            }
+        if checked.is_err() && again {
+            // Refused before, for the same reason: said once.
+            return Reloaded::Unchanged;
         }
         match checked {
             Ok(loaded) => {
