@@ -75,11 +75,11 @@ pub(super) fn limit(l: Option<u32>) -> Result<u32, ApiError> {
 pub(super) fn nonempty(name: &str, v: Option<String>) -> Result<Option<String>, ApiError> {
     match v {
         Some(s) if s.is_empty() => Err(ApiError::BadParameter(format!("{name} must not be empty"))),
-        // A name with a NUL could never match, and PostgreSQL refuses it.
-        Some(s) => match crate::model::text::name_problem(&s) {
-            Some(problem) => Err(ApiError::BadParameter(format!("{name} {problem}"))),
-            None => Ok(Some(s)),
-        },
+        // A name holding a NUL or another control character names nothing
+        // Lifeline holds (such names are refused where they enter), and
+        // PostgreSQL refuses a NUL in text: it is looked up cleaned, which
+        // finds nothing, instead of reaching the database raw.
+        Some(s) => Ok(Some(crate::model::text::clean_owned(s))),
         None => Ok(None),
     }
 }

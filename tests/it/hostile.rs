@@ -308,3 +308,27 @@ async fn dropped_history_leaves_a_visible_gap(store) {
     assert_eq!(support::sql_i64(&db, "SELECT count(*) FROM events WHERE event = 'heartbeat'").await, 2);
 }
 }
+
+on_both_engines! {
+/// A filter naming something with a NUL or another control character is
+/// an empty answer, not a database error (PostgreSQL refuses a NUL), and a
+/// reconnect naming such a proxy finds no such proxy.
+#[tokio::test(start_paused = true)]
+async fn filters_with_control_characters_find_nothing(store) {
+    let c = Cluster::new().store(store).quiet().start().await;
+    c.ready().await;
+    for path in [
+        "/api/v1/events?name=p%00x",
+        "/api/v1/episodes?cause_resource=%03x",
+        "/api/v1/signals?agent=a%00b",
+        "/api/v1/agents?proxy=m%14x",
+    ] {
+        let (status, body) = c.get(path).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        assert_eq!(body["items"].as_array().map(Vec::len), Some(0), "{path}: {body}");
+    }
+    let (status, body) = c.post("/api/v1/reconnects", "{\"proxy\": \"p\\u0000\"}").await;
+    assert_eq!(status, 404, "{body}");
+    c.shutdown().await;
+}
+}
