@@ -123,6 +123,17 @@ pub fn certificate_names(der: &[u8]) -> Vec<String> {
     names
 }
 
+/// Admits one more for `key`, or says how long to wait; the table of keys
+/// is thinned once it holds `MAX_LIMITED`.
+fn admit(limiter: &KeyedLimiter, key: String) -> Result<(), Duration> {
+    if limiter.len() >= MAX_LIMITED {
+        limiter.retain_recent();
+    }
+    limiter
+        .check_key(&key)
+        .map_err(|not_until| not_until.wait_time_from(governor::clock::Clock::now(limiter.clock())))
+}
+
 struct Token {
     name: String,
     hash: [u8; 32],
@@ -169,8 +180,8 @@ impl governor::clock::Clock for LimiterClock {
     }
 }
 
-/// One manual reconnect per agent per interval (GCRA, burst of one).
-type ReconnectLimiter = RateLimiter<
+/// A rate per key (GCRA): manual reconnects per agent, sign-ins per address.
+type KeyedLimiter = RateLimiter<
     String,
     DefaultKeyedStateStore<String>,
     LimiterClock,
@@ -188,9 +199,9 @@ pub struct Access {
     session_ttl: Duration,
     clock: Clock,
     reconnect_every: Duration,
-    reconnects: ReconnectLimiter,
+    reconnects: KeyedLimiter,
     /// Dashboard sign-in attempts per client address.
-    sign_ins: ReconnectLimiter,
+    sign_ins: KeyedLimiter,
 }
 
 /// Sign-in attempts one client address may make in a row, and how often
@@ -339,28 +350,14 @@ impl Access {
 
     /// Admits a manual reconnect of `agent`, or says how long to wait.
     pub fn admit_reconnect(&self, agent: &str) -> Result<(), Duration> {
-        if self.reconnects.len() >= MAX_LIMITED {
-            self.reconnects.retain_recent();
-        }
-        self.reconnects
-            .check_key(&agent.to_string())
-            .map_err(|not_until| {
-                not_until.wait_time_from(governor::clock::Clock::now(self.reconnects.clock()))
-            })
+        admit(&self.reconnects, agent.to_string())
     }
 
     /// Whether the client at `ip` may try a sign-in now; how long to wait
     /// otherwise. Every attempt counts (a person signs in once; a guesser
     /// is held to one try every six seconds after ten).
     pub fn admit_sign_in(&self, ip: std::net::IpAddr) -> Result<(), Duration> {
-        if self.sign_ins.len() >= MAX_LIMITED {
-            self.sign_ins.retain_recent();
-        }
-        self.sign_ins
-            .check_key(&ip.to_string())
-            .map_err(|not_until| {
-                not_until.wait_time_from(governor::clock::Clock::now(self.sign_ins.clock()))
-            })
+        admit(&self.sign_ins, ip.to_string())
     }
 
     pub fn reconnect_every(&self) -> Duration {

@@ -210,6 +210,12 @@ impl Clock {
         }
     }
 
+    /// The monotonic clock's now: for validity and elapsed time, which
+    /// a step of the wall clock must not move.
+    pub fn instant(&self) -> Instant {
+        mono_now()
+    }
+
     /// A tokio instant `d` from now: deadlines for retries and windows
     /// that are about elapsed time, not the wall.
     pub fn deadline_in(&self, d: Duration) -> Instant {

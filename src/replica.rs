@@ -193,7 +193,7 @@ async fn hold_name(p: &Parts, stop: CancellationToken) -> Result<(), StoreError>
     let mut conn = sqlx::PgConnection::connect_with(&p.pool.connect_options()).await?;
     let give_up = p.rooms.clock.deadline_in(p.cfg.lease);
     while !lease::hold_name(&mut conn, &p.cfg.name).await? {
-        if p.rooms.clock.deadline_in(Duration::ZERO) >= give_up {
+        if p.rooms.clock.instant() >= give_up {
             let _ = conn.close().await;
             return Err(StoreError::ReplicaNameTaken {
                 name: p.cfg.name.clone(),
@@ -245,7 +245,7 @@ struct Lease {
 async fn lease_loop(p: Arc<Parts>, stop: CancellationToken) {
     let cfg = &p.cfg;
     let renew_every = cfg.lease / RENEW_SHARE;
-    let mono = || p.rooms.clock.deadline_in(Duration::ZERO);
+    let mono = || p.rooms.clock.instant();
     let mut st = Lease {
         term: None,
         valid_until: mono(),

@@ -183,9 +183,11 @@ impl AccessConfig {
             }
             if let Some(names) = j.agents() {
                 if names.is_empty()
-                    || names
-                        .iter()
-                        .any(|p| p.is_empty() || p.len() > 253 || p.chars().any(char::is_control))
+                    || names.iter().any(|p| {
+                        p.is_empty()
+                            || p.len() > crate::model::MAX_NAME_LEN
+                            || crate::model::text::name_problem(p).is_some()
+                    })
                 {
                     return Err(invalid(
                         format!("access.join_tokens[{i}].agents"),

@@ -38,8 +38,8 @@ mod relay;
 
 pub use relay::Relay;
 
-/// Longest agent or proxy name accepted from an agent.
-const MAX_NAME: usize = 253;
+/// Longest agent or proxy name accepted from an agent: a resource name's.
+const MAX_NAME: usize = crate::model::MAX_NAME_LEN;
 /// Most characters of an ack's detail kept in the audit.
 const MAX_ACK_DETAIL: usize = 1024;
 /// Most proxies one tunnel report may name.
@@ -234,8 +234,7 @@ impl Hub {
     /// it now: within its validity on the monotonic clock, so a leader
     /// that was paused sends nothing before its lease loop has looked.
     pub fn leads(&self) -> bool {
-        let now = self.clock.deadline_in(Duration::ZERO);
-        self.cfg.leadership.borrow().acting(now)
+        self.cfg.leadership.borrow().acting(self.clock.instant())
     }
 
     pub fn leadership(&self) -> watch::Receiver<Leadership> {
@@ -266,20 +265,12 @@ impl Hub {
         &self,
         reqs: Vec<SignalRequest>,
     ) -> Result<Vec<SignalRecord>, SendError> {
-        let fence = {
-            let l = self.cfg.leadership.borrow();
-            if !l.acting(self.clock.deadline_in(Duration::ZERO)) {
-                return Err(SendError::NotLeader);
-            }
-            if l.sole {
-                Fence::Sole
-            } else {
-                Fence::Leader {
-                    replica: l.replica.as_str().into(),
-                    term: l.term,
-                }
-            }
-        };
+        let fence = self
+            .cfg
+            .leadership
+            .borrow()
+            .acting_fence(self.clock.instant())
+            .ok_or(SendError::NotLeader)?;
         self.send_fenced(reqs, fence).await
     }
 

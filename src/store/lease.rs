@@ -70,6 +70,22 @@ impl Leadership {
         self.leading && (self.sole || self.valid_until.is_some_and(|v| now < v))
     }
 
+    /// The fence what this replica writes as leader goes under, while it
+    /// may act as one ([`Self::acting`]).
+    pub fn acting_fence(&self, now: tokio::time::Instant) -> Option<Fence> {
+        if !self.acting(now) {
+            return None;
+        }
+        Some(if self.sole {
+            Fence::Sole
+        } else {
+            Fence::Leader {
+                replica: self.replica.as_str().into(),
+                term: self.term,
+            }
+        })
+    }
+
     /// A process alone on its database: it leads from the start.
     pub fn sole(name: &str, now: Ts) -> Leadership {
         Leadership {

@@ -216,9 +216,20 @@ mod tests {
     use rcgen::{CertificateParams, DnType, KeyPair};
 
     fn write_leaf(dir: &Path, cn: &str) -> (PathBuf, PathBuf) {
+        write_leaf_with(dir, cn, |_| {})
+    }
+
+    /// A self-signed leaf for `localhost` named `cn`, its parameters
+    /// changed by `edit` first, written as `tls.crt` and `tls.key`.
+    fn write_leaf_with(
+        dir: &Path,
+        cn: &str,
+        edit: impl FnOnce(&mut CertificateParams),
+    ) -> (PathBuf, PathBuf) {
         let key = KeyPair::generate().expect("key");
         let mut params = CertificateParams::new(vec!["localhost".to_string()]).expect("params");
         params.distinguished_name.push(DnType::CommonName, cn);
+        edit(&mut params);
         let cert = params.self_signed(&key).expect("cert");
         let (c, k) = (dir.join("tls.crt"), dir.join("tls.key"));
         std::fs::write(&c, cert.pem()).expect("write cert");
@@ -269,15 +280,11 @@ mod tests {
         let stats = Arc::new(Stats::default());
         let store = CertStore::load(&c, &k, now, stats.clone()).expect("loads");
 
-        let key = KeyPair::generate().expect("key");
-        let mut params = CertificateParams::new(vec!["localhost".to_string()]).expect("params");
-        params.distinguished_name.push(DnType::CommonName, "early");
-        params.not_before =
-            time::OffsetDateTime::from_unix_timestamp(now.as_micros() / 1_000_000 + 30)
-                .expect("a time");
-        let cert = params.self_signed(&key).expect("cert");
-        std::fs::write(&c, cert.pem()).expect("write cert");
-        std::fs::write(&k, key.serialize_pem()).expect("write key");
+        write_leaf_with(dir.path(), "early", |p| {
+            p.not_before =
+                time::OffsetDateTime::from_unix_timestamp(now.as_micros() / 1_000_000 + 30)
+                    .expect("a time");
+        });
 
         assert!(matches!(store.check(now), Reloaded::Refused(_)));
         let later = |s: u64| now.saturating_add(Duration::from_secs(s));
