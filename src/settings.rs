@@ -119,11 +119,11 @@ impl Name {
             Name::GrpcClientLbPolicy => "client load-balancing policy served by GetServiceConfig, RFD 0226 JSON (\"\" = pick_first)",
             Name::FullDiscovery => "send every agent the full proxy list instead of deltas (true/false)",
             Name::AutoReconnect => "reconnect stranded agents automatically (true/false)",
-            Name::ReconnectInterval => "reconnect every agent at this interval plus jitter (a duration from 1s to 30days, like 6h, or \"off\")",
+            Name::ReconnectInterval => "reconnect every agent at this interval plus jitter (a duration from 1s to 30d, like 6h, or \"off\")",
             Name::GracefulTunnelClosing => "close tunnels beyond an agent's desired count once the topology is still (true/false)",
             Name::StormShare => "automatic reconnects pause when more than this share of agents strand at once (0 < x <= 1)",
-            Name::Retention => "how long event history is kept (a duration from 1m to 365days)",
-            Name::AuditRetention => "how long the signal audit and closed episodes are kept; pending signals and open episodes never go (a duration from 1h to 3650days)",
+            Name::Retention => "how long event history is kept (a duration from 1m to 365d)",
+            Name::AuditRetention => "how long the signal audit and closed episodes are kept; pending signals and open episodes never go (a duration from 1h to 3650d)",
         }
     }
 
@@ -220,28 +220,106 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// A duration as settings show it: humantime's text, except that from 30
-/// days on it counts whole days (humantime's months are 30.44 days, which
-/// turns "90d" into "2months 29days 2h 52m 48s").
+/// The units a written duration may take, with their length in seconds.
+pub const DURATION_UNITS: [(char, u64); 4] = [('s', 1), ('m', 60), ('h', 3600), ('d', 86_400)];
+
+/// A duration as the API and the CLI write it: a whole number without a
+/// leading zero (0 itself is one) and one unit of s, m, h, d ("90m", "30d"). `None` for any
+/// other form; a number too large for any duration is `Duration::MAX`, so
+/// it is refused as out of range, never wrapped.
+pub fn written_duration(s: &str) -> Option<Duration> {
+    let unit = s.chars().last()?;
+    let secs = DURATION_UNITS.iter().find(|(u, _)| *u == unit)?.1;
+    let n = &s[..s.len() - unit.len_utf8()];
+    let leading_zero = n.len() > 1 && n.starts_with('0');
+    if n.is_empty() || leading_zero || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(
+        n.parse::<u64>()
+            .ok()
+            .and_then(|n| n.checked_mul(secs))
+            .map_or(Duration::MAX, Duration::from_secs),
+    )
+}
+
+/// A duration as settings show it: the written form in the largest unit
+/// that holds it whole ("90m", "30d"), so what is shown can be written
+/// back. Only a config-file value below whole seconds (written in the
+/// file's freer form) is shown in humantime's text.
 fn duration_text(d: Duration) -> String {
-    const DAY: u64 = 86_400;
     let secs = d.as_secs();
-    if secs < 30 * DAY || d.subsec_nanos() != 0 {
+    if d.subsec_nanos() != 0 {
         return humantime::format_duration(d).to_string();
     }
-    let days = format!("{}days", secs / DAY);
-    match secs % DAY {
-        0 => days,
-        rest => format!(
-            "{days} {}",
-            humantime::format_duration(Duration::from_secs(rest))
-        ),
+    let (unit, len) = DURATION_UNITS
+        .iter()
+        .rev()
+        .find(|(_, len)| secs % len == 0)
+        .copied()
+        .unwrap_or(('s', 1));
+    format!("{}{unit}", secs / len)
+}
+
+/// What kind of value a setting holds, with its bounds: the one statement
+/// both [`parse`] and the API's contract follow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// `true` or `false`.
+    Flag,
+    /// A number in (0, 1].
+    Share,
+    /// RFD 0226's service config as a JSON object, or `""` for the default.
+    Policy,
+    /// A written duration ([`written_duration`]) from `min` to `max`; with
+    /// `off`, also `"off"` or `null`.
+    Duration {
+        min: Duration,
+        max: Duration,
+        off: bool,
+    },
+}
+
+impl Name {
+    pub fn shape(self) -> Shape {
+        match self {
+            Name::GrpcClientLbPolicy => Shape::Policy,
+            Name::FullDiscovery | Name::AutoReconnect | Name::GracefulTunnelClosing => Shape::Flag,
+            Name::StormShare => Shape::Share,
+            Name::ReconnectInterval => Shape::Duration {
+                min: Duration::from_secs(1),
+                max: MAX_RECONNECT_INTERVAL,
+                off: true,
+            },
+            Name::Retention => Shape::Duration {
+                min: MIN_RETENTION,
+                max: MAX_RETENTION,
+                off: false,
+            },
+            Name::AuditRetention => Shape::Duration {
+                min: MIN_AUDIT_RETENTION,
+                max: MAX_AUDIT_RETENTION,
+                off: false,
+            },
+        }
     }
 }
 
+/// Where a value comes from, which decides how freely it may be written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Form {
+    /// The API (and the CLI through it): exactly [`Shape`], as the
+    /// contract documents it.
+    Api,
+    /// The config file or a stored row: also humantime's durations ("1h
+    /// 30m", "2days") and the policy as JSON text, as the file writes it
+    /// and as earlier versions stored it.
+    Stored,
+}
+
 /// Checks `v` for `name`; returns the canonical JSON to store and the
-/// parsed value. Accepts JSON text for the policy as a string or an object.
-fn parse(name: Name, v: &Value) -> Result<(Value, Parsed), SettingsError> {
+/// parsed value.
+fn parse(name: Name, v: &Value, form: Form) -> Result<(Value, Parsed), SettingsError> {
     let bad = |message: String| SettingsError::Invalid {
         name: name.as_str(),
         message,
@@ -249,45 +327,56 @@ fn parse(name: Name, v: &Value) -> Result<(Value, Parsed), SettingsError> {
     let duration = |v: &Value| -> Result<Duration, SettingsError> {
         let s = v
             .as_str()
-            .ok_or_else(|| bad(format!("expected a duration like \"10m\", got {v}")))?;
-        humantime::parse_duration(s.trim())
-            .map_err(|e| bad(format!("{s:?} is not a duration like \"10m\": {e}")))
+            .ok_or_else(|| bad(format!("expected a duration like \"90m\", got {v}")))?;
+        match form {
+            Form::Api => written_duration(s).ok_or_else(|| {
+                bad(format!(
+                    "{s:?} is not a duration: write a whole number and one unit of s, m, h, d, like \"90m\""
+                ))
+            }),
+            Form::Stored => humantime::parse_duration(s.trim())
+                .map_err(|e| bad(format!("{s:?} is not a duration like \"90m\": {e}"))),
+        }
     };
-    match name {
-        Name::GrpcClientLbPolicy => {
-            let text = match v {
-                Value::String(s) => s.clone(),
-                Value::Object(_) => v.to_string(),
-                other => {
+    let within = |d: Duration, min: Duration, max: Duration, or: &str| {
+        if d < min {
+            return Err(bad(format!("must be at least {}{or}", duration_text(min))));
+        }
+        if d > max {
+            return Err(bad(format!("must be at most {}{or}", duration_text(max))));
+        }
+        Ok(d)
+    };
+    match (name.shape(), name) {
+        (Shape::Policy, _) => {
+            let text = match (v, form) {
+                (Value::String(s), Form::Api) if s.is_empty() => String::new(),
+                (Value::String(s), Form::Stored) => s.clone(),
+                (Value::Object(_), _) => v.to_string(),
+                (other, Form::Api) => {
+                    return Err(bad(format!(
+                        "expected RFD 0226 service config JSON as an object, or \"\" for the default, got {other}"
+                    )))
+                }
+                (other, Form::Stored) => {
                     return Err(bad(format!(
                         "expected RFD 0226 service config JSON (a string or an object), got {other}"
                     )))
                 }
             };
             let p = LbPolicy::parse(&text).map_err(|e| bad(e.to_string()))?;
-            Ok((Value::String(text), Parsed::Lb(p)))
+            let canonical = if text.trim().is_empty() {
+                Value::String(String::new())
+            } else {
+                serde_json::from_str(&p.to_json()).unwrap_or(Value::String(text))
+            };
+            Ok((canonical, Parsed::Lb(p)))
         }
-        Name::FullDiscovery | Name::AutoReconnect | Name::GracefulTunnelClosing => match v {
+        (Shape::Flag, _) => match v {
             Value::Bool(b) => Ok((Value::Bool(*b), Parsed::Flag(*b))),
             other => Err(bad(format!("expected true or false, got {other}"))),
         },
-        Name::ReconnectInterval => {
-            if v.is_null() || v.as_str().is_some_and(|s| s.trim() == "off") {
-                return Ok((Value::String("off".into()), Parsed::Interval(None)));
-            }
-            let d = duration(v)?;
-            if d < Duration::from_secs(1) {
-                return Err(bad("must be at least 1s (or \"off\")".into()));
-            }
-            if d > MAX_RECONNECT_INTERVAL {
-                return Err(bad(format!(
-                    "must be at most {} (or \"off\")",
-                    duration_text(MAX_RECONNECT_INTERVAL)
-                )));
-            }
-            Ok((Value::String(duration_text(d)), Parsed::Interval(Some(d))))
-        }
-        Name::StormShare => {
+        (Shape::Share, _) => {
             let x = v
                 .as_f64()
                 .ok_or_else(|| bad(format!("expected a number in (0, 1], got {v}")))?;
@@ -296,23 +385,24 @@ fn parse(name: Name, v: &Value) -> Result<(Value, Parsed), SettingsError> {
             }
             Ok((v.clone(), Parsed::Share(x)))
         }
-        Name::Retention | Name::AuditRetention => {
-            let (min, max, parsed): (_, _, fn(Duration) -> Parsed) = match name {
-                Name::Retention => (MIN_RETENTION, MAX_RETENTION, Parsed::Retention),
-                _ => (
-                    MIN_AUDIT_RETENTION,
-                    MAX_AUDIT_RETENTION,
-                    Parsed::AuditRetention,
-                ),
+        (Shape::Duration { min, max, off }, name) => {
+            let is_off = match (v, form) {
+                (Value::Null, _) => true,
+                (Value::String(s), Form::Api) => s == "off",
+                (Value::String(s), Form::Stored) => s.trim() == "off",
+                _ => false,
             };
-            let d = duration(v)?;
-            if d < min {
-                return Err(bad(format!("must be at least {}", duration_text(min))));
+            if off && is_off {
+                return Ok((Value::String("off".into()), Parsed::Interval(None)));
             }
-            if d > max {
-                return Err(bad(format!("must be at most {}", duration_text(max))));
-            }
-            Ok((Value::String(duration_text(d)), parsed(d)))
+            let or = if off { " (or \"off\")" } else { "" };
+            let d = within(duration(v)?, min, max, or)?;
+            let parsed = match name {
+                Name::ReconnectInterval => Parsed::Interval(Some(d)),
+                Name::Retention => Parsed::Retention(d),
+                _ => Parsed::AuditRetention(d),
+            };
+            Ok((Value::String(duration_text(d)), parsed))
         }
     }
 }
@@ -407,7 +497,7 @@ impl Settings {
                     Some(o) if o.origin == Origin::Dynamic => {
                         match serde_json::from_str::<Value>(&o.value)
                             .map_err(|e| e.to_string())
-                            .and_then(|v| parse(name, &v).map_err(|e| e.to_string()))
+                            .and_then(|v| parse(name, &v, Form::Stored).map_err(|e| e.to_string()))
                         {
                             Ok((v, _)) => (v, Origin::Dynamic),
                             Err(e) => {
@@ -420,7 +510,7 @@ impl Settings {
                 }
             };
             // Values from the config were validated with it.
-            let (canonical, parsed) = parse(name, &value)?;
+            let (canonical, parsed) = parse(name, &value, Form::Stored)?;
             s.apply(name, &parsed);
             let text = canonical.to_string();
             let same = old
@@ -511,7 +601,7 @@ impl Settings {
         let value = row
             .and_then(|r| serde_json::from_str::<Value>(&r.value).ok())
             .unwrap_or_else(|| default_value(name));
-        let (_, parsed) = parse(name, &value)?;
+        let (_, parsed) = parse(name, &value, Form::Stored)?;
         self.apply(name, &parsed);
         Ok(())
     }
@@ -613,7 +703,7 @@ impl Settings {
         actor: &str,
         decide: impl FnOnce(Origin) -> Result<SettingAction, SettingsError>,
     ) -> Result<SettingView, SettingsError> {
-        let (canonical, parsed) = parse(name, value)?;
+        let (canonical, parsed) = parse(name, value, Form::Api)?;
         let _one = self.write.lock().await;
         let mut tx = rows::begin_change(&self.db).await?;
         let old = tx.get(name.as_str()).await?;
@@ -641,31 +731,64 @@ mod tests {
 
     #[test]
     fn values_are_checked_and_made_canonical() {
-        let ok = |n, v: Value| parse(n, &v).unwrap().0;
-        assert_eq!(ok(Name::Retention, json!("90m")), json!("1h 30m"));
-        assert_eq!(ok(Name::AuditRetention, json!("90d")), json!("90days"));
-        assert_eq!(
-            ok(Name::AuditRetention, json!("40d 3h")),
-            json!("40days 3h")
-        );
-        assert_eq!(ok(Name::AuditRetention, json!("2days")), json!("2days"));
+        let ok = |n, v: Value| parse(n, &v, Form::Api).unwrap().0;
+        let stored = |n, v: Value| parse(n, &v, Form::Stored).unwrap().0;
+        assert_eq!(ok(Name::Retention, json!("90m")), json!("90m"));
+        assert_eq!(ok(Name::Retention, json!("7200s")), json!("2h"));
+        assert_eq!(ok(Name::AuditRetention, json!("90d")), json!("90d"));
         assert_eq!(ok(Name::ReconnectInterval, json!(null)), json!("off"));
+        assert_eq!(ok(Name::ReconnectInterval, json!("off")), json!("off"));
         assert_eq!(ok(Name::ReconnectInterval, json!("6h")), json!("6h"));
         assert_eq!(ok(Name::AutoReconnect, json!(false)), json!(false));
+        assert_eq!(ok(Name::GrpcClientLbPolicy, json!("")), json!(""));
         let obj = json!({"loadBalancingConfig":[{"teleport_pick_healthy":{"mode":"reconnect"}}]});
-        assert!(ok(Name::GrpcClientLbPolicy, obj).is_string());
+        let policy = ok(Name::GrpcClientLbPolicy, obj.clone());
+        assert_eq!(policy["loadBalancingConfig"], obj["loadBalancingConfig"]);
+        // The file's and earlier versions' freer forms, stored canonical.
+        assert_eq!(stored(Name::Retention, json!("1h 30m")), json!("90m"));
+        assert_eq!(
+            stored(Name::AuditRetention, json!("40days 3h")),
+            json!("963h")
+        );
+        assert_eq!(
+            stored(Name::ReconnectInterval, json!(" off ")),
+            json!("off")
+        );
+        assert_eq!(
+            stored(Name::GrpcClientLbPolicy, Value::String(obj.to_string())),
+            policy
+        );
+        assert_eq!(stored(Name::GrpcClientLbPolicy, json!("  ")), json!(""));
         for (n, v, needle) in [
             (Name::Retention, json!("10s"), "at least 1m"),
             (Name::Retention, json!(5), "duration"),
+            (Name::Retention, json!("1h 30m"), "one unit"),
+            (Name::Retention, json!("090m"), "one unit"),
+            (Name::Retention, json!(" 90m"), "one unit"),
             (Name::AuditRetention, json!("30m"), "at least 1h"),
             (Name::StormShare, json!(0), "(0, 1]"),
             (Name::StormShare, json!("half"), "number"),
             (Name::AutoReconnect, json!("yes"), "true or false"),
-            (Name::ReconnectInterval, json!("100ms"), "at least 1s"),
-            (Name::GrpcClientLbPolicy, json!("{nope"), "JSON"),
+            (Name::ReconnectInterval, json!("100ms"), "one unit"),
+            (Name::ReconnectInterval, json!(" off"), "one unit"),
+            (Name::GrpcClientLbPolicy, json!("{nope"), "object"),
+            (
+                Name::GrpcClientLbPolicy,
+                Value::String(obj.to_string()),
+                "object",
+            ),
+            (Name::GrpcClientLbPolicy, json!(" "), "object"),
+            (
+                Name::GrpcClientLbPolicy,
+                json!({"loadBalancingConfig":[
+                    {"teleport_pick_healthy":{"mode":"reconnect"}},
+                    {"teleport_pick_healthy":{"mode":"bogus"}}
+                ]}),
+                "bogus",
+            ),
         ] {
-            let e = parse(n, &v).unwrap_err().to_string();
-            assert!(e.contains(n.as_str()) && e.contains(needle), "{e}");
+            let e = parse(n, &v, Form::Api).unwrap_err().to_string();
+            assert!(e.contains(n.as_str()) && e.contains(needle), "{v}: {e}");
         }
     }
 
@@ -695,7 +818,7 @@ mod tests {
                 name.describe()
             );
             for d in [min, max] {
-                let (shown, parsed) = parse(name, &secs(d)).unwrap();
+                let (shown, parsed) = parse(name, &secs(d), Form::Api).unwrap();
                 let back = match parsed {
                     Parsed::Interval(Some(x))
                     | Parsed::Retention(x)
@@ -706,8 +829,8 @@ mod tests {
                 assert_eq!(Duration::from_millis(millis(back)), d, "the live value");
                 // What is shown parses back to the same value.
                 assert_eq!(
-                    parse(name, &shown).unwrap().1,
-                    parse(name, &secs(d)).unwrap().1
+                    parse(name, &shown, Form::Api).unwrap().1,
+                    parse(name, &secs(d), Form::Api).unwrap().1
                 );
             }
             for (v, needle) in [
@@ -716,7 +839,7 @@ mod tests {
                 (json!("18446744073709552s"), "at most"),
                 (json!(format!("{}s", u64::MAX)), name.as_str()),
             ] {
-                let e = parse(name, &v).unwrap_err().to_string();
+                let e = parse(name, &v, Form::Api).unwrap_err().to_string();
                 assert!(e.contains(name.as_str()) && e.contains(needle), "{v}: {e}");
             }
         }
@@ -726,7 +849,8 @@ mod tests {
     #[test]
     fn defaults_parse_and_every_name_round_trips() {
         for n in Name::ALL {
-            parse(n, &default_value(n)).unwrap();
+            let (canonical, _) = parse(n, &default_value(n), Form::Api).unwrap();
+            assert_eq!(canonical, default_value(n), "defaults are canonical");
             assert_eq!(Name::parse(n.as_str()), Some(n));
         }
         let e = Settings::name("nope").unwrap_err().to_string();

@@ -140,10 +140,7 @@ impl SignalsConfig {
                 return Err(invalid("signals.reconnect_interval", "must be at least 1s"));
             }
             if i > MAX_RECONNECT_INTERVAL {
-                return Err(invalid(
-                    "signals.reconnect_interval",
-                    "must be at most 30days",
-                ));
+                return Err(invalid("signals.reconnect_interval", "must be at most 30d"));
             }
         }
         if self.periodic_max_per_second == 0 {

@@ -121,3 +121,254 @@ pub enum WriteErrors {
     #[response(status = 503)]
     Unavailable(ErrorBody),
 }
+
+/// A regular expression (no anchors) for the decimal numbers from `lo` to
+/// `hi`, written without leading zeros.
+pub fn number_range(lo: u64, hi: u64) -> String {
+    fn digits(n: u64) -> u32 {
+        n.checked_ilog10().unwrap_or(0) + 1
+    }
+    fn class(a: u8, b: u8) -> String {
+        if a == b {
+            (a as char).to_string()
+        } else {
+            format!("[{}-{}]", a as char, b as char)
+        }
+    }
+    fn any(k: usize) -> String {
+        match k {
+            0 => String::new(),
+            1 => "[0-9]".into(),
+            k => format!("[0-9]{{{k}}}"),
+        }
+    }
+    /// Equal-length digit strings, leading zeros allowed.
+    fn fixed(lo: &str, hi: &str) -> Vec<String> {
+        let (Some(&a), Some(&b)) = (lo.as_bytes().first(), hi.as_bytes().first()) else {
+            return vec![String::new()];
+        };
+        let (lr, hr) = (&lo[1..], &hi[1..]);
+        let prefixed = |c: u8, v: Vec<String>| -> Vec<String> {
+            v.into_iter().map(|p| format!("{}{p}", c as char)).collect()
+        };
+        if a == b {
+            return prefixed(a, fixed(lr, hr));
+        }
+        let k = lr.len();
+        let (zeros, nines) = ("0".repeat(k), "9".repeat(k));
+        let mut out = Vec::new();
+        let mut first = a;
+        if lr != zeros {
+            out.extend(prefixed(a, fixed(lr, &nines)));
+            first = a + 1;
+        }
+        let last = if hr == nines { b } else { b - 1 };
+        if first <= last {
+            out.push(format!("{}{}", class(first, last), any(k)));
+        }
+        if hr != nines {
+            out.extend(prefixed(b, fixed(&zeros, hr)));
+        }
+        out
+    }
+    if lo > hi {
+        return "(?!)".into();
+    }
+    let mut parts = Vec::new();
+    for len in digits(lo)..=digits(hi) {
+        let floor = if len == 1 { 0 } else { 10u64.pow(len - 1) };
+        let ceil = 10u64.checked_pow(len).map_or(u64::MAX, |p| p - 1);
+        parts.extend(fixed(&lo.max(floor).to_string(), &hi.min(ceil).to_string()));
+    }
+    parts.join("|")
+}
+
+/// The written durations from `min` to `max` (whole seconds), each unit
+/// with the numbers that keep it in range: exactly what the settings
+/// room's `written_duration` takes within those bounds.
+pub fn duration_pattern(min: std::time::Duration, max: std::time::Duration) -> String {
+    let (min, max) = (min.as_secs(), max.as_secs());
+    let units: Vec<String> = crate::settings::DURATION_UNITS
+        .iter()
+        .filter_map(|&(unit, len)| {
+            let lo = min.div_ceil(len).max(1);
+            let hi = max / len;
+            (lo <= hi).then(|| format!("(?:{}){unit}", number_range(lo, hi)))
+        })
+        .collect();
+    format!("^(?:{})$", units.join("|"))
+}
+
+/// The JSON Schema of `name`'s value, as the settings room takes it from
+/// the API.
+pub fn setting_value(name: crate::settings::Name) -> serde_json::Value {
+    use crate::settings::Shape;
+    use serde_json::json;
+    let mode = json!({"enum": ["", "pick_first", "reconnect", null]});
+    match name.shape() {
+        Shape::Flag => json!({"type": "boolean"}),
+        Shape::Share => json!({"type": "number", "exclusiveMinimum": 0, "maximum": 1}),
+        Shape::Policy => json!({"anyOf": [
+            {"type": "string", "const": "", "description": "The default: pick_first."},
+            {
+                "type": "object",
+                "description": "RFD 0226's service config. Clients use the first entry; every entry must be teleport_pick_healthy.",
+                "required": ["loadBalancingConfig"],
+                "additionalProperties": false,
+                "properties": {
+                    "loadBalancingConfig": {
+                        "type": "array",
+                        "minItems": 1,
+                        "items": {
+                            "type": "object",
+                            "required": ["teleport_pick_healthy"],
+                            "additionalProperties": false,
+                            "properties": {"teleport_pick_healthy": {
+                                "type": "object",
+                                "additionalProperties": false,
+                                "properties": {"mode": mode}
+                            }}
+                        }
+                    },
+                    "healthCheckConfig": {
+                        "type": ["object", "null"],
+                        "additionalProperties": false,
+                        "properties": {"serviceName": {"type": "string"}}
+                    }
+                }
+            }
+        ]}),
+        Shape::Duration { min, max, off } => {
+            let written = json!({
+                "type": "string",
+                "pattern": duration_pattern(min, max),
+                "description": "A whole number and one unit of s, m, h, d."
+            });
+            if off {
+                json!({"anyOf": [written, {"const": "off"}, {"type": "null"}]})
+            } else {
+                written
+            }
+        }
+    }
+}
+
+/// The body of `PUT /api/v1/settings/<name>`: `{"value": …}` of that
+/// setting's schema.
+pub fn setting_body(name: crate::settings::Name) -> serde_json::Value {
+    use crate::settings::Shape;
+    let example = match name.shape() {
+        Shape::Policy => serde_json::json!({
+            "loadBalancingConfig": [{"teleport_pick_healthy": {"mode": "reconnect"}}]
+        }),
+        _ => crate::settings::default_value(name),
+    };
+    serde_json::json!({
+        "type": "object",
+        "required": ["value"],
+        "additionalProperties": false,
+        "properties": {"value": {
+            "description": name.describe(),
+            "allOf": [setting_value(name)]
+        }},
+        "example": {"value": example}
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::{written_duration, Name, Shape};
+    use std::time::Duration;
+
+    fn anchored(p: &str) -> regex::Regex {
+        regex::Regex::new(&format!("^(?:{p})$")).expect("a valid expression")
+    }
+
+    #[test]
+    fn number_ranges_match_exactly_their_numbers() {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut cases = vec![
+            (0, 9),
+            (1, 1),
+            (1, 10),
+            (60, 31_536_000),
+            (7, 7_000_000),
+            (1, u64::MAX),
+        ];
+        for _ in 0..300 {
+            let a = next() % 10u64.pow((next() % 10) as u32 + 1);
+            let b = a + next() % 10u64.pow((next() % 10) as u32 + 1);
+            cases.push((a, b));
+        }
+        for (lo, hi) in cases {
+            let re = anchored(&number_range(lo, hi));
+            let mut probes = vec![lo, hi, lo.saturating_sub(1), hi.saturating_add(1)];
+            for _ in 0..40 {
+                probes.push(next() % hi.saturating_add(2).max(1));
+                probes.push(lo + next() % (hi - lo + 1).max(1));
+            }
+            for n in probes {
+                assert_eq!(
+                    re.is_match(&n.to_string()),
+                    (lo..=hi).contains(&n),
+                    "{n} in {lo}..={hi}: {re}"
+                );
+            }
+            assert!(!re.is_match(&format!("0{lo}")), "no leading zero: {re}");
+        }
+    }
+
+    /// What the pattern documents is what the settings room takes: every
+    /// unit, both ends, one past them, leading zeros, sizes that overflow.
+    #[test]
+    fn duration_patterns_match_exactly_the_durations_taken() {
+        for name in Name::ALL {
+            let Shape::Duration { min, max, .. } = name.shape() else {
+                continue;
+            };
+            let re = regex::Regex::new(&duration_pattern(min, max)).expect("pattern");
+            let mut written = vec![
+                "".to_string(),
+                "s".into(),
+                "0s".into(),
+                "01m".into(),
+                "1h 30m".into(),
+                "1w".into(),
+                "18446744073709551615s".into(),
+                "18446744073709552s".into(),
+                "99999999999999999999d".into(),
+                "+5m".into(),
+                "５m".into(),
+            ];
+            for (unit, len) in crate::settings::DURATION_UNITS {
+                for secs in [min.as_secs(), max.as_secs()] {
+                    let n = secs / len;
+                    for m in [
+                        n.saturating_sub(1),
+                        n,
+                        n + 1,
+                        n.saturating_mul(10),
+                        1,
+                        7,
+                        59,
+                        61,
+                    ] {
+                        written.push(format!("{m}{unit}"));
+                    }
+                }
+            }
+            for w in written {
+                let taken = written_duration(&w).is_some_and(|d| d >= min && d <= max);
+                assert_eq!(re.is_match(&w), taken, "{}: {w:?}", name.as_str());
+            }
+            assert!(max <= Duration::from_secs(u64::MAX / 2));
+        }
+    }
+}

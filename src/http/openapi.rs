@@ -81,8 +81,59 @@ fn api() -> (axum::Router<AppState>, Document) {
 /// The `/api/v1` routes; their document is kept for `GET /api/v1/openapi.json`.
 pub fn router() -> axum::Router<AppState> {
     let (router, doc) = api();
-    DOC.get_or_init(|| doc.to_pretty_json().unwrap_or_else(|_| "{}".into()));
+    DOC.get_or_init(|| {
+        let mut doc = serde_json::to_value(&doc).unwrap_or_default();
+        per_setting(&mut doc);
+        serde_json::to_string_pretty(&doc).unwrap_or_else(|_| "{}".into())
+    });
     router
+}
+
+/// Settings are a fixed set whose values differ in kind (a flag, a share,
+/// a duration, a policy), and a schema cannot tie a body to a path
+/// parameter's value. So `/api/v1/settings/{name}`, served for every
+/// setting, is documented once per setting at its own path, with that
+/// setting's value schema (`contract::setting_body`).
+fn per_setting(doc: &mut serde_json::Value) {
+    use serde_json::Value;
+    let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let Some(item) = paths.remove(super::settings::ONE) else {
+        return;
+    };
+    for name in crate::settings::Name::ALL {
+        let mut item = item.clone();
+        for (method, op) in item.as_object_mut().into_iter().flatten() {
+            let Some(op) = op.as_object_mut() else {
+                continue;
+            };
+            if let Some(Value::Array(params)) = op.get_mut("parameters") {
+                params.retain(|p| p["in"] != "path");
+                if params.is_empty() {
+                    op.remove("parameters");
+                }
+            }
+            if let Some(Value::String(id)) = op.get_mut("operationId") {
+                *id = format!("{id}_{}", name.as_str());
+            }
+            let about = format!("`{}`: {}.", name.as_str(), name.describe());
+            match op.get_mut("description") {
+                Some(Value::String(d)) => *d = format!("{d}\n\n{about}"),
+                _ => {
+                    op.insert("description".into(), about.into());
+                }
+            }
+            if method == "put" {
+                op["requestBody"]["content"]["application/json"]["schema"] =
+                    super::contract::setting_body(name);
+            }
+        }
+        paths.insert(format!("/api/v1/settings/{}", name.as_str()), item);
+    }
+    if let Some(Value::Object(schemas)) = doc.pointer_mut("/components/schemas") {
+        schemas.remove("PutBody");
+    }
 }
 
 /// This document.

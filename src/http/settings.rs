@@ -20,6 +20,10 @@ use crate::config::Role;
 use crate::settings::{PutFlags, SettingView, Settings};
 use crate::store::settings::SettingChange;
 
+/// One setting's path, as annotated below; the document shows it once per
+/// setting (`openapi`).
+pub(super) const ONE: &str = "/api/v1/settings/{name}";
+
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(list))
@@ -105,7 +109,7 @@ struct PutQuery {
 #[schema(example = json!({"value": true}))]
 struct PutBody {
     /// The new value, as the setting's type (a boolean, a duration such as
-    /// "6h", a JSON policy).
+    /// "6h", a JSON policy); each setting's path documents its own.
     value: Value,
 }
 

@@ -83,15 +83,17 @@ impl LbPolicy {
         }
         let j: JsonConfig =
             serde_json::from_str(text).map_err(|e| PolicyError::Json(e.to_string()))?;
-        let lb = j
-            .load_balancing_config
-            .first()
-            .ok_or(PolicyError::NoPolicy)?;
-        let mode = match lb.teleport_pick_healthy.mode.as_deref() {
-            None | Some("") | Some("pick_first") => LbMode::PickFirst,
-            Some("reconnect") => LbMode::Reconnect,
-            Some(other) => return Err(PolicyError::Mode(other.to_string())),
-        };
+        // Clients take the first entry; every entry must still be one
+        // this policy knows, so a typo further down is not kept silently.
+        let mut modes = j.load_balancing_config.iter().map(|lb| {
+            match lb.teleport_pick_healthy.mode.as_deref() {
+                None | Some("") | Some("pick_first") => Ok(LbMode::PickFirst),
+                Some("reconnect") => Ok(LbMode::Reconnect),
+                Some(other) => Err(PolicyError::Mode(other.to_string())),
+            }
+        });
+        let mode = modes.next().ok_or(PolicyError::NoPolicy)??;
+        modes.try_for_each(|m| m.map(drop))?;
         Ok(LbPolicy {
             mode,
             health_service: j

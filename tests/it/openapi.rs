@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::support::{bounded, Cluster, Running, ADMIN};
 
-/// The operations the API has: (method, path).
+/// The operations the API has besides one setting's: (method, path).
 const OPERATIONS: &[(&str, &str)] = &[
     ("get", "/api/v1/summary"),
     ("get", "/api/v1/agents"),
@@ -25,11 +25,26 @@ const OPERATIONS: &[(&str, &str)] = &[
     ("get", "/api/v1/signals"),
     ("get", "/api/v1/signals/{id}"),
     ("get", "/api/v1/settings"),
-    ("get", "/api/v1/settings/{name}"),
-    ("put", "/api/v1/settings/{name}"),
-    ("delete", "/api/v1/settings/{name}"),
     ("get", "/api/v1/openapi.json"),
 ];
+
+/// Served at `/api/v1/settings/{name}`, documented at each setting's own
+/// path with that setting's value schema.
+const ONE_SETTING: &str = "/api/v1/settings/{name}";
+
+/// Every operation: `OPERATIONS` and get, put, delete of each setting.
+fn operations() -> BTreeSet<(String, String)> {
+    let mut out: BTreeSet<(String, String)> = OPERATIONS
+        .iter()
+        .map(|(m, p)| (m.to_string(), p.to_string()))
+        .collect();
+    for name in lifeline::settings::Name::ALL {
+        for m in ["get", "put", "delete"] {
+            out.insert((m.into(), format!("/api/v1/settings/{}", name.as_str())));
+        }
+    }
+    out
+}
 
 fn documented(doc: &Value) -> BTreeSet<(String, String)> {
     let mut out = BTreeSet::new();
@@ -100,14 +115,18 @@ async fn the_router_and_the_document_list_the_same_routes() {
     let c = Cluster::new().quiet().start().await;
     c.ready().await;
     let doc = fetch_document(&c).await;
-    let want: BTreeSet<(String, String)> = OPERATIONS
-        .iter()
-        .map(|(m, p)| (m.to_string(), p.to_string()))
-        .collect();
+    let want = operations();
     assert_eq!(documented(&doc), want);
 
     let annotated = in_source("path = \"");
-    let paths: BTreeSet<String> = want.iter().map(|(_, p)| p.clone()).collect();
+    let paths: BTreeSet<String> = want
+        .iter()
+        .map(|(_, p)| p.clone())
+        .map(|p| match p.starts_with("/api/v1/settings/") {
+            true => ONE_SETTING.to_string(),
+            false => p,
+        })
+        .collect();
     assert_eq!(annotated, paths, "#[utoipa::path] paths vs the document");
     let plain = in_source(".route(\"");
     assert!(
@@ -204,11 +223,19 @@ async fn the_document_carries_security_errors_and_examples() {
         reconnect["responses"]["202"]["links"]["signal"]["operationId"],
         "get_signal"
     );
-    for schema in ["ReconnectBody", "Selector", "PutBody"] {
+    for schema in ["ReconnectBody", "Selector"] {
         let s = &doc["components"]["schemas"][schema];
         assert!(
             s["example"].is_object() || s["examples"][0].is_object(),
             "{schema} has an example: {s}"
+        );
+    }
+    for name in lifeline::settings::Name::ALL {
+        let path = format!("/api/v1/settings/{}", name.as_str());
+        let s = &doc["paths"][&path]["put"]["requestBody"]["content"]["application/json"]["schema"];
+        assert!(
+            s["example"]["value"] != Value::Null,
+            "{path} has an example: {s}"
         );
     }
     assert_eq!(
@@ -380,4 +407,97 @@ async fn what_fuzzing_found_stays_fixed() {
         "grpc_client_lb_policy"
     );
     c.shutdown().await;
+}
+
+/// Guards each setting's own value schema: the document states it at the
+/// setting's path (the settings room's bounds in the pattern), its
+/// example is taken, and another setting's kind of value is refused with
+/// `bad_body`, as the schema says it would be.
+#[tokio::test(start_paused = true)]
+async fn each_setting_documents_and_takes_its_own_value() {
+    use lifeline::settings::{Name, Shape};
+    let c = Cluster::new().quiet().start().await;
+    c.ready().await;
+    let doc = fetch_document(&c).await;
+    for name in Name::ALL {
+        let path = format!("/api/v1/settings/{}", name.as_str());
+        let put = &doc["paths"][&path]["put"];
+        let body = &put["requestBody"]["content"]["application/json"]["schema"];
+        assert_eq!(
+            body["properties"]["value"]["allOf"][0],
+            lifeline::http::contract::setting_value(name),
+            "{path}"
+        );
+        assert_eq!(body["additionalProperties"], false, "{path}");
+        assert_eq!(
+            put["operationId"],
+            format!("put_setting_{}", name.as_str()),
+            "{path}"
+        );
+        assert!(put.get("parameters").is_none_or(|p| p
+            .as_array()
+            .is_some_and(|p| p.iter().all(|p| p["in"] == "query"))));
+        if let Shape::Duration { max, .. } = name.shape() {
+            let pattern = regex_of(&body["properties"]["value"]["allOf"][0]);
+            assert!(pattern.contains("(?:"), "{path}: {pattern}");
+            let days = max.as_secs() / 86_400;
+            assert!(
+                !body["properties"]["value"]["description"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .is_empty(),
+                "{path} describes its value"
+            );
+            let (s, v) = c
+                .call(
+                    reqwest::Method::PUT,
+                    &format!("{path}?force=true"),
+                    Some(ADMIN),
+                    Some(&format!("{{\"value\":\"{}d\"}}", days + 1)),
+                )
+                .await;
+            assert_eq!(
+                (s, &v["error"]["code"]),
+                (400, &Value::from("bad_body")),
+                "{v}"
+            );
+        }
+        let example = body["example"].to_string();
+        let (s, v) = c
+            .call(
+                reqwest::Method::PUT,
+                &format!("{path}?force=true"),
+                Some(ADMIN),
+                Some(&example),
+            )
+            .await;
+        assert_eq!(s, 200, "{path} {example}: {v}");
+        let other = match name.shape() {
+            Shape::Flag => "\"6h\"",
+            _ => "true",
+        };
+        let (s, v) = c
+            .call(
+                reqwest::Method::PUT,
+                &format!("{path}?force=true"),
+                Some(ADMIN),
+                Some(&format!("{{\"value\":{other}}}")),
+            )
+            .await;
+        assert_eq!(
+            (s, &v["error"]["code"]),
+            (400, &Value::from("bad_body")),
+            "{path}: {v}"
+        );
+    }
+    c.shutdown().await;
+}
+
+/// The `pattern` of a value schema, directly or in its first `anyOf`.
+fn regex_of(schema: &Value) -> String {
+    schema["pattern"]
+        .as_str()
+        .or_else(|| schema["anyOf"][0]["pattern"].as_str())
+        .unwrap_or_default()
+        .to_string()
 }

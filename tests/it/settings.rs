@@ -380,7 +380,7 @@ async fn changes_apply_at_once(store) {
     )
     .await;
     assert_eq!(s, 200, "{v}");
-    assert_eq!(v["value"], "1h 30m");
+    assert_eq!(v["value"], "90m");
     let sig = &c.summary().await["signals"];
     assert_eq!(sig["reconnect_interval"], "1h 30m");
     for (name, body) in [
