@@ -244,6 +244,9 @@ pub struct Fleet {
     pub(super) schedule: Schedule,
     pub(super) dirty: HashSet<String>,
     pub(super) pending: WriteBatch,
+    /// Waiting episode changes past which they are compacted
+    /// (`WriteBatch::bound_episodes`).
+    pub(super) episode_bound: usize,
     /// When current-state rows last went to the store.
     pub(super) state_written: Ts,
     /// How long after `state_written` the next snapshot may go.
@@ -313,6 +316,7 @@ impl Fleet {
             schedule: Schedule::default(),
             dirty: HashSet::default(),
             pending: WriteBatch::default(),
+            episode_bound: crate::store::MAX_PENDING_EPISODES,
             state_written: now,
             state_gap: STATE_WRITE_EVERY,
             next_episode: 1,

@@ -9,7 +9,7 @@ use super::state::{Fleet, STATE_ROWS_PER_SECOND, STATE_WRITE_EVERY};
 use crate::clock::Ts;
 use crate::model::HistoryEvent;
 use crate::model::Subject;
-use crate::store::{EventRow, Fence, WriteBatch};
+use crate::store::{EventRow, Fence, WriteBatch, MAX_PENDING_EPISODES};
 
 impl Fleet {
     pub(super) fn history(&mut self, row: EventRow) {
@@ -120,6 +120,13 @@ impl Fleet {
             newer.dropped_events += (newer.events.len() - cap) as u64;
             newer.events.truncate(cap);
         }
+        // Compacted to half past the bound; what compaction cannot drop
+        // (the changes of episodes still open) doubles the bound, so a long
+        // outage over a large fleet is not compacted on every hand-over.
+        if newer.episodes.len() > self.episode_bound {
+            let left = newer.bound_episodes(MAX_PENDING_EPISODES / 2);
+            self.episode_bound = MAX_PENDING_EPISODES.max(left.saturating_mul(2));
+        }
         self.pending = newer;
     }
 
@@ -169,6 +176,39 @@ mod tests {
         assert_eq!(ids, vec![1, 2]);
         let p1 = &f.pending.servers[&(Kind::Proxy, "p1".to_string())];
         assert_eq!(p1.as_ref().map(|s| s.expires), Some(Ts(2)));
+    }
+
+    /// Guards the episode bound on the hand-over path: batches the store
+    /// had no room for, put back again and again through an outage, keep
+    /// their waiting episode changes compacted past the bound.
+    #[test]
+    fn a_long_outage_keeps_waiting_episode_changes_bounded() {
+        let mut f = fleet();
+        let mut id = 0;
+        let per_round = 5_000;
+        for _ in 0..40 {
+            for _ in 0..per_round {
+                id += 1;
+                f.pending.episodes.push(EpisodeOp::Open {
+                    id,
+                    agent: "a1".into(),
+                    state: crate::model::AgentState::Stranded,
+                    reasons: String::new(),
+                    cause: None,
+                    started: Ts(id),
+                });
+                f.pending.episodes.push(close(id));
+            }
+            let refused = f.take_pending();
+            f.restore_pending(refused);
+            let waiting = f.pending.episodes.len();
+            assert!(waiting <= MAX_PENDING_EPISODES, "{waiting}");
+        }
+        assert!(
+            f.pending.dropped_events >= (2 * 40 * per_round - MAX_PENDING_EPISODES) as u64 / 2,
+            "{}",
+            f.pending.dropped_events
+        );
     }
 
     /// Guards the snapshot throttle: history is due at once, current state

@@ -74,6 +74,13 @@ impl EpisodeOp {
 /// current health is kept by the fleet regardless).
 pub const MAX_PENDING_HEALTH: usize = 100_000;
 
+/// Episode changes waiting for the store past which the waiting ones are
+/// compacted to half as many: changes to one episode merge into one, and
+/// episodes that both opened and closed while they waited are dropped,
+/// counted like history rows (a `gap`). What cannot be dropped is at most
+/// an open or update and a close per agent, so the fleet's size bounds it.
+pub const MAX_PENDING_EPISODES: usize = 100_000;
+
 #[derive(Debug, Default)]
 pub struct WriteBatch {
     /// Whole-kind replacements (resync), applied before `servers`.
@@ -172,6 +179,75 @@ impl WriteBatch {
         }
     }
 
+    /// Compacts the waiting episode changes once more than `cap` wait (see
+    /// [`MAX_PENDING_EPISODES`]): an update merges into the open or update
+    /// of its episode before it; then, while more than `cap` remain, the
+    /// oldest episodes whose open and close both wait are dropped, both
+    /// together, and counted as dropped history. The order of what stays
+    /// is kept. Returns how many changes remain.
+    pub fn bound_episodes(&mut self, cap: usize) -> usize {
+        if self.episodes.len() <= cap {
+            return self.episodes.len();
+        }
+        let ops = std::mem::take(&mut self.episodes);
+        // Index, in the kept list, of each episode's open or last update.
+        let mut head: HashMap<i64, usize> = HashMap::default();
+        let mut opened: HashMap<i64, usize> = HashMap::default();
+        let mut kept: Vec<Option<EpisodeOp>> = Vec::with_capacity(ops.len());
+        let mut closed_after_open = Vec::new();
+        for op in ops {
+            match op {
+                EpisodeOp::Open { id, .. } => {
+                    head.insert(id, kept.len());
+                    opened.insert(id, kept.len());
+                    kept.push(Some(op));
+                }
+                EpisodeOp::Update { id, reasons, cause } => {
+                    match head.get(&id).and_then(|&i| kept[i].as_mut()) {
+                        Some(EpisodeOp::Open {
+                            reasons: r,
+                            cause: c,
+                            ..
+                        })
+                        | Some(EpisodeOp::Update {
+                            reasons: r,
+                            cause: c,
+                            ..
+                        }) => {
+                            *r = reasons;
+                            *c = cause;
+                        }
+                        _ => {
+                            head.insert(id, kept.len());
+                            kept.push(Some(EpisodeOp::Update { id, reasons, cause }));
+                        }
+                    }
+                }
+                EpisodeOp::Close { id, .. } => {
+                    head.remove(&id);
+                    if let Some(open) = opened.remove(&id) {
+                        closed_after_open.push((open, kept.len()));
+                    }
+                    kept.push(Some(op));
+                }
+            }
+        }
+        let mut left = kept.len();
+        let mut dropped = 0u64;
+        for (open, close) in closed_after_open {
+            if left <= cap {
+                break;
+            }
+            kept[open] = None;
+            kept[close] = None;
+            left -= 2;
+            dropped += 1;
+        }
+        self.dropped_events += dropped;
+        self.episodes = kept.into_iter().flatten().collect();
+        self.episodes.len()
+    }
+
     /// Appends history unless `max_events` are already waiting.
     pub fn event(&mut self, row: EventRow, max_events: usize) {
         if self.events.len() >= max_events {
@@ -220,6 +296,67 @@ mod tests {
         assert!(!h.has_state());
         assert!(b.has_state());
         assert!(b.episodes.is_empty());
+    }
+
+    /// Guards the episode bound: over the cap, updates merge into their
+    /// episode's open or update, and whole episodes that opened and closed
+    /// while waiting go (oldest first, counted); an episode opened before
+    /// keeps its update and close, and nothing is closed that is not
+    /// opened before it or already stored.
+    #[test]
+    fn waiting_episode_changes_are_compacted_past_the_cap() {
+        let open = |id: i64| EpisodeOp::Open {
+            id,
+            agent: format!("a{id}"),
+            state: AgentState::Stranded,
+            reasons: "r0".into(),
+            cause: None,
+            started: Ts(id),
+        };
+        let update = |id: i64, r: &str| EpisodeOp::Update {
+            id,
+            reasons: r.into(),
+            cause: None,
+        };
+        let close = |id: i64| EpisodeOp::close(id, Ts(id + 1), EndReason::Recovered);
+        let mut b = WriteBatch::default();
+        // Episode 0 was opened before the outage: its changes stay.
+        b.episodes.push(update(0, "r1"));
+        b.episodes.push(update(0, "r2"));
+        for id in 1..=1000 {
+            b.episodes.push(open(id));
+            b.episodes.push(update(id, "r1"));
+            b.episodes.push(close(id));
+        }
+        b.episodes.push(open(5000));
+        b.episodes.push(update(5000, "r9"));
+        b.episodes.push(close(0));
+        assert_eq!(
+            b.bound_episodes(10_000),
+            b.episodes.len(),
+            "under the cap: untouched"
+        );
+        assert_eq!(b.episodes.len(), 3005);
+        let left = b.bound_episodes(100);
+        assert_eq!(left, b.episodes.len());
+        assert!(left <= 100, "{left}");
+        assert_eq!(b.dropped_events, 1000 - (left as u64 - 3) / 2);
+        let mut seen_open = std::collections::HashSet::new();
+        for op in &b.episodes {
+            match op {
+                EpisodeOp::Open { id, .. } => assert!(seen_open.insert(*id)),
+                EpisodeOp::Update { id, reasons, .. } => {
+                    assert_eq!((*id, reasons.as_str()), (0, "r2"), "one update, the last")
+                }
+                EpisodeOp::Close { id, .. } => {
+                    assert!(*id == 0 || seen_open.contains(id), "close of {id}")
+                }
+            }
+        }
+        assert!(b.episodes.iter().any(|op| matches!(op,
+            EpisodeOp::Open { id: 5000, reasons, .. } if reasons == "r9")));
+        // The newest whole episodes are the ones kept.
+        assert!(seen_open.contains(&1000) && !seen_open.contains(&1));
     }
 
     #[test]
