@@ -381,12 +381,18 @@ impl Lifeline {
                 grpc_hub.server(),
                 join_check(access, client_cert, stats.clone()),
             ));
+        let max_connections = cfg.server.grpc_max_connections;
+        let grpc_stats = stats.clone();
         let grpc_task = match &server_tls {
             None => tokio::spawn(async move {
                 let _keep = reporter;
                 let served = grpc_router
                     .serve_with_incoming_shutdown(
-                        TcpListenerStream::new(grpc_listener),
+                        tls::limit::limit(
+                            TcpListenerStream::new(grpc_listener),
+                            max_connections,
+                            grpc_stats,
+                        ),
                         stop.cancelled_owned(),
                     )
                     .await;
@@ -406,7 +412,11 @@ impl Lifeline {
                     let _keep = reporter;
                     let served = grpc_router
                         .serve_with_incoming_shutdown(
-                            tls::listen::incoming(ready),
+                            tls::limit::limit(
+                                tls::listen::incoming(ready),
+                                max_connections,
+                                grpc_stats,
+                            ),
                             stop.cancelled_owned(),
                         )
                         .await;

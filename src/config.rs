@@ -412,6 +412,10 @@ mod tests {
                 "[server]\ngrpc_keepalive = \"2h\"\n".to_string(),
                 "server.grpc_keepalive",
             ),
+            (
+                "[server]\ngrpc_max_connections = 0\n".to_string(),
+                "server.grpc_max_connections",
+            ),
         ] {
             let e = Config::from_toml(&toml)
                 .unwrap()

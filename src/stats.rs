@@ -113,6 +113,10 @@ pub struct Stats {
     /// unhealthy, unknown), and refused (target not allowed, bad request).
     pub probes: [[AtomicU64; 3]; 2],
     pub probes_refused: AtomicU64,
+    /// gRPC connections open now, and those closed at once for
+    /// `server.grpc_max_connections`.
+    pub grpc_connections: AtomicU64,
+    pub grpc_connections_refused: AtomicU64,
     /// TLS handshakes that failed or timed out, by listener
     /// (`tls::Which`: http, grpc).
     pub tls_handshake_failures: [AtomicU64; 2],
@@ -188,6 +192,8 @@ pub mod metric {
     pub const PROBES_TOTAL: &str = "lifeline_probes_total";
     pub const STORE_HISTORY_ROWS_TOTAL: &str = "lifeline_store_history_rows_total";
     pub const TRACE_SPANS_DROPPED_TOTAL: &str = "lifeline_trace_spans_dropped_total";
+    pub const GRPC_CONNECTIONS: &str = "lifeline_grpc_connections";
+    pub const GRPC_CONNECTIONS_REFUSED_TOTAL: &str = "lifeline_grpc_connections_refused_total";
     pub const TLS_HANDSHAKE_FAILURES_TOTAL: &str = "lifeline_tls_handshake_failures_total";
     pub const TLS_RELOADS_TOTAL: &str = "lifeline_tls_reloads_total";
     pub const TLS_CERTIFICATE_EXPIRY: &str = "lifeline_tls_certificate_expiry_timestamp_seconds";

@@ -8,6 +8,7 @@
 //! carry (the `http` and `signals` rooms decide that), or Lifeline's own
 //! outbound TLS (`ingest::dial`, `client`, `telemetry`).
 
+pub mod limit;
 pub mod listen;
 pub mod pem;
 pub mod reload;

@@ -50,7 +50,15 @@ pub struct ServerConfig {
     /// in code only (tests on a paused clock).
     #[serde(with = "humantime_serde")]
     pub grpc_keepalive: Option<Duration>,
+    /// Most gRPC connections open at once (each agent holds one); one
+    /// past it is closed as soon as it is accepted, and counted in
+    /// `lifeline_grpc_connections_refused_total`. 1 to 1 000 000.
+    pub grpc_max_connections: usize,
 }
+
+/// Room for a large fleet's agents on one replica, each connection's
+/// buffers included (tens of KiB each).
+pub const DEFAULT_GRPC_MAX_CONNECTIONS: usize = 50_000;
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -67,6 +75,7 @@ impl Default for ServerConfig {
             agent_client_ca: None,
             tls_reload_interval: Duration::from_secs(10),
             grpc_keepalive: Some(Duration::from_secs(20)),
+            grpc_max_connections: DEFAULT_GRPC_MAX_CONNECTIONS,
         }
     }
 }
@@ -131,6 +140,12 @@ impl ServerConfig {
             ));
         }
         positive("server.tls_reload_interval", self.tls_reload_interval)?;
+        if !(1..=1_000_000).contains(&self.grpc_max_connections) {
+            return Err(invalid(
+                "server.grpc_max_connections",
+                "must be between 1 and 1000000",
+            ));
+        }
         if let Some(k) = self.grpc_keepalive {
             if !(Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&k) {
                 return Err(invalid(

@@ -393,6 +393,16 @@ fn counters(st: &Stats, spans: &SpanCounters) {
     );
     f.total(&[("reason", "queue_full")], &spans.dropped_queue_full);
     f.total(&[("reason", "export_failed")], &spans.export_failed);
+    gauge(
+        metric::GRPC_CONNECTIONS,
+        "gRPC connections (agents' signal streams, GetServiceConfig, health) open now.",
+    )
+    .set(&[], st.grpc_connections.load(Ordering::Relaxed) as f64);
+    counter(
+        metric::GRPC_CONNECTIONS_REFUSED_TOTAL,
+        "gRPC connections closed as soon as accepted: server.grpc_max_connections were open.",
+    )
+    .total(&[], &st.grpc_connections_refused);
     let f = counter(
         metric::TLS_HANDSHAKE_FAILURES_TOTAL,
         "TLS handshakes on Lifeline's own listeners that failed or timed out, by listener.",

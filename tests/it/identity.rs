@@ -144,3 +144,54 @@ async fn with_certificate_identity_the_name_is_the_certificates() {
     assert!(e.message().contains("certificate"), "{}", e.message());
     c.shutdown().await;
 }
+
+async fn metric(c: &Running, name: &str) -> f64 {
+    let m = c.get_text("/metrics").await.1;
+    m.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Guards `server.grpc_max_connections`: at the limit a new connection is
+/// closed at once (counted), the ones held keep their streams, and a place
+/// freed by a connection that ends is taken by the next.
+#[tokio::test(start_paused = true)]
+async fn grpc_connections_past_the_limit_are_refused_and_counted() {
+    let c = Cluster::new()
+        .quiet()
+        .config(|cfg| cfg.server.grpc_max_connections = 2)
+        .start()
+        .await;
+    c.ready().await;
+    let grpc = || LifelineAddr::from(c.ll().grpc_addr);
+    let token = lifeline::sim::SIM_JOIN_TOKEN;
+    let (first, keep_first) = bounded("first", open(grpc(), token, "agent-00001")).await;
+    let first = first.expect("the first connection is served");
+    let (second, keep_second) = bounded("second", open(grpc(), token, "agent-00002")).await;
+    let second = second.expect("the second connection is served");
+    assert_eq!(metric(&c, "lifeline_grpc_connections").await, 2.0);
+
+    let (third, _keep) = bounded("third", open(grpc(), token, "agent-00003")).await;
+    let e = third.expect_err("a third connection is past the limit");
+    // Closed before HTTP/2 began: the client sees the connection go.
+    assert!(
+        matches!(e.code(), tonic::Code::Unavailable | tonic::Code::Cancelled),
+        "{e:?}"
+    );
+    assert!(metric(&c, "lifeline_grpc_connections_refused_total").await >= 1.0);
+    c.eventually("the held streams are still served", || async {
+        c.ok("/api/v1/agents/agent-00002").await["link"].is_object()
+    })
+    .await;
+
+    drop((first, keep_first));
+    c.eventually("the place is given back", || async {
+        metric(&c, "lifeline_grpc_connections").await == 1.0
+    })
+    .await;
+    let (again, _keep_again) = bounded("again", open(grpc(), token, "agent-00003")).await;
+    again.expect("a freed place is taken");
+    drop((second, keep_second));
+    c.shutdown().await;
+}

@@ -1,0 +1,147 @@
+//! At most so many connections at once on a listener. A connection past
+//! the limit is closed as soon as it is accepted, counted and logged with
+//! its peer, so a client sees the refusal at once (and backs off) instead
+//! of waiting in the kernel's backlog; one already served is never cut.
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_stream::{Stream, StreamExt};
+use tonic::transport::server::Connected;
+use tracing::{debug, warn};
+
+use crate::stats::Stats;
+
+/// A connection holding one of the listener's places until it closes.
+pub struct Limited<T> {
+    inner: T,
+    _place: Place,
+}
+
+/// One place, counted in the gauge while held.
+struct Place {
+    _permit: OwnedSemaphorePermit,
+    stats: Arc<Stats>,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.stats.grpc_connections.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// `incoming`, with at most `max` of its connections open at once.
+pub fn limit<S, T>(
+    incoming: S,
+    max: usize,
+    stats: Arc<Stats>,
+) -> impl Stream<Item = Result<Limited<T>, io::Error>>
+where
+    S: Stream<Item = Result<T, io::Error>>,
+    T: Peer,
+{
+    let places = Arc::new(Semaphore::new(max));
+    // Said once per spell of refusals, not once per connection.
+    let full = Arc::new(AtomicBool::new(false));
+    incoming.filter_map(move |conn| {
+        let conn = match conn {
+            Ok(c) => c,
+            Err(e) => return Some(Err(e)),
+        };
+        match places.clone().try_acquire_owned() {
+            Ok(permit) => {
+                if full.swap(false, Ordering::Relaxed) {
+                    debug!("gRPC connections below the limit again");
+                }
+                stats.grpc_connections.fetch_add(1, Ordering::Relaxed);
+                Some(Ok(Limited {
+                    inner: conn,
+                    _place: Place {
+                        _permit: permit,
+                        stats: stats.clone(),
+                    },
+                }))
+            }
+            Err(_) => {
+                Stats::inc(&stats.grpc_connections_refused);
+                if !full.swap(true, Ordering::Relaxed) {
+                    warn!(max, "gRPC connection limit reached (server.grpc_max_connections): new connections are closed until some end");
+                }
+                debug!(peer = ?conn.peer(), "gRPC connection refused: at the limit");
+                None
+            }
+        }
+    })
+}
+
+/// Who is on the other end, for the log line of a refusal.
+pub trait Peer {
+    fn peer(&self) -> Option<SocketAddr>;
+}
+
+impl Peer for TcpStream {
+    fn peer(&self) -> Option<SocketAddr> {
+        self.peer_addr().ok()
+    }
+}
+
+impl Peer for tokio_rustls::server::TlsStream<TcpStream> {
+    fn peer(&self) -> Option<SocketAddr> {
+        self.get_ref().0.peer_addr().ok()
+    }
+}
+
+impl<T: Connected> Connected for Limited<T> {
+    type ConnectInfo = T::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Limited<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Limited<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
