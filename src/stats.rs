@@ -41,6 +41,34 @@ impl SignalOutcome {
     }
 }
 
+/// Which rows wait for the store writer, as `Stats::store_pending`
+/// indexes them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum PendingRows {
+    /// Heartbeat and event history (bounded by `storage.max_pending_events`).
+    History = 0,
+    /// Auth server health transitions (`store::MAX_PENDING_HEALTH`).
+    Health = 1,
+    /// Episode changes (compacted past `store::MAX_PENDING_EPISODES`).
+    Episodes = 2,
+    /// Current-state rows, one per resource at most.
+    State = 3,
+}
+
+impl PendingRows {
+    pub const ALL: [PendingRows; 4] = [
+        PendingRows::History,
+        PendingRows::Health,
+        PendingRows::Episodes,
+        PendingRows::State,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
 #[derive(Default, Debug)]
 pub struct Stats {
     /// Why the cluster source's last session failed, until one reaches
@@ -113,6 +141,9 @@ pub struct Stats {
     /// unhealthy, unknown), and refused (target not allowed, bad request).
     pub probes: [[AtomicU64; 3]; 2],
     pub probes_refused: AtomicU64,
+    /// Rows waiting in the fleet for room at the store writer, by
+    /// [`PendingRows`]: what a database outage holds in memory.
+    pub store_pending: [AtomicU64; 4],
     /// gRPC connections open now, and those closed at once for
     /// `server.grpc_max_connections`.
     pub grpc_connections: AtomicU64,
@@ -192,6 +223,7 @@ pub mod metric {
     pub const PROBES_TOTAL: &str = "lifeline_probes_total";
     pub const STORE_HISTORY_ROWS_TOTAL: &str = "lifeline_store_history_rows_total";
     pub const TRACE_SPANS_DROPPED_TOTAL: &str = "lifeline_trace_spans_dropped_total";
+    pub const STORE_PENDING_ROWS: &str = "lifeline_store_pending_rows";
     pub const GRPC_CONNECTIONS: &str = "lifeline_grpc_connections";
     pub const GRPC_CONNECTIONS_REFUSED_TOTAL: &str = "lifeline_grpc_connections_refused_total";
     pub const TLS_HANDSHAKE_FAILURES_TOTAL: &str = "lifeline_tls_handshake_failures_total";

@@ -26,7 +26,9 @@ use sqlx::Connection;
 use sqlx::{PgPool, SqlitePool};
 
 pub use crate::config::Engine;
-pub use batch::{EpisodeOp, EventRow, HealthRow, WriteBatch, MAX_PENDING_EPISODES};
+pub use batch::{
+    EpisodeOp, EventRow, HealthRow, WriteBatch, MAX_PENDING_EPISODES, MAX_PENDING_HEALTH,
+};
 pub use lease::{Fence, Leadership};
 pub use writer::WriterHandle;
 

@@ -140,6 +140,7 @@ async fn run(
                 fleet.restore_pending(*back);
             }
         }
+        fleet.count_pending();
         if !fleet.has_pending() && !flush_waiters.is_empty() {
             let waiters = std::mem::take(&mut flush_waiters);
             let writer = writer.clone();

@@ -130,6 +130,20 @@ impl Fleet {
         self.pending = newer;
     }
 
+    /// Shows what waits for the store (`lifeline_store_pending_rows`).
+    pub fn count_pending(&self) {
+        use crate::stats::PendingRows;
+        let (p, stats) = (&self.pending, &self.stats);
+        for (k, n) in [
+            (PendingRows::History, p.events.len()),
+            (PendingRows::Health, p.health.len()),
+            (PendingRows::Episodes, p.episodes.len()),
+            (PendingRows::State, p.state_rows()),
+        ] {
+            stats.store_pending[k as usize].store(n as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
     pub fn has_pending(&self) -> bool {
         !self.pending.is_empty() || self.pending.dropped_events > 0
     }

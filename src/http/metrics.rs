@@ -393,6 +393,16 @@ fn counters(st: &Stats, spans: &SpanCounters) {
     );
     f.total(&[("reason", "queue_full")], &spans.dropped_queue_full);
     f.total(&[("reason", "export_failed")], &spans.export_failed);
+    let f = gauge(
+        metric::STORE_PENDING_ROWS,
+        "Rows waiting in memory for room at the store writer, by kind: what a database outage holds.",
+    );
+    for k in crate::stats::PendingRows::ALL {
+        f.set(
+            &[("rows", k.as_str())],
+            st.store_pending[k as usize].load(Ordering::Relaxed) as f64,
+        );
+    }
     gauge(
         metric::GRPC_CONNECTIONS,
         "gRPC connections (agents' signal streams, GetServiceConfig, health) open now.",

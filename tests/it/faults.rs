@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use lifeline::model::Kind;
+use lifeline::stats::PendingRows;
 use reqwest::Method;
 use serde_json::Value;
 
@@ -91,6 +92,33 @@ async fn cut_connections(url: String, stop: tokio_util::sync::CancellationToken)
     cut
 }
 
+/// The most rows seen waiting for the store, by kind.
+#[derive(Debug, Default)]
+struct Pending {
+    rows: [u64; 4],
+}
+
+impl Pending {
+    fn sample(&mut self, stats: &lifeline::stats::Stats) {
+        for k in PendingRows::ALL {
+            let n = stats.store_pending[k as usize].load(std::sync::atomic::Ordering::Relaxed);
+            self.rows[k as usize] = self.rows[k as usize].max(n);
+        }
+    }
+}
+
+/// This process's peak resident set (Linux's `VmHWM`), in bytes.
+fn peak_resident_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
 #[tokio::test(start_paused = true)]
 async fn connections_cut_under_load_and_a_restart_lose_nothing() {
     let Some(server) = OwnServer::start() else {
@@ -102,10 +130,13 @@ async fn connections_cut_under_load_and_a_restart_lose_nothing() {
         .sim_agents(0.2)
         .quiet()
         .store(Store::Postgres(server.url.clone()))
+        // The smallest allowed: the bound is reached, not only promised.
+        .config(|cfg| cfg.storage.max_pending_events = 1000)
         .start()
         .await;
     c.ready().await;
     let db = c.ll().db.clone();
+    let mut peak = Pending::default();
 
     let stop = tokio_util::sync::CancellationToken::new();
     let cutter = tokio::spawn(cut_connections(server.url.clone(), stop.clone()));
@@ -153,6 +184,7 @@ async fn connections_cut_under_load_and_a_restart_lose_nothing() {
         }
         c.advance(Duration::from_millis(500)).await;
         real_sleep(Duration::from_millis(50)).await;
+        peak.sample(&c.ll().stats);
     }
     stop.cancel();
     let cut = cutter.await.expect("the cutter");
@@ -173,6 +205,7 @@ async fn connections_cut_under_load_and_a_restart_lose_nothing() {
         );
         c.advance(Duration::from_millis(100)).await;
         real_sleep(Duration::from_millis(20)).await;
+        peak.sample(&c.ll().stats);
     }
     let ready_after = c.clock.now().since(back);
     assert!(
@@ -185,13 +218,36 @@ async fn connections_cut_under_load_and_a_restart_lose_nothing() {
     let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
     eprintln!(
         "faults: {cut} connections cut over {round} rounds; {} signals and {settings} settings changes accepted; \
-         store errors {}, batches fenced {}, rows refused {}, history dropped {}; leader term {}; ready {ready_after:?} after the restart",
+         store errors {}, batches fenced {}, rows refused {}, history dropped {}; leader term {}; ready {ready_after:?} after the restart; \
+         peak waiting rows {:?}; peak resident memory {} MiB",
         signals.len(),
         load(&st.store_errors),
         load(&st.store_batches_fenced),
         load(&st.store_rows_refused),
         load(&st.store_events_dropped),
         c.ll().leadership.borrow().term,
+        peak.rows,
+        peak_resident_bytes() >> 20,
+    );
+    // What waited for the store stayed within its documented bounds, and
+    // the process (Lifeline, the simulator and this test) within 1 GiB.
+    assert!(peak.rows[PendingRows::History as usize] <= 1000, "{peak:?}");
+    assert!(
+        peak.rows[PendingRows::Health as usize] <= lifeline::store::MAX_PENDING_HEALTH as u64,
+        "{peak:?}"
+    );
+    assert!(
+        peak.rows[PendingRows::Episodes as usize] <= lifeline::store::MAX_PENDING_EPISODES as u64,
+        "{peak:?}"
+    );
+    assert!(
+        peak.rows[PendingRows::State as usize] <= 2 * (200 + 4 + 4 + 400),
+        "one row per resource at most: {peak:?}"
+    );
+    assert!(
+        peak_resident_bytes() < 1 << 30,
+        "{} MiB",
+        peak_resident_bytes() >> 20
     );
 
     // Every signal the API answered for is in the audit.
