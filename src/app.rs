@@ -185,8 +185,7 @@ impl Lifeline {
             .unwrap_or_else(|| default_replica_name(http_addr));
         // Alone on SQLite it always leads; among replicas it follows until
         // the lease says otherwise.
-        let standing =
-            replica::Standing::new(&db, &replica_name, cfg.storage.leader_lease, clock.now());
+        let standing = replica::Standing::new(&db, &replica_name, cfg.storage.leader_lease, clock);
         let board = Board::new(cfg.signals.discovery_backlog, clock.now());
         let static_auth: Vec<(String, String)> = cfg
             .auth_servers

@@ -184,6 +184,12 @@ impl Clock {
         }
     }
 
+    /// True on the system's wall clock (production); false on a manual
+    /// clock, whose time is the test's.
+    pub fn is_wall(&self) -> bool {
+        matches!(self.source, Source::Wall)
+    }
+
     pub fn now(&self) -> Ts {
         match self.source {
             Source::Wall => system_now(),

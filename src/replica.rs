@@ -32,6 +32,7 @@ use crate::fleet::FleetHandle;
 use crate::settings::Settings;
 use crate::signals::hub::{Hub, Relay};
 use crate::stats::Stats;
+use crate::store::db_time::DbTime;
 use crate::store::lease::{self, Attempt, Fence, Leadership};
 use crate::store::read;
 use crate::store::signals as audit;
@@ -89,7 +90,8 @@ pub struct Standing {
 }
 
 impl Standing {
-    pub fn new(db: &Db, name: &str, lease: Duration, now: Ts) -> Standing {
+    pub fn new(db: &Db, name: &str, lease: Duration, clock: Clock) -> Standing {
+        let now = clock.now();
         match db {
             Db::Sqlite(_) => {
                 let (_, leadership) = watch::channel(Leadership::sole(name, now));
@@ -109,6 +111,7 @@ impl Standing {
                         me: name.into(),
                         pool: pool.clone(),
                         lease,
+                        db_time: DbTime::new(clock),
                     }),
                     lead: Some((pool.clone(), tx)),
                 }
@@ -124,7 +127,7 @@ impl Standing {
         rooms: Rooms,
         stop: CancellationToken,
     ) -> Result<Option<(Vec<JoinHandle<()>>, Departure)>, StoreError> {
-        let Some((pool, leadership)) = self.lead else {
+        let (Some((pool, leadership)), Some(relay)) = (self.lead, self.relay) else {
             return Ok(None);
         };
         let p = Parts {
@@ -132,6 +135,7 @@ impl Standing {
             pool,
             rooms,
             leadership,
+            db_time: relay.db_time,
         };
         start(p, stop).await.map(Some)
     }
@@ -153,6 +157,8 @@ struct Parts {
     pool: PgPool,
     rooms: Rooms,
     leadership: watch::Sender<Leadership>,
+    /// The database's clock, measured by the heartbeat.
+    db_time: DbTime,
 }
 
 /// What a replica does on its way out, once its last writes are in.
@@ -513,7 +519,7 @@ async fn listen(p: Arc<Parts>, stop: CancellationToken) {
 /// is either heard or found here.
 async fn make_up(p: &Parts) {
     p.rooms.settings.reload_all().await;
-    let since = p.rooms.clock.now().saturating_sub(p.cfg.ack_timeout);
+    let since = p.db_time.now().saturating_sub(p.cfg.ack_timeout);
     let found = match audit::pending_for_streams_of(&p.pool, &p.cfg.name, since, CATCH_UP_LIMIT)
         .await
     {
@@ -636,11 +642,50 @@ async fn streams(p: Arc<Parts>, stop: CancellationToken) {
     }
 }
 
+/// Past this, a replica's clock is said to be off the database's.
+const SKEW_WARNING: Duration = Duration::from_secs(1);
+
+/// Measures how far this replica's wall clock is from the database's
+/// (`lifeline_clock_offset_seconds`); says so when it passes
+/// [`SKEW_WARNING`] and when it is back within it. On a manual clock
+/// (tests) the offset stays 0: its time is the test's own.
+async fn measure_db_time(p: &Parts, skewed: &mut bool) {
+    if !p.rooms.clock.is_wall() {
+        return;
+    }
+    let offset = match p.db_time.measure(&p.pool).await {
+        Ok(Some(offset)) => offset,
+        Ok(None) => return,
+        Err(e) => {
+            debug!(error = %e, "cannot read the database's clock; next round");
+            return;
+        }
+    };
+    p.rooms
+        .stats
+        .clock_offset_us
+        .store(offset, std::sync::atomic::Ordering::Relaxed);
+    let off = offset.unsigned_abs() > SKEW_WARNING.as_micros() as u64;
+    if off != *skewed {
+        *skewed = off;
+        let seconds = offset as f64 / 1e6;
+        if off {
+            warn!(seconds, "this replica's clock is off the database's (database minus replica); signal times follow the database's, but check NTP");
+        } else {
+            info!(
+                seconds,
+                "this replica's clock agrees with the database's again"
+            );
+        }
+    }
+}
+
 /// The heartbeat, and the leader's chores: signals nobody will answer
 /// time out; replicas silent for a day leave the registry.
 async fn chores(p: Arc<Parts>, stop: CancellationToken) {
     let beat = p.cfg.lease / RENEW_SHARE;
     let mut last_chores = Ts::ZERO;
+    let mut skewed = false;
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
@@ -649,13 +694,18 @@ async fn chores(p: Arc<Parts>, stop: CancellationToken) {
         if let Err(e) = lease::heartbeat(&p.pool, &p.cfg.name).await {
             debug!(error = %e, "heartbeat not recorded; next round");
         }
+        measure_db_time(&p, &mut skewed).await;
         let now = p.rooms.clock.now();
         if !p.rooms.hub.leads() || now.since(last_chores) < CHORES_EVERY {
             continue;
         }
         last_chores = now;
-        // Well after every replica's own deadline for it has passed.
-        let before = now.saturating_sub(p.cfg.ack_timeout + p.cfg.lease);
+        // Well after every replica's own deadline for it has passed, on
+        // the clock the audit's times follow.
+        let before = p
+            .db_time
+            .now()
+            .saturating_sub(p.cfg.ack_timeout + p.cfg.lease);
         match lease::sweep_unanswered(&p.pool, before, SWEEP_LIMIT).await {
             Ok(0) => {}
             Ok(n) => {

@@ -144,6 +144,9 @@ pub struct Stats {
     /// Rows waiting in the fleet for room at the store writer, by
     /// [`PendingRows`]: what a database outage holds in memory.
     pub store_pending: [AtomicU64; 4],
+    /// The database's clock minus this replica's, microseconds (among
+    /// replicas; 0 alone).
+    pub clock_offset_us: std::sync::atomic::AtomicI64,
     /// gRPC connections open now, and those closed at once for
     /// `server.grpc_max_connections`.
     pub grpc_connections: AtomicU64,
@@ -224,6 +227,7 @@ pub mod metric {
     pub const STORE_HISTORY_ROWS_TOTAL: &str = "lifeline_store_history_rows_total";
     pub const TRACE_SPANS_DROPPED_TOTAL: &str = "lifeline_trace_spans_dropped_total";
     pub const STORE_PENDING_ROWS: &str = "lifeline_store_pending_rows";
+    pub const CLOCK_OFFSET_SECONDS: &str = "lifeline_clock_offset_seconds";
     pub const GRPC_CONNECTIONS: &str = "lifeline_grpc_connections";
     pub const GRPC_CONNECTIONS_REFUSED_TOTAL: &str = "lifeline_grpc_connections_refused_total";
     pub const TLS_HANDSHAKE_FAILURES_TOTAL: &str = "lifeline_tls_handshake_failures_total";

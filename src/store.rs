@@ -9,6 +9,7 @@
 //! and hands it over whenever the writer has room.
 
 pub mod batch;
+pub mod db_time;
 pub mod health;
 pub mod lease;
 pub mod read;

@@ -404,6 +404,11 @@ fn counters(st: &Stats, spans: &SpanCounters) {
         );
     }
     gauge(
+        metric::CLOCK_OFFSET_SECONDS,
+        "The database's clock minus this replica's (among replicas): signal times follow the database's.",
+    )
+    .set(&[], st.clock_offset_us.load(Ordering::Relaxed) as f64 / 1e6);
+    gauge(
         metric::GRPC_CONNECTIONS,
         "gRPC connections (agents' signal streams, GetServiceConfig, health) open now.",
     )

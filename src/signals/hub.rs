@@ -283,6 +283,7 @@ impl Hub {
             return Ok(Vec::new());
         }
         let now = self.clock.now();
+        let stamp = self.audit_now();
         let ids = self.ids.take(&self.db, reqs.len()).await?;
         let mut rows: Vec<SignalRecord> = reqs
             .iter()
@@ -294,7 +295,7 @@ impl Hub {
                 proxy: r.ask.proxy().to_string(),
                 reason: r.reason.clone(),
                 requested_by: r.requested_by.clone(),
-                created: now,
+                created: stamp,
                 delivered: None,
                 acked: None,
                 outcome: Outcome::Pending,
@@ -389,7 +390,7 @@ impl Hub {
                     row.detail = detail.clone();
                     self.update(SignalUpdate::Outcome {
                         id: row.id,
-                        at: now,
+                        at: stamp,
                         outcome: Outcome::Undeliverable,
                         detail,
                         acked: false,
@@ -398,7 +399,7 @@ impl Hub {
                 }
             }
         }
-        self.wake(relayed, &mut rows, now).await;
+        self.wake(relayed, &mut rows, stamp).await;
         Ok(rows)
     }
 
@@ -427,11 +428,20 @@ impl Hub {
         Ok(())
     }
 
+    /// The time the audit records: among replicas the database's clock
+    /// (`store::db_time`), alone this process's.
+    pub(crate) fn audit_now(&self) -> Ts {
+        match &self.cfg.relay {
+            Some(r) => r.db_time.now(),
+            None => self.clock.now(),
+        }
+    }
+
     fn delivered(&self, id: i64) {
         if id > 0 {
             self.update(SignalUpdate::Delivered {
                 id,
-                at: self.clock.now(),
+                at: self.audit_now(),
             });
         }
     }
@@ -489,7 +499,7 @@ impl Hub {
         }
         self.update(SignalUpdate::Outcome {
             id,
-            at: now,
+            at: self.audit_now(),
             outcome,
             detail,
             acked: true,
@@ -888,7 +898,7 @@ async fn timeouts(hub: Arc<Hub>, stop: CancellationToken) {
             info!(agent = %f.agent, id, "signal not acked before its deadline");
             hub.update(SignalUpdate::Outcome {
                 id,
-                at: now,
+                at: hub.audit_now(),
                 outcome: Outcome::Timeout,
                 detail: "no ack before the deadline".into(),
                 acked: false,

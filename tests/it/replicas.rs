@@ -803,3 +803,40 @@ async fn a_signal_sent_to_an_agent_held_here_is_recorded_claimed() {
     until_acked(&c, id, "the agent acked").await;
     c.shutdown().await;
 }
+
+/// Guards the audit's one clock among replicas: a replica whose wall
+/// clock is an hour behind the database's measures that, and the times it
+/// stamps follow the database's clock, not its own.
+#[tokio::test]
+async fn a_replica_off_the_databases_clock_stamps_with_the_databases() {
+    use lifeline::store::db_time::DbTime;
+    let Some(db) = postgres_store("dbtime").await else {
+        return;
+    };
+    let Db::Postgres(pool) = &db else {
+        panic!("a PostgreSQL store")
+    };
+    let hour = Duration::from_secs(3600);
+    let wall = lifeline::Clock::system();
+    let behind = DbTime::new(lifeline::Clock::starting_at(
+        wall.now().saturating_sub(hour),
+    ));
+    assert_eq!(behind.offset_us(), 0, "nothing measured yet");
+    let offset = behind
+        .measure(pool)
+        .await
+        .unwrap()
+        .expect("a round trip on loopback is quick");
+    assert!(
+        (offset - 3_600_000_000).abs() < 5_000_000,
+        "an hour behind: {offset} µs"
+    );
+    let gap = behind.now().0 - wall.now().0;
+    assert!(
+        gap.abs() < 5_000_000,
+        "stamps follow the database: {gap} µs off"
+    );
+    let same = DbTime::new(wall);
+    same.measure(pool).await.unwrap();
+    assert!(same.offset_us().abs() < 5_000_000, "{}", same.offset_us());
+}

@@ -25,6 +25,8 @@ pub struct Relay {
     pub pool: sqlx::PgPool,
     /// A replica silent for longer holds no stream.
     pub lease: Duration,
+    /// The database's clock: the audit's times among replicas.
+    pub db_time: crate::store::db_time::DbTime,
 }
 
 impl Hub {
@@ -154,7 +156,7 @@ impl Hub {
             .collect();
         let mut claimed = std::collections::HashSet::with_capacity(candidates.len());
         for chunk in candidates.chunks(audit::LOOKUP_CHUNK) {
-            match audit::claim(&self.db, chunk, self.clock.now()).await {
+            match audit::claim(&self.db, chunk, self.audit_now()).await {
                 Ok(ids) => claimed.extend(ids),
                 Err(e) => {
                     warn!(error = %e, signals = chunk.len(), "cannot claim recorded signals for delivery: they time out");
@@ -187,7 +189,7 @@ impl Hub {
                     self.stats.signal(row.kind, SignalOutcome::Undeliverable);
                     self.update(SignalUpdate::Outcome {
                         id: row.id,
-                        at: self.clock.now(),
+                        at: self.audit_now(),
                         outcome: Outcome::Undeliverable,
                         detail,
                         acked: false,
