@@ -548,7 +548,14 @@ impl Settings {
         let l = &self.live;
         match p {
             Parsed::Lb(p) => {
-                self.lb.send_replace(p.clone());
+                // Watchers (GetServiceConfig) wake only for a change.
+                self.lb.send_if_modified(|cur| {
+                    let changed = cur != p;
+                    if changed {
+                        *cur = p.clone();
+                    }
+                    changed
+                });
             }
             Parsed::Flag(b) => {
                 let flag = match name {
@@ -606,13 +613,30 @@ impl Settings {
         Ok(())
     }
 
-    /// Applies every stored value (a replica that may have missed changes).
-    /// One that cannot be read or applied keeps its current value, is
-    /// logged, and does not hold the others back.
+    /// Applies every stored value (a replica that may have missed
+    /// changes): one read of all rows, under the write lock once. One that
+    /// cannot be applied keeps its current value, is logged, and does not
+    /// hold the others back; a value that did not change wakes nobody.
     pub async fn reload_all(&self) {
+        let _one = self.write.lock().await;
+        let stored = match rows::all(&self.db).await {
+            Ok(stored) => stored,
+            Err(e) => {
+                warn!(error = %e, "cannot read the settings again; their current values stay");
+                return;
+            }
+        };
         for name in Name::ALL {
-            if let Err(e) = self.reload(name).await {
-                tracing::warn!(setting = name.as_str(), error = %e, "cannot read the setting again; its current value stays");
+            let value = stored
+                .iter()
+                .find(|r| r.name == name.as_str())
+                .and_then(|r| serde_json::from_str::<Value>(&r.value).ok())
+                .unwrap_or_else(|| default_value(name));
+            match parse(name, &value, Form::Stored) {
+                Ok((_, parsed)) => self.apply(name, &parsed),
+                Err(e) => {
+                    warn!(setting = name.as_str(), error = %e, "cannot apply the stored setting; its current value stays");
+                }
             }
         }
     }
