@@ -283,6 +283,14 @@ named_enum! {
         Unknown,
         /// The server does not know the watched service (NOT_FOUND / SERVICE_UNKNOWN).
         ServiceUnknown,
+        /// The server does not serve `grpc.health.v1` at all (UNIMPLEMENTED
+        /// on `Watch` and `Check`: Teleport before January 2026). Never
+        /// strands by itself: the auth server's own heartbeat is the evidence.
+        NotServed,
+        /// No health call has succeeded since Lifeline started (say, an auth
+        /// server reachable only through a proxy that routes to a random
+        /// one). Never strands by itself: the heartbeat is the evidence.
+        NeverReached,
     }
 }
 
@@ -401,6 +409,9 @@ named_enum! {
         AuthNotServing,
         /// Its auth server's health has been unknown for longer than the grace.
         AuthUnknown,
+        /// Its auth server's own heartbeat expired, and its health service
+        /// is not served or was never reached: the heartbeat is the evidence.
+        AuthExpired,
         /// The last live proxy among its tunnels expired.
         ProxyExpired,
         /// Its tunnels point at proxies Lifeline does not know (deleted).

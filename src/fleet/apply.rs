@@ -200,7 +200,8 @@ impl Fleet {
                 Kind::Agent => {
                     self.dirty.insert(name);
                 }
-                _ => {}
+                Kind::AuthServer => self.auth_heartbeat_decides(&name),
+                Kind::TunnelConnection => {}
             }
         }
     }
@@ -328,7 +329,9 @@ impl Fleet {
         entry.health = u.health;
         entry.health_since = now;
         let was = entry.unhealthy;
-        entry.unhealthy = u.health == Health::NotServing;
+        // Without health evidence, the auth server's own heartbeat decides.
+        entry.unhealthy =
+            u.health == Health::NotServing || (entry.on_heartbeat() && entry.heartbeat_expired());
         let now_unhealthy = entry.unhealthy;
         let arm_grace = matches!(u.health, Health::Unknown | Health::ServiceUnknown);
         info!(auth_server = %u.auth_server, from = from.as_str(), to = u.health.as_str(), detail = %u.detail, "auth health changed");

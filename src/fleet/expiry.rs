@@ -1,7 +1,7 @@
 //! Time: expiry timers and the auth health grace. Nothing expires from
 //! stale data; a timer for a resource that heartbeated since is re-armed.
 
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::schedule::TimerKey;
 use super::state::Fleet;
@@ -91,8 +91,31 @@ impl Fleet {
                     self.dirty.insert(t.tunnel.agent.clone());
                 }
             }
-            Kind::AuthServer => {}
+            Kind::AuthServer => self.auth_heartbeat_decides(&name),
         }
+    }
+
+    /// For an auth server whose health gives no evidence (not served,
+    /// never reached), its own heartbeat decides: expired, its agents are
+    /// stranded (`auth_expired`); heartbeating again, they are not.
+    pub(super) fn auth_heartbeat_decides(&mut self, name: &str) {
+        let Some(a) = self.auths.get_mut(name) else {
+            return;
+        };
+        if !a.on_heartbeat() {
+            return;
+        }
+        let expired = a.heartbeat_expired();
+        if a.unhealthy == expired {
+            return;
+        }
+        a.unhealthy = expired;
+        if expired {
+            warn!(auth_server = %name, health = a.health.as_str(), "auth server's heartbeat expired and its health is not watched: its agents count as auth_unhealthy");
+        } else {
+            info!(auth_server = %name, "auth server heartbeats again");
+        }
+        self.dirty_auth_agents(name);
     }
 
     pub(super) fn grace_over(&mut self, name: String, now: Ts) {

@@ -266,6 +266,12 @@ impl Fleet {
                 for (n, at) in arms {
                     self.schedule.arm(TimerKey::Expiry(kind, n), at);
                 }
+                if kind == Kind::AuthServer {
+                    let names: Vec<String> = self.auths.keys().cloned().collect();
+                    for n in names {
+                        self.auth_heartbeat_decides(&n);
+                    }
+                }
             }
             Snapshot::Tunnels(list) => {
                 self.pending.replace_tunnels(list.clone());

@@ -133,7 +133,8 @@ pub struct AuthEntry {
     pub health_since: Ts,
     pub mode: HealthMode,
     pub detail: String,
-    /// NOT_SERVING, or UNKNOWN past the grace: its agents are stranded.
+    /// NOT_SERVING, UNKNOWN past the grace, or (on heartbeat evidence)
+    /// its heartbeat expired: its agents are stranded.
     pub unhealthy: bool,
 }
 
@@ -142,10 +143,11 @@ impl AuthEntry {
         AuthEntry {
             resource: None,
             static_addr: None,
-            health: Health::Unknown,
+            // Until a health call succeeds, only the heartbeat can strand.
+            health: Health::NeverReached,
             health_since: now,
             mode: HealthMode::Watch,
-            detail: "not watched yet".into(),
+            detail: "not reached yet".into(),
             unhealthy: false,
         }
     }
@@ -157,6 +159,26 @@ impl AuthEntry {
             .unwrap_or("")
     }
 
+    /// True when its health service gives no evidence (not served, never
+    /// reached): its own heartbeat decides.
+    pub fn on_heartbeat(&self) -> bool {
+        matches!(self.health, Health::NotServed | Health::NeverReached)
+    }
+
+    /// What its state rests on (`AuthView::evidence`).
+    pub fn evidence(&self) -> &'static str {
+        match (self.on_heartbeat(), self.mode) {
+            (true, _) => "heartbeat",
+            (false, HealthMode::Watch) => "health_watch",
+            (false, HealthMode::Poll) => "health_poll",
+        }
+    }
+
+    /// True when its own heartbeat has expired.
+    pub fn heartbeat_expired(&self) -> bool {
+        self.resource.as_ref().is_some_and(|r| r.expired)
+    }
+
     /// When the unhealthy condition began, and its cause.
     pub fn unhealthy_cause(&self, grace: Duration) -> Option<(CauseKind, Ts)> {
         if !self.unhealthy {
@@ -164,6 +186,12 @@ impl AuthEntry {
         }
         Some(match self.health {
             Health::NotServing => (CauseKind::AuthNotServing, self.health_since),
+            Health::NotServed | Health::NeverReached => (
+                CauseKind::AuthExpired,
+                self.resource
+                    .as_ref()
+                    .map_or(self.health_since, |r| r.server.expires),
+            ),
             _ => (
                 CauseKind::AuthUnknown,
                 self.health_since.saturating_add(grace),

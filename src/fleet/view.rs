@@ -171,6 +171,11 @@ pub fn root_causes(f: &Fleet) -> Vec<RootCause> {
                     .auths
                     .get(res)
                     .map(|a| a.health_since.saturating_add(f.rules.unknown_grace)),
+                CauseKind::AuthExpired => f
+                    .auths
+                    .get(res)
+                    .and_then(|a| a.resource.as_ref())
+                    .map(|r| r.server.expires),
                 _ => None,
             }
             .unwrap_or(min_since);
@@ -559,6 +564,10 @@ pub struct AuthView {
     pub health: Health,
     pub since: Ts,
     pub mode: &'static str,
+    /// What its state rests on: `health_watch` or `health_poll` (its
+    /// `grpc.health.v1` answers), or `heartbeat` (its health is not served
+    /// or was never reached: its own heartbeat's expiry decides).
+    pub evidence: &'static str,
     pub detail: String,
     /// True when its agents count as `auth_unhealthy`.
     pub strands_agents: bool,
@@ -578,6 +587,7 @@ pub fn auth_servers(f: &Fleet) -> Vec<AuthView> {
             health: a.health,
             since: a.health_since,
             mode: a.mode.as_str(),
+            evidence: a.evidence(),
             detail: a.detail.clone(),
             strands_agents: a.unhealthy,
             agents: f.auth_agents.get(name).map_or(0, |s| s.len()),

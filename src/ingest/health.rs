@@ -2,9 +2,13 @@
 //! server (addresses from the cluster's `auth_server` resources and from
 //! static config). Servers differ from the spec, so answers are normalised:
 //! NOT_FOUND from `Watch` (tonic-health's answer for an unknown service) is
-//! SERVICE_UNKNOWN; UNIMPLEMENTED on `Watch` falls back to polling `Check`;
-//! any other end of the stream makes the server UNKNOWN (never NOT_SERVING)
-//! and is retried with backoff.
+//! SERVICE_UNKNOWN; UNIMPLEMENTED on `Watch` falls back to polling `Check`,
+//! and UNIMPLEMENTED on `Check` too is NOT_SERVED (an Auth from before
+//! Teleport served health), looked at again at the backoff's pace. Any
+//! other end of the stream makes a server that has answered before
+//! UNKNOWN (never NOT_SERVING), and one that never has NEVER_REACHED;
+//! either is retried with backoff. NOT_SERVED and NEVER_REACHED leave the
+//! verdict to the auth server's own heartbeat.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -14,7 +18,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 use tonic::Code;
-use tracing::{debug, info_span, warn, Instrument};
+use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::backoff::Backoff;
 use crate::fleet::{Command, FleetHandle, HealthUpdate};
@@ -130,6 +134,21 @@ struct End {
     detail: String,
     answered: bool,
     already_reported: bool,
+    /// UNIMPLEMENTED on `Watch` and on `Check`: health is not served.
+    not_served: bool,
+}
+
+/// What an auth server's health service has shown since Lifeline started:
+/// it decides what a failure means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shown {
+    /// No call has succeeded: NEVER_REACHED.
+    Nothing,
+    /// It answered: a failure is UNKNOWN, and the grace runs.
+    Health,
+    /// It does not serve health: failures change nothing, the heartbeat
+    /// decides.
+    NotServed,
 }
 
 async fn watch_one(
@@ -147,25 +166,49 @@ async fn watch_one(
         last: None,
     };
     let mut attempt = 0u32;
+    let mut shown = Shown::Nothing;
     loop {
         let end = tokio::select! {
             _ = cancel.cancelled() => return,
             e = session(&addr, &cfg, &mut rep) => e,
         };
         let Some(end) = end else { return };
-        Stats::inc(&stats.health_failures);
-        if end.answered {
-            attempt = 0;
-        }
-        if !end.already_reported {
-            let mode = rep.last.map_or(HealthMode::Watch, |l| l.1);
-            if !rep.report(Health::Unknown, mode, end.detail.clone()).await {
+        if end.not_served {
+            if shown != Shown::NotServed {
+                info!(detail = %text::excerpt(&end.detail), "auth server does not serve grpc.health.v1: its own heartbeat decides its health");
+            }
+            shown = Shown::NotServed;
+            if !rep
+                .report(Health::NotServed, HealthMode::Poll, end.detail.clone())
+                .await
+            {
                 return;
             }
+        } else {
+            Stats::inc(&stats.health_failures);
+            if end.answered {
+                attempt = 0;
+                shown = Shown::Health;
+            }
+            let mode = rep.last.map_or(HealthMode::Watch, |l| l.1);
+            let health = match shown {
+                Shown::Nothing => Some(Health::NeverReached),
+                Shown::Health => Some(Health::Unknown),
+                Shown::NotServed => None,
+            };
+            if let (false, Some(health)) = (end.already_reported, health) {
+                if !rep.report(health, mode, end.detail.clone()).await {
+                    return;
+                }
+            }
         }
+        // A server that does not serve health is looked at again at the
+        // backoff's pace too: it may be upgraded.
         let delay = cfg.backoff.delay(attempt);
         attempt = attempt.saturating_add(1);
-        warn!(detail = %text::excerpt(&end.detail), retry_in_ms = delay.as_millis() as u64, "auth health not available (UNKNOWN); retrying");
+        if !end.not_served {
+            warn!(detail = %text::excerpt(&end.detail), retry_in_ms = delay.as_millis() as u64, shown = ?shown, "auth health not available; retrying");
+        }
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(delay) => {}
@@ -178,6 +221,7 @@ fn end(detail: String, answered: bool) -> Option<End> {
         detail,
         answered,
         already_reported: false,
+        not_served: false,
     })
 }
 
@@ -231,6 +275,7 @@ async fn follow(channel: Channel, cfg: &HealthWatchConfig, rep: &mut impl Report
                 detail: format!("service {:?} not found", cfg.service),
                 answered: true,
                 already_reported: true,
+                not_served: false,
             })
         }
         Err(s) if s.code() == Code::Unimplemented => {
@@ -238,15 +283,24 @@ async fn follow(channel: Channel, cfg: &HealthWatchConfig, rep: &mut impl Report
             let mut answered = false;
             loop {
                 let r = tokio::time::timeout(cfg.timeout, client.check(req.clone())).await;
-                let (h, detail) = match r {
-                    Ok(Ok(resp)) => (normalise(resp.into_inner().status), "check".to_string()),
-                    Ok(Err(s)) if s.code() == Code::NotFound => (
-                        Health::ServiceUnknown,
-                        format!("service {:?} not found", cfg.service),
-                    ),
-                    Ok(Err(s)) => return end(format!("check failed: {s}"), answered),
-                    Err(_) => return end("check timed out".into(), answered),
-                };
+                let (h, detail) =
+                    match r {
+                        Ok(Ok(resp)) => (normalise(resp.into_inner().status), "check".to_string()),
+                        Ok(Err(s)) if s.code() == Code::NotFound => (
+                            Health::ServiceUnknown,
+                            format!("service {:?} not found", cfg.service),
+                        ),
+                        Ok(Err(s)) if s.code() == Code::Unimplemented => return Some(End {
+                            detail:
+                                "grpc.health.v1 is not served (UNIMPLEMENTED on Watch and Check)"
+                                    .into(),
+                            answered: false,
+                            already_reported: false,
+                            not_served: true,
+                        }),
+                        Ok(Err(s)) => return end(format!("check failed: {s}"), answered),
+                        Err(_) => return end("check timed out".into(), answered),
+                    };
                 answered = true;
                 if !rep.report(h, HealthMode::Poll, detail).await {
                     return None;
@@ -427,5 +481,46 @@ mod tests {
             task.await.expect("task").expect("the session ends");
         assert_eq!(detail, "watch stream ended");
         assert!(answered && !already_reported);
+    }
+
+    /// An Auth from before Teleport served health: both calls are
+    /// UNIMPLEMENTED. The session ends saying so, having reported nothing:
+    /// the caller reports NOT_SERVED, which never strands.
+    struct NoHealth;
+
+    #[tonic::async_trait]
+    impl HealthService for NoHealth {
+        async fn check(
+            &self,
+            _: Request<HealthCheckRequest>,
+        ) -> Result<Response<HealthCheckResponse>, Status> {
+            Err(Status::unimplemented(
+                "unknown service grpc.health.v1.Health",
+            ))
+        }
+
+        type WatchStream = tokio_stream::Empty<Result<HealthCheckResponse, Status>>;
+
+        async fn watch(
+            &self,
+            _: Request<HealthCheckRequest>,
+        ) -> Result<Response<Self::WatchStream>, Status> {
+            Err(Status::unimplemented(
+                "unknown service grpc.health.v1.Health",
+            ))
+        }
+    }
+
+    #[tokio::test]
+    async fn health_not_served_at_all_ends_the_session_as_not_served() {
+        let router = tonic::transport::Server::builder().add_service(HealthServer::new(NoHealth));
+        let (tx, mut seen) = mpsc::channel(16);
+        let cfg = cfg("");
+        let end = follow(in_process(router).await, &cfg, &mut Recorder(tx))
+            .await
+            .expect("the session ends");
+        assert!(end.not_served && !end.answered && !end.already_reported);
+        assert!(end.detail.contains("not served"), "{}", end.detail);
+        assert!(seen.try_recv().is_err(), "nothing reported by the session");
     }
 }

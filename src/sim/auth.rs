@@ -1,7 +1,9 @@
 //! Simulated auth servers: each serves `grpc.health.v1.Health` on its own
 //! loopback port. `Standard` is tonic-health's own service; `CheckOnly`
 //! answers `Watch` with UNIMPLEMENTED, like an older server, so Lifeline must
-//! poll. `stop()` crashes the server: open streams break, new calls fail.
+//! poll; `NoHealth` answers both with UNIMPLEMENTED, like a Teleport Auth
+//! from before it served health. `stop()` crashes the server: open streams
+//! break, new calls fail.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -24,6 +26,9 @@ pub enum AuthFlavor {
     Standard,
     /// Watch is UNIMPLEMENTED; only Check works.
     CheckOnly,
+    /// Neither is served (Teleport's Auth before January 2026, v17 and
+    /// older): only the `auth_server` heartbeat says anything.
+    NoHealth,
 }
 
 pub struct SimAuth {
@@ -60,6 +65,20 @@ impl SimAuth {
                     }));
                 tokio::spawn(super::serve::serve(router, listener, tls, None, stop2));
                 (Some(reporter), None)
+            }
+            AuthFlavor::NoHealth => {
+                let router =
+                    tonic::transport::Server::builder().add_service(HealthServer::new(NoHealth {
+                        crashed: crashed_rx,
+                    }));
+                tokio::spawn(super::serve::serve(
+                    router,
+                    listener,
+                    tls,
+                    None,
+                    stop.clone(),
+                ));
+                (None, None)
             }
             AuthFlavor::CheckOnly => {
                 let (tx, rx) = watch::channel(ServingStatus::Serving);
@@ -150,6 +169,41 @@ impl Health for Crashable {
             }
         };
         Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+/// What an Auth without `grpc.health.v1` answers: tonic's own answer for
+/// a service it does not serve.
+struct NoHealth {
+    crashed: watch::Receiver<bool>,
+}
+
+fn unserved() -> Status {
+    Status::unimplemented("unknown service grpc.health.v1.Health")
+}
+
+#[tonic::async_trait]
+impl Health for NoHealth {
+    async fn check(
+        &self,
+        _req: Request<HealthCheckRequest>,
+    ) -> Result<Response<HealthCheckResponse>, Status> {
+        if *self.crashed.borrow() {
+            return Err(crash_error());
+        }
+        Err(unserved())
+    }
+
+    type WatchStream = WatchStream;
+
+    async fn watch(
+        &self,
+        _req: Request<HealthCheckRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        if *self.crashed.borrow() {
+            return Err(crash_error());
+        }
+        Err(unserved())
     }
 }
 

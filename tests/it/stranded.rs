@@ -228,3 +228,97 @@ async fn agent_expiry_strands_it() {
     assert_eq!(a["cause"]["resource"], "auth-2");
     c.shutdown().await;
 }
+
+/// An auth server's entry in `/api/v1/auth-servers`.
+async fn auth_view(c: &support::Running, name: &str) -> serde_json::Value {
+    c.ok(&format!("/api/v1/auth-servers/{name}")).await
+}
+
+/// Guards older Teleport: an Auth that serves no `grpc.health.v1` at all
+/// (UNIMPLEMENTED on Watch and Check) is NOT_SERVED, never strands by
+/// itself however long it lasts, and its own heartbeat decides: expired,
+/// its agents are stranded (`auth_expired`); back, they recover.
+#[tokio::test(start_paused = true)]
+async fn an_auth_without_health_strands_only_when_its_heartbeat_expires() {
+    let c = Cluster::new()
+        .auth_without_health()
+        .agent_ttl(Duration::from_secs(3600))
+        .unknown_grace(Duration::from_secs(5))
+        .start()
+        .await;
+    c.ready().await;
+    c.eventually("auth-2 NOT_SERVED", || async {
+        auth_view(&c, "auth-2").await["health"] == "NOT_SERVED"
+    })
+    .await;
+    let a2 = auth_view(&c, "auth-2").await;
+    assert_eq!(a2["evidence"], "heartbeat", "{a2}");
+    assert_eq!(a2["strands_agents"], false, "{a2}");
+    c.advance(Duration::from_secs(60)).await;
+    assert!(
+        c.agents_in("stranded").await.is_empty(),
+        "far past the grace, still no false alarm"
+    );
+
+    c.sim.pause_heartbeats("auth-2").await;
+    // Past its TTL (10 s) since the last heartbeat.
+    c.advance(Duration::from_secs(12)).await;
+    c.eventually(
+        "auth-2's heartbeat expires and its agents strand",
+        || async {
+            c.agents_in("stranded").await == vec!["agent-00002", "agent-00004", "agent-00006"]
+        },
+    )
+    .await;
+    let a = c.ok("/api/v1/agents/agent-00002").await;
+    assert_eq!(a["cause"]["kind"], "auth_expired", "{a}");
+    assert_eq!(auth_view(&c, "auth-2").await["strands_agents"], true);
+
+    c.sim
+        .resume_heartbeats(lifeline::model::Kind::AuthServer, "auth-2")
+        .await;
+    c.eventually("its agents recover", || async {
+        c.agents_in("stranded").await.is_empty()
+    })
+    .await;
+    c.shutdown().await;
+}
+
+/// Guards an Auth Lifeline cannot reach from the start (say, only through
+/// a proxy that routes to a random Auth): NEVER_REACHED, on its heartbeat,
+/// no agent stranded past the grace. One that answered and then went
+/// silent keeps the grace rule (`lost_health_stream_is_unknown…`).
+#[tokio::test(start_paused = true)]
+async fn an_auth_never_reached_does_not_strand_its_agents() {
+    let c = Cluster::new()
+        .agent_ttl(Duration::from_secs(3600))
+        .unknown_grace(Duration::from_secs(5))
+        .config(|cfg| {
+            // Static configuration wins: auth-2's health is looked for
+            // where nothing listens.
+            cfg.auth_servers.push(lifeline::config::StaticAuthServer {
+                name: "auth-2".into(),
+                addr: "127.0.0.1:1".into(),
+            });
+        })
+        .start()
+        .await;
+    c.ready().await;
+    c.eventually("auth-2 NEVER_REACHED", || async {
+        auth_view(&c, "auth-2").await["health"] == "NEVER_REACHED"
+    })
+    .await;
+    c.advance(Duration::from_secs(60)).await;
+    let a2 = auth_view(&c, "auth-2").await;
+    assert_eq!(
+        (&a2["health"], &a2["evidence"], &a2["strands_agents"]),
+        (
+            &serde_json::json!("NEVER_REACHED"),
+            &serde_json::json!("heartbeat"),
+            &serde_json::json!(false)
+        ),
+        "{a2}"
+    );
+    assert!(c.agents_in("stranded").await.is_empty());
+    c.shutdown().await;
+}

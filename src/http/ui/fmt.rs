@@ -101,6 +101,7 @@ pub fn health_icon(h: Health) -> &'static str {
         Health::Serving => "✓",
         Health::NotServing => "✕",
         Health::Unknown | Health::ServiceUnknown => "?",
+        Health::NotServed | Health::NeverReached => "·",
     }
 }
 
@@ -110,6 +111,7 @@ pub fn health_class(h: Health) -> &'static str {
         Health::Serving => "ok",
         Health::NotServing => "bad",
         Health::Unknown | Health::ServiceUnknown => "warn",
+        Health::NotServed | Health::NeverReached => "quiet",
     }
 }
 

@@ -266,7 +266,11 @@ pub(super) fn auth_chips(now: Ts, auths: Vec<view::AuthView>) -> Vec<AuthChip> {
             since: format!("since {} ({})", fmt::hms(a.since), fmt::ago(now, a.since)),
             agents: a.agents,
             strands: a.strands_agents,
-            mode: a.mode,
+            mode: match a.evidence {
+                "heartbeat" => "evidence: its heartbeat (health not watched)",
+                "health_poll" => "evidence: health, polled with Check",
+                _ => "evidence: health, a Watch stream",
+            },
             detail: a.detail,
             addr: a.addr,
             name: a.name,

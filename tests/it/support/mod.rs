@@ -342,6 +342,11 @@ impl Cluster {
         self.spec.auth_flavor = AuthFlavor::CheckOnly;
         self
     }
+    /// Auth servers that do not serve `grpc.health.v1` at all.
+    pub fn auth_without_health(mut self) -> Self {
+        self.spec.auth_flavor = AuthFlavor::NoHealth;
+        self
+    }
     pub fn unknown_grace(mut self, d: Duration) -> Self {
         self.grace = d;
         self

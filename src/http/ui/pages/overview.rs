@@ -47,6 +47,14 @@ fn cause_line(now: Ts, c: &RootCause) -> CauseLine {
             ),
             format!("/agents?state=stranded&auth_server={}", enc(r)),
         ),
+        CauseKind::AuthExpired => (
+            format!("{n} {agents}:"),
+            format!(
+                "auth server {r} stopped heartbeating {} (its health is not watched)",
+                fmt::ago(now, c.since)
+            ),
+            format!("/agents?state=stranded&auth_server={}", enc(r)),
+        ),
         CauseKind::ProxyMissing => (
             format!("{n} {agents} stranded:"),
             format!("their tunnels point at {r}, a proxy Lifeline no longer knows"),
