@@ -74,6 +74,9 @@ pub struct Stats {
     /// Why the cluster source's last session failed, until one reaches
     /// ready again (`/readyz` shows it).
     pub source_error: std::sync::Mutex<Option<String>>,
+    /// Kinds the source asked for that the cluster refused, as of its
+    /// last session.
+    pub unwatched: std::sync::Mutex<Vec<Unwatched>>,
     /// Upstream events applied (PUT/DELETE, after validation).
     pub events_applied: AtomicU64,
     /// The same by kind (`Kind::index`) and operation (`Op`).
@@ -147,6 +150,9 @@ pub struct Stats {
     /// The database's clock minus this replica's, microseconds (among
     /// replicas; 0 alone).
     pub clock_offset_us: std::sync::atomic::AtomicI64,
+    /// Agentless (OpenSSH) nodes in the Teleport cluster, as last seen:
+    /// hosts without an agent, skipped.
+    pub agentless_nodes: AtomicU64,
     /// gRPC connections open now, and those closed at once for
     /// `server.grpc_max_connections`.
     pub grpc_connections: AtomicU64,
@@ -341,6 +347,16 @@ impl Stats {
         self.source_error.lock().ok().and_then(|g| g.clone())
     }
 
+    pub fn set_unwatched(&self, kinds: Vec<Unwatched>) {
+        if let Ok(mut g) = self.unwatched.lock() {
+            *g = kinds;
+        }
+    }
+
+    pub fn unwatched(&self) -> Vec<Unwatched> {
+        self.unwatched.lock().map(|g| g.clone()).unwrap_or_default()
+    }
+
     pub fn inc(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -380,6 +396,8 @@ impl Stats {
             health_failures: get(&self.health_failures),
             store_events_committed: get(&self.store_events_committed),
             store_events_dropped: get(&self.store_events_dropped),
+            agentless_nodes: get(&self.agentless_nodes),
+            unwatched_kinds: self.unwatched(),
             store_batches: get(&self.store_batches),
             store_errors: get(&self.store_errors),
             timers_fired: get(&self.timers_fired),
@@ -400,6 +418,14 @@ impl Stats {
     }
 }
 
+/// A kind of the cluster Lifeline asked to watch and does not, and why.
+#[derive(Debug, Serialize, Clone, PartialEq, Eq, utoipa::ToSchema)]
+pub struct Unwatched {
+    /// The cluster's own name for it (Teleport: `windows_desktop_service`).
+    pub kind: String,
+    pub reason: String,
+}
+
 #[derive(Debug, Serialize, Clone, utoipa::ToSchema)]
 pub struct StatsSnapshot {
     pub events_applied: u64,
@@ -410,6 +436,11 @@ pub struct StatsSnapshot {
     pub health_failures: u64,
     pub store_events_committed: u64,
     pub store_events_dropped: u64,
+    /// Registered OpenSSH hosts in the Teleport cluster: not agents, not
+    /// watched.
+    pub agentless_nodes: u64,
+    /// Kinds asked for and not watched (refused by the cluster), with why.
+    pub unwatched_kinds: Vec<Unwatched>,
     pub store_batches: u64,
     pub store_errors: u64,
     pub timers_fired: u64,

@@ -78,6 +78,13 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
         ));
     }
     let ready = watcher.ready && problems.is_empty();
+    // Said, but not failing readiness: the rest is watched.
+    for u in s.stats.unwatched() {
+        problems.push(format!(
+            "cluster kind {} is not watched: {}",
+            u.kind, u.reason
+        ));
+    }
     let status = if ready {
         StatusCode::OK
     } else {

@@ -106,6 +106,20 @@ pub struct Layout {
     /// Which replica this page comes from and who leads (`None` alone on
     /// SQLite).
     pub replica: Option<String>,
+    /// "not watching windows_desktop_service (…)": kinds the cluster
+    /// refused; `None` when everything asked for is watched.
+    pub unwatched: Option<String>,
+}
+
+/// The kinds the cluster refused, in one line for the header.
+fn unwatched_line(kinds: &[crate::stats::Unwatched]) -> Option<String> {
+    let first = kinds.first()?;
+    let names: Vec<&str> = kinds.iter().map(|u| u.kind.as_str()).collect();
+    Some(format!(
+        "not watching {}: {}",
+        names.join(", "),
+        first.reason
+    ))
 }
 
 /// "replica r1 · leader r2 (term 3)", or `None` for a process alone.
@@ -166,6 +180,7 @@ impl Ctx {
             version: ASSET_VERSION,
             user: self.caller.0.as_ref().map(|p| p.name.clone()),
             replica: replica_line(&st.hub.leadership().borrow()),
+            unwatched: unwatched_line(&st.stats.unwatched()),
         }
     }
 
@@ -279,6 +294,7 @@ impl IntoResponse for UiError {
                 version: ASSET_VERSION,
                 user: None,
                 replica: None,
+                unwatched: None,
             },
             status: status.as_u16(),
             reason,

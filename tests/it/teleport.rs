@@ -396,3 +396,74 @@ async fn teleport_bad_identity_file_stops_start_up_naming_it() {
     let body = key.lines().nth(1).unwrap_or("-");
     assert!(!msg.contains(body), "key material in the message: {msg}");
 }
+
+/// Guards agentless nodes: registered OpenSSH hosts (`node` of SubKind
+/// `openssh`, no expiry) are not agents: skipped without a rejection or a
+/// warning per listing, and counted in the summary.
+#[tokio::test(start_paused = true)]
+async fn agentless_openssh_nodes_are_counted_not_watched() {
+    let c = Cluster::new()
+        .teleport(TeleportSpec {
+            agentless_nodes: 3,
+            ..TeleportSpec::default()
+        })
+        .start()
+        .await;
+    c.ready().await;
+    let summary = c.ok("/api/v1/summary").await;
+    assert_eq!(summary["ingest"]["agentless_nodes"], 3, "{summary}");
+    assert_eq!(
+        summary["ingest"]["rejected"]["missing_expires"],
+        serde_json::Value::Null,
+        "no rejection for a host without a heartbeat: {summary}"
+    );
+    let agents = c.ok("/api/v1/agents?limit=1000").await;
+    let names = strs(&agents["items"], "name");
+    assert_eq!(names.len(), 6, "only the agents: {names:?}");
+    assert!(
+        names.iter().all(|n| !n.starts_with("openssh-")),
+        "{names:?}"
+    );
+    c.shutdown().await;
+}
+
+/// Guards refused kinds: a kind the identity's role cannot read is left
+/// out of the watch by Teleport; Lifeline watches the rest, stays ready,
+/// and says which kind it does not watch and why in the summary, in
+/// `/readyz` (without failing it) and in the dashboard's header.
+#[tokio::test(start_paused = true)]
+async fn a_kind_the_role_cannot_read_is_said_to_be_unwatched() {
+    let c = Cluster::new()
+        .teleport(TeleportSpec {
+            denied_kinds: vec!["windows_desktop_service".into()],
+            ..TeleportSpec::default()
+        })
+        .start()
+        .await;
+    c.ready().await;
+    let summary = c.ok("/api/v1/summary").await;
+    let unwatched = &summary["ingest"]["unwatched_kinds"];
+    assert_eq!(unwatched[0]["kind"], "windows_desktop_service", "{summary}");
+    assert!(
+        unwatched[0]["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("role"),
+        "{unwatched}"
+    );
+    let (status, ready) = c.get("/readyz").await;
+    assert_eq!(status, 200, "the rest is watched: {ready}");
+    assert!(
+        ready["problems"]
+            .to_string()
+            .contains("windows_desktop_service"),
+        "{ready}"
+    );
+    let (_, page) = c.get_text("/").await;
+    assert!(
+        page.contains("not watching windows_desktop_service"),
+        "the header says so"
+    );
+    assert_eq!(c.agents_in("healthy").await.len(), 6);
+    c.shutdown().await;
+}

@@ -29,7 +29,14 @@ const GROUP_GEN: &str = "teleport.internal/proxygroup-gen";
 pub enum Item {
     Server(Server),
     Beat(Beat),
+    /// A registered OpenSSH host (`node` of SubKind `openssh` or
+    /// `openssh-ec2-ice`): no agent, no heartbeat, no tunnel. Counted,
+    /// never an agent.
+    Agentless(String),
 }
+
+/// The node SubKinds that are hosts Teleport reaches without an agent.
+pub const AGENTLESS_SUBKINDS: [&str; 2] = ["openssh", "openssh-ec2-ice"];
 
 impl Item {
     /// Its Teleport kind.
@@ -37,6 +44,7 @@ impl Item {
         match self {
             Item::Server(s) => s.kind.as_str(),
             Item::Beat(b) => b.service.as_str(),
+            Item::Agentless(_) => AgentService::Node.as_str(),
         }
     }
 }
@@ -181,6 +189,10 @@ pub fn server_v2(s: types::ServerV2, seen: &Seen, ttls: &mut Ttls) -> Result<Ite
             let mut server = validate::server(wire, seen.now, &seen.limits)?;
             server.ttl = ttls.observe(kind, &server.name, server.expires, seen);
             Ok(Item::Server(server))
+        }
+        "node" if AGENTLESS_SUBKINDS.contains(&s.sub_kind.as_str()) => {
+            validate::check_name("node", &meta.name, "Metadata.Name")?;
+            Ok(Item::Agentless(meta.name))
         }
         // A node is named by its host ID.
         "node" => beat(

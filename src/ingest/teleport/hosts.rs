@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::clock::Ts;
 use crate::model::{AgentService, Change, Kind, Labels, Server, Tunnel};
@@ -201,6 +201,8 @@ pub struct Hosts {
     host_of: FxHashMap<(AgentService, String), BTreeSet<String>>,
     proxies: BTreeSet<String>,
     auth_of: HashMap<String, String>,
+    /// Agentless (OpenSSH) nodes: not agents, only counted.
+    agentless: FxHashSet<String>,
 }
 
 /// Where changes go: to the caller, or nowhere while a listing is loaded
@@ -304,6 +306,16 @@ impl Hosts {
         }
     }
 
+    /// An agentless node seen (PUT or listed): counted, nothing else.
+    pub fn put_agentless(&mut self, name: String) {
+        self.agentless.insert(name);
+    }
+
+    /// How many agentless nodes the cluster has, as last seen.
+    pub fn agentless(&self) -> usize {
+        self.agentless.len()
+    }
+
     /// Which Auth instance last saw each host, as last polled.
     pub fn auth_of(&self) -> &HashMap<String, String> {
         &self.auth_of
@@ -330,6 +342,7 @@ impl Hosts {
             host_of,
             proxies,
             auth_of,
+            agentless: _,
         } = self;
         let (h, touched, name) = match hosts.get_mut(&beat.host) {
             Some(h) => {
@@ -360,6 +373,9 @@ impl Hosts {
         host: Option<&str>,
         out: &mut Vec<Change>,
     ) {
+        if service == AgentService::Node && self.agentless.remove(name) {
+            return;
+        }
         let key = (service, name.to_string());
         let hosts: Vec<String> = match host {
             Some(h) => vec![h.to_string()],

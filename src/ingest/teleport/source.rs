@@ -168,6 +168,15 @@ async fn session(
     if !refused.is_empty() {
         warn!(refused = ?refused, "Teleport did not confirm every watched kind (check the identity's role: it needs list and read on each)");
     }
+    stats.set_unwatched(
+        refused
+            .iter()
+            .map(|k| crate::stats::Unwatched {
+                kind: (*k).clone(),
+                reason: "Teleport left it out of the watch (the identity's role needs list and read on it)".into(),
+            })
+            .collect(),
+    );
 
     #[allow(clippy::disallowed_methods)] // list duration, for the log
     let list_started = std::time::Instant::now();
@@ -200,6 +209,10 @@ async fn session(
         snapshots.push(Snapshot::Tunnels(tunnels));
     }
     src.hosts = hosts;
+    src.stats.agentless_nodes.store(
+        src.hosts.agentless() as u64,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let fleet = src.fleet.clone();
     let resync = Resync {
         generation,
@@ -270,6 +283,7 @@ fn apply(src: &mut Teleport, ev: tp::Event, changes: &mut Vec<Change>, batch: &m
                 changes.insert(0, Change::PutServer(s));
             }
             Item::Beat(b) => src.hosts.put_service(b, &seen, changes),
+            Item::Agentless(name) => src.hosts.put_agentless(name),
         }),
         (Some(tp::Operation::Delete), Some(r)) => delete(src, r, changes),
         (None, Some(_)) => Err(reject(
@@ -279,6 +293,10 @@ fn apply(src: &mut Teleport, ev: tp::Event, changes: &mut Vec<Change>, batch: &m
             format!("unknown operation {}", ev.r#type),
         )),
     };
+    src.stats.agentless_nodes.store(
+        src.hosts.agentless() as u64,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     match result {
         Ok(()) => batch.extend(changes.drain(..).map(Ingested::Change)),
         Err(r) => {
@@ -482,8 +500,10 @@ async fn list_all(
                     "an empty list entry",
                 )),
             };
-            if let Some(Item::Beat(b)) = keep(kind.as_str(), item) {
-                hosts.load(b, &seen, &src.hosts);
+            match keep(kind.as_str(), item) {
+                Some(Item::Beat(b)) => hosts.load(b, &seen, &src.hosts),
+                Some(Item::Agentless(name)) => hosts.put_agentless(name),
+                _ => {}
             }
         }
     }

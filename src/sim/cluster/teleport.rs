@@ -43,6 +43,13 @@ pub struct TeleportSpec {
     pub tls_routing: bool,
     /// Serve `PresenceService`; off plays an older Auth (HTTPS lists).
     pub presence: bool,
+    /// Registered OpenSSH hosts (`node` of SubKind `openssh`, no expiry)
+    /// listed after the agents' nodes: hosts without an agent.
+    pub agentless_nodes: usize,
+    /// Teleport kinds the identity's role may not read (say
+    /// `windows_desktop_service`): left out of INIT's WatchStatus, and
+    /// PermissionDenied to `ListResources`.
+    pub denied_kinds: Vec<String>,
 }
 
 impl Default for TeleportSpec {
@@ -52,6 +59,8 @@ impl Default for TeleportSpec {
             proxy_peering: true,
             tls_routing: false,
             presence: true,
+            agentless_nodes: 0,
+            denied_kinds: Vec::new(),
         }
     }
 }
@@ -116,6 +125,30 @@ fn node(s: &pb::Server, proxies: Vec<String>) -> types::ServerV2 {
             ..Default::default()
         }),
         ..Default::default()
+    }
+}
+
+/// The name of the `i`th agentless node: after every agent's in key order.
+fn agentless_name(i: usize) -> String {
+    format!("openssh-{i:05}")
+}
+
+/// A registered OpenSSH host: no expiry, no tunnel, no agent.
+fn agentless(name: &str) -> types::ServerV2 {
+    types::ServerV2 {
+        kind: "node".into(),
+        sub_kind: "openssh".into(),
+        version: "v2".into(),
+        metadata: Some(types::Metadata {
+            name: name.into(),
+            namespace: "default".into(),
+            ..Default::default()
+        }),
+        spec: Some(types::ServerSpecV2 {
+            addr: "10.0.0.1:22".into(),
+            hostname: format!("{name}.sim"),
+            ..Default::default()
+        }),
     }
 }
 
@@ -335,6 +368,9 @@ fn refused(inner: &Inner) -> HashSet<String> {
             Kind::TunnelConnection => {}
         }
     }
+    if let Some(t) = &inner.spec.teleport {
+        out.extend(t.denied_kinds.iter().cloned());
+    }
     out
 }
 
@@ -459,6 +495,15 @@ impl AuthService for Service {
                     ));
                     if items.len() > page {
                         break;
+                    }
+                }
+                for name in (0..self.spec().agentless_nodes).map(agentless_name) {
+                    if items.len() > page {
+                        break;
+                    }
+                    if name > after {
+                        let node = agentless(&name);
+                        items.push((name, paginated_resource::Resource::Node(node)));
                     }
                 }
             }
