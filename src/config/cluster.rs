@@ -113,7 +113,7 @@ impl Default for ClusterConfig {
             cluster_name: String::new(),
             watcher_name: "lifeline".into(),
             page_size: 500,
-            max_message_bytes: 4 * 1024 * 1024,
+            max_message_bytes: 16 * 1024 * 1024,
             connect_timeout: Duration::from_secs(5),
             backoff_base: Duration::from_millis(250),
             backoff_cap: Duration::from_secs(30),

@@ -467,3 +467,65 @@ async fn a_kind_the_role_cannot_read_is_said_to_be_unwatched() {
     assert_eq!(c.agents_in("healthy").await.len(), 6);
     c.shutdown().await;
 }
+
+/// Database services carrying cloud CA bundles (~150 KB each), 40 of them
+/// against a 1 MiB message limit, with the default page size of 500.
+fn big_databases(sizes: Vec<usize>) -> Cluster {
+    Cluster::new()
+        .teleport(TeleportSpec {
+            db_servers: sizes,
+            ..TeleportSpec::default()
+        })
+        .config(|cfg| cfg.cluster.max_message_bytes = 1024 * 1024)
+}
+
+/// Guards listings that fit: a page too large for one message is asked
+/// for again in halves until it fits, and Lifeline becomes ready with
+/// every database service folded into its host.
+#[tokio::test(start_paused = true)]
+async fn pages_too_large_for_a_message_are_asked_for_in_halves() {
+    let c = big_databases(vec![154_000; 40]).start().await;
+    c.ready().await;
+    let agent = c.ok("/api/v1/agents/agent-00001").await;
+    let services = agent["labels"]["teleport.dev/services"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(services.contains("db_server"), "{agent}");
+    c.shutdown().await;
+}
+
+/// Guards a resource too large for any page: `/readyz` names the kind and
+/// the size, and the failing sessions back off towards the cap instead of
+/// listing the whole cluster again every few hundred milliseconds.
+#[tokio::test(start_paused = true)]
+async fn a_resource_too_large_for_any_page_is_named_and_retries_back_off() {
+    let c = big_databases(vec![2 * 1024 * 1024]).start().await;
+    c.eventually("/readyz names the resource that does not fit", || async {
+        let (status, v) = c.get("/readyz").await;
+        let p = v["problems"].to_string();
+        status == 503 && p.contains("db_server") && p.contains("does not fit")
+    })
+    .await;
+    let sessions = || {
+        c.ll()
+            .stats
+            .watch_generations
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    // A minute for the backoff to grow (250 ms doubling to 30 s) ...
+    for _ in 0..60 {
+        c.advance(Duration::from_secs(1)).await;
+        support::real_sleep(Duration::from_millis(20)).await;
+    }
+    // ... then a minute in which it stays near its cap: a few sessions,
+    // where a backoff that restarted from its base would make dozens.
+    let before = sessions();
+    for _ in 0..60 {
+        c.advance(Duration::from_secs(1)).await;
+        support::real_sleep(Duration::from_millis(20)).await;
+    }
+    let late = sessions() - before;
+    assert!(late <= 8, "{late} sessions in the second minute");
+    c.shutdown().await;
+}

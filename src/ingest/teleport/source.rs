@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use tokio_util::task::AbortOnDropHandle;
 use tonic::transport::Channel;
 use tonic::Code;
-use tracing::{info, info_span, warn, Instrument};
+use tracing::{debug, info, info_span, warn, Instrument};
 
 use super::convert::{self, Item, Seen, Ttls};
 use super::hosts::Hosts;
@@ -426,7 +426,13 @@ async fn list_all(
         .iter()
         .map(|k| {
             let span = info_span!("watcher.list", kind = k.as_str());
-            let task = fetch_agents(auth.clone(), *k, src.cfg.page_size, tx.clone());
+            let task = fetch_agents(
+                auth.clone(),
+                *k,
+                src.cfg.page_size,
+                src.cfg.max_message_bytes,
+                tx.clone(),
+            );
             AbortOnDropHandle::new(tokio::spawn(task.instrument(span)))
         })
         .collect();
@@ -520,20 +526,45 @@ async fn fetch_agents(
     mut auth: AuthServiceClient<Channel>,
     kind: AgentService,
     page_size: u32,
+    max_message_bytes: usize,
     pages: mpsc::Sender<Page>,
 ) {
     let mut key = String::new();
+    let mut limit = page_size.max(1);
     loop {
         let resp = auth
             .list_resources(tp::ListResourcesRequest {
                 resource_type: kind.as_str().to_string(),
                 namespace: "default".to_string(),
-                limit: page_size as i32,
+                limit: limit as i32,
                 start_key: key.clone(),
             })
             .await;
         let resp = match resp {
             Ok(r) => r.into_inner(),
+            // A page too large for a message (ours or the server's):
+            // asked for again in halves, as Teleport's own clients do.
+            Err(s) if too_large(&s) && limit > 1 => {
+                limit /= 2;
+                debug!(kind = kind.as_str(), limit, error = %s.message(), "a listing page did not fit in a message; asking for smaller pages");
+                continue;
+            }
+            Err(s) if too_large(&s) => {
+                let after = if key.is_empty() {
+                    "the first".to_string()
+                } else {
+                    format!("the one after {key:?}")
+                };
+                let e = WatchError::List {
+                    kind: kind.as_str().to_string(),
+                    detail: format!(
+                        "{after} alone does not fit in cluster.max_message_bytes ({max_message_bytes} bytes): {}",
+                        s.message()
+                    ),
+                };
+                let _ = pages.send(Err(e)).await;
+                return;
+            }
             Err(s) => {
                 let _ = pages.send(Err(WatchError::list(kind.as_str(), &s))).await;
                 return;
@@ -545,6 +576,16 @@ async fn fetch_agents(
             return;
         }
     }
+}
+
+/// A page the message limit refused, on either side: tonic's decoder says
+/// OutOfRange ("decoded message length too large"), a server that cannot
+/// send it ResourceExhausted.
+fn too_large(s: &tonic::Status) -> bool {
+    matches!(
+        s.code(),
+        tonic::Code::OutOfRange | tonic::Code::ResourceExhausted
+    )
 }
 
 /// Proxies or auth servers through `PresenceService`, paged; `GET
