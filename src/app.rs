@@ -27,6 +27,7 @@ use crate::fleet::FleetHandle;
 use crate::http::{self, AppState};
 use crate::ingest::dial::{teleport_alpn, Dialer};
 use crate::ingest::teleport::identity::{self, Identity};
+use crate::ingest::teleport::renew::{self, Renewal};
 use crate::ingest::teleport::source::{Teleport, TeleportConfig};
 use crate::ingest::validate::Limits;
 use crate::ingest::{health, watcher};
@@ -156,7 +157,8 @@ impl Lifeline {
         let stats = Arc::new(Stats::default());
         // Identity and CA files first: a bad one stops start-up before
         // anything listens.
-        let (source_dialer, health_dialer) = cluster_dialers(&cfg.cluster, clock.now())?;
+        let (source_dialer, health_dialer, renewal) =
+            cluster_dialers(&cfg.cluster, clock.now(), &stats)?;
         let server_tls = crate::tls::ServerTls::load(&cfg.server, clock.now(), stats.clone())?;
         let engine = cfg.storage.engine()?;
         let db = store::open(&engine, tuning.acquire_timeout).await?;
@@ -176,6 +178,15 @@ impl Lifeline {
         );
         let writer_task = tokio::spawn(writer_run.instrument(info_span!("store.writer")));
         let mut supervised = Tasks::new(shutdown.clone());
+        if let Some(r) = renewal {
+            supervised.track(
+                "identity renewal",
+                tokio::spawn(
+                    renew::watch(r, clock, stats.clone(), shutdown.clone())
+                        .instrument(info_span!("identity.watch")),
+                ),
+            );
+        }
         let (http_listener, http_addr) = bind("HTTP", cfg.server.listen).await?;
         let (grpc_listener, grpc_addr) = bind("gRPC", cfg.server.grpc_listen).await?;
         let replica_name = cfg
@@ -698,15 +709,31 @@ fn join_check(
 fn cluster_dialers(
     c: &crate::config::ClusterConfig,
     now: crate::clock::Ts,
-) -> Result<(Dialer, Dialer), StartError> {
+    stats: &Stats,
+) -> Result<(Dialer, Dialer, Option<Renewal>), StartError> {
     let identity = match &c.identity_file {
-        Some(p) => Some(Identity::load(p, now)?),
+        Some(p) => {
+            let id = Identity::load(p, now)?;
+            renew::record(stats, &id);
+            renew::warn_if_readable(p);
+            Some(id)
+        }
         None => None,
+    };
+    // What the identity watch renews: the bytes just loaded (read again:
+    // a change in between is then simply renewed).
+    let renewal = |dialers: Vec<Dialer>, roots: Option<Vec<_>>| {
+        c.identity_file.as_ref().map(|p| Renewal {
+            path: p.clone(),
+            dialers,
+            roots,
+            loaded: crate::tls::pem::read_limited(p).unwrap_or_default(),
+        })
     };
     match c.source {
         SourceKind::Lifeline => {
             if !c.uri()?.starts_with("https://") {
-                return Ok((Dialer::Plain, Dialer::Plain));
+                return Ok((Dialer::Plain, Dialer::Plain, None));
             }
             let (roots, from) = match (&c.ca_file, &identity) {
                 (Some(p), _) => (identity::load_roots(p)?, p.display().to_string()),
@@ -719,9 +746,11 @@ fn cluster_dialers(
                 }
             };
             let key = identity.as_ref().map(|i| i.key.clone());
+            let fixed_roots = c.ca_file.is_some().then(|| roots.clone());
             let d = Dialer::tls(&roots, key, &c.server_name, vec![b"h2".to_vec()], &from)?;
+            let r = renewal(vec![d.clone()], fixed_roots);
             // The lifeline source's auth servers speak plaintext health.
-            Ok((d, Dialer::Plain))
+            Ok((d, Dialer::Plain, r))
         }
         SourceKind::Teleport => {
             let Some(id) = identity else {
@@ -746,7 +775,8 @@ fn cluster_dialers(
                 teleport_alpn(None),
                 &from,
             )?;
-            Ok((source, health))
+            let r = renewal(vec![source.clone(), health.clone()], None);
+            Ok((source, health, r))
         }
     }
 }

@@ -191,6 +191,11 @@ pub struct FleetHandle {
 pub const MAX_QUEUED_READS: usize = 64;
 
 impl FleetHandle {
+    /// The clock the fleet decides by.
+    pub fn clock(&self) -> crate::clock::Clock {
+        self.clock
+    }
+
     pub async fn send(&self, cmd: Command) -> Result<(), FleetError> {
         self.tx.send(cmd).await.map_err(|_| FleetError::Stopped)
     }

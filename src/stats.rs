@@ -150,6 +150,10 @@ pub struct Stats {
     /// The database's clock minus this replica's, microseconds (among
     /// replicas; 0 alone).
     pub clock_offset_us: std::sync::atomic::AtomicI64,
+    /// When the cluster identity's client certificate expires, Unix
+    /// seconds (0: no identity file), and how often the file was renewed.
+    pub cluster_identity_not_after: AtomicU64,
+    pub cluster_identity_renewals: AtomicU64,
     /// Agentless (OpenSSH) nodes in the Teleport cluster, as last seen:
     /// hosts without an agent, skipped.
     pub agentless_nodes: AtomicU64,
@@ -233,6 +237,8 @@ pub mod metric {
     pub const STORE_HISTORY_ROWS_TOTAL: &str = "lifeline_store_history_rows_total";
     pub const TRACE_SPANS_DROPPED_TOTAL: &str = "lifeline_trace_spans_dropped_total";
     pub const STORE_PENDING_ROWS: &str = "lifeline_store_pending_rows";
+    pub const CLUSTER_IDENTITY_EXPIRY: &str = "lifeline_cluster_identity_expiry_timestamp_seconds";
+    pub const CLUSTER_IDENTITY_RENEWALS_TOTAL: &str = "lifeline_cluster_identity_renewals_total";
     pub const CLOCK_OFFSET_SECONDS: &str = "lifeline_clock_offset_seconds";
     pub const GRPC_CONNECTIONS: &str = "lifeline_grpc_connections";
     pub const GRPC_CONNECTIONS_REFUSED_TOTAL: &str = "lifeline_grpc_connections_refused_total";

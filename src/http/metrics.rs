@@ -404,6 +404,19 @@ fn counters(st: &Stats, spans: &SpanCounters) {
         );
     }
     gauge(
+        metric::CLUSTER_IDENTITY_EXPIRY,
+        "When the client certificate of the cluster identity file expires, Unix seconds (0 without one).",
+    )
+    .set(
+        &[],
+        st.cluster_identity_not_after.load(Ordering::Relaxed) as f64,
+    );
+    counter(
+        metric::CLUSTER_IDENTITY_RENEWALS_TOTAL,
+        "Times the cluster identity file changed and was taken up without a restart.",
+    )
+    .total(&[], &st.cluster_identity_renewals);
+    gauge(
         metric::CLOCK_OFFSET_SECONDS,
         "The database's clock minus this replica's (among replicas): signal times follow the database's.",
     )

@@ -56,6 +56,16 @@ struct ReadyBody {
     failed_task: Option<crate::supervise::TaskFailure>,
     #[serde(skip_serializing_if = "Option::is_none")]
     store_failing: Option<crate::store::health::StoreFailure>,
+    /// The cluster identity's client certificate, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cluster_identity: Option<IdentityLeft>,
+}
+
+/// When the cluster identity expires, and how long that is from now.
+#[derive(serde::Serialize)]
+struct IdentityLeft {
+    expires_at: crate::clock::Ts,
+    seconds_left: i64,
 }
 
 async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
@@ -75,6 +85,31 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
         problems.push(format!(
             "the store refuses writes since {} ({} attempts): {}; state and episodes are kept pending",
             f.since, f.attempts, f.error
+        ));
+    }
+    let cluster_identity = match s
+        .stats
+        .cluster_identity_not_after
+        .load(std::sync::atomic::Ordering::Relaxed)
+    {
+        0 => None,
+        secs => {
+            let expires_at = crate::clock::Ts::from_micros(
+                i64::try_from(secs)
+                    .unwrap_or(i64::MAX / 1_000_000)
+                    .saturating_mul(1_000_000),
+            );
+            let now = s.fleet.clock().now();
+            Some(IdentityLeft {
+                expires_at,
+                seconds_left: (expires_at.as_micros().saturating_sub(now.as_micros())) / 1_000_000,
+            })
+        }
+    };
+    if let Some(i) = cluster_identity.as_ref().filter(|i| i.seconds_left <= 0) {
+        problems.push(format!(
+            "the cluster identity's certificate expired at {}: renew cluster.identity_file (tbot)",
+            i.expires_at
         ));
     }
     let ready = watcher.ready && problems.is_empty();
@@ -100,6 +135,7 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
             problems,
             failed_task,
             store_failing,
+            cluster_identity,
         }),
     )
 }

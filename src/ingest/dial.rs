@@ -41,10 +41,15 @@ pub enum Dialer {
 }
 
 pub struct TlsDialer {
-    config: Arc<ClientConfig>,
+    /// Replaced whole when the identity is renewed; each connection takes
+    /// the current one.
+    config: std::sync::RwLock<Arc<ClientConfig>>,
     server_name: ServerName<'static>,
     /// Where the CA and client certificate came from, for messages.
     source: String,
+    /// Woken by a failed handshake: the identity file may have been
+    /// renewed since it was read.
+    tls_failed: Arc<tokio::sync::Notify>,
 }
 
 impl std::fmt::Debug for Dialer {
@@ -54,7 +59,7 @@ impl std::fmt::Debug for Dialer {
             Dialer::Tls(t) => f
                 .debug_struct("Tls")
                 .field("server_name", &t.server_name)
-                .field("alpn", &t.config.alpn_protocols.len())
+                .field("alpn", &t.config().alpn_protocols.len())
                 .field("source", &t.source)
                 .finish(),
         }
@@ -107,31 +112,42 @@ impl Dialer {
         alpn: Vec<Vec<u8>>,
         source: &str,
     ) -> Result<Dialer, DialError> {
-        let mut store = RootCertStore::empty();
-        let (added, ignored) = store.add_parsable_certificates(roots.iter().cloned());
-        if added == 0 {
-            return Err(DialError::Roots {
-                what: source.to_string(),
-                detail: format!("{ignored} certificate(s) could not be used as a root"),
-            });
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| DialError::Config(e.to_string()))?
-            .with_root_certificates(store);
-        let mut config = match client {
-            Some(key) => builder.with_client_cert_resolver(Arc::new(ClientCert(key))),
-            None => builder.with_no_client_auth(),
-        };
-        config.alpn_protocols = alpn;
+        let config = client_config(roots, client, alpn, source)?;
         let server_name = ServerName::try_from(server_name.to_string())
             .map_err(|_| DialError::ServerName(server_name.to_string()))?;
         Ok(Dialer::Tls(Arc::new(TlsDialer {
-            config: Arc::new(config),
+            config: std::sync::RwLock::new(config),
             server_name,
             source: source.to_string(),
+            tls_failed: Arc::new(tokio::sync::Notify::new()),
         })))
+    }
+
+    /// Trusts `roots` and presents `client` from the next connection on
+    /// (a renewed identity); connections open now keep theirs. The ALPN
+    /// list stays. Plaintext has nothing to renew.
+    pub fn renew(
+        &self,
+        roots: &[CertificateDer<'static>],
+        client: Option<Arc<CertifiedKey>>,
+    ) -> Result<(), DialError> {
+        let Dialer::Tls(tls) = self else {
+            return Ok(());
+        };
+        let alpn = tls.config().alpn_protocols.clone();
+        let config = client_config(roots, client, alpn, &tls.source)?;
+        if let Ok(mut c) = tls.config.write() {
+            *c = config;
+        }
+        Ok(())
+    }
+
+    /// Woken when a TLS handshake of this dialer fails.
+    pub fn tls_failures(&self) -> Option<Arc<tokio::sync::Notify>> {
+        match self {
+            Dialer::Plain => None,
+            Dialer::Tls(t) => Some(t.tls_failed.clone()),
+        }
     }
 
     /// A gRPC channel to `addr` (`host:port`, an `http://` or `https://`
@@ -187,16 +203,17 @@ impl Dialer {
         match self {
             Dialer::Plain => Err(DialError::Config("HTTPS needs a TLS dialer".into())),
             Dialer::Tls(tls) => {
-                let mut config = (*tls.config).clone();
+                let mut config = (*tls.config()).clone();
                 for p in config.alpn_protocols.iter_mut() {
                     if p.as_slice() == b"h2" {
                         *p = b"http/1.1".to_vec();
                     }
                 }
                 let http1 = TlsDialer {
-                    config: Arc::new(config),
+                    config: std::sync::RwLock::new(Arc::new(config)),
                     server_name: tls.server_name.clone(),
                     source: tls.source.clone(),
+                    tls_failed: tls.tls_failed.clone(),
                 };
                 http1
                     .connect(&authority)
@@ -211,17 +228,56 @@ impl Dialer {
 }
 
 impl TlsDialer {
+    fn config(&self) -> Arc<ClientConfig> {
+        match self.config.read() {
+            Ok(c) => c.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
     async fn connect(&self, authority: &str) -> std::io::Result<TlsStream<TcpStream>> {
         let tcp = TcpStream::connect(authority).await?;
         tcp.set_nodelay(true)?;
-        TlsConnector::from(self.config.clone())
+        TlsConnector::from(self.config())
             .connect(self.server_name.clone(), tcp)
             .await
             .map_err(|e| match tls_reason(&e, &self.server_name, &self.source) {
-                Some(reason) => std::io::Error::other(reason),
+                Some(reason) => {
+                    self.tls_failed.notify_one();
+                    std::io::Error::other(reason)
+                }
                 None => e,
             })
     }
+}
+
+/// A client configuration that trusts `roots`, offers `alpn` and, when
+/// given, presents `client`.
+fn client_config(
+    roots: &[CertificateDer<'static>],
+    client: Option<Arc<CertifiedKey>>,
+    alpn: Vec<Vec<u8>>,
+    source: &str,
+) -> Result<Arc<ClientConfig>, DialError> {
+    let mut store = RootCertStore::empty();
+    let (added, ignored) = store.add_parsable_certificates(roots.iter().cloned());
+    if added == 0 {
+        return Err(DialError::Roots {
+            what: source.to_string(),
+            detail: format!("{ignored} certificate(s) could not be used as a root"),
+        });
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| DialError::Config(e.to_string()))?
+        .with_root_certificates(store);
+    let mut config = match client {
+        Some(key) => builder.with_client_cert_resolver(Arc::new(ClientCert(key))),
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = alpn;
+    Ok(Arc::new(config))
 }
 
 /// HTTP/2 flow-control windows for the cluster's streams: what the

@@ -4,11 +4,13 @@
 //! Owns: reading the identity file `tctl auth sign --format=file` writes
 //! (`identity`), turning Teleport's resources into validated domain values
 //! (`convert`), folding agent services into one agent per host with its
-//! tunnels (`hosts`), and the watch session itself (`source`). Must not
+//! tunnels (`hosts`), the watch session itself (`source`), and reading
+//! the identity file again when it is renewed (`renew`). Must not
 //! touch: fleet state or SQLite; never logs key material.
 
 pub mod convert;
 pub mod hosts;
 pub mod http;
 pub mod identity;
+pub mod renew;
 pub mod source;

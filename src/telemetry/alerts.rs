@@ -144,6 +144,18 @@ fn rules(s: &AlertSettings) -> Vec<Rule> {
             page: "/".into(),
         },
         Rule {
+            alert: "LifelineClusterIdentityExpiring",
+            expr: format!(
+                "({0} - time()) < 15 * 60 and {0} > 0",
+                metric::CLUSTER_IDENTITY_EXPIRY
+            ),
+            hold: None,
+            severity: "critical",
+            summary: "Lifeline's cluster identity expires {{ $value | humanizeDuration }} from now".into(),
+            description: "The client certificate in cluster.identity_file expires within 15 minutes: its renewal (tbot, or whoever signs it) has stopped. When it expires Lifeline loses the cluster (Lifeline {{ $labels.instance }}).".into(),
+            page: "/".into(),
+        },
+        Rule {
             alert: "LifelineTlsCertificateExpiring",
             expr: format!(
                 "({0} - time()) < 14 * 86400 and {0} > 0",

@@ -303,7 +303,10 @@ async fn an_auth_never_reached_does_not_strand_its_agents() {
         })
         .start()
         .await;
-    c.ready().await;
+    c.eventually("the watch is ready", || async {
+        c.get("/readyz").await.0 == 200
+    })
+    .await;
     c.eventually("auth-2 NEVER_REACHED", || async {
         auth_view(&c, "auth-2").await["health"] == "NEVER_REACHED"
     })

@@ -529,3 +529,71 @@ async fn a_resource_too_large_for_any_page_is_named_and_retries_back_off() {
     assert!(late <= 8, "{late} sessions in the second minute");
     c.shutdown().await;
 }
+
+async fn metric(c: &support::Running, series: &str) -> f64 {
+    let (_, text) = c.get_text("/metrics").await;
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Guards renewed identities (Machine ID rewrites its identity every ~20
+/// minutes with a one-hour certificate): a rewritten identity file is
+/// taken up without a restart and new sessions present it; a file that
+/// changed but cannot be used leaves the previous identity in place. The
+/// certificate's expiry is a metric and on `/readyz`.
+#[tokio::test(start_paused = true)]
+async fn a_renewed_identity_file_is_taken_up_without_a_restart() {
+    use lifeline::ingest::teleport::renew::RECHECK;
+    let c = Cluster::new().teleport(peering()).start().await;
+    c.ready().await;
+    let path = c
+        .cfg
+        .cluster
+        .identity_file
+        .clone()
+        .expect("an identity file");
+    let expiry = metric(&c, "lifeline_cluster_identity_expiry_timestamp_seconds").await;
+    assert!(expiry > 0.0, "the expiry is a metric");
+    let (_, ready) = c.get("/readyz").await;
+    assert!(
+        ready["cluster_identity"]["seconds_left"]
+            .as_i64()
+            .unwrap_or(0)
+            > 0,
+        "{ready}"
+    );
+
+    write_private(&path, "not an identity\n").expect("written");
+    c.advance(RECHECK + Duration::from_secs(1)).await;
+    support::real_sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        metric(&c, "lifeline_cluster_identity_renewals_total").await,
+        0.0,
+        "an unusable file is not taken"
+    );
+
+    c.sim.write_identity(&path).expect("tbot writes a new one");
+    c.eventually("the renewed identity is taken up", || async {
+        c.advance(Duration::from_secs(1)).await;
+        metric(&c, "lifeline_cluster_identity_renewals_total").await == 1.0
+    })
+    .await;
+    let before = c
+        .ll()
+        .stats
+        .watch_generations
+        .load(std::sync::atomic::Ordering::Relaxed);
+    c.sim.kill_streams();
+    c.eventually("a new session, with the new identity, is ready", || async {
+        c.advance(Duration::from_millis(500)).await;
+        let now = c
+            .ll()
+            .stats
+            .watch_generations
+            .load(std::sync::atomic::Ordering::Relaxed);
+        now > before && c.get("/readyz").await.0 == 200
+    })
+    .await;
+    c.shutdown().await;
+}

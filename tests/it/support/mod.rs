@@ -539,9 +539,10 @@ impl Running {
         // Every auth server has reported its first health.
         self.eventually("auth health known", || async {
             let auths = self.ok("/api/v1/auth-servers").await;
-            auths["items"]
-                .as_array()
-                .is_some_and(|a| a.iter().all(|x| x["health"] != "UNKNOWN"))
+            auths["items"].as_array().is_some_and(|a| {
+                a.iter()
+                    .all(|x| x["health"] != "UNKNOWN" && x["health"] != "NEVER_REACHED")
+            })
         })
         .await;
         // Every simulated agent holds its signal stream open.
