@@ -597,3 +597,33 @@ async fn a_renewed_identity_file_is_taken_up_without_a_restart() {
     .await;
     c.shutdown().await;
 }
+
+/// Guards an older Auth's watch permissions: one kind the role cannot
+/// read refuses the whole watch even with partial success asked for.
+/// Lifeline finds the kind, watches the others, becomes ready, and says
+/// which kind it does not watch and why.
+#[tokio::test(start_paused = true)]
+async fn an_older_auth_refusing_the_whole_watch_for_one_kind_is_watched_without_it() {
+    let c = Cluster::new()
+        .teleport(TeleportSpec {
+            denied_kinds: vec!["kube_server".into()],
+            whole_watch_denied: true,
+            ..TeleportSpec::default()
+        })
+        .start()
+        .await;
+    c.ready().await;
+    let summary = c.ok("/api/v1/summary").await;
+    let unwatched = &summary["ingest"]["unwatched_kinds"];
+    assert_eq!(unwatched.as_array().map(Vec::len), Some(1), "{unwatched}");
+    assert_eq!(unwatched[0]["kind"], "kube_server");
+    assert!(
+        unwatched[0]["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("whole watch"),
+        "{unwatched}"
+    );
+    assert_eq!(c.agents_in("healthy").await.len(), 6);
+    c.shutdown().await;
+}

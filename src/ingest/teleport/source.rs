@@ -115,21 +115,29 @@ async fn session(
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);
     let kinds = wanted_kinds(&src.cfg);
-    let watch = tp::Watch {
-        kinds: kinds
-            .iter()
-            .map(|k| types::WatchKind {
-                kind: k.clone(),
-                ..Default::default()
-            })
-            .collect(),
-        allow_partial_success: true,
+    let mut denied: BTreeSet<String> = BTreeSet::new();
+    let mut stream = match open_watch(&mut auth, &kinds).await {
+        Ok(s) => s,
+        // An older Auth refuses the whole watch for one kind its role
+        // cannot read, partial success or not: find which, a kind at a
+        // time, and watch the rest.
+        Err(s) if s.code() == tonic::Code::PermissionDenied => {
+            denied = probe_denied(&mut auth, &kinds, src.cfg.connect_timeout).await?;
+            if denied.is_empty() {
+                return Err(WatchError::Watch(s));
+            }
+            warn!(denied = ?denied, "the Auth refused the whole watch for kinds its role cannot read (an older Auth); watching the others");
+            let allowed: Vec<String> = kinds
+                .iter()
+                .filter(|k| !denied.contains(*k))
+                .cloned()
+                .collect();
+            open_watch(&mut auth, &allowed)
+                .await
+                .map_err(WatchError::Watch)?
+        }
+        Err(s) => return Err(WatchError::Watch(s)),
     };
-    let mut stream = auth
-        .watch_events(watch)
-        .await
-        .map_err(WatchError::Watch)?
-        .into_inner();
     *generation += 1;
     let generation = *generation;
     Stats::inc(&stats.watch_generations);
@@ -145,7 +153,11 @@ async fn session(
             .spec
             .map(|s| s.kinds.into_iter().map(|k| k.kind).collect())
             .unwrap_or_default(),
-        _ => kinds.iter().cloned().collect(),
+        _ => kinds
+            .iter()
+            .filter(|k| !denied.contains(*k))
+            .cloned()
+            .collect(),
     };
     let refused: Vec<&String> = kinds.iter().filter(|k| !confirmed.contains(*k)).collect();
     let agents_ok: Vec<AgentService> = src
@@ -173,7 +185,11 @@ async fn session(
             .iter()
             .map(|k| crate::stats::Unwatched {
                 kind: (*k).clone(),
-                reason: "Teleport left it out of the watch (the identity's role needs list and read on it)".into(),
+                reason: if denied.contains(*k) {
+                    "the Auth refused the whole watch for it (an older Auth; the identity's role needs list and read on it)".into()
+                } else {
+                    "Teleport left it out of the watch (the identity's role needs list and read on it)".into()
+                },
             })
             .collect(),
     );
@@ -576,6 +592,53 @@ async fn fetch_agents(
             return;
         }
     }
+}
+
+/// Opens the watch of `kinds`, partial success allowed.
+async fn open_watch(
+    auth: &mut AuthServiceClient<Channel>,
+    kinds: &[String],
+) -> Result<tonic::Streaming<tp::Event>, tonic::Status> {
+    let watch = tp::Watch {
+        kinds: kinds
+            .iter()
+            .map(|k| types::WatchKind {
+                kind: k.clone(),
+                ..Default::default()
+            })
+            .collect(),
+        allow_partial_success: true,
+    };
+    Ok(auth.watch_events(watch).await?.into_inner())
+}
+
+/// The kinds among `kinds` whose watch alone is refused with
+/// PermissionDenied (at the call or as the first message); any other
+/// failure ends the probe as the session's error.
+async fn probe_denied(
+    auth: &mut AuthServiceClient<Channel>,
+    kinds: &[String],
+    timeout: std::time::Duration,
+) -> Result<BTreeSet<String>, WatchError> {
+    let mut denied = BTreeSet::new();
+    for kind in kinds {
+        let one = std::slice::from_ref(kind);
+        let first = match open_watch(auth, one).await {
+            Ok(mut s) => match tokio::time::timeout(timeout, s.message()).await {
+                Ok(r) => r.map(|_| ()),
+                Err(_) => Err(tonic::Status::deadline_exceeded("no INIT in time")),
+            },
+            Err(s) => Err(s),
+        };
+        match first {
+            Ok(()) => {}
+            Err(s) if s.code() == tonic::Code::PermissionDenied => {
+                denied.insert(kind.clone());
+            }
+            Err(s) => return Err(WatchError::Watch(s)),
+        }
+    }
+    Ok(denied)
 }
 
 /// A page the message limit refused, on either side: tonic's decoder says

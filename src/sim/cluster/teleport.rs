@@ -54,6 +54,9 @@ pub struct TeleportSpec {
     /// CA bundle of that many bytes (`DatabaseStatusV3.CACert`; ~150 KB
     /// for a cloud provider's bundle). Served by the agents' hosts in turn.
     pub db_servers: Vec<usize>,
+    /// An older Auth's watch permissions: a denied kind refuses the whole
+    /// watch, even with partial success asked for.
+    pub whole_watch_denied: bool,
 }
 
 impl Default for TeleportSpec {
@@ -66,6 +69,7 @@ impl Default for TeleportSpec {
             agentless_nodes: 0,
             denied_kinds: Vec::new(),
             db_servers: Vec::new(),
+            whole_watch_denied: false,
         }
     }
 }
@@ -438,7 +442,9 @@ impl AuthService for Service {
             .filter(|k| !refused.contains(&k.kind))
             .cloned()
             .collect();
-        if confirmed.len() < req.kinds.len() && !req.allow_partial_success {
+        if confirmed.len() < req.kinds.len()
+            && (!req.allow_partial_success || self.spec().whole_watch_denied)
+        {
             return Err(Status::permission_denied("access denied to some kinds"));
         }
         let wanted: HashSet<String> = confirmed.iter().map(|k| k.kind.clone()).collect();
