@@ -15,7 +15,7 @@ use crate::config::{Config, Role, SourceKind, TokenConfig};
 use crate::model::LbPolicy;
 use crate::sim::agent::LifelineAddr;
 use crate::sim::pki::Ca;
-use crate::sim::{chaos, write_private, SimAgent, SimCluster, SimSpec, TeleportSpec};
+use crate::sim::{chaos, write_private, AuthFlavor, SimAgent, SimCluster, SimSpec, TeleportSpec};
 use crate::telemetry::SpanCounters;
 
 #[derive(Clone, Debug)]
@@ -45,7 +45,15 @@ pub struct DemoOptions {
     /// (written beside the database); the simulated agents present client
     /// certificates it signed.
     pub tls: bool,
+    /// With the Teleport source, the Teleport major version the simulated
+    /// Auth plays: before 18 it serves no `grpc.health.v1`, starts its
+    /// watch with an INIT that carries no WatchStatus, and refuses the
+    /// whole watch for a kind its role cannot read.
+    pub teleport_version: u32,
 }
+
+/// The first Teleport major version whose Auth serves `grpc.health.v1`.
+pub const TELEPORT_HEALTH_SINCE: u32 = 18;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
@@ -143,6 +151,7 @@ pub fn identity_path(db: &std::path::Path) -> PathBuf {
 
 impl Demo {
     pub async fn start(o: &DemoOptions, clock: Clock) -> Result<Demo, DemoError> {
+        let older = o.source == SourceKind::Teleport && o.teleport_version < TELEPORT_HEALTH_SINCE;
         let sim = SimCluster::start(
             SimSpec {
                 agents: o.agents,
@@ -153,7 +162,18 @@ impl Demo {
                 seed: o.seed,
                 // Fresh per run: nothing outside this process can join.
                 join_token: access::generate(),
-                teleport: (o.source == SourceKind::Teleport).then(TeleportSpec::default),
+                teleport: (o.source == SourceKind::Teleport).then(|| TeleportSpec {
+                    // Registered OpenSSH hosts: counted, not agents.
+                    agentless_nodes: 2,
+                    whole_watch_denied: older,
+                    ..TeleportSpec::default()
+                }),
+                auth_flavor: if older {
+                    AuthFlavor::NoHealth
+                } else {
+                    AuthFlavor::Standard
+                },
+                legacy_init: older,
                 ..SimSpec::default()
             },
             clock,

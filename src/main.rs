@@ -93,6 +93,13 @@ enum Cmd {
         /// made for this run (written next to --db; printed at start).
         #[arg(long)]
         tls: bool,
+        /// With --source teleport: the Teleport major version the
+        /// simulated Auth plays. Before 18 it serves no grpc.health.v1
+        /// (Lifeline falls back to each Auth's heartbeat), its INIT carries
+        /// no WatchStatus, and a kind its role cannot read refuses the
+        /// whole watch.
+        #[arg(long, default_value_t = 18)]
+        teleport_version: u32,
     },
     /// Ask agents to reconnect through a running Lifeline's REST API, and
     /// print what became of each signal. Exits non-zero unless every signal
@@ -434,6 +441,7 @@ async fn run(
             no_auto_reconnect,
             token,
             tls,
+            teleport_version,
         } => {
             let token = token.unwrap_or_else(lifeline::access::generate);
             anyhow::ensure!(!ttl.is_zero(), "--ttl must be greater than zero");
@@ -457,6 +465,7 @@ async fn run(
                 spans,
                 source,
                 tls,
+                teleport_version,
             };
             let demo = Demo::start(&opts, Clock::system())
                 .await

@@ -627,3 +627,88 @@ async fn an_older_auth_refusing_the_whole_watch_for_one_kind_is_watched_without_
     assert_eq!(c.agents_in("healthy").await.len(), 6);
     c.shutdown().await;
 }
+
+/// Guards `lifeline demo --source teleport --teleport-version 16`: the
+/// simulated Auth serves no grpc.health.v1 and an INIT without
+/// WatchStatus, as clusters older than v18 do; Lifeline watches it, rests
+/// each Auth's state on its heartbeat, and strands nobody for it.
+#[tokio::test]
+async fn the_demo_plays_an_older_teleport_without_a_false_alarm() {
+    use tokio::io::AsyncBufReadExt;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_lifeline"))
+        .args([
+            "demo",
+            "--source",
+            "teleport",
+            "--teleport-version",
+            "16",
+            "--listen",
+            "127.0.0.1:0",
+            "--grpc-listen",
+            "127.0.0.1:0",
+            "--agents",
+            "6",
+            "--ttl",
+            "2s",
+            "--chaos-period",
+            "0",
+            "--token",
+            "older-teleport",
+            "--db",
+        ])
+        .arg(dir.path().join("demo.db"))
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("lifeline demo starts");
+    let out = child.stdout.take().expect("stdout");
+    let mut lines = tokio::io::BufReader::new(out).lines();
+    let base = support::real_timeout(Duration::from_secs(60), async {
+        while let Ok(Some(l)) = lines.next_line().await {
+            if let Some(u) = l.trim().strip_prefix("dashboard") {
+                return Some(u.trim().trim_end_matches('/').to_string());
+            }
+        }
+        None
+    })
+    .await
+    .flatten()
+    .expect("the demo prints its dashboard URL");
+    let http = reqwest::Client::new();
+    let get = |path: &str| {
+        let url = format!("{base}{path}");
+        let http = http.clone();
+        async move {
+            let r = http.get(url).send().await.ok()?;
+            r.json::<serde_json::Value>().await.ok()
+        }
+    };
+    #[allow(clippy::disallowed_methods)] // a real process: real time
+    let start = std::time::Instant::now();
+    loop {
+        let auths = get("/api/v1/auth-servers").await.unwrap_or_default();
+        let items = auths["items"].as_array().cloned().unwrap_or_default();
+        if !items.is_empty()
+            && items
+                .iter()
+                .all(|a| a["health"] == "NOT_SERVED" && a["evidence"] == "heartbeat")
+        {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "{auths}");
+        support::real_sleep(Duration::from_millis(200)).await;
+    }
+    // Past the grace (2 s here) several times over: nobody is stranded
+    // for an Auth whose health is not served.
+    for _ in 0..25 {
+        let summary = get("/api/v1/summary").await.unwrap_or_default();
+        assert_eq!(summary["agents"]["stranded"], 0, "{summary}");
+        assert_eq!(summary["ingest"]["agentless_nodes"], 2, "{summary}");
+        support::real_sleep(Duration::from_millis(200)).await;
+    }
+    let _ = child.kill().await;
+}
