@@ -154,6 +154,9 @@ pub struct Stats {
     /// seconds (0: no identity file), and how often the file was renewed.
     pub cluster_identity_not_after: AtomicU64,
     pub cluster_identity_renewals: AtomicU64,
+    /// Services the watch shows that a listing made since does not hold:
+    /// hidden from listings by the role's label filters.
+    pub listing_hidden: AtomicU64,
     /// Agentless (OpenSSH) nodes in the Teleport cluster, as last seen:
     /// hosts without an agent, skipped.
     pub agentless_nodes: AtomicU64,
@@ -404,6 +407,7 @@ impl Stats {
             store_events_dropped: get(&self.store_events_dropped),
             agentless_nodes: get(&self.agentless_nodes),
             unwatched_kinds: self.unwatched(),
+            listing_hidden: get(&self.listing_hidden),
             store_batches: get(&self.store_batches),
             store_errors: get(&self.store_errors),
             timers_fired: get(&self.timers_fired),
@@ -447,6 +451,9 @@ pub struct StatsSnapshot {
     pub agentless_nodes: u64,
     /// Kinds asked for and not watched (refused by the cluster), with why.
     pub unwatched_kinds: Vec<Unwatched>,
+    /// Services the watch shows that the listing hides (a role whose
+    /// `*_labels` are not `'*': '*'`).
+    pub listing_hidden: u64,
     pub store_batches: u64,
     pub store_errors: u64,
     pub timers_fired: u64,

@@ -114,6 +114,15 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
     }
     let ready = watcher.ready && problems.is_empty();
     // Said, but not failing readiness: the rest is watched.
+    let hidden = s
+        .stats
+        .listing_hidden
+        .load(std::sync::atomic::Ordering::Relaxed);
+    if hidden > 0 {
+        problems.push(format!(
+            "the listing hides {hidden} resources the watch shows: check the role's *_labels (node_labels, app_labels, db_labels, kubernetes_labels, windows_desktop_labels: '*': '*')"
+        ));
+    }
     for u in s.stats.unwatched() {
         problems.push(format!(
             "cluster kind {} is not watched: {}",

@@ -712,3 +712,32 @@ async fn the_demo_plays_an_older_teleport_without_a_false_alarm() {
     }
     let _ = child.kill().await;
 }
+
+/// Guards filtered roles: a role whose `node_labels` are not `'*': '*'`
+/// gets every heartbeat on the watch but partial listings. Services the
+/// watch shows that a listing made since still lacks are counted in the
+/// summary and said on `/readyz` (without failing it), naming the fix.
+#[tokio::test(start_paused = true)]
+async fn services_the_listing_hides_but_the_watch_shows_are_said() {
+    let c = Cluster::new()
+        .teleport(TeleportSpec {
+            hidden_from_listing: 2,
+            ..TeleportSpec::default()
+        })
+        .start()
+        .await;
+    c.ready().await;
+    c.eventually("the hidden services are counted", || async {
+        c.advance(Duration::from_secs(5)).await;
+        c.ok("/api/v1/summary").await["ingest"]["listing_hidden"] == 2
+    })
+    .await;
+    let (status, ready) = c.get("/readyz").await;
+    assert_eq!(status, 200, "{ready}");
+    let problems = ready["problems"].to_string();
+    assert!(
+        problems.contains("hides 2") && problems.contains("node_labels"),
+        "{ready}"
+    );
+    c.shutdown().await;
+}

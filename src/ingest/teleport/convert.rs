@@ -306,6 +306,16 @@ impl Resource {
         }
     }
 
+    /// Its name as a service heartbeat names it (a node by its host ID),
+    /// unvalidated; `None` without one.
+    pub fn name(&self) -> Option<String> {
+        let name = match self {
+            Resource::Server(s) => s.metadata.as_ref().map(|m| m.name.clone())?,
+            Resource::Service(_, s) => s.name.clone(),
+        };
+        (!name.is_empty()).then_some(name)
+    }
+
     /// Validated; a proxy's or auth server's TTL learned (a service's is
     /// learned with its host).
     pub fn validate(self, seen: &Seen, ttls: &mut Ttls) -> Result<Item, Rejection> {

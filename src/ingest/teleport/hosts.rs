@@ -306,6 +306,13 @@ impl Hosts {
         }
     }
 
+    /// True when `host` is known to run `service` named `name`.
+    pub fn has_service(&self, service: AgentService, name: &str, host: &str) -> bool {
+        self.hosts
+            .get(host)
+            .is_some_and(|h| h.service(service, name).is_some())
+    }
+
     /// An agentless node seen (PUT or listed): counted, nothing else.
     pub fn put_agentless(&mut self, name: String) {
         self.agentless.insert(name);

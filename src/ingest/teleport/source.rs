@@ -58,7 +58,21 @@ pub struct Teleport {
     pub stats: Arc<Stats>,
     ttls: Ttls,
     hosts: Hosts,
+    /// Services the watch showed that the last listing did not hold: new
+    /// arrivals, or hidden from listings by the role's `*_labels`. A
+    /// listing again tells which (bounded by [`MAX_UNLISTED`]).
+    unlisted: BTreeSet<(AgentService, String)>,
 }
+
+/// Most services the watch showed unlisted that are kept for the check.
+const MAX_UNLISTED: usize = 10_000;
+
+/// How long after the first unlisted service the kinds are listed again to
+/// tell new arrivals from hidden ones.
+pub const RELIST_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+/// While some stay hidden, how often they are looked for again (a fixed
+/// role is noticed; a large cluster is not listed every minute).
+pub const RELIST_HIDDEN: std::time::Duration = std::time::Duration::from_secs(15 * 60);
 
 impl Teleport {
     pub fn new(
@@ -74,6 +88,7 @@ impl Teleport {
             stats,
             ttls: Ttls::default(),
             hosts: Hosts::default(),
+            unlisted: BTreeSet::new(),
         }
     }
 }
@@ -237,10 +252,36 @@ async fn session(
     };
     hand_over(&fleet, rejections, resync, list_started).await?;
     *reached_ready = true;
+    src.unlisted.clear();
 
     let mut changes = Vec::new();
+    // A listing again, once services the listing lacked have shown up.
+    type Names = BTreeSet<(AgentService, String)>;
+    let mut relist: Option<AbortOnDropHandle<Result<Names, WatchError>>> = None;
+    let mut relist_at: Option<tokio::time::Instant> = None;
     loop {
+        if relist.is_none() && relist_at.is_none() && !src.unlisted.is_empty() {
+            let hiding = src.stats.listing_hidden.load(Ordering::Relaxed) > 0;
+            let wait = if hiding { RELIST_HIDDEN } else { RELIST_AFTER };
+            relist_at = Some(src.clock.deadline_in(wait));
+        }
         tokio::select! {
+            _ = async { if let Some(at) = relist_at { tokio::time::sleep_until(at).await } }, if relist_at.is_some() && relist.is_none() => {
+                relist_at = None;
+                let kinds: BTreeSet<AgentService> = src.unlisted.iter().map(|(k, _)| *k).collect();
+                relist = Some(AbortOnDropHandle::new(tokio::spawn(
+                    list_names(auth.clone(), kinds, src.cfg.page_size, src.cfg.max_message_bytes)
+                        .instrument(info_span!("teleport.relist")),
+                )));
+            }
+            r = async { match relist.as_mut() { Some(t) => t.await, None => std::future::pending().await } }, if relist.is_some() => {
+                relist = None;
+                match r {
+                    Ok(Ok(listed)) => hidden_from_listing(src, &listed),
+                    Ok(Err(e)) => debug!(error = %e, "listing again to tell new services from hidden ones failed; next time"),
+                    Err(e) => debug!(error = %e, "the listing task ended"),
+                }
+            }
             m = inst_rx.recv() => {
                 let Some(m) = m else { continue };
                 let mut changes = Vec::new();
@@ -298,7 +339,14 @@ fn apply(src: &mut Teleport, ev: tp::Event, changes: &mut Vec<Change>, batch: &m
                 }
                 changes.insert(0, Change::PutServer(s));
             }
-            Item::Beat(b) => src.hosts.put_service(b, &seen, changes),
+            Item::Beat(b) => {
+                if !src.hosts.has_service(b.service, &b.name, &b.host)
+                    && src.unlisted.len() < MAX_UNLISTED
+                {
+                    src.unlisted.insert((b.service, b.name.clone()));
+                }
+                src.hosts.put_service(b, &seen, changes)
+            }
             Item::Agentless(name) => src.hosts.put_agentless(name),
         }),
         (Some(tp::Operation::Delete), Some(r)) => delete(src, r, changes),
@@ -591,6 +639,52 @@ async fn fetch_agents(
         if pages.send(Ok((kind, resp.resources))).await.is_err() || last {
             return;
         }
+    }
+}
+
+/// Every service name of `kinds` a listing holds now.
+async fn list_names(
+    auth: AuthServiceClient<Channel>,
+    kinds: BTreeSet<AgentService>,
+    page_size: u32,
+    max_message_bytes: usize,
+) -> Result<BTreeSet<(AgentService, String)>, WatchError> {
+    let (tx, mut rx) = mpsc::channel::<Page>(4);
+    for k in &kinds {
+        tokio::spawn(fetch_agents(
+            auth.clone(),
+            *k,
+            page_size,
+            max_message_bytes,
+            tx.clone(),
+        ));
+    }
+    drop(tx);
+    let mut names = BTreeSet::new();
+    while let Some(page) = rx.recv().await {
+        let (kind, page) = page?;
+        for r in page {
+            if let Some(r) = r.resource {
+                if let Some(name) = convert::Resource::of_page(r).name() {
+                    names.insert((kind, name));
+                }
+            }
+        }
+    }
+    Ok(names)
+}
+
+/// Services the watch showed and a listing made since still lacks are
+/// hidden from listings (the role's `*_labels` filter them; the watch does
+/// not): counted, and said on `/readyz` and in the summary. The ones the
+/// listing holds were new arrivals.
+fn hidden_from_listing(src: &mut Teleport, listed: &BTreeSet<(AgentService, String)>) {
+    src.unlisted.retain(|k| !listed.contains(k));
+    let hidden = src.unlisted.len() as u64;
+    let before = src.stats.listing_hidden.swap(hidden, Ordering::Relaxed);
+    if hidden > 0 && before != hidden {
+        let kinds: BTreeSet<&str> = src.unlisted.iter().map(|(k, _)| k.as_str()).collect();
+        warn!(hidden, kinds = ?kinds, "the listing hides services the watch shows: check the role's *_labels (node_labels, app_labels, db_labels, kubernetes_labels, windows_desktop_labels)");
     }
 }
 

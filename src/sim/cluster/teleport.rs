@@ -57,6 +57,10 @@ pub struct TeleportSpec {
     /// An older Auth's watch permissions: a denied kind refuses the whole
     /// watch, even with partial success asked for.
     pub whole_watch_denied: bool,
+    /// A role whose `node_labels` do not match the first this many agents:
+    /// `ListResources` leaves their nodes out, the watch still shows their
+    /// heartbeats.
+    pub hidden_from_listing: usize,
 }
 
 impl Default for TeleportSpec {
@@ -70,6 +74,7 @@ impl Default for TeleportSpec {
             denied_kinds: Vec::new(),
             db_servers: Vec::new(),
             whole_watch_denied: false,
+            hidden_from_listing: 0,
         }
     }
 }
@@ -527,11 +532,14 @@ impl AuthService for Service {
         let mut items: Vec<(String, paginated_resource::Resource)> = Vec::new();
         match req.resource_type.as_str() {
             "node" => {
+                let hidden = self.spec().hidden_from_listing;
+                let agents = st.servers.keys().filter(|(k, _)| *k == Kind::Agent);
+                let hidden: HashSet<String> = agents.take(hidden).map(|(_, n)| n.clone()).collect();
                 for ((k, name), s) in st.servers.range((Kind::Agent, after.clone())..) {
                     if *k != Kind::Agent {
                         break;
                     }
-                    if name == &after {
+                    if name == &after || hidden.contains(name) {
                         continue;
                     }
                     let proxies = if peering {
