@@ -711,23 +711,23 @@ fn cluster_dialers(
     now: crate::clock::Ts,
     stats: &Stats,
 ) -> Result<(Dialer, Dialer, Option<Renewal>), StartError> {
-    let identity = match &c.identity_file {
+    let (identity, loaded) = match &c.identity_file {
         Some(p) => {
-            let id = Identity::load(p, now)?;
+            let bytes = Identity::read(p)?;
+            let id = Identity::parse(p, &bytes, now)?;
             renew::record(stats, &id);
             renew::warn_if_readable(p);
-            Some(id)
+            (Some(id), bytes)
         }
-        None => None,
+        None => (None, Vec::new()),
     };
-    // What the identity watch renews: the bytes just loaded (read again:
-    // a change in between is then simply renewed).
+    // What the identity watch renews, from the bytes just loaded.
     let renewal = |dialers: Vec<Dialer>, roots: Option<Vec<_>>| {
         c.identity_file.as_ref().map(|p| Renewal {
             path: p.clone(),
             dialers,
             roots,
-            loaded: crate::tls::pem::read_limited(p).unwrap_or_default(),
+            loaded: loaded.clone(),
         })
     };
     match c.source {

@@ -605,6 +605,12 @@ impl Settings {
         // value read before that commit would undo the change here.
         let _one = self.write.lock().await;
         let row = rows::get(&self.db, name.as_str()).await?;
+        self.apply_stored(name, row.as_ref())
+    }
+
+    /// Applies `row` (the default when there is none or it is not JSON).
+    /// The caller holds the write lock.
+    fn apply_stored(&self, name: Name, row: Option<&StoredSetting>) -> Result<(), SettingsError> {
         let value = row
             .and_then(|r| serde_json::from_str::<Value>(&r.value).ok())
             .unwrap_or_else(|| default_value(name));
@@ -627,16 +633,9 @@ impl Settings {
             }
         };
         for name in Name::ALL {
-            let value = stored
-                .iter()
-                .find(|r| r.name == name.as_str())
-                .and_then(|r| serde_json::from_str::<Value>(&r.value).ok())
-                .unwrap_or_else(|| default_value(name));
-            match parse(name, &value, Form::Stored) {
-                Ok((_, parsed)) => self.apply(name, &parsed),
-                Err(e) => {
-                    warn!(setting = name.as_str(), error = %e, "cannot apply the stored setting; its current value stays");
-                }
+            let row = stored.iter().find(|r| r.name == name.as_str());
+            if let Err(e) = self.apply_stored(name, row) {
+                warn!(setting = name.as_str(), error = %e, "cannot apply the stored setting; its current value stays");
             }
         }
     }

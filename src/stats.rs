@@ -41,31 +41,19 @@ impl SignalOutcome {
     }
 }
 
-/// Which rows wait for the store writer, as `Stats::store_pending`
-/// indexes them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::IntoStaticStr)]
-#[strum(serialize_all = "snake_case")]
-pub enum PendingRows {
-    /// Heartbeat and event history (bounded by `storage.max_pending_events`).
-    History = 0,
-    /// Auth server health transitions (`store::MAX_PENDING_HEALTH`).
-    Health = 1,
-    /// Episode changes (compacted past `store::MAX_PENDING_EPISODES`).
-    Episodes = 2,
-    /// Current-state rows, one per resource at most.
-    State = 3,
-}
-
-impl PendingRows {
-    pub const ALL: [PendingRows; 4] = [
-        PendingRows::History,
-        PendingRows::Health,
-        PendingRows::Episodes,
-        PendingRows::State,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        self.into()
+crate::model::named_enum! {
+    "snake_case";
+    /// Which rows wait for the store writer, as `Stats::store_pending`
+    /// indexes them.
+    pub enum PendingRows {
+        /// Heartbeat and event history (bounded by `storage.max_pending_events`).
+        History = 0,
+        /// Auth server health transitions (`store::MAX_PENDING_HEALTH`).
+        Health = 1,
+        /// Episode changes (compacted past `store::MAX_PENDING_EPISODES`).
+        Episodes = 2,
+        /// Current-state rows, one per resource at most.
+        State = 3,
     }
 }
 

@@ -397,7 +397,7 @@ fn counters(st: &Stats, spans: &SpanCounters) {
         metric::STORE_PENDING_ROWS,
         "Rows waiting in memory for room at the store writer, by kind: what a database outage holds.",
     );
-    for k in crate::stats::PendingRows::ALL {
+    for &k in crate::stats::PendingRows::ALL {
         f.set(
             &[("rows", k.as_str())],
             st.store_pending[k as usize].load(Ordering::Relaxed) as f64,

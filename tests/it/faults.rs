@@ -100,7 +100,7 @@ struct Pending {
 
 impl Pending {
     fn sample(&mut self, stats: &lifeline::stats::Stats) {
-        for k in PendingRows::ALL {
+        for &k in PendingRows::ALL {
             let n = stats.store_pending[k as usize].load(std::sync::atomic::Ordering::Relaxed);
             self.rows[k as usize] = self.rows[k as usize].max(n);
         }

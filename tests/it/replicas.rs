@@ -804,11 +804,12 @@ async fn a_signal_sent_to_an_agent_held_here_is_recorded_claimed() {
     c.shutdown().await;
 }
 
-/// Guards the audit's one clock among replicas: a replica whose wall
-/// clock is an hour behind the database's measures that, and the times it
-/// stamps follow the database's clock, not its own.
+/// Guards the audit's one clock among replicas, at the clock itself (the
+/// hub stamps through it): a wall clock an hour behind the database's is
+/// measured so, and the times it gives follow the database's clock, not
+/// its own.
 #[tokio::test]
-async fn a_replica_off_the_databases_clock_stamps_with_the_databases() {
+async fn db_time_measures_a_clock_off_the_databases_and_gives_the_databases_time() {
     use lifeline::store::db_time::DbTime;
     let Some(db) = postgres_store("dbtime").await else {
         return;

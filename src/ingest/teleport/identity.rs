@@ -126,7 +126,12 @@ impl std::fmt::Debug for Identity {
 impl Identity {
     /// Reads and checks the identity file at `path`, valid at `now`.
     pub fn load(path: &Path, now: Ts) -> Result<Identity, IdentityError> {
-        Identity::parse(path, &read_bounded(path)?, now)
+        Identity::parse(path, &Identity::read(path)?, now)
+    }
+
+    /// The file's bytes, bounded, for [`Identity::parse`].
+    pub fn read(path: &Path) -> Result<Vec<u8>, IdentityError> {
+        read_bounded(path)
     }
 
     /// Checks the identity file's contents (`path` names it in errors).

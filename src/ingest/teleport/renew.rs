@@ -76,7 +76,7 @@ pub async fn watch(r: Renewal, clock: Clock, stats: Arc<Stats>, stop: Cancellati
             _ = tokio::time::sleep(RECHECK) => {}
             _ = failed => {}
         }
-        let bytes = match crate::tls::pem::read_limited(&r.path) {
+        let bytes = match Identity::read(&r.path) {
             Ok(b) => b,
             // Being rewritten, or gone for a moment: looked at again soon.
             Err(_) => continue,

@@ -240,10 +240,9 @@ async fn session(
         snapshots.push(Snapshot::Tunnels(tunnels));
     }
     src.hosts = hosts;
-    src.stats.agentless_nodes.store(
-        src.hosts.agentless() as u64,
-        std::sync::atomic::Ordering::Relaxed,
-    );
+    src.stats
+        .agentless_nodes
+        .store(src.hosts.agentless() as u64, Ordering::Relaxed);
     let fleet = src.fleet.clone();
     let resync = Resync {
         generation,
@@ -302,6 +301,9 @@ async fn session(
                 }
                 Stats::add(&stats.stream_events, n);
                 Stats::add(&stats.session_events, n);
+                // Once per burst, not per event: agentless nodes come and go
+                // rarely.
+                stats.agentless_nodes.store(src.hosts.agentless() as u64, Ordering::Relaxed);
                 if let Some(e) = end {
                     return Err(e);
                 }
@@ -357,10 +359,6 @@ fn apply(src: &mut Teleport, ev: tp::Event, changes: &mut Vec<Change>, batch: &m
             format!("unknown operation {}", ev.r#type),
         )),
     };
-    src.stats.agentless_nodes.store(
-        src.hosts.agentless() as u64,
-        std::sync::atomic::Ordering::Relaxed,
-    );
     match result {
         Ok(()) => batch.extend(changes.drain(..).map(Ingested::Change)),
         Err(r) => {
