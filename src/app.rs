@@ -25,7 +25,7 @@ use crate::fleet::board::Board;
 use crate::fleet::state::Rules;
 use crate::fleet::FleetHandle;
 use crate::http::{self, AppState};
-use crate::ingest::dial::{teleport_alpn, Dialer};
+use crate::ingest::dial::{teleport_alpn, Dialer, Upgrade};
 use crate::ingest::teleport::identity::{self, Identity};
 use crate::ingest::teleport::renew::{self, Renewal};
 use crate::ingest::teleport::source::{Teleport, TeleportConfig};
@@ -747,7 +747,14 @@ fn cluster_dialers(
             };
             let key = identity.as_ref().map(|i| i.key.clone());
             let fixed_roots = c.ca_file.is_some().then(|| roots.clone());
-            let d = Dialer::tls(&roots, key, &c.server_name, vec![b"h2".to_vec()], &from)?;
+            let d = Dialer::tls(
+                &roots,
+                key,
+                &c.server_name,
+                vec![b"h2".to_vec()],
+                &from,
+                None,
+            )?;
             let r = renewal(vec![d.clone()], fixed_roots);
             // The lifeline source's auth servers speak plaintext health.
             Ok((d, Dialer::Plain, r))
@@ -761,12 +768,22 @@ fn cluster_dialers(
             };
             let from = format!("identity file {}", id.path.display());
             let routing = c.tls_routing.then_some(c.cluster_name.as_str());
+            let upgrade = if c.tls_routing {
+                let proxy_roots = match &c.proxy_ca_file {
+                    Some(p) => identity::load_roots(p)?,
+                    None => Vec::new(),
+                };
+                Upgrade::new(c.alpn_upgrade, &proxy_roots)?
+            } else {
+                None
+            };
             let source = Dialer::tls(
                 &id.roots,
                 Some(id.key.clone()),
                 &c.server_name,
                 teleport_alpn(routing),
                 &from,
+                upgrade,
             )?;
             let health = Dialer::tls(
                 &id.roots,
@@ -774,6 +791,7 @@ fn cluster_dialers(
                 &c.server_name,
                 teleport_alpn(None),
                 &from,
+                None,
             )?;
             let r = renewal(vec![source.clone(), health.clone()], None);
             Ok((source, health, r))

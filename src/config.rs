@@ -32,7 +32,9 @@ pub use access::{
     valid_token_name, AccessConfig, AgentIdentity, AgentNames, JoinToken, Role, TokenConfig,
     TOKEN_NAME_RULE,
 };
-pub use cluster::{ClusterConfig, FleetConfig, HealthConfig, SourceKind, StaticAuthServer};
+pub use cluster::{
+    AlpnUpgrade, ClusterConfig, FleetConfig, HealthConfig, SourceKind, StaticAuthServer,
+};
 pub use server::{check_external_url, ProbesConfig, ServerConfig};
 pub use signals::{SignalsConfig, MAX_RECONNECT_INTERVAL};
 pub use storage::{

@@ -9,5 +9,6 @@
 pub mod dial;
 pub mod health;
 pub mod teleport;
+pub mod upgrade;
 pub mod validate;
 pub mod watcher;

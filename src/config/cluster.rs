@@ -23,6 +23,20 @@ pub enum SourceKind {
     Teleport,
 }
 
+/// How a proxy's TLS routing is reached when a layer-7 load balancer in
+/// front of the proxy strips ALPN: Teleport's ALPN connection upgrade.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum AlpnUpgrade {
+    /// Probe the proxy as Teleport's clients do and upgrade when needed.
+    #[default]
+    Auto,
+    /// Always upgrade.
+    Always,
+    /// Never: connect straight.
+    Never,
+}
+
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClusterConfig {
@@ -53,6 +67,13 @@ pub struct ClusterConfig {
     pub tls_routing: bool,
     /// `teleport` with `tls_routing`: the cluster's name.
     pub cluster_name: String,
+    /// `teleport` with `tls_routing`: `auto`, `always` or `never` use
+    /// Teleport's ALPN connection upgrade, for a proxy behind a layer-7
+    /// load balancer. Env: `LIFELINE_CLUSTER_ALPN_UPGRADE`.
+    pub alpn_upgrade: AlpnUpgrade,
+    /// `teleport` with `tls_routing`: CA certificates (PEM) of the proxy's
+    /// or its balancer's web certificate, when not a public CA's.
+    pub proxy_ca_file: Option<PathBuf>,
     /// Name Lifeline gives itself in `WatchRequest.watcher_name`.
     pub watcher_name: String,
     /// `ListResources` page size during a resync.
@@ -111,6 +132,8 @@ impl Default for ClusterConfig {
             instances_poll: Duration::from_secs(30),
             tls_routing: false,
             cluster_name: String::new(),
+            alpn_upgrade: AlpnUpgrade::Auto,
+            proxy_ca_file: None,
             watcher_name: "lifeline".into(),
             page_size: 500,
             max_message_bytes: 16 * 1024 * 1024,

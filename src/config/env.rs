@@ -49,6 +49,11 @@ const TABLE: &[(&str, &str, Form)] = &[
     ("LIFELINE_CLUSTER_ADDR", "cluster.addr", Form::Text),
     ("LIFELINE_CLUSTER_SOURCE", "cluster.source", Form::Text),
     (
+        "LIFELINE_CLUSTER_ALPN_UPGRADE",
+        "cluster.alpn_upgrade",
+        Form::Text,
+    ),
+    (
         "LIFELINE_CLUSTER_IDENTITY_FILE",
         "cluster.identity_file",
         Form::Text,

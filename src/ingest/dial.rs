@@ -4,6 +4,7 @@
 //! an ALPN list tonic cannot set, and so that a failed handshake can be
 //! explained in an operator's words (`explain`).
 
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,12 +13,23 @@ use rustls::client::ResolvesClientCert;
 use rustls::sign::CertifiedKey;
 use rustls::{AlertDescription, CertificateError, ClientConfig, RootCertStore};
 use rustls_pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 use tonic::transport::{Channel, Endpoint, Uri};
+use tracing::info;
 
+pub use crate::config::AlpnUpgrade;
 pub use crate::model::TELEPORT_SERVER_NAME;
+
+use super::upgrade;
+
+/// A connection to the cluster: TLS over TCP, or over a WebSocket through
+/// a load balancer.
+pub trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
+pub type Conn = Box<dyn Io>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DialError {
@@ -50,6 +62,145 @@ pub struct TlsDialer {
     /// Woken by a failed handshake: the identity file may have been
     /// renewed since it was read.
     tls_failed: Arc<tokio::sync::Notify>,
+    /// Through a proxy's TLS routing, how a layer-7 load balancer in
+    /// front of it is crossed; `None` connects straight.
+    upgrade: Option<Arc<Upgrade>>,
+}
+
+/// The ALPN connection upgrade for one proxy address (see [`upgrade`]).
+pub struct Upgrade {
+    always: bool,
+    /// HTTPS to the proxy or its balancer: public roots and the proxy CA
+    /// given, no client certificate, no ALPN.
+    outer: Arc<ClientConfig>,
+    /// The same offering only the probe's ALPN.
+    probe: Arc<ClientConfig>,
+    /// What the last probe found: `UNKNOWN`, `STRAIGHT` or `UPGRADE`.
+    found: AtomicU8,
+}
+
+const UNKNOWN: u8 = 0;
+const STRAIGHT: u8 = 1;
+const UPGRADE: u8 = 2;
+
+impl Upgrade {
+    /// `None` for `never`; otherwise trusting the public roots and
+    /// `proxy_roots` (a private CA of the proxy's web certificate or of
+    /// the balancer's).
+    pub fn new(
+        mode: AlpnUpgrade,
+        proxy_roots: &[CertificateDer<'static>],
+    ) -> Result<Option<Arc<Upgrade>>, DialError> {
+        if mode == AlpnUpgrade::Never {
+            return Ok(None);
+        }
+        let mut store = RootCertStore::empty();
+        store.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        let (_, ignored) = store.add_parsable_certificates(proxy_roots.iter().cloned());
+        if ignored > 0 {
+            return Err(DialError::Roots {
+                what: "cluster.proxy_ca_file".into(),
+                detail: format!("{ignored} certificate(s) could not be used as a root"),
+            });
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let outer = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| DialError::Config(e.to_string()))?
+            .with_root_certificates(store)
+            .with_no_client_auth();
+        let mut probe = outer.clone();
+        probe.alpn_protocols = vec![upgrade::PROBE_ALPN.to_vec()];
+        Ok(Some(Arc::new(Upgrade {
+            always: mode == AlpnUpgrade::Always,
+            outer: Arc::new(outer),
+            probe: Arc::new(probe),
+            found: AtomicU8::new(UNKNOWN),
+        })))
+    }
+
+    /// Whether connections to `authority` go through the upgrade: always
+    /// when so configured, otherwise as the probe finds (once, and again
+    /// after a connection failed).
+    async fn needed(&self, authority: &str) -> bool {
+        if self.always {
+            return true;
+        }
+        match self.found.load(Ordering::Relaxed) {
+            STRAIGHT => return false,
+            UPGRADE => return true,
+            _ => {}
+        }
+        let Some(upgrade) = self.probe(authority).await else {
+            // Neither answer: connect straight, as Teleport's clients do.
+            return false;
+        };
+        let found = if upgrade { UPGRADE } else { STRAIGHT };
+        if self.found.swap(found, Ordering::Relaxed) != found && upgrade {
+            info!(
+                proxy = authority,
+                "the proxy does not negotiate ALPN (a layer-7 load balancer in front of it): connecting through Teleport's ALPN connection upgrade"
+            );
+        }
+        upgrade
+    }
+
+    /// A handshake offering only the probe's ALPN: a proxy negotiates it
+    /// (`Some(false)`), a balancer negotiates none or refuses it
+    /// (`Some(true)`); `None` when the handshake fails otherwise.
+    async fn probe(&self, authority: &str) -> Option<bool> {
+        let tcp = TcpStream::connect(authority).await.ok()?;
+        match TlsConnector::from(self.probe.clone())
+            .connect(host_name(authority).ok()?, tcp)
+            .await
+        {
+            Ok(tls) => Some(tls.get_ref().1.alpn_protocol().is_none()),
+            Err(e) => match rustls_error(&e) {
+                Some(
+                    rustls::Error::AlertReceived(AlertDescription::NoApplicationProtocol)
+                    | rustls::Error::NoApplicationProtocol,
+                ) => Some(true),
+                _ => None,
+            },
+        }
+    }
+
+    /// Forgets what the probe found, so that the next connection asks
+    /// again (the balancer may have been put in or taken out).
+    fn forget(&self) {
+        self.found.store(UNKNOWN, Ordering::Relaxed);
+    }
+
+    /// HTTPS to `authority`, upgraded to a stream the proxy routes.
+    async fn open(&self, authority: &str) -> std::io::Result<upgrade::WsIo<TlsStream<TcpStream>>> {
+        let tcp = TcpStream::connect(authority).await?;
+        tcp.set_nodelay(true)?;
+        let name = host_name(authority).map_err(std::io::Error::other)?;
+        let https = TlsConnector::from(self.outer.clone())
+            .connect(name, tcp)
+            .await
+            .map_err(|e| match rustls_error(&e) {
+                Some(r) => std::io::Error::other(format!(
+                    "TLS to the proxy's web address failed: {}",
+                    describe(r, None, Some("the public roots and cluster.proxy_ca_file"))
+                )),
+                None => e,
+            })?;
+        upgrade::upgrade(https, authority)
+            .await
+            .map_err(std::io::Error::other)
+    }
+}
+
+/// The TLS server name of `authority`'s host: a DNS name or an IP address.
+fn host_name(authority: &str) -> Result<ServerName<'static>, DialError> {
+    let host = authority
+        .rsplit_once(':')
+        .map(|(h, _)| h)
+        .unwrap_or(authority)
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    ServerName::try_from(host.to_string()).map_err(|_| DialError::ServerName(host.to_string()))
 }
 
 impl std::fmt::Debug for Dialer {
@@ -104,13 +255,15 @@ pub fn teleport_alpn(tls_routing_cluster: Option<&str>) -> Vec<Vec<u8>> {
 impl Dialer {
     /// TLS that trusts `roots`, verifies and sends `server_name`, offers
     /// `alpn` and, when given, presents `client`. `source` names where
-    /// these came from in every error.
+    /// these came from in every error. With `upgrade`, connections cross
+    /// a load balancer when the proxy needs it.
     pub fn tls(
         roots: &[CertificateDer<'static>],
         client: Option<Arc<CertifiedKey>>,
         server_name: &str,
         alpn: Vec<Vec<u8>>,
         source: &str,
+        upgrade: Option<Arc<Upgrade>>,
     ) -> Result<Dialer, DialError> {
         let config = client_config(roots, client, alpn, source)?;
         let server_name = ServerName::try_from(server_name.to_string())
@@ -120,6 +273,7 @@ impl Dialer {
             server_name,
             source: source.to_string(),
             tls_failed: Arc::new(tokio::sync::Notify::new()),
+            upgrade,
         })))
     }
 
@@ -198,7 +352,7 @@ impl Dialer {
     /// A TLS stream to `addr` speaking HTTP/1.1, for the HTTPS calls next
     /// to gRPC: the same trust and certificate, with `http/1.1` offered
     /// where `h2` was (the server picks its HTTP API by ALPN).
-    pub async fn tls_stream(&self, addr: &str) -> Result<TlsStream<TcpStream>, DialError> {
+    pub async fn tls_stream(&self, addr: &str) -> Result<Conn, DialError> {
         let authority = authority(addr)?;
         match self {
             Dialer::Plain => Err(DialError::Config("HTTPS needs a TLS dialer".into())),
@@ -214,6 +368,7 @@ impl Dialer {
                     server_name: tls.server_name.clone(),
                     source: tls.source.clone(),
                     tls_failed: tls.tls_failed.clone(),
+                    upgrade: tls.upgrade.clone(),
                 };
                 http1
                     .connect(&authority)
@@ -235,11 +390,39 @@ impl TlsDialer {
         }
     }
 
-    async fn connect(&self, authority: &str) -> std::io::Result<TlsStream<TcpStream>> {
+    async fn connect(&self, authority: &str) -> std::io::Result<Conn> {
+        if let Some(up) = &self.upgrade {
+            if up.needed(authority).await {
+                let routed = async { self.handshake(up.open(authority).await?).await };
+                return match routed.await {
+                    Ok(tls) => Ok(Box::new(tls)),
+                    Err(e) => {
+                        up.forget();
+                        Err(e)
+                    }
+                };
+            }
+        }
         let tcp = TcpStream::connect(authority).await?;
         tcp.set_nodelay(true)?;
+        match self.handshake(tcp).await {
+            Ok(tls) => Ok(Box::new(tls)),
+            Err(e) => {
+                if let Some(up) = &self.upgrade {
+                    up.forget();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The cluster's TLS over `io`.
+    async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        io: S,
+    ) -> std::io::Result<TlsStream<S>> {
         TlsConnector::from(self.config())
-            .connect(self.server_name.clone(), tcp)
+            .connect(self.server_name.clone(), io)
             .await
             .map_err(|e| match tls_reason(&e, &self.server_name, &self.source) {
                 Some(reason) => {
@@ -424,7 +607,7 @@ mod tests {
     #[test]
     fn tls_without_a_usable_root_is_refused() {
         let bad = CertificateDer::from(vec![1u8, 2, 3]);
-        let err = Dialer::tls(&[bad], None, "x", vec![], "ca.pem").unwrap_err();
+        let err = Dialer::tls(&[bad], None, "x", vec![], "ca.pem", None).unwrap_err();
         assert!(err.to_string().contains("ca.pem"), "{err}");
     }
 }

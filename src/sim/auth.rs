@@ -63,7 +63,13 @@ impl SimAuth {
                         inner,
                         crashed: crashed_rx,
                     }));
-                tokio::spawn(super::serve::serve(router, listener, tls, None, stop2));
+                tokio::spawn(super::serve::serve(
+                    router,
+                    listener,
+                    tls.map(super::serve::Front::Direct),
+                    None,
+                    stop2,
+                ));
                 (Some(reporter), None)
             }
             AuthFlavor::NoHealth => {
@@ -74,7 +80,7 @@ impl SimAuth {
                 tokio::spawn(super::serve::serve(
                     router,
                     listener,
-                    tls,
+                    tls.map(super::serve::Front::Direct),
                     None,
                     stop.clone(),
                 ));
@@ -88,7 +94,13 @@ impl SimAuth {
                         status: rx,
                         crashed: crashed_rx,
                     }));
-                tokio::spawn(super::serve::serve(router, listener, tls, None, stop2));
+                tokio::spawn(super::serve::serve(
+                    router,
+                    listener,
+                    tls.map(super::serve::Front::Direct),
+                    None,
+                    stop2,
+                ));
                 (None, Some(tx))
             }
         };

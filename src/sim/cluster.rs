@@ -179,6 +179,8 @@ struct Inner {
     /// events that stream has taken (handed over or filtered out) since.
     stream_base: std::sync::atomic::AtomicU64,
     taken: std::sync::atomic::AtomicU64,
+    /// Connections that came through the proxy's connection upgrade.
+    upgrades: Arc<std::sync::atomic::AtomicU64>,
     auths: Vec<SimAuth>,
     stop: CancellationToken,
     /// Teleport-only events (app services, raw injections).
@@ -314,6 +316,7 @@ impl SimCluster {
             emitted: std::sync::atomic::AtomicU64::new(0),
             stream_base: std::sync::atomic::AtomicU64::new(0),
             taken: std::sync::atomic::AtomicU64::new(0),
+            upgrades: Arc::default(),
             auths,
             stop,
             teleport_events,
@@ -322,24 +325,47 @@ impl SimCluster {
         let stop2 = inner.stop.clone();
         match (&inner.spec.teleport, &inner.pki) {
             (Some(t), Some(pki)) => {
-                let alpn = if t.tls_routing {
+                let auth = pki
+                    .server_config(vec![b"h2".to_vec(), b"http/1.1".to_vec()])
+                    .map_err(std::io::Error::other)?;
+                let front = if t.tls_routing {
                     // A proxy's TLS routing to Auth, written here from
                     // Teleport's rule rather than Lifeline's.
-                    vec![format!(
+                    let auth_alpn = format!(
                         "teleport-auth@{}.{}",
                         hex::encode(t.cluster_name.as_bytes()),
                         super::pki::AUTH_SERVER_NAME
                     )
-                    .into_bytes()]
+                    .into_bytes();
+                    let web = pki
+                        .web_config(vec![
+                            b"http/1.1".to_vec(),
+                            b"teleport-reversetunnel".to_vec(),
+                        ])
+                        .map_err(std::io::Error::other)?;
+                    let balancer = if t.behind_balancer {
+                        Some(
+                            pki.web_config(vec![b"h2".to_vec(), b"http/1.1".to_vec()])
+                                .map_err(std::io::Error::other)?,
+                        )
+                    } else {
+                        None
+                    };
+                    super::serve::Front::Routing {
+                        auth,
+                        web,
+                        balancer,
+                        auth_alpn,
+                        upgrades: inner.upgrades.clone(),
+                    }
                 } else {
-                    vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+                    super::serve::Front::Direct(auth)
                 };
-                let tls = pki.server_config(alpn).map_err(std::io::Error::other)?;
                 let (router, http) = teleport::routers(inner.clone());
                 tokio::spawn(super::serve::serve(
                     router,
                     listener,
-                    Some(tls),
+                    Some(front),
                     Some(http),
                     stop2,
                 ));
@@ -358,7 +384,13 @@ impl SimCluster {
                 .max_encoding_message_size(inner.spec.max_message_bytes)
                 .max_decoding_message_size(inner.spec.max_message_bytes);
                 let router = tonic::transport::Server::builder().add_service(svc);
-                tokio::spawn(super::serve::serve(router, listener, tls, None, stop2));
+                tokio::spawn(super::serve::serve(
+                    router,
+                    listener,
+                    tls.map(super::serve::Front::Direct),
+                    None,
+                    stop2,
+                ));
             }
         }
         let sim = SimCluster { inner, addr };
@@ -625,6 +657,12 @@ impl SimCluster {
     /// Events handed to the newest watch stream (INIT excluded).
     pub fn delivered(&self) -> u64 {
         self.inner.delivered.load(Ordering::SeqCst)
+    }
+
+    /// Connections that reached the Auth through the proxy's connection
+    /// upgrade.
+    pub fn upgrades(&self) -> u64 {
+        self.inner.upgrades.load(Ordering::SeqCst)
     }
 
     /// True when the newest watch stream has taken every event emitted

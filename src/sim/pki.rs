@@ -81,11 +81,16 @@ impl Ca {
     }
 }
 
-/// The cluster's CA and the Auth servers' certificate.
+/// The cluster's CA and the Auth servers' certificate; and the proxy's
+/// web certificate, from a CA of its own (in a real cluster, a public CA
+/// or the load balancer's).
 pub struct SimPki {
     ca: Ca,
     server_chain: Vec<CertificateDer<'static>>,
     server_key: Vec<u8>,
+    web_ca: Ca,
+    web_chain: Vec<CertificateDer<'static>>,
+    web_key: Vec<u8>,
 }
 
 /// The layout `tctl auth sign --format=file` writes: key, SSH
@@ -110,11 +115,36 @@ impl SimPki {
     pub fn new(cluster: &str) -> Result<SimPki, PkiError> {
         let ca = Ca::new(&format!("{cluster} host CA"))?;
         let auth = ca.issue("auth", &[AUTH_SERVER_NAME, "localhost"])?;
+        let web_ca = Ca::new(&format!("{cluster} web CA"))?;
+        let web = web_ca.issue("proxy", &["localhost"])?;
         Ok(SimPki {
             server_chain: vec![auth.der],
             server_key: auth.key.serialize_der(),
             ca,
+            web_chain: vec![web.der],
+            web_key: web.key.serialize_der(),
+            web_ca,
         })
+    }
+
+    /// The CA of the proxy's web certificate, PEM.
+    pub fn web_ca_pem(&self) -> &str {
+        &self.web_ca.pem
+    }
+
+    /// TLS for the proxy's web address (or its load balancer): the web
+    /// certificate, no client certificate asked for, `alpn` offered.
+    pub fn web_config(&self, alpn: Vec<Vec<u8>>) -> Result<Arc<ServerConfig>, PkiError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.web_key.clone()));
+        let mut cfg = ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| PkiError::Tls(e.to_string()))?
+            .with_no_client_auth()
+            .with_single_cert(self.web_chain.clone(), key)
+            .map_err(|e| PkiError::Tls(e.to_string()))?;
+        cfg.alpn_protocols = alpn;
+        Ok(Arc::new(cfg))
     }
 
     pub fn ca_pem(&self) -> &str {

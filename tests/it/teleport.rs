@@ -282,6 +282,11 @@ async fn teleport_through_tls_routing_offers_the_auth_alpn() {
         .await
         .expect("ready through TLS routing")
         .expect("fleet alive");
+    assert_eq!(
+        c.sim.upgrades(),
+        0,
+        "a proxy that negotiates ALPN is dialled straight"
+    );
     // Without the routing protocol the same listener refuses Lifeline.
     let Some(identity) = c.sim.pki().map(|p| p.identity("lifeline")) else {
         panic!("a Teleport simulation has a PKI")
@@ -294,6 +299,63 @@ async fn teleport_through_tls_routing_offers_the_auth_alpn() {
     .await;
     assert!(body.contains("none of the offered ALPN"), "{body}");
     c.shutdown().await;
+}
+
+/// Guards proxies behind a layer-7 load balancer, which ends TLS and keeps
+/// no ALPN: Lifeline finds it out with Teleport's probe, reaches the
+/// Auth through the proxy's connection upgrade (the routed TLS inside a
+/// WebSocket the proxy pings), and stays connected while the pings come
+/// and go. `always` upgrades even where the proxy could be reached
+/// straight.
+#[tokio::test(start_paused = true)]
+async fn a_proxy_behind_a_layer7_balancer_is_reached_through_the_alpn_upgrade() {
+    for (behind_balancer, mode) in [
+        (true, lifeline::config::AlpnUpgrade::Auto),
+        (false, lifeline::config::AlpnUpgrade::Always),
+    ] {
+        let spec = TeleportSpec {
+            tls_routing: true,
+            behind_balancer,
+            ..peering()
+        };
+        let name = spec.cluster_name.clone();
+        let c = Cluster::new()
+            .teleport(spec)
+            .config(move |cfg| {
+                cfg.cluster.tls_routing = true;
+                cfg.cluster.cluster_name = name;
+                cfg.cluster.alpn_upgrade = mode;
+            })
+            .start()
+            .await;
+        support::real_timeout(support::REAL_WAIT, c.ll().fleet.wait_ready())
+            .await
+            .expect("ready through the connection upgrade")
+            .expect("fleet alive");
+        assert!(c.sim.upgrades() >= 1, "{mode:?}: the upgrade was used");
+        let generation = || {
+            c.ll()
+                .stats
+                .watch_generations
+                .load(std::sync::atomic::Ordering::Relaxed)
+        };
+        let before = generation();
+        // Two minutes of the proxy's pings, answered, on a quiet watch.
+        for _ in 0..8 {
+            c.advance(Duration::from_secs(15)).await;
+            support::real_sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(generation(), before, "{mode:?}: the watch stayed up");
+        c.sim
+            .put_app("agent-00002", "grafana", Duration::from_secs(3600))
+            .await;
+        c.eventually("a heartbeat crosses the upgraded watch", || async {
+            let agent = c.ok("/api/v1/agents/agent-00002").await;
+            agent["labels"]["teleport.dev/services"] == "app_server,node"
+        })
+        .await;
+        c.shutdown().await;
+    }
 }
 
 /// Starts Lifeline against `sim` with `identity` and `server_name`, and

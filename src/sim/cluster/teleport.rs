@@ -39,8 +39,13 @@ pub struct TeleportSpec {
     /// Proxy peering: agents' `ProxyIDs` name their tunnels. Off: agent
     /// mesh, `ProxyIDs` empty.
     pub proxy_peering: bool,
-    /// Accept only the Auth routing ALPN, as a proxy's TLS routing does.
+    /// Serve as a proxy's TLS routing does: the Auth route by ALPN, and
+    /// the connection upgrade on the web address.
     pub tls_routing: bool,
+    /// With `tls_routing`: a layer-7 load balancer in front of the proxy.
+    /// It ends TLS (with the web certificate, `http/1.1` only) and passes
+    /// only the connection upgrade.
+    pub behind_balancer: bool,
     /// Serve `PresenceService`; off plays an older Auth (HTTPS lists).
     pub presence: bool,
     /// Registered OpenSSH hosts (`node` of SubKind `openssh`, no expiry)
@@ -69,6 +74,7 @@ impl Default for TeleportSpec {
             cluster_name: "sim.teleport".into(),
             proxy_peering: true,
             tls_routing: false,
+            behind_balancer: false,
             presence: true,
             agentless_nodes: 0,
             denied_kinds: Vec::new(),

@@ -441,6 +441,11 @@ impl Cluster {
             cfg.cluster.addr = sim.addr().to_string();
             cfg.cluster.identity_file = Some(identity);
             cfg.cluster.instances_poll = Duration::from_secs(1);
+            if let Some(pki) = sim.pki() {
+                let web_ca = dir.path().join("proxy-ca.pem");
+                std::fs::write(&web_ca, pki.web_ca_pem()).expect("proxy CA written");
+                cfg.cluster.proxy_ca_file = Some(web_ca);
+            }
         }
         cfg.cluster.max_message_bytes = self.max_message_bytes;
         cfg.storage.path = dir.path().join("lifeline.db");
