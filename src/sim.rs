@@ -17,4 +17,6 @@ pub mod wire;
 
 pub use agent::{join_request, AgentEvent, AgentOptions, SimAgent};
 pub use auth::AuthFlavor;
-pub use cluster::{write_private, SimCluster, SimSpec, TeleportSpec, SIM_JOIN_TOKEN};
+pub use cluster::{
+    write_private, DeleteShape, SimCluster, SimService, SimSpec, TeleportSpec, SIM_JOIN_TOKEN,
+};

@@ -3,7 +3,7 @@
 
 mod teleport;
 
-pub use teleport::{write_private, TeleportSpec};
+pub use teleport::{write_private, DeleteShape, SimService, TeleportSpec};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
@@ -114,8 +114,9 @@ struct State {
     tunnel_proxies: HashMap<String, BTreeMap<String, usize>>,
     paused: HashSet<String>,
     auth_status: HashMap<String, ServingStatus>,
-    /// Teleport app services: (host, app) → expires.
-    apps: BTreeMap<(String, String), Ts>,
+    /// Teleport app, database and Kubernetes services: (kind, host,
+    /// name) → expires.
+    services: BTreeMap<(teleport::SimService, String, String), Ts>,
 }
 
 impl State {

@@ -154,10 +154,13 @@ async fn teleport_legacy_init_confirms_every_kind() {
     c.shutdown().await;
 }
 
-/// DELETEs arrive as ResourceHeader (proxies, nodes) and, for apps, as
-/// ResourceHeader naming the host or as the older AppServerV3.
+/// DELETEs arrive in Teleport's shapes: a `ResourceHeader` for proxies
+/// and nodes; for app, database and Kubernetes services a header naming
+/// the host in `Description`, or the typed message with no `Spec` and the
+/// host in `Description`. Each takes its service off its host.
 #[tokio::test(start_paused = true)]
-async fn teleport_deletes_as_resource_header_and_app_server() {
+async fn teleport_deletes_take_teleports_shapes() {
+    use lifeline::sim::{DeleteShape, SimService};
     let c = Cluster::new().teleport(peering()).start().await;
     c.ready().await;
     c.sim.delete_server(Kind::Proxy, "proxy-3").await;
@@ -169,16 +172,30 @@ async fn teleport_deletes_as_resource_header_and_app_server() {
     assert!(!support::names(&proxies["items"]).contains(&"proxy-3".to_string()));
 
     let long = Duration::from_secs(3600);
-    c.sim.put_app("agent-00002", "grafana", long).await;
-    c.sim.put_app("agent-00002", "wiki", long).await;
+    let host = "agent-00002";
+    let services = [
+        (SimService::App, "grafana", DeleteShape::Header),
+        (SimService::App, "wiki", DeleteShape::Typed),
+        (SimService::Db, "orders", DeleteShape::Typed),
+        (SimService::Kube, "prod", DeleteShape::Typed),
+    ];
+    for (kind, name, _) in services {
+        c.sim.put_service(kind, host, name, long).await;
+    }
     c.quiesce().await;
-    let agent = c.ok("/api/v1/agents/agent-00002").await;
-    assert_eq!(agent["labels"]["teleport.dev/services"], "app_server,node");
-    c.sim.delete_app("agent-00002", "grafana", true).await;
-    c.sim.delete_app("agent-00002", "wiki", false).await;
+    let agent = c.ok(&format!("/api/v1/agents/{host}")).await;
+    assert_eq!(
+        agent["labels"]["teleport.dev/services"],
+        "app_server,db_server,kube_server,node"
+    );
+    for (kind, name, shape) in services {
+        c.sim.delete_service(kind, host, name, shape).await;
+    }
     c.quiesce().await;
-    let agent = c.ok("/api/v1/agents/agent-00002").await;
+    let agent = c.ok(&format!("/api/v1/agents/{host}")).await;
     assert_eq!(agent["labels"]["teleport.dev/services"], "node");
+    let s = c.summary().await;
+    assert_eq!(s["ingest"]["rejected"], json!({}), "nothing refused: {s}");
     c.shutdown().await;
 }
 

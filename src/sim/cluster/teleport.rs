@@ -211,23 +211,147 @@ fn db(
     }
 }
 
-fn app(host: &str, name: &str, expires: Ts, peering_proxies: Vec<String>) -> types::AppServerV3 {
-    types::AppServerV3 {
-        kind: "app_server".into(),
-        version: "v3".into(),
-        metadata: Some(types::Metadata {
-            name: name.to_string(),
-            namespace: "default".into(),
-            expires: Some(to_timestamp(expires)),
-            ..Default::default()
-        }),
-        spec: Some(types::AppServerSpecV3 {
-            version: "17.0.0".into(),
-            hostname: format!("{host}.sim"),
-            host_id: host.to_string(),
-            proxy_i_ds: peering_proxies,
-        }),
+/// The services a host may run beside its node, as the simulator plays
+/// them (put, listed and deleted by name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SimService {
+    App,
+    Db,
+    Kube,
+}
+
+impl SimService {
+    pub fn kind(self) -> &'static str {
+        match self {
+            SimService::App => "app_server",
+            SimService::Db => "db_server",
+            SimService::Kube => "kube_server",
+        }
+    }
+}
+
+/// How Teleport sends a service's DELETE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeleteShape {
+    /// A `ResourceHeader` naming the host in `Metadata.Description`.
+    Header,
+    /// The typed message (`AppServerV3`, …) with no `Spec` and the host
+    /// in `Metadata.Description`, as Teleport's backends send it.
+    Typed,
+}
+
+/// `name` on `host`, heartbeating until `expires`; with no `expires`, the
+/// shape of its DELETE (no Spec, the host in `Description`).
+fn service_event(
+    kind: SimService,
+    host: &str,
+    name: &str,
+    expires: Option<Ts>,
+    proxies: Vec<String>,
+) -> Resource {
+    let metadata = Some(types::Metadata {
+        name: name.to_string(),
+        namespace: "default".into(),
+        description: if expires.is_none() {
+            host.to_string()
+        } else {
+            String::new()
+        },
+        expires: expires.map(to_timestamp),
         ..Default::default()
+    });
+    let hostname = format!("{host}.sim");
+    let live = expires.is_some();
+    match kind {
+        SimService::App => Resource::AppServer(Box::new(types::AppServerV3 {
+            kind: kind.kind().into(),
+            version: "v3".into(),
+            metadata,
+            spec: live.then(|| types::AppServerSpecV3 {
+                version: "17.0.0".into(),
+                hostname,
+                host_id: host.to_string(),
+                proxy_i_ds: proxies,
+            }),
+            ..Default::default()
+        })),
+        SimService::Db => Resource::DatabaseServer(Box::new(types::DatabaseServerV3 {
+            kind: kind.kind().into(),
+            version: "v3".into(),
+            metadata,
+            spec: live.then(|| types::DatabaseServerSpecV3 {
+                version: "17.0.0".into(),
+                hostname,
+                host_id: host.to_string(),
+                proxy_i_ds: proxies,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })),
+        SimService::Kube => Resource::KubernetesServer(Box::new(types::KubernetesServerV3 {
+            kind: kind.kind().into(),
+            version: "v3".into(),
+            metadata,
+            spec: live.then(|| types::KubernetesServerSpecV3 {
+                version: "17.0.0".into(),
+                hostname,
+                host_id: host.to_string(),
+                proxy_i_ds: proxies,
+            }),
+            ..Default::default()
+        })),
+    }
+}
+
+/// A live service as a `ListResources` item.
+fn service_item(
+    kind: SimService,
+    host: &str,
+    name: &str,
+    expires: Ts,
+    proxies: Vec<String>,
+) -> Option<paginated_resource::Resource> {
+    use paginated_resource::Resource as P;
+    Some(
+        match service_event(kind, host, name, Some(expires), proxies) {
+            Resource::AppServer(a) => P::AppServer(*a),
+            Resource::DatabaseServer(d) => P::DatabaseServer(*d),
+            Resource::KubernetesServer(k) => P::KubernetesServer(*k),
+            _ => return None,
+        },
+    )
+}
+
+/// The services of `kind` after the key `after`, up to one more than
+/// `page` (which says that a next page exists).
+fn list_services(
+    st: &super::State,
+    kind: SimService,
+    after: &str,
+    page: usize,
+    peering: bool,
+    items: &mut Vec<(String, paginated_resource::Resource)>,
+) {
+    for ((k, host, name), expires) in &st.services {
+        if *k != kind {
+            continue;
+        }
+        // Past the big database servers' `db-NNNNN` keys.
+        let key = format!("{host}/{name}");
+        if !after.is_empty() && key.as_str() <= after {
+            continue;
+        }
+        let proxies = if peering {
+            st.proxies_of(host)
+        } else {
+            Vec::new()
+        };
+        if let Some(item) = service_item(kind, host, name, *expires, proxies) {
+            items.push((key, item));
+        }
+        if items.len() > page {
+            break;
+        }
     }
 }
 
@@ -255,34 +379,40 @@ impl SimCluster {
     /// An app service on `host`, heartbeating once now (`expires = now +
     /// ttl`). Call again to heartbeat.
     pub async fn put_app(&self, host: &str, name: &str, ttl: Duration) {
+        self.put_service(SimService::App, host, name, ttl).await;
+    }
+
+    /// A service of `kind` on `host`, heartbeating once now (`expires =
+    /// now + ttl`). Call again to heartbeat.
+    pub async fn put_service(&self, kind: SimService, host: &str, name: &str, ttl: Duration) {
         let expires = self.inner.clock.now().saturating_add(ttl);
         let proxies = self.peering_proxies(host).await;
         self.inner
             .state
             .lock()
             .await
-            .apps
-            .insert((host.to_string(), name.to_string()), expires);
-        self.emit_teleport(put(Resource::AppServer(Box::new(app(
-            host, name, expires, proxies,
-        )))));
+            .services
+            .insert((kind, host.to_string(), name.to_string()), expires);
+        self.emit_teleport(put(service_event(kind, host, name, Some(expires), proxies)));
     }
 
-    /// Deletes an app service: as a `ResourceHeader` naming the host in
-    /// `Description` (newer Teleport), or as the `AppServerV3` (older).
-    pub async fn delete_app(&self, host: &str, name: &str, as_header: bool) {
-        let removed = self
-            .inner
-            .state
-            .lock()
-            .await
-            .apps
-            .remove(&(host.to_string(), name.to_string()));
-        if let Some(expires) = removed {
-            let r = if as_header {
-                header("app_server", name, host)
-            } else {
-                Resource::AppServer(Box::new(app(host, name, expires, Vec::new())))
+    /// Deletes a service, in one of the shapes Teleport sends.
+    pub async fn delete_service(
+        &self,
+        kind: SimService,
+        host: &str,
+        name: &str,
+        shape: DeleteShape,
+    ) {
+        let removed = self.inner.state.lock().await.services.remove(&(
+            kind,
+            host.to_string(),
+            name.to_string(),
+        ));
+        if removed.is_some() {
+            let r = match shape {
+                DeleteShape::Header => header(kind.kind(), name, host),
+                DeleteShape::Typed => service_event(kind, host, name, None, Vec::new()),
             };
             self.emit_teleport(tp::Event {
                 r#type: tp::Operation::Delete as i32,
@@ -571,26 +701,7 @@ impl AuthService for Service {
                     }
                 }
             }
-            "app_server" => {
-                for ((host, name), expires) in &st.apps {
-                    let key = format!("{host}/{name}");
-                    if !after.is_empty() && key <= after {
-                        continue;
-                    }
-                    let proxies = if peering {
-                        st.proxies_of(host)
-                    } else {
-                        Vec::new()
-                    };
-                    items.push((
-                        key,
-                        paginated_resource::Resource::AppServer(app(host, name, *expires, proxies)),
-                    ));
-                    if items.len() > page {
-                        break;
-                    }
-                }
-            }
+            "app_server" => list_services(&st, SimService::App, &after, page, peering, &mut items),
             "db_server" => {
                 let hosts: Vec<&pb::Server> = st
                     .servers
@@ -617,8 +728,15 @@ impl AuthService for Service {
                         break;
                     }
                 }
+                // Both sets, in key order, one more than a page at most.
+                list_services(&st, SimService::Db, &after, page, peering, &mut items);
+                items.sort_by(|a, b| a.0.cmp(&b.0));
+                items.truncate(page + 1);
             }
-            "kube_server" | "windows_desktop_service" => {}
+            "kube_server" => {
+                list_services(&st, SimService::Kube, &after, page, peering, &mut items)
+            }
+            "windows_desktop_service" => {}
             "proxy" | "auth_server" => {
                 return Err(Status::invalid_argument(format!(
                     "resource type {:?} is not supported by ListResources",
