@@ -166,6 +166,9 @@ impl Demo {
                     // Registered OpenSSH hosts: counted, not agents.
                     agentless_nodes: 2,
                     whole_watch_denied: older,
+                    // Machine ID's renewal, quickened: a 15-minute
+                    // certificate written every 5 minutes.
+                    identity_renewal: Some((Duration::from_secs(300), Duration::from_secs(900))),
                     ..TeleportSpec::default()
                 }),
                 auth_flavor: if older {

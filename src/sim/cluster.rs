@@ -236,10 +236,10 @@ impl SimCluster {
         let stop = CancellationToken::new();
         let pki = match (&spec.teleport, spec.tls) {
             (Some(t), _) => Some(Box::new(
-                SimPki::new(&t.cluster_name).map_err(std::io::Error::other)?,
+                SimPki::new(&t.cluster_name, clock).map_err(std::io::Error::other)?,
             )),
             (None, true) => Some(Box::new(
-                SimPki::new("sim.lifeline").map_err(std::io::Error::other)?,
+                SimPki::new("sim.lifeline", clock).map_err(std::io::Error::other)?,
             )),
             (None, false) => None,
         };

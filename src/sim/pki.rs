@@ -9,8 +9,11 @@ use std::sync::Arc;
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SanType};
 use rustls::server::WebPkiClientVerifier;
+use rustls::time_provider::TimeProvider;
 use rustls::{RootCertStore, ServerConfig};
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, UnixTime};
+
+use crate::clock::{Clock, Ts};
 
 /// The name Teleport's Auth certificates carry (Teleport's fact, written
 /// here apart from Lifeline's copy).
@@ -62,10 +65,29 @@ impl Ca {
     /// A certificate for `names` (DNS names; `localhost` brings
     /// 127.0.0.1 along), common name `cn`; none for a client's.
     pub fn issue(&self, cn: &str, names: &[&str]) -> Result<Issued, PkiError> {
+        self.issue_valid(cn, names, None)
+    }
+
+    /// The same, valid from `valid.0` to `valid.1` (rcgen's long default
+    /// without).
+    pub fn issue_valid(
+        &self,
+        cn: &str,
+        names: &[&str],
+        valid: Option<(Ts, Ts)>,
+    ) -> Result<Issued, PkiError> {
         let key = KeyPair::generate()?;
         let mut params =
             CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())?;
         params.distinguished_name.push(DnType::CommonName, cn);
+        if let Some((from, until)) = valid {
+            let at = |t: Ts| {
+                time::OffsetDateTime::from_unix_timestamp(t.as_millis().div_euclid(1000))
+                    .map_err(|e| PkiError::Tls(format!("certificate time: {e}")))
+            };
+            params.not_before = at(from)?;
+            params.not_after = at(until)?;
+        }
         if names.contains(&"localhost") {
             params
                 .subject_alt_names
@@ -85,12 +107,28 @@ impl Ca {
 /// web certificate, from a CA of its own (in a real cluster, a public CA
 /// or the load balancer's).
 pub struct SimPki {
+    /// What the Auth checks client certificates' validity against.
+    clock: Clock,
     ca: Ca,
     server_chain: Vec<CertificateDer<'static>>,
     server_key: Vec<u8>,
     web_ca: Ca,
     web_chain: Vec<CertificateDer<'static>>,
     web_key: Vec<u8>,
+}
+
+/// The cluster's clock as TLS's: client certificates expire in the
+/// simulation's time, which tests advance.
+#[derive(Debug)]
+struct SimTime(Clock);
+
+impl TimeProvider for SimTime {
+    fn current_time(&self) -> Option<UnixTime> {
+        let ms = u64::try_from(self.0.now().as_millis()).ok()?;
+        Some(UnixTime::since_unix_epoch(
+            std::time::Duration::from_millis(ms),
+        ))
+    }
 }
 
 /// The layout `tctl auth sign --format=file` writes: key, SSH
@@ -112,12 +150,13 @@ fn identity_text(key: &str, cert: &str, cas: &[&str]) -> String {
 }
 
 impl SimPki {
-    pub fn new(cluster: &str) -> Result<SimPki, PkiError> {
+    pub fn new(cluster: &str, clock: Clock) -> Result<SimPki, PkiError> {
         let ca = Ca::new(&format!("{cluster} host CA"))?;
         let auth = ca.issue("auth", &[AUTH_SERVER_NAME, "localhost"])?;
         let web_ca = Ca::new(&format!("{cluster} web CA"))?;
         let web = web_ca.issue("proxy", &["localhost"])?;
         Ok(SimPki {
+            clock,
             server_chain: vec![auth.der],
             server_key: auth.key.serialize_der(),
             ca,
@@ -165,9 +204,10 @@ impl SimPki {
 
     fn config(&self, alpn: Vec<Vec<u8>>, clients: bool) -> Result<Arc<ServerConfig>, PkiError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = ServerConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| PkiError::Tls(e.to_string()))?;
+        let builder =
+            ServerConfig::builder_with_details(provider.clone(), Arc::new(SimTime(self.clock)))
+                .with_safe_default_protocol_versions()
+                .map_err(|e| PkiError::Tls(e.to_string()))?;
         let builder = if clients {
             let mut roots = RootCertStore::empty();
             roots
@@ -191,6 +231,21 @@ impl SimPki {
     /// An identity for `user` the cluster accepts.
     pub fn identity(&self, user: &str) -> Result<String, PkiError> {
         let c = self.ca.issue(user, &[])?;
+        Ok(identity_text(&c.key_pem, &c.cert_pem, &[&self.ca.pem]))
+    }
+
+    /// An identity for `user` whose certificate is valid from a minute ago
+    /// (the cluster's clock) for `ttl`, as Machine ID issues them.
+    pub fn short_lived_identity(
+        &self,
+        user: &str,
+        ttl: std::time::Duration,
+    ) -> Result<String, PkiError> {
+        let now = self.clock.now();
+        let from = now.saturating_sub(std::time::Duration::from_secs(60));
+        let c = self
+            .ca
+            .issue_valid(user, &[], Some((from, now.saturating_add(ttl))))?;
         Ok(identity_text(&c.key_pem, &c.cert_pem, &[&self.ca.pem]))
     }
 

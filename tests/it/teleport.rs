@@ -677,6 +677,53 @@ async fn a_renewed_identity_file_is_taken_up_without_a_restart() {
     c.shutdown().await;
 }
 
+/// Guards Machine ID's identities end to end: the simulated `tbot`
+/// issues a one-hour certificate every twenty minutes and the Auth checks
+/// it against the cluster's clock. Three hours on, with the watch
+/// re-opened after each hour, Lifeline still reaches the cluster: every
+/// new session presents a certificate that has not expired.
+#[tokio::test(start_paused = true)]
+async fn a_tbot_identity_renewed_every_twenty_minutes_keeps_the_cluster() {
+    let spec = TeleportSpec {
+        identity_renewal: Some((Duration::from_secs(20 * 60), Duration::from_secs(3600))),
+        ..peering()
+    };
+    let c = Cluster::new().teleport(spec).start().await;
+    c.ready().await;
+    let generations = || {
+        c.ll()
+            .stats
+            .watch_generations
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    for hour in 1..=3 {
+        // An hour in steps the identity check (every 10 s) keeps up with.
+        for _ in 0..360 {
+            tokio::time::advance(Duration::from_secs(10)).await;
+            c.quiesce().await;
+        }
+        let before = generations();
+        c.sim.kill_streams();
+        c.eventually("a new session with an unexpired certificate", || async {
+            c.advance(Duration::from_millis(500)).await;
+            generations() > before && c.get("/readyz").await.0 == 200
+        })
+        .await;
+        let renewals = metric(&c, "lifeline_cluster_identity_renewals_total").await;
+        assert!(
+            renewals >= f64::from(3 * hour - 1),
+            "hour {hour}: {renewals} renewals"
+        );
+        let expiry = metric(&c, "lifeline_cluster_identity_expiry_timestamp_seconds").await;
+        let now = c.sim.clock().now().as_millis() as f64 / 1000.0;
+        assert!(
+            expiry > now,
+            "hour {hour}: the certificate in use is unexpired"
+        );
+    }
+    c.shutdown().await;
+}
+
 /// Guards an older Auth's watch permissions: one kind the role cannot
 /// read refuses the whole watch even with partial success asked for.
 /// Lifeline finds the kind, watches the others, becomes ready, and says

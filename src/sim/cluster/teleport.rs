@@ -62,6 +62,11 @@ pub struct TeleportSpec {
     /// An older Auth's watch permissions: a denied kind refuses the whole
     /// watch, even with partial success asked for.
     pub whole_watch_denied: bool,
+    /// Machine ID's renewal: the identity file written by
+    /// [`SimCluster::write_identity`] holds a certificate valid for `.1`
+    /// and is written again every `.0` (tbot: 20 minutes, 1 hour). The
+    /// Auth checks certificates against the cluster's clock.
+    pub identity_renewal: Option<(Duration, Duration)>,
     /// A role whose `node_labels` do not match the first this many agents:
     /// `ListResources` leaves their nodes out, the watch still shows their
     /// heartbeats.
@@ -81,6 +86,7 @@ impl Default for TeleportSpec {
             db_servers: Vec::new(),
             whole_watch_denied: false,
             hidden_from_listing: 0,
+            identity_renewal: None,
         }
     }
 }
@@ -464,13 +470,51 @@ impl SimCluster {
     }
 
     /// Writes an identity file the cluster accepts (`tctl auth sign
-    /// --format=file` layout) and returns its path.
+    /// --format=file` layout). With `identity_renewal`, a short-lived one,
+    /// written again on its period until the cluster stops, as `tbot`
+    /// does.
     pub fn write_identity(&self, path: &std::path::Path) -> std::io::Result<()> {
+        let renewal = self
+            .inner
+            .spec
+            .teleport
+            .as_ref()
+            .and_then(|t| t.identity_renewal);
+        let Some((every, ttl)) = renewal else {
+            let pki = self
+                .pki()
+                .ok_or_else(|| std::io::Error::other("not a Teleport simulation"))?;
+            let text = pki.identity("lifeline").map_err(std::io::Error::other)?;
+            return write_private(path, &text);
+        };
+        self.renew_identity(path, ttl)?;
+        let (sim, path) = (self.clone(), path.to_path_buf());
+        let stop = self.inner.stop.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(every) => {}
+                }
+                if let Err(e) = sim.renew_identity(&path, ttl) {
+                    tracing::warn!(error = %e, path = %path.display(), "sim: identity not renewed");
+                }
+            }
+        });
+        Ok(())
+    }
+
+    fn renew_identity(&self, path: &std::path::Path, ttl: Duration) -> std::io::Result<()> {
         let pki = self
             .pki()
             .ok_or_else(|| std::io::Error::other("not a Teleport simulation"))?;
-        let text = pki.identity("lifeline").map_err(std::io::Error::other)?;
-        write_private(path, &text)
+        let text = pki
+            .short_lived_identity("lifeline", ttl)
+            .map_err(std::io::Error::other)?;
+        // Written whole and renamed into place, as tbot writes.
+        let tmp = path.with_extension("tmp");
+        write_private(&tmp, &text)?;
+        std::fs::rename(&tmp, path)
     }
 
     pub fn pki(&self) -> Option<&crate::sim::pki::SimPki> {
