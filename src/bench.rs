@@ -572,7 +572,7 @@ where
         "round_ratios": ratios,
         "ratio": sorted.get(sorted.len() / 2),
         "method": "rounds of a lifeline-source and a teleport-source leg (mutual TLS), order alternating; ratio = median of the rounds' teleport speed over lifeline speed",
-        "target": {"ratio": 0.8},
+        "target": {"ratio": 0.85},
     }))
 }
 

@@ -77,7 +77,7 @@ fn source_comparison(v: &Value) {
         positive(v, &format!("teleport_source/{leg}/0"));
     }
     positive(v, "teleport_source/ratio");
-    eq(v, "teleport_source/target/ratio", 0.8);
+    eq(v, "teleport_source/target/ratio", 0.85);
 }
 
 #[test]

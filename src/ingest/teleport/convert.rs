@@ -354,7 +354,10 @@ pub fn beat(service: AgentService, s: Service, seen: &Seen) -> Result<Item, Reje
             ..r
         })?;
     }
-    proxies.sort();
+    // Teleport sends them sorted: most heartbeats need no sort.
+    if !proxies.is_sorted() {
+        proxies.sort();
+    }
     proxies.dedup();
     Ok(Item::Beat(Beat {
         service,

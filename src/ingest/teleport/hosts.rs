@@ -306,13 +306,6 @@ impl Hosts {
         }
     }
 
-    /// True when `host` is known to run `service` named `name`.
-    pub fn has_service(&self, service: AgentService, name: &str, host: &str) -> bool {
-        self.hosts
-            .get(host)
-            .is_some_and(|h| h.service(service, name).is_some())
-    }
-
     /// An agentless node seen (PUT or listed): counted, nothing else.
     pub fn put_agentless(&mut self, name: String) {
         self.agentless.insert(name);
@@ -339,11 +332,24 @@ impl Hosts {
     }
 
     /// A service heartbeat (or any PUT of a service resource).
-    pub fn put_service(&mut self, beat: Beat, seen: &Seen, out: &mut Vec<Change>) {
-        self.put(beat, seen, None, &mut Out(Some(out)));
+    /// Says whether its host did not know the service (the service's
+    /// kind and name then), from the one lookup the heartbeat needs.
+    pub fn put_service(
+        &mut self,
+        beat: Beat,
+        seen: &Seen,
+        out: &mut Vec<Change>,
+    ) -> Option<(AgentService, String)> {
+        self.put(beat, seen, None, &mut Out(Some(out)))
     }
 
-    fn put(&mut self, beat: Beat, seen: &Seen, learned: Option<(Ts, Duration)>, out: &mut Out) {
+    fn put(
+        &mut self,
+        beat: Beat,
+        seen: &Seen,
+        learned: Option<(Ts, Duration)>,
+        out: &mut Out,
+    ) -> Option<(AgentService, String)> {
         let Hosts {
             hosts,
             host_of,
@@ -364,10 +370,14 @@ impl Hosts {
                 (h, EVERYTHING, name)
             }
         };
-        if touched.services {
+        let new = touched.services.then(|| {
             index_new_service(host_of, h, &name);
-        }
+            h.services
+                .last()
+                .map(|r| (r.beat.service, r.beat.name.clone()))
+        });
         refresh(h, &name, touched, proxies, out);
+        new.flatten()
     }
 
     /// A service resource deleted. `host` is the host the event named, if

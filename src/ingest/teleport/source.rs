@@ -342,12 +342,10 @@ fn apply(src: &mut Teleport, ev: tp::Event, changes: &mut Vec<Change>, batch: &m
                 changes.insert(0, Change::PutServer(s));
             }
             Item::Beat(b) => {
-                if !src.hosts.has_service(b.service, &b.name, &b.host)
-                    && src.unlisted.len() < MAX_UNLISTED
-                {
-                    src.unlisted.insert((b.service, b.name.clone()));
+                let new = src.hosts.put_service(b, &seen, changes);
+                if let Some(key) = new.filter(|_| src.unlisted.len() < MAX_UNLISTED) {
+                    src.unlisted.insert(key);
                 }
-                src.hosts.put_service(b, &seen, changes)
             }
             Item::Agentless(name) => src.hosts.put_agentless(name),
         }),
