@@ -8,7 +8,7 @@ pub mod access;
 pub mod app;
 pub mod backoff;
 pub mod bench;
-pub mod client;
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod demo;
