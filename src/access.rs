@@ -6,8 +6,10 @@
 //! check hashes what was presented and compares it in constant time with
 //! every configured hash (no early exit). Tokens are never logged; a
 //! principal is known by its configured name only.
-//! Must not touch: HTTP or gRPC framing (the `http` room and the gRPC
-//! interceptor call in here), settings, the fleet.
+//! The gRPC interceptor in front of `AgentSignals` ([`join_check`]: join
+//! tokens and client certificates) is here, with the rules it applies.
+//! Must not touch: HTTP framing (the `http` room calls in here), settings,
+//! the fleet.
 
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -362,6 +364,54 @@ impl Access {
 
     pub fn reconnect_every(&self) -> Duration {
         self.reconnect_every
+    }
+}
+
+/// The gRPC interceptor in front of `AgentSignals`: a stream opens only
+/// with a configured join token in `authorization: Bearer <token>`, and,
+/// with `client_cert`, over a connection whose client certificate
+/// `server.agent_client_ca` signed (rustls checked the signature at the
+/// handshake; one is optional there so health checks need none).
+pub fn join_check(
+    access: std::sync::Arc<Access>,
+    client_cert: bool,
+    stats: std::sync::Arc<crate::stats::Stats>,
+) -> impl FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Clone {
+    move |req: tonic::Request<()>| {
+        if client_cert && req.peer_certs().is_none_or(|c| c.is_empty()) {
+            crate::stats::Stats::inc(&stats.agent_join_refused);
+            return Err(tonic::Status::unauthenticated(
+                "AgentSignals.Connect needs a client certificate signed by this Lifeline's server.agent_client_ca, as well as the join token",
+            ));
+        }
+        let presented = req
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(bearer);
+        let leaf = req
+            .peer_certs()
+            .and_then(|c| c.first().map(|c| c.as_ref().to_vec()));
+        match presented.map(|t| access.join_grant(t, leaf.as_deref())) {
+            // The hub checks the name the stream's Hello says against it.
+            Some(Some(grant)) => {
+                let mut req = req;
+                req.extensions_mut().insert(grant);
+                Ok(req)
+            }
+            Some(None) => {
+                crate::stats::Stats::inc(&stats.agent_join_refused);
+                Err(tonic::Status::unauthenticated(
+                    "the join token is not valid: it matches no access.join_tokens entry",
+                ))
+            }
+            None => {
+                crate::stats::Stats::inc(&stats.agent_join_refused);
+                Err(tonic::Status::unauthenticated(
+                    "AgentSignals.Connect needs a join token: send `authorization: Bearer <join token>` metadata",
+                ))
+            }
+        }
     }
 }
 

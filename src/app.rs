@@ -14,7 +14,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic::service::interceptor::InterceptedService;
 use tower_http::trace::{DefaultMakeSpan, DefaultOnFailure, DefaultOnResponse, TraceLayer};
-use tracing::{debug, error, info, info_span, warn, Instrument, Level};
+use tracing::{error, info, info_span, warn, Instrument, Level};
 
 use crate::access::Access;
 use crate::backoff::Backoff;
@@ -389,7 +389,7 @@ impl Lifeline {
             .add_service(service_config::Service::server(lb_policy_rx))
             .add_service(InterceptedService::new(
                 grpc_hub.server(),
-                join_check(access, client_cert, stats.clone()),
+                crate::access::join_check(access, client_cert, stats.clone()),
             ));
         let max_connections = cfg.server.grpc_max_connections;
         let grpc_stats = stats.clone();
@@ -531,11 +531,17 @@ impl Lifeline {
         );
         supervised.track(
             "retention",
-            tokio::spawn(prune_loop(
+            tokio::spawn(store::retention::run(
                 db.clone(),
                 clock,
                 leadership.clone(),
-                settings.live(),
+                {
+                    let live = settings.live();
+                    move || store::retention::Retention {
+                        history: live.retention(),
+                        audit: live.audit_retention(),
+                    }
+                },
                 cfg.storage.prune_interval,
                 shutdown.clone(),
             )),
@@ -607,44 +613,6 @@ fn default_replica_name(http: SocketAddr) -> String {
     name
 }
 
-async fn prune_loop(
-    db: Db,
-    clock: Clock,
-    leadership: watch::Receiver<Leadership>,
-    live: Arc<crate::settings::Live>,
-    every: Duration,
-    stop: CancellationToken,
-) {
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(every) => {}
-        }
-        // History is the leader's to keep and to prune.
-        if !leadership.borrow().leading {
-            continue;
-        }
-        // Read each round: both retentions are dynamic settings.
-        let before = clock.now().saturating_sub(live.retention());
-        match store::writer::prune(&db, before).await {
-            Ok(0) => {}
-            Ok(n) => debug!(rows = n, "pruned history past retention"),
-            Err(e) => warn!(error = %e, "pruning history failed; will retry"),
-        }
-        let before = clock.now().saturating_sub(live.audit_retention());
-        match store::writer::prune_audit(&db, before).await {
-            Ok((0, 0)) => {}
-            Ok((signals, episodes)) => {
-                info!(
-                    signals,
-                    episodes, "pruned the audit and closed episodes past audit_retention"
-                )
-            }
-            Err(e) => warn!(error = %e, "pruning the audit failed; will retry"),
-        }
-    }
-}
-
 /// Most streams one HTTP/2 connection may hold open: far above what one
 /// agent needs (its signal stream, a health watch, a config call), and
 /// room for a stream-balancing proxy that carries many agents on one
@@ -653,54 +621,6 @@ const GRPC_MAX_STREAMS_PER_CONNECTION: u32 = 1000;
 
 /// How long a gRPC keepalive ping may go unanswered.
 const GRPC_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The gRPC interceptor in front of `AgentSignals`: a stream opens only
-/// with a configured join token in `authorization: Bearer <token>`, and,
-/// with `client_cert`, over a connection whose client certificate
-/// `server.agent_client_ca` signed (rustls checked the signature at the
-/// handshake; one is optional there so health checks need none).
-fn join_check(
-    access: Arc<Access>,
-    client_cert: bool,
-    stats: Arc<Stats>,
-) -> impl FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Clone {
-    move |req: tonic::Request<()>| {
-        if client_cert && req.peer_certs().is_none_or(|c| c.is_empty()) {
-            Stats::inc(&stats.agent_join_refused);
-            return Err(tonic::Status::unauthenticated(
-                "AgentSignals.Connect needs a client certificate signed by this Lifeline's server.agent_client_ca, as well as the join token",
-            ));
-        }
-        let presented = req
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(crate::access::bearer);
-        let leaf = req
-            .peer_certs()
-            .and_then(|c| c.first().map(|c| c.as_ref().to_vec()));
-        match presented.map(|t| access.join_grant(t, leaf.as_deref())) {
-            // The hub checks the name the stream's Hello says against it.
-            Some(Some(grant)) => {
-                let mut req = req;
-                req.extensions_mut().insert(grant);
-                Ok(req)
-            }
-            Some(None) => {
-                Stats::inc(&stats.agent_join_refused);
-                Err(tonic::Status::unauthenticated(
-                    "the join token is not valid: it matches no access.join_tokens entry",
-                ))
-            }
-            None => {
-                Stats::inc(&stats.agent_join_refused);
-                Err(tonic::Status::unauthenticated(
-                    "AgentSignals.Connect needs a join token: send `authorization: Bearer <join token>` metadata",
-                ))
-            }
-        }
-    }
-}
 
 /// How to reach the cluster source and the auth servers' health: plaintext
 /// for a plain `lifeline` source; TLS from the identity or CA file

@@ -13,6 +13,7 @@ pub mod db_time;
 pub mod health;
 pub mod lease;
 pub mod read;
+pub mod retention;
 pub mod settings;
 pub mod signals;
 pub mod writer;
