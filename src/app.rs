@@ -7,14 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::store::Db;
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic::service::interceptor::InterceptedService;
 use tower_http::trace::{DefaultMakeSpan, DefaultOnFailure, DefaultOnResponse, TraceLayer};
-use tracing::{error, info, info_span, warn, Instrument, Level};
+use tracing::{info, info_span, warn, Instrument, Level};
 
 use crate::access::Access;
 use crate::backoff::Backoff;
@@ -325,37 +323,14 @@ impl Lifeline {
         };
         supervised.track("live overview", http::ui::live::spawn(state.clone()));
         let router = http::router(state);
-        let stop = shutdown.clone();
-        let app = router.into_make_service_with_connect_info::<SocketAddr>();
-        let http_task = match &server_tls {
-            None => tokio::spawn(async move {
-                let served = axum::serve(http_listener, app)
-                    .with_graceful_shutdown(stop.cancelled_owned())
-                    .await;
-                if let Err(e) = served {
-                    error!(error = %e, "HTTP server failed");
-                }
-            }),
-            Some(t) => {
-                let ready = tls::listen::accept(
-                    http_listener,
-                    t.http.clone(),
-                    tls::Which::Http,
-                    stats.clone(),
-                    shutdown.clone(),
-                );
-                // `tap_io` gives the listener axum's ConnectInfo<SocketAddr>.
-                let listener = tls::HttpsListener::new(ready, http_addr).tap_io(|_| {});
-                tokio::spawn(async move {
-                    let served = axum::serve(listener, app)
-                        .with_graceful_shutdown(stop.cancelled_owned())
-                        .await;
-                    if let Err(e) = served {
-                        error!(error = %e, "HTTPS server failed");
-                    }
-                })
-            }
-        };
+        let http_task = tls::serve::http(
+            http_listener,
+            http_addr,
+            server_tls.as_ref(),
+            router,
+            stats.clone(),
+            shutdown.clone(),
+        );
         supervised.critical("http server", http_task);
         if let Some(t) = &server_tls {
             supervised.track(
@@ -367,10 +342,11 @@ impl Lifeline {
 
         let lb_policy_rx = settings.lb_policy();
         let (reporter, health_service) = tonic_health::server::health_reporter();
+        // The service shares the statuses: SERVING stays after the
+        // reporter is gone.
         reporter
             .set_service_status("", tonic_health::ServingStatus::Serving)
             .await;
-        let stop = shutdown.clone();
         let grpc_hub = hub.clone();
         let client_cert = server_tls.as_ref().is_some_and(|t| t.agent_client_ca);
         let grpc_router = tonic::transport::Server::builder()
@@ -391,51 +367,14 @@ impl Lifeline {
                 grpc_hub.server(),
                 crate::access::join_check(access, client_cert, stats.clone()),
             ));
-        let max_connections = cfg.server.grpc_max_connections;
-        let grpc_stats = stats.clone();
-        let grpc_task = match &server_tls {
-            None => tokio::spawn(async move {
-                let _keep = reporter;
-                let served = grpc_router
-                    .serve_with_incoming_shutdown(
-                        tls::limit::limit(
-                            TcpListenerStream::new(grpc_listener),
-                            max_connections,
-                            grpc_stats,
-                        ),
-                        stop.cancelled_owned(),
-                    )
-                    .await;
-                if let Err(e) = served {
-                    error!(error = %e, "gRPC server failed");
-                }
-            }),
-            Some(t) => {
-                let ready = tls::listen::accept(
-                    grpc_listener,
-                    t.grpc.clone(),
-                    tls::Which::Grpc,
-                    stats.clone(),
-                    shutdown.clone(),
-                );
-                tokio::spawn(async move {
-                    let _keep = reporter;
-                    let served = grpc_router
-                        .serve_with_incoming_shutdown(
-                            tls::limit::limit(
-                                tls::listen::incoming(ready),
-                                max_connections,
-                                grpc_stats,
-                            ),
-                            stop.cancelled_owned(),
-                        )
-                        .await;
-                    if let Err(e) = served {
-                        error!(error = %e, "gRPC server (TLS) failed");
-                    }
-                })
-            }
-        };
+        let grpc_task = tls::serve::grpc(
+            grpc_listener,
+            server_tls.as_ref(),
+            grpc_router,
+            cfg.server.grpc_max_connections,
+            stats.clone(),
+            shutdown.clone(),
+        );
         supervised.critical("grpc server", grpc_task);
 
         let limits = Limits {

@@ -2,7 +2,8 @@
 //! `pem` reads and checks the PEM files (every fault names its config
 //! field), `reload` hands each handshake the current certificate and swaps
 //! in new files when they change on disk, `listen` accepts connections and
-//! passes finished handshakes to axum and tonic.
+//! passes finished handshakes to axum and tonic, and `serve` runs each
+//! listener, plain or TLS, through the same code.
 //!
 //! Owns: the server side of rustls. Must not touch: what the connections
 //! carry (the `http` and `signals` rooms decide that), or Lifeline's own
@@ -12,6 +13,7 @@ pub mod limit;
 pub mod listen;
 pub mod pem;
 pub mod reload;
+pub mod serve;
 
 use std::sync::Arc;
 

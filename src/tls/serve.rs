@@ -1,0 +1,137 @@
+//! Serving a listener, plain or TLS alike: one function per listener, the
+//! TLS handshakes (when `server.tls_cert` is set) in front of the same
+//! server. What the connections carry is the caller's (an axum router, a
+//! tonic router).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::serve::ListenerExt;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::Stream;
+use tokio_util::sync::CancellationToken;
+use tonic::body::Body;
+use tonic::service::Routes;
+use tonic::transport::server::{Connected, Router};
+use tower::{Layer, Service};
+use tracing::error;
+
+use super::{limit, listen, ServerTls, Which};
+use crate::stats::Stats;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Serves `app` (the API and dashboard) on `listener` until `stop`: HTTPS
+/// with `tls`, plain HTTP without; a failure is logged once.
+pub fn http(
+    listener: TcpListener,
+    local: SocketAddr,
+    tls: Option<&ServerTls>,
+    app: axum::Router,
+    stats: Arc<Stats>,
+    stop: CancellationToken,
+) -> JoinHandle<()> {
+    let app = app.into_make_service_with_connect_info::<SocketAddr>();
+    let shutdown = stop.clone().cancelled_owned();
+    let served = match tls {
+        None => tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }),
+        Some(t) => {
+            let ready = listen::accept(listener, t.http.clone(), Which::Http, stats, stop);
+            // `tap_io` gives the listener axum's ConnectInfo<SocketAddr>.
+            let listener = listen::HttpsListener::new(ready, local).tap_io(|_| {});
+            tokio::spawn(async move {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(shutdown)
+                    .await
+            })
+        }
+    };
+    let scheme = if tls.is_some() { "HTTPS" } else { "HTTP" };
+    tokio::spawn(async move {
+        match served.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => error!(error = %e, "{scheme} server failed"),
+            Err(e) => error!(error = %e, "{scheme} server task ended"),
+        }
+    })
+}
+
+/// Serves `router` (`AgentSignals`, health, service config) on `listener`
+/// until `stop`, at most `max_connections` at once: TLS with `tls`,
+/// plaintext HTTP/2 without; a failure is logged once.
+pub fn grpc<L, B>(
+    listener: TcpListener,
+    tls: Option<&ServerTls>,
+    router: Router<L>,
+    max_connections: usize,
+    stats: Arc<Stats>,
+    stop: CancellationToken,
+) -> JoinHandle<()>
+where
+    L: Layer<Routes> + Send + 'static,
+    L::Service:
+        Service<hyper::Request<Body>, Response = hyper::Response<B>> + Clone + Send + 'static,
+    <L::Service as Service<hyper::Request<Body>>>::Future: Send,
+    <L::Service as Service<hyper::Request<Body>>>::Error: Into<BoxError> + Send,
+    B: hyper::body::Body<Data = hyper::body::Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    match tls {
+        None => serve_grpc(
+            router,
+            limit::limit(TcpListenerStream::new(listener), max_connections, stats),
+            stop,
+            "gRPC",
+        ),
+        Some(t) => {
+            let ready = listen::accept(
+                listener,
+                t.grpc.clone(),
+                Which::Grpc,
+                stats.clone(),
+                stop.clone(),
+            );
+            serve_grpc(
+                router,
+                limit::limit(listen::incoming(ready), max_connections, stats),
+                stop,
+                "gRPC (TLS)",
+            )
+        }
+    }
+}
+
+fn serve_grpc<L, B, I, IO>(
+    router: Router<L>,
+    incoming: I,
+    stop: CancellationToken,
+    what: &'static str,
+) -> JoinHandle<()>
+where
+    L: Layer<Routes> + Send + 'static,
+    L::Service:
+        Service<hyper::Request<Body>, Response = hyper::Response<B>> + Clone + Send + 'static,
+    <L::Service as Service<hyper::Request<Body>>>::Future: Send,
+    <L::Service as Service<hyper::Request<Body>>>::Error: Into<BoxError> + Send,
+    B: hyper::body::Body<Data = hyper::body::Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+    I: Stream<Item = Result<IO, std::io::Error>> + Send + 'static,
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+    IO::ConnectInfo: Clone + Send + Sync + 'static,
+{
+    tokio::spawn(async move {
+        let served = router
+            .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
+            .await;
+        if let Err(e) = served {
+            error!(error = %e, "{what} server failed");
+        }
+    })
+}
