@@ -77,7 +77,12 @@ pub struct Upgrade {
     probe: Arc<ClientConfig>,
     /// What the last probe found: `UNKNOWN`, `STRAIGHT` or `UPGRADE`.
     found: AtomicU8,
+    /// A probe refused the web certificate (said once until one succeeds).
+    untrusted: std::sync::atomic::AtomicBool,
 }
+
+/// How long the probe may take, as Teleport's clients allow theirs.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 const UNKNOWN: u8 = 0;
 const STRAIGHT: u8 = 1;
@@ -116,6 +121,7 @@ impl Upgrade {
             outer: Arc::new(outer),
             probe: Arc::new(probe),
             found: AtomicU8::new(UNKNOWN),
+            untrusted: std::sync::atomic::AtomicBool::new(false),
         })))
     }
 
@@ -149,19 +155,40 @@ impl Upgrade {
     /// (`Some(false)`), a balancer negotiates none or refuses it
     /// (`Some(true)`); `None` when the handshake fails otherwise.
     async fn probe(&self, authority: &str) -> Option<bool> {
-        let tcp = TcpStream::connect(authority).await.ok()?;
-        match TlsConnector::from(self.probe.clone())
-            .connect(host_name(authority).ok()?, tcp)
-            .await
-        {
-            Ok(tls) => Some(tls.get_ref().1.alpn_protocol().is_none()),
-            Err(e) => match rustls_error(&e) {
-                Some(
-                    rustls::Error::AlertReceived(AlertDescription::NoApplicationProtocol)
-                    | rustls::Error::NoApplicationProtocol,
-                ) => Some(true),
-                _ => None,
-            },
+        let handshake = async {
+            let tcp = TcpStream::connect(authority).await?;
+            let name = host_name(authority).map_err(std::io::Error::other)?;
+            TlsConnector::from(self.probe.clone())
+                .connect(name, tcp)
+                .await
+        };
+        let e = match tokio::time::timeout(PROBE_TIMEOUT, handshake).await {
+            Ok(Ok(tls)) => {
+                self.untrusted.store(false, Ordering::Relaxed);
+                return Some(tls.get_ref().1.alpn_protocol().is_none());
+            }
+            Ok(Err(e)) => e,
+            Err(_) => return None,
+        };
+        match rustls_error(&e) {
+            Some(
+                rustls::Error::AlertReceived(AlertDescription::NoApplicationProtocol)
+                | rustls::Error::NoApplicationProtocol,
+            ) => Some(true),
+            Some(r @ rustls::Error::InvalidCertificate(_)) => {
+                // Likely a balancer with a private CA: without trusting it
+                // Lifeline cannot tell, and the straight connection that
+                // follows fails on the same certificate.
+                if !self.untrusted.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        proxy = authority,
+                        reason = %describe(r, None, None),
+                        "cannot tell whether the proxy needs Teleport's ALPN connection upgrade: its web certificate is not trusted; set cluster.proxy_ca_file to its CA, or cluster.alpn_upgrade"
+                    );
+                }
+                None
+            }
+            _ => None,
         }
     }
 
