@@ -1,0 +1,81 @@
+//! Lifeline's wire, generated: `lifeline.v1` (`ClusterEvents`,
+//! `AgentSignals`, `ServiceConfigDiscoveryService`) and the subset of
+//! Teleport's Auth API Lifeline speaks, from the workspace's `proto/`.
+//! Shared by the server, the simulator and any other client of
+//! `lifeline.v1`; conversions to a program's own types stay with it.
+
+#![allow(clippy::all, missing_docs)]
+
+pub mod v1 {
+    tonic::include_proto!("lifeline.v1");
+}
+
+/// The subset of Teleport's Auth API Lifeline speaks (see
+/// `proto/teleport/`). Nested as Teleport's packages are, because the
+/// generated code names other packages by relative path.
+pub mod teleport {
+    pub mod types {
+        tonic::include_proto!("types");
+    }
+    pub mod proto {
+        tonic::include_proto!("proto");
+    }
+    pub mod teleport {
+        pub mod presence {
+            pub mod v1 {
+                tonic::include_proto!("teleport.presence.v1");
+            }
+        }
+    }
+    pub use self::proto as auth;
+    pub use self::teleport::presence::v1 as presence;
+}
+
+/// The messages an agent sends, built one way everywhere (simulated agents,
+/// benchmarks, tests).
+impl v1::AgentMessage {
+    pub fn hello(agent: &str, version: &str, desired_tunnels: u32) -> Self {
+        v1::AgentMessage {
+            msg: Some(v1::agent_message::Msg::Hello(v1::Hello {
+                agent: agent.to_string(),
+                version: version.to_string(),
+                desired_tunnels,
+            })),
+        }
+    }
+
+    pub fn tunnels(proxies: Vec<String>, auth_server: String) -> Self {
+        v1::AgentMessage {
+            msg: Some(v1::agent_message::Msg::Tunnels(v1::TunnelReport {
+                proxies,
+                auth_server,
+            })),
+        }
+    }
+
+    pub fn ack(signal_id: u64, ok: bool, detail: String) -> Self {
+        v1::AgentMessage {
+            msg: Some(v1::agent_message::Msg::Ack(v1::SignalAck {
+                signal_id,
+                ok,
+                detail,
+            })),
+        }
+    }
+}
+
+/// A wire duration as a std one; negative parts count as zero (for peers
+/// whose input is already trusted: validation rejects bad TTLs upstream).
+pub fn std_duration(d: &prost_types::Duration) -> std::time::Duration {
+    std::time::Duration::new(
+        d.seconds.max(0) as u64,
+        d.nanos.clamp(0, 999_999_999) as u32,
+    )
+}
+
+pub fn to_duration(d: std::time::Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
+    }
+}
