@@ -23,9 +23,8 @@ use crate::fleet::board::Board;
 use crate::fleet::state::Rules;
 use crate::fleet::FleetHandle;
 use crate::http::{self, AppState};
-use crate::ingest::dial::{teleport_alpn, Dialer, Upgrade};
-use crate::ingest::teleport::identity::{self, Identity};
-use crate::ingest::teleport::renew::{self, Renewal};
+use crate::ingest::connect::{Dialers, DialersError};
+use crate::ingest::teleport::renew;
 use crate::ingest::teleport::source::{Teleport, TeleportConfig};
 use crate::ingest::validate::Limits;
 use crate::ingest::{health, watcher};
@@ -52,9 +51,7 @@ pub enum StartError {
     #[error("cannot load the dynamic settings: {0}")]
     Settings(#[from] SettingsError),
     #[error(transparent)]
-    Identity(#[from] crate::ingest::teleport::identity::IdentityError),
-    #[error("cluster TLS: {0}")]
-    Dial(#[from] crate::ingest::dial::DialError),
+    Dialers(#[from] DialersError),
     #[error("cannot listen for {what} on {addr}: {source}")]
     Bind {
         what: &'static str,
@@ -70,8 +67,7 @@ impl StartError {
         matches!(
             self,
             StartError::Config(_)
-                | StartError::Identity(_)
-                | StartError::Dial(_)
+                | StartError::Dialers(_)
                 | StartError::Store(StoreError::ReplicaNameTaken { .. })
         )
     }
@@ -155,8 +151,11 @@ impl Lifeline {
         let stats = Arc::new(Stats::default());
         // Identity and CA files first: a bad one stops start-up before
         // anything listens.
-        let (source_dialer, health_dialer, renewal) =
-            cluster_dialers(&cfg.cluster, clock.now(), &stats)?;
+        let Dialers {
+            source: source_dialer,
+            health: health_dialer,
+            renewal,
+        } = Dialers::for_cluster(&cfg.cluster, clock.now(), &stats)?;
         let server_tls = crate::tls::ServerTls::load(&cfg.server, clock.now(), stats.clone())?;
         let engine = cfg.storage.engine()?;
         let db = store::open(&engine, tuning.acquire_timeout).await?;
@@ -560,100 +559,3 @@ const GRPC_MAX_STREAMS_PER_CONNECTION: u32 = 1000;
 
 /// How long a gRPC keepalive ping may go unanswered.
 const GRPC_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How to reach the cluster source and the auth servers' health: plaintext
-/// for a plain `lifeline` source; TLS from the identity or CA file
-/// otherwise (Teleport: its server name, ALPN `h2`, or the routing
-/// protocol first through a proxy; health always straight to each Auth).
-fn cluster_dialers(
-    c: &crate::config::ClusterConfig,
-    now: crate::clock::Ts,
-    stats: &Stats,
-) -> Result<(Dialer, Dialer, Option<Renewal>), StartError> {
-    let (identity, loaded) = match &c.identity_file {
-        Some(p) => {
-            let bytes = Identity::read(p)?;
-            let id = Identity::parse(p, &bytes, now)?;
-            renew::record(stats, &id);
-            renew::warn_if_readable(p);
-            (Some(id), bytes)
-        }
-        None => (None, Vec::new()),
-    };
-    // What the identity watch renews, from the bytes just loaded.
-    let renewal = |dialers: Vec<Dialer>, roots: Option<Vec<_>>| {
-        c.identity_file.as_ref().map(|p| Renewal {
-            path: p.clone(),
-            dialers,
-            roots,
-            loaded: loaded.clone(),
-        })
-    };
-    match c.source {
-        SourceKind::Lifeline => {
-            if !c.uri()?.starts_with("https://") {
-                return Ok((Dialer::Plain, Dialer::Plain, None));
-            }
-            let (roots, from) = match (&c.ca_file, &identity) {
-                (Some(p), _) => (identity::load_roots(p)?, p.display().to_string()),
-                (None, Some(id)) => (id.roots.clone(), id.path.display().to_string()),
-                (None, None) => {
-                    return Err(StartError::Config(crate::config::invalid(
-                        "cluster.ca_file",
-                        "an https:// source needs a CA file",
-                    )))
-                }
-            };
-            let key = identity.as_ref().map(|i| i.key.clone());
-            let fixed_roots = c.ca_file.is_some().then(|| roots.clone());
-            let d = Dialer::tls(
-                &roots,
-                key,
-                &c.server_name,
-                vec![b"h2".to_vec()],
-                &from,
-                None,
-            )?;
-            let r = renewal(vec![d.clone()], fixed_roots);
-            // The lifeline source's auth servers speak plaintext health.
-            Ok((d, Dialer::Plain, r))
-        }
-        SourceKind::Teleport => {
-            let Some(id) = identity else {
-                return Err(StartError::Config(crate::config::invalid(
-                    "cluster.identity_file",
-                    "the teleport source needs an identity file",
-                )));
-            };
-            let from = format!("identity file {}", id.path.display());
-            let routing = c.tls_routing.then_some(c.cluster_name.as_str());
-            let upgrade = if c.tls_routing {
-                let proxy_roots = match &c.proxy_ca_file {
-                    Some(p) => identity::load_roots(p)?,
-                    None => Vec::new(),
-                };
-                Upgrade::new(c.alpn_upgrade, &proxy_roots)?
-            } else {
-                None
-            };
-            let source = Dialer::tls(
-                &id.roots,
-                Some(id.key.clone()),
-                &c.server_name,
-                teleport_alpn(routing),
-                &from,
-                upgrade,
-            )?;
-            let health = Dialer::tls(
-                &id.roots,
-                Some(id.key.clone()),
-                &c.server_name,
-                teleport_alpn(None),
-                &from,
-                None,
-            )?;
-            let r = renewal(vec![source.clone(), health.clone()], None);
-            Ok((source, health, r))
-        }
-    }
-}

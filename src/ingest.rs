@@ -6,6 +6,7 @@
 //! over its bounded channel (backpressure reaches the upstream through HTTP/2
 //! flow control). Must not touch: fleet state or SQLite.
 
+pub mod connect;
 pub mod dial;
 pub mod health;
 pub mod teleport;
