@@ -548,6 +548,34 @@ mod tests {
     }
 
     #[test]
+    fn the_alpn_upgrade_settings_need_tls_routing() {
+        let teleport = |extra: &str| {
+            Config::from_toml(&format!(
+                "[cluster]\nsource = \"teleport\"\naddr = \"proxy.example.com:443\"\nidentity_file = \"/x/identity\"\n{extra}"
+            ))?
+            .validate()
+            .map_err(|e| e.to_string())
+        };
+        let e = teleport("alpn_upgrade = \"always\"\n").unwrap_err();
+        assert!(e.contains("cluster.alpn_upgrade"), "{e}");
+        let e = teleport("proxy_ca_file = \"/x/ca.pem\"\n").unwrap_err();
+        assert!(e.contains("cluster.proxy_ca_file"), "{e}");
+        let e = teleport("alpn_upgrade = \"sometimes\"\n").unwrap_err();
+        assert!(
+            e.contains("cluster.alpn_upgrade"),
+            "an unknown mode is named: {e}"
+        );
+        teleport("alpn_upgrade = \"never\"\n").unwrap();
+        teleport(
+            "tls_routing = true\ncluster_name = \"example.com\"\nalpn_upgrade = \"always\"\nproxy_ca_file = \"/x/ca.pem\"\n",
+        )
+        .unwrap();
+        let env = |k: &str| (k == "LIFELINE_CLUSTER_ALPN_UPGRADE").then(|| "never".to_string());
+        let cfg = Config::load(None, env).unwrap();
+        assert_eq!(cfg.cluster.alpn_upgrade, AlpnUpgrade::Never);
+    }
+
+    #[test]
     fn cluster_addr_accepts_bare_host_port() {
         let mut c = Config::default();
         c.cluster.addr = "127.0.0.1:3025".into();

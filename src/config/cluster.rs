@@ -233,6 +233,20 @@ impl ClusterConfig {
                         "tls_routing needs the cluster's name (it is part of the ALPN protocol)",
                     ));
                 }
+                // Both concern a proxy's TLS routing only: set without it,
+                // they would be silently ignored.
+                if !self.tls_routing && self.alpn_upgrade == AlpnUpgrade::Always {
+                    return Err(invalid(
+                        "cluster.alpn_upgrade",
+                        "\"always\" needs tls_routing (the upgrade reaches Auth through a proxy)",
+                    ));
+                }
+                if !self.tls_routing && self.proxy_ca_file.is_some() {
+                    return Err(invalid(
+                        "cluster.proxy_ca_file",
+                        "needs tls_routing (it is the CA of the proxy's web address)",
+                    ));
+                }
                 positive("cluster.instances_poll", self.instances_poll)?;
             }
         }

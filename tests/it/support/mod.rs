@@ -441,7 +441,8 @@ impl Cluster {
             cfg.cluster.addr = sim.addr().to_string();
             cfg.cluster.identity_file = Some(identity);
             cfg.cluster.instances_poll = Duration::from_secs(1);
-            if let Some(pki) = sim.pki() {
+            let routing = sim.spec().teleport.as_ref().is_some_and(|t| t.tls_routing);
+            if let Some(pki) = sim.pki().filter(|_| routing) {
                 let web_ca = dir.path().join("proxy-ca.pem");
                 std::fs::write(&web_ca, pki.web_ca_pem()).expect("proxy CA written");
                 cfg.cluster.proxy_ca_file = Some(web_ca);
