@@ -12,7 +12,7 @@ use super::args::{Cli, Cmd, TokenOp};
 use super::remote;
 use crate::app::Tuning;
 use crate::bench::Export;
-use crate::config::{Config, TelemetryConfig};
+use crate::config::{Config, SourceKind, TelemetryConfig};
 use crate::demo::{Demo, DemoOptions};
 use crate::telemetry::sink::Sink;
 use crate::telemetry::{self, OtlpSettings, Pipeline, SpanCounters};
@@ -280,7 +280,13 @@ async fn run(
                     ""
                 }
             );
-            println!("  cluster    {} (simulated)", demo.sim.uri());
+            match source {
+                SourceKind::Teleport => println!(
+                    "  cluster    {} (simulated Teleport {teleport_version}: its Auth API over mutual TLS; identity renewed every 5 min)",
+                    demo.sim.addr()
+                ),
+                SourceKind::Lifeline => println!("  cluster    {} (simulated)", demo.sim.uri()),
+            }
             println!("  database   {}", opts.db.display());
             println!("  sign in    {base}/signin with token {token}");
             println!("             (CLI: export LIFELINE_TOKEN={token})");
@@ -294,6 +300,11 @@ async fn run(
                 println!("             browsers: import {ca} as an authority, or accept the warning once");
             }
             match opts.chaos_period {
+                Some(p) if source == SourceKind::Teleport
+                    && teleport_version < crate::demo::TELEPORT_HEALTH_SINCE =>
+                {
+                    println!("Chaos every {}: a proxy stops heartbeating, then heals (this Auth serves no health: its own heartbeat decides).", humantime::format_duration(p))
+                }
                 Some(p) => println!("Chaos every {}: a proxy stops heartbeating, an auth server turns NOT_SERVING, both heal.", humantime::format_duration(p)),
                 None => println!("Chaos is off."),
             }
