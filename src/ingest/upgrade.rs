@@ -44,7 +44,7 @@ const MAX_WRITE: usize = 64 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum UpgradeError {
-    #[error("the proxy at {addr} has no connection upgrade API ({PATH} answered 404): is it a Teleport proxy, version 13 or later?")]
+    #[error("the proxy at {addr} refused the WebSocket connection upgrade ({PATH} answered 404): is it a Teleport proxy of version 15.1 or later? (older ones know only a form Lifeline does not speak)")]
     NotFound { addr: String },
     #[error("the connection upgrade at {addr} was refused: {detail}")]
     Refused { addr: String, detail: String },
@@ -133,6 +133,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for WsIo<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        // An empty message would carry nothing and still cost a frame.
+        if buf.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
         ready!(Pin::new(&mut self.ws).poll_ready(cx)).map_err(io_error)?;
         let n = buf.len().min(MAX_WRITE);
         Pin::new(&mut self.ws)
