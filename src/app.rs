@@ -15,9 +15,8 @@ use tower_http::trace::{DefaultMakeSpan, DefaultOnFailure, DefaultOnResponse, Tr
 use tracing::{info, info_span, warn, Instrument, Level};
 
 use crate::access::Access;
-use crate::backoff::Backoff;
 use crate::clock::Clock;
-use crate::config::{Config, ConfigError, SourceKind};
+use crate::config::{Config, ConfigError};
 use crate::fleet::actor::{self, FleetOptions};
 use crate::fleet::board::Board;
 use crate::fleet::state::Rules;
@@ -25,10 +24,6 @@ use crate::fleet::FleetHandle;
 use crate::http::{self, AppState};
 use crate::ingest::connect::{Dialers, DialersError};
 use crate::ingest::teleport::renew;
-use crate::ingest::teleport::source::{Teleport, TeleportConfig};
-use crate::ingest::validate::Limits;
-use crate::ingest::{health, watcher};
-use crate::model::Kind;
 use crate::replica;
 use crate::settings::{Settings, SettingsError};
 use crate::signals::hub::{Hub, HubConfig};
@@ -151,11 +146,8 @@ impl Lifeline {
         let stats = Arc::new(Stats::default());
         // Identity and CA files first: a bad one stops start-up before
         // anything listens.
-        let Dialers {
-            source: source_dialer,
-            health: health_dialer,
-            renewal,
-        } = Dialers::for_cluster(&cfg.cluster, clock.now(), &stats)?;
+        let mut dialers = Dialers::for_cluster(&cfg.cluster, clock.now(), &stats)?;
+        let renewal = dialers.renewal.take();
         let server_tls = crate::tls::ServerTls::load(&cfg.server, clock.now(), stats.clone())?;
         let engine = cfg.storage.engine()?;
         let db = store::open(&engine, tuning.acquire_timeout).await?;
@@ -220,16 +212,11 @@ impl Lifeline {
         );
 
         let (hub, hub_tasks) = Hub::start(
-            HubConfig {
-                full_discovery_interval: cfg.signals.full_discovery_interval,
-                max_delta_proxies: cfg.signals.max_delta_proxies,
-                signal_queue: cfg.signals.signal_queue,
-                hello_timeout: cfg.signals.hello_timeout,
-                ack_timeout: cfg.signals.ack_timeout,
-                max_message_bytes: cfg.signals.max_message_bytes,
-                relay: standing.relay.clone(),
-                leadership: standing.leadership.clone(),
-            },
+            HubConfig::new(
+                &cfg.signals,
+                standing.relay.clone(),
+                standing.leadership.clone(),
+            ),
             settings.live(),
             clock,
             board,
@@ -272,13 +259,7 @@ impl Lifeline {
                 departure
             });
         let (guard, more) = reconnect::spawn(
-            ReconnectConfig {
-                backoff_base: cfg.signals.reconnect_backoff_base,
-                backoff_cap: cfg.signals.reconnect_backoff_cap,
-                storm_window: cfg.signals.storm_window,
-                periodic_max_per_second: cfg.signals.periodic_max_per_second,
-                graceful_threshold: cfg.signals.graceful_threshold,
-            },
+            ReconnectConfig::from(&cfg.signals),
             hub.clone(),
             fleet.clone(),
             clock,
@@ -376,92 +357,13 @@ impl Lifeline {
         );
         supervised.critical("grpc server", grpc_task);
 
-        let limits = Limits {
-            default_ttl: cfg.fleet.default_ttl,
-            max_expired_age: cfg.fleet.max_expired_age,
-            max_ttl: cfg.fleet.max_ttl,
-        };
-        let backoff = Backoff::new(cfg.cluster.backoff_base, cfg.cluster.backoff_cap);
-        let watcher_task = match cfg.cluster.source {
-            SourceKind::Lifeline => {
-                let wcfg = watcher::WatcherConfig {
-                    uri: cfg.cluster_uri()?,
-                    dialer: source_dialer,
-                    watcher_name: cfg.cluster.watcher_name.clone(),
-                    kinds: Kind::ALL.to_vec(),
-                    page_size: cfg.cluster.page_size,
-                    max_message_bytes: cfg.cluster.max_message_bytes,
-                    connect_timeout: cfg.cluster.connect_timeout,
-                    limits,
-                    ingest_span_every: cfg.telemetry.ingest_span_every,
-                };
-                let source = watcher::Lifeline {
-                    cfg: wcfg,
-                    clock,
-                    fleet: fleet.clone(),
-                    stats: stats.clone(),
-                };
-                tokio::spawn(watcher::run(
-                    source,
-                    backoff,
-                    fleet.clone(),
-                    stats.clone(),
-                    shutdown.clone(),
-                ))
-            }
-            SourceKind::Teleport => {
-                let tcfg = TeleportConfig {
-                    addr: cfg.cluster.addr.clone(),
-                    dialer: source_dialer,
-                    agent_kinds: cfg.cluster.agent_kinds.clone(),
-                    page_size: cfg.cluster.page_size,
-                    max_message_bytes: cfg.cluster.max_message_bytes,
-                    connect_timeout: cfg.cluster.connect_timeout,
-                    instances_poll: cfg.cluster.instances_poll,
-                    limits,
-                };
-                let source = Teleport::new(tcfg, clock, fleet.clone(), stats.clone());
-                tokio::spawn(watcher::run(
-                    source,
-                    backoff,
-                    fleet.clone(),
-                    stats.clone(),
-                    shutdown.clone(),
-                ))
-            }
-        };
+        let (watcher_task, health_task) =
+            crate::ingest::start(cfg, dialers, static_auth, clock, &fleet, &stats, &shutdown)?;
         supervised.critical("watcher", watcher_task);
-        let hcfg = health::HealthWatchConfig {
-            dialer: health_dialer,
-            service: cfg.health.service.clone(),
-            timeout: cfg.health.timeout,
-            poll_interval: cfg.health.poll_interval,
-            backoff: Backoff::new(cfg.health.backoff_base, cfg.health.backoff_cap),
-        };
-        supervised.critical(
-            "health watcher",
-            tokio::spawn(health::run(
-                hcfg,
-                static_auth,
-                fleet.auth_targets(),
-                fleet.clone(),
-                stats.clone(),
-                shutdown.clone(),
-            )),
-        );
-        let (hist, stop) = (stats.clone(), shutdown.clone());
+        supervised.critical("health watcher", health_task);
         supervised.track(
             "histogram upkeep",
-            tokio::spawn(async move {
-                // Folds histogram samples into buckets even when nobody scrapes.
-                let mut tick = tokio::time::interval(Duration::from_secs(5));
-                loop {
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        _ = tick.tick() => hist.hist.upkeep(),
-                    }
-                }
-            }),
+            Stats::spawn_upkeep(stats.clone(), shutdown.clone()),
         );
         supervised.track(
             "clock steps",

@@ -334,6 +334,25 @@ impl Histograms {
 }
 
 impl Stats {
+    /// Folds histogram samples into buckets every 5 s until `stop`, even
+    /// when nobody scrapes.
+    pub fn spawn_upkeep(
+        stats: std::sync::Arc<Stats>,
+        stop: tokio_util::sync::CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(5));
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tick.tick() => stats.hist.upkeep(),
+                }
+            }
+        })
+    }
+}
+
+impl Stats {
     pub fn set_source_error(&self, e: Option<String>) {
         if let Ok(mut g) = self.source_error.lock() {
             *g = e;

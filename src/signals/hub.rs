@@ -65,6 +65,27 @@ pub struct HubConfig {
     pub leadership: watch::Receiver<Leadership>,
 }
 
+impl HubConfig {
+    /// `[signals]` as the hub takes it, with the replicas' relay and the
+    /// leadership it acts under.
+    pub fn new(
+        c: &crate::config::SignalsConfig,
+        relay: Option<Relay>,
+        leadership: watch::Receiver<Leadership>,
+    ) -> Self {
+        HubConfig {
+            full_discovery_interval: c.full_discovery_interval,
+            max_delta_proxies: c.max_delta_proxies,
+            signal_queue: c.signal_queue,
+            hello_timeout: c.hello_timeout,
+            ack_timeout: c.ack_timeout,
+            max_message_bytes: c.max_message_bytes,
+            relay,
+            leadership,
+        }
+    }
+}
+
 /// Settings the hub and the reconnect loops read on every use, so they can
 /// change at run time (owned by the settings room).
 pub use crate::settings::Live as LiveSettings;

@@ -50,6 +50,18 @@ pub struct ReconnectConfig {
     pub graceful_threshold: Duration,
 }
 
+impl From<&crate::config::SignalsConfig> for ReconnectConfig {
+    fn from(c: &crate::config::SignalsConfig) -> Self {
+        ReconnectConfig {
+            backoff_base: c.reconnect_backoff_base,
+            backoff_cap: c.reconnect_backoff_cap,
+            storm_window: c.storm_window,
+            periodic_max_per_second: c.periodic_max_per_second,
+            graceful_threshold: c.graceful_threshold,
+        }
+    }
+}
+
 /// The storm guard as the summary and the dashboard show it.
 #[derive(Clone, Debug, Default, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct Guard {
