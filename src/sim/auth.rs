@@ -53,57 +53,39 @@ impl SimAuth {
         let addr = listener.local_addr()?;
         let stop = parent.child_token();
         let (crashed, crashed_rx) = watch::channel(false);
-        let (reporter, check_only) = match flavor {
+        let mut server = tonic::transport::Server::builder();
+        let (router, reporter, check_only) = match flavor {
             AuthFlavor::Standard => {
                 let reporter = HealthReporter::new();
                 let inner = HealthService::from_health_reporter(reporter.clone());
-                let stop2 = stop.clone();
-                let router =
-                    tonic::transport::Server::builder().add_service(HealthServer::new(Crashable {
-                        inner,
-                        crashed: crashed_rx,
-                    }));
-                tokio::spawn(super::serve::serve(
-                    router,
-                    listener,
-                    tls.map(super::serve::Front::Direct),
-                    None,
-                    stop2,
-                ));
-                (Some(reporter), None)
+                let svc = HealthServer::new(Crashable {
+                    inner,
+                    crashed: crashed_rx,
+                });
+                (server.add_service(svc), Some(reporter), None)
             }
             AuthFlavor::NoHealth => {
-                let router =
-                    tonic::transport::Server::builder().add_service(HealthServer::new(NoHealth {
-                        crashed: crashed_rx,
-                    }));
-                tokio::spawn(super::serve::serve(
-                    router,
-                    listener,
-                    tls.map(super::serve::Front::Direct),
-                    None,
-                    stop.clone(),
-                ));
-                (None, None)
+                let svc = HealthServer::new(NoHealth {
+                    crashed: crashed_rx,
+                });
+                (server.add_service(svc), None, None)
             }
             AuthFlavor::CheckOnly => {
                 let (tx, rx) = watch::channel(ServingStatus::Serving);
-                let stop2 = stop.clone();
-                let router =
-                    tonic::transport::Server::builder().add_service(HealthServer::new(CheckOnly {
-                        status: rx,
-                        crashed: crashed_rx,
-                    }));
-                tokio::spawn(super::serve::serve(
-                    router,
-                    listener,
-                    tls.map(super::serve::Front::Direct),
-                    None,
-                    stop2,
-                ));
-                (None, Some(tx))
+                let svc = HealthServer::new(CheckOnly {
+                    status: rx,
+                    crashed: crashed_rx,
+                });
+                (server.add_service(svc), None, Some(tx))
             }
         };
+        tokio::spawn(super::serve::serve(
+            router,
+            listener,
+            tls.map(super::serve::Front::Direct),
+            None,
+            stop.clone(),
+        ));
         Ok(SimAuth {
             name,
             addr,

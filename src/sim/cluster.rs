@@ -181,7 +181,7 @@ struct Inner {
     stream_base: std::sync::atomic::AtomicU64,
     taken: std::sync::atomic::AtomicU64,
     /// Connections that came through the proxy's connection upgrade.
-    upgrades: Arc<std::sync::atomic::AtomicU64>,
+    upgrades: Arc<super::serve::Upgrades>,
     auths: Vec<SimAuth>,
     stop: CancellationToken,
     /// Teleport-only events (app services, raw injections).
@@ -663,7 +663,13 @@ impl SimCluster {
     /// Connections that reached the Auth through the proxy's connection
     /// upgrade.
     pub fn upgrades(&self) -> u64 {
-        self.inner.upgrades.load(Ordering::SeqCst)
+        self.inner.upgrades.connections.load(Ordering::SeqCst)
+    }
+
+    /// Pongs the upgraded connections' clients sent back to the proxy's
+    /// pings (`alpn-ping`).
+    pub fn upgrade_pongs(&self) -> u64 {
+        self.inner.upgrades.pongs.load(Ordering::SeqCst)
     }
 
     /// True when the newest watch stream has taken every event emitted

@@ -86,9 +86,17 @@ pub enum Front {
         web: Arc<rustls::ServerConfig>,
         balancer: Option<Arc<rustls::ServerConfig>>,
         auth_alpn: Vec<u8>,
-        /// Counts connections that came through the upgrade.
-        upgrades: Arc<AtomicU64>,
+        /// What came through the upgrade.
+        upgrades: Arc<Upgrades>,
     },
+}
+
+/// Connections that came through the proxy's connection upgrade, and the
+/// pongs their clients sent back to its pings.
+#[derive(Default)]
+pub struct Upgrades {
+    pub connections: AtomicU64,
+    pub pongs: AtomicU64,
 }
 
 /// The ALPN value Teleport's clients probe a proxy with.
@@ -155,8 +163,7 @@ async fn accept(
             upgrades,
         } => {
             let https = TlsAcceptor::from(balancer).accept(tcp).await?;
-            let inner = upgraded(https).await?;
-            upgrades.fetch_add(1, Ordering::SeqCst);
+            let inner = upgraded(https, upgrades).await?;
             routed(inner, auth_tls, &auth_alpn, tx, http).await
         }
         Front::Routing {
@@ -180,8 +187,7 @@ async fn accept(
                 // The upgrade probe: the handshake was the answer.
                 return Ok(());
             }
-            let inner = upgraded(https).await?;
-            upgrades.fetch_add(1, Ordering::SeqCst);
+            let inner = upgraded(https, upgrades).await?;
             routed(inner, auth_tls, &auth_alpn, tx, http).await
         }
     }
@@ -229,8 +235,11 @@ async fn auth<S: AsyncRead + AsyncWrite + Send + Unpin + 'static>(
 
 /// The proxy's web API on `https`: `GET /webapi/connectionupgrade` as a
 /// WebSocket with subprotocol `alpn` or `alpn-ping` (pinged), anything
-/// else 404.
-async fn upgraded<S: AsyncRead + AsyncWrite + Send + Unpin>(https: S) -> io::Result<WsBytes<S>> {
+/// else 404. Counted in `counts`, with the pongs that come back.
+async fn upgraded<S: AsyncRead + AsyncWrite + Send + Unpin>(
+    https: S,
+    counts: Arc<Upgrades>,
+) -> io::Result<WsBytes<S>> {
     let mut ping = false;
     // The shape tungstenite's handshake callback takes.
     #[allow(clippy::result_large_err)]
@@ -262,10 +271,12 @@ async fn upgraded<S: AsyncRead + AsyncWrite + Send + Unpin>(https: S) -> io::Res
     let ws = tokio_tungstenite::accept_hdr_async(https, callback)
         .await
         .map_err(io::Error::other)?;
+    counts.connections.fetch_add(1, Ordering::SeqCst);
     Ok(WsBytes {
         ws,
         read: Bytes::new(),
         ping: ping.then(|| tokio::time::interval(PING_EVERY)),
+        counts,
     })
 }
 
@@ -274,6 +285,7 @@ struct WsBytes<S> {
     ws: WebSocketStream<S>,
     read: Bytes,
     ping: Option<tokio::time::Interval>,
+    counts: Arc<Upgrades>,
 }
 
 fn ws_io(e: tungstenite::Error) -> io::Error {
@@ -306,6 +318,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for WsBytes<S> {
             match ready!(Pin::new(&mut self.ws).poll_next(cx)) {
                 Some(Ok(Message::Binary(b))) => self.read = b,
                 Some(Ok(Message::Close(_))) | None => return Poll::Ready(Ok(())),
+                Some(Ok(Message::Pong(_))) => {
+                    self.counts.pongs.fetch_add(1, Ordering::SeqCst);
+                }
                 Some(Ok(_)) => {}
                 Some(Err(e)) => return Poll::Ready(Err(ws_io(e))),
             }

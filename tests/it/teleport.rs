@@ -7,7 +7,7 @@
 use crate::support;
 use std::time::Duration;
 
-use lifeline::config::SourceKind;
+use lifeline::config::{AlpnUpgrade, SourceKind};
 use lifeline::model::Kind;
 use lifeline::sim::{write_private, SimCluster, SimSpec, TeleportSpec};
 use lifeline::{Clock, Lifeline};
@@ -276,22 +276,31 @@ async fn teleport_lists_over_https_when_presence_is_unimplemented() {
     c.shutdown().await;
 }
 
-/// Through a proxy's TLS routing: only the Auth routing ALPN is accepted.
-#[tokio::test(start_paused = true)]
-async fn teleport_through_tls_routing_offers_the_auth_alpn() {
+/// A Teleport cluster played behind a proxy's TLS routing (and, with
+/// `behind_balancer`, a layer-7 load balancer), and Lifeline set to reach
+/// it through the routing with `mode`.
+async fn through_routing(behind_balancer: bool, mode: AlpnUpgrade) -> support::Running {
     let spec = TeleportSpec {
         tls_routing: true,
+        behind_balancer,
         ..peering()
     };
     let name = spec.cluster_name.clone();
-    let c = Cluster::new()
+    Cluster::new()
         .teleport(spec)
         .config(move |cfg| {
             cfg.cluster.tls_routing = true;
             cfg.cluster.cluster_name = name;
+            cfg.cluster.alpn_upgrade = mode;
         })
         .start()
-        .await;
+        .await
+}
+
+/// Through a proxy's TLS routing: only the Auth routing ALPN is accepted.
+#[tokio::test(start_paused = true)]
+async fn teleport_through_tls_routing_offers_the_auth_alpn() {
+    let c = through_routing(false, AlpnUpgrade::Auto).await;
     // Auth health goes straight to each Auth (ALPN h2), which the routing
     // listener does not serve in the simulator: readiness of the watch is
     // the point here.
@@ -326,25 +335,8 @@ async fn teleport_through_tls_routing_offers_the_auth_alpn() {
 /// straight.
 #[tokio::test(start_paused = true)]
 async fn a_proxy_behind_a_layer7_balancer_is_reached_through_the_alpn_upgrade() {
-    for (behind_balancer, mode) in [
-        (true, lifeline::config::AlpnUpgrade::Auto),
-        (false, lifeline::config::AlpnUpgrade::Always),
-    ] {
-        let spec = TeleportSpec {
-            tls_routing: true,
-            behind_balancer,
-            ..peering()
-        };
-        let name = spec.cluster_name.clone();
-        let c = Cluster::new()
-            .teleport(spec)
-            .config(move |cfg| {
-                cfg.cluster.tls_routing = true;
-                cfg.cluster.cluster_name = name;
-                cfg.cluster.alpn_upgrade = mode;
-            })
-            .start()
-            .await;
+    for (behind_balancer, mode) in [(true, AlpnUpgrade::Auto), (false, AlpnUpgrade::Always)] {
+        let c = through_routing(behind_balancer, mode).await;
         support::real_timeout(support::REAL_WAIT, c.ll().fleet.wait_ready())
             .await
             .expect("ready through the connection upgrade")
@@ -357,11 +349,16 @@ async fn a_proxy_behind_a_layer7_balancer_is_reached_through_the_alpn_upgrade() 
                 .load(std::sync::atomic::Ordering::Relaxed)
         };
         let before = generation();
-        // Two minutes of the proxy's pings, answered, on a quiet watch.
+        let pongs = c.sim.upgrade_pongs();
+        // Two minutes of the proxy's pings (one every 15 s), each
+        // answered, on a quiet watch.
         for _ in 0..8 {
             c.advance(Duration::from_secs(15)).await;
-            support::real_sleep(Duration::from_millis(20)).await;
         }
+        c.eventually("each of the proxy's pings is answered", || async {
+            c.sim.upgrade_pongs() >= pongs + 8
+        })
+        .await;
         assert_eq!(generation(), before, "{mode:?}: the watch stayed up");
         c.sim
             .put_app("agent-00002", "grafana", Duration::from_secs(3600))
