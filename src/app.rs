@@ -17,10 +17,10 @@ use tracing::{info, info_span, warn, Instrument, Level};
 use crate::access::Access;
 use crate::clock::Clock;
 use crate::config::{Config, ConfigError};
-use crate::fleet::actor::{self, FleetOptions};
 use crate::fleet::board::Board;
-use crate::fleet::state::Rules;
 use crate::fleet::FleetHandle;
+use crate::fleet::Rules;
+use crate::fleet::{self, FleetOptions};
 use crate::http::{self, AppState};
 use crate::ingest::connect::{Dialers, DialersError};
 use crate::ingest::teleport::renew;
@@ -192,7 +192,7 @@ impl Lifeline {
             .iter()
             .map(|a| (a.name.clone(), a.addr.clone()))
             .collect();
-        let (fleet, fleet_task) = actor::spawn(
+        let (fleet, fleet_task) = fleet::spawn(
             FleetOptions {
                 clock,
                 rules: Rules {

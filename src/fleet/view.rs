@@ -8,9 +8,8 @@ use std::ops::Bound;
 
 use serde::Serialize;
 
-use super::destination::LiveProxies;
-use super::state::{Fleet, ResEntry};
-use super::{Readiness, WatchState};
+use super::model::destination::LiveProxies;
+use super::model::{Model, Readiness, ResEntry, WatchState};
 use crate::clock::{dur_micros, Ts};
 use crate::model::{AgentState, CauseKind, Health, Kind, Reasons};
 
@@ -92,7 +91,7 @@ pub struct RootCause {
 
 /// Agents by state, and when they were counted. Walks only the agents
 /// that are not healthy (only those can wait for a live proxy).
-pub fn summary_counts(f: &Fleet) -> (Ts, AgentCounts) {
+pub fn summary_counts(f: &Model) -> (Ts, AgentCounts) {
     let mut agents = AgentCounts {
         total: f.agents.len(),
         ..AgentCounts::default()
@@ -112,7 +111,7 @@ pub fn summary_counts(f: &Fleet) -> (Ts, AgentCounts) {
     (f.now(), agents)
 }
 
-fn proxy_counts(f: &Fleet) -> ProxyCounts {
+fn proxy_counts(f: &Model) -> ProxyCounts {
     let mut proxies = ProxyCounts::default();
     for p in f.proxies.values() {
         proxies.total += 1;
@@ -125,7 +124,7 @@ fn proxy_counts(f: &Fleet) -> ProxyCounts {
     proxies
 }
 
-fn auth_counts(f: &Fleet) -> BTreeMap<&'static str, usize> {
+fn auth_counts(f: &Model) -> BTreeMap<&'static str, usize> {
     let mut auth_servers = BTreeMap::new();
     for a in f.auths.values() {
         *auth_servers.entry(a.health.as_str()).or_default() += 1;
@@ -133,7 +132,7 @@ fn auth_counts(f: &Fleet) -> BTreeMap<&'static str, usize> {
     auth_servers
 }
 
-pub fn summary(f: &Fleet) -> Summary {
+pub fn summary(f: &Model) -> Summary {
     let (_, agents) = summary_counts(f);
     Summary {
         generated_at: f.now(),
@@ -146,7 +145,7 @@ pub fn summary(f: &Fleet) -> Summary {
     }
 }
 
-pub fn root_causes(f: &Fleet) -> Vec<RootCause> {
+pub fn root_causes(f: &Model) -> Vec<RootCause> {
     let mut groups: BTreeMap<(CauseKind, &str), (usize, Ts)> = BTreeMap::new();
     for (_, a) in f.unhealthy_agents() {
         if a.state != AgentState::Stranded {
@@ -243,7 +242,7 @@ pub struct AgentPage {
     pub next_cursor: Option<String>,
 }
 
-fn tunnel_items(f: &Fleet, agent: &str, now: Ts) -> Vec<TunnelItem> {
+fn tunnel_items(f: &Model, agent: &str, now: Ts) -> Vec<TunnelItem> {
     f.tunnels_of(agent)
         .map(|t| TunnelItem {
             name: t.tunnel.name.clone(),
@@ -259,7 +258,7 @@ fn tunnel_items(f: &Fleet, agent: &str, now: Ts) -> Vec<TunnelItem> {
 }
 
 /// One agent as a list shows it; `live` is counted once per page.
-fn agent_item(f: &Fleet, name: &str, now: Ts, live: LiveProxies) -> Option<AgentItem> {
+fn agent_item(f: &Model, name: &str, now: Ts, live: LiveProxies) -> Option<AgentItem> {
     let a = f.agents.get(name)?;
     let s = &a.res.server;
     Some(AgentItem {
@@ -282,7 +281,7 @@ fn agent_item(f: &Fleet, name: &str, now: Ts, live: LiveProxies) -> Option<Agent
     })
 }
 
-pub fn agents(f: &Fleet, filter: &AgentFilter) -> AgentPage {
+pub fn agents(f: &Model, filter: &AgentFilter) -> AgentPage {
     let now = f.now();
     let live = f.live_proxies();
     let start = match &filter.after {
@@ -354,11 +353,11 @@ pub struct AgentDetail {
     pub ttl_window: TtlWindow,
     pub open_episode: Option<i64>,
     /// Its signal stream to Lifeline, when connected.
-    pub link: Option<crate::fleet::state::Link>,
+    pub link: Option<super::model::Link>,
     pub last_signal: Option<i64>,
 }
 
-pub fn agent(f: &Fleet, name: &str) -> Option<AgentDetail> {
+pub fn agent(f: &Model, name: &str) -> Option<AgentDetail> {
     let now = f.now();
     let item = agent_item(f, name, now, f.live_proxies())?;
     let a = f.agents.get(name)?;
@@ -394,7 +393,7 @@ pub struct TtlWindow {
     pub heartbeats_missed: u64,
 }
 
-pub fn ttl_window(f: &Fleet, e: &ResEntry, now: Ts) -> TtlWindow {
+pub fn ttl_window(f: &Model, e: &ResEntry, now: Ts) -> TtlWindow {
     let s = &e.server;
     let ttl_us = dur_micros(s.ttl).max(1);
     let last = s.last_heartbeat();
@@ -430,7 +429,7 @@ pub struct TtlPage {
 /// `kind` is None, in a stable order. The cursor is opaque: the name for one
 /// kind, `kind:name` for the mixed listing (names of different kinds may
 /// collide, and each kind is ordered on its own).
-pub fn ttl_windows(f: &Fleet, kind: Option<Kind>, after: Option<&str>, limit: usize) -> TtlPage {
+pub fn ttl_windows(f: &Model, kind: Option<Kind>, after: Option<&str>, limit: usize) -> TtlPage {
     let now = f.now();
     let after_ok = |key: &String| after.is_none_or(|a| key.as_str() > a);
     let proxies = || {
@@ -500,7 +499,7 @@ pub struct ProxyView {
     pub agents: usize,
 }
 
-fn proxy_view(f: &Fleet, e: &ResEntry, now: Ts) -> ProxyView {
+fn proxy_view(f: &Model, e: &ResEntry, now: Ts) -> ProxyView {
     let w = ttl_window(f, e, now);
     let s = &e.server;
     ProxyView {
@@ -521,7 +520,7 @@ fn proxy_view(f: &Fleet, e: &ResEntry, now: Ts) -> ProxyView {
     }
 }
 
-pub fn proxies(f: &Fleet) -> Vec<ProxyView> {
+pub fn proxies(f: &Model) -> Vec<ProxyView> {
     let now = f.now();
     sorted_proxies(f)
         .into_iter()
@@ -530,7 +529,7 @@ pub fn proxies(f: &Fleet) -> Vec<ProxyView> {
 }
 
 /// Proxies by name (the map is hashed for lookups; lists are small).
-fn sorted_proxies(f: &Fleet) -> Vec<&ResEntry> {
+fn sorted_proxies(f: &Model) -> Vec<&ResEntry> {
     let mut v: Vec<&ResEntry> = f.proxies.values().collect();
     v.sort_unstable_by(|a, b| a.server.name.cmp(&b.server.name));
     v
@@ -543,7 +542,7 @@ pub struct ProxyDetail {
     pub agents_by_state: BTreeMap<&'static str, usize>,
 }
 
-pub fn proxy(f: &Fleet, name: &str) -> Option<ProxyDetail> {
+pub fn proxy(f: &Model, name: &str) -> Option<ProxyDetail> {
     let e = f.proxies.get(name)?;
     let mut agents_by_state = BTreeMap::new();
     for agent in f.proxy_agents.get(name).into_iter().flat_map(|m| m.keys()) {
@@ -578,7 +577,7 @@ pub struct AuthView {
     pub expired: Option<bool>,
 }
 
-pub fn auth_servers(f: &Fleet) -> Vec<AuthView> {
+pub fn auth_servers(f: &Model) -> Vec<AuthView> {
     f.auths
         .iter()
         .map(|(name, a)| AuthView {
@@ -603,7 +602,7 @@ pub fn auth_servers(f: &Fleet) -> Vec<AuthView> {
 }
 
 /// One page of agents and each one's last audited signal id.
-pub fn agents_with_last_signal(f: &Fleet, filter: &AgentFilter) -> (AgentPage, Vec<Option<i64>>) {
+pub fn agents_with_last_signal(f: &Model, filter: &AgentFilter) -> (AgentPage, Vec<Option<i64>>) {
     let page = agents(f, filter);
     let last = page
         .items
@@ -619,7 +618,7 @@ pub fn agents_with_last_signal(f: &Fleet, filter: &AgentFilter) -> (AgentPage, V
 
 /// Proxies and auth servers, soonest to expire first (expired on top), at
 /// most `limit` of them; and how many there are.
-pub fn ttl_soonest(f: &Fleet, limit: usize) -> (Vec<TtlWindow>, usize) {
+pub fn ttl_soonest(f: &Model, limit: usize) -> (Vec<TtlWindow>, usize) {
     let now = f.now();
     let mut all: Vec<TtlWindow> = f
         .proxies

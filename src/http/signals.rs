@@ -14,7 +14,7 @@ use super::caller::Caller;
 use super::contract::{ReadErrors, ReadOneErrors, WriteErrors};
 use super::error::{ApiError, ApiJson, ApiQuery};
 use super::AppState;
-use crate::fleet::query::Selection;
+use crate::fleet::Selection;
 use crate::model::{AgentState, Outcome, SignalKind};
 use crate::signals::hub::{Ask, SendError, SignalRequest};
 use crate::stats::Stats;

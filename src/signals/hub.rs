@@ -22,7 +22,7 @@ use tracing::{debug, info, info_span, warn, Instrument};
 use crate::access::AgentGrant;
 use crate::clock::{dur_micros, Clock, Ts};
 use crate::fleet::board::{Board, Pending};
-use crate::fleet::state::Link;
+use crate::fleet::Link;
 use crate::fleet::{Command, FleetHandle};
 use crate::model::{text, Outcome};
 use crate::proto::to_timestamp;

@@ -248,6 +248,15 @@ impl WriteBatch {
         self.episodes.len()
     }
 
+    /// Keeps at most `max_events` history rows (the oldest), counting the
+    /// rest as dropped.
+    pub fn cap_events(&mut self, max_events: usize) {
+        if self.events.len() > max_events {
+            self.dropped_events += (self.events.len() - max_events) as u64;
+            self.events.truncate(max_events);
+        }
+    }
+
     /// Appends history unless `max_events` are already waiting.
     pub fn event(&mut self, row: EventRow, max_events: usize) {
         if self.events.len() >= max_events {

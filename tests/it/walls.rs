@@ -45,7 +45,7 @@ fn src() -> PathBuf {
 }
 
 /// The module a file belongs to, `depth` levels below `base`: `fleet` for
-/// `src/fleet.rs` and `src/fleet/state.rs`.
+/// `src/fleet.rs` and `src/fleet/shell.rs`.
 fn module_of(file: &Path, base: &Path) -> Option<String> {
     let rel = file.strip_prefix(base).ok()?;
     let first = rel.components().next()?.as_os_str().to_str()?;
@@ -72,9 +72,10 @@ fn room_graph() -> Graph {
     g
 }
 
-/// The HTTP edge's modules (`src/http/*`) → the ones they name.
-fn http_graph() -> Graph {
-    let base = src().join("http");
+/// The modules of a room (`src/<room>/*`) → the ones they name.
+fn room_modules(room: &str) -> Graph {
+    let base = src().join(room);
+    let full = format!("crate::{room}::");
     let mut files = Vec::new();
     rust_files(&base, &mut files);
     let mut g = Graph::new();
@@ -84,8 +85,8 @@ fn http_graph() -> Graph {
         };
         let text = std::fs::read_to_string(&f).expect("source is readable");
         let deps = g.entry(module.clone()).or_default();
-        let named = paths_after(&text, "crate::http::").chain(
-            // `super::x` from a direct child of http names a sibling.
+        let named = paths_after(&text, &full).chain(
+            // `super::x` from a direct child of the room names a sibling.
             (f.parent() == Some(base.as_path()))
                 .then(|| paths_after(&text, "super::"))
                 .into_iter()
@@ -144,10 +145,37 @@ fn rooms_import_each_other_in_one_direction_only() {
 
 #[test]
 fn the_http_edge_has_no_import_circle() {
-    let g = http_graph();
+    let g = room_modules("http");
     assert!(g["auth"].contains("caller"), "{g:?}");
     if let Some(c) = find_cycle(&g) {
         panic!("import circle in src/http: {}", c.join(" → "));
+    }
+}
+
+/// Guards the fleet's layers: the model is the pure core, read by the
+/// views and driven by the shell; it names none of them, holds no channel
+/// and starts no task.
+#[test]
+fn the_fleet_model_names_nothing_above_it() {
+    let g = room_modules("fleet");
+    assert!(g["shell"].contains("model"), "{g:?}");
+    if let Some(c) = find_cycle(&g) {
+        panic!("import circle in src/fleet: {}", c.join(" → "));
+    }
+    let above = ["view", "published", "shell", "handle", "outbox", "board"];
+    let named: Vec<&String> = g["model"]
+        .iter()
+        .filter(|m| above.contains(&m.as_str()))
+        .collect();
+    assert!(named.is_empty(), "the fleet model names {named:?}");
+    let mut files = Vec::new();
+    rust_files(&src().join("fleet/model"), &mut files);
+    files.push(src().join("fleet/model.rs"));
+    for f in files {
+        let text = std::fs::read_to_string(&f).expect("source is readable");
+        for bad in ["tokio::", "crate::stats", "Clock", "std::time::Instant"] {
+            assert!(!text.contains(bad), "{} names {bad}", f.display());
+        }
     }
 }
 

@@ -7,11 +7,39 @@
 //! whose auth server is `s`; `agent_order` holds exactly the agents' names;
 //! `unhealthy` holds exactly the agents whose state is not healthy.
 
-use super::state::{AgentEntry, Fleet, TunnelEntry};
 use super::StateChange;
-use crate::model::Tunnel;
+use super::{AgentEntry, Model, TunnelEntry};
+use crate::model::{AgentState, Tunnel};
 
-impl Fleet {
+/// Which agents a bulk action names.
+#[derive(Clone, Debug)]
+pub enum Selection {
+    /// Every agent in this state.
+    State(AgentState),
+    /// Every agent with a tunnel to this proxy.
+    Proxy(String),
+    /// Every agent attached to this auth server.
+    AuthServer(String),
+}
+
+/// A connected agent holding more tunnels than it asked for.
+#[derive(Debug)]
+pub struct Surplus {
+    pub agent: String,
+    pub desired: u32,
+    /// Its tunnels' proxies, each with whether the tunnel is live.
+    pub tunnels: Vec<(String, bool)>,
+}
+
+/// How much the fleet holds.
+#[derive(Clone, Copy, Debug)]
+pub struct Sizes {
+    pub agents: usize,
+    pub proxies: usize,
+    pub tunnels: usize,
+}
+
+impl Model {
     // ---- indexes ----------------------------------------------------------
 
     pub(super) fn index_tunnel(&mut self, t: &Tunnel) {
@@ -79,7 +107,7 @@ impl Fleet {
 
     /// The tunnels an agent holds, as far as Lifeline knows: the one walk
     /// from an agent to its tunnels.
-    pub(super) fn tunnels_of<'a>(
+    pub(in crate::fleet) fn tunnels_of<'a>(
         &'a self,
         agent: &str,
     ) -> impl Iterator<Item = &'a TunnelEntry> + 'a {
@@ -92,20 +120,20 @@ impl Fleet {
 
     // ---- named reads (see `query`) -----------------------------------------
 
-    pub(super) fn sizes(&self) -> super::query::Sizes {
-        super::query::Sizes {
+    pub(in crate::fleet) fn sizes(&self) -> Sizes {
+        Sizes {
             agents: self.agents.len(),
             proxies: self.proxies.len(),
             tunnels: self.tunnels.len(),
         }
     }
 
-    pub(super) fn auth_names(&self) -> Vec<String> {
+    pub(in crate::fleet) fn auth_names(&self) -> Vec<String> {
         self.auths.keys().cloned().collect()
     }
 
-    pub(super) fn select(&self, sel: &super::query::Selection) -> Option<Vec<String>> {
-        use super::query::Selection;
+    pub(in crate::fleet) fn select(&self, sel: &Selection) -> Option<Vec<String>> {
+        use Selection;
         match sel {
             Selection::Proxy(p) => {
                 if !self.proxies.contains_key(p) && !self.proxy_agents.contains_key(p) {
@@ -141,14 +169,14 @@ impl Fleet {
         }
     }
 
-    pub(super) fn holds_tunnel(&self, agent: &str, proxy: Option<&str>) -> Option<bool> {
+    pub(in crate::fleet) fn holds_tunnel(&self, agent: &str, proxy: Option<&str>) -> Option<bool> {
         if !self.agents.contains_key(agent) {
             return None;
         }
         Some(proxy.is_none_or(|p| self.tunnels_of(agent).any(|t| t.tunnel.proxy == p)))
     }
 
-    pub(super) fn knows_address(&self, addr: &str) -> bool {
+    pub(in crate::fleet) fn knows_address(&self, addr: &str) -> bool {
         self.proxies.values().any(|p| p.server.addr == addr)
             || self.auths.values().any(|a| {
                 a.static_addr.as_deref() == Some(addr)
@@ -157,13 +185,15 @@ impl Fleet {
     }
 
     /// Degraded and stranded agents, in name order.
-    pub(super) fn unhealthy_agents(&self) -> impl Iterator<Item = (&String, &AgentEntry)> {
+    pub(in crate::fleet) fn unhealthy_agents(
+        &self,
+    ) -> impl Iterator<Item = (&String, &AgentEntry)> {
         self.unhealthy
             .iter()
             .filter_map(|n| self.agents.get(n).map(|a| (n, a)))
     }
 
-    pub(super) fn not_healthy(&self) -> Vec<StateChange> {
+    pub(in crate::fleet) fn not_healthy(&self) -> Vec<StateChange> {
         self.unhealthy_agents()
             .map(|(name, a)| StateChange {
                 agent: name.clone(),
@@ -180,7 +210,7 @@ impl Fleet {
             .collect()
     }
 
-    pub(super) fn surplus_tunnels(&self) -> Vec<super::query::Surplus> {
+    pub(in crate::fleet) fn surplus_tunnels(&self) -> Vec<Surplus> {
         let now = self.now();
         let mut out = Vec::new();
         for (agent, link) in &self.links {
@@ -192,7 +222,7 @@ impl Fleet {
                 .map(|t| (t.tunnel.proxy.clone(), self.tunnel_dead(t, now).is_none()))
                 .collect();
             if tunnels.len() > link.desired_tunnels as usize {
-                out.push(super::query::Surplus {
+                out.push(Surplus {
                     agent: agent.clone(),
                     desired: link.desired_tunnels,
                     tunnels,
@@ -205,19 +235,19 @@ impl Fleet {
 
 #[cfg(test)]
 mod tests {
-    use super::super::state::fixture::{advance_to, agent, at, check_indexes, ready, server};
-    use super::super::{Ingested, Resync, Snapshot};
+    use crate::fleet::model::fixture::{advance_to, agent, at, check_indexes, ready, server};
+    use crate::fleet::model::{Ingested, Resync, Snapshot};
     use crate::model::{AgentState, Change, Kind};
 
-    fn names(f: &super::Fleet) -> Vec<&str> {
+    fn names(f: &super::Model) -> Vec<&str> {
         f.unhealthy.iter().map(String::as_str).collect()
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn the_unhealthy_index_follows_strands_recoveries_deletes_and_resyncs() {
+    #[test]
+    fn the_unhealthy_index_follows_strands_recoveries_deletes_and_resyncs() {
         let mut f = ready(&[("p1", 10)], &["a1", "a2", "a3"]);
         assert!(f.unhealthy.is_empty());
-        advance_to(&mut f, at(10)).await;
+        advance_to(&mut f, at(10));
         assert_eq!(names(&f), ["a1", "a2", "a3"], "p1 expired: all stranded");
         assert_eq!(f.not_healthy().len(), 3);
 
@@ -229,7 +259,7 @@ mod tests {
         assert!(names(&f).is_empty(), "recovered");
 
         // Stranded again, then a1 is deleted: out of the index.
-        advance_to(&mut f, at(60)).await;
+        advance_to(&mut f, at(60));
         assert_eq!(names(&f), ["a1", "a2", "a3"]);
         f.apply(vec![Ingested::Change(Change::DeleteServer(
             Kind::Agent,

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use tracing::info_span;
 
-use super::state::Fleet;
+use super::Model;
 use crate::clock::Ts;
 use crate::model::{AgentState, CauseKind};
 use crate::telemetry::propagate::{self, TraceRef};
@@ -14,14 +14,14 @@ use crate::telemetry::propagate::{self, TraceRef};
 /// Failure traces remembered for joining.
 const MAX_FAILURE_TRACES: usize = 1024;
 
-impl Fleet {
+impl Model {
     /// One trace per failure: a root span for each (cause, resource, since)
-    /// among this pass's new non-healthy states, a `classify` child naming
+    /// among this pass's new non-healthy states (from `first` on), a `classify` child naming
     /// how many agents it took and why, and the trace handed to each change
     /// (signals continue it) and to the agent (its episode's close ends it).
-    pub(super) fn trace_failures(&mut self, now: Ts) {
+    pub(super) fn trace_failures(&mut self, first: usize, now: Ts) {
         let mut groups: BTreeMap<(Option<CauseKind>, String, Ts), Vec<usize>> = BTreeMap::new();
-        for (i, c) in self.changed.iter().enumerate() {
+        for (i, c) in self.out.changes.iter().enumerate().skip(first) {
             if c.to == AgentState::Healthy {
                 continue;
             }
@@ -38,11 +38,11 @@ impl Fleet {
         for (key, idx) in groups {
             let stranded = idx
                 .iter()
-                .filter(|&&i| self.changed[i].to == AgentState::Stranded)
+                .filter(|&&i| self.out.changes[i].to == AgentState::Stranded)
                 .count();
             let reasons: BTreeSet<String> = idx
                 .iter()
-                .map(|&i| self.changed[i].reasons.join())
+                .map(|&i| self.out.changes[i].reasons.join())
                 .collect();
             let reasons = reasons.into_iter().collect::<Vec<_>>().join(";");
             let cause = key.0.map_or("unknown", CauseKind::as_str);
@@ -71,7 +71,7 @@ impl Fleet {
             };
             let first = idx
                 .first()
-                .map(|&i| self.changed[i].agent.as_str())
+                .map(|&i| self.out.changes[i].agent.as_str())
                 .unwrap_or("");
             let _classify = propagate::child(Some(&root), || {
                 info_span!(
@@ -87,7 +87,7 @@ impl Fleet {
                 )
             });
             for &i in &idx {
-                let c = &mut self.changed[i];
+                let c = &mut self.out.changes[i];
                 c.trace = Some(root.clone());
                 if let Some(a) = self.agents.get_mut(&c.agent) {
                     a.trace = Some(root.clone());

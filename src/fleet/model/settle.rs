@@ -4,53 +4,39 @@
 use tracing::{debug, info_span};
 
 use super::classify::{classify, Inputs, TunnelView, Verdict};
-use super::state::{Fleet, TunnelEntry};
+use super::{Model, TunnelEntry};
 use super::{StateChange, WatchState};
 use crate::clock::Ts;
 use crate::model::{AgentState, CauseKind, EndReason, Kind};
-use crate::stats::Stats;
 use crate::store::EpisodeOp;
 use crate::telemetry::propagate::{self};
 
-impl Fleet {
+impl Model {
     // ---- classification ---------------------------------------------------
 
     /// Reclassifies every agent touched since the last call.
     pub fn settle(&mut self) {
-        self.board.publish();
         if self.dirty.is_empty() || !self.classification_enabled() {
             return;
         }
         let now = self.now();
         let dirty = std::mem::take(&mut self.dirty);
-        #[allow(clippy::disallowed_methods)] // classification duration histogram
-        let started = std::time::Instant::now();
-        let n = dirty.len();
+        let first = self.out.changes.len();
         for name in dirty {
             if let Some(v) = self.verdict(&name, now) {
                 self.apply_verdict(&name, v, now);
             }
         }
         let measured = !std::mem::take(&mut self.after_resync);
-        for c in &self.changed {
+        let out = &mut self.out;
+        for c in &out.changes[first..] {
             if measured && c.to != AgentState::Healthy && c.from == AgentState::Healthy {
                 let latency = c.detected_at.since(c.since);
-                self.stats.hist.detection.record(latency.as_secs_f64());
+                out.detections.push(latency.as_secs_f64());
             }
         }
-        if !self.changed.is_empty() && crate::telemetry::exporting() {
-            self.trace_failures(now);
-        }
-        if !self.changed.is_empty() {
-            let batch = std::sync::Arc::new(std::mem::take(&mut self.changed));
-            let _ = self.changes.send(batch);
-        }
-        if n > 1000 {
-            debug!(
-                agents = n,
-                us = started.elapsed().as_micros() as u64,
-                "classified"
-            );
+        if out.changes.len() > first && crate::telemetry::exporting() {
+            self.trace_failures(first, now);
         }
     }
 
@@ -126,7 +112,7 @@ impl Fleet {
                         lasted_ms = since.since(started).as_secs_f64() * 1e3,
                     )
                 });
-                self.pending.episodes.push(EpisodeOp::Close {
+                self.out.writes.episodes.push(EpisodeOp::Close {
                     id,
                     ended: since,
                     ended_by_signal,
@@ -136,7 +122,7 @@ impl Fleet {
             if v.state != AgentState::Healthy {
                 a.episode = Some(next_id);
                 self.next_episode += 1;
-                self.pending.episodes.push(EpisodeOp::Open {
+                self.out.writes.episodes.push(EpisodeOp::Open {
                     id: next_id,
                     agent: name.to_string(),
                     state: v.state,
@@ -148,7 +134,7 @@ impl Fleet {
             let change = StateChange {
                 agent: name.to_string(),
                 // Stamped per agent, when its own classification is done.
-                detected_at: self.clock.now(),
+                detected_at: now,
                 from: a.state,
                 to: v.state,
                 reasons: v.reasons,
@@ -169,11 +155,11 @@ impl Fleet {
             a.since = since;
             a.reasons = v.reasons;
             a.cause = v.cause;
-            Stats::inc(&self.stats.state_changes);
-            self.changed.push(change);
+            self.out.tally.state_changes += 1;
+            self.out.changes.push(change);
         } else if v.reasons != a.reasons || v.cause != a.cause {
             if let Some(id) = a.episode {
-                self.pending.episodes.push(EpisodeOp::Update {
+                self.out.writes.episodes.push(EpisodeOp::Update {
                     id,
                     reasons: v.reasons.join(),
                     cause: v.cause.clone(),
@@ -187,12 +173,12 @@ impl Fleet {
 
 #[cfg(test)]
 mod tests {
-    use super::super::state::fixture::*;
+    use crate::fleet::model::fixture::*;
     use crate::model::{Kind, Server};
     use crate::store::EpisodeOp;
 
-    fn ended_by(f: &super::Fleet, id: i64) -> Option<Option<i64>> {
-        f.pending.episodes.iter().find_map(|e| match e {
+    fn ended_by(f: &super::Model, id: i64) -> Option<Option<i64>> {
+        f.out.writes.episodes.iter().find_map(|e| match e {
             EpisodeOp::Close {
                 id: i,
                 ended_by_signal,
@@ -202,8 +188,8 @@ mod tests {
         })
     }
 
-    fn heartbeat(f: &mut super::Fleet, s: Server) {
-        f.apply(vec![super::super::Ingested::Change(
+    fn heartbeat(f: &mut super::Model, s: Server) {
+        f.apply(vec![crate::fleet::Ingested::Change(
             crate::model::Change::PutServer(s),
         )]);
         f.settle();
@@ -211,23 +197,23 @@ mod tests {
 
     /// Guards `ended_by_signal`: an episode that ends after a signal sent
     /// during it names that signal; a signal sent before it began does not.
-    #[tokio::test(start_paused = true)]
-    async fn an_episode_names_the_signal_that_ended_it() {
+    #[test]
+    fn an_episode_names_the_signal_that_ended_it() {
         // (signal sent at, names it)
         let cases = [(Some(12), true), (Some(5), false), (None, false)];
         for (sent, names) in cases {
             let mut f = ready(&[("p1", 10)], &["a1"]);
             if sent == Some(5) {
-                advance_to(&mut f, at(5)).await;
+                advance_to(&mut f, at(5));
                 f.signaled("a1", 7, f.now());
             }
-            advance_to(&mut f, at(10)).await;
+            advance_to(&mut f, at(10));
             let id = f.agents["a1"].episode.expect("an open episode");
             if sent == Some(12) {
-                advance_to(&mut f, at(12)).await;
+                advance_to(&mut f, at(12));
                 f.signaled("a1", 7, f.now());
             }
-            advance_to(&mut f, at(13)).await;
+            advance_to(&mut f, at(13));
             heartbeat(&mut f, server(Kind::Proxy, "p1", at(60)));
             assert_eq!(
                 ended_by(&f, id),

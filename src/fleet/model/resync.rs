@@ -6,15 +6,14 @@ use rustc_hash::FxHashSet as HashSet;
 use tracing::{info, warn};
 
 use super::schedule::TimerKey;
-use super::state::{AgentEntry, AuthEntry, Fleet, ResEntry, TunnelEntry};
-use super::{Resync, Snapshot, WatchState};
+use super::{AgentEntry, AuthEntry, Model, ResEntry, TunnelEntry};
+use super::{BoardOp, Resync, Snapshot, WatchState};
 use crate::clock::Ts;
 use crate::model::{AgentState, Cause, EndReason, Health, HistoryEvent, Kind, Reasons, Subject};
-use crate::stats::Stats;
 use crate::store::read::Loaded;
 use crate::store::EpisodeOp;
 
-impl Fleet {
+impl Model {
     // ---- start-up ---------------------------------------------------------
 
     /// Loads the last known state from SQLite. All of it is stale until the
@@ -73,7 +72,7 @@ impl Fleet {
                     });
                     a.episode = Some(ep.id);
                 }
-                None => self.pending.episodes.push(EpisodeOp::close(
+                None => self.out.writes.episodes.push(EpisodeOp::close(
                     ep.id,
                     now,
                     EndReason::AgentUnknown,
@@ -103,8 +102,8 @@ impl Fleet {
             open_episodes = self.agents.values().filter(|a| a.episode.is_some()).count(),
             "loaded last known state (stale until the watcher resyncs)"
         );
-        self.publish_readiness();
-        self.publish_auth_targets();
+        self.readiness_changed();
+        self.auth_targets_changed();
     }
 
     /// Registers a statically configured auth server.
@@ -149,14 +148,14 @@ impl Fleet {
         }
         self.dirty.extend(self.agents.keys().cloned());
         self.after_resync = true;
-        self.publish_auth_targets();
-        self.publish_readiness();
+        self.auth_targets_changed();
+        self.readiness_changed();
     }
 
     pub(super) fn replace(&mut self, snap: Snapshot, now: Ts) {
         match snap {
             Snapshot::Servers(kind, list) => {
-                self.pending.replace_kind(kind, list.clone());
+                self.out.writes.replace_kind(kind, list.clone());
                 match kind {
                     Kind::Proxy => {
                         let mut old = std::mem::take(&mut self.proxies);
@@ -165,7 +164,7 @@ impl Fleet {
                             let e = match old.remove(&s.name) {
                                 Some(mut e) => {
                                     if e.update(s, now).0 {
-                                        Stats::inc(&self.stats.heartbeats);
+                                        self.out.tally.heartbeats += 1;
                                     }
                                     e
                                 }
@@ -173,8 +172,8 @@ impl Fleet {
                             };
                             self.proxies.insert(e.server.name.clone(), e);
                         }
-                        self.board
-                            .replace(self.proxies.values().map(|e| &e.server), now);
+                        let listed = self.proxies.values().map(|e| e.server.clone()).collect();
+                        self.out.board.push(BoardOp::Replace(listed));
                     }
                     Kind::AuthServer => {
                         let listed: HashSet<String> = list.iter().map(|s| s.name.clone()).collect();
@@ -213,7 +212,7 @@ impl Fleet {
                             let a = match old.remove(&name) {
                                 Some(mut a) => {
                                     if a.res.update(s, now).0 {
-                                        Stats::inc(&self.stats.heartbeats);
+                                        self.out.tally.heartbeats += 1;
                                     }
                                     a
                                 }
@@ -229,7 +228,7 @@ impl Fleet {
                             self.agent_order.remove(&name);
                             self.unhealthy.remove(&name);
                             if let Some(id) = gone.episode {
-                                self.pending.episodes.push(EpisodeOp::close(
+                                self.out.writes.episodes.push(EpisodeOp::close(
                                     id,
                                     now,
                                     EndReason::AgentDeleted,
@@ -274,7 +273,7 @@ impl Fleet {
                 }
             }
             Snapshot::Tunnels(list) => {
-                self.pending.replace_tunnels(list.clone());
+                self.out.writes.replace_tunnels(list.clone());
                 self.tunnels.clear();
                 self.agent_tunnels.clear();
                 self.proxy_agents.clear();
@@ -308,7 +307,7 @@ impl Fleet {
                 error, "watch stream lost: cluster data is stale until resync"
             );
             self.note(Subject::Watcher, "", HistoryEvent::Stale, error.to_string());
-            self.publish_readiness();
+            self.readiness_changed();
         }
     }
 }
@@ -342,18 +341,18 @@ impl Snapshot {
 
 #[cfg(test)]
 mod tests {
-    use super::super::state::fixture::*;
-    use super::super::{Resync, Snapshot};
+    use super::{Resync, Snapshot};
+    use crate::fleet::model::fixture::*;
     use crate::model::{AgentState, Kind};
 
     /// Guards resync re-arming: a timer that came due while the data was
     /// stale was dropped; the resync arms it again, so the proxy expires
     /// (at once if its expiry has passed) and strands its agents.
-    #[tokio::test(start_paused = true)]
-    async fn a_resync_re_arms_expiries_that_passed_while_stale() {
+    #[test]
+    fn a_resync_re_arms_expiries_that_passed_while_stale() {
         let mut f = ready(&[("p1", 10), ("p2", 3600)], &["a1"]);
         f.watch_down(1, "reset by peer");
-        advance_to(&mut f, at(20)).await;
+        advance_to(&mut f, at(20));
         assert!(!f.proxies["p1"].expired, "stale: nothing expires");
         f.resync(Resync {
             generation: 2,
@@ -379,7 +378,7 @@ mod tests {
         assert!(f.proxies["p1"].expired, "past expiry: at once");
         assert!(!f.proxies["p2"].expired);
         assert_eq!(f.agents["a1"].state, AgentState::Degraded);
-        advance_to(&mut f, at(30)).await;
+        advance_to(&mut f, at(30));
         assert!(f.proxies["p2"].expired, "future expiry: re-armed");
         assert_eq!(f.agents["a1"].state, AgentState::Stranded);
     }

@@ -4,13 +4,12 @@
 use tracing::{debug, info, warn};
 
 use super::schedule::TimerKey;
-use super::state::Fleet;
+use super::Model;
 use crate::clock::Ts;
 use crate::model::{Health, HistoryEvent, Kind};
-use crate::stats::Stats;
 use crate::store::EventRow;
 
-impl Fleet {
+impl Model {
     // ---- time -------------------------------------------------------------
 
     pub fn next_deadline(&self) -> Option<Ts> {
@@ -22,11 +21,8 @@ impl Fleet {
         let now = self.now();
         let due = self.schedule.pop_due(now);
         let n = due.len();
-        if n > 0 {
-            self.touch();
-        }
         for (_, key) in due {
-            Stats::inc(&self.stats.timers_fired);
+            self.out.tally.timers_fired += 1;
             match key {
                 TimerKey::Expiry(kind, name) => self.expire(kind, name, now),
                 TimerKey::AuthGrace(name) => self.grace_over(name, now),
@@ -139,20 +135,19 @@ impl Fleet {
 
 #[cfg(test)]
 mod tests {
-    use super::super::state::fixture::*;
+    use crate::fleet::model::fixture::*;
     use crate::model::{AgentState, Kind};
 
     /// Guards the exact expiry instant: not a microsecond before.
-    #[tokio::test(start_paused = true)]
-    async fn a_proxy_expires_at_its_instant_and_strands_its_agents() {
+    #[test]
+    fn a_proxy_expires_at_its_instant_and_strands_its_agents() {
         let mut f = ready(&[("p1", 10)], &["a1"]);
         advance_to(
             &mut f,
             at(10).saturating_sub(std::time::Duration::from_millis(1)),
-        )
-        .await;
+        );
         assert!(!f.proxies["p1"].expired);
-        advance_to(&mut f, at(10)).await;
+        advance_to(&mut f, at(10));
         assert!(f.proxies["p1"].expired);
         assert_eq!(f.agents["a1"].state, AgentState::Stranded);
         assert_eq!(f.agents["a1"].since, at(10));
@@ -160,15 +155,15 @@ mod tests {
 
     /// Guards Lifeline's own blindness: nothing expires from data whose
     /// stream is lost, and no agent is stranded by it.
-    #[tokio::test(start_paused = true)]
-    async fn stale_data_never_expires() {
+    #[test]
+    fn stale_data_never_expires() {
         for (what, lose) in [("stream lost", true), ("stream kept", false)] {
             let mut f = ready(&[("p1", 10)], &["a1"]);
             if lose {
                 f.watch_down(1, "reset by peer");
-                assert_eq!(f.kind(Kind::Proxy).state, super::super::WatchState::Stale);
+                assert_eq!(f.kind(Kind::Proxy).state, crate::fleet::WatchState::Stale);
             }
-            advance_to(&mut f, at(60)).await;
+            advance_to(&mut f, at(60));
             assert_eq!(f.proxies["p1"].expired, !lose, "{what}");
             let want = if lose {
                 AgentState::Healthy

@@ -7,15 +7,14 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use super::schedule::TimerKey;
-use super::state::{AgentEntry, AuthEntry, Fleet, Link, ResEntry, TunnelEntry};
-use super::{HealthUpdate, Ingested};
+use super::{AgentEntry, AuthEntry, Link, Model, ResEntry, TunnelEntry};
+use super::{BoardOp, HealthUpdate, Ingested};
 use crate::clock::{dur_micros, Ts};
 use crate::model::Subject;
 use crate::model::{Change, EndReason, Health, HistoryEvent, Kind, Server, Tunnel};
-use crate::stats::Stats;
 use crate::store::{EpisodeOp, EventRow, HealthRow};
 
-impl Fleet {
+impl Model {
     // ---- changes ----------------------------------------------------------
 
     pub fn apply(&mut self, batch: Vec<Ingested>) {
@@ -23,9 +22,9 @@ impl Fleet {
         for item in batch {
             match item {
                 Ingested::Change(c) => {
-                    Stats::inc(&self.stats.events_applied);
+                    self.out.tally.events_applied += 1;
                     let (kind, op, _) = c.describe();
-                    Stats::inc(&self.stats.ingested[kind.index()][op as usize]);
+                    self.out.tally.ingested[kind.index()][op as usize] += 1;
                     match c {
                         Change::PutServer(s) => self.put_server(s, now),
                         Change::Expiry {
@@ -63,17 +62,17 @@ impl Fleet {
         let name = s.name.clone();
         let expires = s.expires;
         let ttl_us = dur_micros(s.ttl);
-        self.pending.put_server(&s);
+        self.out.writes.put_server(&s);
         let (event, flipped_or_new, expired) = match kind {
             Kind::Proxy => match self.proxies.get_mut(&name) {
                 Some(e) => {
                     let r = e.observe(s, now);
-                    self.board.put(&e.server, now);
+                    self.out.board.push(BoardOp::Put(e.server.clone()));
                     r
                 }
                 None => {
                     let (e, r) = ResEntry::added(s, now);
-                    self.board.put(&e.server, now);
+                    self.out.board.push(BoardOp::Put(e.server.clone()));
                     self.proxies.insert(name.clone(), e);
                     r
                 }
@@ -105,7 +104,7 @@ impl Fleet {
                     );
                 }
                 if addr_changed {
-                    self.publish_auth_targets();
+                    self.auth_targets_changed();
                 }
                 r
             }
@@ -160,9 +159,9 @@ impl Fleet {
             return;
         };
         let observed = e.observe_expiry(expires, ttl, now);
-        self.pending.put_server(&e.server);
+        self.out.writes.put_server(&e.server);
         if kind == Kind::Proxy {
-            self.board.put(&e.server, now);
+            self.out.board.push(BoardOp::Put(e.server.clone()));
         }
         self.observed(kind, name, expires, dur_micros(ttl), observed, now);
     }
@@ -179,7 +178,7 @@ impl Fleet {
         now: Ts,
     ) {
         if event == HistoryEvent::Heartbeat {
-            Stats::inc(&self.stats.heartbeats);
+            self.out.tally.heartbeats += 1;
         }
         self.history(EventRow {
             at: now,
@@ -207,11 +206,11 @@ impl Fleet {
     }
 
     pub(super) fn delete_server(&mut self, kind: Kind, name: &str, now: Ts) {
-        self.pending.delete_server(kind, name);
+        self.out.writes.delete_server(kind, name);
         let existed = match kind {
             Kind::Proxy => {
                 let r = self.proxies.remove(name).is_some();
-                self.board.remove(name, now);
+                self.out.board.push(BoardOp::Remove(name.to_string()));
                 self.dirty_proxy_agents(name);
                 r
             }
@@ -224,7 +223,7 @@ impl Fleet {
                         self.dirty_auth_agents(name);
                     }
                 }
-                self.publish_auth_targets();
+                self.auth_targets_changed();
                 existed
             }
             Kind::Agent => match self.agents.remove(name) {
@@ -233,7 +232,7 @@ impl Fleet {
                     self.unhealthy.remove(name);
                     self.unindex_agent_auth(name, &a.res.server.auth_server);
                     if let Some(id) = a.episode {
-                        self.pending.episodes.push(EpisodeOp::close(
+                        self.out.writes.episodes.push(EpisodeOp::close(
                             id,
                             now,
                             EndReason::AgentDeleted,
@@ -252,7 +251,7 @@ impl Fleet {
     }
 
     pub(super) fn put_tunnel(&mut self, t: Tunnel, now: Ts) {
-        self.pending.put_tunnel(&t);
+        self.out.writes.put_tunnel(&t);
         let expired = t.expires.is_some_and(|e| e <= now);
         let mut event = HistoryEvent::Added;
         let old = self.tunnels.get(&t.name).map(|o| {
@@ -299,7 +298,7 @@ impl Fleet {
     }
 
     pub(super) fn delete_tunnel(&mut self, name: &str, _now: Ts) {
-        self.pending.delete_tunnel(name);
+        self.out.writes.delete_tunnel(name);
         if let Some(old) = self.tunnels.remove(name) {
             self.unindex_tunnel(&old.tunnel);
             self.dirty.insert(old.tunnel.agent.clone());
@@ -335,7 +334,7 @@ impl Fleet {
         let now_unhealthy = entry.unhealthy;
         let arm_grace = matches!(u.health, Health::Unknown | Health::ServiceUnknown);
         info!(auth_server = %u.auth_server, from = from.as_str(), to = u.health.as_str(), detail = %u.detail, "auth health changed");
-        self.pending.health_row(HealthRow {
+        self.out.writes.health_row(HealthRow {
             auth_server: u.auth_server.clone(),
             addr: u.addr.clone(),
             at: now,
@@ -402,7 +401,7 @@ impl Fleet {
     /// says exists.
     pub fn report(&mut self, agent: &str, mut proxies: Vec<String>, auth_server: String) {
         if !self.agents.contains_key(agent) {
-            Stats::inc(&self.stats.agent_messages_rejected);
+            self.out.tally.agent_messages_rejected += 1;
             tracing::debug!(
                 agent,
                 "tunnel report refused: the cluster knows no such agent"
@@ -412,7 +411,7 @@ impl Fleet {
         let named = proxies.len();
         proxies.retain(|p| self.proxies.contains_key(p));
         if proxies.len() < named {
-            Stats::inc(&self.stats.agent_messages_rejected);
+            self.out.tally.agent_messages_rejected += 1;
             tracing::debug!(
                 agent,
                 unknown = named - proxies.len(),
@@ -459,19 +458,19 @@ impl Fleet {
 
 #[cfg(test)]
 mod tests {
-    use super::super::state::fixture::*;
-    use super::super::Ingested;
+    use super::Ingested;
+    use crate::fleet::model::fixture::*;
     use crate::model::{Change, HistoryEvent, Kind};
 
-    fn put(f: &mut super::Fleet, s: crate::model::Server) {
+    fn put(f: &mut super::Model, s: crate::model::Server) {
         f.apply(vec![Ingested::Change(Change::PutServer(s))]);
     }
 
     /// Guards the fleet's bounds against its agents: a report from an
     /// agent the cluster does not know makes nothing, and proxies it does
     /// not know are left out of a known agent's report.
-    #[tokio::test(start_paused = true)]
-    async fn reports_only_count_names_the_cluster_knows() {
+    #[test]
+    fn reports_only_count_names_the_cluster_knows() {
         let mut f = ready(&[("p1", 100), ("p2", 100)], &["a1"]);
         let tunnels = f.tunnels.len();
         f.report("stranger", vec!["p1".into()], String::new());
@@ -483,17 +482,14 @@ mod tests {
             .tunnels
             .values()
             .any(|t| t.tunnel.agent == "a1" && t.tunnel.proxy == "p1"));
-        let refused = f
-            .stats
-            .agent_messages_rejected
-            .load(std::sync::atomic::Ordering::Relaxed);
+        let refused = f.out.tally.agent_messages_rejected;
         assert_eq!(refused, 2);
     }
 
     /// Guards what counts as a heartbeat: a PUT that moves the expiry, in
     /// either direction; a PUT with the same expiry is an update.
-    #[tokio::test(start_paused = true)]
-    async fn a_heartbeat_moves_the_expiry_an_update_does_not() {
+    #[test]
+    fn a_heartbeat_moves_the_expiry_an_update_does_not() {
         let cases: [(&str, u64, HistoryEvent); 3] = [
             ("later expiry", 20, HistoryEvent::Heartbeat),
             ("same expiry", 10, HistoryEvent::Update),
@@ -501,16 +497,10 @@ mod tests {
         ];
         for (what, expires, event) in cases {
             let mut f = ready(&[("p1", 10)], &["a1"]);
-            let before = f
-                .stats
-                .heartbeats
-                .load(std::sync::atomic::Ordering::Relaxed);
+            let before = f.out.tally.heartbeats;
             put(&mut f, server(Kind::Proxy, "p1", at(expires)));
             assert_eq!(events(&f, "p1").last(), Some(&event), "{what}");
-            let after = f
-                .stats
-                .heartbeats
-                .load(std::sync::atomic::Ordering::Relaxed);
+            let after = f.out.tally.heartbeats;
             assert_eq!(
                 after - before,
                 u64::from(event == HistoryEvent::Heartbeat),
@@ -522,10 +512,10 @@ mod tests {
 
     /// Guards a backwards expiry: it is accepted, and an expiry already
     /// in the past marks the proxy expired at once (its agents with it).
-    #[tokio::test(start_paused = true)]
-    async fn a_backwards_expiry_is_accepted_and_can_expire_at_once() {
+    #[test]
+    fn a_backwards_expiry_is_accepted_and_can_expire_at_once() {
         let mut f = ready(&[("p1", 10)], &["a1"]);
-        advance_to(&mut f, at(4)).await;
+        advance_to(&mut f, at(4));
         put(&mut f, server(Kind::Proxy, "p1", at(3)));
         assert_eq!(f.proxies["p1"].server.expires, at(3), "accepted");
         assert!(f.proxies["p1"].expired);
@@ -536,8 +526,8 @@ mod tests {
     /// Guards the expiry-only heartbeat: it moves a held server's expiry
     /// and TTL as a full PUT would, keeping the rest, and one for a
     /// server the fleet does not hold changes nothing.
-    #[tokio::test(start_paused = true)]
-    async fn an_expiry_heartbeat_moves_only_the_expiry() {
+    #[test]
+    fn an_expiry_heartbeat_moves_only_the_expiry() {
         let expiry = |kind, name: &str, expires| {
             Ingested::Change(Change::Expiry {
                 kind,
@@ -556,7 +546,7 @@ mod tests {
         assert_eq!(after.server.labels, before.labels);
         assert_eq!(events(&f, "a1").last(), Some(&HistoryEvent::Heartbeat));
         // Stored as a full PUT would be: the whole server, newer expiry.
-        let stored = f.pending.servers.get(&(Kind::Agent, "a1".to_string()));
+        let stored = f.out.writes.servers.get(&(Kind::Agent, "a1".to_string()));
         assert_eq!(stored, Some(&Some(after.server.clone())));
 
         f.apply(vec![expiry(Kind::Proxy, "p1", at(40))]);

@@ -7,10 +7,10 @@
 use rustc_hash::FxHashMap as HashMap;
 use tracing::info;
 
-use super::state::Fleet;
+use super::Model;
 use crate::model::{EndReason, Kind};
 use crate::store::read::Episode;
-use crate::store::{EpisodeOp, Fence};
+use crate::store::EpisodeOp;
 
 /// What the lead changed, for the log and the tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -24,28 +24,26 @@ pub struct Adopted {
     pub opened: usize,
 }
 
-impl Fleet {
-    /// This replica now leads under `fence`: what it had pending as a
-    /// follower is dropped (none of it was written), and the database is
-    /// brought to this replica's view in the first batch of its tenure.
-    pub fn lead(&mut self, fence: Fence, open: Vec<Episode>, next_episode: i64) -> Adopted {
+impl Model {
+    /// This replica now leads: the database is brought to this replica's
+    /// view in the first batch of its tenure (the shell's outbox stamps it
+    /// with the new fence and drops what was made before).
+    pub fn lead(&mut self, open: Vec<Episode>, next_episode: i64) -> Adopted {
         let now = self.now();
-        self.pending = Default::default();
-        self.fence = fence;
         self.next_episode = next_episode.max(1);
         // The current state in full: the last leader's rows may be behind.
         let proxies = self.proxies.values().map(|e| e.server.clone()).collect();
-        self.pending.replace_kind(Kind::Proxy, proxies);
+        self.out.writes.replace_kind(Kind::Proxy, proxies);
         let auths = self
             .auths
             .values()
             .filter_map(|a| a.resource.as_ref().map(|e| e.server.clone()))
             .collect();
-        self.pending.replace_kind(Kind::AuthServer, auths);
+        self.out.writes.replace_kind(Kind::AuthServer, auths);
         let agents = self.agents.values().map(|a| a.res.server.clone()).collect();
-        self.pending.replace_kind(Kind::Agent, agents);
+        self.out.writes.replace_kind(Kind::Agent, agents);
         let tunnels = self.tunnels.values().map(|t| t.tunnel.clone()).collect();
-        self.pending.replace_tunnels(tunnels);
+        self.out.writes.replace_tunnels(tunnels);
 
         // Closes go first, then what is kept, then what is opened.
         let mut closes: Vec<EpisodeOp> = Vec::new();
@@ -106,8 +104,8 @@ impl Fleet {
             close(ep.id, EndReason::AgentUnknown);
         }
         adopted.closed = closes.len();
-        self.pending.episodes.extend(closes);
-        self.pending.episodes.extend(ops);
+        self.out.writes.episodes.extend(closes);
+        self.out.writes.episodes.extend(ops);
         info!(
             kept = adopted.kept,
             closed = adopted.closed,
@@ -116,20 +114,13 @@ impl Fleet {
         );
         adopted
     }
-
-    /// Another replica leads (or this one cannot tell): nothing this one
-    /// makes is written from now on.
-    pub fn follow(&mut self) {
-        self.fence = Fence::Follower;
-        self.pending = Default::default();
-    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::state::fixture::*;
     use super::*;
     use crate::clock::Ts;
+    use crate::fleet::model::fixture::*;
     use crate::model::{AgentState, CauseKind};
     use crate::store::read::Episode;
 
@@ -149,10 +140,10 @@ mod tests {
     }
 
     /// Guards the hand-over: a new leader keeps the episodes it agrees
-    /// with, closes the rest, opens its own after the stored ids, and its
-    /// first batch carries its fence.
-    #[tokio::test(start_paused = true)]
-    async fn a_new_leader_adopts_the_stored_episodes_it_agrees_with() {
+    /// with, closes the rest, opens its own after the stored ids, and writes
+    /// every kind in full.
+    #[test]
+    fn a_new_leader_adopts_the_stored_episodes_it_agrees_with() {
         let mut f = ready(&[("p1", 3600)], &["a1", "a2", "a3", "a4"]);
         for (name, state) in [
             ("a1", AgentState::Stranded),
@@ -164,13 +155,8 @@ mod tests {
             a.state = state;
             a.episode = (state != AgentState::Healthy).then_some(900);
         }
-        f.follow();
-        let fence = Fence::Leader {
-            replica: "r2".into(),
-            term: 7,
-        };
+        f.take_effects();
         let got = f.lead(
-            fence.clone(),
             vec![
                 stored(10, "a1", AgentState::Stranded),
                 stored(11, "a3", AgentState::Stranded),
@@ -191,8 +177,7 @@ mod tests {
         assert_eq!(f.agents["a2"].episode, Some(20));
         assert_eq!(f.agents["a4"].episode, Some(21));
         assert_eq!(f.agents["a3"].episode, None);
-        let batch = f.take_pending();
-        assert_eq!(batch.fence, fence);
+        let batch = f.take_effects().writes;
         assert_eq!(batch.replace_servers.len(), 3, "every kind in full");
         let closed: Vec<(i64, EndReason)> = batch
             .episodes
@@ -214,17 +199,5 @@ mod tests {
             closed.contains(&(13, EndReason::AgentUnknown)),
             "{closed:?}"
         );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_follower_hands_the_writer_nothing() {
-        let mut f = ready(&[("p1", 3600)], &["a1"]);
-        f.follow();
-        f.pending
-            .episodes
-            .push(EpisodeOp::close(1, Ts(1), EndReason::Recovered));
-        let b = f.take_pending();
-        assert!(b.is_empty());
-        assert_eq!(b.fence, Fence::Follower);
     }
 }

@@ -6,7 +6,7 @@
 //! "Live" and "on" are as far as Lifeline knows: proxies from the watcher,
 //! tunnels from the cluster's records merged with the agent's own reports.
 
-use super::state::{AgentEntry, Fleet};
+use super::{AgentEntry, Model};
 use crate::model::{AgentState, Reason, Reasons};
 
 /// Whether an agent in this state is one automatic reconnects try to move:
@@ -21,7 +21,7 @@ pub fn wants_move(state: AgentState, reasons: Reasons) -> bool {
 #[derive(Clone, Copy, Debug)]
 pub struct LiveProxies(usize);
 
-impl Fleet {
+impl Model {
     pub fn live_proxies(&self) -> LiveProxies {
         LiveProxies(self.proxies.values().filter(|p| !p.expired).count())
     }

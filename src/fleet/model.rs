@@ -1,0 +1,344 @@
+//! The fleet's model: every proxy, auth server, agent and tunnel as last
+//! seen, the watcher's state per kind, the expiry schedule, and each
+//! agent's classification and open episode.
+//!
+//! Pure and synchronous: its methods take an input (a change, a listing,
+//! a health update, the time) and record the effects in its outbox
+//! ([`Effects`]), which the shell takes after each step. No channel, no
+//! task, no clock of its own: the shell tells it the time (`at`). The rule
+//! tests drive it directly, with no runtime.
+//!
+//! The rules that change it are split by seam: `apply`, `resync`,
+//! `expiry`, `settle`, `traces`, `lead`, and the indexes in `topology`;
+//! `classify` and `destination` are the pure rules they use.
+//! Must not touch: channels, the store, the network, the read model
+//! (`view`, `published`) or the shell.
+
+mod apply;
+pub mod classify;
+pub mod destination;
+mod entries;
+mod expiry;
+mod io;
+mod lead;
+mod resync;
+pub mod schedule;
+mod settle;
+mod topology;
+mod traces;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+
+pub use entries::{AgentEntry, AuthEntry, Link, ResEntry, Rules, TunnelEntry};
+pub use io::{
+    BoardOp, Changes, Effects, HealthUpdate, Ingested, KindStatus, Readiness, Resync, Snapshot,
+    StateChange, Tally, WatchState,
+};
+pub use lead::Adopted;
+pub use topology::{Selection, Sizes, Surplus};
+
+use crate::clock::Ts;
+use crate::model::{CauseKind, HistoryEvent, Kind, Subject};
+use crate::store::EventRow;
+use crate::telemetry::propagate::TraceRef;
+use schedule::Schedule;
+
+pub struct Model {
+    /// The time of the current step, as the shell said.
+    pub(super) now: Ts,
+    pub(super) rules: Rules,
+    pub(super) kinds: [KindStatus; 4],
+    /// Hashed, not ordered: these are looked up for every classification.
+    pub(super) proxies: HashMap<String, ResEntry>,
+    pub(super) auths: BTreeMap<String, AuthEntry>,
+    pub(super) agents: HashMap<String, AgentEntry>,
+    /// Agent names in order, for paging only.
+    pub(super) agent_order: BTreeSet<String>,
+    /// Agents not healthy (degraded or stranded), in name order: counts,
+    /// root causes and the stranded lists walk these, not every agent.
+    pub(super) unhealthy: BTreeSet<String>,
+    pub(super) tunnels: HashMap<String, TunnelEntry>,
+    /// agent → its tunnel names.
+    pub(super) agent_tunnels: HashMap<String, BTreeSet<String>>,
+    /// proxy → agent → number of tunnels.
+    pub(super) proxy_agents: HashMap<String, HashMap<String, u32>>,
+    /// auth server → agents attached to it.
+    pub(super) auth_agents: HashMap<String, BTreeSet<String>>,
+    pub(super) schedule: Schedule,
+    /// Agents to classify at the next settle.
+    pub(super) dirty: HashSet<String>,
+    pub(super) next_episode: i64,
+    /// Agents connected to Lifeline's signal stream.
+    pub(super) links: HashMap<String, Link>,
+    /// Failure traces by (cause, resource, since): later agents stranded by
+    /// the same failure join its trace. At `MAX_FAILURE_TRACES` it is
+    /// emptied: a failure seen again after that starts a new trace.
+    pub(super) failures: HashMap<(Option<CauseKind>, String, Ts), TraceRef>,
+    /// The pending classification follows a resync: its latencies measure
+    /// staleness, not detection, and are not recorded.
+    pub(super) after_resync: bool,
+    /// What this model produced since the shell last took it.
+    pub(super) out: Effects,
+}
+
+impl Model {
+    pub fn new(rules: Rules, now: Ts) -> Model {
+        let status = KindStatus {
+            state: WatchState::Initializing,
+            generation: 0,
+            since: now,
+        };
+        let mut model = Model {
+            now,
+            rules,
+            kinds: [status; 4],
+            proxies: HashMap::default(),
+            auths: BTreeMap::new(),
+            agents: HashMap::default(),
+            agent_order: BTreeSet::new(),
+            unhealthy: BTreeSet::new(),
+            tunnels: HashMap::default(),
+            agent_tunnels: HashMap::default(),
+            proxy_agents: HashMap::default(),
+            auth_agents: HashMap::default(),
+            schedule: Schedule::default(),
+            dirty: HashSet::default(),
+            next_episode: 1,
+            links: HashMap::default(),
+            failures: HashMap::default(),
+            after_resync: false,
+            out: Effects::default(),
+        };
+        model.readiness_changed();
+        model
+    }
+
+    /// The time of this step: what the shell last said with [`Self::at`].
+    pub fn now(&self) -> Ts {
+        self.now
+    }
+
+    /// The shell's clock reads `now`: timers due by then may fire.
+    pub fn at(&mut self, now: Ts) {
+        self.now = now;
+    }
+
+    /// Takes what the model produced since the last take.
+    pub fn take_effects(&mut self) -> Effects {
+        std::mem::take(&mut self.out)
+    }
+
+    pub fn kind(&self, k: Kind) -> KindStatus {
+        self.kinds[k.index()]
+    }
+
+    pub(super) fn set_kind(&mut self, k: Kind, state: WatchState, generation: u64) {
+        let now = self.now();
+        let s = &mut self.kinds[k.index()];
+        if s.state != state || s.generation != generation {
+            *s = KindStatus {
+                state,
+                generation,
+                since: now,
+            };
+        }
+    }
+
+    pub(super) fn fresh(&self, k: Kind) -> bool {
+        self.kinds[k.index()].state == WatchState::Ready
+    }
+
+    /// Classification runs only when none of the data it reads is stale or
+    /// still initialising: Lifeline's own blindness must not strand anyone.
+    pub fn classification_enabled(&self) -> bool {
+        [Kind::Proxy, Kind::Agent, Kind::TunnelConnection]
+            .iter()
+            .all(|k| {
+                matches!(
+                    self.kind(*k).state,
+                    WatchState::Ready | WatchState::Rejected
+                )
+            })
+    }
+
+    pub fn readiness_now(&self) -> Readiness {
+        Readiness {
+            ready: self
+                .kinds
+                .iter()
+                .all(|k| matches!(k.state, WatchState::Ready | WatchState::Rejected)),
+            kinds: Kind::ALL
+                .iter()
+                .map(|k| (k.as_str(), self.kind(*k)))
+                .collect(),
+        }
+    }
+
+    pub(super) fn readiness_changed(&mut self) {
+        self.out.readiness = Some(self.readiness_now());
+    }
+
+    /// The auth servers the cluster announces: name → health address.
+    pub fn auth_targets(&self) -> BTreeMap<String, String> {
+        self.auths
+            .iter()
+            .filter_map(|(name, a)| {
+                a.resource
+                    .as_ref()
+                    .filter(|r| !r.server.addr.is_empty())
+                    .map(|r| (name.clone(), r.server.addr.clone()))
+            })
+            .collect()
+    }
+
+    pub(super) fn auth_targets_changed(&mut self) {
+        self.out.auth_targets = Some(self.auth_targets());
+    }
+
+    /// A history row for the store.
+    pub(super) fn history(&mut self, row: EventRow) {
+        self.out.writes.event(row, self.rules.max_pending_events);
+    }
+
+    pub(super) fn note(&mut self, kind: Subject, name: &str, event: HistoryEvent, detail: String) {
+        let now = self.now();
+        self.history(EventRow {
+            at: now,
+            kind,
+            name: name.to_string(),
+            event,
+            expires: None,
+            ttl_us: None,
+            detail,
+        });
+    }
+
+    /// Agents not healthy (degraded or stranded), in name order.
+    pub fn unhealthy_count(&self) -> usize {
+        self.unhealthy.len()
+    }
+}
+
+/// A model starting at `start`, for the rule tests.
+#[cfg(test)]
+pub(crate) fn test_model(start: Ts) -> Model {
+    Model::new(
+        Rules {
+            unknown_grace: std::time::Duration::from_secs(5),
+            max_pending_events: 10,
+        },
+        start,
+    )
+}
+
+/// Fixtures for the rule tests: a ready fleet of proxies, agents and
+/// tunnels on a manual clock, and what it recorded.
+#[cfg(test)]
+pub(crate) mod fixture {
+    use super::*;
+    use crate::model::{test_server, AgentState, Health, HealthMode, HistoryEvent, Server, Tunnel};
+    use std::time::Duration;
+
+    /// The fleet's clock starts here (microseconds of wall time).
+    pub const START: Ts = Ts(1_000_000_000);
+
+    pub fn at(secs: u64) -> Ts {
+        START.saturating_add(Duration::from_secs(secs))
+    }
+
+    pub fn server(kind: Kind, name: &str, expires: Ts) -> Server {
+        test_server(kind, name, expires)
+    }
+
+    pub fn agent(name: &str, expires: Ts) -> Server {
+        let mut s = test_server(Kind::Agent, name, expires);
+        s.auth_server = "auth-1".into();
+        s
+    }
+
+    pub fn tunnel(agent: &str, proxy: &str) -> Tunnel {
+        Tunnel {
+            name: format!("{agent}.{proxy}"),
+            agent: agent.into(),
+            proxy: proxy.into(),
+            last_heartbeat: None,
+            expires: None,
+        }
+    }
+
+    /// A fleet whose every kind is ready: `proxies` expire at the given
+    /// second, agents live an hour, each agent has a tunnel to each proxy.
+    pub fn ready(proxies: &[(&str, u64)], agents: &[&str]) -> Model {
+        let mut f = test_model(START);
+        f.resync(Resync {
+            generation: 1,
+            snapshots: vec![
+                Snapshot::Servers(
+                    Kind::Proxy,
+                    proxies
+                        .iter()
+                        .map(|(p, s)| server(Kind::Proxy, p, at(*s)))
+                        .collect(),
+                ),
+                Snapshot::Servers(
+                    Kind::AuthServer,
+                    vec![server(Kind::AuthServer, "auth-1", at(3600))],
+                ),
+                Snapshot::Servers(
+                    Kind::Agent,
+                    agents.iter().map(|a| agent(a, at(3600))).collect(),
+                ),
+                Snapshot::Tunnels(
+                    agents
+                        .iter()
+                        .flat_map(|a| proxies.iter().map(move |(p, _)| tunnel(a, p)))
+                        .collect(),
+                ),
+            ],
+            rejected: Vec::new(),
+        });
+        f.health(HealthUpdate {
+            auth_server: "auth-1".into(),
+            addr: String::new(),
+            health: Health::Serving,
+            mode: HealthMode::Watch,
+            detail: String::new(),
+        });
+        f.settle();
+        f
+    }
+
+    /// History rows recorded so far for `name`, as event names.
+    pub fn events(f: &Model, name: &str) -> Vec<HistoryEvent> {
+        f.out
+            .writes
+            .events
+            .iter()
+            .filter(|e| e.name == name)
+            .map(|e| e.event)
+            .collect()
+    }
+
+    /// Moves the time to `t` and lets the model act on it.
+    pub fn advance_to(f: &mut Model, t: Ts) {
+        f.at(t);
+        f.fire_due();
+        f.settle();
+        check_indexes(f);
+    }
+
+    /// The indexes agree with the entries they index.
+    pub fn check_indexes(f: &Model) {
+        let unhealthy: BTreeSet<String> = f
+            .agents
+            .iter()
+            .filter(|(_, a)| a.state != AgentState::Healthy)
+            .map(|(n, _)| n.clone())
+            .collect();
+        assert_eq!(f.unhealthy, unhealthy, "the unhealthy index");
+        let names: BTreeSet<String> = f.agents.keys().cloned().collect();
+        assert_eq!(f.agent_order, names, "the name order");
+    }
+}
