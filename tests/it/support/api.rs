@@ -1,0 +1,109 @@
+//! Talking to a running Lifeline as its users do: the CLI, the API's
+//! JSON, the dashboard's forms.
+
+use super::*;
+
+use lifeline::clock::Ts;
+use serde_json::Value;
+
+/// Runs the `lifeline` binary against `c` (`--server` appended) as
+/// [`UPDATER`] (`LIFELINE_TOKEN`; a `--token` in `args` wins): exit code,
+/// stdout, stderr.
+pub async fn cli(c: &Running, args: &[&str]) -> (i32, String, String) {
+    let out = real_timeout(
+        REAL_WAIT,
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_lifeline"))
+            .args(args)
+            .args(["--server", &c.ll().base_url()])
+            .env_remove("RUST_LOG")
+            .env("LIFELINE_TOKEN", UPDATER)
+            .output(),
+    )
+    .await
+    .expect("CLI finished in time")
+    .expect("CLI runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+pub fn names(items: &Value) -> Vec<String> {
+    let mut v: Vec<String> = items
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|i| i["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// `items[*][key]` as strings, in the API's order.
+pub fn strs(items: &Value, key: &str) -> Vec<String> {
+    items
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|i| i[key].as_str().expect("a string field").to_string())
+        .collect()
+}
+
+/// `items[*]["id"]`, in the API's order.
+pub fn ids(items: &Value) -> Vec<i64> {
+    items
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|i| i["id"].as_i64().expect("an integer id"))
+        .collect()
+}
+
+/// Parses an API timestamp.
+pub fn ts(v: &Value) -> Ts {
+    Ts::parse_rfc3339(v.as_str().expect("timestamp string")).expect("RFC 3339")
+}
+
+/// The sign-in page's CSRF cookie (`name=value`) and form token, as a
+/// browser would get them before posting `/signin`.
+pub async fn signin_csrf(client: &reqwest::Client, base: &str) -> (String, String) {
+    let page = bounded(
+        "the sign-in page",
+        client.get(format!("{base}/signin?next=/agents")).send(),
+    )
+    .await
+    .expect("sign-in page");
+    let cookie = page.headers()["set-cookie"]
+        .to_str()
+        .expect("cookie")
+        .split(';')
+        .next()
+        .expect("pair")
+        .to_string();
+    let html = page.text().await.expect("html");
+    let at = html.find("name=\"csrf\" value=\"").expect("CSRF field") + 19;
+    let csrf = html[at..at + html[at..].find('"').expect("end")].to_string();
+    (cookie, csrf)
+}
+
+/// The CSRF token of a dashboard page fetched with `cookies` (the form
+/// token a signed-in browser's pages carry).
+pub async fn page_csrf(client: &reqwest::Client, base: &str, cookies: &str) -> String {
+    let html = bounded(
+        "a dashboard page",
+        client
+            .get(format!("{base}/agents"))
+            .header("cookie", cookies)
+            .send(),
+    )
+    .await
+    .expect("page")
+    .text()
+    .await
+    .expect("html");
+    let at = html.find("name=\"csrf\" value=\"").expect("CSRF field") + 19;
+    html[at..at + html[at..].find('"').expect("end")].to_string()
+}
