@@ -216,6 +216,24 @@ pub const SESSION_COOKIE: &str = "lifeline_session";
 
 impl Access {
     /// Builds from a validated config (hashes are 64 hex digits).
+    /// [`Self::new`], saying what an operator should know: without API
+    /// tokens everything is read-only, without join tokens no agent can
+    /// connect.
+    pub fn start(cfg: &AccessConfig, clock: Clock) -> std::sync::Arc<Access> {
+        let access = Access::new(cfg, clock);
+        if !access.has_tokens() {
+            tracing::warn!(
+                "no API tokens configured ([[access.tokens]]): the API and dashboard are read-only"
+            );
+        }
+        if cfg.join_tokens.is_empty() {
+            tracing::warn!(
+                "no join tokens configured (access.join_tokens): no agent can connect for signals"
+            );
+        }
+        std::sync::Arc::new(access)
+    }
+
     pub fn new(cfg: &AccessConfig, clock: Clock) -> Access {
         let mut session_key = [0u8; 32];
         rand::rng().fill_bytes(&mut session_key);

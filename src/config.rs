@@ -228,6 +228,14 @@ impl Config {
         self.signals.lb_policy()
     }
 
+    /// The statically configured auth servers: (name, health address).
+    pub fn static_auth(&self) -> Vec<(String, String)> {
+        self.auth_servers
+            .iter()
+            .map(|a| (a.name.clone(), a.addr.clone()))
+            .collect()
+    }
+
     /// The cluster address as a URI tonic can dial.
     pub fn cluster_uri(&self) -> Result<String, ConfigError> {
         self.cluster.uri()

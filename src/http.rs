@@ -66,6 +66,57 @@ pub struct AppState {
     pub tls: bool,
 }
 
+/// The rooms the HTTP edge reads and acts through.
+pub struct Rooms {
+    pub fleet: FleetHandle,
+    pub db: Db,
+    pub hub: Arc<Hub>,
+    pub guard: tokio::sync::watch::Receiver<Guard>,
+    pub access: Arc<Access>,
+    pub settings: Arc<Settings>,
+    pub store_health: Arc<crate::store::health::StoreHealth>,
+    pub spans: Arc<crate::telemetry::SpanCounters>,
+}
+
+/// Serves the API, the dashboard, the probes and `/metrics` on `listener`
+/// as `[server]` says (TLS with `tls`), a critical task on `rt`, with the
+/// live overview's feed beside it.
+pub fn start(
+    cfg: &crate::config::Config,
+    listener: tokio::net::TcpListener,
+    addr: std::net::SocketAddr,
+    tls: Option<&crate::tls::ServerTls>,
+    rooms: Rooms,
+    rt: &mut crate::supervise::Runtime,
+) {
+    let state = AppState {
+        fleet: rooms.fleet.with_read_timeout(error::READ_TIMEOUT),
+        ui: Arc::new(ui::UiShared::new(
+            cfg.server.max_live_streams,
+            cfg.server.max_live_streams_per_ip,
+        )),
+        access: rooms.access,
+        settings: rooms.settings,
+        probes: Arc::new(cfg.probes.clone()),
+        http_close_unhealthy: cfg.server.http_close_unhealthy,
+        max_body_bytes: cfg.server.max_body_bytes,
+        shutdown: rt.shutdown.clone(),
+        db: rooms.db,
+        stats: rt.stats.clone(),
+        hub: rooms.hub,
+        guard: rooms.guard,
+        failure: rt.tasks.failure(),
+        store_health: rooms.store_health,
+        spans: rooms.spans,
+        tls: tls.is_some(),
+    };
+    rt.tasks
+        .track("live overview", ui::live::spawn(state.clone()));
+    let (stats, stop) = (rt.stats.clone(), rt.shutdown.clone());
+    let served = crate::tls::serve::http(listener, addr, tls, router(state), stats, stop);
+    rt.tasks.critical("http server", served);
+}
+
 pub fn router(state: AppState) -> Router {
     let max_body_bytes = state.max_body_bytes;
     Router::new()

@@ -15,34 +15,34 @@ pub mod upgrade;
 pub mod validate;
 pub mod watcher;
 
-use std::sync::Arc;
-
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
-
 use crate::backoff::Backoff;
-use crate::clock::Clock;
 use crate::config::{Config, ConfigError, SourceKind};
 use crate::fleet::FleetHandle;
 use crate::model::Kind;
-use crate::stats::Stats;
+use crate::supervise::Runtime;
 use teleport::source::{Teleport, TeleportConfig};
+use tracing::{info_span, Instrument};
 use validate::Limits;
 
-/// Starts the room from the config: the source's watcher (`lifeline` or
-/// `teleport`, as `[cluster]` says, dialling through `dialers`) and the
-/// auth servers' health watch (the `static_auth` ones and those the fleet
-/// announces). Returns both tasks, for the caller to supervise.
-#[allow(clippy::too_many_arguments)] // the shared runtime, passed in
+/// Starts the room from the config on `rt`: the source's watcher
+/// (`lifeline` or `teleport`, as `[cluster]` says, dialling through
+/// `dialers`), the auth servers' health watch (the configured ones and
+/// those the fleet announces), both critical, and the identity file's
+/// renewal watch when it has one.
 pub fn start(
     cfg: &Config,
-    dialers: connect::Dialers,
-    static_auth: Vec<(String, String)>,
-    clock: Clock,
+    mut dialers: connect::Dialers,
     fleet: &FleetHandle,
-    stats: &Arc<Stats>,
-    shutdown: &CancellationToken,
-) -> Result<(JoinHandle<()>, JoinHandle<()>), ConfigError> {
+    rt: &mut Runtime,
+) -> Result<(), ConfigError> {
+    let (clock, stats, shutdown) = (rt.clock, &rt.stats.clone(), &rt.shutdown.clone());
+    if let Some(r) = dialers.renewal.take() {
+        let watch = teleport::renew::watch(r, clock, stats.clone(), shutdown.clone());
+        rt.spawn(
+            "identity renewal",
+            watch.instrument(info_span!("identity.watch")),
+        );
+    }
     let limits = Limits {
         default_ttl: cfg.fleet.default_ttl,
         max_expired_age: cfg.fleet.max_expired_age,
@@ -106,11 +106,13 @@ pub fn start(
     };
     let health_task = tokio::spawn(health::run(
         hcfg,
-        static_auth,
+        cfg.static_auth(),
         fleet.auth_targets(),
         fleet.clone(),
         stats.clone(),
         shutdown.clone(),
     ));
-    Ok((watcher_task, health_task))
+    rt.tasks.critical("watcher", watcher_task);
+    rt.tasks.critical("health watcher", health_task);
+    Ok(())
 }

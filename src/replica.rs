@@ -50,6 +50,41 @@ pub struct ReplicaConfig {
     pub ack_timeout: Duration,
 }
 
+impl ReplicaConfig {
+    /// `[storage]`'s replica settings for a process listening on these
+    /// addresses; unnamed, it is `<hostname>:<HTTP port>`.
+    pub fn new(
+        cfg: &crate::config::Config,
+        http: std::net::SocketAddr,
+        grpc: std::net::SocketAddr,
+    ) -> ReplicaConfig {
+        ReplicaConfig {
+            name: cfg
+                .storage
+                .replica
+                .clone()
+                .unwrap_or_else(|| default_name(http)),
+            lease: cfg.storage.leader_lease,
+            http_addr: http.to_string(),
+            grpc_addr: grpc.to_string(),
+            ack_timeout: cfg.signals.ack_timeout,
+        }
+    }
+}
+
+/// `<hostname>:<HTTP port>`: what a replica is called unless named.
+fn default_name(http: std::net::SocketAddr) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty() && !h.contains(char::is_whitespace))
+        .unwrap_or_else(|| "lifeline".into());
+    let mut name = format!("{host}:{}", http.port());
+    name.truncate(crate::config::MAX_REPLICA_NAME);
+    name
+}
+
 /// How often the leader renews, as a share of the lease: four renewals
 /// may fail before it steps down.
 const RENEW_SHARE: u32 = 5;
@@ -125,8 +160,8 @@ impl Standing {
         self,
         cfg: ReplicaConfig,
         rooms: Rooms,
-        stop: CancellationToken,
-    ) -> Result<Option<(Vec<JoinHandle<()>>, Departure)>, StoreError> {
+        rt: &mut crate::supervise::Runtime,
+    ) -> Result<Option<Departure>, StoreError> {
         let (Some((pool, leadership)), Some(relay)) = (self.lead, self.relay) else {
             return Ok(None);
         };
@@ -137,7 +172,11 @@ impl Standing {
             leadership,
             db_time: relay.db_time,
         };
-        start(p, stop).await.map(Some)
+        let (tasks, departure) = start(p, rt.shutdown.clone()).await?;
+        for t in tasks {
+            rt.tasks.critical("replica", t);
+        }
+        Ok(Some(departure))
     }
 }
 

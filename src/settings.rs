@@ -201,6 +201,13 @@ impl Live {
     pub fn audit_retention(&self) -> Duration {
         Duration::from_millis(self.audit_retention_ms.load(Ordering::Relaxed))
     }
+    /// What the prune loop keeps, now.
+    pub fn retention_policy(&self) -> crate::store::retention::Retention {
+        crate::store::retention::Retention {
+            history: self.retention(),
+            audit: self.audit_retention(),
+        }
+    }
 }
 
 /// A parsed value, ready to apply.

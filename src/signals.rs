@@ -11,4 +11,5 @@
 
 pub mod hub;
 pub mod reconnect;
+pub mod serve;
 pub mod service_config;

@@ -5,6 +5,10 @@
 //! shuts down and exits non-zero so a process supervisor restarts Lifeline.
 //! A task that is not critical and panics is logged, and the rest goes on.
 //!
+//! [`Runtime`] is what every room is built from: the clock, the counters,
+//! the shutdown token and this task set. A room's `start` takes it, spawns
+//! its tasks into it and returns its handle.
+//!
 //! Owns: the join handles. Must not touch: what the tasks do.
 
 use std::sync::Arc;
@@ -14,6 +18,50 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::error;
+
+/// What every room is built from.
+pub struct Runtime {
+    pub clock: crate::clock::Clock,
+    pub stats: Arc<crate::stats::Stats>,
+    pub shutdown: CancellationToken,
+    pub tasks: Tasks,
+}
+
+impl Runtime {
+    pub fn new(clock: crate::clock::Clock, stats: Arc<crate::stats::Stats>) -> Runtime {
+        let shutdown = CancellationToken::new();
+        Runtime {
+            clock,
+            stats,
+            tasks: Tasks::new(shutdown.clone()),
+            shutdown,
+        }
+    }
+
+    /// Spawns a task that may end on its own, named for the log.
+    pub fn spawn<F>(&mut self, name: &'static str, f: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.tasks.track(name, tokio::spawn(f));
+    }
+
+    /// Spawns a task the process cannot live without.
+    pub fn spawn_critical<F>(&mut self, name: &'static str, f: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.tasks.critical(name, tokio::spawn(f));
+    }
+
+    /// The process's own upkeep: histogram windows and clock steps.
+    pub fn spawn_upkeep(&mut self) {
+        let h = crate::stats::Stats::spawn_upkeep(self.stats.clone(), self.shutdown.clone());
+        self.tasks.track("histogram upkeep", h);
+        let steps = crate::clock::watch_steps(self.clock, self.shutdown.clone());
+        self.spawn("clock steps", steps);
+    }
+}
 
 /// A critical task that stopped.
 #[derive(Clone, Debug, Serialize, PartialEq)]

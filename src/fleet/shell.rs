@@ -42,6 +42,34 @@ pub struct FleetOptions {
     pub fence: Fence,
 }
 
+/// Builds the fleet from the configuration and the loaded state, and
+/// starts its shell on `rt` (a critical task).
+pub fn start(
+    cfg: &crate::config::Config,
+    change_capacity: usize,
+    board: Arc<Board>,
+    fence: Fence,
+    loaded: Loaded,
+    writer: WriterHandle,
+    rt: &mut crate::supervise::Runtime,
+) -> FleetHandle {
+    let opts = FleetOptions {
+        clock: rt.clock,
+        rules: Rules {
+            unknown_grace: cfg.health.unknown_grace,
+            max_pending_events: cfg.storage.max_pending_events,
+        },
+        command_queue: cfg.fleet.command_queue,
+        change_capacity,
+        static_auth: cfg.static_auth(),
+        board,
+        fence,
+    };
+    let (handle, task) = spawn(opts, loaded, rt.stats.clone(), writer, rt.shutdown.clone());
+    rt.tasks.critical("fleet", task);
+    handle
+}
+
 /// Builds the model from the loaded state and starts the shell's task.
 pub fn spawn(
     opts: FleetOptions,

@@ -176,19 +176,18 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Hub {
-    /// Builds the hub and starts its audit and ack-timeout tasks.
-    #[allow(clippy::too_many_arguments)]
+    /// Builds the hub and starts its audit and ack-timeout tasks on `rt`
+    /// (both critical).
     pub async fn start(
         cfg: HubConfig,
         settings: Arc<LiveSettings>,
-        clock: Clock,
         board: Arc<Board>,
         fleet: FleetHandle,
         db: Db,
-        stats: Arc<Stats>,
         store_health: Arc<StoreHealth>,
-        shutdown: CancellationToken,
-    ) -> Result<(Arc<Hub>, Vec<tokio::task::JoinHandle<()>>), sqlx::Error> {
+        rt: &mut crate::supervise::Runtime,
+    ) -> Result<Arc<Hub>, sqlx::Error> {
+        let (clock, stats, shutdown) = (rt.clock, rt.stats.clone(), rt.shutdown.clone());
         let ids = SignalIds::start(&db).await?;
         let (updates, rx) = mpsc::channel(UPDATE_QUEUE);
         let hub = Arc::new(Hub {
@@ -208,17 +207,16 @@ impl Hub {
             updates,
             shutdown: shutdown.clone(),
         });
-        let tasks = vec![
-            tokio::spawn(audit_writer(
-                db,
-                rx,
-                hub.stats.clone(),
-                (store_health, clock),
-                shutdown.clone(),
-            )),
-            tokio::spawn(timeouts(hub.clone(), shutdown)),
-        ];
-        Ok((hub, tasks))
+        let audit = audit_writer(
+            db,
+            rx,
+            hub.stats.clone(),
+            (store_health, clock),
+            shutdown.clone(),
+        );
+        rt.spawn_critical("hub", audit);
+        rt.spawn_critical("hub", timeouts(hub.clone(), shutdown));
+        Ok(hub)
     }
 
     pub fn server(self: &Arc<Self>) -> AgentSignalsServer<Service> {

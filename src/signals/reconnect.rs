@@ -135,6 +135,27 @@ fn wants_reconnect(c: &StateChange) -> Option<(String, String)> {
     Some((proxy, reason))
 }
 
+/// Starts the automatic, periodic and graceful loops on `rt`, from
+/// `[signals]`: the storm guard's state.
+pub fn start(
+    cfg: &crate::config::SignalsConfig,
+    hub: &Arc<Hub>,
+    fleet: &FleetHandle,
+    rt: &mut crate::supervise::Runtime,
+) -> watch::Receiver<Guard> {
+    let (guard, tasks) = spawn(
+        ReconnectConfig::from(cfg),
+        hub.clone(),
+        fleet.clone(),
+        rt.clock,
+        rt.shutdown.clone(),
+    );
+    for t in tasks {
+        rt.tasks.track("reconnect loops", t);
+    }
+    guard
+}
+
 /// Starts the automatic, periodic and graceful loops.
 pub fn spawn(
     cfg: ReconnectConfig,

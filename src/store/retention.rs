@@ -22,6 +22,26 @@ pub struct Retention {
 
 /// Every `every`, while this replica leads: history past its retention
 /// pruned, and the signal audit and closed episodes past theirs.
+/// Starts the prune loop on `rt`: every `every`, while this replica
+/// leads, rows older than `retention()` go.
+pub fn start(
+    db: &Db,
+    leadership: watch::Receiver<Leadership>,
+    retention: impl Fn() -> Retention + Send + 'static,
+    every: Duration,
+    rt: &mut crate::supervise::Runtime,
+) {
+    let run = run(
+        db.clone(),
+        rt.clock,
+        leadership,
+        retention,
+        every,
+        rt.shutdown.clone(),
+    );
+    rt.spawn("retention", run);
+}
+
 pub async fn run(
     db: Db,
     clock: Clock,

@@ -90,8 +90,29 @@ pub struct WriterOptions {
     pub stop: tokio_util::sync::CancellationToken,
 }
 
-/// Starts the writer: returns its handle and the future to run (the caller
-/// spawns it, supervised).
+/// Starts the writer on `rt` (a critical task): its handle.
+pub fn start(
+    db: &Db,
+    health: &Arc<super::health::StoreHealth>,
+    depth: usize,
+    rt: &mut crate::supervise::Runtime,
+) -> WriterHandle {
+    let opts = WriterOptions {
+        stats: rt.stats.clone(),
+        health: health.clone(),
+        clock: rt.clock,
+        depth,
+        stop: rt.shutdown.clone(),
+    };
+    let (handle, run) = writer(db.clone(), opts);
+    rt.spawn_critical(
+        "store writer",
+        run.instrument(tracing::info_span!("store.writer")),
+    );
+    handle
+}
+
+/// The writer: its handle and the future to run (the caller spawns it).
 pub fn writer(
     pool: Db,
     opts: WriterOptions,
