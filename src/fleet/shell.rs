@@ -332,7 +332,7 @@ impl Shell {
     pub(super) fn carry_out(&mut self) -> usize {
         let Effects {
             writes,
-            changes,
+            mut changes,
             detections,
             board,
             readiness,
@@ -342,11 +342,17 @@ impl Shell {
         self.outbox.absorb(writes);
         let n = changes.len();
         if n > 0 {
+            // Classified when the pass ended: what detection latency counts.
+            let classified = self.clock.now();
+            for c in &mut changes {
+                c.detected_at = classified;
+            }
+            for since in detections {
+                let latency = classified.since(since).as_secs_f64();
+                self.stats.hist.detection.record(latency);
+            }
             self.pacer.touched = true;
             let _ = self.changes.send(Arc::new(changes));
-        }
-        for d in detections {
-            self.stats.hist.detection.record(d);
         }
         if !board.is_empty() {
             let now = self.model.now();

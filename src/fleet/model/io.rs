@@ -86,7 +86,8 @@ pub struct StateChange {
     pub cause_resource: Option<String>,
     /// When the condition began (e.g. the expiry instant).
     pub since: Ts,
-    /// When Lifeline classified it.
+    /// When Lifeline classified it: the model's time of the pass; the
+    /// shell stamps the moment the pass ended.
     pub detected_at: Ts,
     pub episode: Option<i64>,
     /// The failure trace this change belongs to (while exporting traces).
@@ -127,9 +128,10 @@ pub struct Effects {
     pub writes: WriteBatch,
     /// Agents' state changes, in classification order.
     pub changes: Vec<StateChange>,
-    /// Detection latencies (seconds) of agents that left healthy, when
-    /// they measure detection (not a resync's catching up).
-    pub detections: Vec<f64>,
+    /// When the condition began, for each agent that left healthy in a
+    /// pass that measures detection (not a resync's catching up): the
+    /// shell records how long it took to classify.
+    pub detections: Vec<Ts>,
     /// Changes to the proxy records discovery serves, in order.
     pub board: Vec<BoardOp>,
     /// The watcher's readiness, when it may have changed.

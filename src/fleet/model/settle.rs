@@ -31,8 +31,7 @@ impl Model {
         let out = &mut self.out;
         for c in &out.changes[first..] {
             if measured && c.to != AgentState::Healthy && c.from == AgentState::Healthy {
-                let latency = c.detected_at.since(c.since);
-                out.detections.push(latency.as_secs_f64());
+                out.detections.push(c.since);
             }
         }
         if out.changes.len() > first && crate::telemetry::exporting() {
