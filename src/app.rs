@@ -19,7 +19,8 @@ use crate::http;
 use crate::ingest::connect::{Dialers, DialersError};
 use crate::replica;
 use crate::settings::{Settings, SettingsError};
-use crate::signals::{self, hub::Hub, hub::HubConfig, reconnect, reconnect::Guard};
+use crate::signals::dispatch::{Dispatch, Guard};
+use crate::signals::{self, hub::Hub, hub::HubConfig, reconnect};
 use crate::stats::Stats;
 use crate::store::health::StoreHealth;
 use crate::store::{self, Db, Leadership, StoreError};
@@ -72,6 +73,8 @@ pub struct Lifeline {
     pub settings: Arc<Settings>,
     /// Agent streams and audited signals.
     pub hub: Arc<Hub>,
+    /// The one door of every signal.
+    pub dispatch: Arc<Dispatch>,
     /// The storm guard's current state.
     pub guard: tokio::sync::watch::Receiver<Guard>,
     /// Whether the store takes writes.
@@ -165,7 +168,7 @@ impl Lifeline {
             writer,
             &mut rt,
         );
-        let hub_cfg = HubConfig::new(&cfg.signals, standing.relay.clone(), leadership.clone());
+        let hub_cfg = HubConfig::new(&cfg.signals, standing.peers.clone(), leadership.clone());
         let live = settings.live();
         let hub = Hub::start(
             hub_cfg,
@@ -187,13 +190,14 @@ impl Lifeline {
             clock,
         };
         let departure = standing.start(replica, rooms, &mut rt).await?;
-        let guard = reconnect::start(&cfg.signals, &hub, &fleet, &mut rt);
         let access = Access::start(&cfg.access, clock);
+        let dispatch = Dispatch::new(hub.clone(), fleet.clone(), access.clone(), rt.stats.clone());
+        reconnect::start(&cfg.signals, &dispatch, &fleet, &mut rt);
+        let guard = dispatch.guard().subscribe();
         let rooms = http::Rooms {
             fleet: fleet.clone(),
             db: db.clone(),
-            hub: hub.clone(),
-            guard: guard.clone(),
+            dispatch: dispatch.clone(),
             access: access.clone(),
             settings: settings.clone(),
             store_health: store_health.clone(),
@@ -245,6 +249,7 @@ impl Lifeline {
             clock,
             settings,
             hub,
+            dispatch,
             guard,
             store_health,
             leadership,

@@ -32,7 +32,9 @@ pub mod published;
 mod shell;
 pub mod view;
 
-pub use handle::{AgentList, Command, FleetError, FleetHandle, Query, MAX_QUEUED_READS};
+pub use handle::{
+    AgentFacts, AgentList, Command, FleetError, FleetHandle, Query, MAX_QUEUED_READS,
+};
 pub use model::{
     Adopted, Changes, HealthUpdate, Ingested, KindStatus, Link, Readiness, Resync, Rules,
     Selection, Sizes, Snapshot, StateChange, Surplus, WatchState,

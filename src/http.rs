@@ -36,6 +36,7 @@ use crate::access::Access;
 use crate::config::ProbesConfig;
 use crate::fleet::FleetHandle;
 use crate::settings::Settings;
+use crate::signals::dispatch::Dispatch;
 use crate::signals::hub::Hub;
 use crate::signals::reconnect::Guard;
 use crate::stats::Stats;
@@ -50,6 +51,8 @@ pub struct AppState {
     pub db: Db,
     pub stats: Arc<Stats>,
     pub hub: Arc<Hub>,
+    /// The one door of every signal.
+    pub dispatch: Arc<Dispatch>,
     pub guard: tokio::sync::watch::Receiver<Guard>,
     pub access: Arc<Access>,
     pub settings: Arc<Settings>,
@@ -70,8 +73,7 @@ pub struct AppState {
 pub struct Rooms {
     pub fleet: FleetHandle,
     pub db: Db,
-    pub hub: Arc<Hub>,
-    pub guard: tokio::sync::watch::Receiver<Guard>,
+    pub dispatch: Arc<Dispatch>,
     pub access: Arc<Access>,
     pub settings: Arc<Settings>,
     pub store_health: Arc<crate::store::health::StoreHealth>,
@@ -103,8 +105,9 @@ pub fn start(
         shutdown: rt.shutdown.clone(),
         db: rooms.db,
         stats: rt.stats.clone(),
-        hub: rooms.hub,
-        guard: rooms.guard,
+        hub: rooms.dispatch.hub().clone(),
+        guard: rooms.dispatch.guard().subscribe(),
+        dispatch: rooms.dispatch,
         failure: rt.tasks.failure(),
         store_health: rooms.store_health,
         spans: rooms.spans,

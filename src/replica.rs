@@ -14,6 +14,11 @@
 //! signal rules (the signals room's). On SQLite there is nothing to do:
 //! the process is alone and always leads ([`Standing`]).
 
+pub mod lease;
+mod peers;
+
+pub use peers::Replicas;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,13 +35,16 @@ use crate::backoff::Backoff;
 use crate::clock::{Clock, Ts};
 use crate::fleet::FleetHandle;
 use crate::settings::Settings;
-use crate::signals::hub::{Hub, Relay};
+use crate::signals::hub::Hub;
+use crate::signals::peers::{Alone, Inbound, Peers};
 use crate::stats::Stats;
 use crate::store::db_time::DbTime;
-use crate::store::lease::{self, Attempt, Fence, Leadership};
+use crate::store::lease::SETTINGS_CHANNEL;
 use crate::store::read;
 use crate::store::signals as audit;
 use crate::store::{Db, StoreError};
+use crate::store::{Fence, Leadership};
+use lease::Attempt;
 
 /// What the room needs to know about this replica.
 #[derive(Clone, Debug)]
@@ -118,10 +126,10 @@ pub struct Standing {
     /// What the fleet stamps its batches with at start.
     pub fence: Fence,
     pub leadership: watch::Receiver<Leadership>,
-    /// How the hub reaches agents whose streams other replicas hold.
-    pub relay: Option<Relay>,
-    /// The lease loop's side, among replicas.
-    lead: Option<(PgPool, watch::Sender<Leadership>)>,
+    /// The other replicas, as the hub sees them ([`Alone`] on SQLite).
+    pub peers: Arc<dyn Peers>,
+    /// The lease loop's side, among replicas, and the database's clock.
+    lead: Option<(PgPool, watch::Sender<Leadership>, DbTime)>,
 }
 
 impl Standing {
@@ -133,22 +141,23 @@ impl Standing {
                 Standing {
                     fence: Fence::Sole,
                     leadership,
-                    relay: None,
+                    peers: Arc::new(Alone(clock)),
                     lead: None,
                 }
             }
             Db::Postgres(pool) => {
                 let (tx, leadership) = watch::channel(Leadership::follower(name, now));
+                let db_time = DbTime::new(clock);
                 Standing {
                     fence: Fence::Follower,
                     leadership,
-                    relay: Some(Relay {
+                    peers: Arc::new(Replicas {
                         me: name.into(),
                         pool: pool.clone(),
                         lease,
-                        db_time: DbTime::new(clock),
+                        db_time: db_time.clone(),
                     }),
-                    lead: Some((pool.clone(), tx)),
+                    lead: Some((pool.clone(), tx, db_time)),
                 }
             }
         }
@@ -162,7 +171,7 @@ impl Standing {
         rooms: Rooms,
         rt: &mut crate::supervise::Runtime,
     ) -> Result<Option<Departure>, StoreError> {
-        let (Some((pool, leadership)), Some(relay)) = (self.lead, self.relay) else {
+        let Some((pool, leadership, db_time)) = self.lead else {
             return Ok(None);
         };
         let p = Parts {
@@ -170,7 +179,7 @@ impl Standing {
             pool,
             rooms,
             leadership,
-            db_time: relay.db_time,
+            db_time,
         };
         let (tasks, departure) = start(p, rt.shutdown.clone()).await?;
         for t in tasks {
@@ -589,7 +598,7 @@ async fn listener(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
     let mut l = PgListener::connect_with(pool).await?;
     l.listen_all([
         lease::SIGNALS_CHANNEL,
-        lease::SETTINGS_CHANNEL,
+        SETTINGS_CHANNEL,
         lease::PROBE_CHANNEL,
     ])
     .await?;
@@ -600,12 +609,22 @@ async fn dispatch(p: &Parts, channel: &str, payload: &str) {
     if channel == lease::SIGNALS_CHANNEL {
         match lease::parse_signals(payload) {
             Some((replica, ids)) if replica == p.cfg.name => {
-                p.rooms.hub.deliver_relayed(&ids).await
+                // The hub delivers them in its own time; the listener goes
+                // back to listening.
+                if p.rooms
+                    .hub
+                    .inbound()
+                    .send(Inbound::Relayed(ids))
+                    .await
+                    .is_err()
+                {
+                    warn!("the hub is gone: relayed signals time out");
+                }
             }
             Some(_) => {}
             None => warn!(payload, "a signals notification that does not parse"),
         }
-    } else if channel == lease::SETTINGS_CHANNEL {
+    } else if channel == SETTINGS_CHANNEL {
         match Settings::name(payload) {
             Ok(name) => match p.rooms.settings.reload(name).await {
                 Ok(()) => info!(

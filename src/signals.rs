@@ -9,7 +9,9 @@
 //! Writes: signal audit rows (through `store::signals`) and fleet commands.
 //! Must not touch: fleet state directly, or history tables.
 
+pub mod dispatch;
 pub mod hub;
+pub mod peers;
 pub mod reconnect;
 pub mod serve;
 pub mod service_config;

@@ -81,13 +81,12 @@ pub enum Query {
     },
     AgentList(AgentFilter, Reply<AgentList>),
     Select(Selection, Reply<Option<Vec<String>>>),
-    HoldsTunnel {
-        agent: String,
-        proxy: Option<String>,
-        reply: Reply<Option<bool>>,
-    },
+    /// For each (agent, proxy it names): what admitting a signal needs.
+    Facts(
+        Vec<(String, Option<String>)>,
+        Reply<Vec<Option<AgentFacts>>>,
+    ),
     KnowsAddress(String, Reply<bool>),
-    Destinations(Vec<String>, Reply<Vec<(String, bool)>>),
     NotHealthy(Reply<(Vec<StateChange>, usize)>),
     SurplusTunnels(Reply<Vec<Surplus>>),
 }
@@ -126,28 +125,37 @@ impl Query {
                 }));
             }
             Query::Select(sel, r) => drop(r.send(f.select(&sel))),
-            Query::HoldsTunnel {
-                agent,
-                proxy,
-                reply,
-            } => drop(reply.send(f.holds_tunnel(&agent, proxy.as_deref()))),
-            Query::KnowsAddress(addr, r) => drop(r.send(f.knows_address(&addr))),
-            Query::Destinations(agents, r) => {
+            Query::Facts(asks, r) => {
                 let live = f.live_proxies();
-                let answer = agents
-                    .into_iter()
-                    .map(|a| {
-                        let go = f.has_destination(&a, live);
-                        (a, go)
+                let answer = asks
+                    .iter()
+                    .map(|(agent, proxy)| {
+                        let holds_tunnel = f.holds_tunnel(agent, proxy.as_deref())?;
+                        let has_destination = f.has_destination(agent, live);
+                        Some(AgentFacts {
+                            holds_tunnel,
+                            has_destination,
+                        })
                     })
                     .collect();
                 drop(r.send(answer));
             }
+            Query::KnowsAddress(addr, r) => drop(r.send(f.knows_address(&addr))),
             Query::NotHealthy(r) => drop(r.send((f.not_healthy(), f.sizes().agents))),
             Query::SurplusTunnels(r) => drop(r.send(f.surplus_tunnels())),
         }
         None
     }
+}
+
+/// What admitting a signal needs to know of one agent (`None` instead:
+/// the fleet does not know it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AgentFacts {
+    /// It holds a tunnel to the proxy the signal names (any, when none).
+    pub holds_tunnel: bool,
+    /// A live proxy it is not on exists: a Reconnect can move it.
+    pub has_destination: bool,
 }
 
 /// One page of the agent list with what the page shows around it.
@@ -377,32 +385,18 @@ impl FleetHandle {
         self.query(|r| Query::Select(sel, r)).await
     }
 
-    /// Whether `agent` holds a tunnel to `proxy` (any tunnel when `None`);
-    /// `None` when the agent is unknown.
-    pub async fn holds_tunnel(
+    /// For each (agent, proxy the signal names), in order: what admitting
+    /// the signal needs, or `None` when the agent is unknown.
+    pub async fn facts(
         &self,
-        agent: String,
-        proxy: Option<String>,
-    ) -> Result<Option<bool>, FleetError> {
-        self.query(|reply| Query::HoldsTunnel {
-            agent,
-            proxy,
-            reply,
-        })
-        .await
+        asks: Vec<(String, Option<String>)>,
+    ) -> Result<Vec<Option<AgentFacts>>, FleetError> {
+        self.query(|r| Query::Facts(asks, r)).await
     }
 
     /// True when `addr` is a known proxy's or auth server's address.
     pub async fn knows_address(&self, addr: String) -> Result<bool, FleetError> {
         self.query(|r| Query::KnowsAddress(addr, r)).await
-    }
-
-    /// For each agent, whether a live proxy it is not on exists.
-    pub async fn destinations(
-        &self,
-        agents: Vec<String>,
-    ) -> Result<Vec<(String, bool)>, FleetError> {
-        self.query(|r| Query::Destinations(agents, r)).await
     }
 
     /// Every agent not healthy now, as a change to its current state, and

@@ -16,8 +16,8 @@ use super::error::{ApiError, ApiJson, ApiQuery};
 use super::AppState;
 use crate::fleet::Selection;
 use crate::model::{AgentState, Outcome, SignalKind};
+use crate::signals::dispatch::{Origin, Refusal};
 use crate::signals::hub::{Ask, SendError, SignalRequest};
-use crate::stats::Stats;
 use crate::store::signals::{self as audit, SignalFilter, SignalRecord};
 
 /// Most agents one selector may signal at once.
@@ -40,6 +40,10 @@ impl From<SendError> for ApiError {
             SendError::NotLeader => ApiError::Busy {
                 code: "not_leader",
                 message: "this replica no longer leads; try again".into(),
+            },
+            SendError::Paused(why) => ApiError::Busy {
+                code: "paused",
+                message: why,
             },
         }
     }
@@ -143,55 +147,50 @@ pub(super) async fn reconnect_agent(
     reason: String,
     requested_by: String,
 ) -> Result<SignalRecord, ApiError> {
-    let holds = s.fleet.holds_tunnel(name.clone(), proxy.clone()).await?;
-    let Some(holds) = holds else {
-        return Err(ApiError::NotFound {
+    let req = SignalRequest {
+        agent: name.clone(),
+        ask: Ask::Reconnect {
+            proxy: proxy.clone().unwrap_or_default(),
+        },
+        reason,
+        requested_by,
+        trace: None,
+    };
+    let mut done = s.dispatch.send(Origin::Manual, vec![req]).await?;
+    if let Some(row) = done.sent.pop() {
+        return Ok(row);
+    }
+    let Some((_, why)) = done.refused.pop() else {
+        return Err(ApiError::FleetGone);
+    };
+    Err(match why {
+        Refusal::UnknownAgent => ApiError::NotFound {
             what: "agent",
             name,
-        });
-    };
-    if !s.hub.reachable_now(&name).await {
-        return Err(ApiError::Conflict {
+        },
+        Refusal::NotConnected => ApiError::Conflict {
             code: "not_connected",
             message: format!(
                 "agent {name:?} is not connected to Lifeline's signal stream, so it cannot be told to reconnect; it will get signals once it connects"
             ),
-        });
-    }
-    if !holds {
-        return Err(ApiError::Conflict {
+        },
+        Refusal::NoSuchTunnel | Refusal::NoDestination => ApiError::Conflict {
             code: "no_such_tunnel",
             message: format!(
                 "agent {name:?} holds no tunnel to proxy {:?}",
                 proxy.unwrap_or_default()
             ),
-        });
-    }
-    if let Err(wait) = s.access.admit_reconnect(&name) {
-        Stats::inc(&s.stats.http_rate_limited);
-        return Err(ApiError::TooMany {
+        },
+        Refusal::RateLimited(wait) => ApiError::TooMany {
             code: "rate_limited",
             message: format!(
                 "agent {name:?} was asked to reconnect less than {} ago; manual reconnects of one agent are limited to one per access.manual_reconnect_interval; retry in {:.1} s",
-                humantime::format_duration(s.access.reconnect_every()),
+                humantime::format_duration(s.dispatch.manual_interval()),
                 wait.as_secs_f64()
             ),
             retry_after: wait.as_secs_f64().ceil() as u64,
-        });
-    }
-    let rows = s
-        .hub
-        .send(vec![SignalRequest {
-            agent: name,
-            ask: Ask::Reconnect {
-                proxy: proxy.unwrap_or_default(),
-            },
-            reason,
-            requested_by,
-            trace: None,
-        }])
-        .await?;
-    rows.into_iter().next().ok_or(ApiError::FleetGone)
+        },
+    })
 }
 
 /// Exactly one of `state`, `proxy`, `auth_server` (a `null` one counts
@@ -393,25 +392,9 @@ pub(super) async fn reconnect_selected(
     reason: String,
     by: String,
 ) -> Result<(Vec<SignalRecord>, Vec<Skipped>), ApiError> {
-    let mut skipped = Vec::new();
-    let mut reqs = Vec::new();
-    for agent in agents {
-        if !s.hub.reachable(&agent) {
-            skipped.push(Skipped {
-                agent,
-                reason: "not connected to Lifeline",
-            });
-            continue;
-        }
-        if s.access.admit_reconnect(&agent).is_err() {
-            Stats::inc(&s.stats.http_rate_limited);
-            skipped.push(Skipped {
-                agent,
-                reason: "rate limited: asked to reconnect less than access.manual_reconnect_interval ago",
-            });
-            continue;
-        }
-        reqs.push(SignalRequest {
+    let reqs = agents
+        .into_iter()
+        .map(|agent| SignalRequest {
             agent,
             ask: Ask::Reconnect {
                 // Leaving the selected proxy is the point of selecting it.
@@ -420,10 +403,18 @@ pub(super) async fn reconnect_selected(
             reason: reason.clone(),
             requested_by: by.clone(),
             trace: None,
-        });
-    }
-    let signals = s.hub.send(reqs).await?;
-    Ok((signals, skipped))
+        })
+        .collect();
+    let done = s.dispatch.send(Origin::Manual, reqs).await?;
+    let skipped = done
+        .refused
+        .into_iter()
+        .map(|(agent, why)| Skipped {
+            agent,
+            reason: why.text(),
+        })
+        .collect();
+    Ok((done.sent, skipped))
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{debug, info, info_span, warn, Instrument};
 
+use super::peers::{Inbound, Peers};
 use crate::access::AgentGrant;
 use crate::clock::{dur_micros, Clock, Ts};
 use crate::fleet::board::{Board, Pending};
@@ -30,13 +31,11 @@ use crate::proto::v1 as pb;
 use crate::proto::v1::agent_signals_server::{AgentSignals, AgentSignalsServer};
 use crate::stats::{SignalKind, SignalOutcome, Stats};
 use crate::store::health::StoreHealth;
-use crate::store::lease::{Fence, Leadership};
 use crate::store::signals::{self as audit, SignalIds, SignalRecord, SignalUpdate};
+use crate::store::{Fence, Leadership};
 use crate::telemetry::propagate::{self, TraceRef};
 
 mod relay;
-
-pub use relay::Relay;
 
 /// Longest agent or proxy name accepted from an agent: a resource name's.
 const MAX_NAME: usize = crate::model::MAX_NAME_LEN;
@@ -46,10 +45,12 @@ const MAX_ACK_DETAIL: usize = 1024;
 const MAX_REPORTED: usize = 256;
 /// Audit updates waiting for SQLite.
 const UPDATE_QUEUE: usize = 16_384;
+/// Messages from outside the streams waiting for the hub.
+const INBOUND_QUEUE: usize = 1024;
 /// Signals awaiting an ack, across all agents.
 const MAX_IN_FLIGHT: usize = 200_000;
 
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct HubConfig {
     pub full_discovery_interval: Duration,
     pub max_delta_proxies: usize,
@@ -57,20 +58,19 @@ pub struct HubConfig {
     pub hello_timeout: Duration,
     pub ack_timeout: Duration,
     pub max_message_bytes: usize,
-    /// Other replicas may hold agents' streams (PostgreSQL); `None`: this
-    /// process holds every stream there is.
-    pub relay: Option<Relay>,
+    /// The other replicas that may hold agents' streams (or none).
+    pub peers: Arc<dyn Peers>,
     /// Who leads: only the leader sends automatic, periodic and graceful
     /// signals.
     pub leadership: watch::Receiver<Leadership>,
 }
 
 impl HubConfig {
-    /// `[signals]` as the hub takes it, with the replicas' relay and the
+    /// `[signals]` as the hub takes it, with the other replicas and the
     /// leadership it acts under.
     pub fn new(
         c: &crate::config::SignalsConfig,
-        relay: Option<Relay>,
+        peers: Arc<dyn Peers>,
         leadership: watch::Receiver<Leadership>,
     ) -> Self {
         HubConfig {
@@ -80,7 +80,7 @@ impl HubConfig {
             hello_timeout: c.hello_timeout,
             ack_timeout: c.ack_timeout,
             max_message_bytes: c.max_message_bytes,
-            relay,
+            peers,
             leadership,
         }
     }
@@ -104,7 +104,7 @@ impl Ask {
             Ask::CloseTunnel { .. } => SignalKind::CloseTunnel,
         }
     }
-    fn proxy(&self) -> &str {
+    pub(super) fn proxy(&self) -> &str {
         match self {
             Ask::Reconnect { proxy } | Ask::CloseTunnel { proxy } => proxy,
         }
@@ -132,6 +132,9 @@ pub enum SendError {
     /// passed): nothing was recorded or sent.
     #[error("this replica no longer leads")]
     NotLeader,
+    /// Automatic reconnects wait (the storm guard, or turned off).
+    #[error("automatic reconnects are paused: {0}")]
+    Paused(String),
 }
 
 struct Conn {
@@ -168,6 +171,8 @@ pub struct Hub {
     ids: SignalIds,
     in_flight: Mutex<HashMap<i64, InFlight>>,
     updates: mpsc::Sender<SignalUpdate>,
+    /// What reaches the hub from outside its streams (see `peers`).
+    inbound: mpsc::Sender<Inbound>,
     shutdown: CancellationToken,
 }
 
@@ -190,6 +195,7 @@ impl Hub {
         let (clock, stats, shutdown) = (rt.clock, rt.stats.clone(), rt.shutdown.clone());
         let ids = SignalIds::start(&db).await?;
         let (updates, rx) = mpsc::channel(UPDATE_QUEUE);
+        let (inbound, inbound_rx) = mpsc::channel(INBOUND_QUEUE);
         let hub = Arc::new(Hub {
             cfg,
             settings,
@@ -205,6 +211,7 @@ impl Hub {
             ids,
             in_flight: Mutex::new(HashMap::new()),
             updates,
+            inbound,
             shutdown: shutdown.clone(),
         });
         let audit = audit_writer(
@@ -215,8 +222,15 @@ impl Hub {
             shutdown.clone(),
         );
         rt.spawn_critical("hub", audit);
-        rt.spawn_critical("hub", timeouts(hub.clone(), shutdown));
+        rt.spawn_critical("hub", timeouts(hub.clone(), shutdown.clone()));
+        rt.spawn_critical("hub", receive(hub.clone(), inbound_rx, shutdown));
         Ok(hub)
+    }
+
+    /// Where other rooms send what reaches the hub from outside its
+    /// streams ([`Inbound`]): the channel is bounded, a sender waits.
+    pub fn inbound(&self) -> mpsc::Sender<Inbound> {
+        self.inbound.clone()
     }
 
     pub fn server(self: &Arc<Self>) -> AgentSignalsServer<Service> {
@@ -273,14 +287,17 @@ impl Hub {
     /// Records each signal (committed before this returns), tells the fleet,
     /// and queues it on the agent's stream. An agent that is not connected,
     /// or whose queue is full, gets an `undeliverable` row instead.
-    pub async fn send(&self, reqs: Vec<SignalRequest>) -> Result<Vec<SignalRecord>, SendError> {
+    pub(super) async fn send(
+        &self,
+        reqs: Vec<SignalRequest>,
+    ) -> Result<Vec<SignalRecord>, SendError> {
         self.send_fenced(reqs, Fence::Sole).await
     }
 
     /// [`Self::send`] for what only the leader sends (automatic, periodic,
     /// graceful): recorded only while this replica still leads in its
     /// term, checked in the transaction that records them.
-    pub async fn send_as_leader(
+    pub(super) async fn send_as_leader(
         &self,
         reqs: Vec<SignalRequest>,
     ) -> Result<Vec<SignalRecord>, SendError> {
@@ -329,7 +346,7 @@ impl Hub {
         // ack has left memory but before the outcome is written.
         let elsewhere = self.held_elsewhere(&rows).await;
         let claimed: Vec<SignalRecord>;
-        let stored = if self.cfg.relay.is_some() {
+        let stored = if self.cfg.peers.replicated() {
             claimed = rows
                 .iter()
                 .map(|r| SignalRecord {
@@ -450,10 +467,7 @@ impl Hub {
     /// The time the audit records: among replicas the database's clock
     /// (`store::db_time`), alone this process's.
     pub(crate) fn audit_now(&self) -> Ts {
-        match &self.cfg.relay {
-            Some(r) => r.db_time.now(),
-            None => self.clock.now(),
-        }
+        self.cfg.peers.now()
     }
 
     fn delivered(&self, id: i64) {
@@ -890,6 +904,20 @@ async fn audit_writer(
 }
 
 /// Signals not acked by their deadline are recorded as `timeout`.
+/// Takes what reaches the hub from outside its streams, in order.
+async fn receive(hub: Arc<Hub>, mut rx: mpsc::Receiver<Inbound>, stop: CancellationToken) {
+    loop {
+        let msg = tokio::select! {
+            _ = stop.cancelled() => return,
+            m = rx.recv() => m,
+        };
+        match msg {
+            Some(Inbound::Relayed(ids)) => hub.deliver_relayed(&ids).await,
+            None => return,
+        }
+    }
+}
+
 async fn timeouts(hub: Arc<Hub>, stop: CancellationToken) {
     loop {
         tokio::select! {

@@ -18,7 +18,8 @@
 //! - replicas: every replica tracks who needs what; only the leader sends.
 //!
 //! Reads fleet state through `FleetHandle` and changes from its broadcast;
-//! sends only through the hub. Must not touch SQLite or agent streams.
+//! sends only through the dispatch (`dispatch`), which admits every
+//! signal alike. Must not touch SQLite or agent streams.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -26,13 +27,13 @@ use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use rand::{Rng, SeedableRng};
-use serde::Serialize;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::{delay_queue, DelayQueue};
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use super::hub::{Ask, Hub, SignalRequest};
+use super::dispatch::{Dispatch, Origin, Refusal};
+use super::hub::{Ask, Hub, SendError, SignalRequest};
 use crate::backoff::Backoff;
 use crate::clock::{Clock, Ts};
 use crate::fleet::model::destination::wants_move;
@@ -62,23 +63,7 @@ impl From<&crate::config::SignalsConfig> for ReconnectConfig {
     }
 }
 
-/// The storm guard as the summary and the dashboard show it.
-#[derive(Clone, Debug, Default, Serialize, PartialEq, utoipa::ToSchema)]
-pub struct Guard {
-    /// Automatic reconnects are paused.
-    pub paused: bool,
-    /// Why, in words an operator can act on.
-    pub reason: Option<String>,
-    pub since: Option<Ts>,
-    /// Agents that turned stranded within the window.
-    pub stranded_in_window: usize,
-    pub agents: usize,
-    pub share_limit: f64,
-    /// Agents waiting for their next automatic reconnect.
-    pub agents_retrying: usize,
-    /// Agents automatic reconnects hold back: no live proxy to move them to.
-    pub agents_waiting_for_live_proxy: usize,
-}
+pub use super::dispatch::Guard;
 
 struct Need {
     /// Its entry in the delay queue; `None` while waiting for a live proxy.
@@ -136,63 +121,57 @@ fn wants_reconnect(c: &StateChange) -> Option<(String, String)> {
 }
 
 /// Starts the automatic, periodic and graceful loops on `rt`, from
-/// `[signals]`: the storm guard's state.
+/// `[signals]`; every signal they send goes through `dispatch`.
 pub fn start(
     cfg: &crate::config::SignalsConfig,
-    hub: &Arc<Hub>,
+    dispatch: &Arc<Dispatch>,
     fleet: &FleetHandle,
     rt: &mut crate::supervise::Runtime,
-) -> watch::Receiver<Guard> {
-    let (guard, tasks) = spawn(
+) {
+    for t in spawn(
         ReconnectConfig::from(cfg),
-        hub.clone(),
+        dispatch.clone(),
         fleet.clone(),
         rt.clock,
         rt.shutdown.clone(),
-    );
-    for t in tasks {
+    ) {
         rt.tasks.track("reconnect loops", t);
     }
-    guard
 }
 
 /// Starts the automatic, periodic and graceful loops.
 pub fn spawn(
     cfg: ReconnectConfig,
-    hub: Arc<Hub>,
+    dispatch: Arc<Dispatch>,
     fleet: FleetHandle,
     clock: Clock,
     stop: CancellationToken,
-) -> (watch::Receiver<Guard>, Vec<tokio::task::JoinHandle<()>>) {
-    let (guard_tx, guard_rx) = watch::channel(Guard {
-        share_limit: hub.settings.storm_share(),
-        ..Guard::default()
-    });
-    let tasks = vec![
+) -> Vec<tokio::task::JoinHandle<()>> {
+    vec![
         tokio::spawn(
             automatic(
                 cfg.clone(),
-                hub.clone(),
+                dispatch.clone(),
                 fleet.clone(),
                 clock,
-                guard_tx,
                 stop.clone(),
             )
             .instrument(info_span!("signals.auto_reconnect")),
         ),
         tokio::spawn(
-            periodic(cfg.clone(), hub.clone(), stop.clone())
+            periodic(cfg.clone(), dispatch.clone(), stop.clone())
                 .instrument(info_span!("signals.periodic_reconnect")),
         ),
         tokio::spawn(
-            graceful(cfg, hub, fleet, clock, stop).instrument(info_span!("signals.graceful_close")),
+            graceful(cfg, dispatch, fleet, clock, stop)
+                .instrument(info_span!("signals.graceful_close")),
         ),
-    ];
-    (guard_rx, tasks)
+    ]
 }
 
 struct Auto {
     cfg: ReconnectConfig,
+    dispatch: Arc<Dispatch>,
     hub: Arc<Hub>,
     fleet: FleetHandle,
     clock: Clock,
@@ -201,7 +180,6 @@ struct Auto {
     /// When agents turned stranded, within the storm window.
     recent: VecDeque<Ts>,
     agents: usize,
-    guard: watch::Sender<Guard>,
     rng: rand::rngs::SmallRng,
 }
 
@@ -352,7 +330,7 @@ impl Auto {
         let waiting = self.needs.values().filter(|n| n.key.is_none()).count();
         let retrying = self.needs.len() - waiting;
         let clock_now = self.clock.now();
-        self.guard.send_if_modified(|g| {
+        self.dispatch.guard().send_if_modified(|g| {
             let flipped = g.paused != paused || g.reason.is_some() != reason.is_some();
             if flipped {
                 if paused && starting {
@@ -387,74 +365,70 @@ impl Auto {
         paused
     }
 
-    /// Sends one Reconnect to every due agent that has somewhere to go, as
-    /// one batch (one audit transaction), and re-arms each with its next
-    /// backoff. An agent with no live proxy to move to waits, unsignalled,
-    /// for one to turn live. While paused or for an agent without a stream,
-    /// it holds: looks again soon, and the attempt count does not grow.
+    /// Sends one Reconnect to every due agent through the dispatch, as one
+    /// batch (one audit transaction), and re-arms each sent with its next
+    /// backoff. One with no live proxy to move to waits, unsignalled, for
+    /// one to turn live. While paused, following, or for an agent without
+    /// a stream, it holds: looks again soon, and the attempt count does
+    /// not grow.
     async fn attempt(&mut self, due: Vec<String>) {
         let backoff = Backoff::at_least_step(self.cfg.backoff_base, self.cfg.backoff_cap);
-        // The guard is re-evaluated on every change batch, readiness change
-        // and second, so it is current here.
-        // A follower holds too: the leader sends them.
-        let hold =
-            !self.hub.leads() || !self.hub.settings.auto_reconnect() || self.guard.borrow().paused;
-        let mut ready = Vec::new();
-        for agent in due {
+        let reqs: Vec<SignalRequest> = due
+            .iter()
+            .filter_map(|agent| {
+                let n = self.needs.get_mut(agent)?;
+                n.key = None;
+                Some(SignalRequest {
+                    agent: agent.clone(),
+                    ask: Ask::Reconnect {
+                        proxy: n.proxy.clone(),
+                    },
+                    reason: n.reason.clone(),
+                    requested_by: "auto".into(),
+                    trace: n.trace.clone(),
+                })
+            })
+            .collect();
+        let agents: Vec<String> = reqs.iter().map(|r| r.agent.clone()).collect();
+        let (sent, refused) = match self.dispatch.send(Origin::Automatic, reqs).await {
+            Ok(d) => {
+                if !d.sent.is_empty() {
+                    debug!(signals = d.sent.len(), "automatic reconnects sent");
+                }
+                let sent: Vec<String> = d.sent.into_iter().map(|r| r.agent).collect();
+                (sent, d.refused)
+            }
+            Err(SendError::NotLeader | SendError::Paused(_)) => {
+                // The leader sends them, or the guard holds: all wait.
+                let held = agents.into_iter().map(|a| (a, Refusal::NotConnected));
+                (Vec::new(), held.collect())
+            }
+            Err(e) => {
+                warn!(agents = agents.len(), error = %e, "automatic reconnects not sent");
+                (agents, Vec::new())
+            }
+        };
+        let mut waiting = 0usize;
+        for (agent, why) in refused {
             let Some(n) = self.needs.get_mut(&agent) else {
                 continue;
             };
-            if hold || !self.hub.reachable(&agent) {
-                n.key = Some(
-                    self.queue
-                        .insert(agent, backoff.delay_with(0, &mut self.rng)),
-                );
-                continue;
-            }
-            n.key = None;
-            ready.push(agent);
-        }
-        if ready.is_empty() {
-            return;
-        }
-        // One read for the batch: which of them have a live proxy to go to.
-        let Ok(ready) = self.fleet.destinations(ready).await else {
-            return;
-        };
-        let mut reqs = Vec::new();
-        let mut waiting = 0usize;
-        for (agent, go) in ready {
-            let Some(n) = self.needs.get(&agent) else {
-                continue;
-            };
-            if !go {
+            match why {
                 // Stays out of the queue until a proxy turns live.
-                waiting += 1;
-                continue;
+                Refusal::NoDestination => waiting += 1,
+                _ => {
+                    n.key = Some(
+                        self.queue
+                            .insert(agent, backoff.delay_with(0, &mut self.rng)),
+                    )
+                }
             }
-            reqs.push(SignalRequest {
-                agent,
-                ask: Ask::Reconnect {
-                    proxy: n.proxy.clone(),
-                },
-                reason: n.reason.clone(),
-                requested_by: "auto".into(),
-                trace: n.trace.clone(),
-            });
         }
         if waiting > 0 {
             debug!(
                 agents = waiting,
                 "no live proxy to move to: waiting for one"
             );
-        }
-        if reqs.is_empty() {
-            return;
-        }
-        let sent: Vec<String> = reqs.iter().map(|r| r.agent.clone()).collect();
-        match self.hub.send_as_leader(reqs).await {
-            Ok(rows) => debug!(signals = rows.len(), "automatic reconnects sent"),
-            Err(e) => warn!(agents = sent.len(), error = %e, "automatic reconnects not sent"),
         }
         for agent in sent {
             if let Some(n) = self.needs.get_mut(&agent) {
@@ -469,12 +443,12 @@ impl Auto {
 
 async fn automatic(
     cfg: ReconnectConfig,
-    hub: Arc<Hub>,
+    dispatch: Arc<Dispatch>,
     fleet: FleetHandle,
     clock: Clock,
-    guard: watch::Sender<Guard>,
     stop: CancellationToken,
 ) {
+    let hub = dispatch.hub().clone();
     let mut changes = fleet.subscribe();
     let mut readiness = fleet.readiness_watch();
     let mut proxy_up = hub.board().subscribe_proxy_up();
@@ -482,6 +456,7 @@ async fn automatic(
     let mut lead_may_change = true;
     let mut auto = Auto {
         cfg,
+        dispatch,
         hub,
         fleet,
         clock,
@@ -489,7 +464,6 @@ async fn automatic(
         queue: DelayQueue::new(),
         recent: VecDeque::new(),
         agents: 0,
-        guard,
         rng: rand::rngs::SmallRng::from_os_rng(),
     };
     auto.resync().await;
@@ -545,7 +519,8 @@ async fn automatic(
     }
 }
 
-async fn periodic(cfg: ReconnectConfig, hub: Arc<Hub>, stop: CancellationToken) {
+async fn periodic(cfg: ReconnectConfig, dispatch: Arc<Dispatch>, stop: CancellationToken) {
+    let hub = dispatch.hub();
     let mut rng: rand::rngs::SmallRng = rand::rngs::SmallRng::from_os_rng();
     loop {
         let wait = match hub.settings.reconnect_interval() {
@@ -591,8 +566,12 @@ async fn periodic(cfg: ReconnectConfig, hub: Arc<Hub>, stop: CancellationToken) 
                     trace: None,
                 })
                 .collect();
-            if let Err(e) = hub.send_as_leader(reqs).await {
-                warn!(error = %e, "periodic reconnects not sent");
+            match dispatch.send(Origin::Periodic, reqs).await {
+                Ok(d) if !d.refused.is_empty() => {
+                    debug!(refused = ?d.refused, "periodic reconnects refused for some agents");
+                }
+                Ok(_) => {}
+                Err(e) => warn!(error = %e, "periodic reconnects not sent"),
             }
         }
     }
@@ -607,11 +586,12 @@ struct Excess {
 
 async fn graceful(
     cfg: ReconnectConfig,
-    hub: Arc<Hub>,
+    dispatch: Arc<Dispatch>,
     fleet: FleetHandle,
     clock: Clock,
     stop: CancellationToken,
 ) {
+    let hub = dispatch.hub();
     let mut rng: rand::rngs::SmallRng = rand::rngs::SmallRng::from_os_rng();
     let mut seen_change = Ts::ZERO;
     let mut threshold = cfg.graceful_threshold;
@@ -661,8 +641,12 @@ async fn graceful(
         }
         if !reqs.is_empty() {
             info!(agents = reqs.len(), "closing excess tunnels");
-            if let Err(e) = hub.send_as_leader(reqs).await {
-                warn!(error = %e, "graceful tunnel closing not sent");
+            match dispatch.send(Origin::Graceful, reqs).await {
+                Ok(d) if !d.refused.is_empty() => {
+                    debug!(refused = ?d.refused, "graceful tunnel closing refused for some agents");
+                }
+                Ok(_) => {}
+                Err(e) => warn!(error = %e, "graceful tunnel closing not sent"),
             }
         }
     }

@@ -575,9 +575,12 @@ async fn graceful_closing_trims_excess_tunnels_after_a_still_period() {
             .map(Vec::len),
         Some(0)
     );
+    // Three tunnels each: two closes, each after a still period of up to
+    // 20 s (an agent closed once waits out the threshold again), plus the
+    // loop's one-second look.
     c.advance_until(
         "every agent down to one tunnel",
-        Duration::from_secs(40),
+        Duration::from_secs(60),
         || async { c.agents.iter().all(|a| a.tunnels().len() == 1) },
     )
     .await;
@@ -593,5 +596,113 @@ async fn graceful_closing_trims_excess_tunnels_after_a_still_period() {
     for name in ["agent-00001", "agent-00002", "agent-00003", "agent-00004"] {
         assert_eq!(c.state(name).await, "healthy");
     }
+    c.shutdown().await;
+}
+
+/// Guards the one admission: manual, automatic, periodic and graceful
+/// signals pass the same checks in one place, each refusal naming the
+/// agent and why; what passes is recorded and sent as one batch.
+#[tokio::test(start_paused = true)]
+async fn every_origin_passes_one_admission() {
+    use lifeline::signals::dispatch::{Origin, Refusal};
+    use lifeline::signals::hub::{Ask, SendError, SignalRequest};
+    let c = Cluster::six_legacy()
+        .signals(|s| s.auto_reconnect = false)
+        .start()
+        .await;
+    c.ready().await;
+    c.agent("agent-00006").stop();
+    c.eventually("agent-00006's stream closed", || async {
+        !c.ll().hub.is_connected("agent-00006")
+    })
+    .await;
+    let req = |agent: &str, ask: Ask| SignalRequest {
+        agent: agent.into(),
+        ask,
+        reason: "test".into(),
+        requested_by: "test".into(),
+        trace: None,
+    };
+    let reconnect = |agent: &str, proxy: &str| {
+        req(
+            agent,
+            Ask::Reconnect {
+                proxy: proxy.into(),
+            },
+        )
+    };
+    let d = &c.ll().dispatch;
+
+    let done = d
+        .send(
+            Origin::Manual,
+            vec![
+                reconnect("agent-unknown", ""),
+                reconnect("agent-00006", ""),
+                reconnect("agent-00001", "proxy-nope"),
+                reconnect("agent-00002", ""),
+            ],
+        )
+        .await
+        .expect("manual signals go from any replica");
+    let refused: Vec<(&str, Refusal)> =
+        done.refused.iter().map(|(a, r)| (a.as_str(), *r)).collect();
+    assert_eq!(
+        refused,
+        vec![
+            ("agent-unknown", Refusal::UnknownAgent),
+            ("agent-00006", Refusal::NotConnected),
+            ("agent-00001", Refusal::NoSuchTunnel),
+        ]
+    );
+    assert_eq!(done.sent.len(), 1);
+    assert_eq!(done.sent[0].agent, "agent-00002");
+
+    // The same agent again, at once: the manual rate limit.
+    let again = d
+        .send(Origin::Manual, vec![reconnect("agent-00002", "")])
+        .await
+        .expect("admission answers");
+    assert!(
+        matches!(again.refused[..], [(_, Refusal::RateLimited(_))]),
+        "{:?}",
+        again.refused
+    );
+
+    // Automatic reconnects are off here: the whole batch waits.
+    let auto = d
+        .send(Origin::Automatic, vec![reconnect("agent-00003", "")])
+        .await;
+    assert!(matches!(auto, Err(SendError::Paused(_))), "{auto:?}");
+
+    // Periodic and graceful: the leader's, through the same checks.
+    let periodic = d
+        .send(
+            Origin::Periodic,
+            vec![reconnect("agent-00003", ""), reconnect("agent-00006", "")],
+        )
+        .await
+        .expect("alone on SQLite it leads");
+    assert_eq!(periodic.sent.len(), 1);
+    assert_eq!(
+        periodic.refused,
+        vec![("agent-00006".to_string(), Refusal::NotConnected)]
+    );
+    let graceful = d
+        .send(
+            Origin::Graceful,
+            vec![req(
+                "agent-00004",
+                Ask::CloseTunnel {
+                    proxy: "proxy-nope".into(),
+                },
+            )],
+        )
+        .await
+        .expect("admission answers");
+    assert_eq!(
+        graceful.refused,
+        vec![("agent-00004".to_string(), Refusal::NoSuchTunnel)]
+    );
     c.shutdown().await;
 }

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use lifeline::app::Tuning;
-use lifeline::store::lease::{self, Attempt};
+use lifeline::replica::lease::{self, Attempt};
 use lifeline::store::writer::{commit, Committed};
 use lifeline::store::{Db, EventRow, Fence, WriteBatch};
 use lifeline::Lifeline;
@@ -609,10 +609,11 @@ async fn a_replica_whose_term_has_passed_sends_no_leaders_signal() {
         trace: None,
     };
     let before = sql_i64(&db, "SELECT count(*) FROM signals").await;
+    use lifeline::signals::dispatch::Origin;
     let e = c
         .ll()
-        .hub
-        .send_as_leader(vec![req("auto")])
+        .dispatch
+        .send(Origin::Periodic, vec![req("periodic")])
         .await
         .expect_err("fenced");
     assert!(
@@ -624,13 +625,13 @@ async fn a_replica_whose_term_has_passed_sends_no_leaders_signal() {
         before,
         "nothing recorded"
     );
-    let rows = c
+    let done = c
         .ll()
-        .hub
-        .send(vec![req("api:admin")])
+        .dispatch
+        .send(Origin::Manual, vec![req("api:admin")])
         .await
         .expect("manual");
-    assert_eq!(rows.len(), 1);
+    assert_eq!(done.sent.len(), 1, "{:?}", done.refused);
     c.shutdown().await;
 }
 
@@ -777,21 +778,25 @@ async fn a_signal_sent_to_an_agent_held_here_is_recorded_claimed() {
     let Db::Postgres(pool) = &db else {
         panic!("a PostgreSQL store")
     };
-    let rows = c
+    let done = c
         .ll()
-        .hub
-        .send(vec![lifeline::signals::hub::SignalRequest {
-            agent: "agent-00003".into(),
-            ask: lifeline::signals::hub::Ask::Reconnect {
-                proxy: String::new(),
-            },
-            reason: "test".into(),
-            requested_by: "api:admin".into(),
-            trace: None,
-        }])
+        .dispatch
+        .send(
+            lifeline::signals::dispatch::Origin::Manual,
+            vec![lifeline::signals::hub::SignalRequest {
+                agent: "agent-00003".into(),
+                ask: lifeline::signals::hub::Ask::Reconnect {
+                    proxy: String::new(),
+                },
+                reason: "test".into(),
+                requested_by: "api:admin".into(),
+                trace: None,
+            }],
+        )
         .await
         .expect("sent");
-    let id = rows[0].id;
+    assert!(done.refused.is_empty(), "{:?}", done.refused);
+    let id = done.sent[0].id;
     let found =
         lifeline::store::signals::pending_for_streams_of(pool, "replica-a", lifeline::Ts(0), 1000)
             .await

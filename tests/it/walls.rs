@@ -179,6 +179,23 @@ fn the_fleet_model_names_nothing_above_it() {
     }
 }
 
+/// Guards the seam between the hub and the other replicas: the signals
+/// room reaches them only through its `Peers` trait, so it names no lease
+/// SQL, holds no pool of its own and knows nothing of the replica room.
+#[test]
+fn the_hub_reaches_other_replicas_only_through_its_seam() {
+    let mut files = Vec::new();
+    rust_files(&src().join("signals"), &mut files);
+    files.push(src().join("signals.rs"));
+    assert!(files.len() > 3, "{files:?}");
+    for f in files {
+        let text = std::fs::read_to_string(&f).expect("source is readable");
+        for bad in ["store::lease::", "PgPool", "crate::replica", "LISTEN", "pg_notify"] {
+            assert!(!text.contains(bad), "{} names {bad}", f.display());
+        }
+    }
+}
+
 /// Guards the simulator's independence: it is the test double that catches
 /// Lifeline's bugs, so it must not reuse Lifeline's rules or helpers (a bug
 /// in them would be mirrored, not caught). It may use the generated wire

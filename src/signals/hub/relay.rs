@@ -1,11 +1,10 @@
-//! The hub's side of several replicas: which agents another replica
-//! holds, waking it for the signals recorded for them (the `signals` row is
-//! the outbox), and delivering what another replica recorded for agents
-//! held here. Alone on its database the hub never comes here.
+//! The hub's side of several replicas, through the `Peers` seam: which
+//! agents another replica holds, waking it for the signals recorded for
+//! them (the `signals` row is the outbox), and delivering what another
+//! replica recorded for agents held here. Alone on its database, `Alone`
+//! answers that nobody else holds anything.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::{HashMap, HashSet};
 
 use tracing::{info_span, warn};
 
@@ -13,21 +12,7 @@ use super::{lock, wire, Ask, Hub, InFlight};
 use crate::clock::Ts;
 use crate::model::Outcome;
 use crate::stats::{SignalKind, SignalOutcome};
-use crate::store::lease;
 use crate::store::signals::{self as audit, SignalRecord, SignalUpdate};
-
-/// How a signal reaches an agent whose stream another replica holds: the
-/// row is the outbox, a notification wakes that replica, and it delivers.
-#[derive(Clone, Debug)]
-pub struct Relay {
-    /// This replica's name.
-    pub me: Arc<str>,
-    pub pool: sqlx::PgPool,
-    /// A replica silent for longer holds no stream.
-    pub lease: Duration,
-    /// The database's clock: the audit's times among replicas.
-    pub db_time: crate::store::db_time::DbTime,
-}
 
 impl Hub {
     /// The agent's stream is here or on another live replica.
@@ -35,23 +20,30 @@ impl Hub {
         self.is_connected(agent) || lock(&self.remote).contains_key(agent)
     }
 
-    /// [`Self::reachable`], asking the database when the last read of the
-    /// other replicas' streams does not have the agent (it may have
-    /// connected since).
-    pub async fn reachable_now(&self, agent: &str) -> bool {
-        if self.reachable(agent) {
-            return true;
-        }
-        let Some(relay) = &self.cfg.relay else {
-            return false;
-        };
-        match lease::owners(&relay.pool, &[agent.to_string()], relay.lease).await {
-            Ok(owners) => owners.contains_key(agent),
-            Err(e) => {
-                warn!(agent, error = %e, "cannot tell which replica holds the agent");
-                false
+    /// Which of `agents` have a stream on any live replica: those here,
+    /// those the last read of the other replicas' streams has, and, among
+    /// replicas, those the database says another holds now (they may have
+    /// connected since that read).
+    pub async fn reachable_of(&self, agents: &[String]) -> HashSet<String> {
+        let mut found: HashSet<String> = HashSet::new();
+        let mut ask = Vec::new();
+        for a in agents {
+            if self.reachable(a) {
+                found.insert(a.clone());
+            } else {
+                ask.push(a.clone());
             }
         }
+        if ask.is_empty() || !self.cfg.peers.replicated() {
+            return found;
+        }
+        match self.cfg.peers.owners(&ask).await {
+            Ok(owners) => found.extend(owners.into_keys()),
+            Err(e) => {
+                warn!(agents = ask.len(), error = %e, "cannot tell which replica holds these agents");
+            }
+        }
+        found
     }
 
     /// Every agent with a stream on any live replica.
@@ -71,9 +63,9 @@ impl Hub {
     /// Which of these rows' agents another live replica holds (none
     /// without replicas, or when the database cannot say).
     pub(super) async fn held_elsewhere(&self, rows: &[SignalRecord]) -> HashMap<String, String> {
-        let Some(relay) = &self.cfg.relay else {
+        if !self.cfg.peers.replicated() {
             return HashMap::new();
-        };
+        }
         let away: Vec<String> = rows
             .iter()
             .filter(|r| !self.is_connected(&r.agent))
@@ -82,11 +74,8 @@ impl Hub {
         if away.is_empty() {
             return HashMap::new();
         }
-        match lease::owners(&relay.pool, &away, relay.lease).await {
-            Ok(mut owners) => {
-                owners.retain(|_, replica| **replica != *relay.me);
-                owners
-            }
+        match self.cfg.peers.owners(&away).await {
+            Ok(owners) => owners,
             Err(e) => {
                 warn!(error = %e, agents = away.len(), "cannot tell which replica holds these agents: their signals are undeliverable");
                 HashMap::new()
@@ -102,11 +91,8 @@ impl Hub {
         rows: &mut [SignalRecord],
         now: Ts,
     ) {
-        let Some(relay) = &self.cfg.relay else {
-            return;
-        };
         for (replica, ids) in relayed {
-            if let Err(e) = lease::notify_signals(&relay.pool, &replica, &ids).await {
+            if let Err(e) = self.cfg.peers.wake(&replica, &ids).await {
                 warn!(%replica, signals = ids.len(), error = %e, "cannot wake the replica holding these agents");
                 let detail = format!("cannot wake replica {replica}, which holds the agent: {e}");
                 for row in rows.iter_mut().filter(|r| ids.contains(&r.id)) {

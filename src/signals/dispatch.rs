@@ -1,0 +1,233 @@
+//! The one door of every signal. Manual (API, dashboard, CLI), automatic,
+//! periodic and graceful signals pass the same admission here, in one
+//! order, before the hub records and delivers what is admitted:
+//!
+//! 1. leadership: only the leader sends what Lifeline decides itself
+//!    (automatic, periodic, graceful; the hub checks the term again in the
+//!    transaction that records them); manual signals go from any replica;
+//! 2. pause: automatic reconnects wait while the storm guard holds or the
+//!    `auto_reconnect` setting is off;
+//! 3. the agent is one the fleet knows, and holds a tunnel to the proxy
+//!    the signal names, if it names one;
+//! 4. an automatic reconnect needs somewhere to go: a live proxy the agent
+//!    is not on;
+//! 5. the agent is reachable: its stream is on this replica or on a live
+//!    other one;
+//! 6. rate: one manual reconnect of an agent per
+//!    `access.manual_reconnect_interval`.
+//!
+//! The first two refuse a whole batch; the rest refuse an agent, named
+//! with why. Must not touch: agent streams or the audit (the hub's).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::watch;
+
+use super::hub::{Hub, SendError, SignalRequest};
+use crate::access::Access;
+use crate::clock::Ts;
+use crate::fleet::FleetHandle;
+use crate::stats::Stats;
+use crate::store::signals::SignalRecord;
+
+/// Who asks for a signal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// A person, through the API, the dashboard or the CLI.
+    Manual,
+    /// The automatic reconnect of a stranded or degraded agent.
+    Automatic,
+    /// The periodic reconnect of every agent.
+    Periodic,
+    /// Closing a tunnel an agent holds beyond what it wants.
+    Graceful,
+}
+
+/// Why one agent's signal was not sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The fleet does not know the agent.
+    UnknownAgent,
+    /// It holds no tunnel to the proxy the signal names.
+    NoSuchTunnel,
+    /// No live proxy it is not on: a Reconnect cannot move it.
+    NoDestination,
+    /// No replica holds its signal stream.
+    NotConnected,
+    /// A manual reconnect of it went out less than the interval ago; the
+    /// next is admitted after this wait.
+    RateLimited(Duration),
+}
+
+impl Refusal {
+    /// Why, as the API's `skipped` list says it.
+    pub fn text(self) -> &'static str {
+        match self {
+            Refusal::UnknownAgent => "not an agent of the cluster",
+            Refusal::NoSuchTunnel => "no tunnel to that proxy",
+            Refusal::NoDestination => "no live proxy to move to",
+            Refusal::NotConnected => "not connected to Lifeline",
+            Refusal::RateLimited(_) => {
+                "rate limited: asked to reconnect less than access.manual_reconnect_interval ago"
+            }
+        }
+    }
+}
+
+/// What a dispatch did: the signals recorded (and sent, or found
+/// undeliverable), and the agents refused.
+#[derive(Debug, Default)]
+pub struct Dispatched {
+    pub sent: Vec<SignalRecord>,
+    pub refused: Vec<(String, Refusal)>,
+}
+
+/// The storm guard as the summary and the dashboard show it.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, utoipa::ToSchema)]
+pub struct Guard {
+    /// Automatic reconnects are paused.
+    pub paused: bool,
+    /// Why, in words an operator can act on.
+    pub reason: Option<String>,
+    pub since: Option<Ts>,
+    /// Agents that turned stranded within the window.
+    pub stranded_in_window: usize,
+    pub agents: usize,
+    pub share_limit: f64,
+    /// Agents waiting for their next automatic reconnect.
+    pub agents_retrying: usize,
+    /// Agents automatic reconnects hold back: no live proxy to move them to.
+    pub agents_waiting_for_live_proxy: usize,
+}
+
+/// Admission, in front of the hub.
+pub struct Dispatch {
+    hub: Arc<Hub>,
+    fleet: FleetHandle,
+    access: Arc<Access>,
+    stats: Arc<Stats>,
+    /// The storm guard: the automatic loop decides it, admission reads it.
+    guard: watch::Sender<Guard>,
+}
+
+impl Dispatch {
+    pub fn new(
+        hub: Arc<Hub>,
+        fleet: FleetHandle,
+        access: Arc<Access>,
+        stats: Arc<Stats>,
+    ) -> Arc<Dispatch> {
+        let guard = watch::Sender::new(Guard {
+            share_limit: hub.settings.storm_share(),
+            ..Guard::default()
+        });
+        Arc::new(Dispatch {
+            hub,
+            fleet,
+            access,
+            stats,
+            guard,
+        })
+    }
+
+    pub fn hub(&self) -> &Arc<Hub> {
+        &self.hub
+    }
+
+    /// The storm guard's state (the automatic loop updates it).
+    pub fn guard(&self) -> &watch::Sender<Guard> {
+        &self.guard
+    }
+
+    /// Admits what may go and hands it to the hub as one batch (one audit
+    /// transaction). Errors refuse the whole batch: this replica does not
+    /// lead (for Lifeline's own signals), automatic reconnects are paused,
+    /// or the signals cannot be recorded.
+    pub async fn send(
+        &self,
+        origin: Origin,
+        reqs: Vec<SignalRequest>,
+    ) -> Result<Dispatched, SendError> {
+        let leaders = origin != Origin::Manual;
+        if leaders && !self.hub.leads() {
+            return Err(SendError::NotLeader);
+        }
+        if origin == Origin::Automatic {
+            if let Some(why) = self.paused() {
+                return Err(SendError::Paused(why));
+            }
+        }
+        if reqs.is_empty() {
+            return Ok(Dispatched::default());
+        }
+        let asks = reqs
+            .iter()
+            .map(|r| {
+                let proxy = r.ask.proxy();
+                (
+                    r.agent.clone(),
+                    (!proxy.is_empty()).then(|| proxy.to_string()),
+                )
+            })
+            .collect();
+        let facts = self
+            .fleet
+            .facts(asks)
+            .await
+            .map_err(|_| SendError::FleetGone)?;
+        let agents: Vec<String> = reqs.iter().map(|r| r.agent.clone()).collect();
+        let reachable = self.hub.reachable_of(&agents).await;
+        let mut out = Dispatched::default();
+        let mut admitted = Vec::with_capacity(reqs.len());
+        for (req, facts) in reqs.into_iter().zip(facts) {
+            let refusal = match facts {
+                None => Some(Refusal::UnknownAgent),
+                Some(_) if !reachable.contains(&req.agent) => Some(Refusal::NotConnected),
+                Some(f) if !f.holds_tunnel && origin != Origin::Automatic => {
+                    Some(Refusal::NoSuchTunnel)
+                }
+                Some(f) if !f.has_destination && origin == Origin::Automatic => {
+                    Some(Refusal::NoDestination)
+                }
+                Some(_) if origin == Origin::Manual => self
+                    .access
+                    .admit_reconnect(&req.agent)
+                    .err()
+                    .map(Refusal::RateLimited),
+                Some(_) => None,
+            };
+            match refusal {
+                Some(r) => {
+                    if matches!(r, Refusal::RateLimited(_)) {
+                        Stats::inc(&self.stats.http_rate_limited);
+                    }
+                    out.refused.push((req.agent, r));
+                }
+                None => admitted.push(req),
+            }
+        }
+        out.sent = if leaders {
+            self.hub.send_as_leader(admitted).await?
+        } else {
+            self.hub.send(admitted).await?
+        };
+        Ok(out)
+    }
+
+    /// Why automatic reconnects wait now, if they do.
+    fn paused(&self) -> Option<String> {
+        if !self.hub.settings.auto_reconnect() {
+            return Some("automatic reconnects are turned off (auto_reconnect)".into());
+        }
+        let g = self.guard.borrow();
+        g.paused
+            .then(|| g.reason.clone().unwrap_or_else(|| "storm guard".into()))
+    }
+
+    /// The least time between two manual reconnects of one agent.
+    pub fn manual_interval(&self) -> Duration {
+        self.access.reconnect_every()
+    }
+}
