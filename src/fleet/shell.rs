@@ -229,6 +229,9 @@ impl Shell {
         let started = std::time::Instant::now();
         self.model.settle();
         let changes = self.carry_out();
+        // Once per pass: heartbeats that arrived together wake the agent
+        // streams once.
+        self.board.publish();
         if changes > 1000 {
             let us = started.elapsed().as_micros() as u64;
             debug!(changes, us, "classified");
@@ -249,6 +252,7 @@ impl Shell {
                 m.resync(r);
                 m.settle();
                 self.carry_out();
+                self.board.publish();
                 // Rare and a turning point (the first view of the cluster,
                 // or the end of staleness): readers see it at once.
                 self.publish();
@@ -364,7 +368,6 @@ impl Shell {
                 }
             }
         }
-        self.board.publish();
         if let Some(r) = readiness {
             self.readiness.send_replace(r);
         }
