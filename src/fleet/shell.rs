@@ -343,7 +343,6 @@ impl Shell {
             auth_targets,
             tally,
         } = self.model.take_effects();
-        self.outbox.absorb(writes);
         let n = changes.len();
         if n > 0 {
             // Classified when the pass ended: what detection latency counts.
@@ -358,6 +357,7 @@ impl Shell {
             self.pacer.touched = true;
             let _ = self.changes.send(Arc::new(changes));
         }
+        self.outbox.absorb(writes);
         if !board.is_empty() {
             let now = self.model.now();
             for op in board {
