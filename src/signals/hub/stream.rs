@@ -1,0 +1,204 @@
+//! One agent's `AgentSignals.Connect` stream: the Hello that names it
+//! (checked against its join grant), its reports and acks in, discovery
+//! and signals out. A stuck agent's stream only stops pulling.
+
+use super::*;
+
+/// The gRPC front of the hub.
+pub struct Service {
+    pub(super) hub: Arc<Hub>,
+}
+
+type SignalStream = Pin<Box<dyn Stream<Item = Result<pb::Signal, Status>> + Send>>;
+
+fn valid_name(s: &str) -> bool {
+    !s.is_empty() && s.len() <= MAX_NAME && text::name_problem(s).is_none()
+}
+
+#[tonic::async_trait]
+impl AgentSignals for Service {
+    type ConnectStream = SignalStream;
+
+    async fn connect(
+        &self,
+        req: Request<Streaming<pb::AgentMessage>>,
+    ) -> Result<Response<SignalStream>, Status> {
+        let hub = self.hub.clone();
+        let grant = req.extensions().get::<AgentGrant>().cloned();
+        let peer = req
+            .remote_addr()
+            .map_or_else(|| "unknown".to_string(), |a| a.to_string());
+        let mut inbound = req.into_inner();
+        let first = tokio::time::timeout(hub.cfg.hello_timeout, inbound.message())
+            .await
+            .map_err(|_| {
+                Status::deadline_exceeded(format!("no Hello within {:?}", hub.cfg.hello_timeout))
+            })??;
+        let hello = match first.and_then(|m| m.msg) {
+            Some(pb::agent_message::Msg::Hello(h)) => h,
+            _ => {
+                Stats::inc(&hub.stats.agent_messages_rejected);
+                return Err(Status::invalid_argument(
+                    "the first message on a Connect stream must be Hello",
+                ));
+            }
+        };
+        if !valid_name(&hello.agent) {
+            Stats::inc(&hub.stats.agent_messages_rejected);
+            return Err(Status::invalid_argument(format!(
+                "Hello.agent must be 1..={MAX_NAME} printable characters"
+            )));
+        }
+        let agent = hello.agent.clone();
+        // The name is what the stream says; the join token (and the client
+        // certificate, when it is the identity) say which names it may.
+        if let Some(why) = grant.as_ref().and_then(|g| g.admits(&agent).err()) {
+            Stats::inc(&hub.stats.agent_join_refused);
+            warn!(%peer, agent = %text::excerpt(&agent), "agent signal stream refused: {why}");
+            return Err(Status::permission_denied(format!(
+                "this stream may not speak for agent {agent:?}: {why}"
+            )));
+        }
+        let (tx, rx) = mpsc::channel(hub.cfg.signal_queue.max(1));
+        let Some(conn) = hub.register(&agent, tx, &peer) else {
+            Stats::inc(&hub.stats.agent_join_refused);
+            return Err(Status::already_exists(format!(
+                "agent {agent:?} already holds a signal stream; a second is refused until that one ends"
+            )));
+        };
+        let link = Link {
+            since: hub.clock.now(),
+            version: text::bounded(&hello.version, 64),
+            desired_tunnels: hello.desired_tunnels,
+            auth_server: String::new(),
+            reports: 0,
+        };
+        if hub
+            .fleet
+            .send(Command::Link {
+                agent: agent.clone(),
+                link: Some(link),
+            })
+            .await
+            .is_err()
+        {
+            hub.unregister(&agent, conn);
+            return Err(Status::unavailable("Lifeline is shutting down"));
+        }
+        debug!(%agent, "agent signal stream open");
+        let span = info_span!("signals.agent_stream", %agent);
+        tokio::spawn(read_agent(hub.clone(), agent.clone(), conn, inbound).instrument(span));
+        Ok(Response::new(Box::pin(outbound(hub, rx))))
+    }
+}
+
+/// Reads what the agent sends until its stream ends.
+async fn read_agent(
+    hub: Arc<Hub>,
+    agent: String,
+    conn: u64,
+    mut inbound: Streaming<pb::AgentMessage>,
+) {
+    loop {
+        let msg = tokio::select! {
+            _ = hub.shutdown.cancelled() => break,
+            m = inbound.message() => m,
+        };
+        match msg {
+            Ok(Some(m)) => match m.msg {
+                Some(pb::agent_message::Msg::Tunnels(r)) => {
+                    if r.proxies.len() > MAX_REPORTED
+                        || !r.proxies.iter().all(|p| valid_name(p))
+                        || r.auth_server.len() > MAX_NAME
+                        || r.auth_server.chars().any(text::is_unsafe)
+                    {
+                        Stats::inc(&hub.stats.agent_messages_rejected);
+                        warn!(%agent, proxies = r.proxies.len(), "tunnel report refused: bad proxy names or too many");
+                        continue;
+                    }
+                    let mut proxies = r.proxies;
+                    proxies.sort();
+                    proxies.dedup();
+                    let cmd = Command::Report {
+                        agent: agent.clone(),
+                        proxies,
+                        auth_server: r.auth_server,
+                    };
+                    if hub.fleet.send(cmd).await.is_err() {
+                        break;
+                    }
+                }
+                Some(pb::agent_message::Msg::Ack(a)) => hub.ack(&agent, a),
+                Some(pb::agent_message::Msg::Hello(_)) | None => {
+                    Stats::inc(&hub.stats.agent_messages_rejected);
+                    debug!(%agent, "ignored a second Hello or an empty message");
+                }
+            },
+            Ok(None) => break,
+            Err(status) => {
+                debug!(%agent, error = %status, "agent stream ended with an error");
+                break;
+            }
+        }
+    }
+    if hub.unregister(&agent, conn) {
+        debug!(%agent, "agent signal stream closed");
+        let _ = hub.fleet.send(Command::Link { agent, link: None }).await;
+    }
+}
+
+/// What Lifeline sends one agent: a full Discovery first, then deltas as
+/// proxies heartbeat, and every queued control signal.
+fn outbound(
+    hub: Arc<Hub>,
+    mut rx: mpsc::Receiver<pb::Signal>,
+) -> impl Stream<Item = Result<pb::Signal, Status>> + Send {
+    async_stream::stream! {
+        let mut versions = hub.board.subscribe();
+        let first = hub.board.full(hub.clock.now());
+        let mut sent = first.version;
+        versions.borrow_and_update();
+        yield Ok(hub.discovery(first));
+        let mut full_tick = tokio::time::interval_at(
+            hub.clock.deadline_in(hub.cfg.full_discovery_interval),
+            hub.cfg.full_discovery_interval,
+        );
+        full_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                _ = hub.shutdown.cancelled() => break,
+                s = rx.recv() => match s {
+                    Some(s) => {
+                        hub.delivered(s.id as i64);
+                        yield Ok(s);
+                    }
+                    // Replaced by a newer stream of the same agent.
+                    None => break,
+                },
+                changed = versions.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    let now = hub.clock.now();
+                    let p = if hub.settings.full_discovery() {
+                        hub.board.full(now)
+                    } else {
+                        hub.board.delta(sent, now, hub.cfg.max_delta_proxies)
+                    };
+                    sent = p.version;
+                    if p.full || !p.proxies.is_empty() {
+                        yield Ok(hub.discovery(p));
+                    }
+                }
+                _ = full_tick.tick() => {
+                    if hub.settings.full_discovery() {
+                        let p = hub.board.full(hub.clock.now());
+                        sent = p.version;
+                        yield Ok(hub.discovery(p));
+                    }
+                }
+            }
+        }
+    }
+}
