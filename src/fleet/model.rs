@@ -41,7 +41,7 @@ pub use topology::{Selection, Sizes, Surplus};
 
 use crate::clock::Ts;
 use crate::model::{CauseKind, HistoryEvent, Kind, Subject};
-use crate::store::EventRow;
+use crate::store::{EventRow, WriteBatch};
 use crate::telemetry::propagate::TraceRef;
 use schedule::Schedule;
 
@@ -123,6 +123,19 @@ impl Model {
     /// The shell's clock reads `now`: timers due by then may fire.
     pub fn at(&mut self, now: Ts) {
         self.now = now;
+    }
+
+    /// Rows the shell gathered for the store, lent for one step: this
+    /// step's rows coalesce into them (taken back with the effects). Given
+    /// back when the model still holds rows of its own (they are newer and
+    /// must follow the lent ones: the shell merges them on taking).
+    pub fn lend_writes(&mut self, rows: WriteBatch) -> Option<WriteBatch> {
+        if self.out.writes.is_empty() && self.out.writes.dropped_events == 0 {
+            self.out.writes = rows;
+            None
+        } else {
+            Some(rows)
+        }
     }
 
     /// Takes what the model produced since the last take.

@@ -63,6 +63,17 @@ impl Outbox {
         self.pending = self.merged(older, rows);
     }
 
+    /// Hands the rows gathered so far to the model for one step (see
+    /// `shell::Shell::lend`); [`Self::absorb`] takes them back.
+    pub fn lend(&mut self) -> WriteBatch {
+        std::mem::take(&mut self.pending)
+    }
+
+    /// Takes back lent rows the model did not take.
+    pub fn put_back(&mut self, rows: WriteBatch) {
+        self.pending = rows;
+    }
+
     /// This replica leads under `fence` from now on: nothing made before
     /// is written (the model's lead writes the state in full).
     pub fn lead(&mut self, fence: Fence) {

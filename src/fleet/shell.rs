@@ -222,6 +222,7 @@ impl Shell {
     /// they and the commands changed, and carries out the effects.
     pub(super) fn step(&mut self) {
         self.model.at(self.clock.now());
+        self.lend();
         if self.model.fire_due() > 0 {
             self.pacer.touched = true;
         }
@@ -241,6 +242,14 @@ impl Shell {
     /// Applies one command; returns a flush request to answer later.
     fn handle(&mut self, cmd: Command) -> Option<Reply<()>> {
         self.model.at(self.clock.now());
+        // Lead, follow and queries step first (which lends on its own);
+        // everything else changes the model here.
+        if !matches!(
+            cmd,
+            Command::Lead { .. } | Command::Follow(_) | Command::Query(_) | Command::Flush(_)
+        ) {
+            self.lend();
+        }
         let m = &mut self.model;
         match cmd {
             Command::Apply(batch) => m.apply(batch),
@@ -291,6 +300,7 @@ impl Shell {
                 // model writes the state in full under the new fence.
                 self.step();
                 self.outbox.lead(fence);
+                self.lend();
                 let adopted = self.model.lead(open, next_episode);
                 self.carry_out();
                 let _ = reply.send(adopted);
@@ -328,6 +338,16 @@ impl Shell {
                 let _ = reply.send(());
             }
             _ => {}
+        }
+    }
+
+    /// Lends the model the rows gathered so far, so that a step coalesces
+    /// its own into them in place (one map insert per row, not a second
+    /// pass to merge them); `carry_out` takes them back.
+    fn lend(&mut self) {
+        let rows = self.outbox.lend();
+        if let Some(refused) = self.model.lend_writes(rows) {
+            self.outbox.put_back(refused);
         }
     }
 

@@ -190,7 +190,13 @@ fn the_hub_reaches_other_replicas_only_through_its_seam() {
     assert!(files.len() > 3, "{files:?}");
     for f in files {
         let text = std::fs::read_to_string(&f).expect("source is readable");
-        for bad in ["store::lease::", "PgPool", "crate::replica", "LISTEN", "pg_notify"] {
+        for bad in [
+            "store::lease::",
+            "PgPool",
+            "crate::replica",
+            "LISTEN",
+            "pg_notify",
+        ] {
             assert!(!text.contains(bad), "{} names {bad}", f.display());
         }
     }
