@@ -19,7 +19,7 @@ use crate::http;
 use crate::ingest::connect::{Dialers, DialersError};
 use crate::replica;
 use crate::settings::{Settings, SettingsError};
-use crate::signals::dispatch::{Dispatch, Guard};
+use crate::signals::dispatch::Dispatch;
 use crate::signals::{self, hub::Hub, hub::HubConfig, reconnect};
 use crate::stats::Stats;
 use crate::store::health::StoreHealth;
@@ -75,8 +75,6 @@ pub struct Lifeline {
     pub hub: Arc<Hub>,
     /// The one door of every signal.
     pub dispatch: Arc<Dispatch>,
-    /// The storm guard's current state.
-    pub guard: tokio::sync::watch::Receiver<Guard>,
     /// Whether the store takes writes.
     pub store_health: Arc<StoreHealth>,
     /// Who leads (always this process, alone on SQLite).
@@ -193,7 +191,6 @@ impl Lifeline {
         let access = Access::start(&cfg.access, clock);
         let dispatch = Dispatch::new(hub.clone(), fleet.clone(), access.clone(), rt.stats.clone());
         reconnect::start(&cfg.signals, &dispatch, &fleet, &mut rt);
-        let guard = dispatch.guard().subscribe();
         let rooms = http::Rooms {
             fleet: fleet.clone(),
             db: db.clone(),
@@ -250,7 +247,6 @@ impl Lifeline {
             settings,
             hub,
             dispatch,
-            guard,
             store_health,
             leadership,
             departure,

@@ -39,4 +39,4 @@ pub use model::{
     Adopted, Changes, HealthUpdate, Ingested, KindStatus, Link, Readiness, Resync, Rules,
     Selection, Sizes, Snapshot, StateChange, Surplus, WatchState,
 };
-pub use shell::{spawn, start, FleetOptions};
+pub use shell::start;

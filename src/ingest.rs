@@ -68,13 +68,7 @@ pub fn start(
                 fleet: fleet.clone(),
                 stats: stats.clone(),
             };
-            tokio::spawn(watcher::run(
-                source,
-                backoff,
-                fleet.clone(),
-                stats.clone(),
-                shutdown.clone(),
-            ))
+            spawn_watcher(source, backoff, fleet, rt)
         }
         SourceKind::Teleport => {
             let tcfg = TeleportConfig {
@@ -88,13 +82,7 @@ pub fn start(
                 limits,
             };
             let source = Teleport::new(tcfg, clock, fleet.clone(), stats.clone());
-            tokio::spawn(watcher::run(
-                source,
-                backoff,
-                fleet.clone(),
-                stats.clone(),
-                shutdown.clone(),
-            ))
+            spawn_watcher(source, backoff, fleet, rt)
         }
     };
     let hcfg = health::HealthWatchConfig {
@@ -115,4 +103,15 @@ pub fn start(
     rt.tasks.critical("watcher", watcher_task);
     rt.tasks.critical("health watcher", health_task);
     Ok(())
+}
+
+/// Runs the watcher over `source`, whichever it is.
+fn spawn_watcher(
+    source: impl watcher::Source + 'static,
+    backoff: Backoff,
+    fleet: &FleetHandle,
+    rt: &Runtime,
+) -> tokio::task::JoinHandle<()> {
+    let (stats, stop) = (rt.stats.clone(), rt.shutdown.clone());
+    tokio::spawn(watcher::run(source, backoff, fleet.clone(), stats, stop))
 }

@@ -28,18 +28,18 @@ use crate::store::{Fence, WriterHandle};
 /// Commands applied per wake-up before timers and classification run.
 const DRAIN: usize = 256;
 
-pub struct FleetOptions {
-    pub clock: Clock,
-    pub rules: Rules,
-    pub command_queue: usize,
+struct FleetOptions {
+    clock: Clock,
+    rules: Rules,
+    command_queue: usize,
     /// Capacity of the state-change broadcast (slow subscribers lag, never block).
-    pub change_capacity: usize,
-    pub static_auth: Vec<(String, String)>,
+    change_capacity: usize,
+    static_auth: Vec<(String, String)>,
     /// Where proxy expiries are published for discovery.
-    pub board: Arc<Board>,
+    board: Arc<Board>,
     /// Whether its batches are written: `Sole` on a database of its own,
     /// `Follower` among replicas until the lease says it leads.
-    pub fence: Fence,
+    fence: Fence,
 }
 
 /// Builds the fleet from the configuration and the loaded state, and
@@ -71,7 +71,7 @@ pub fn start(
 }
 
 /// Builds the model from the loaded state and starts the shell's task.
-pub fn spawn(
+fn spawn(
     opts: FleetOptions,
     loaded: Loaded,
     stats: Arc<Stats>,
@@ -117,7 +117,7 @@ pub(super) struct Shell {
 }
 
 impl Shell {
-    pub(super) fn new(model: Model, opts: &FleetOptions, stats: Arc<Stats>) -> Shell {
+    fn new(model: Model, opts: &FleetOptions, stats: Arc<Stats>) -> Shell {
         let now = model.now();
         let (changes, _) = broadcast::channel(opts.change_capacity.max(16));
         Shell {
@@ -242,12 +242,10 @@ impl Shell {
     /// Applies one command; returns a flush request to answer later.
     fn handle(&mut self, cmd: Command) -> Option<Reply<()>> {
         self.model.at(self.clock.now());
-        // Lead, follow and queries step first (which lends on its own);
-        // everything else changes the model here.
-        if !matches!(
-            cmd,
-            Command::Lead { .. } | Command::Follow(_) | Command::Query(_) | Command::Flush(_)
-        ) {
+        // A flush waits for the gathered rows: they stay with the outbox.
+        // (Lending twice before taking back is harmless: the model gives
+        // the second batch back.)
+        if !matches!(cmd, Command::Flush(_)) {
             self.lend();
         }
         let m = &mut self.model;
@@ -577,8 +575,51 @@ mod tests {
         assert_eq!(st.timers_fired, 2);
         assert_eq!(st.state_changes, 4);
         assert_eq!(st.heartbeats, 1);
+        // Two agents left healthy, each measured once (the degraded pass).
+        let rendered = s.stats.hist.render();
+        let count = format!("{}_count 2", crate::stats::metric::DETECTION);
+        assert!(rendered.contains(&count), "{rendered}");
         let waiting = s.outbox.take_pending(s.model.now());
         assert!(waiting.episodes.len() >= 2, "episodes opened");
+        // An auth server that names its health address is one to watch.
+        let mut auth = server(Kind::AuthServer, "auth-2", at(3600));
+        auth.addr = "10.0.0.2:3025".into();
+        s.model
+            .apply(vec![Ingested::Change(Change::PutServer(auth))]);
+        s.carry_out();
+        let targets = s.auth_targets.borrow().clone();
+        assert_eq!(
+            targets.get("auth-2").map(String::as_str),
+            Some("10.0.0.2:3025")
+        );
+    }
+
+    /// Guards the lending of rows: across commands, each step's rows are
+    /// gathered in place and in order; a flush leaves them with the outbox
+    /// (it waits for them); a follower keeps none.
+    #[tokio::test(start_paused = true)]
+    async fn lent_rows_come_back_in_order_and_a_follower_keeps_none() {
+        let mut s = shell(ready(&[("p1", 10)], &["a1"]));
+        s.outbox.take_pending(s.model.now());
+        let heartbeat = |expires| {
+            let change = Change::PutServer(server(Kind::Proxy, "p1", expires));
+            Command::Apply(vec![Ingested::Change(change)])
+        };
+        assert!(s.handle(heartbeat(at(20))).is_none());
+        assert!(s.handle(heartbeat(at(30))).is_none());
+        let (tx, _rx) = tokio::sync::oneshot::channel();
+        assert!(s.handle(Command::Flush(tx)).is_some());
+        assert!(s.outbox.has_pending(), "the rows wait in the outbox");
+        let batch = s.outbox.take_pending(s.model.now());
+        let expiries: Vec<Option<Ts>> = batch.events.iter().map(|e| e.expires).collect();
+        assert_eq!(expiries, vec![Some(at(20)), Some(at(30))]);
+        let p1 = &batch.servers[&(Kind::Proxy, "p1".to_string())];
+        assert_eq!(p1.as_ref().map(|p| p.expires), Some(at(30)), "coalesced");
+
+        let (tx, _rx) = tokio::sync::oneshot::channel();
+        s.handle(Command::Follow(tx));
+        s.handle(heartbeat(at(40)));
+        assert!(!s.outbox.has_pending(), "a follower keeps nothing");
     }
 
     #[tokio::test(start_paused = true)]

@@ -140,7 +140,7 @@ pub fn start(
 }
 
 /// Starts the automatic, periodic and graceful loops.
-pub fn spawn(
+fn spawn(
     cfg: ReconnectConfig,
     dispatch: Arc<Dispatch>,
     fleet: FleetHandle,
@@ -390,38 +390,37 @@ impl Auto {
             })
             .collect();
         let agents: Vec<String> = reqs.iter().map(|r| r.agent.clone()).collect();
-        let (sent, refused) = match self.dispatch.send(Origin::Automatic, reqs).await {
+        // Held: looked at again soon, the attempt count unchanged. Waiting:
+        // out of the queue until a proxy turns live.
+        let mut held: Vec<String> = Vec::new();
+        let mut waiting = 0usize;
+        let sent: Vec<String> = match self.dispatch.send(Origin::Automatic, reqs).await {
             Ok(d) => {
                 if !d.sent.is_empty() {
                     debug!(signals = d.sent.len(), "automatic reconnects sent");
                 }
-                let sent: Vec<String> = d.sent.into_iter().map(|r| r.agent).collect();
-                (sent, d.refused)
+                for (agent, why) in d.refused {
+                    match why {
+                        Refusal::NoDestination => waiting += 1,
+                        _ => held.push(agent),
+                    }
+                }
+                d.sent.into_iter().map(|r| r.agent).collect()
             }
+            // The leader sends them, or the guard holds: all wait.
             Err(SendError::NotLeader | SendError::Paused(_)) => {
-                // The leader sends them, or the guard holds: all wait.
-                let held = agents.into_iter().map(|a| (a, Refusal::NotConnected));
-                (Vec::new(), held.collect())
+                held = agents;
+                Vec::new()
             }
             Err(e) => {
                 warn!(agents = agents.len(), error = %e, "automatic reconnects not sent");
-                (agents, Vec::new())
+                agents
             }
         };
-        let mut waiting = 0usize;
-        for (agent, why) in refused {
-            let Some(n) = self.needs.get_mut(&agent) else {
-                continue;
-            };
-            match why {
-                // Stays out of the queue until a proxy turns live.
-                Refusal::NoDestination => waiting += 1,
-                _ => {
-                    n.key = Some(
-                        self.queue
-                            .insert(agent, backoff.delay_with(0, &mut self.rng)),
-                    )
-                }
+        for agent in held {
+            if let Some(n) = self.needs.get_mut(&agent) {
+                let d = backoff.delay_with(0, &mut self.rng);
+                n.key = Some(self.queue.insert(agent, d));
             }
         }
         if waiting > 0 {
