@@ -51,6 +51,23 @@ impl std::fmt::Debug for ServerTls {
 }
 
 impl ServerTls {
+    /// Loads the server's TLS (see [`ServerTls::load`]) and keeps its
+    /// certificate fresh: rotated files are read again every
+    /// `server.tls_reload_interval`.
+    pub fn start(
+        cfg: &ServerConfig,
+        rt: &mut crate::supervise::Runtime,
+    ) -> Result<Option<ServerTls>, ConfigError> {
+        let tls = Self::load(cfg, rt.clock.now(), rt.stats.clone())?;
+        if let Some(t) = &tls {
+            let reload =
+                t.certs
+                    .spawn_watch(cfg.tls_reload_interval, rt.clock, rt.shutdown.clone());
+            rt.tasks.track("tls reload", reload);
+        }
+        Ok(tls)
+    }
+
     /// Reads and checks `server.tls_cert`, `tls_key` and `agent_client_ca`
     /// (valid at `now`). `None` when TLS is off.
     pub fn load(
