@@ -95,7 +95,14 @@ impl Lifeline {
         };
         let departure = standing.start(replica, rooms, &mut rt).await?;
         let access = Access::start(&cfg.access, clock);
-        let dispatch = Dispatch::new(hub.clone(), fleet.clone(), access.clone(), rt.stats.clone());
+        let restarts = cfg.signals.max_restarts_in_flight;
+        let dispatch = Dispatch::new(
+            hub.clone(),
+            fleet.clone(),
+            access.clone(),
+            rt.stats.clone(),
+            restarts,
+        );
         reconnect::start(&cfg.signals, &dispatch, &fleet, &mut rt);
         let rooms = http::Rooms {
             fleet: fleet.clone(),

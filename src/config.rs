@@ -36,7 +36,7 @@ pub use cluster::{
     AlpnUpgrade, ClusterConfig, FleetConfig, HealthConfig, SourceKind, StaticAuthServer,
 };
 pub use server::{check_external_url, ProbesConfig, ServerConfig};
-pub use signals::{SignalsConfig, MAX_RECONNECT_INTERVAL};
+pub use signals::{RestartLimit, SignalsConfig, MAX_RECONNECT_INTERVAL};
 pub use storage::{
     DbUrl, Engine, StorageConfig, MAX_AUDIT_RETENTION, MAX_REPLICA_NAME, MAX_RETENTION,
     MIN_AUDIT_RETENTION, MIN_RETENTION,
@@ -75,6 +75,8 @@ pub struct Ratio(f64);
 impl Ratio {
     pub const ONE: Ratio = Ratio(1.0);
     pub const HALF: Ratio = Ratio(0.5);
+    /// One in twenty.
+    pub const TWENTIETH: Ratio = Ratio(0.05);
 
     pub fn get(self) -> f64 {
         self.0

@@ -36,7 +36,7 @@ pub use handle::{
     AgentFacts, AgentList, Command, FleetError, FleetHandle, Query, MAX_QUEUED_READS,
 };
 pub use model::{
-    Adopted, Changes, HealthUpdate, Ingested, KindStatus, Link, Readiness, Resync, Rules,
-    Selection, Sizes, Snapshot, StateChange, Surplus, WatchState,
+    Adopted, Changes, HealthUpdate, Ingested, KindStatus, Link, PeerReport, Readiness, Restarter,
+    Resync, Rules, Selection, Sizes, Snapshot, StateChange, Surplus, WatchState,
 };
 pub use shell::start;

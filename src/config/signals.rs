@@ -64,6 +64,41 @@ pub struct SignalsConfig {
     pub hello_timeout: Duration,
     /// Largest gRPC message accepted from or sent to an agent.
     pub max_message_bytes: usize,
+    /// How long a restart-only peer (a sidecar) may take to ack a
+    /// Reconnect: it restarts its agent and waits for it to turn ready.
+    #[serde(with = "humantime_serde")]
+    pub restart_ack_timeout: Duration,
+    /// Restarts in flight across the fleet at once, on top of the storm
+    /// guard: a share of the sidecars connected and an absolute cap, the
+    /// smaller wins (at least one).
+    pub max_restarts_in_flight: RestartLimit,
+}
+
+/// `signals.max_restarts_in_flight`.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RestartLimit {
+    /// The share of connected sidecars whose agents may be restarting.
+    pub share: Ratio,
+    /// And never more than this many.
+    pub cap: usize,
+}
+
+impl Default for RestartLimit {
+    fn default() -> Self {
+        RestartLimit {
+            share: Ratio::TWENTIETH,
+            cap: 20,
+        }
+    }
+}
+
+impl RestartLimit {
+    /// Restarts that may be in flight with `sidecars` connected.
+    pub fn of(&self, sidecars: usize) -> usize {
+        let share = (self.share.get() * sidecars as f64).ceil() as usize;
+        share.min(self.cap).max(1)
+    }
 }
 
 impl Default for SignalsConfig {
@@ -87,6 +122,8 @@ impl Default for SignalsConfig {
             ack_timeout: Duration::from_secs(30),
             hello_timeout: Duration::from_secs(10),
             max_message_bytes: 4 * 1024 * 1024,
+            restart_ack_timeout: Duration::from_secs(180),
+            max_restarts_in_flight: RestartLimit::default(),
         }
     }
 }
@@ -155,6 +192,13 @@ impl SignalsConfig {
         }
         positive("signals.ack_timeout", self.ack_timeout)?;
         positive("signals.hello_timeout", self.hello_timeout)?;
+        positive("signals.restart_ack_timeout", self.restart_ack_timeout)?;
+        if self.max_restarts_in_flight.cap == 0 {
+            return Err(invalid(
+                "signals.max_restarts_in_flight.cap",
+                "must be at least 1",
+            ));
+        }
         if self.max_message_bytes < 64 * 1024 {
             return Err(invalid(
                 "signals.max_message_bytes",

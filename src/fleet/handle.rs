@@ -41,6 +41,11 @@ pub enum Command {
         proxies: Vec<String>,
         auth_server: String,
     },
+    /// What a sidecar read of the agent beside it.
+    PeerReport {
+        agent: String,
+        report: crate::fleet::model::PeerReport,
+    },
     /// Audited signals (agent, id) were sent at `at`: one command per
     /// request, however many agents it names.
     Signaled {
@@ -135,6 +140,7 @@ impl Query {
                         Some(AgentFacts {
                             holds_tunnel,
                             has_destination,
+                            restart_helps: f.restart_helps(agent),
                         })
                     })
                     .collect();
@@ -156,6 +162,8 @@ pub struct AgentFacts {
     pub holds_tunnel: bool,
     /// A live proxy it is not on exists: a Reconnect can move it.
     pub has_destination: bool,
+    /// A graceful restart can help it (see `Model::restart_helps`).
+    pub restart_helps: bool,
 }
 
 /// One page of the agent list with what the page shows around it.

@@ -31,7 +31,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
-pub use entries::{AgentEntry, AuthEntry, Link, ResEntry, Rules, TunnelEntry};
+pub use entries::{
+    AgentEntry, AuthEntry, Link, PeerReport, ResEntry, Restarter, Rules, TunnelEntry,
+};
 pub use io::{
     BoardOp, Changes, Effects, HealthUpdate, Ingested, KindStatus, Readiness, Resync, Snapshot,
     StateChange, Tally, WatchState,

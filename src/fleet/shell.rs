@@ -283,6 +283,7 @@ impl Shell {
                 proxies,
                 auth_server,
             } => m.report(&agent, proxies, auth_server),
+            Command::PeerReport { agent, report } => m.peer_report(&agent, report),
             Command::Signaled { signals, at } => {
                 for (agent, id) in signals {
                     m.signaled(&agent, id, at);

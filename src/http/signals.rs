@@ -174,7 +174,14 @@ pub(super) async fn reconnect_agent(
                 "agent {name:?} is not connected to Lifeline's signal stream, so it cannot be told to reconnect; it will get signals once it connects"
             ),
         },
-        Refusal::NoSuchTunnel | Refusal::NoDestination => ApiError::Conflict {
+        Refusal::RestartsInFlight => ApiError::TooMany {
+            code: "restarts_in_flight",
+            message: format!(
+                "agent {name:?} is restarted by its sidecar, and as many restarts as signals.max_restarts_in_flight allows are in flight; retry when they are done"
+            ),
+            retry_after: 10,
+        },
+        Refusal::NoSuchTunnel | Refusal::NoDestination | Refusal::RestartWouldNotHelp => ApiError::Conflict {
             code: "no_such_tunnel",
             message: format!(
                 "agent {name:?} holds no tunnel to proxy {:?}",

@@ -14,7 +14,12 @@
 //! 5. the agent is reachable: its stream is on this replica or on a live
 //!    other one;
 //! 6. rate: one manual reconnect of an agent per
-//!    `access.manual_reconnect_interval`.
+//!    `access.manual_reconnect_interval`;
+//! 7. a restart-only peer (a sidecar beside a Teleport agent) takes only
+//!    reconnects, which restart its agent: never a periodic one or a
+//!    CloseTunnel, an automatic one only when a restart can help, and no
+//!    more restarts in flight at once than `signals.max_restarts_in_flight`
+//!    allows.
 //!
 //! The first two refuse a whole batch; the rest refuse an agent, named
 //! with why. Must not touch: agent streams or the audit (the hub's).
@@ -28,6 +33,7 @@ use tokio::sync::watch;
 use super::hub::{Hub, SendError, SignalRequest};
 use crate::access::Access;
 use crate::clock::Ts;
+use crate::config::RestartLimit;
 use crate::fleet::FleetHandle;
 use crate::stats::Stats;
 use crate::store::signals::SignalRecord;
@@ -59,6 +65,12 @@ pub enum Refusal {
     /// A manual reconnect of it went out less than the interval ago; the
     /// next is admitted after this wait.
     RateLimited(Duration),
+    /// Its peer restarts the agent, and a restart cannot help here (or
+    /// the signal is not one a restart carries out).
+    RestartWouldNotHelp,
+    /// As many restarts as `signals.max_restarts_in_flight` allows are
+    /// already awaiting their agents.
+    RestartsInFlight,
 }
 
 impl Refusal {
@@ -71,6 +83,12 @@ impl Refusal {
             Refusal::NotConnected => "not connected to Lifeline",
             Refusal::RateLimited(_) => {
                 "rate limited: asked to reconnect less than access.manual_reconnect_interval ago"
+            }
+            Refusal::RestartWouldNotHelp => {
+                "a sidecar restarts this agent, and a restart would not help it now"
+            }
+            Refusal::RestartsInFlight => {
+                "too many restarts in flight (signals.max_restarts_in_flight); try again when they are done"
             }
         }
     }
@@ -110,6 +128,8 @@ pub struct Dispatch {
     stats: Arc<Stats>,
     /// The storm guard: the automatic loop decides it, admission reads it.
     guard: watch::Sender<Guard>,
+    /// Restarts in flight at once.
+    restart_limit: RestartLimit,
 }
 
 impl Dispatch {
@@ -118,6 +138,7 @@ impl Dispatch {
         fleet: FleetHandle,
         access: Arc<Access>,
         stats: Arc<Stats>,
+        restart_limit: RestartLimit,
     ) -> Arc<Dispatch> {
         let guard = watch::Sender::new(Guard {
             share_limit: hub.settings.storm_share(),
@@ -129,6 +150,7 @@ impl Dispatch {
             access,
             stats,
             guard,
+            restart_limit,
         })
     }
 
@@ -179,12 +201,38 @@ impl Dispatch {
             .map_err(|_| SendError::FleetGone)?;
         let agents: Vec<String> = reqs.iter().map(|r| r.agent.clone()).collect();
         let reachable = self.hub.reachable_of(&agents).await;
+        let restart_only = self.hub.restart_only_of(&agents);
+        let (mut restarts, sidecars) = self.hub.restarts();
+        let restart_limit = self.restart_limit.of(sidecars);
         let mut out = Dispatched::default();
         let mut admitted = Vec::with_capacity(reqs.len());
         for (req, facts) in reqs.into_iter().zip(facts) {
             let refusal = match facts {
                 None => Some(Refusal::UnknownAgent),
                 Some(_) if !reachable.contains(&req.agent) => Some(Refusal::NotConnected),
+                Some(f) if restart_only.contains(&req.agent) => {
+                    let helps = match origin {
+                        Origin::Manual => f.holds_tunnel,
+                        Origin::Automatic => f.restart_helps,
+                        Origin::Periodic | Origin::Graceful => false,
+                    };
+                    if !helps {
+                        Some(Refusal::RestartWouldNotHelp)
+                    } else if restarts >= restart_limit {
+                        Some(Refusal::RestartsInFlight)
+                    } else if origin == Origin::Manual {
+                        self.access
+                            .admit_reconnect(&req.agent)
+                            .err()
+                            .map(Refusal::RateLimited)
+                    } else {
+                        None
+                    }
+                    .or_else(|| {
+                        restarts += 1;
+                        None
+                    })
+                }
                 Some(f) if !f.holds_tunnel && origin != Origin::Automatic => {
                     Some(Refusal::NoSuchTunnel)
                 }

@@ -5,7 +5,7 @@
 //! number for discovery (see `board`): a stuck agent's stream only stops
 //! pulling; nothing else waits on it and nothing grows.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,8 +23,8 @@ use super::peers::{Inbound, Peers};
 use crate::access::AgentGrant;
 use crate::clock::{dur_micros, Clock, Ts};
 use crate::fleet::board::{Board, Pending};
-use crate::fleet::Link;
 use crate::fleet::{Command, FleetHandle};
+use crate::fleet::{Link, PeerReport, Restarter};
 use crate::model::{text, Outcome};
 use crate::proto::to_timestamp;
 use crate::proto::v1 as pb;
@@ -62,6 +62,8 @@ pub struct HubConfig {
     pub signal_queue: usize,
     pub hello_timeout: Duration,
     pub ack_timeout: Duration,
+    /// A restart-only peer's ack may take this long (see `Capabilities`).
+    pub restart_ack_timeout: Duration,
     pub max_message_bytes: usize,
     /// The other replicas that may hold agents' streams (or none).
     pub peers: Arc<dyn Peers>,
@@ -84,6 +86,7 @@ impl HubConfig {
             signal_queue: c.signal_queue,
             hello_timeout: c.hello_timeout,
             ack_timeout: c.ack_timeout,
+            restart_ack_timeout: c.restart_ack_timeout,
             max_message_bytes: c.max_message_bytes,
             peers,
             leadership,
@@ -147,6 +150,8 @@ struct Conn {
     tx: mpsc::Sender<pb::Signal>,
     /// Where it comes from, for the log when another claims its name.
     peer: String,
+    /// A sidecar that restarts its agent instead of moving a tunnel.
+    restart_only: bool,
 }
 
 struct InFlight {
@@ -156,6 +161,8 @@ struct InFlight {
     deadline: Ts,
     /// The `signal.send` span, parent of the ack's.
     trace: Option<TraceRef>,
+    /// A restart: its peer restarts its agent.
+    restart: bool,
 }
 
 pub struct Hub {
@@ -283,6 +290,28 @@ impl Hub {
         lock(&self.in_flight).len()
     }
 
+    /// Restarts awaiting their ack on this replica, and the restart-only
+    /// peers (sidecars) connected to it.
+    pub fn restarts(&self) -> (usize, usize) {
+        let in_flight = lock(&self.in_flight).values().filter(|f| f.restart).count();
+        let sidecars = lock(&self.conns)
+            .values()
+            .filter(|c| c.restart_only)
+            .count();
+        (in_flight, sidecars)
+    }
+
+    /// The agents among `agents` whose stream here is a restart-only
+    /// peer's.
+    pub fn restart_only_of(&self, agents: &[String]) -> HashSet<String> {
+        let conns = lock(&self.conns);
+        agents
+            .iter()
+            .filter(|a| conns.get(a.as_str()).is_some_and(|c| c.restart_only))
+            .cloned()
+            .collect()
+    }
+
     fn update(&self, u: SignalUpdate) {
         if self.updates.try_send(u).is_err() {
             Stats::inc(&self.stats.signal_updates_dropped);
@@ -404,6 +433,13 @@ impl Hub {
                 span.record("outcome", "relayed");
                 continue;
             }
+            // A restart waits for its agent to turn ready before the ack.
+            let restart = self.is_restart_only(&row.agent);
+            let deadline = if restart {
+                now.saturating_add(self.cfg.restart_ack_timeout)
+            } else {
+                deadline
+            };
             let signal = wire(
                 row.id,
                 req.ask,
@@ -418,6 +454,7 @@ impl Hub {
                 created: now,
                 deadline,
                 trace,
+                restart,
             };
             match self.enqueue(signal, flight) {
                 Ok(()) => {
@@ -549,7 +586,13 @@ impl Hub {
     /// holds the name: a second stream never takes a live one's signals
     /// (its peer is only told to wait; the first ends when its agent goes
     /// or its connection fails HTTP/2 keepalive). `None`: refused.
-    fn register(&self, agent: &str, tx: mpsc::Sender<pb::Signal>, peer: &str) -> Option<u64> {
+    fn register(
+        &self,
+        agent: &str,
+        tx: mpsc::Sender<pb::Signal>,
+        peer: &str,
+        restart_only: bool,
+    ) -> Option<u64> {
         let id = self.next_conn.fetch_add(1, Ordering::Relaxed);
         let mut conns = lock(&self.conns);
         if let Some(held) = conns.get(agent).filter(|c| !c.tx.is_closed()) {
@@ -568,6 +611,7 @@ impl Hub {
                     id,
                     tx,
                     peer: peer.to_string(),
+                    restart_only,
                 },
             )
             .is_some();
@@ -580,6 +624,10 @@ impl Hub {
             );
         }
         Some(id)
+    }
+
+    fn is_restart_only(&self, agent: &str) -> bool {
+        lock(&self.conns).get(agent).is_some_and(|c| c.restart_only)
     }
 
     /// Removes the stream if it is still the agent's current one.

@@ -40,7 +40,31 @@ impl v1::AgentMessage {
                 agent: agent.to_string(),
                 version: version.to_string(),
                 desired_tunnels,
+                capabilities: None,
             })),
+        }
+    }
+
+    /// The Hello of a restart-only peer (a sidecar beside an agent that
+    /// speaks none of this protocol).
+    pub fn hello_restart_only(agent: &str, version: &str, method: &str, dry_run: bool) -> Self {
+        v1::AgentMessage {
+            msg: Some(v1::agent_message::Msg::Hello(v1::Hello {
+                agent: agent.to_string(),
+                version: version.to_string(),
+                desired_tunnels: 0,
+                capabilities: Some(v1::Capabilities {
+                    restart_only: true,
+                    restart_method: method.to_string(),
+                    dry_run,
+                }),
+            })),
+        }
+    }
+
+    pub fn report(report: v1::AgentReport) -> Self {
+        v1::AgentMessage {
+            msg: Some(v1::agent_message::Msg::Report(report)),
         }
     }
 

@@ -391,9 +391,14 @@ impl Model {
         }
     }
 
-    /// An agent's own report of its tunnels. Merged with the cluster's
-    /// tunnel records, latest observation wins: a proxy it no longer names
-    /// loses its tunnel, a proxy it names without a tunnel gains one.
+    /// What a sidecar read of its agent: kept with the agent's link for
+    /// its page, beside the cluster's own evidence.
+    pub fn peer_report(&mut self, agent: &str, report: super::PeerReport) {
+        if let Some(l) = self.links.get_mut(agent) {
+            l.report = Some(report);
+        }
+    }
+
     /// An agent's own report of its tunnels. Only names the cluster knows
     /// count: a report from an agent it does not know is refused, and a
     /// proxy it does not know is left out (both counted), so a report can

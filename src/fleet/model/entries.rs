@@ -201,6 +201,37 @@ pub struct Link {
     /// The auth server the agent last reported.
     pub auth_server: String,
     pub reports: u64,
+    /// How the peer acts on its agent: `None` for an agent that holds its
+    /// own tunnels; a restart-only peer (a sidecar beside a Teleport
+    /// agent) restarts it gracefully instead.
+    pub restart: Option<Restarter>,
+    /// What a sidecar last read of its agent.
+    pub report: Option<PeerReport>,
+}
+
+/// A restart-only peer, as its Hello describes it.
+#[derive(Clone, Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct Restarter {
+    /// How it restarts the agent ("systemd reload teleport.service").
+    pub method: String,
+    /// It only says what it would do.
+    pub dry_run: bool,
+}
+
+/// A sidecar's account of the agent beside it.
+#[derive(Clone, Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct PeerReport {
+    /// The agent's own readiness (Teleport's `/readyz` status), or why it
+    /// could not be read.
+    pub status: String,
+    /// The agent's process, when known.
+    pub pid: Option<u32>,
+    /// The last restart the sidecar carried out.
+    pub last_restart: Option<Ts>,
+    /// How long that restart took to report ready, in milliseconds.
+    pub last_restart_ready_ms: Option<u64>,
+    /// When the report arrived.
+    pub at: Ts,
 }
 
 impl AgentEntry {

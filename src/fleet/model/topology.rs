@@ -176,6 +176,21 @@ impl Model {
         Some(proxy.is_none_or(|p| self.tunnels_of(agent).any(|t| t.tunnel.proxy == p)))
     }
 
+    /// A graceful restart of `agent` can help it: it is stranded because
+    /// its Auth is unhealthy, its own heartbeats expired, or it holds no
+    /// live tunnel although tunnels of it were seen. Never for an agent
+    /// that is merely degraded.
+    pub(in crate::fleet) fn restart_helps(&self, agent: &str) -> bool {
+        let Some(a) = self.agents.get(agent) else {
+            return false;
+        };
+        a.state == crate::model::AgentState::Stranded
+            && (a.reasons.contains(crate::model::Reason::AuthUnhealthy)
+                || a.reasons.contains(crate::model::Reason::AgentExpired)
+                || (a.reasons.contains(crate::model::Reason::NoLiveTunnel)
+                    && self.tunnels_of(agent).next().is_some()))
+    }
+
     pub(in crate::fleet) fn knows_address(&self, addr: &str) -> bool {
         self.proxies.values().any(|p| p.server.addr == addr)
             || self.auths.values().any(|a| {

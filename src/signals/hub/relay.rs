@@ -156,7 +156,13 @@ impl Hub {
             }
             let _span =
                 info_span!("signal.relayed", signal.id = row.id, agent = %row.agent).entered();
-            let deadline = row.created.saturating_add(self.cfg.ack_timeout);
+            let restart = self.is_restart_only(&row.agent);
+            let wait = if restart {
+                self.cfg.restart_ack_timeout
+            } else {
+                self.cfg.ack_timeout
+            };
+            let deadline = row.created.saturating_add(wait);
             let ask = match row.kind {
                 SignalKind::Reconnect => Ask::Reconnect { proxy: row.proxy },
                 SignalKind::CloseTunnel => Ask::CloseTunnel { proxy: row.proxy },
@@ -168,6 +174,7 @@ impl Hub {
                 created: row.created,
                 deadline,
                 trace: None,
+                restart,
             };
             match self.enqueue(signal, flight) {
                 Ok(()) => sent += 1,

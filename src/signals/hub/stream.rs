@@ -59,8 +59,16 @@ impl AgentSignals for Service {
                 "this stream may not speak for agent {agent:?}: {why}"
             )));
         }
+        let restart = match restarter(hello.capabilities.as_ref()) {
+            Ok(r) => r,
+            Err(why) => {
+                Stats::inc(&hub.stats.agent_messages_rejected);
+                return Err(Status::invalid_argument(why));
+            }
+        };
+        let restart_only = restart.is_some();
         let (tx, rx) = mpsc::channel(hub.cfg.signal_queue.max(1));
-        let Some(conn) = hub.register(&agent, tx, &peer) else {
+        let Some(conn) = hub.register(&agent, tx, &peer, restart_only) else {
             Stats::inc(&hub.stats.agent_join_refused);
             return Err(Status::already_exists(format!(
                 "agent {agent:?} already holds a signal stream; a second is refused until that one ends"
@@ -72,6 +80,8 @@ impl AgentSignals for Service {
             desired_tunnels: hello.desired_tunnels,
             auth_server: String::new(),
             reports: 0,
+            restart,
+            report: None,
         };
         if hub
             .fleet
@@ -88,7 +98,7 @@ impl AgentSignals for Service {
         debug!(%agent, "agent signal stream open");
         let span = info_span!("signals.agent_stream", %agent);
         tokio::spawn(read_agent(hub.clone(), agent.clone(), conn, inbound).instrument(span));
-        Ok(Response::new(Box::pin(outbound(hub, rx))))
+        Ok(Response::new(Box::pin(outbound(hub, rx, restart_only))))
     }
 }
 
@@ -129,6 +139,20 @@ async fn read_agent(
                     }
                 }
                 Some(pb::agent_message::Msg::Ack(a)) => hub.ack(&agent, a),
+                Some(pb::agent_message::Msg::Report(r)) => {
+                    let Some(report) = peer_report(&r, hub.clock.now()) else {
+                        Stats::inc(&hub.stats.agent_messages_rejected);
+                        warn!(%agent, "agent report refused: its status is not printable text or its times are out of range");
+                        continue;
+                    };
+                    let cmd = Command::PeerReport {
+                        agent: agent.clone(),
+                        report,
+                    };
+                    if hub.fleet.send(cmd).await.is_err() {
+                        break;
+                    }
+                }
                 Some(pb::agent_message::Msg::Hello(_)) | None => {
                     Stats::inc(&hub.stats.agent_messages_rejected);
                     debug!(%agent, "ignored a second Hello or an empty message");
@@ -147,18 +171,72 @@ async fn read_agent(
     }
 }
 
+/// Longest restart method a Hello may describe.
+const MAX_METHOD: usize = 200;
+/// Longest agent status a report may carry.
+const MAX_STATUS: usize = 200;
+
+/// What a Hello's capabilities say of its peer: `None` for an agent that
+/// holds its own tunnels; the error names what is wrong.
+fn restarter(c: Option<&pb::Capabilities>) -> Result<Option<Restarter>, String> {
+    let Some(c) = c.filter(|c| c.restart_only) else {
+        return Ok(None);
+    };
+    if c.restart_method.len() > MAX_METHOD || c.restart_method.chars().any(text::is_unsafe) {
+        return Err(format!(
+            "Hello.capabilities.restart_method must be at most {MAX_METHOD} bytes of printable text"
+        ));
+    }
+    Ok(Some(Restarter {
+        method: c.restart_method.clone(),
+        dry_run: c.dry_run,
+    }))
+}
+
+/// A sidecar's report, checked: printable status, times within range.
+fn peer_report(r: &pb::AgentReport, now: crate::clock::Ts) -> Option<PeerReport> {
+    if r.status.chars().any(text::is_unsafe) {
+        return None;
+    }
+    let last_restart = match &r.last_restart {
+        Some(t) => Some(crate::proto::timestamp(t)?),
+        None => None,
+    };
+    let last_restart_ready_ms = match &r.last_restart_ready {
+        Some(d) if d.seconds < 0 || d.nanos < 0 => return None,
+        Some(d) => Some(
+            (d.seconds as u64)
+                .checked_mul(1000)?
+                .checked_add(d.nanos as u64 / 1_000_000)?,
+        ),
+        None => None,
+    };
+    Some(PeerReport {
+        status: text::bounded(&r.status, MAX_STATUS),
+        pid: (r.pid != 0).then_some(r.pid),
+        last_restart,
+        last_restart_ready_ms,
+        at: now,
+    })
+}
+
 /// What Lifeline sends one agent: a full Discovery first, then deltas as
-/// proxies heartbeat, and every queued control signal.
+/// proxies heartbeat, and every queued control signal. A restart-only
+/// peer gets the control signals alone: the agent beside it finds its
+/// proxies its own way.
 fn outbound(
     hub: Arc<Hub>,
     mut rx: mpsc::Receiver<pb::Signal>,
+    restart_only: bool,
 ) -> impl Stream<Item = Result<pb::Signal, Status>> + Send {
     async_stream::stream! {
         let mut versions = hub.board.subscribe();
         let first = hub.board.full(hub.clock.now());
         let mut sent = first.version;
         versions.borrow_and_update();
-        yield Ok(hub.discovery(first));
+        if !restart_only {
+            yield Ok(hub.discovery(first));
+        }
         let mut full_tick = tokio::time::interval_at(
             hub.clock.deadline_in(hub.cfg.full_discovery_interval),
             hub.cfg.full_discovery_interval,
@@ -176,7 +254,7 @@ fn outbound(
                     // Replaced by a newer stream of the same agent.
                     None => break,
                 },
-                changed = versions.changed() => {
+                changed = versions.changed(), if !restart_only => {
                     if changed.is_err() {
                         break;
                     }
@@ -192,7 +270,7 @@ fn outbound(
                     }
                 }
                 _ = full_tick.tick() => {
-                    if hub.settings.full_discovery() {
+                    if hub.settings.full_discovery() && !restart_only {
                         let p = hub.board.full(hub.clock.now());
                         sent = p.version;
                         yield Ok(hub.discovery(p));

@@ -155,15 +155,39 @@ pub async fn agent(
         fmt::left(now, d.ttl_window.expires_at),
         d.ttl_window.heartbeats_missed
     );
-    let link = d.link.as_ref().map(|l| {
-        format!(
+    let link = d.link.as_ref().map(|l| match &l.restart {
+        None => format!(
             "connected since {} ({}) · version {} · wants {} tunnel(s) · {} report(s)",
             fmt::hms(l.since),
             fmt::ago(now, l.since),
             l.version,
             l.desired_tunnels,
             l.reports
-        )
+        ),
+        Some(r) => {
+            let mut line = format!(
+                "sidecar {} · {}{} · connected since {} ({})",
+                l.version,
+                r.method,
+                if r.dry_run { " (dry run)" } else { "" },
+                fmt::hms(l.since),
+                fmt::ago(now, l.since),
+            );
+            if let Some(p) = &l.report {
+                if let Some(at) = p.last_restart {
+                    line.push_str(&format!(" · last restart {}", fmt::hms(at)));
+                    if let Some(ms) = p.last_restart_ready_ms {
+                        line.push_str(&format!(", ready in {:.1} s", ms as f64 / 1000.0));
+                    }
+                }
+                line.push_str(&format!(" · the agent says: {}", p.status));
+                if let Some(pid) = p.pid {
+                    line.push_str(&format!(" (pid {pid})"));
+                }
+                line.push_str(&format!(" at {}", fmt::hms(p.at)));
+            }
+            line
+        }
     });
     let auth_health = d
         .item
