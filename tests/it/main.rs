@@ -23,6 +23,7 @@ mod reconnect;
 mod replicas;
 mod schema;
 mod settings;
+mod sidecar;
 mod signals;
 mod storage;
 mod stranded;

@@ -1,0 +1,26 @@
+//! `lifeline-agent`: the sidecar beside a Teleport agent. Teleport's agents
+//! speak none of Lifeline's `AgentSignals`, and Teleport offers no call
+//! that makes one agent re-create its tunnels; it does offer a graceful
+//! restart (SIGHUP: a child with fresh tunnels takes over, open sessions
+//! stay on the parent until they end). This crate holds the signal stream
+//! on its host's behalf and turns a Reconnect into that restart.
+//!
+//! - `config`: the file and `LIFELINE_AGENT_*` variables, checked;
+//! - `session`: the streams to every Lifeline replica, with backoff;
+//! - `restart`: the restart and the wait for a new, ready process;
+//! - `probe`: what the agent says of itself (`/readyz`, the PID file).
+//!
+//! Must not touch: anything of the server's. It shares only the generated
+//! wire code (`lifeline-proto`).
+
+pub mod clock;
+pub mod config;
+pub mod probe;
+pub mod restart;
+pub mod session;
+
+pub use config::{AgentConfig, ConfigError, FileConfig};
+
+/// The exit code of a configuration Lifeline-agent cannot run with
+/// (sysexits' EX_CONFIG).
+pub const EXIT_CONFIG: i32 = 78;

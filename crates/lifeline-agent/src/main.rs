@@ -1,0 +1,84 @@
+//! The `lifeline-agent` command: parses its arguments and configuration,
+//! then holds its signal streams until SIGTERM or SIGINT.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use lifeline_agent::{FileConfig, EXIT_CONFIG};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Parser)]
+#[command(
+    name = "lifeline-agent",
+    version,
+    about = "Holds Lifeline's signal stream for the Teleport agent beside it, and turns a reconnect into Teleport's graceful restart"
+)]
+struct Args {
+    /// The configuration file (TOML); `LIFELINE_AGENT_*` variables override it.
+    #[arg(long, short, env = "LIFELINE_AGENT_CONFIG")]
+    config: Option<PathBuf>,
+    /// Only say what a restart would do.
+    #[arg(long)]
+    dry_run: bool,
+    /// Check the configuration, print what it resolves to, and exit.
+    #[arg(long)]
+    check: bool,
+}
+
+fn main() {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("LIFELINE_AGENT_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cfg = match FileConfig::load(args.config.as_deref()).and_then(|mut f| {
+        f.dry_run |= args.dry_run;
+        f.check()
+    }) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("lifeline-agent: bad configuration: {e}");
+            std::process::exit(EXIT_CONFIG);
+        }
+    };
+    if args.check {
+        println!(
+            "host {} · lifeline {} · restart: {} · {}",
+            cfg.host_id,
+            cfg.lifeline.join(", "),
+            cfg.restart,
+            if cfg.dry_run { "dry run" } else { "acting" }
+        );
+        return;
+    }
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("lifeline-agent: cannot start its runtime: {e}");
+            std::process::exit(71);
+        }
+    };
+    rt.block_on(async {
+        let stop = CancellationToken::new();
+        let on_signal = stop.clone();
+        tokio::spawn(async move {
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(s) => s,
+                    Err(_) => return,
+                };
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            on_signal.cancel();
+        });
+        lifeline_agent::session::run(cfg, stop).await;
+    });
+}

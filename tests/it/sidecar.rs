@@ -1,0 +1,373 @@
+//! `lifeline-agent`, the sidecar beside a Teleport agent: driven against a
+//! real Lifeline (gRPC over TLS, its join token) and a stand-in Teleport
+//! process (`tests/fixtures/standin-teleport.py`: a PID file, `/readyz`
+//! with `{status, pid}`, and on SIGHUP a successor with a new PID that
+//! turns ready after a delay). Real time: the stand-in is a real process.
+
+use crate::support;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use lifeline_agent::config::{FileConfig, List, Method};
+use lifeline_agent::restart::Restarter;
+use lifeline_agent::session;
+use serde_json::Value;
+use support::{Cluster, Running};
+use tokio_util::sync::CancellationToken;
+
+const HOST: &str = "agent-00001";
+
+/// The stand-in Teleport process, stopped (whichever successor holds the
+/// PID file) when the test ends.
+struct Teleport {
+    pid_file: PathBuf,
+    log: PathBuf,
+    port: u16,
+    /// Its files; removed after the process is stopped.
+    dir: tempfile::TempDir,
+    /// The process the test started (its successors are their own).
+    first: Option<std::process::Child>,
+}
+
+impl Teleport {
+    fn start(successor_ready_after: f64, never_ready: bool) -> Teleport {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let mut t = Teleport {
+            pid_file: dir.path().join("teleport.pid"),
+            log: dir.path().join("teleport.log"),
+            port,
+            dir,
+            first: None,
+        };
+        let script =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/standin-teleport.py");
+        let mut cmd = std::process::Command::new("python3");
+        cmd.arg(script)
+            .args(["--pid-file", &t.pid_file.to_string_lossy()])
+            .args(["--port", &port.to_string()])
+            .args(["--log", &t.log.to_string_lossy()])
+            .args([
+                "--successor-ready-after",
+                &successor_ready_after.to_string(),
+            ]);
+        if never_ready {
+            cmd.arg("--successor-never-ready");
+        }
+        t.first = Some(cmd.spawn().expect("python3 runs the stand-in Teleport"));
+        t
+    }
+
+    fn pid(&self) -> Option<u32> {
+        std::fs::read_to_string(&self.pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+    }
+
+    fn starts(&self) -> usize {
+        std::fs::read_to_string(&self.log)
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+    }
+
+    fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn diag(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Teleport {
+    fn drop(&mut self) {
+        if let Some(pid) = self.pid() {
+            let _ = std::process::Command::new("kill")
+                .arg(pid.to_string())
+                .status();
+        }
+        if let Some(mut first) = self.first.take() {
+            // Gone after its restart, or stopped just now.
+            let _ = first.kill();
+            let _ = first.wait();
+        }
+    }
+}
+
+/// The sidecar's file configuration for the running Lifeline.
+fn sidecar_file(c: &Running, t: &Teleport) -> FileConfig {
+    let dir = t.dir();
+    let tls = c.tls.as_ref().expect("the cluster serves TLS");
+    let token = dir.join("join-token");
+    std::fs::write(&token, format!("{}\n", lifeline::sim::SIM_JOIN_TOKEN)).expect("token file");
+    FileConfig {
+        lifeline: List::One(format!("https://localhost:{}", c.ll().grpc_addr.port())),
+        ca_file: Some(tls.ca_file.clone()),
+        token_file: Some(token),
+        host_id: Some(HOST.into()),
+        restart: Method::Pidfile,
+        pid_file: t.pid_file.clone(),
+        diag_addr: Some(t.diag()),
+        ready_timeout: Duration::from_secs(20),
+        report_interval: Duration::from_millis(500),
+        ..FileConfig::default()
+    }
+}
+
+async fn until(c: &Running, what: &str, mut cond: impl FnMut() -> bool) {
+    c.eventually(what, || {
+        let v = cond();
+        async move { v }
+    })
+    .await;
+}
+
+async fn outcome(c: &Running, id: i64, want: &str) -> Value {
+    c.eventually(&format!("signal {id} {want}"), || async {
+        c.ok(&format!("/api/v1/signals/{id}")).await["outcome"] == want
+    })
+    .await;
+    c.ok(&format!("/api/v1/signals/{id}")).await
+}
+
+async fn reconnect(c: &Running) -> (u16, Value) {
+    c.post(
+        &format!("/api/v1/agents/{HOST}/reconnect"),
+        r#"{"reason":"test"}"#,
+    )
+    .await
+}
+
+/// Starts a Lifeline (TLS on gRPC, manual reconnects every second) and a
+/// stand-in Teleport, and the sidecar between them; waits until the
+/// sidecar's stream is open.
+async fn setup(
+    successor_ready_after: f64,
+    never_ready: bool,
+    tweak: impl FnOnce(&mut FileConfig),
+) -> (Running, Teleport, CancellationToken) {
+    let c = Cluster::new()
+        .agents(2)
+        .tls(false)
+        .config(|cfg| cfg.access.manual_reconnect_interval = Duration::from_secs(1))
+        .start()
+        .await;
+    let t = Teleport::start(successor_ready_after, never_ready);
+    until(&c, "the stand-in Teleport wrote its PID", || {
+        t.pid().is_some()
+    })
+    .await;
+    let mut file = sidecar_file(&c, &t);
+    tweak(&mut file);
+    let cfg = file.check().expect("the sidecar's configuration checks");
+    let stop = CancellationToken::new();
+    tokio::spawn(session::run(cfg, stop.clone()));
+    until(&c, "the sidecar's stream open", || {
+        c.ll().hub.reachable(HOST)
+    })
+    .await;
+    (c, t, stop)
+}
+
+/// A manual reconnect restarts the agent through its sidecar: SIGHUP to the
+/// PID file's process, a successor with a new PID, acked once that one says
+/// it is ready, with the readiness time in the audit; the agent's page says
+/// how it is acted on and what the sidecar read. A second within the
+/// cooldown is refused by the sidecar, and nothing is restarted.
+#[tokio::test]
+async fn a_reconnect_restarts_the_agent_through_its_sidecar() {
+    let (c, t, stop) = setup(1.0, false, |_| {}).await;
+    let before = t.pid().expect("pid");
+
+    let (status, body) = reconnect(&c).await;
+    assert_eq!(status, 202, "{body}");
+    let id = body["id"].as_i64().expect("signal id");
+    let row = outcome(&c, id, "acked").await;
+    let detail = row["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("ready after"), "{row}");
+    assert!(detail.contains(&format!("pid {before} →")), "{row}");
+    let after = t.pid().expect("pid");
+    assert_ne!(after, before, "a new process holds the PID file");
+    assert_eq!(t.starts(), 2, "one restart");
+
+    // The agent's page: the sidecar, its method, the last restart and what
+    // the agent says of itself.
+    c.eventually("the sidecar's report of the new process", || async {
+        let (_, html) = c.get_text(&format!("/agents/{HOST}")).await;
+        html.contains("SIGHUP to the PID in its PID file")
+            && html.contains("last restart")
+            && html.contains(&format!("(pid {after})"))
+    })
+    .await;
+
+    // Within the cooldown: refused by the sidecar, nothing restarted.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let (status, body) = reconnect(&c).await;
+    assert_eq!(status, 202, "{body}");
+    let row = outcome(&c, body["id"].as_i64().expect("id"), "failed").await;
+    assert!(
+        row["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("cooling down"),
+        "{row}"
+    );
+    assert_eq!(t.starts(), 2, "no second restart");
+    stop.cancel();
+}
+
+/// A successor that never turns ready: the ack says so (`ok=false`) once
+/// `ready_timeout` has passed.
+#[tokio::test]
+async fn a_successor_that_never_turns_ready_fails_the_restart() {
+    let (c, t, stop) = setup(0.0, true, |f| f.ready_timeout = Duration::from_secs(2)).await;
+    let before = t.pid();
+
+    let (status, body) = reconnect(&c).await;
+    assert_eq!(status, 202, "{body}");
+    let row = outcome(&c, body["id"].as_i64().expect("id"), "failed").await;
+    assert!(
+        row["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("no new process was ready within 2s"),
+        "{row}"
+    );
+    assert_ne!(
+        t.pid(),
+        before,
+        "it was restarted, and the successor is not ready"
+    );
+    stop.cancel();
+}
+
+/// `restart = "systemd"` runs `systemctl reload <unit>` (a stub that
+/// records its arguments stands in for systemctl, and restarts the
+/// stand-in as the shipped unit's ExecReload does); a dry run only says
+/// what it would do.
+#[tokio::test]
+async fn systemd_reloads_the_unit_and_a_dry_run_only_says_so() {
+    let t = Teleport::start(0.5, false);
+    let calls = t.dir().join("systemctl.calls");
+    let stub = t.dir().join("systemctl");
+    std::fs::write(
+        &stub,
+        format!(
+            "#!/bin/sh\necho \"$@\" >> {}\nexec kill -HUP \"$(cat {})\"\n",
+            calls.display(),
+            t.pid_file.display()
+        ),
+    )
+    .expect("stub");
+    std::fs::set_permissions(&stub, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    for _ in 0..200 {
+        if t.pid().is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let base = FileConfig {
+        lifeline: List::One("http://127.0.0.1:1".into()),
+        host_id: Some(HOST.into()),
+        restart: Method::Systemd,
+        systemctl: stub.clone(),
+        pid_file: t.pid_file.clone(),
+        diag_addr: Some(t.diag()),
+        ready_timeout: Duration::from_secs(20),
+        ..FileConfig::default()
+    };
+
+    let dry = Restarter::new(
+        &FileConfig {
+            dry_run: true,
+            ..base.clone()
+        }
+        .check()
+        .expect("checks"),
+    );
+    let done = dry.restart("a test").await;
+    assert!(!done.ok);
+    assert!(
+        done.detail
+            .contains("dry run: would restart the agent (systemd reload teleport.service)"),
+        "{done:?}"
+    );
+    assert!(!calls.exists(), "a dry run runs nothing");
+
+    let before = t.pid();
+    let r = Restarter::new(&base.check().expect("checks"));
+    let done = r.restart("a test").await;
+    assert!(done.ok, "{done:?}");
+    assert_eq!(
+        std::fs::read_to_string(&calls).expect("calls").trim(),
+        "reload teleport.service"
+    );
+    assert_ne!(t.pid(), before);
+    assert!(r.last().ready_after.is_some());
+}
+
+/// A wrong join token, or no CA for Lifeline's certificate: the stream is
+/// refused with the reason, and the configuration names the field.
+#[tokio::test]
+async fn a_bad_join_token_or_certificate_fails_clearly() {
+    let c = Cluster::new().agents(1).tls(false).start().await;
+    let t = Teleport::start(0.1, false);
+    let mut file = sidecar_file(&c, &t);
+    let wrong = t.dir().join("wrong-token");
+    std::fs::write(&wrong, "not-the-token").expect("token");
+    file.token_file = Some(wrong);
+    let cfg = file.clone().check().expect("checks");
+    let addr = cfg.lifeline[0].clone();
+    let err = session::once(&addr, &cfg).await.expect_err("refused");
+    let text = err.to_string();
+    assert!(text.contains("refused"), "{text}");
+    assert!(
+        !text.contains("not-the-token"),
+        "the token never appears: {text}"
+    );
+
+    // Lifeline's certificate from a CA the sidecar does not trust.
+    let other = lifeline::sim::pki::Ca::new("another CA").expect("CA");
+    let other_file = t.dir().join("other-ca.pem");
+    std::fs::write(&other_file, other.pem()).expect("CA file");
+    let cfg = FileConfig {
+        ca_file: Some(other_file),
+        ..sidecar_file(&c, &t)
+    }
+    .check()
+    .expect("checks");
+    let err = session::once(&addr, &cfg).await.expect_err("untrusted");
+    assert!(err.to_string().contains("cannot connect"), "{err}");
+
+    // Configuration faults name their field.
+    let no_ca = FileConfig {
+        ca_file: None,
+        ..file.clone()
+    };
+    assert!(no_ca
+        .check()
+        .expect_err("no CA")
+        .to_string()
+        .starts_with("ca_file:"));
+    let exec = FileConfig {
+        restart: Method::Exec,
+        ..file.clone()
+    };
+    assert!(exec
+        .check()
+        .expect_err("no command")
+        .to_string()
+        .starts_with("exec:"));
+    let missing = FileConfig {
+        host_id: None,
+        teleport_data_dir: t.dir().join("nowhere"),
+        ..file
+    };
+    let e = missing.check().expect_err("no host id").to_string();
+    assert!(e.starts_with("host_id:") && e.contains("host_uuid"), "{e}");
+    assert_eq!(lifeline_agent::EXIT_CONFIG, 78);
+}
