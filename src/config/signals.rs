@@ -72,6 +72,10 @@ pub struct SignalsConfig {
     /// guard: a share of the sidecars connected and an absolute cap, the
     /// smaller wins (at least one).
     pub max_restarts_in_flight: RestartLimit,
+    /// The least time between two automatic restarts of one agent (match
+    /// the sidecars' `cooldown`).
+    #[serde(with = "humantime_serde")]
+    pub restart_retry: Duration,
 }
 
 /// `signals.max_restarts_in_flight`.
@@ -124,6 +128,7 @@ impl Default for SignalsConfig {
             max_message_bytes: 4 * 1024 * 1024,
             restart_ack_timeout: Duration::from_secs(180),
             max_restarts_in_flight: RestartLimit::default(),
+            restart_retry: Duration::from_secs(600),
         }
     }
 }
@@ -193,6 +198,7 @@ impl SignalsConfig {
         positive("signals.ack_timeout", self.ack_timeout)?;
         positive("signals.hello_timeout", self.hello_timeout)?;
         positive("signals.restart_ack_timeout", self.restart_ack_timeout)?;
+        positive("signals.restart_retry", self.restart_retry)?;
         if self.max_restarts_in_flight.cap == 0 {
             return Err(invalid(
                 "signals.max_restarts_in_flight.cap",

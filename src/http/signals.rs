@@ -174,6 +174,10 @@ pub(super) async fn reconnect_agent(
                 "agent {name:?} is not connected to Lifeline's signal stream, so it cannot be told to reconnect; it will get signals once it connects"
             ),
         },
+        Refusal::RestartsFailing => ApiError::Conflict {
+            code: "restarts_failing",
+            message: why.text().to_string(),
+        },
         Refusal::RestartsInFlight => ApiError::TooMany {
             code: "restarts_in_flight",
             message: format!(

@@ -71,6 +71,9 @@ pub enum Refusal {
     /// As many restarts as `signals.max_restarts_in_flight` allows are
     /// already awaiting their agents.
     RestartsInFlight,
+    /// The last restarts did not bring their agents back: automatic ones
+    /// wait until one does.
+    RestartsFailing,
 }
 
 impl Refusal {
@@ -86,6 +89,9 @@ impl Refusal {
             }
             Refusal::RestartWouldNotHelp => {
                 "a sidecar restarts this agent, and a restart would not help it now"
+            }
+            Refusal::RestartsFailing => {
+                "automatic restarts wait: the last restarts did not bring their agents back"
             }
             Refusal::RestartsInFlight => {
                 "too many restarts in flight (signals.max_restarts_in_flight); try again when they are done"
@@ -204,6 +210,7 @@ impl Dispatch {
         let restart_only = self.hub.restart_only_of(&agents);
         let (mut restarts, sidecars) = self.hub.restarts();
         let restart_limit = self.restart_limit.of(sidecars);
+        let restarts_failing = self.hub.restarts_failing().is_some();
         let mut out = Dispatched::default();
         let mut admitted = Vec::with_capacity(reqs.len());
         for (req, facts) in reqs.into_iter().zip(facts) {
@@ -218,6 +225,8 @@ impl Dispatch {
                     };
                     if !helps {
                         Some(Refusal::RestartWouldNotHelp)
+                    } else if origin == Origin::Automatic && restarts_failing {
+                        Some(Refusal::RestartsFailing)
                     } else if restarts >= restart_limit {
                         Some(Refusal::RestartsInFlight)
                     } else if origin == Origin::Manual {

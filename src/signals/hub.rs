@@ -54,6 +54,10 @@ const UPDATE_QUEUE: usize = 16_384;
 const INBOUND_QUEUE: usize = 1024;
 /// Signals awaiting an ack, across all agents.
 const MAX_IN_FLIGHT: usize = 200_000;
+/// Restart outcomes remembered.
+const RESTARTS_REMEMBERED: usize = 8;
+/// Automatic restarts pause after this many failed in a row.
+const RESTART_FAILURES_PAUSE: usize = 3;
 
 #[derive(Clone)]
 pub struct HubConfig {
@@ -182,6 +186,8 @@ pub struct Hub {
     streams_version: AtomicU64,
     ids: SignalIds,
     in_flight: Mutex<HashMap<i64, InFlight>>,
+    /// How the last restarts ended (true: their agent turned ready).
+    last_restarts: Mutex<std::collections::VecDeque<bool>>,
     updates: mpsc::Sender<SignalUpdate>,
     /// What reaches the hub from outside its streams (see `peers`).
     inbound: mpsc::Sender<Inbound>,
@@ -222,6 +228,7 @@ impl Hub {
             streams_version: AtomicU64::new(0),
             ids,
             in_flight: Mutex::new(HashMap::new()),
+            last_restarts: Mutex::default(),
             updates,
             inbound,
             shutdown: shutdown.clone(),
@@ -299,6 +306,29 @@ impl Hub {
             .filter(|c| c.restart_only)
             .count();
         (in_flight, sidecars)
+    }
+
+    /// Records how a restart ended: acked ready, or failed or timed out.
+    fn note_restart(&self, ok: bool) {
+        let mut last = lock(&self.last_restarts);
+        if last.len() == RESTARTS_REMEMBERED {
+            last.pop_front();
+        }
+        last.push_back(ok);
+    }
+
+    /// Why automatic restarts wait: the last few restarts did not bring
+    /// their agents back (failed, or no ack in time). One that succeeds, or
+    /// a restart a person asks for that does, lifts it.
+    pub fn restarts_failing(&self) -> Option<String> {
+        let last = lock(&self.last_restarts);
+        (last.len() >= RESTART_FAILURES_PAUSE
+            && last.iter().rev().take(RESTART_FAILURES_PAUSE).all(|ok| !ok))
+        .then(|| {
+            format!(
+                "the last {RESTART_FAILURES_PAUSE} restarts did not bring their agents back: automatic restarts wait until one does"
+            )
+        })
     }
 
     /// The agents among `agents` whose stream here is a restart-only
@@ -538,6 +568,9 @@ impl Hub {
             );
             return;
         };
+        if f.restart {
+            self.note_restart(a.ok);
+        }
         let now = self.clock.now();
         let latency = now.since(f.created);
         let outcome = if a.ok {

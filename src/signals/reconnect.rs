@@ -49,6 +49,8 @@ pub struct ReconnectConfig {
     pub storm_window: Duration,
     pub periodic_max_per_second: u32,
     pub graceful_threshold: Duration,
+    /// The least time between two automatic restarts of one agent.
+    pub restart_retry: Duration,
 }
 
 impl From<&crate::config::SignalsConfig> for ReconnectConfig {
@@ -59,6 +61,7 @@ impl From<&crate::config::SignalsConfig> for ReconnectConfig {
             storm_window: c.storm_window,
             periodic_max_per_second: c.periodic_max_per_second,
             graceful_threshold: c.graceful_threshold,
+            restart_retry: c.restart_retry,
         }
     }
 }
@@ -184,11 +187,30 @@ struct Auto {
 }
 
 impl Auto {
+    /// A stranded agent whose peer restarts it (a sidecar) is also
+    /// reconnected when its Auth is unhealthy or its own heartbeats
+    /// expired: a restart dials a fresh Auth connection and heartbeats
+    /// anew, where moving a tunnel could not help.
+    fn restart_wanted(&self, c: &StateChange) -> Option<(String, String)> {
+        if c.to != AgentState::Stranded {
+            return None;
+        }
+        let why = if c.reasons.contains(Reason::AuthUnhealthy) {
+            "auth_unhealthy"
+        } else if c.reasons.contains(Reason::AgentExpired) {
+            "agent_expired"
+        } else {
+            return None;
+        };
+        let restarts = self.hub.restart_only_of(std::slice::from_ref(&c.agent));
+        (!restarts.is_empty()).then(|| (String::new(), why.to_string()))
+    }
+
     fn note(&mut self, c: &StateChange) {
         if c.to == AgentState::Stranded && c.from != AgentState::Stranded {
             self.recent.push_back(self.clock.now());
         }
-        match wants_reconnect(c) {
+        match wants_reconnect(c).or_else(|| self.restart_wanted(c)) {
             Some((proxy, reason)) => match self.needs.get_mut(&c.agent) {
                 Some(n) => {
                     n.proxy = proxy;
@@ -402,6 +424,8 @@ impl Auto {
                 for (agent, why) in d.refused {
                     match why {
                         Refusal::NoDestination => waiting += 1,
+                        // Until its state changes.
+                        Refusal::RestartWouldNotHelp => {}
                         _ => held.push(agent),
                     }
                 }
@@ -429,10 +453,15 @@ impl Auto {
                 "no live proxy to move to: waiting for one"
             );
         }
+        let restarting = self.hub.restart_only_of(&sent);
         for agent in sent {
             if let Some(n) = self.needs.get_mut(&agent) {
-                // The first retry comes after the base (1 s), then doubles.
-                let d = backoff.delay_with(n.attempt, &mut self.rng);
+                // The first retry comes after the base (1 s), then doubles;
+                // a restarted agent gets its restart's time first.
+                let mut d = backoff.delay_with(n.attempt, &mut self.rng);
+                if restarting.contains(&agent) {
+                    d = d.max(self.cfg.restart_retry);
+                }
                 n.attempt += 1;
                 n.key = Some(self.queue.insert(agent, d));
             }

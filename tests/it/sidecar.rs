@@ -310,6 +310,68 @@ async fn systemd_reloads_the_unit_and_a_dry_run_only_says_so() {
     assert!(r.last().ready_after.is_some());
 }
 
+/// `signals.max_restarts_in_flight` holds the fleet's restarts: with a cap
+/// of one, a second agent's restart is refused (429) while the first waits
+/// for its agent, and goes once that one is ready. A sidecar gets no
+/// discovery.
+#[tokio::test]
+async fn restarts_in_flight_are_capped_fleet_wide() {
+    use lifeline::config::{Ratio, RestartLimit};
+    let c = Cluster::new()
+        .agents(2)
+        .tls(false)
+        .signals(|s| {
+            s.max_restarts_in_flight = RestartLimit {
+                share: Ratio::ONE,
+                cap: 1,
+            }
+        })
+        .start()
+        .await;
+    let mut stops = Vec::new();
+    let mut teleports = Vec::new();
+    for host in ["agent-00001", "agent-00002"] {
+        let t = Teleport::start(2.0, false);
+        until(&c, "the stand-in wrote its PID", || t.pid().is_some()).await;
+        let file = FileConfig {
+            host_id: Some(host.into()),
+            ..sidecar_file(&c, &t)
+        };
+        let stop = CancellationToken::new();
+        tokio::spawn(session::run(file.check().expect("checks"), stop.clone()));
+        until(&c, "the sidecar's stream open", || {
+            c.ll().hub.reachable(host)
+        })
+        .await;
+        stops.push(stop);
+        teleports.push(t);
+    }
+    let (status, first) = c.post("/api/v1/agents/agent-00001/reconnect", "{}").await;
+    assert_eq!(status, 202, "{first}");
+    let (status, body) = c.post("/api/v1/agents/agent-00002/reconnect", "{}").await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["error"]["code"], "restarts_in_flight", "{body}");
+    outcome(&c, first["id"].as_i64().expect("id"), "acked").await;
+    let (status, body) = c.post("/api/v1/agents/agent-00002/reconnect", "{}").await;
+    assert_eq!(status, 202, "{body}");
+    outcome(&c, body["id"].as_i64().expect("id"), "acked").await;
+    assert!(
+        teleports.iter().all(|t| t.starts() == 2),
+        "one restart each"
+    );
+    assert_eq!(
+        c.ll()
+            .stats
+            .discovery_full
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "a sidecar takes no discovery"
+    );
+    for s in stops {
+        s.cancel();
+    }
+}
+
 /// A wrong join token, or no CA for Lifeline's certificate: the stream is
 /// refused with the reason, and the configuration names the field.
 #[tokio::test]

@@ -107,6 +107,9 @@ pub(super) async fn timeouts(hub: Arc<Hub>, stop: CancellationToken) {
                 .collect()
         };
         for (id, f) in expired {
+            if f.restart {
+                hub.note_restart(false);
+            }
             hub.stats.signal(f.kind, SignalOutcome::Timeout);
             let _span = propagate::child(
                 f.trace.as_ref(),
