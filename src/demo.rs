@@ -120,6 +120,11 @@ fn demo_tls(cfg: &mut Config, db: &std::path::Path) -> Result<DemoTls, DemoError
 /// the CA it writes beside `identity`), or, when it plays Teleport, its
 /// Auth address with an identity file it writes at `identity`. The demo, the tests and the benchmarks all watch a
 /// simulator this way.
+/// With `--source teleport`: the share of hosts that run a sidecar, and
+/// how long a simulated graceful restart takes.
+pub const SIDECAR_SHARE: f64 = 0.5;
+pub const SIDECAR_RESTART: Duration = Duration::from_secs(3);
+
 pub fn watch_sim(
     cfg: &mut Config,
     sim: &SimCluster,
@@ -220,10 +225,18 @@ impl Demo {
             ),
             None => lifeline.grpc_addr.into(),
         };
-        let agents =
-            SimAgent::start_for_cluster(&sim, to, o.legacy_share, 100, &lifeline.shutdown_token())
-                .await
-                .map_err(DemoError::Agents)?;
+        let stop = lifeline.shutdown_token();
+        // Teleport's agents speak no AgentSignals: on a Teleport cluster
+        // only some hosts' sidecars hold a stream, and act by restarting.
+        let agents = match o.source {
+            SourceKind::Teleport => {
+                SimAgent::start_sidecars(&sim, to, SIDECAR_SHARE, SIDECAR_RESTART, &stop).await
+            }
+            SourceKind::Lifeline => {
+                SimAgent::start_for_cluster(&sim, to, o.legacy_share, 100, &stop).await
+            }
+        }
+        .map_err(DemoError::Agents)?;
         if let Some(period) = o.chaos_period {
             tokio::spawn(chaos::run(sim.clone(), period, lifeline.shutdown_token()));
         }

@@ -63,6 +63,11 @@ pub struct AgentOptions {
     pub seed: u64,
     /// Presented on `AgentSignals.Connect` (the cluster's join token).
     pub join_token: String,
+    /// A Teleport agent with a sidecar beside it: the stream is the
+    /// sidecar's (restart-only, no discovery), and a Reconnect restarts
+    /// the agent, which takes this long and comes back with fresh tunnels
+    /// to live proxies, a serving auth server and a heartbeat.
+    pub sidecar: Option<Duration>,
 }
 
 impl Default for AgentOptions {
@@ -75,6 +80,7 @@ impl Default for AgentOptions {
             backoff_cap: Duration::from_secs(16),
             seed: 1,
             join_token: super::cluster::SIM_JOIN_TOKEN.to_string(),
+            sidecar: None,
         }
     }
 }
@@ -239,7 +245,47 @@ impl SimAgent {
         desired_tunnels: u32,
         parent: &CancellationToken,
     ) -> Result<Vec<SimAgent>, tonic::transport::Error> {
-        let lifeline = lifeline.into();
+        Self::start_each(cluster, lifeline.into(), per_connection, parent, |_, rng| {
+            Some(AgentOptions {
+                legacy: rng.random_bool(legacy_share.clamp(0.0, 1.0)),
+                desired_tunnels,
+                ..AgentOptions::default()
+            })
+        })
+        .await
+    }
+
+    /// Teleport agents as they are: none speaks `AgentSignals`, and a
+    /// `share` of hosts run a sidecar beside theirs whose restart takes
+    /// `restart` (see [`AgentOptions::sidecar`]). Only the sidecars connect.
+    pub async fn start_sidecars(
+        cluster: &SimCluster,
+        lifeline: impl Into<Lifelines>,
+        share: f64,
+        restart: Duration,
+        parent: &CancellationToken,
+    ) -> Result<Vec<SimAgent>, tonic::transport::Error> {
+        let desired = cluster.spec().tunnels_per_agent as u32;
+        Self::start_each(cluster, lifeline.into(), 100, parent, |_, rng| {
+            rng.random_bool(share.clamp(0.0, 1.0)).then(|| AgentOptions {
+                desired_tunnels: desired,
+                sidecar: Some(restart),
+                ..AgentOptions::default()
+            })
+        })
+        .await
+    }
+
+    /// One agent per cluster agent that `options` gives options for,
+    /// `per_connection` to an HTTP/2 connection (agent `i` on replica
+    /// `i mod n`).
+    async fn start_each(
+        cluster: &SimCluster,
+        lifeline: Lifelines,
+        per_connection: usize,
+        parent: &CancellationToken,
+        mut options: impl FnMut(usize, &mut rand::rngs::SmallRng) -> Option<AgentOptions>,
+    ) -> Result<Vec<SimAgent>, tonic::transport::Error> {
         let n = cluster.spec().agents;
         let mut rng = rand::rngs::SmallRng::seed_from_u64(cluster.spec().seed ^ 0xa6e7);
         let mut out = Vec::with_capacity(n);
@@ -252,6 +298,9 @@ impl SimAgent {
             let Some(chs) = channels.clone().filter(|c| !c.is_empty()) else {
                 break;
             };
+            let Some(opts) = options(i, &mut rng) else {
+                continue;
+            };
             let ch = Upstream {
                 at: i % chs.len(),
                 channels: chs,
@@ -260,11 +309,9 @@ impl SimAgent {
             let tunnels = cluster.agent_proxies(&name).await;
             let auth = cluster.agent_auth(&name).await.unwrap_or_default();
             let opts = AgentOptions {
-                legacy: rng.random_bool(legacy_share.clamp(0.0, 1.0)),
-                desired_tunnels,
                 seed: cluster.spec().seed.wrapping_add(i as u64),
                 join_token: cluster.spec().join_token.clone(),
-                ..AgentOptions::default()
+                ..opts
             };
             out.push(SimAgent::start(
                 name,
@@ -408,6 +455,61 @@ impl SimAgent {
     }
 
     /// Open first, then close: never a moment with fewer tunnels.
+    /// What the agent reports: its tunnels, or, for a sidecar (whose
+    /// Teleport agent reports none), the agent's readiness.
+    fn report_for(&self, opts: &AgentOptions) -> pb::AgentMessage {
+        match opts.sidecar {
+            Some(_) => pb::AgentMessage::report(pb::AgentReport {
+                status: "ok".into(),
+                ..pb::AgentReport::default()
+            }),
+            None => self.report_msg(),
+        }
+    }
+
+    /// A graceful restart, as a Teleport agent's looks from outside: after
+    /// `took`, tunnels to live proxies (the old ones closed), attached to a
+    /// serving auth server, and a heartbeat at once.
+    async fn restart(
+        &self,
+        cluster: &Option<SimCluster>,
+        took: Duration,
+        want: u32,
+    ) -> (bool, String) {
+        tokio::time::sleep(took).await;
+        let Some(c) = cluster else {
+            return (false, "no cluster to restart in".into());
+        };
+        let (live, auth) = c.live_for_restart().await;
+        let Some(auth) = auth else {
+            return (false, "restarted, but no auth server serves".into());
+        };
+        if live.is_empty() {
+            return (false, "restarted, but no proxy is alive".into());
+        }
+        let pick: Vec<String> = live.into_iter().take(want.max(1) as usize).collect();
+        let old: Vec<String> = lock(&self.shared).tunnels.iter().cloned().collect();
+        for p in pick.iter().filter(|p| !old.contains(p)) {
+            self.open_tunnel(cluster, p).await;
+        }
+        for p in old.iter().filter(|p| !pick.contains(p)) {
+            self.close_tunnel(cluster, p).await;
+        }
+        if self.auth() != auth {
+            c.set_agent_auth(&self.name, &auth).await;
+            lock(&self.shared).auth = auth;
+        }
+        c.heartbeat(crate::model::Kind::Agent, &self.name).await;
+        (
+            true,
+            format!(
+                "restarted (simulated): tunnels to {}; ready after {:.1} s",
+                pick.join(", "),
+                took.as_secs_f64()
+            ),
+        )
+    }
+
     async fn move_off(&self, cluster: &Option<SimCluster>, from: &str) -> Result<String, String> {
         let target = self
             .pick_target(from)
@@ -458,6 +560,13 @@ impl SimAgent {
                 });
                 return;
             }
+            Some(pb::signal::Kind::Reconnect(_)) if opts.sidecar.is_some() => {
+                let took = opts.sidecar.unwrap_or_default();
+                self.restart(cluster, took, opts.desired_tunnels).await
+            }
+            Some(pb::signal::Kind::CloseTunnel(_)) if opts.sidecar.is_some() => {
+                (false, "a sidecar closes no single tunnel".to_string())
+            }
             Some(pb::signal::Kind::Reconnect(r)) => {
                 let from = if r.proxy.is_empty() {
                     self.least_healthy().unwrap_or_default()
@@ -493,7 +602,7 @@ impl SimAgent {
             span.set_attribute(opentelemetry::KeyValue::new("detail", detail.clone()));
             span.end();
         }
-        let _ = out.send(self.report_msg()).await;
+        let _ = out.send(self.report_for(opts)).await;
         let _ = out.send(pb::AgentMessage::ack(s.id, ok, detail)).await;
         self.record(AgentEvent::Acked { id: s.id, ok });
     }
@@ -534,9 +643,17 @@ impl SimAgent {
         loop {
             let channel = upstream.current().clone();
             let (tx, rx) = mpsc::channel(16);
-            let hello = pb::AgentMessage::hello(&self.name, "sim", opts.desired_tunnels);
+            let hello = match opts.sidecar {
+                Some(_) => pb::AgentMessage::hello_restart_only(
+                    &self.name,
+                    "sim-sidecar",
+                    "simulated graceful restart",
+                    false,
+                ),
+                None => pb::AgentMessage::hello(&self.name, "sim", opts.desired_tunnels),
+            };
             let _ = tx.send(hello).await;
-            let _ = tx.send(self.report_msg()).await;
+            let _ = tx.send(self.report_for(&opts)).await;
             let mut client = AgentSignalsClient::new(channel.clone());
             let resp = tokio::select! {
                 _ = self.stop.cancelled() => return,

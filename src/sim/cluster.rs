@@ -618,6 +618,29 @@ impl SimCluster {
             .map(|s| s.auth_server.clone())
     }
 
+    /// What a restarted agent finds: the proxies still heartbeating, and
+    /// an auth server that serves (`None`: none does).
+    pub async fn live_for_restart(&self) -> (Vec<String>, Option<String>) {
+        let st = self.inner.state.lock().await;
+        let proxies = st
+            .servers
+            .keys()
+            .filter(|(k, n)| *k == Kind::Proxy && !st.paused.contains(n))
+            .map(|(_, n)| n.clone())
+            .collect();
+        let auth = self
+            .inner
+            .auths
+            .iter()
+            .map(|a| &a.name)
+            .find(|n| {
+                !st.paused.contains(*n)
+                    && st.auth_status.get(*n).copied() != Some(ServingStatus::NotServing)
+            })
+            .cloned();
+        (proxies, auth)
+    }
+
     /// The agent moved to another auth server: its record says so at once.
     pub async fn set_agent_auth(&self, agent: &str, auth: &str) {
         let mut st = self.inner.state.lock().await;

@@ -11,7 +11,7 @@ use lifeline::config::{AlpnUpgrade, SourceKind};
 use lifeline::model::Kind;
 use lifeline::sim::{write_private, SimCluster, SimSpec, TeleportSpec};
 use lifeline::{Clock, Lifeline};
-use serde_json::json;
+use serde_json::{json, Value};
 use support::{strs, Cluster};
 use tonic_health::ServingStatus;
 
@@ -862,5 +862,83 @@ async fn services_the_listing_hides_but_the_watch_shows_are_said() {
         problems.contains("hides 2") && problems.contains("node_labels"),
         "{ready}"
     );
+    c.shutdown().await;
+}
+
+/// Teleport's agents hold no signal stream; a sidecar beside some of them
+/// does. When an auth server turns NOT_SERVING, the agents it strands that
+/// have a sidecar are restarted (a reconnect the sidecar carries out as a
+/// graceful restart: fresh tunnels, a serving auth server, a heartbeat)
+/// and recover; the ones without stay stranded until it heals.
+#[tokio::test(start_paused = true)]
+async fn sidecars_restart_the_agents_an_unserving_auth_strands() {
+    use lifeline::config::Ratio;
+    let c = Cluster::new()
+        .teleport(peering())
+        .signals(|s| s.storm_share = Ratio::ONE)
+        .start()
+        .await;
+    c.ready().await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let sidecars = lifeline::sim::SimAgent::start_sidecars(
+        &c.sim,
+        c.ll().grpc_addr,
+        0.5,
+        Duration::from_secs(3),
+        &stop,
+    )
+    .await
+    .expect("sidecars start");
+    let with: Vec<String> = sidecars.iter().map(|a| a.name.clone()).collect();
+    assert!(!with.is_empty() && with.len() < 6, "some hosts have one: {with:?}");
+    c.eventually("every sidecar connected", || async {
+        c.ll().hub.connected() == with.len()
+    })
+    .await;
+    c.sim
+        .set_auth_status("auth-1", ServingStatus::NotServing)
+        .await;
+    let stranded = ["agent-00001", "agent-00003", "agent-00005"];
+    let restarted: Vec<&str> = stranded
+        .iter()
+        .copied()
+        .filter(|a| with.iter().any(|w| w == a))
+        .collect();
+    let left: Vec<&str> = stranded
+        .iter()
+        .copied()
+        .filter(|a| !restarted.contains(a))
+        .collect();
+    c.advance_until(
+        "the agents with a sidecar restarted and healthy",
+        Duration::from_secs(60),
+        || async {
+            let now = c.agents_in("stranded").await;
+            restarted.iter().all(|a| !now.iter().any(|s| s == a))
+                && left.iter().all(|a| now.iter().any(|s| s == a))
+        },
+    )
+    .await;
+    let signals = c.ok("/api/v1/signals?kind=reconnect").await;
+    let acked: Vec<&Value> = signals["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter(|s| s["outcome"] == "acked")
+        .collect();
+    assert!(!acked.is_empty(), "{signals}");
+    assert!(
+        acked.iter().all(|s| s["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("restarted (simulated)")
+            && s["reason"] == "auth_unhealthy"),
+        "{signals}"
+    );
+    assert!(
+        acked.iter().all(|s| restarted.contains(&s["agent"].as_str().unwrap_or_default())),
+        "only agents with a sidecar: {signals}"
+    );
+    stop.cancel();
     c.shutdown().await;
 }
