@@ -143,6 +143,16 @@ pub enum Scenario {
         /// Share of agents that ignore TTLs (only Lifeline's signal moves them).
         #[arg(long, default_value_t = 1.0)]
         legacy_share: f64,
+        /// `teleport`: the cluster is Teleport's (proxy peering), its agents
+        /// hold no signal stream, and a sidecar beside each restarts it.
+        #[arg(long, value_enum, default_value = "lifeline")]
+        source: crate::config::SourceKind,
+        /// With `--source teleport`: how long a simulated restart takes.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "3s")]
+        restart: Duration,
+        /// With `--source teleport`: `signals.max_restarts_in_flight.cap`.
+        #[arg(long, default_value_t = 20)]
+        restart_cap: usize,
     },
     /// Server time to render the overview and the stranded agents page of
     /// a large fleet, and the overview's download size.
@@ -332,7 +342,15 @@ pub async fn run(s: Scenario, export: Option<Export<'_>>) -> Result<Value, Bench
         Scenario::Recovery {
             agents,
             legacy_share,
-        } => signals::recovery(agents, legacy_share).await,
+            source,
+            restart,
+            restart_cap,
+        } => match source {
+            crate::config::SourceKind::Lifeline => signals::recovery(agents, legacy_share).await,
+            crate::config::SourceKind::Teleport => {
+                signals::recovery_by_restart(agents, restart, restart_cap).await
+            }
+        },
         Scenario::Ui {
             agents,
             proxies,

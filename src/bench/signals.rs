@@ -548,11 +548,7 @@ async fn traffic_run(
 pub async fn recovery(agents: usize, legacy_share: f64) -> Result<Value, BenchError> {
     let clock = Clock::system();
     let scratch = Scratch::new("recovery");
-    let mut spec = sim_spec(agents, 4, Duration::from_secs(6));
-    spec.heartbeats = true;
-    spec.agent_ttl = Duration::from_secs(30);
-    spec.auth_servers = 2;
-    let sim = SimCluster::start(spec, clock)
+    let sim = SimCluster::start(recovery_spec(agents), clock)
         .await
         .map_err(BenchError::Sim)?;
     let cfg = config(&sim, scratch.db("recovery.db"), 5000);
@@ -562,12 +558,119 @@ pub async fn recovery(agents: usize, legacy_share: f64) -> Result<Value, BenchEr
     let sims = SimAgent::start_for_cluster(&sim, ll.grpc_addr, legacy_share, 100, &stop)
         .await
         .map_err(|e| BenchError::Agents(e.to_string()))?;
+    let connected = sims.len();
     super::wait_until("agents connected", Duration::from_secs(60), || {
-        ll.hub.connected() == agents
+        ll.hub.connected() == connected
     })
     .await?;
     // Let every agent get its discovery and settle.
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let run = expire_two_proxies(&ll, &sim, agents, Duration::from_secs(40)).await;
+    stop.cancel();
+    drop(sims);
+    ll.shutdown().await;
+    sim.shutdown();
+    let mut v = run.json(agents);
+    v["legacy_share"] = json!(legacy_share);
+    v["target_ms"] = json!(1000);
+    Ok(v)
+}
+
+/// `recovery` on a Teleport cluster (proxy peering, so an agent's tunnels
+/// are its `ProxyIDs`): no agent holds a signal stream, a sidecar beside
+/// each restarts it (taking `restart`), and at most `restart_cap` restarts
+/// are in flight (`signals.max_restarts_in_flight.cap`).
+pub async fn recovery_by_restart(
+    agents: usize,
+    restart: Duration,
+    restart_cap: usize,
+) -> Result<Value, BenchError> {
+    let clock = Clock::system();
+    let scratch = Scratch::new("recovery-teleport");
+    let mut spec = recovery_spec(agents);
+    spec.teleport = Some(crate::sim::TeleportSpec::default());
+    let sim = SimCluster::start(spec, clock)
+        .await
+        .map_err(BenchError::Sim)?;
+    let mut cfg = config(&sim, scratch.db("recovery.db"), 5000);
+    crate::demo::watch_sim(&mut cfg, &sim, &scratch.db("recovery.identity"))
+        .map_err(BenchError::Sim)?;
+    cfg.signals.max_restarts_in_flight = crate::config::RestartLimit {
+        share: crate::config::Ratio::ONE,
+        cap: restart_cap.max(1),
+    };
+    let ll = Lifeline::start_tuned(&cfg, clock, Tuning::default()).await?;
+    ll.fleet.wait_ready().await?;
+    let stop = CancellationToken::new();
+    let sims = SimAgent::start_sidecars(&sim, ll.grpc_addr, 1.0, restart, &stop)
+        .await
+        .map_err(|e| BenchError::Agents(e.to_string()))?;
+    super::wait_until("sidecars connected", Duration::from_secs(60), || {
+        ll.hub.connected() == agents
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let within =
+        Duration::from_secs(60) + restart * (agents as u32 / restart_cap.max(1) as u32 + 1);
+    let run = expire_two_proxies(&ll, &sim, agents, within).await;
+    stop.cancel();
+    drop(sims);
+    ll.shutdown().await;
+    sim.shutdown();
+    let mut v = run.json(agents);
+    v["source"] = json!("teleport");
+    v["restart_ms"] = json!(restart.as_millis() as u64);
+    v["restart_cap"] = json!(restart_cap);
+    Ok(v)
+}
+
+fn recovery_spec(agents: usize) -> SimSpec {
+    let mut spec = sim_spec(agents, 4, Duration::from_secs(6));
+    spec.heartbeats = true;
+    spec.agent_ttl = Duration::from_secs(30);
+    spec.auth_servers = 2;
+    spec
+}
+
+/// What `expire_two_proxies` saw: when the later proxy expired, and when
+/// each agent it stranded turned stranded and recovered (µs).
+struct RecoveryRun {
+    expiry: i64,
+    stranded_at: HashMap<String, i64>,
+    recovered_at: HashMap<String, i64>,
+    signals: Value,
+}
+
+impl RecoveryRun {
+    fn json(&self, agents: usize) -> Value {
+        let mut each: Vec<f64> = self
+            .recovered_at
+            .values()
+            .map(|t| (t - self.expiry) as f64 / 1000.0)
+            .collect();
+        let all = each.iter().copied().fold(0.0, f64::max);
+        json!({
+            "scenario": "recovery",
+            "agents": agents,
+            "proxies": 4,
+            "stranded": self.stranded_at.len(),
+            "recovered": self.recovered_at.len(),
+            "expiry_to_each_recovered_ms": stats_ms(&mut each),
+            "expiry_to_all_recovered_ms": all,
+            "signals": self.signals,
+        })
+    }
+}
+
+/// Stops two of the four proxies' heartbeats (every fourth agent holds
+/// tunnels to both, so is stranded) and follows the fleet's changes until
+/// every stranded agent recovered, or `within`.
+async fn expire_two_proxies(
+    ll: &Lifeline,
+    sim: &SimCluster,
+    agents: usize,
+    within: Duration,
+) -> RecoveryRun {
     let mut changes = ll.fleet.subscribe();
     sim.pause_heartbeats(&proxy_name(0)).await;
     sim.pause_heartbeats(&proxy_name(1)).await;
@@ -581,7 +684,7 @@ pub async fn recovery(agents: usize, legacy_share: f64) -> Result<Value, BenchEr
     let expected: usize = (0..agents).filter(|i| i % 4 == 0).count();
     let mut stranded_at: HashMap<String, i64> = HashMap::new();
     let mut recovered_at: HashMap<String, i64> = HashMap::new();
-    let deadline = Instant::now() + Duration::from_secs(40);
+    let deadline = Instant::now() + within;
     while Instant::now() < deadline
         && !(stranded_at.len() >= expected && recovered_at.len() >= stranded_at.len())
     {
@@ -601,26 +704,11 @@ pub async fn recovery(agents: usize, legacy_share: f64) -> Result<Value, BenchEr
             _ => {}
         }
     }
-    let signals = ll.stats.snapshot().signals;
-    stop.cancel();
-    drop(sims);
-    ll.shutdown().await;
-    sim.shutdown();
-    let mut each: Vec<f64> = recovered_at
-        .values()
-        .map(|t| (t - expiry) as f64 / 1000.0)
-        .collect();
-    let all = each.iter().copied().fold(0.0, f64::max);
-    Ok(json!({
-        "scenario": "recovery",
-        "agents": agents,
-        "proxies": 4,
-        "legacy_share": legacy_share,
-        "stranded": stranded_at.len(),
-        "recovered": recovered_at.len(),
-        "expiry_to_each_recovered_ms": stats_ms(&mut each),
-        "expiry_to_all_recovered_ms": all,
-        "target_ms": 1000,
-        "signals": signals,
-    }))
+    let signals = serde_json::to_value(ll.stats.snapshot().signals).unwrap_or(Value::Null);
+    RecoveryRun {
+        expiry,
+        stranded_at,
+        recovered_at,
+        signals,
+    }
 }

@@ -245,13 +245,19 @@ impl SimAgent {
         desired_tunnels: u32,
         parent: &CancellationToken,
     ) -> Result<Vec<SimAgent>, tonic::transport::Error> {
-        Self::start_each(cluster, lifeline.into(), per_connection, parent, |_, rng| {
-            Some(AgentOptions {
-                legacy: rng.random_bool(legacy_share.clamp(0.0, 1.0)),
-                desired_tunnels,
-                ..AgentOptions::default()
-            })
-        })
+        Self::start_each(
+            cluster,
+            lifeline.into(),
+            per_connection,
+            parent,
+            |_, rng| {
+                Some(AgentOptions {
+                    legacy: rng.random_bool(legacy_share.clamp(0.0, 1.0)),
+                    desired_tunnels,
+                    ..AgentOptions::default()
+                })
+            },
+        )
         .await
     }
 
@@ -267,11 +273,12 @@ impl SimAgent {
     ) -> Result<Vec<SimAgent>, tonic::transport::Error> {
         let desired = cluster.spec().tunnels_per_agent as u32;
         Self::start_each(cluster, lifeline.into(), 100, parent, |_, rng| {
-            rng.random_bool(share.clamp(0.0, 1.0)).then(|| AgentOptions {
-                desired_tunnels: desired,
-                sidecar: Some(restart),
-                ..AgentOptions::default()
-            })
+            rng.random_bool(share.clamp(0.0, 1.0))
+                .then(|| AgentOptions {
+                    desired_tunnels: desired,
+                    sidecar: Some(restart),
+                    ..AgentOptions::default()
+                })
         })
         .await
     }

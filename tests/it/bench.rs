@@ -258,6 +258,31 @@ fn bench_recovery_recovers_every_stranded_agent() {
     eq(&v, "signals/failed", 0.0);
 }
 
+/// The same on a Teleport cluster: no agent holds a stream, a sidecar
+/// beside each restarts it, and every stranded agent comes back through
+/// its restart, at most two in flight at once.
+#[test]
+fn bench_recovery_through_sidecar_restarts() {
+    let v = bench(&[
+        "recovery",
+        "--agents",
+        "40",
+        "--source",
+        "teleport",
+        "--restart",
+        "200ms",
+        "--restart-cap",
+        "2",
+    ]);
+    assert_eq!(at(&v, "source"), "teleport");
+    eq(&v, "stranded", 10.0);
+    eq(&v, "recovered", 10.0);
+    eq(&v, "restart_cap", 2.0);
+    latency(&v, "expiry_to_each_recovered_ms", Some(10.0));
+    positive(&v, "signals/acked");
+    eq(&v, "signals/failed", 0.0);
+}
+
 /// Three `lifeline serve` processes on one PostgreSQL database: the leader
 /// killed with SIGKILL during an incident, manual reconnects across
 /// replicas, and a leader cut off from the database. Times are bounded only

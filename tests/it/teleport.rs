@@ -890,7 +890,10 @@ async fn sidecars_restart_the_agents_an_unserving_auth_strands() {
     .await
     .expect("sidecars start");
     let with: Vec<String> = sidecars.iter().map(|a| a.name.clone()).collect();
-    assert!(!with.is_empty() && with.len() < 6, "some hosts have one: {with:?}");
+    assert!(
+        !with.is_empty() && with.len() < 6,
+        "some hosts have one: {with:?}"
+    );
     c.eventually("every sidecar connected", || async {
         c.ll().hub.connected() == with.len()
     })
@@ -936,7 +939,9 @@ async fn sidecars_restart_the_agents_an_unserving_auth_strands() {
         "{signals}"
     );
     assert!(
-        acked.iter().all(|s| restarted.contains(&s["agent"].as_str().unwrap_or_default())),
+        acked
+            .iter()
+            .all(|s| restarted.contains(&s["agent"].as_str().unwrap_or_default())),
         "only agents with a sidecar: {signals}"
     );
     stop.cancel();
