@@ -210,7 +210,8 @@ impl Auto {
         if c.to == AgentState::Stranded && c.from != AgentState::Stranded {
             self.recent.push_back(self.clock.now());
         }
-        match wants_reconnect(c).or_else(|| self.restart_wanted(c)) {
+        // A restart's own reason first: it is what the restart is for.
+        match self.restart_wanted(c).or_else(|| wants_reconnect(c)) {
             Some((proxy, reason)) => match self.needs.get_mut(&c.agent) {
                 Some(n) => {
                     n.proxy = proxy;
