@@ -124,6 +124,9 @@ pub struct Guard {
     pub agents_retrying: usize,
     /// Agents automatic reconnects hold back: no live proxy to move them to.
     pub agents_waiting_for_live_proxy: usize,
+    /// Why automatic restarts (of agents a sidecar restarts) wait, if they
+    /// do: the last restarts did not bring their agents back.
+    pub restarts_paused: Option<String>,
 }
 
 /// Admission, in front of the hub.

@@ -348,6 +348,7 @@ impl Auto {
             None
         };
         let paused = reason.is_some();
+        let restarts_paused = self.hub.restarts_failing();
         let stranded_in_window = self.recent.len();
         let agents = self.agents;
         let waiting = self.needs.values().filter(|n| n.key.is_none()).count();
@@ -377,6 +378,7 @@ impl Auto {
                 share_limit: share,
                 agents_retrying: retrying,
                 agents_waiting_for_live_proxy: waiting,
+                restarts_paused: restarts_paused.clone(),
             };
             if *g == next {
                 false

@@ -433,3 +433,93 @@ async fn a_bad_join_token_or_certificate_fails_clearly() {
     assert!(e.starts_with("host_id:") && e.contains("host_uuid"), "{e}");
     assert_eq!(lifeline_agent::EXIT_CONFIG, 78);
 }
+
+/// Three restarts in a row whose agent never turned ready pause automatic
+/// restarts: the summary's storm guard and the overview say why.
+#[tokio::test]
+async fn failed_restarts_pause_automatic_ones_and_say_so() {
+    let (c, _t, stop) = setup(0.0, true, |f| {
+        f.ready_timeout = Duration::from_millis(500);
+        f.cooldown = Duration::ZERO;
+    })
+    .await;
+    for _ in 0..3 {
+        // Once the manual rate limit (1 s here) lets it.
+        let sent = std::sync::Mutex::new(None);
+        c.eventually("a manual reconnect admitted", || async {
+            let (status, body) = reconnect(&c).await;
+            let id = body["id"].as_i64().filter(|_| status == 202);
+            *sent.lock().expect("lock") = id;
+            id.is_some()
+        })
+        .await;
+        let id = sent.lock().expect("lock").expect("id");
+        outcome(&c, id, "failed").await;
+    }
+    c.eventually("the summary says automatic restarts wait", || async {
+        c.ok("/api/v1/summary").await["signals"]["storm_guard"]["restarts_paused"]
+            .as_str()
+            .is_some_and(|s| s.contains("the last 3 restarts did not bring their agents back"))
+    })
+    .await;
+    let (_, html) = c.get_text("/").await;
+    assert!(html.contains("Automatic restarts are paused"), "{html}");
+    stop.cancel();
+}
+
+/// Without a diagnostic address, `teleport debug readyz` says when the
+/// agent is ready (a stub `teleport` asks the stand-in's `/readyz`) and the
+/// PID file tells the new process; `restart = "exec"` runs the operator's
+/// command.
+#[tokio::test]
+async fn exec_and_teleport_debug_readyz_without_a_diag_address() {
+    let t = Teleport::start(0.5, false);
+    for _ in 0..200 {
+        if t.pid().is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let teleport = t.dir().join("teleport");
+    std::fs::write(
+        &teleport,
+        format!(
+            "#!/bin/sh\n[ \"$1 $2\" = \"debug readyz\" ] || exit 2\nexec python3 -c \"import urllib.request; urllib.request.urlopen('http://{}/readyz', timeout=2); print('ok')\" 2>/dev/null\n",
+            t.diag()
+        ),
+    )
+    .expect("stub");
+    std::fs::set_permissions(
+        &teleport,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    let cfg = FileConfig {
+        lifeline: List::One("http://127.0.0.1:1".into()),
+        host_id: Some(HOST.into()),
+        restart: Method::Exec,
+        exec: List::Many(vec![
+            "sh".into(),
+            "-c".into(),
+            format!("kill -HUP \"$(cat {})\"", t.pid_file.display()),
+        ]),
+        pid_file: t.pid_file.clone(),
+        diag_addr: None,
+        teleport_bin: teleport,
+        ready_timeout: Duration::from_secs(20),
+        ..FileConfig::default()
+    }
+    .check()
+    .expect("checks");
+    let r = Restarter::new(&cfg);
+    let seen = r.look().await;
+    assert!(seen.ready, "{seen:?}");
+    assert_eq!(seen.status, "ok");
+    let before = t.pid();
+    assert_eq!(seen.pid, before);
+    let done = r.restart("a test").await;
+    assert!(done.ok, "{done:?}");
+    assert!(done.detail.starts_with("restarted (exec sh -c"), "{done:?}");
+    assert_ne!(t.pid(), before);
+    assert_eq!(t.starts(), 2);
+}

@@ -155,6 +155,14 @@ pub async fn overview_model(st: &AppState) -> Result<LiveOverview, UiError> {
             ),
         });
     }
+    if let Some(why) = &guard.restarts_paused {
+        banners.push(Banner {
+            title: "Automatic restarts are paused".into(),
+            text: format!(
+                "Sidecars restart no agent by themselves: {why}. A restart you ask for still goes."
+            ),
+        });
+    }
     let set = &st.hub.settings;
     Ok(LiveOverview {
         as_of: format!("{} UTC", fmt::hms(now)),
