@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -188,6 +188,10 @@ pub struct Hub {
     in_flight: Mutex<HashMap<i64, InFlight>>,
     /// How the last restarts ended (true: their agent turned ready).
     last_restarts: Mutex<std::collections::VecDeque<bool>>,
+    /// Restarts awaiting their ack, and restart-only streams: counted as
+    /// they change, so the pages read them without a scan.
+    restarting: AtomicUsize,
+    sidecars: AtomicUsize,
     updates: mpsc::Sender<SignalUpdate>,
     /// What reaches the hub from outside its streams (see `peers`).
     inbound: mpsc::Sender<Inbound>,
@@ -229,6 +233,8 @@ impl Hub {
             ids,
             in_flight: Mutex::new(HashMap::new()),
             last_restarts: Mutex::default(),
+            restarting: AtomicUsize::new(0),
+            sidecars: AtomicUsize::new(0),
             updates,
             inbound,
             shutdown: shutdown.clone(),
@@ -300,16 +306,15 @@ impl Hub {
     /// Restarts awaiting their ack on this replica, and the restart-only
     /// peers (sidecars) connected to it.
     pub fn restarts(&self) -> (usize, usize) {
-        let in_flight = lock(&self.in_flight).values().filter(|f| f.restart).count();
-        let sidecars = lock(&self.conns)
-            .values()
-            .filter(|c| c.restart_only)
-            .count();
-        (in_flight, sidecars)
+        (
+            self.restarting.load(Ordering::Relaxed),
+            self.sidecars.load(Ordering::Relaxed),
+        )
     }
 
     /// Records how a restart ended: acked ready, or failed or timed out.
-    fn note_restart(&self, ok: bool) {
+    fn restart_ended(&self, ok: bool) {
+        self.restarting.fetch_sub(1, Ordering::Relaxed);
         let mut last = lock(&self.last_restarts);
         if last.len() == RESTARTS_REMEMBERED {
             last.pop_front();
@@ -532,6 +537,9 @@ impl Hub {
             mpsc::error::TrySendError::Closed(_) => "agent's stream is closing".to_string(),
         })?;
         drop(conns);
+        if flight.restart {
+            self.restarting.fetch_add(1, Ordering::Relaxed);
+        }
         in_flight.insert(id, flight);
         Ok(())
     }
@@ -569,7 +577,7 @@ impl Hub {
             return;
         };
         if f.restart {
-            self.note_restart(a.ok);
+            self.restart_ended(a.ok);
         }
         let now = self.clock.now();
         let latency = now.since(f.created);
@@ -637,17 +645,22 @@ impl Hub {
             );
             return None;
         }
-        let replaced = conns
-            .insert(
-                agent.to_string(),
-                Conn {
-                    id,
-                    tx,
-                    peer: peer.to_string(),
-                    restart_only,
-                },
-            )
-            .is_some();
+        let old = conns.insert(
+            agent.to_string(),
+            Conn {
+                id,
+                tx,
+                peer: peer.to_string(),
+                restart_only,
+            },
+        );
+        let replaced = old.is_some();
+        if old.is_some_and(|c| c.restart_only) {
+            self.sidecars.fetch_sub(1, Ordering::Relaxed);
+        }
+        if restart_only {
+            self.sidecars.fetch_add(1, Ordering::Relaxed);
+        }
         drop(conns);
         self.streams_version.fetch_add(1, Ordering::Release);
         if replaced {
@@ -667,7 +680,9 @@ impl Hub {
     fn unregister(&self, agent: &str, conn: u64) -> bool {
         let mut m = lock(&self.conns);
         if m.get(agent).is_some_and(|c| c.id == conn) {
-            m.remove(agent);
+            if m.remove(agent).is_some_and(|c| c.restart_only) {
+                self.sidecars.fetch_sub(1, Ordering::Relaxed);
+            }
             self.streams_version.fetch_add(1, Ordering::Release);
             true
         } else {

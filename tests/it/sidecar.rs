@@ -351,6 +351,11 @@ async fn restarts_in_flight_are_capped_fleet_wide() {
     let (status, body) = c.post("/api/v1/agents/agent-00002/reconnect", "{}").await;
     assert_eq!(status, 429, "{body}");
     assert_eq!(body["error"]["code"], "restarts_in_flight", "{body}");
+    let (_, html) = c.get_text("/").await;
+    assert!(
+        html.contains("↻ 1/2</span> sidecars restarting their agent"),
+        "the overview counts the restart in flight"
+    );
     outcome(&c, first["id"].as_i64().expect("id"), "acked").await;
     let (status, body) = c.post("/api/v1/agents/agent-00002/reconnect", "{}").await;
     assert_eq!(status, 202, "{body}");

@@ -59,6 +59,10 @@ pub struct Counts {
     pub connected: usize,
     /// Degraded or stranded with no live proxy to move to.
     pub waiting: usize,
+    /// Of the connected, sidecars that restart their agent, and how many
+    /// of those restarts are awaiting their agent now.
+    pub sidecars: usize,
+    pub restarting: usize,
 }
 
 pub struct Banner {

@@ -85,6 +85,7 @@ pub async fn agents(
         Some(s) => format!("{} agents · Lifeline", s.as_str()),
         None => "Agents · Lifeline".into(),
     };
+    let restarts = st.hub.restarts();
     Ok(ctx.render(
         StatusCode::OK,
         &AgentsPage {
@@ -106,6 +107,8 @@ pub async fn agents(
                 proxies_total: 0,
                 connected: st.hub.connected(),
                 waiting: counts.waiting_for_live_proxy,
+                sidecars: restarts.1,
+                restarting: restarts.0,
             },
         },
     ))

@@ -164,6 +164,7 @@ pub async fn overview_model(st: &AppState) -> Result<LiveOverview, UiError> {
         });
     }
     let set = &st.hub.settings;
+    let restarts = st.hub.restarts();
     Ok(LiveOverview {
         as_of: format!("{} UTC", fmt::hms(now)),
         counts: Counts {
@@ -175,6 +176,8 @@ pub async fn overview_model(st: &AppState) -> Result<LiveOverview, UiError> {
             proxies_total: summary.proxies.total,
             connected: st.hub.connected(),
             waiting: summary.agents.waiting_for_live_proxy,
+            sidecars: restarts.1,
+            restarting: restarts.0,
         },
         banners,
         causes: summary
