@@ -214,3 +214,27 @@ impl SignalsConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The smaller of the share and the cap wins, and one restart may
+    /// always go.
+    #[test]
+    fn restart_limit_is_the_smaller_of_share_and_cap_and_at_least_one() {
+        let l = RestartLimit::default();
+        assert_eq!(l.of(100), 5, "5% of 100");
+        assert_eq!(l.of(10_000), 20, "the cap");
+        assert_eq!(l.of(3), 1, "5% of 3, rounded up");
+        assert_eq!(l.of(0), 1, "never none");
+    }
+
+    #[test]
+    fn a_zero_restart_cap_is_refused_naming_it() {
+        let mut c = SignalsConfig::default();
+        c.max_restarts_in_flight.cap = 0;
+        let e = c.validate().expect_err("refused").to_string();
+        assert!(e.contains("signals.max_restarts_in_flight.cap"), "{e}");
+    }
+}

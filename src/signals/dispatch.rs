@@ -221,29 +221,8 @@ impl Dispatch {
                 None => Some(Refusal::UnknownAgent),
                 Some(_) if !reachable.contains(&req.agent) => Some(Refusal::NotConnected),
                 Some(f) if restart_only.contains(&req.agent) => {
-                    let helps = match origin {
-                        Origin::Manual => f.holds_tunnel,
-                        Origin::Automatic => f.restart_helps,
-                        Origin::Periodic | Origin::Graceful => false,
-                    };
-                    if !helps {
-                        Some(Refusal::RestartWouldNotHelp)
-                    } else if origin == Origin::Automatic && restarts_failing {
-                        Some(Refusal::RestartsFailing)
-                    } else if restarts >= restart_limit {
-                        Some(Refusal::RestartsInFlight)
-                    } else if origin == Origin::Manual {
-                        self.access
-                            .admit_reconnect(&req.agent)
-                            .err()
-                            .map(Refusal::RateLimited)
-                    } else {
-                        None
-                    }
-                    .or_else(|| {
-                        restarts += 1;
-                        None
-                    })
+                    restart_refusal(origin, f, restarts_failing, restarts >= restart_limit)
+                        .or_else(|| self.manual_rate(origin, &req.agent))
                 }
                 Some(f) if !f.holds_tunnel && origin != Origin::Automatic => {
                     Some(Refusal::NoSuchTunnel)
@@ -251,13 +230,11 @@ impl Dispatch {
                 Some(f) if !f.has_destination && origin == Origin::Automatic => {
                     Some(Refusal::NoDestination)
                 }
-                Some(_) if origin == Origin::Manual => self
-                    .access
-                    .admit_reconnect(&req.agent)
-                    .err()
-                    .map(Refusal::RateLimited),
-                Some(_) => None,
+                Some(_) => self.manual_rate(origin, &req.agent),
             };
+            if refusal.is_none() && restart_only.contains(&req.agent) {
+                restarts += 1;
+            }
             match refusal {
                 Some(r) => {
                     if matches!(r, Refusal::RateLimited(_)) {
@@ -276,6 +253,14 @@ impl Dispatch {
         Ok(out)
     }
 
+    /// A manual reconnect waits out `access.manual_reconnect_interval`.
+    fn manual_rate(&self, origin: Origin, agent: &str) -> Option<Refusal> {
+        (origin == Origin::Manual)
+            .then(|| self.access.admit_reconnect(agent).err())
+            .flatten()
+            .map(Refusal::RateLimited)
+    }
+
     /// Why automatic reconnects wait now, if they do.
     fn paused(&self) -> Option<String> {
         if !self.hub.settings.auto_reconnect() {
@@ -289,5 +274,30 @@ impl Dispatch {
     /// The least time between two manual reconnects of one agent.
     pub fn manual_interval(&self) -> Duration {
         self.access.reconnect_every()
+    }
+}
+
+/// Why a restart-only peer's agent is not restarted, if it is not: a
+/// restart is not what the signal asks for or cannot help, automatic ones
+/// wait after failures, or the restart cap is reached.
+fn restart_refusal(
+    origin: Origin,
+    f: crate::fleet::AgentFacts,
+    restarts_failing: bool,
+    at_cap: bool,
+) -> Option<Refusal> {
+    let helps = match origin {
+        Origin::Manual => f.holds_tunnel,
+        Origin::Automatic => f.restart_helps,
+        Origin::Periodic | Origin::Graceful => false,
+    };
+    if !helps {
+        Some(Refusal::RestartWouldNotHelp)
+    } else if origin == Origin::Automatic && restarts_failing {
+        Some(Refusal::RestartsFailing)
+    } else if at_cap {
+        Some(Refusal::RestartsInFlight)
+    } else {
+        None
     }
 }

@@ -441,7 +441,8 @@ impl Hub {
             })
             .await
             .map_err(|_| SendError::FleetGone)?;
-        let deadline = now.saturating_add(self.cfg.ack_timeout);
+        let agents: Vec<String> = rows.iter().map(|r| r.agent.clone()).collect();
+        let restarting = self.restart_only_of(&agents);
         let current = TraceRef::current();
         let mut relayed: HashMap<String, Vec<i64>> = HashMap::new();
         for (row, req) in rows.iter_mut().zip(reqs) {
@@ -468,13 +469,8 @@ impl Hub {
                 span.record("outcome", "relayed");
                 continue;
             }
-            // A restart waits for its agent to turn ready before the ack.
-            let restart = self.is_restart_only(&row.agent);
-            let deadline = if restart {
-                now.saturating_add(self.cfg.restart_ack_timeout)
-            } else {
-                deadline
-            };
+            let restart = restarting.contains(&row.agent);
+            let deadline = now.saturating_add(self.ack_wait(restart));
             let signal = wire(
                 row.id,
                 req.ask,
@@ -672,8 +668,14 @@ impl Hub {
         Some(id)
     }
 
-    fn is_restart_only(&self, agent: &str) -> bool {
-        lock(&self.conns).get(agent).is_some_and(|c| c.restart_only)
+    /// How long a signal's ack may take: a restart waits for its agent
+    /// to turn ready first.
+    fn ack_wait(&self, restart: bool) -> Duration {
+        if restart {
+            self.cfg.restart_ack_timeout
+        } else {
+            self.cfg.ack_timeout
+        }
     }
 
     /// Removes the stream if it is still the agent's current one.

@@ -61,6 +61,18 @@ impl Teleport {
         t
     }
 
+    /// Started, and its PID file written.
+    async fn started(successor_ready_after: f64, never_ready: bool) -> Teleport {
+        let t = Teleport::start(successor_ready_after, never_ready);
+        for _ in 0..500 {
+            if t.pid().is_some() {
+                return t;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the stand-in Teleport wrote no PID file within 5 s");
+    }
+
     fn pid(&self) -> Option<u32> {
         std::fs::read_to_string(&self.pid_file)
             .ok()
@@ -155,11 +167,7 @@ async fn setup(
         .config(|cfg| cfg.access.manual_reconnect_interval = Duration::from_secs(1))
         .start()
         .await;
-    let t = Teleport::start(successor_ready_after, never_ready);
-    until(&c, "the stand-in Teleport wrote its PID", || {
-        t.pid().is_some()
-    })
-    .await;
+    let t = Teleport::started(successor_ready_after, never_ready).await;
     let mut file = sidecar_file(&c, &t);
     tweak(&mut file);
     let cfg = file.check().expect("the sidecar's configuration checks");
@@ -250,7 +258,7 @@ async fn a_successor_that_never_turns_ready_fails_the_restart() {
 /// what it would do.
 #[tokio::test]
 async fn systemd_reloads_the_unit_and_a_dry_run_only_says_so() {
-    let t = Teleport::start(0.5, false);
+    let t = Teleport::started(0.5, false).await;
     let calls = t.dir().join("systemctl.calls");
     let stub = t.dir().join("systemctl");
     std::fs::write(
@@ -264,12 +272,6 @@ async fn systemd_reloads_the_unit_and_a_dry_run_only_says_so() {
     .expect("stub");
     std::fs::set_permissions(&stub, std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .expect("chmod");
-    for _ in 0..200 {
-        if t.pid().is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
     let base = FileConfig {
         lifeline: List::One("http://127.0.0.1:1".into()),
         host_id: Some(HOST.into()),
@@ -331,8 +333,7 @@ async fn restarts_in_flight_are_capped_fleet_wide() {
     let mut stops = Vec::new();
     let mut teleports = Vec::new();
     for host in ["agent-00001", "agent-00002"] {
-        let t = Teleport::start(2.0, false);
-        until(&c, "the stand-in wrote its PID", || t.pid().is_some()).await;
+        let t = Teleport::started(2.0, false).await;
         let file = FileConfig {
             host_id: Some(host.into()),
             ..sidecar_file(&c, &t)
@@ -478,13 +479,7 @@ async fn failed_restarts_pause_automatic_ones_and_say_so() {
 /// command.
 #[tokio::test]
 async fn exec_and_teleport_debug_readyz_without_a_diag_address() {
-    let t = Teleport::start(0.5, false);
-    for _ in 0..200 {
-        if t.pid().is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let t = Teleport::started(0.5, false).await;
     let teleport = t.dir().join("teleport");
     std::fs::write(
         &teleport,

@@ -24,3 +24,12 @@ pub use config::{AgentConfig, ConfigError, FileConfig};
 /// The exit code of a configuration Lifeline-agent cannot run with
 /// (sysexits' EX_CONFIG).
 pub const EXIT_CONFIG: i32 = 78;
+
+/// Text from outside (Lifeline, a command, Teleport), made safe to log and
+/// report: control characters dropped, at most `max` characters, no
+/// trailing space.
+pub(crate) fn printable(s: &str, max: usize) -> String {
+    let mut out: String = s.chars().filter(|c| !c.is_control()).take(max).collect();
+    out.truncate(out.trim_end().len());
+    out
+}

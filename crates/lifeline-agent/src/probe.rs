@@ -35,15 +35,8 @@ pub struct Probe {
     pub pid_file: PathBuf,
 }
 
-/// Printable, bounded text.
 fn clean(s: &str) -> String {
-    let mut out: String = s
-        .chars()
-        .filter(|c| !c.is_control())
-        .take(MAX_STATUS)
-        .collect();
-    out.truncate(out.trim_end().len());
-    out
+    crate::printable(s, MAX_STATUS)
 }
 
 /// The PID a PID file holds, if it holds one.

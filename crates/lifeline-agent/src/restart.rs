@@ -60,6 +60,9 @@ pub struct Restarter {
     cooldown: Duration,
     dry_run: bool,
     state: Mutex<State>,
+    /// The last look at the agent, and when: the streams to every replica
+    /// report it without each asking the agent again.
+    seen: Mutex<Option<(Instant, Seen)>>,
 }
 
 fn lock(m: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
@@ -79,6 +82,7 @@ impl Restarter {
             cooldown: cfg.cooldown,
             dry_run: cfg.dry_run,
             state: Mutex::new(State::default()),
+            seen: Mutex::new(None),
         }
     }
 
@@ -97,7 +101,19 @@ impl Restarter {
 
     /// What the agent says of itself now.
     pub async fn look(&self) -> Seen {
-        self.probe.look().await
+        let seen = self.probe.look().await;
+        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((clock::instant(), seen.clone()));
+        seen
+    }
+
+    /// What the agent said within `max_age`, or a fresh look.
+    pub async fn recent_look(&self, max_age: Duration) -> Seen {
+        let cached = self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        match cached {
+            Some((at, seen)) if at.elapsed() < max_age => seen,
+            _ => self.look().await,
+        }
     }
 
     /// Restarts the agent and waits until a new process is ready.
@@ -133,7 +149,7 @@ impl Restarter {
     }
 
     async fn carry_out(&self, why: &str) -> Outcome {
-        let before = self.probe.look().await.pid;
+        let before = self.look().await.pid;
         let began = clock::instant();
         let at = clock::wall();
         info!(method = %self.restart, why, old_pid = ?before, "restarting the agent");
@@ -147,7 +163,7 @@ impl Restarter {
         };
         let deadline = began + self.ready_timeout;
         let said = loop {
-            let seen = self.probe.look().await;
+            let seen = self.look().await;
             let new_process = match (before, seen.pid) {
                 (Some(b), Some(now)) => now != b,
                 // Without a PID before, readiness after the restart is
@@ -234,12 +250,7 @@ async fn command(argv: &[&str]) -> Result<(), String> {
     if out.status.success() {
         return Ok(());
     }
-    let mut said: String = String::from_utf8_lossy(&out.stderr)
-        .chars()
-        .filter(|c| !c.is_control() || *c == ' ')
-        .take(MAX_OUTPUT)
-        .collect();
-    said.truncate(said.trim_end().len());
+    let said = crate::printable(&String::from_utf8_lossy(&out.stderr), MAX_OUTPUT);
     Err(format!(
         "`{}` exited with {}: {said}",
         argv.join(" "),

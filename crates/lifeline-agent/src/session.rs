@@ -24,6 +24,8 @@ const BACKOFF_BASE: Duration = Duration::from_secs(1);
 const BACKOFF_CAP: Duration = Duration::from_secs(60);
 /// A stream that stayed up this long starts the backoff afresh.
 const STABLE: Duration = Duration::from_secs(60);
+/// Longest reason or requester kept from a signal.
+const MAX_WORDS: usize = 200;
 /// Messages waiting to go to Lifeline on one stream.
 const OUTBOUND: usize = 16;
 
@@ -126,8 +128,10 @@ pub fn endpoint(addr: &str, cfg: &AgentConfig) -> Result<Endpoint, SessionError>
 }
 
 /// What the sidecar tells Lifeline of its agent.
-async fn report(restarter: &Restarter) -> pb::AgentMessage {
-    let seen = restarter.look().await;
+/// Every stream reports at `report_interval`: a look younger than half of
+/// it is shared rather than taken again.
+async fn report(restarter: &Restarter, every: Duration) -> pb::AgentMessage {
+    let seen = restarter.recent_look(every / 2).await;
     let last = restarter.last();
     pb::AgentMessage::report(pb::AgentReport {
         status: seen.status,
@@ -177,7 +181,7 @@ async fn open(
         restarter.dry_run(),
     );
     let _ = tx.send(hello).await;
-    let _ = tx.send(report(restarter).await).await;
+    let _ = tx.send(report(restarter, cfg.report_interval).await).await;
     let inbound = client
         .connect(tokio_stream::wrappers::ReceiverStream::new(rx))
         .await
@@ -202,7 +206,7 @@ async fn session(
         let msg = tokio::select! {
             _ = stop.cancelled() => return Ok(()),
             _ = tick.tick() => {
-                if tx.send(report(restarter).await).await.is_err() {
+                if tx.send(report(restarter, cfg.report_interval).await).await.is_err() {
                     return Err(SessionError::Closed);
                 }
                 continue;
@@ -220,14 +224,11 @@ async fn session(
                 let why = if r.reason.is_empty() {
                     "Lifeline asked".to_string()
                 } else {
-                    r.reason
-                        .chars()
-                        .filter(|c| !c.is_control())
-                        .take(200)
-                        .collect()
+                    crate::printable(&r.reason, MAX_WORDS)
                 };
-                info!(id, reason = %why, requested_by = %r.requested_by.chars().filter(|c| !c.is_control()).take(200).collect::<String>(), "reconnect asked: restarting the agent");
-                let (tx, restarter) = (tx.clone(), restarter.clone());
+                let asked_by = crate::printable(&r.requested_by, MAX_WORDS);
+                info!(id, reason = %why, requested_by = %asked_by, "reconnect asked: restarting the agent");
+                let (tx, restarter, every) = (tx.clone(), restarter.clone(), cfg.report_interval);
                 // The stream keeps reading (and refusing a second restart)
                 // while this one waits for its agent.
                 tokio::spawn(
@@ -236,7 +237,7 @@ async fn session(
                         let _ = tx
                             .send(pb::AgentMessage::ack(id, done.ok, done.detail))
                             .await;
-                        let _ = tx.send(report(&restarter).await).await;
+                        let _ = tx.send(report(&restarter, every).await).await;
                     }
                     .in_current_span(),
                 );

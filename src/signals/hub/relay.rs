@@ -149,6 +149,8 @@ impl Hub {
                 }
             }
         }
+        let agents: Vec<String> = rows.iter().map(|r| r.agent.clone()).collect();
+        let restarting = self.restart_only_of(&agents);
         let mut sent = 0;
         for row in rows {
             if !claimed.contains(&row.id) {
@@ -156,13 +158,8 @@ impl Hub {
             }
             let _span =
                 info_span!("signal.relayed", signal.id = row.id, agent = %row.agent).entered();
-            let restart = self.is_restart_only(&row.agent);
-            let wait = if restart {
-                self.cfg.restart_ack_timeout
-            } else {
-                self.cfg.ack_timeout
-            };
-            let deadline = row.created.saturating_add(wait);
+            let restart = restarting.contains(&row.agent);
+            let deadline = row.created.saturating_add(self.ack_wait(restart));
             let ask = match row.kind {
                 SignalKind::Reconnect => Ask::Reconnect { proxy: row.proxy },
                 SignalKind::CloseTunnel => Ask::CloseTunnel { proxy: row.proxy },
