@@ -115,6 +115,21 @@ impl WriteBatch {
             .insert((s.kind, s.name.clone()), Some(s.clone()));
     }
 
+    /// A server whose expiry and TTL alone moved: its waiting row, if
+    /// one waits, is updated in place rather than replaced by a clone.
+    pub fn put_expiry(&mut self, s: &Server) {
+        let key = (s.kind, s.name.clone());
+        match self.servers.get_mut(&key) {
+            Some(Some(waiting)) => {
+                waiting.expires = s.expires;
+                waiting.ttl = s.ttl;
+            }
+            _ => {
+                self.servers.insert(key, Some(s.clone()));
+            }
+        }
+    }
+
     pub fn delete_server(&mut self, kind: Kind, name: &str) {
         self.servers.insert((kind, name.to_string()), None);
     }

@@ -159,7 +159,7 @@ impl Model {
             return;
         };
         let observed = e.observe_expiry(expires, ttl, now);
-        self.out.writes.put_server(&e.server);
+        self.out.writes.put_expiry(&e.server);
         if kind == Kind::Proxy {
             self.out.board.push(BoardOp::Put(e.server.clone()));
         }
