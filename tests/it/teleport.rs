@@ -922,6 +922,15 @@ async fn sidecars_restart_the_agents_an_unserving_auth_strands() {
         },
     )
     .await;
+    // The agent's heartbeat can reach the fleet before its sidecar's ack
+    // reaches the audit.
+    c.eventually("every restart acked", || async {
+        let v = c.ok("/api/v1/signals?kind=reconnect").await;
+        v["items"]
+            .as_array()
+            .is_some_and(|s| !s.is_empty() && s.iter().all(|s| s["outcome"] != "delivered"))
+    })
+    .await;
     let signals = c.ok("/api/v1/signals?kind=reconnect").await;
     let acked: Vec<&Value> = signals["items"]
         .as_array()
