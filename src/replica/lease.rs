@@ -12,6 +12,7 @@ use std::time::Duration;
 use sqlx::{PgPool, Postgres, QueryBuilder};
 
 use crate::clock::{dur_micros, Ts};
+use crate::signals::peers::Holder;
 
 /// The database's clock in microseconds since the Unix epoch.
 macro_rules! db_now {
@@ -194,23 +195,27 @@ pub async fn forget_replicas(pool: &PgPool, keep: Duration) -> Result<u64, sqlx:
 /// Rows per statement when claiming or releasing streams.
 const STREAM_CHUNK: usize = 1000;
 
-/// Records that `me` holds these agents' streams (since `at`).
+/// Records that `me` holds these agents' streams (since `at`), each with
+/// whether its peer is restart-only.
 pub async fn claim_streams(
     pool: &PgPool,
     me: &str,
-    agents: &[String],
+    agents: &[(String, bool)],
     at: Ts,
 ) -> Result<(), sqlx::Error> {
     for chunk in agents.chunks(STREAM_CHUNK) {
-        let mut q =
-            QueryBuilder::<Postgres>::new("INSERT INTO agent_streams (agent, replica, since_us) ");
-        q.push_values(chunk, |mut r, a| {
+        let mut q = QueryBuilder::<Postgres>::new(
+            "INSERT INTO agent_streams (agent, replica, since_us, restart_only) ",
+        );
+        q.push_values(chunk, |mut r, (a, restart_only)| {
             r.push_bind(a.as_str())
                 .push_bind(me)
-                .push_bind(at.as_micros());
+                .push_bind(at.as_micros())
+                .push_bind(i64::from(*restart_only));
         });
         q.push(
-            " ON CONFLICT (agent) DO UPDATE SET replica = EXCLUDED.replica, since_us = EXCLUDED.since_us",
+            " ON CONFLICT (agent) DO UPDATE SET replica = EXCLUDED.replica, since_us = EXCLUDED.since_us, \
+             restart_only = EXCLUDED.restart_only",
         );
         q.build().execute(pool).await?;
     }
@@ -234,12 +239,12 @@ pub async fn release_streams(
     Ok(())
 }
 
-/// Agent streams (agent, replica) held by replicas whose heartbeat is
+/// Agent streams (agent, replica, restart-only) held by replicas whose heartbeat is
 /// younger than `$1` µs, and that pass the condition that follows.
 macro_rules! live_streams {
     () => {
         concat!(
-            "SELECT s.agent, s.replica FROM agent_streams s JOIN replicas r ON r.id = s.replica \
+            "SELECT s.agent, s.replica, s.restart_only FROM agent_streams s JOIN replicas r ON r.id = s.replica \
              WHERE r.heartbeat_us > ",
             db_now!(),
             " - $1 AND "
@@ -253,13 +258,28 @@ pub async fn owners(
     pool: &PgPool,
     agents: &[String],
     lease: Duration,
-) -> Result<HashMap<String, String>, sqlx::Error> {
-    let rows: Vec<(String, String)> = sqlx::query_as(concat!(live_streams!(), "s.agent = ANY($2)"))
-        .bind(dur_micros(lease))
-        .bind(agents)
-        .fetch_all(pool)
-        .await?;
-    Ok(rows.into_iter().collect())
+) -> Result<HashMap<String, Holder>, sqlx::Error> {
+    let rows: Vec<(String, String, i64)> =
+        sqlx::query_as(concat!(live_streams!(), "s.agent = ANY($2)"))
+            .bind(dur_micros(lease))
+            .bind(agents)
+            .fetch_all(pool)
+            .await?;
+    Ok(holders(rows))
+}
+
+fn holders(rows: Vec<(String, String, i64)>) -> HashMap<String, Holder> {
+    rows.into_iter()
+        .map(|(agent, replica, restart_only)| {
+            (
+                agent,
+                Holder {
+                    replica,
+                    restart_only: restart_only != 0,
+                },
+            )
+        })
+        .collect()
 }
 
 /// Every agent stream held by a live replica other than `me`.
@@ -267,13 +287,14 @@ pub async fn remote_streams(
     pool: &PgPool,
     me: &str,
     lease: Duration,
-) -> Result<HashMap<String, String>, sqlx::Error> {
-    let rows: Vec<(String, String)> = sqlx::query_as(concat!(live_streams!(), "s.replica <> $2"))
-        .bind(dur_micros(lease))
-        .bind(me)
-        .fetch_all(pool)
-        .await?;
-    Ok(rows.into_iter().collect())
+) -> Result<HashMap<String, Holder>, sqlx::Error> {
+    let rows: Vec<(String, String, i64)> =
+        sqlx::query_as(concat!(live_streams!(), "s.replica <> $2"))
+            .bind(dur_micros(lease))
+            .bind(me)
+            .fetch_all(pool)
+            .await?;
+    Ok(holders(rows))
 }
 
 /// The channel that wakes a replica holding an agent a signal is for.

@@ -11,7 +11,7 @@ use sqlx::PgPool;
 
 use super::lease;
 use crate::clock::Ts;
-use crate::signals::peers::{PeerError, Peers};
+use crate::signals::peers::{Holder, PeerError, Peers};
 use crate::store::db_time::DbTime;
 
 /// This replica among the others on one PostgreSQL database.
@@ -37,12 +37,12 @@ impl Peers for Replicas {
     fn owners<'a>(
         &'a self,
         agents: &'a [String],
-    ) -> BoxFuture<'a, Result<HashMap<String, String>, PeerError>> {
+    ) -> BoxFuture<'a, Result<HashMap<String, Holder>, PeerError>> {
         Box::pin(async move {
             let mut owners = lease::owners(&self.pool, agents, self.lease)
                 .await
                 .map_err(|e| PeerError(e.to_string()))?;
-            owners.retain(|_, replica| **replica != *self.me);
+            owners.retain(|_, h| *h.replica != *self.me);
             Ok(owners)
         })
     }

@@ -1,7 +1,7 @@
 //! A replica's routine: which agent streams it holds (and the others
 //! hold), its heartbeat and the database's clock, and the leader's chores.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +20,8 @@ use crate::stats::Stats;
 /// to relay signals), and reads which the others hold.
 pub(super) async fn streams(p: Arc<Parts>, stop: CancellationToken) {
     let hub = &p.rooms.hub;
-    let mut written: HashSet<String> = HashSet::new();
+    // Agent → whether its peer is restart-only, as last written.
+    let mut written: HashMap<String, bool> = HashMap::new();
     // The hub's streams as last written in full (`None`: write again).
     let mut in_sync: Option<u64> = None;
     let mut last_remote = Ts::ZERO;
@@ -33,9 +34,19 @@ pub(super) async fn streams(p: Arc<Parts>, stop: CancellationToken) {
         }
         let version = hub.streams_version();
         if in_sync != Some(version) {
-            let now: HashSet<String> = hub.connected_agents().into_iter().collect();
-            let opened: Vec<String> = now.difference(&written).cloned().collect();
-            let closed: Vec<String> = written.difference(&now).cloned().collect();
+            let now = hub.connected_peers();
+            // New, or back with other capabilities (a sidecar in place of
+            // an agent): written again.
+            let opened: Vec<(String, bool)> = now
+                .iter()
+                .filter(|(a, r)| written.get(*a) != Some(*r))
+                .map(|(a, r)| (a.clone(), *r))
+                .collect();
+            let closed: Vec<String> = written
+                .keys()
+                .filter(|a| !now.contains_key(*a))
+                .cloned()
+                .collect();
             let mut ok = true;
             if !opened.is_empty() {
                 match lease::claim_streams(&p.pool, &p.cfg.name, &opened, p.clock.now()).await {
@@ -67,6 +78,9 @@ pub(super) async fn streams(p: Arc<Parts>, stop: CancellationToken) {
             match lease::remote_streams(&p.pool, &p.cfg.name, p.cfg.lease).await {
                 Ok(remote) => hub.set_remote(remote),
                 Err(e) => debug!(error = %e, "cannot read the other replicas' streams; next round"),
+            }
+            if let Err(e) = hub.refresh_restarts().await {
+                debug!(error = %e, "cannot read the restarts the replicas asked for; next round");
             }
         }
     }

@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use tokio::sync::watch;
+use tracing::warn;
 
 use super::hub::{Hub, SendError, SignalRequest};
 use crate::access::Access;
@@ -209,8 +210,15 @@ impl Dispatch {
             .await
             .map_err(|_| SendError::FleetGone)?;
         let agents: Vec<String> = reqs.iter().map(|r| r.agent.clone()).collect();
-        let reachable = self.hub.reachable_of(&agents).await;
-        let restart_only = self.hub.restart_only_of(&agents);
+        let reach = self.hub.reachable_of(&agents).await;
+        let (reachable, restart_only) = (reach.streams, reach.restart_only);
+        if !restart_only.is_empty() {
+            // Among replicas the cap counts the restarts every replica has
+            // in flight, read fresh before any is admitted.
+            if let Err(e) = self.hub.refresh_restarts().await {
+                warn!(error = %e, "cannot read the restarts in flight on the other replicas: the cap counts them as last read");
+            }
+        }
         let (mut restarts, sidecars) = self.hub.restarts();
         let restart_limit = self.restart_limit.of(sidecars);
         let restarts_failing = self.hub.restarts_failing().is_some();

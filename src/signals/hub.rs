@@ -5,7 +5,7 @@
 //! number for discovery (see `board`): a stuck agent's stream only stops
 //! pulling; nothing else waits on it and nothing grows.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use super::peers::{Inbound, Peers};
+use super::peers::{Holder, Inbound, Peers};
 use crate::access::AgentGrant;
 use crate::clock::{dur_micros, Clock, Ts};
 use crate::fleet::board::{Board, Pending};
@@ -36,9 +36,11 @@ use crate::store::{Fence, Leadership};
 use crate::telemetry::propagate::{self, TraceRef};
 
 mod relay;
+mod restarts;
 mod stream;
 mod tasks;
 
+pub use relay::Reach;
 pub use stream::Service;
 use tasks::{audit_writer, receive, timeouts};
 
@@ -54,10 +56,6 @@ const UPDATE_QUEUE: usize = 16_384;
 const INBOUND_QUEUE: usize = 1024;
 /// Signals awaiting an ack, across all agents.
 const MAX_IN_FLIGHT: usize = 200_000;
-/// Restart outcomes remembered.
-const RESTARTS_REMEMBERED: usize = 8;
-/// Automatic restarts pause after this many failed in a row.
-const RESTART_FAILURES_PAUSE: usize = 3;
 
 #[derive(Clone)]
 pub struct HubConfig {
@@ -178,9 +176,14 @@ pub struct Hub {
     db: Db,
     stats: Arc<Stats>,
     conns: Mutex<HashMap<String, Conn>>,
-    /// Agents whose streams other live replicas hold (agent → replica),
+    /// Agents whose streams other live replicas hold (agent → holder),
     /// as last read from the database.
-    remote: Mutex<HashMap<String, String>>,
+    remote: Mutex<HashMap<String, Holder>>,
+    /// How many of those are sidecars.
+    remote_sidecars: AtomicUsize,
+    /// Among replicas: the restarts every replica asked for, as last read
+    /// from the audit (see `restarts`).
+    fleet_restarts: Mutex<audit::Restarts>,
     next_conn: AtomicU64,
     /// Grows whenever a stream opens or closes.
     streams_version: AtomicU64,
@@ -228,6 +231,8 @@ impl Hub {
             stats,
             conns: Mutex::new(HashMap::new()),
             remote: Mutex::new(HashMap::new()),
+            remote_sidecars: AtomicUsize::new(0),
+            fleet_restarts: Mutex::default(),
             next_conn: AtomicU64::new(1),
             streams_version: AtomicU64::new(0),
             ids,
@@ -282,6 +287,15 @@ impl Hub {
         self.streams_version.load(Ordering::Acquire)
     }
 
+    /// The agents whose streams are here, each with whether its peer is
+    /// restart-only (a sidecar).
+    pub fn connected_peers(&self) -> HashMap<String, bool> {
+        lock(&self.conns)
+            .iter()
+            .map(|(a, c)| (a.clone(), c.restart_only))
+            .collect()
+    }
+
     pub fn connected_agents(&self) -> Vec<String> {
         let mut v: Vec<String> = lock(&self.conns).keys().cloned().collect();
         v.sort();
@@ -301,50 +315,6 @@ impl Hub {
 
     pub fn in_flight(&self) -> usize {
         lock(&self.in_flight).len()
-    }
-
-    /// Restarts awaiting their ack on this replica, and the restart-only
-    /// peers (sidecars) connected to it.
-    pub fn restarts(&self) -> (usize, usize) {
-        (
-            self.restarting.load(Ordering::Relaxed),
-            self.sidecars.load(Ordering::Relaxed),
-        )
-    }
-
-    /// Records how a restart ended: acked ready, or failed or timed out.
-    fn restart_ended(&self, ok: bool) {
-        self.restarting.fetch_sub(1, Ordering::Relaxed);
-        let mut last = lock(&self.last_restarts);
-        if last.len() == RESTARTS_REMEMBERED {
-            last.pop_front();
-        }
-        last.push_back(ok);
-    }
-
-    /// Why automatic restarts wait: the last few restarts did not bring
-    /// their agents back (failed, or no ack in time). One that succeeds, or
-    /// a restart a person asks for that does, lifts it.
-    pub fn restarts_failing(&self) -> Option<String> {
-        let last = lock(&self.last_restarts);
-        (last.len() >= RESTART_FAILURES_PAUSE
-            && last.iter().rev().take(RESTART_FAILURES_PAUSE).all(|ok| !ok))
-        .then(|| {
-            format!(
-                "the last {RESTART_FAILURES_PAUSE} restarts did not bring their agents back: automatic restarts wait until one does"
-            )
-        })
-    }
-
-    /// The agents among `agents` whose stream here is a restart-only
-    /// peer's.
-    pub fn restart_only_of(&self, agents: &[String]) -> HashSet<String> {
-        let conns = lock(&self.conns);
-        agents
-            .iter()
-            .filter(|a| conns.get(a.as_str()).is_some_and(|c| c.restart_only))
-            .cloned()
-            .collect()
     }
 
     fn update(&self, u: SignalUpdate) {
@@ -406,14 +376,23 @@ impl Hub {
                 outcome: Outcome::Pending,
                 detail: String::new(),
                 latency_ms: None,
+                restart: false,
             })
             .collect();
+        // The row says whether the signal asks a sidecar for a restart,
+        // wherever its stream is: the fleet's restarts are counted from it.
+        let elsewhere = self.held_elsewhere(&rows).await;
+        let agents: Vec<String> = rows.iter().map(|r| r.agent.clone()).collect();
+        let here = self.restart_only_of(&agents);
+        for r in &mut rows {
+            r.restart =
+                here.contains(&r.agent) || elsewhere.get(&r.agent).is_some_and(|h| h.restart_only);
+        }
         // With several replicas, a row this replica delivers itself is
         // claimed as it is recorded ('delivered', the time filled in when
         // it is written to the stream): the make-up that reads `pending`
         // rows for the agents held here must not send it again after its
         // ack has left memory but before the outcome is written.
-        let elsewhere = self.held_elsewhere(&rows).await;
         let claimed: Vec<SignalRecord>;
         let stored = if self.cfg.peers.replicated() {
             claimed = rows
@@ -441,8 +420,6 @@ impl Hub {
             })
             .await
             .map_err(|_| SendError::FleetGone)?;
-        let agents: Vec<String> = rows.iter().map(|r| r.agent.clone()).collect();
-        let restarting = self.restart_only_of(&agents);
         let current = TraceRef::current();
         let mut relayed: HashMap<String, Vec<i64>> = HashMap::new();
         for (row, req) in rows.iter_mut().zip(reqs) {
@@ -464,12 +441,15 @@ impl Hub {
             let trace = TraceRef::of(&span);
             if let Some(owner) = elsewhere.get(&row.agent) {
                 // The replica holding its stream delivers it.
-                relayed.entry(owner.clone()).or_default().push(row.id);
+                relayed
+                    .entry(owner.replica.clone())
+                    .or_default()
+                    .push(row.id);
                 self.stats.signal(kind, SignalOutcome::Sent);
                 span.record("outcome", "relayed");
                 continue;
             }
-            let restart = restarting.contains(&row.agent);
+            let restart = row.restart;
             let deadline = now.saturating_add(self.ack_wait(restart));
             let signal = wire(
                 row.id,

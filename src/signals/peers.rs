@@ -17,6 +17,14 @@ use crate::clock::{Clock, Ts};
 #[error("{0}")]
 pub struct PeerError(pub String);
 
+/// Which replica holds an agent's stream, and whether the peer on it is
+/// restart-only (a sidecar, which a reconnect makes restart its agent).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    pub replica: String,
+    pub restart_only: bool,
+}
+
 /// The other Lifelines, as the hub sees them.
 pub trait Peers: Send + Sync + 'static {
     /// True when other replicas may hold agents' streams.
@@ -26,11 +34,11 @@ pub trait Peers: Send + Sync + 'static {
     /// alone this process's.
     fn now(&self) -> Ts;
 
-    /// Of `agents`, those another live replica holds: agent → replica.
+    /// Of `agents`, those another live replica holds: agent → holder.
     fn owners<'a>(
         &'a self,
         agents: &'a [String],
-    ) -> BoxFuture<'a, Result<HashMap<String, String>, PeerError>>;
+    ) -> BoxFuture<'a, Result<HashMap<String, Holder>, PeerError>>;
 
     /// Wakes `replica` to deliver the recorded signals `ids` (the
     /// `signals` rows are the outbox).
@@ -53,7 +61,7 @@ impl Peers for Alone {
     fn owners<'a>(
         &'a self,
         _agents: &'a [String],
-    ) -> BoxFuture<'a, Result<HashMap<String, String>, PeerError>> {
+    ) -> BoxFuture<'a, Result<HashMap<String, Holder>, PeerError>> {
         Box::pin(async { Ok(HashMap::new()) })
     }
 

@@ -34,6 +34,9 @@ pub struct SignalRecord {
     pub detail: String,
     /// Created → acked, in milliseconds.
     pub latency_ms: Option<f64>,
+    /// It asks the agent's sidecar to restart the agent (the peer holding
+    /// the agent's stream is restart-only).
+    pub restart: bool,
 }
 
 #[derive(sqlx::FromRow)]
@@ -50,6 +53,7 @@ struct Row {
     outcome: Outcome,
     detail: String,
     latency_us: Option<i64>,
+    restart: i64,
 }
 
 impl From<Row> for SignalRecord {
@@ -67,6 +71,7 @@ impl From<Row> for SignalRecord {
             outcome: r.outcome,
             detail: r.detail,
             latency_ms: r.latency_us.map(|us| us as f64 / 1000.0),
+            restart: r.restart != 0,
         }
     }
 }
@@ -159,7 +164,7 @@ pub async fn insert_fenced(
     let mut tx = pool.begin().await?;
     for chunk in rows.chunks(CHUNK) {
         let mut q = QueryBuilder::new(
-            "INSERT INTO signals (id, kind, agent, proxy, reason, requested_by, created_us, delivered_us, acked_us, outcome, detail, latency_us) ",
+            "INSERT INTO signals (id, kind, agent, proxy, reason, requested_by, created_us, delivered_us, acked_us, outcome, detail, latency_us, restart) ",
         );
         q.push_values(chunk, |mut b, r| {
             b.push_bind(r.id)
@@ -173,7 +178,8 @@ pub async fn insert_fenced(
                 .push_bind(r.acked.map(|t| t.as_micros()))
                 .push_bind(r.outcome)
                 .push_bind(r.detail.clone())
-                .push_bind(r.latency_ms.map(|ms| (ms * 1000.0) as i64));
+                .push_bind(r.latency_ms.map(|ms| (ms * 1000.0) as i64))
+                .push_bind(i64::from(r.restart));
         });
         q.build().execute(&mut *tx).await?;
     }
@@ -229,6 +235,41 @@ pub async fn update(db: &Db, updates: &[SignalUpdate]) -> Result<(), sqlx::Error
         }
     }
     tx.commit().await
+    })
+}
+
+/// Restarts asked of sidecars, as every replica recorded them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Restarts {
+    /// Not answered yet (pending or delivered).
+    pub in_flight: usize,
+    /// How the last answered ones ended, newest first (true: acked, the
+    /// agent came back; false: failed or timed out), at most the number
+    /// asked for.
+    pub last: Vec<bool>,
+}
+
+/// The restarts in flight across replicas and how the last `last` answered
+/// ones ended (see [`Restarts`]); both read through the partial index of
+/// restart signals, which stays as small as restarts are rare.
+pub async fn restarts(db: &Db, last: usize) -> Result<Restarts, sqlx::Error> {
+    on_pool!(db, pool => {
+    let (in_flight,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM signals WHERE restart = 1 AND outcome IN ('pending', 'delivered')",
+    )
+    .fetch_one(pool)
+    .await?;
+    let ended: Vec<Outcome> = sqlx::query_scalar(
+        "SELECT outcome FROM signals WHERE restart = 1 AND outcome IN ('acked', 'failed', 'timeout') \
+         ORDER BY id DESC LIMIT $1",
+    )
+    .bind(i64::try_from(last).unwrap_or(i64::MAX))
+    .fetch_all(pool)
+    .await?;
+    Ok(Restarts {
+        in_flight: usize::try_from(in_flight).unwrap_or(0),
+        last: ended.into_iter().map(|o| o == Outcome::Acked).collect(),
+    })
     })
 }
 
@@ -313,7 +354,7 @@ pub struct SignalFilter {
     pub limit: u32,
 }
 
-const COLUMNS: &str = "SELECT id, kind, agent, proxy, reason, requested_by, created_us, delivered_us, acked_us, outcome, detail, latency_us FROM signals";
+const COLUMNS: &str = "SELECT id, kind, agent, proxy, reason, requested_by, created_us, delivered_us, acked_us, outcome, detail, latency_us, restart FROM signals";
 
 pub async fn list(db: &Db, f: &SignalFilter) -> Result<Vec<SignalRecord>, sqlx::Error> {
     on_pool!(db, pool => {

@@ -200,6 +200,12 @@ async fn a_reconnect_restarts_the_agent_through_its_sidecar() {
     let after = t.pid().expect("pid");
     assert_ne!(after, before, "a new process holds the PID file");
     assert_eq!(t.starts(), 2, "one restart");
+    assert_eq!(row["restart"], true, "recorded as a restart: {row}");
+    let (_, html) = c.get_text("/signals").await;
+    assert!(
+        html.contains("reconnect ↻ restart"),
+        "the Signals page says so"
+    );
 
     // The agent's page: the sidecar, its method, the last restart and what
     // the agent says of itself.
@@ -373,6 +379,127 @@ async fn restarts_in_flight_are_capped_fleet_wide() {
         0,
         "a sidecar takes no discovery"
     );
+    for s in stops {
+        s.cancel();
+    }
+}
+
+/// Guards the cap among replicas: a restart counts wherever the sidecar's
+/// stream is held. Both sidecars hold their streams on replica-a and
+/// replica-b is asked: the first restart is recorded as one (relayed to
+/// replica-a), the second meets the cap, counted from the audit every
+/// replica writes, until the first is acked; replica-b's overview counts
+/// the sidecars the other replica holds.
+#[tokio::test]
+async fn restarts_in_flight_are_capped_across_replicas() {
+    use lifeline::config::{Ratio, RestartLimit};
+    let Some(store) = support::Store::postgres("restart_cap_replicas").await else {
+        return;
+    };
+    let c = Cluster::new()
+        .agents(2)
+        .tls(false)
+        .store(store)
+        .config(|cfg| {
+            cfg.storage.replica = Some("replica-a".into());
+            cfg.signals.auto_reconnect = false;
+            cfg.signals.max_restarts_in_flight = RestartLimit {
+                share: Ratio::ONE,
+                cap: 1,
+            };
+        })
+        .start()
+        .await;
+    let mut stops = Vec::new();
+    let mut teleports = Vec::new();
+    for host in ["agent-00001", "agent-00002"] {
+        let t = Teleport::started(2.0, false).await;
+        let file = FileConfig {
+            host_id: Some(host.into()),
+            ..sidecar_file(&c, &t)
+        };
+        let stop = CancellationToken::new();
+        tokio::spawn(session::run(file.check().expect("checks"), stop.clone()));
+        stops.push(stop);
+        teleports.push(t);
+    }
+    let db = c.ll().db.clone();
+    c.eventually("replica-a recorded two sidecar streams", || async {
+        support::sql_i64(
+            &db,
+            "SELECT count(*) FROM agent_streams WHERE replica = 'replica-a' AND restart_only = 1",
+        )
+        .await
+            == 2
+    })
+    .await;
+    let mut cfg_b = c.cfg.clone();
+    cfg_b.storage.replica = Some("replica-b".into());
+    let b = lifeline::app::Lifeline::start(&cfg_b, c.clock)
+        .await
+        .expect("a second replica starts on the same database");
+    let get_b = |path: &'static str| {
+        let req = c.http.get(format!("{}{path}", b.base_url()));
+        async move {
+            support::bounded("an HTTP call", req.send())
+                .await
+                .map_or(0, |r| r.status().as_u16())
+        }
+    };
+    c.eventually("replica-b knows both agents", || async {
+        get_b("/api/v1/agents/agent-00001").await == 200
+            && get_b("/api/v1/agents/agent-00002").await == 200
+    })
+    .await;
+    let on_b = |path: String| {
+        let req = c
+            .http
+            .post(format!("{}{path}", b.base_url()))
+            .bearer_auth(support::ADMIN)
+            .header("content-type", "application/json")
+            .body("{}");
+        async move {
+            let resp = support::bounded("an HTTP call", req.send())
+                .await
+                .expect("HTTP");
+            let status = resp.status().as_u16();
+            let body: Value = resp.json().await.unwrap_or(Value::Null);
+            (status, body)
+        }
+    };
+    let (status, first) = on_b("/api/v1/agents/agent-00001/reconnect".into()).await;
+    assert_eq!(status, 202, "{first}");
+    assert_eq!(first["restart"], true, "recorded as a restart: {first}");
+    let (status, body) = on_b("/api/v1/agents/agent-00002/reconnect".into()).await;
+    assert_eq!(
+        status, 429,
+        "the restart in flight on replica-a counts: {body}"
+    );
+    assert_eq!(body["error"]["code"], "restarts_in_flight", "{body}");
+    let overview = || async {
+        let resp = support::bounded(
+            "the overview",
+            c.http.get(format!("{}/", b.base_url())).send(),
+        )
+        .await
+        .expect("page");
+        resp.text().await.unwrap_or_default()
+    };
+    c.eventually("replica-b counts replica-a's sidecars", || async {
+        overview()
+            .await
+            .contains("/2</span> sidecars restarting their agent")
+    })
+    .await;
+    outcome(&c, first["id"].as_i64().expect("id"), "acked").await;
+    let (status, body) = on_b("/api/v1/agents/agent-00002/reconnect".into()).await;
+    assert_eq!(status, 202, "{body}");
+    outcome(&c, body["id"].as_i64().expect("id"), "acked").await;
+    assert!(
+        teleports.iter().all(|t| t.starts() == 2),
+        "one restart each"
+    );
+    b.shutdown().await;
     for s in stops {
         s.cancel();
     }

@@ -126,7 +126,12 @@ pub fn signal_row(now: Ts, r: SignalRecord) -> SignalRow {
     SignalRow {
         id: r.id,
         agent_href: agent_href(&r.agent),
-        kind: r.kind.as_str(),
+        // A reconnect a sidecar carries out as its agent's restart.
+        kind: if r.restart {
+            "reconnect ↻ restart"
+        } else {
+            r.kind.as_str()
+        },
         proxy: r.proxy,
         reason: r.reason,
         by: r.requested_by,

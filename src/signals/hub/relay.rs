@@ -5,14 +5,33 @@
 //! answers that nobody else holds anything.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
 
 use tracing::{info_span, warn};
 
 use super::{lock, wire, Ask, Hub, InFlight};
 use crate::clock::Ts;
 use crate::model::Outcome;
+use crate::signals::peers::Holder;
 use crate::stats::{SignalKind, SignalOutcome};
 use crate::store::signals::{self as audit, SignalRecord, SignalUpdate};
+
+/// Which agents have a stream on some live replica, and which of those
+/// streams are restart-only peers' (sidecars).
+#[derive(Debug, Default)]
+pub struct Reach {
+    pub streams: HashSet<String>,
+    pub restart_only: HashSet<String>,
+}
+
+impl Reach {
+    fn add(&mut self, agent: String, h: &Holder) {
+        if h.restart_only {
+            self.restart_only.insert(agent.clone());
+        }
+        self.streams.insert(agent);
+    }
+}
 
 impl Hub {
     /// The agent's stream is here or on another live replica.
@@ -20,30 +39,47 @@ impl Hub {
         self.is_connected(agent) || lock(&self.remote).contains_key(agent)
     }
 
-    /// Which of `agents` have a stream on any live replica: those here,
-    /// those the last read of the other replicas' streams has, and, among
-    /// replicas, those the database says another holds now (they may have
-    /// connected since that read).
-    pub async fn reachable_of(&self, agents: &[String]) -> HashSet<String> {
-        let mut found: HashSet<String> = HashSet::new();
+    /// Which of `agents` have a stream on any live replica, and which of
+    /// those streams are sidecars': those here, those the last read of the
+    /// other replicas' streams has, and, among replicas, those the
+    /// database says another holds now (they may have connected since that
+    /// read).
+    pub async fn reachable_of(&self, agents: &[String]) -> Reach {
+        let mut reach = Reach {
+            restart_only: self.restart_only_of(agents),
+            ..Reach::default()
+        };
         let mut ask = Vec::new();
-        for a in agents {
-            if self.reachable(a) {
-                found.insert(a.clone());
-            } else {
-                ask.push(a.clone());
+        let here: Vec<bool> = {
+            let conns = lock(&self.conns);
+            agents.iter().map(|a| conns.contains_key(a)).collect()
+        };
+        {
+            let remote = lock(&self.remote);
+            for (a, here) in agents.iter().zip(here) {
+                if here {
+                    reach.streams.insert(a.clone());
+                } else if let Some(h) = remote.get(a) {
+                    reach.add(a.clone(), h);
+                } else {
+                    ask.push(a.clone());
+                }
             }
         }
         if ask.is_empty() || !self.cfg.peers.replicated() {
-            return found;
+            return reach;
         }
         match self.cfg.peers.owners(&ask).await {
-            Ok(owners) => found.extend(owners.into_keys()),
+            Ok(owners) => {
+                for (a, h) in owners {
+                    reach.add(a, &h);
+                }
+            }
             Err(e) => {
                 warn!(agents = ask.len(), error = %e, "cannot tell which replica holds these agents");
             }
         }
-        found
+        reach
     }
 
     /// Every agent with a stream on any live replica.
@@ -56,13 +92,15 @@ impl Hub {
     }
 
     /// Replaces what this replica knows of the others' streams.
-    pub fn set_remote(&self, streams: HashMap<String, String>) {
+    pub fn set_remote(&self, streams: HashMap<String, Holder>) {
+        let sidecars = streams.values().filter(|h| h.restart_only).count();
         *lock(&self.remote) = streams;
+        self.remote_sidecars.store(sidecars, Ordering::Relaxed);
     }
 
     /// Which of these rows' agents another live replica holds (none
     /// without replicas, or when the database cannot say).
-    pub(super) async fn held_elsewhere(&self, rows: &[SignalRecord]) -> HashMap<String, String> {
+    pub(super) async fn held_elsewhere(&self, rows: &[SignalRecord]) -> HashMap<String, Holder> {
         if !self.cfg.peers.replicated() {
             return HashMap::new();
         }
@@ -158,7 +196,9 @@ impl Hub {
             }
             let _span =
                 info_span!("signal.relayed", signal.id = row.id, agent = %row.agent).entered();
-            let restart = restarting.contains(&row.agent);
+            // A sidecar here restarts its agent whatever the replica that
+            // recorded the signal knew of it.
+            let restart = row.restart || restarting.contains(&row.agent);
             let deadline = row.created.saturating_add(self.ack_wait(restart));
             let ask = match row.kind {
                 SignalKind::Reconnect => Ask::Reconnect { proxy: row.proxy },

@@ -61,6 +61,7 @@ pub fn signal_row(
         outcome,
         detail: String::new(),
         latency_ms: None,
+        restart: false,
     }
 }
 

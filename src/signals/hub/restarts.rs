@@ -1,0 +1,109 @@
+//! Restarts asked of sidecars, for the cap on restarts in flight and the
+//! pause after failed ones. Alone on its database the hub's own counts are
+//! the fleet's; among replicas the audit is (each signal row says whether
+//! it asks for a restart, each stream row whether its peer is a sidecar),
+//! so a restart counts wherever the sidecar's stream is held.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+
+use super::{lock, Hub};
+use crate::store::signals as audit;
+
+/// Restart outcomes remembered.
+const RESTARTS_REMEMBERED: usize = 8;
+/// Automatic restarts pause after this many failed in a row.
+pub(super) const RESTART_FAILURES_PAUSE: usize = 3;
+
+/// True when the last [`RESTART_FAILURES_PAUSE`] restarts (newest first)
+/// all failed.
+fn failing(newest_first: impl Iterator<Item = bool>) -> bool {
+    let last: Vec<bool> = newest_first.take(RESTART_FAILURES_PAUSE).collect();
+    last.len() == RESTART_FAILURES_PAUSE && last.iter().all(|ok| !ok)
+}
+
+impl Hub {
+    /// Restarts awaiting their ack and the restart-only peers (sidecars)
+    /// connected, across the fleet: alone, this replica's own counts;
+    /// among replicas, the restarts every replica recorded (as last read,
+    /// see [`Self::refresh_restarts`]) and the sidecars here and on the
+    /// other live replicas.
+    pub fn restarts(&self) -> (usize, usize) {
+        let here = self.sidecars.load(Ordering::Relaxed);
+        if self.cfg.peers.replicated() {
+            (
+                lock(&self.fleet_restarts).in_flight,
+                here + self.remote_sidecars.load(Ordering::Relaxed),
+            )
+        } else {
+            (self.restarting.load(Ordering::Relaxed), here)
+        }
+    }
+
+    /// Among replicas, reads the restarts every replica asked for from the
+    /// audit; alone, there is nothing to read. On an error the last read
+    /// stands (the caller says so, at its level).
+    pub async fn refresh_restarts(&self) -> Result<(), sqlx::Error> {
+        if !self.cfg.peers.replicated() {
+            return Ok(());
+        }
+        let r = audit::restarts(&self.db, RESTART_FAILURES_PAUSE).await?;
+        *lock(&self.fleet_restarts) = r;
+        Ok(())
+    }
+
+    /// Records how a restart sent here ended: acked ready, or failed or
+    /// timed out.
+    pub(super) fn restart_ended(&self, ok: bool) {
+        self.restarting.fetch_sub(1, Ordering::Relaxed);
+        let mut last = lock(&self.last_restarts);
+        if last.len() == RESTARTS_REMEMBERED {
+            last.pop_front();
+        }
+        last.push_back(ok);
+    }
+
+    /// Why automatic restarts wait: the last few restarts did not bring
+    /// their agents back (failed, or no ack in time), here or, among
+    /// replicas, anywhere. One that succeeds, or a restart a person asks
+    /// for that does, lifts it.
+    pub fn restarts_failing(&self) -> Option<String> {
+        let paused = if self.cfg.peers.replicated() {
+            failing(lock(&self.fleet_restarts).last.iter().copied())
+        } else {
+            failing(lock(&self.last_restarts).iter().rev().copied())
+        };
+        paused.then(|| {
+            format!(
+                "the last {RESTART_FAILURES_PAUSE} restarts did not bring their agents back: automatic restarts wait until one does"
+            )
+        })
+    }
+
+    /// The agents among `agents` whose stream here is a restart-only
+    /// peer's.
+    pub fn restart_only_of(&self, agents: &[String]) -> HashSet<String> {
+        let conns = lock(&self.conns);
+        agents
+            .iter()
+            .filter(|a| conns.get(a.as_str()).is_some_and(|c| c.restart_only))
+            .cloned()
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restarts_pause_after_three_failures_in_a_row_only() {
+        assert!(!failing([false, false].into_iter()), "two are not three");
+        assert!(failing([false, false, false, true].into_iter()));
+        assert!(
+            !failing([true, false, false, false].into_iter()),
+            "the newest succeeded"
+        );
+        assert!(!failing(std::iter::empty()));
+    }
+}
