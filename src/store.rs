@@ -11,6 +11,7 @@
 pub mod batch;
 pub mod db_time;
 pub mod health;
+pub mod incidents;
 pub mod lease;
 pub mod read;
 pub mod retention;
@@ -29,7 +30,8 @@ use sqlx::{PgPool, SqlitePool};
 
 pub use crate::config::Engine;
 pub use batch::{
-    EpisodeOp, EventRow, HealthRow, WriteBatch, MAX_PENDING_EPISODES, MAX_PENDING_HEALTH,
+    EpisodeOp, EventRow, HealthRow, IncidentRow, WriteBatch, MAX_PENDING_EPISODES,
+    MAX_PENDING_HEALTH,
 };
 pub use lease::{Fence, Leadership};
 pub use writer::WriterHandle;

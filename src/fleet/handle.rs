@@ -57,6 +57,8 @@ pub enum Command {
         fence: crate::store::Fence,
         open: Vec<crate::store::read::Episode>,
         next_episode: i64,
+        /// The open incidents and the next incident id.
+        incidents: (Vec<crate::store::IncidentRow>, i64),
         reply: Reply<Adopted>,
     },
     /// Another replica leads: nothing this one makes is written.
@@ -261,11 +263,13 @@ impl FleetHandle {
         fence: crate::store::Fence,
         open: Vec<crate::store::read::Episode>,
         next_episode: i64,
+        incidents: (Vec<crate::store::IncidentRow>, i64),
     ) -> Result<Adopted, FleetError> {
         self.ask(|reply| Command::Lead {
             fence,
             open,
             next_episode,
+            incidents,
             reply,
         })
         .await

@@ -19,6 +19,7 @@ pub mod classify;
 pub mod destination;
 mod entries;
 mod expiry;
+pub mod incidents;
 mod io;
 mod lead;
 mod resync;
@@ -72,6 +73,8 @@ pub struct Model {
     /// Agents to classify at the next settle.
     pub(super) dirty: HashSet<String>,
     pub(super) next_episode: i64,
+    /// Open incidents and the agents in them.
+    pub(super) incidents: incidents::Incidents,
     /// Agents connected to Lifeline's signal stream.
     pub(super) links: HashMap<String, Link>,
     /// Failure traces by (cause, resource, since): later agents stranded by
@@ -108,6 +111,7 @@ impl Model {
             schedule: Schedule::default(),
             dirty: HashSet::default(),
             next_episode: 1,
+            incidents: incidents::Incidents::default(),
             links: HashMap::default(),
             failures: HashMap::default(),
             after_resync: false,

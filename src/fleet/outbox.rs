@@ -163,6 +163,9 @@ impl Outbox {
         newer.events = older.events;
         newer.health = older.health;
         newer.episodes = older.episodes;
+        // The newer row of an incident wins.
+        older.incidents.extend(newer.incidents.drain());
+        newer.incidents = older.incidents;
         newer.dropped_events += older.dropped_events;
         newer.cap_events(self.max_events);
         // Compacted to half past the bound; what compaction cannot drop
@@ -304,6 +307,7 @@ mod tests {
                     reasons: String::new(),
                     cause: None,
                     started: Ts(id),
+                    incident: None,
                 });
                 ops.push(close(id));
             }

@@ -293,6 +293,7 @@ impl Shell {
                 fence,
                 open,
                 next_episode,
+                incidents,
                 reply,
             } => {
                 // What was made before (as a follower) is not written; the
@@ -300,7 +301,7 @@ impl Shell {
                 self.step();
                 self.outbox.lead(fence);
                 self.lend();
-                let adopted = self.model.lead(open, next_episode);
+                let adopted = self.model.lead(open, next_episode, incidents);
                 self.carry_out();
                 let _ = reply.send(adopted);
                 return None;

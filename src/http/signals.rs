@@ -495,6 +495,7 @@ async fn list(
             kind,
             requested_by: nonempty("requested_by", q.requested_by)?,
             before_id,
+            incident: None,
             limit,
         },
     )

@@ -116,11 +116,17 @@ pub(super) async fn lease_loop(p: Arc<Parts>, stop: CancellationToken) {
 /// This replica holds the lease in a new term: the fleet goes on from the
 /// database's open episodes, then the others may see it lead.
 async fn take_lead(p: &Parts, st: &mut Lease, term: i64) {
-    let (open, next) = match read::open_episodes(&p.rooms.db).await {
+    let open = match read::open_episodes(&p.rooms.db).await {
+        Ok(episodes) => crate::store::incidents::open(&p.rooms.db)
+            .await
+            .map(|incidents| (episodes, incidents)),
+        Err(e) => Err(e),
+    };
+    let ((open, next), incidents) = match open {
         Ok(v) => v,
         Err(e) => {
             // Not leading yet: the next renewal tries again.
-            warn!(term, error = %e, "holding the lease but cannot read the open episodes; not leading yet");
+            warn!(term, error = %e, "holding the lease but cannot read the open episodes and incidents; not leading yet");
             return;
         }
     };
@@ -128,7 +134,12 @@ async fn take_lead(p: &Parts, st: &mut Lease, term: i64) {
         replica: p.cfg.name.as_str().into(),
         term,
     };
-    if p.rooms.fleet.lead(fence, open, next).await.is_err() {
+    if p.rooms
+        .fleet
+        .lead(fence, open, next, incidents)
+        .await
+        .is_err()
+    {
         return;
     }
     st.term = Some(term);

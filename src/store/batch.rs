@@ -8,7 +8,8 @@ use rustc_hash::FxHashMap as HashMap;
 use super::lease::Fence;
 use crate::clock::Ts;
 use crate::model::{
-    AgentState, Cause, EndReason, Health, HealthMode, HistoryEvent, Kind, Server, Subject, Tunnel,
+    AgentState, Cause, CauseKind, EndReason, Health, HealthMode, HistoryEvent, Kind, Server,
+    Subject, Tunnel,
 };
 
 /// One row of history (`events` table).
@@ -34,6 +35,27 @@ pub struct HealthRow {
     pub detail: String,
 }
 
+/// An incident as written: one root cause's occurrence (see
+/// `fleet::model::incidents`). Written whole whenever it changes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IncidentRow {
+    pub id: i64,
+    pub cause: CauseKind,
+    pub resource: String,
+    pub started: Ts,
+    pub ended: Option<Ts>,
+    pub peak_stranded: u32,
+    pub peak_degraded: u32,
+    /// Agents it held, each counted once.
+    pub agents: u32,
+    /// Signals sent to its agents while they were in it.
+    pub signals: u32,
+    /// Time from joining to healthy of the agents that recovered (once
+    /// it has ended).
+    pub recover_p50_us: Option<i64>,
+    pub recover_max_us: Option<i64>,
+}
+
 #[derive(Clone, Debug)]
 pub enum EpisodeOp {
     Open {
@@ -43,11 +65,14 @@ pub enum EpisodeOp {
         reasons: String,
         cause: Option<Cause>,
         started: Ts,
+        /// The incident of its cause.
+        incident: Option<i64>,
     },
     Update {
         id: i64,
         reasons: String,
         cause: Option<Cause>,
+        incident: Option<i64>,
     },
     Close {
         id: i64,
@@ -93,6 +118,8 @@ pub struct WriteBatch {
     pub events: Vec<EventRow>,
     pub health: Vec<HealthRow>,
     pub episodes: Vec<EpisodeOp>,
+    /// Latest row per incident.
+    pub incidents: HashMap<i64, IncidentRow>,
     /// History rows dropped while this batch waited.
     pub dropped_events: u64,
     /// Who made it: the writer commits it only while this still holds.
@@ -108,6 +135,7 @@ impl WriteBatch {
             && self.events.is_empty()
             && self.health.is_empty()
             && self.episodes.is_empty()
+            && self.incidents.is_empty()
     }
 
     pub fn put_server(&mut self, s: &Server) {
@@ -127,6 +155,13 @@ impl WriteBatch {
             _ => {
                 self.servers.insert(key, Some(s.clone()));
             }
+        }
+    }
+
+    /// Incident rows, the latest of each kept.
+    pub fn incidents(&mut self, rows: impl IntoIterator<Item = IncidentRow>) {
+        for r in rows {
+            self.incidents.insert(r.id, r);
         }
     }
 
@@ -179,6 +214,7 @@ impl WriteBatch {
             events: std::mem::take(&mut self.events),
             health: std::mem::take(&mut self.health),
             episodes: std::mem::take(&mut self.episodes),
+            incidents: std::mem::take(&mut self.incidents),
             dropped_events: std::mem::take(&mut self.dropped_events),
             ..WriteBatch::default()
         }
@@ -217,27 +253,38 @@ impl WriteBatch {
                     opened.insert(id, kept.len());
                     kept.push(Some(op));
                 }
-                EpisodeOp::Update { id, reasons, cause } => {
-                    match head.get(&id).and_then(|&i| kept[i].as_mut()) {
-                        Some(EpisodeOp::Open {
-                            reasons: r,
-                            cause: c,
-                            ..
-                        })
-                        | Some(EpisodeOp::Update {
-                            reasons: r,
-                            cause: c,
-                            ..
-                        }) => {
-                            *r = reasons;
-                            *c = cause;
-                        }
-                        _ => {
-                            head.insert(id, kept.len());
-                            kept.push(Some(EpisodeOp::Update { id, reasons, cause }));
-                        }
+                EpisodeOp::Update {
+                    id,
+                    reasons,
+                    cause,
+                    incident,
+                } => match head.get(&id).and_then(|&i| kept[i].as_mut()) {
+                    Some(EpisodeOp::Open {
+                        reasons: r,
+                        cause: c,
+                        incident: n,
+                        ..
+                    })
+                    | Some(EpisodeOp::Update {
+                        reasons: r,
+                        cause: c,
+                        incident: n,
+                        ..
+                    }) => {
+                        *r = reasons;
+                        *c = cause;
+                        *n = incident;
                     }
-                }
+                    _ => {
+                        head.insert(id, kept.len());
+                        kept.push(Some(EpisodeOp::Update {
+                            id,
+                            reasons,
+                            cause,
+                            incident,
+                        }));
+                    }
+                },
                 EpisodeOp::Close { id, .. } => {
                     head.remove(&id);
                     if let Some(open) = opened.remove(&id) {
@@ -336,11 +383,13 @@ mod tests {
             reasons: "r0".into(),
             cause: None,
             started: Ts(id),
+            incident: None,
         };
         let update = |id: i64, r: &str| EpisodeOp::Update {
             id,
             reasons: r.into(),
             cause: None,
+            incident: None,
         };
         let close = |id: i64| EpisodeOp::close(id, Ts(id + 1), EndReason::Recovered);
         let mut b = WriteBatch::default();

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Serialize;
 use sqlx::QueryBuilder;
 
-use super::{on_pool, Db};
+use super::{on_pool, Db, IncidentRow};
 
 use crate::clock::Ts;
 use crate::model::{
@@ -50,6 +50,7 @@ struct EpisodeRow {
     ended_us: Option<i64>,
     ended_by_signal: Option<i64>,
     end_reason: Option<EndReason>,
+    incident_id: Option<i64>,
 }
 
 /// One degraded or stranded period of an agent.
@@ -69,6 +70,8 @@ pub struct Episode {
     pub ended_at: Option<Ts>,
     pub ended_by_signal: Option<i64>,
     pub end_reason: Option<EndReason>,
+    /// The incident of its (latest) cause.
+    pub incident: Option<i64>,
 }
 
 fn cause_or_empty<S: serde::Serializer>(c: &Option<CauseKind>, s: S) -> Result<S::Ok, S::Error> {
@@ -93,6 +96,7 @@ impl From<EpisodeRow> for Episode {
             ended_at: r.ended_us.map(Ts),
             ended_by_signal: r.ended_by_signal,
             end_reason: r.end_reason,
+            incident: r.incident_id,
         }
     }
 }
@@ -113,6 +117,8 @@ pub struct Loaded {
     pub tunnels: Vec<Tunnel>,
     pub open_episodes: Vec<Episode>,
     pub next_episode_id: i64,
+    pub open_incidents: Vec<IncidentRow>,
+    pub next_incident_id: i64,
     pub health: Vec<LastHealth>,
 }
 
@@ -155,6 +161,7 @@ pub async fn load(db: &Db) -> Result<Loaded, sqlx::Error> {
         })
         .collect();
     let (open_episodes, next_episode_id) = open_episodes(db).await?;
+    let (open_incidents, next_incident_id) = super::incidents::open(db).await?;
     let rows: Vec<(String, String, Health, i64)> = sqlx::query_as(
         "SELECT auth_server, addr, to_status, at_us FROM health_transitions \
          WHERE id IN (SELECT MAX(id) FROM health_transitions GROUP BY auth_server)",
@@ -175,6 +182,8 @@ pub async fn load(db: &Db) -> Result<Loaded, sqlx::Error> {
         tunnels,
         open_episodes,
         next_episode_id,
+        open_incidents,
+        next_incident_id,
         health,
     })
     })
@@ -185,7 +194,7 @@ pub async fn load(db: &Db) -> Result<Loaded, sqlx::Error> {
 pub async fn open_episodes(db: &Db) -> Result<(Vec<Episode>, i64), sqlx::Error> {
     on_pool!(db, pool => {
     let rows: Vec<EpisodeRow> = sqlx::query_as(
-        "SELECT id, agent, state, reasons, cause, cause_resource, started_us, ended_us, ended_by_signal, end_reason \
+        "SELECT id, agent, state, reasons, cause, cause_resource, started_us, ended_us, ended_by_signal, end_reason, incident_id \
          FROM episodes WHERE ended_us IS NULL ORDER BY id",
     )
     .fetch_all(pool)
@@ -211,7 +220,7 @@ pub struct EpisodeFilter {
 pub async fn episodes(db: &Db, f: &EpisodeFilter) -> Result<Vec<Episode>, sqlx::Error> {
     on_pool!(db, pool => {
     let mut q = QueryBuilder::new(
-        "SELECT id, agent, state, reasons, cause, cause_resource, started_us, ended_us, ended_by_signal, end_reason \
+        "SELECT id, agent, state, reasons, cause, cause_resource, started_us, ended_us, ended_by_signal, end_reason, incident_id \
          FROM episodes WHERE 1 = 1",
     );
     if let Some(a) = &f.agent {

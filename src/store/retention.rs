@@ -68,11 +68,13 @@ pub async fn run(
         }
         let before = clock.now().saturating_sub(keep.audit);
         match writer::prune_audit(&db, before).await {
-            Ok((0, 0)) => {}
-            Ok((signals, episodes)) => {
+            Ok((0, 0, 0)) => {}
+            Ok((signals, episodes, incidents)) => {
                 info!(
                     signals,
-                    episodes, "pruned the audit and closed episodes past audit_retention"
+                    episodes,
+                    incidents,
+                    "pruned the audit, closed episodes and ended incidents past audit_retention"
                 )
             }
             Err(e) => warn!(error = %e, "pruning the audit failed; will retry"),

@@ -351,6 +351,8 @@ pub struct SignalFilter {
     pub requested_by: Option<String>,
     /// Newest first, ids below this.
     pub before_id: Option<i64>,
+    /// Those sent to the agents of incident `.0` between `.1` and `.2`.
+    pub incident: Option<(i64, Ts, Ts)>,
     pub limit: u32,
 }
 
@@ -382,6 +384,14 @@ pub async fn list(db: &Db, f: &SignalFilter) -> Result<Vec<SignalRecord>, sqlx::
     }
     if let Some(b) = f.before_id {
         q.push(" AND id < ").push_bind(b);
+    }
+    if let Some((incident, from, to)) = f.incident {
+        q.push(" AND agent IN (SELECT agent FROM episodes WHERE incident_id = ")
+            .push_bind(incident)
+            .push(") AND created_us >= ")
+            .push_bind(from.as_micros())
+            .push(" AND created_us <= ")
+            .push_bind(to.as_micros());
     }
     q.push(" ORDER BY id DESC LIMIT ").push_bind(f.limit as i64);
     let rows: Vec<Row> = q.build_query_as().fetch_all(pool).await?;

@@ -14,7 +14,7 @@ use sqlx::{Database, Encode, Postgres, QueryBuilder, Sqlite, Transaction, Type};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug_span, error, warn, Instrument};
 
-use super::batch::{EpisodeOp, EventRow, WriteBatch};
+use super::batch::{EpisodeOp, EventRow, IncidentRow, WriteBatch};
 use super::lease::Fence;
 use super::{is_permanent, on_pool, Db, StoreError};
 use crate::clock::{dur_micros, Ts};
@@ -437,11 +437,12 @@ pub async fn commit_batch(
                 reasons,
                 cause,
                 started,
+                incident,
             } => {
                 exec!(tx, refused, (Subject::Agent, agent, "episodes"),
                 sqlx::query(
-                    "INSERT INTO episodes (id, agent, state, reasons, cause, cause_resource, started_us) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                    "INSERT INTO episodes (id, agent, state, reasons, cause, cause_resource, started_us, incident_id) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
                 )
                 .bind(id)
                 .bind(agent.as_str())
@@ -449,16 +450,23 @@ pub async fn commit_batch(
                 .bind(reasons.as_str())
                 .bind(cause.as_ref().map_or("", |c| c.kind.as_str()))
                 .bind(cause.as_ref().map_or("", |c| c.resource.as_str()))
-                .bind(started.as_micros()));
+                .bind(started.as_micros())
+                .bind(*incident));
             }
-            EpisodeOp::Update { id, reasons, cause } => {
+            EpisodeOp::Update {
+                id,
+                reasons,
+                cause,
+                incident,
+            } => {
                 exec!(tx, refused, (Subject::Agent, &format!("episode {id}"), "episodes"),
                 sqlx::query(
-                    "UPDATE episodes SET reasons = $1, cause = $2, cause_resource = $3 WHERE id = $4",
+                    "UPDATE episodes SET reasons = $1, cause = $2, cause_resource = $3, incident_id = $4 WHERE id = $5",
                 )
                 .bind(reasons.as_str())
                 .bind(cause.as_ref().map_or("", |c| c.kind.as_str()))
                 .bind(cause.as_ref().map_or("", |c| c.resource.as_str()))
+                .bind(*incident)
                 .bind(id));
             }
             EpisodeOp::Close {
@@ -477,6 +485,11 @@ pub async fn commit_batch(
                 .bind(id));
             }
         }
+    }
+    let incidents: Vec<&IncidentRow> = b.incidents.values().collect();
+    for chunk in chunks(&incidents, cap) {
+        exec!(tx, refused, (Subject::Store, &format!("incident {}", chunk[0].id), "incidents"),
+            upsert_incidents(chunk).build());
     }
     let refused = refused.unwrap_or_default();
     if !refused.is_empty() {
@@ -573,6 +586,40 @@ where
     q
 }
 
+fn upsert_incidents<DB: Database>(rows: &[&IncidentRow]) -> QueryBuilder<DB>
+where
+    DB::Arguments: Default,
+    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
+    for<'t> i64: Encode<'t, DB> + Type<DB>,
+    for<'t> Option<i64>: Encode<'t, DB> + Type<DB>,
+{
+    let mut q = QueryBuilder::new(
+        "INSERT INTO incidents (id, cause, resource, started_us, ended_us, peak_stranded, peak_degraded, \
+         agents, signals, recover_p50_us, recover_max_us) ",
+    );
+    q.push_values(rows, |mut r, i| {
+        r.push_bind(i.id)
+            .push_bind(i.cause.as_str())
+            .push_bind(i.resource.as_str())
+            .push_bind(i.started.as_micros())
+            .push_bind(i.ended.map(Ts::as_micros))
+            .push_bind(i64::from(i.peak_stranded))
+            .push_bind(i64::from(i.peak_degraded))
+            .push_bind(i64::from(i.agents))
+            .push_bind(i64::from(i.signals))
+            .push_bind(i.recover_p50_us)
+            .push_bind(i.recover_max_us);
+    });
+    q.push(
+        " ON CONFLICT (id) DO UPDATE SET cause = excluded.cause, resource = excluded.resource, \
+         started_us = excluded.started_us, ended_us = excluded.ended_us, \
+         peak_stranded = excluded.peak_stranded, peak_degraded = excluded.peak_degraded, \
+         agents = excluded.agents, signals = excluded.signals, \
+         recover_p50_us = excluded.recover_p50_us, recover_max_us = excluded.recover_max_us",
+    );
+    q
+}
+
 fn upsert_tunnels<DB: Database, R: Borrow<Tunnel>>(rows: &[R]) -> QueryBuilder<DB>
 where
     DB::Arguments: Default,
@@ -630,8 +677,9 @@ const AUDIT_PRUNE_STEP: i64 = 1000;
 
 /// Deletes signal audit rows and closed episodes older than `before`, in
 /// small steps. Never a pending signal (not yet delivered, acked, failed or
-/// timed out) and never an open episode. Returns (signals, episodes).
-pub async fn prune_audit(pool: &Db, before: Ts) -> Result<(u64, u64), sqlx::Error> {
+/// timed out), never an open episode or incident. Returns (signals,
+/// episodes, incidents).
+pub async fn prune_audit(pool: &Db, before: Ts) -> Result<(u64, u64, u64), sqlx::Error> {
     let signals = prune_in_steps(
         pool,
         "DELETE FROM signals WHERE id IN (SELECT id FROM signals \
@@ -646,7 +694,14 @@ pub async fn prune_audit(pool: &Db, before: Ts) -> Result<(u64, u64), sqlx::Erro
         before,
     )
     .await?;
-    Ok((signals, episodes))
+    let incidents = prune_in_steps(
+        pool,
+        "DELETE FROM incidents WHERE id IN (SELECT id FROM incidents \
+         WHERE ended_us IS NOT NULL AND ended_us < $1 ORDER BY id LIMIT $2)",
+        before,
+    )
+    .await?;
+    Ok((signals, episodes, incidents))
 }
 
 /// Runs `sql` (binding `before` and the step size) until it deletes less

@@ -118,6 +118,7 @@ fn open_episode(id: i64, agent: &str) -> EpisodeOp {
         reasons: "no_live_tunnel".into(),
         cause: None,
         started: Ts(1_000_000),
+        incident: None,
     }
 }
 

@@ -190,7 +190,7 @@ async fn audit_pruning_never_takes_a_signal_still_waiting_for_its_answer(store) 
         row(7, 3_000_000, Outcome::Acked),
     ];
     lifeline::store::signals::insert(&db, &rows).await.unwrap();
-    let (signals, episodes) = lifeline::store::writer::prune_audit(&db, lifeline::Ts(2_000_000))
+    let (signals, episodes, _) = lifeline::store::writer::prune_audit(&db, lifeline::Ts(2_000_000))
         .await
         .unwrap();
     assert_eq!((signals, episodes), (4, 0));

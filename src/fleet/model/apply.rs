@@ -228,6 +228,9 @@ impl Model {
             }
             Kind::Agent => match self.agents.remove(name) {
                 Some(a) => {
+                    let mut rows = Vec::new();
+                    self.incidents.leave(name, now, false, &mut rows);
+                    self.out.writes.incidents(rows);
                     self.agent_order.remove(name);
                     self.unhealthy.remove(name);
                     self.unindex_agent_auth(name, &a.res.server.auth_server);
@@ -458,6 +461,9 @@ impl Model {
         if let Some(a) = self.agents.get_mut(agent) {
             a.last_signal = Some((id, at));
         }
+        let mut rows = Vec::new();
+        self.incidents.signaled(agent, &mut rows);
+        self.out.writes.incidents(rows);
     }
 }
 

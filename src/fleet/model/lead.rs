@@ -10,7 +10,7 @@ use tracing::info;
 use super::Model;
 use crate::model::{EndReason, Kind};
 use crate::store::read::Episode;
-use crate::store::EpisodeOp;
+use crate::store::{EpisodeOp, IncidentRow};
 
 /// What the lead changed, for the log and the tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -28,9 +28,17 @@ impl Model {
     /// This replica now leads: the database is brought to this replica's
     /// view in the first batch of its tenure (the shell's outbox stamps it
     /// with the new fence and drops what was made before).
-    pub fn lead(&mut self, open: Vec<Episode>, next_episode: i64) -> Adopted {
+    pub fn lead(
+        &mut self,
+        open: Vec<Episode>,
+        next_episode: i64,
+        (incidents, next_incident): (Vec<IncidentRow>, i64),
+    ) -> Adopted {
         let now = self.now();
         self.next_episode = next_episode.max(1);
+        // Incidents first: the episodes below name the adopted ids.
+        let rows = self.incidents.adopt(incidents, next_incident, now);
+        self.out.writes.incidents(rows);
         // The current state in full: the last leader's rows may be behind.
         let proxies = self.proxies.values().map(|e| e.server.clone()).collect();
         self.out.writes.replace_kind(Kind::Proxy, proxies);
@@ -78,6 +86,7 @@ impl Model {
                         id: ep.id,
                         reasons: a.reasons.join(),
                         cause: a.cause.clone(),
+                        incident: self.incidents.of(&name),
                     });
                     adopted.kept += 1;
                 }
@@ -95,6 +104,7 @@ impl Model {
                         reasons: a.reasons.join(),
                         cause: a.cause.clone(),
                         started: a.since,
+                        incident: self.incidents.of(&name),
                     });
                     adopted.opened += 1;
                 }
@@ -136,6 +146,7 @@ mod tests {
             ended_at: None,
             ended_by_signal: None,
             end_reason: None,
+            incident: None,
         }
     }
 
@@ -164,6 +175,7 @@ mod tests {
                 stored(13, "gone", AgentState::Stranded),
             ],
             20,
+            (Vec::new(), 1),
         );
         assert_eq!(
             got,

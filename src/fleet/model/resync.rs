@@ -57,6 +57,8 @@ impl Model {
                 },
             );
         }
+        self.incidents
+            .load(loaded.open_incidents, loaded.next_incident_id);
         for ep in loaded.open_episodes {
             match self.agents.get_mut(&ep.agent) {
                 Some(a) => {
@@ -71,6 +73,10 @@ impl Model {
                         resource: ep.cause_resource.clone(),
                     });
                     a.episode = Some(ep.id);
+                    if let Some(incident) = ep.incident {
+                        self.incidents
+                            .restore(&ep.agent, ep.state, ep.started_at, incident);
+                    }
                 }
                 None => self.out.writes.episodes.push(EpisodeOp::close(
                     ep.id,
@@ -79,6 +85,8 @@ impl Model {
                 )),
             }
         }
+        let ended = self.incidents.end_empty(now);
+        self.out.writes.incidents(ended);
         for k in Kind::ALL {
             if self.kind(k).state == WatchState::Initializing && n_servers + n_tunnels > 0 {
                 self.set_kind(k, WatchState::Stale, 0);
@@ -225,6 +233,9 @@ impl Model {
                             self.agents.insert(name, a);
                         }
                         for (name, gone) in old {
+                            let mut rows = Vec::new();
+                            self.incidents.leave(&name, now, false, &mut rows);
+                            self.out.writes.incidents(rows);
                             self.agent_order.remove(&name);
                             self.unhealthy.remove(&name);
                             if let Some(id) = gone.episode {

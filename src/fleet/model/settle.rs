@@ -118,6 +118,11 @@ impl Model {
                     end_reason,
                 });
             }
+            let mut rows = Vec::new();
+            let incident = self
+                .incidents
+                .set(name, v.state, v.cause.as_ref(), since, &mut rows);
+            self.out.writes.incidents(rows);
             if v.state != AgentState::Healthy {
                 a.episode = Some(next_id);
                 self.next_episode += 1;
@@ -128,6 +133,7 @@ impl Model {
                     reasons: v.reasons.join(),
                     cause: v.cause.clone(),
                     started: since,
+                    incident,
                 });
             }
             let change = StateChange {
@@ -158,10 +164,19 @@ impl Model {
             self.out.changes.push(change);
         } else if v.reasons != a.reasons || v.cause != a.cause {
             if let Some(id) = a.episode {
+                let mut rows = Vec::new();
+                let incident = if v.cause != a.cause {
+                    self.incidents
+                        .set(name, a.state, v.cause.as_ref(), now, &mut rows)
+                } else {
+                    self.incidents.of(name)
+                };
+                self.out.writes.incidents(rows);
                 self.out.writes.episodes.push(EpisodeOp::Update {
                     id,
                     reasons: v.reasons.join(),
                     cause: v.cause.clone(),
+                    incident,
                 });
             }
             a.reasons = v.reasons;
@@ -192,6 +207,37 @@ mod tests {
             crate::model::Change::PutServer(s),
         )]);
         f.settle();
+    }
+
+    /// Guards incidents from the classifier's side: one proxy's expiry is
+    /// one incident, from its first stranded agent to its last recovered;
+    /// each episode names it, and a signal sent during it is counted.
+    #[test]
+    fn a_proxy_expiry_is_one_incident_its_episodes_name() {
+        let mut f = ready(&[("p1", 10)], &["a1", "a2"]);
+        advance_to(&mut f, at(10));
+        let opened: Vec<Option<i64>> = f
+            .out
+            .writes
+            .episodes
+            .iter()
+            .filter_map(|e| match e {
+                EpisodeOp::Open { incident, .. } => Some(*incident),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(opened, [Some(1), Some(1)], "both in incident 1");
+        f.signaled("a1", 7, f.now());
+        let row = f.out.writes.incidents[&1].clone();
+        assert_eq!(row.cause, crate::model::CauseKind::ProxyExpired);
+        assert_eq!(row.resource, "p1");
+        assert_eq!((row.agents, row.peak_stranded, row.signals), (2, 2, 1));
+        assert_eq!(row.ended, None);
+        advance_to(&mut f, at(13));
+        heartbeat(&mut f, server(Kind::Proxy, "p1", at(60)));
+        let row = &f.out.writes.incidents[&1];
+        assert_eq!(row.ended, Some(at(13)), "ended with the last agent");
+        assert_eq!(row.recover_max_us, Some(3_000_000));
     }
 
     /// Guards `ended_by_signal`: an episode that ends after a signal sent

@@ -58,6 +58,7 @@ pub async fn signals(
             kind: kind_f,
             requested_by: by.clone(),
             before_id,
+            incident: None,
             limit: limit as u32,
         },
     )

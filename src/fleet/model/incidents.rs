@@ -1,0 +1,390 @@
+//! Incidents: one root cause's occurrence ("proxy-1 expired", "auth-2
+//! NOT_SERVING", "agents' own heartbeats expired" on one auth server). An
+//! incident opens when the first agent is stranded or degraded for its
+//! cause, counts the agents it holds by state (and their peaks), the
+//! agents it ever held and the signals sent to them, and ends when its last
+//! agent recovers or moves to another cause. An agent's time to recover is
+//! from joining to turning healthy.
+//!
+//! Pure bookkeeping over the classifier's verdicts: the model tells it each
+//! agent's state and cause as they change, and writes the rows it returns.
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+
+use crate::clock::Ts;
+use crate::model::{AgentState, Cause, CauseKind};
+use crate::store::IncidentRow;
+
+/// An incident's key: its root cause's kind and resource.
+pub type Key = (CauseKind, String);
+
+/// The agents an open incident keeps for its figures past which it keeps
+/// counting but no longer names them (a fleet far larger than this is
+/// stranded by one cause only in a total outage).
+const MAX_AFFECTED_NAMED: usize = 2_000_000;
+
+#[derive(Debug)]
+struct Open {
+    row: IncidentRow,
+    /// Agents held now, by state.
+    stranded: u32,
+    degraded: u32,
+    affected: HashSet<String>,
+    /// Each recovered agent's time from joining to healthy, in µs.
+    recoveries: Vec<i64>,
+}
+
+#[derive(Debug)]
+struct Member {
+    key: Key,
+    state: AgentState,
+    since: Ts,
+}
+
+#[derive(Debug)]
+pub struct Incidents {
+    next_id: i64,
+    open: HashMap<Key, Open>,
+    members: HashMap<String, Member>,
+}
+
+impl Default for Incidents {
+    fn default() -> Self {
+        Incidents {
+            next_id: 1,
+            open: HashMap::default(),
+            members: HashMap::default(),
+        }
+    }
+}
+
+/// The key of a cause: agents whose own heartbeats expired are grouped by
+/// their auth server, as the cause already names it.
+fn key_of(cause: &Cause) -> Key {
+    (cause.kind, cause.resource.clone())
+}
+
+impl Incidents {
+    /// Open incidents.
+    pub fn open_count(&self) -> usize {
+        self.open.len()
+    }
+
+    /// The open incident `agent` is in, if any.
+    pub fn of(&self, agent: &str) -> Option<i64> {
+        let m = self.members.get(agent)?;
+        self.open.get(&m.key).map(|o| o.row.id)
+    }
+
+    /// `agent` is now `state` for `cause` since `since` (healthy, or no
+    /// cause: it leaves its incident). Returns the incident it is in and
+    /// pushes every incident row that changed onto `rows`.
+    pub fn set(
+        &mut self,
+        agent: &str,
+        state: AgentState,
+        cause: Option<&Cause>,
+        since: Ts,
+        rows: &mut Vec<IncidentRow>,
+    ) -> Option<i64> {
+        let key = match cause {
+            Some(c) if state != AgentState::Healthy => key_of(c),
+            _ => {
+                self.leave(agent, since, state == AgentState::Healthy, rows);
+                return None;
+            }
+        };
+        if self.members.get(agent).is_some_and(|m| m.key == key) {
+            let m = self.members.get_mut(agent)?;
+            let was = std::mem::replace(&mut m.state, state);
+            let o = self.open.get_mut(&key)?;
+            if was != state {
+                o.count(was, -1);
+                o.count(state, 1);
+                rows.push(o.row.clone());
+            }
+            return Some(o.row.id);
+        }
+        self.leave(agent, since, false, rows);
+        let next = &mut self.next_id;
+        let o = self.open.entry(key.clone()).or_insert_with(|| {
+            let id = *next;
+            *next += 1;
+            Open::new(id, &key, since)
+        });
+        o.count(state, 1);
+        // Counted once however often it comes back while the incident is
+        // open (past the bound, every time).
+        if o.affected.len() >= MAX_AFFECTED_NAMED || o.affected.insert(agent.to_string()) {
+            o.row.agents = o.row.agents.saturating_add(1);
+        }
+        rows.push(o.row.clone());
+        let id = o.row.id;
+        self.members
+            .insert(agent.to_string(), Member { key, state, since });
+        Some(id)
+    }
+
+    /// `agent` leaves its incident at `at`: recovered (healthy), or gone
+    /// or moved on. The incident ends with its last agent.
+    pub fn leave(&mut self, agent: &str, at: Ts, recovered: bool, rows: &mut Vec<IncidentRow>) {
+        let Some(m) = self.members.remove(agent) else {
+            return;
+        };
+        let Some(o) = self.open.get_mut(&m.key) else {
+            return;
+        };
+        o.count(m.state, -1);
+        if recovered {
+            o.recoveries.push(at.since(m.since).as_micros() as i64);
+        }
+        if o.stranded + o.degraded == 0 {
+            if let Some(mut o) = self.open.remove(&m.key) {
+                o.row.ended = Some(at.max(o.row.started));
+                o.figures();
+                rows.push(o.row);
+            }
+        } else {
+            rows.push(o.row.clone());
+        }
+    }
+
+    /// A signal was sent to `agent`: counted on its open incident.
+    pub fn signaled(&mut self, agent: &str, rows: &mut Vec<IncidentRow>) {
+        let Some(m) = self.members.get(agent) else {
+            return;
+        };
+        if let Some(o) = self.open.get_mut(&m.key) {
+            o.row.signals = o.row.signals.saturating_add(1);
+            rows.push(o.row.clone());
+        }
+    }
+
+    /// Every open incident's row, as it stands.
+    pub fn open_rows(&self) -> Vec<IncidentRow> {
+        self.open.values().map(|o| o.row.clone()).collect()
+    }
+
+    /// Takes up the incidents the database has open (at start, or when
+    /// this replica takes the lead), with ids after `next_id` for new ones.
+    /// An open incident this model has too keeps the stored id and start;
+    /// a stored one it does not have ends `now`; one only here gets a new
+    /// id. Returns every row to write.
+    pub fn adopt(&mut self, stored: Vec<IncidentRow>, next_id: i64, now: Ts) -> Vec<IncidentRow> {
+        self.next_id = self.next_id.max(next_id);
+        let mut rows = Vec::new();
+        let mut taken: HashSet<Key> = HashSet::default();
+        for s in stored {
+            let key = (s.cause, s.resource.clone());
+            match self.open.get_mut(&key) {
+                Some(o) if !taken.contains(&key) => {
+                    o.row.id = s.id;
+                    o.row.started = o.row.started.min(s.started);
+                    o.row.agents = o.row.agents.max(s.agents);
+                    o.row.signals = o.row.signals.max(s.signals);
+                    o.row.peak_stranded = o.row.peak_stranded.max(s.peak_stranded);
+                    o.row.peak_degraded = o.row.peak_degraded.max(s.peak_degraded);
+                    taken.insert(key);
+                }
+                _ => rows.push(IncidentRow {
+                    ended: Some(now.max(s.started)),
+                    ..s
+                }),
+            }
+        }
+        for (key, o) in &mut self.open {
+            if !taken.contains(key) {
+                o.row.id = self.next_id;
+                self.next_id += 1;
+            }
+            rows.push(o.row.clone());
+        }
+        rows
+    }
+
+    /// Takes an agent back into the open incident `id` (loaded from the
+    /// database: its open episode names it).
+    pub fn restore(&mut self, agent: &str, state: AgentState, since: Ts, incident: i64) {
+        let Some((key, o)) = self.open.iter_mut().find(|(_, o)| o.row.id == incident) else {
+            return;
+        };
+        o.count(state, 1);
+        o.affected.insert(agent.to_string());
+        let key = key.clone();
+        self.members
+            .insert(agent.to_string(), Member { key, state, since });
+    }
+
+    /// Loads the incidents the database has open, before their agents are
+    /// restored; returns those left without an agent once all are, ended.
+    pub fn load(&mut self, stored: Vec<IncidentRow>, next_id: i64) {
+        self.next_id = self.next_id.max(next_id);
+        for s in stored {
+            let key = (s.cause, s.resource.clone());
+            let o = Open {
+                row: s,
+                stranded: 0,
+                degraded: 0,
+                affected: HashSet::default(),
+                recoveries: Vec::new(),
+            };
+            self.open.entry(key).or_insert(o);
+        }
+    }
+
+    /// Ends the loaded incidents no agent was restored into.
+    pub fn end_empty(&mut self, now: Ts) -> Vec<IncidentRow> {
+        let empty: Vec<Key> = self
+            .open
+            .iter()
+            .filter(|(_, o)| o.stranded + o.degraded == 0)
+            .map(|(k, _)| k.clone())
+            .collect();
+        empty
+            .into_iter()
+            .filter_map(|k| self.open.remove(&k))
+            .map(|mut o| {
+                o.row.ended = Some(now.max(o.row.started));
+                o.figures();
+                o.row
+            })
+            .collect()
+    }
+}
+
+impl Open {
+    fn new(id: i64, key: &Key, started: Ts) -> Open {
+        Open {
+            row: IncidentRow {
+                id,
+                cause: key.0,
+                resource: key.1.clone(),
+                started,
+                ended: None,
+                peak_stranded: 0,
+                peak_degraded: 0,
+                agents: 0,
+                signals: 0,
+                recover_p50_us: None,
+                recover_max_us: None,
+            },
+            stranded: 0,
+            degraded: 0,
+            affected: HashSet::default(),
+            recoveries: Vec::new(),
+        }
+    }
+
+    fn count(&mut self, state: AgentState, by: i32) {
+        let n = match state {
+            AgentState::Stranded => &mut self.stranded,
+            AgentState::Degraded => &mut self.degraded,
+            AgentState::Healthy => return,
+        };
+        *n = n.saturating_add_signed(by);
+        self.row.peak_stranded = self.row.peak_stranded.max(self.stranded);
+        self.row.peak_degraded = self.row.peak_degraded.max(self.degraded);
+    }
+
+    /// The recovery figures, once the incident has ended.
+    fn figures(&mut self) {
+        let r = &mut self.recoveries;
+        if r.is_empty() {
+            return;
+        }
+        r.sort_unstable();
+        self.row.recover_p50_us = Some(r[(r.len() - 1) / 2]);
+        self.row.recover_max_us = r.last().copied();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn cause(kind: CauseKind, r: &str) -> Cause {
+        Cause {
+            kind,
+            resource: r.into(),
+        }
+    }
+
+    fn t(s: u64) -> Ts {
+        Ts::ZERO.saturating_add(Duration::from_secs(s))
+    }
+
+    #[test]
+    fn an_incident_opens_with_its_first_agent_and_ends_with_its_last() {
+        let mut inc = Incidents::default();
+        let mut rows = Vec::new();
+        let p1 = cause(CauseKind::ProxyExpired, "p1");
+        let id = inc.set("a1", AgentState::Stranded, Some(&p1), t(10), &mut rows);
+        assert_eq!(id, Some(1));
+        assert_eq!(
+            inc.set("a2", AgentState::Degraded, Some(&p1), t(11), &mut rows),
+            id
+        );
+        assert_eq!(
+            inc.set("a2", AgentState::Stranded, Some(&p1), t(12), &mut rows),
+            id,
+            "a state change keeps the incident"
+        );
+        let last = rows.last().cloned().expect("a row");
+        assert_eq!(
+            (last.peak_stranded, last.peak_degraded, last.agents),
+            (2, 1, 2)
+        );
+        inc.set("a1", AgentState::Healthy, None, t(20), &mut rows);
+        assert!(rows.last().is_some_and(|r| r.ended.is_none()));
+        inc.set("a2", AgentState::Healthy, None, t(40), &mut rows);
+        let end = rows.last().cloned().expect("a row");
+        assert_eq!(end.ended, Some(t(40)));
+        assert_eq!(end.recover_p50_us, Some(10_000_000));
+        assert_eq!(end.recover_max_us, Some(29_000_000));
+        assert_eq!(inc.open_count(), 0);
+        // The same cause again is a new incident.
+        assert_eq!(
+            inc.set("a1", AgentState::Stranded, Some(&p1), t(50), &mut rows),
+            Some(2)
+        );
+    }
+
+    #[test]
+    fn an_agent_that_moves_to_another_cause_moves_incident_without_recovering() {
+        let mut inc = Incidents::default();
+        let mut rows = Vec::new();
+        let p1 = cause(CauseKind::ProxyExpired, "p1");
+        let auth = cause(CauseKind::AuthNotServing, "auth-1");
+        inc.set("a1", AgentState::Stranded, Some(&p1), t(1), &mut rows);
+        let second = inc.set("a1", AgentState::Stranded, Some(&auth), t(5), &mut rows);
+        assert_eq!(second, Some(2));
+        let first = rows.iter().rfind(|r| r.id == 1).expect("the first");
+        assert_eq!(first.ended, Some(t(5)));
+        assert_eq!(first.recover_p50_us, None, "it did not recover");
+        let mut signals = Vec::new();
+        inc.signaled("a1", &mut signals);
+        assert_eq!(signals[0].signals, 1);
+        assert_eq!(signals[0].id, 2);
+    }
+
+    #[test]
+    fn adopting_keeps_stored_ids_ends_the_unmatched_and_numbers_the_new() {
+        let mut inc = Incidents::default();
+        let mut rows = Vec::new();
+        let p1 = cause(CauseKind::ProxyExpired, "p1");
+        let p2 = cause(CauseKind::ProxyExpired, "p2");
+        inc.set("a1", AgentState::Stranded, Some(&p1), t(10), &mut rows);
+        inc.set("a2", AgentState::Stranded, Some(&p2), t(10), &mut rows);
+        let stored = |id, r: &str| IncidentRow {
+            ended: None,
+            ..Open::new(id, &(CauseKind::ProxyExpired, r.into()), t(3)).row
+        };
+        let rows = inc.adopt(vec![stored(40, "p1"), stored(41, "p9")], 50, t(20));
+        let by = |id: i64| rows.iter().find(|r| r.id == id).cloned();
+        assert_eq!(by(40).map(|r| (r.started, r.ended)), Some((t(3), None)));
+        assert_eq!(by(41).and_then(|r| r.ended), Some(t(20)), "p9 ended");
+        assert_eq!(by(50).map(|r| r.resource), Some("p2".into()));
+        assert_eq!(inc.of("a1"), Some(40));
+    }
+}
