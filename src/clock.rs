@@ -74,6 +74,15 @@ impl Ts {
         Ts(self.0.saturating_sub(dur_micros(d)))
     }
 
+    /// The start of the `step`-long interval (counted from the epoch) that
+    /// holds `self`; `self` for a zero step.
+    pub fn floor_to(self, step: Duration) -> Ts {
+        match dur_micros(step) {
+            0 => self,
+            s => Ts(self.0 - self.0.rem_euclid(s)),
+        }
+    }
+
     /// `self - earlier`, zero when `earlier` is later.
     pub fn since(self, earlier: Ts) -> Duration {
         Duration::from_micros(self.0.saturating_sub(earlier.0).max(0) as u64)

@@ -12,6 +12,7 @@ pub mod auth;
 pub mod caller;
 pub mod contract;
 pub mod error;
+pub mod incidents;
 pub mod metrics;
 pub mod openapi;
 pub mod probes;

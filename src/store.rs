@@ -30,7 +30,7 @@ use sqlx::{PgPool, SqlitePool};
 
 pub use crate::config::Engine;
 pub use batch::{
-    EpisodeOp, EventRow, HealthRow, IncidentRow, WriteBatch, MAX_PENDING_EPISODES,
+    EpisodeOp, EventRow, HealthRow, IncidentRow, SampleRow, WriteBatch, MAX_PENDING_EPISODES,
     MAX_PENDING_HEALTH,
 };
 pub use lease::{Fence, Leadership};

@@ -22,3 +22,12 @@ CREATE INDEX incidents_cause ON incidents (cause, resource, id);
 -- The incident an episode belongs to (that of its latest cause).
 ALTER TABLE episodes ADD COLUMN incident_id BIGINT;
 CREATE INDEX episodes_incident ON episodes (incident_id, id);
+
+-- The agents by state at the start of each minute, written by the leader
+-- (`/api/v1/history`); kept like incidents.
+CREATE TABLE samples (
+    at_us    BIGINT PRIMARY KEY,
+    agents   BIGINT NOT NULL,
+    stranded BIGINT NOT NULL,
+    degraded BIGINT NOT NULL
+);

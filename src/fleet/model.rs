@@ -117,6 +117,11 @@ impl Model {
             after_resync: false,
             out: Effects::default(),
         };
+        model.schedule.arm(
+            schedule::TimerKey::Sample,
+            now.floor_to(expiry::SAMPLE_EVERY)
+                .saturating_add(expiry::SAMPLE_EVERY),
+        );
         model.readiness_changed();
         model
     }

@@ -166,6 +166,8 @@ impl Outbox {
         // The newer row of an incident wins.
         older.incidents.extend(newer.incidents.drain());
         newer.incidents = older.incidents;
+        older.samples.append(&mut newer.samples);
+        newer.samples = older.samples;
         newer.dropped_events += older.dropped_events;
         newer.cap_events(self.max_events);
         // Compacted to half past the bound; what compaction cannot drop

@@ -43,6 +43,35 @@ fn since(v: &str) -> Option<Since> {
     Some(Since::Ago(std::time::Duration::from_secs(n * secs)))
 }
 
+/// A `?since=`-like parameter: an RFC 3339 time, or a duration back from
+/// the fleet's settled time ("15m").
+pub(super) async fn since_param(
+    s: &AppState,
+    name: &str,
+    v: Option<&str>,
+) -> Result<Option<Ts>, ApiError> {
+    let Some(v) = v else { return Ok(None) };
+    match since(v) {
+        Some(Since::At(t)) => Ok(Some(t)),
+        Some(Since::Ago(d)) => Ok(Some(s.fleet.settled().await?.saturating_sub(d))),
+        None => Err(ApiError::BadParameter(format!(
+            "{name} {:?} is neither an RFC 3339 time nor a duration like 15m (a number and one of s, m, h, d)",
+            crate::http::error::clip(v)
+        ))),
+    }
+}
+
+/// A duration parameter such as `step=1m` (a number and one of s, m, h, d).
+pub(super) fn duration_param(name: &str, v: &str) -> Result<std::time::Duration, ApiError> {
+    match since(v) {
+        Some(Since::Ago(d)) => Ok(d),
+        _ => Err(ApiError::BadParameter(format!(
+            "{name} {:?} is not a duration like 1m (a number and one of s, m, h, d)",
+            crate::http::error::clip(v)
+        ))),
+    }
+}
+
 pub const DEFAULT_LIMIT: u32 = 100;
 pub const MAX_LIMIT: u32 = 1000;
 
@@ -433,12 +462,12 @@ async fn ttl_windows(
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
-struct Page<T> {
-    items: Vec<T>,
-    next_cursor: Option<String>,
+pub(super) struct Page<T> {
+    pub items: Vec<T>,
+    pub next_cursor: Option<String>,
 }
 
-fn page<T>(items: Vec<T>, limit: u32, id: impl Fn(&T) -> i64) -> Page<T> {
+pub(super) fn page<T>(items: Vec<T>, limit: u32, id: impl Fn(&T) -> i64) -> Page<T> {
     let next_cursor = (items.len() == limit as usize)
         .then(|| items.last().map(|i| id(i).to_string()))
         .flatten();
@@ -460,6 +489,9 @@ struct EpisodesQuery {
     /// Only episodes caused by this proxy or auth server.
     #[param(min_length = 1)]
     cause_resource: Option<String>,
+    /// Only the episodes of this incident.
+    #[param(minimum = 1)]
+    incident: Option<i64>,
     /// Page size, 1 to 1000 (default 100).
     #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
@@ -495,6 +527,7 @@ async fn episodes(
         state: q.state,
         open: q.open,
         cause_resource: nonempty("cause_resource", q.cause_resource)?,
+        incident: q.incident,
         before: id_cursor(q.cursor)?,
         limit: limit(q.limit)?,
     };
@@ -542,19 +575,7 @@ async fn events(
     State(s): State<AppState>,
     ApiQuery(q): ApiQuery<EventsQuery>,
 ) -> Result<Json<Page<read::EventView>>, ApiError> {
-    let since = match q.since.as_deref() {
-        None => None,
-        Some(v) => Some(match since(v) {
-            Some(Since::At(t)) => t,
-            Some(Since::Ago(d)) => s.fleet.settled().await?.saturating_sub(d),
-            None => {
-                return Err(ApiError::BadParameter(format!(
-                    "since {:?} is neither an RFC 3339 time nor a duration like 15m (a number and one of s, m, h, d)",
-                    crate::http::error::clip(v)
-                )))
-            }
-        }),
-    };
+    let since = since_param(&s, "since", q.since.as_deref()).await?;
     let f = EventFilter {
         since,
         kind: choice::<Subject>("kind", q.kind.as_deref())?,

@@ -74,6 +74,7 @@ fn api() -> (axum::Router<AppState>, Document) {
         .merge(super::api::router())
         .merge(super::settings::router())
         .merge(super::signals::router())
+        .merge(super::incidents::router())
         .routes(routes!(document))
         .split_for_parts()
 }

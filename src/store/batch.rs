@@ -56,6 +56,15 @@ pub struct IncidentRow {
     pub recover_max_us: Option<i64>,
 }
 
+/// The agents by state at the start of a minute (`history`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SampleRow {
+    pub at: Ts,
+    pub agents: u32,
+    pub stranded: u32,
+    pub degraded: u32,
+}
+
 #[derive(Clone, Debug)]
 pub enum EpisodeOp {
     Open {
@@ -120,6 +129,8 @@ pub struct WriteBatch {
     pub episodes: Vec<EpisodeOp>,
     /// Latest row per incident.
     pub incidents: HashMap<i64, IncidentRow>,
+    /// Counts of agents by state, a minute apart.
+    pub samples: Vec<SampleRow>,
     /// History rows dropped while this batch waited.
     pub dropped_events: u64,
     /// Who made it: the writer commits it only while this still holds.
@@ -136,6 +147,7 @@ impl WriteBatch {
             && self.health.is_empty()
             && self.episodes.is_empty()
             && self.incidents.is_empty()
+            && self.samples.is_empty()
     }
 
     pub fn put_server(&mut self, s: &Server) {
@@ -215,6 +227,7 @@ impl WriteBatch {
             health: std::mem::take(&mut self.health),
             episodes: std::mem::take(&mut self.episodes),
             incidents: std::mem::take(&mut self.incidents),
+            samples: std::mem::take(&mut self.samples),
             dropped_events: std::mem::take(&mut self.dropped_events),
             ..WriteBatch::default()
         }

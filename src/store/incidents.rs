@@ -250,3 +250,71 @@ pub async fn signal_counts(
         .collect())
     })
 }
+
+/// The agents by state over time: one point per `step`, each the most
+/// agents stranded (and degraded) at any minute within it.
+#[derive(Clone, Debug, Serialize, PartialEq, utoipa::ToSchema)]
+pub struct Point {
+    /// The step's start.
+    pub at: Ts,
+    pub agents: u32,
+    pub stranded: u32,
+    pub degraded: u32,
+}
+
+/// The counts between `from` and `to`, a point per `step` that holds a
+/// count (minutes nobody counted, such as while no replica led, have
+/// none).
+pub async fn history(
+    db: &Db,
+    from: Ts,
+    to: Ts,
+    step: std::time::Duration,
+) -> Result<Vec<Point>, sqlx::Error> {
+    let rows: Vec<(i64, i64, i64, i64)> = on_pool!(db, pool => {
+        sqlx::query_as(
+            "SELECT at_us, agents, stranded, degraded FROM samples \
+             WHERE at_us >= $1 AND at_us <= $2 ORDER BY at_us",
+        )
+        .bind(from.as_micros())
+        .bind(to.as_micros())
+        .fetch_all(pool)
+        .await?
+    });
+    let mut out: Vec<Point> = Vec::new();
+    for (at, agents, stranded, degraded) in rows {
+        let at = Ts(at).floor_to(step);
+        let (agents, stranded, degraded) = (count(agents), count(stranded), count(degraded));
+        match out.last_mut() {
+            Some(p) if p.at == at => {
+                p.agents = p.agents.max(agents);
+                p.stranded = p.stranded.max(stranded);
+                p.degraded = p.degraded.max(degraded);
+            }
+            _ => out.push(Point {
+                at,
+                agents,
+                stranded,
+                degraded,
+            }),
+        }
+    }
+    Ok(out)
+}
+
+/// When the first signal was sent to an incident's agents while it lasted.
+pub async fn first_signal(db: &Db, i: &Incident, now: Ts) -> Result<Option<Ts>, sqlx::Error> {
+    on_pool!(db, pool => {
+    let first: Option<i64> = sqlx::query_scalar(
+        "SELECT MIN(created_us) FROM signals \
+         WHERE agent IN (SELECT agent FROM episodes WHERE incident_id = $1) \
+         AND created_us >= $2 AND created_us <= $3",
+    )
+    .bind(i.id)
+    .bind(i.started.as_micros())
+    .bind(i.ended.unwrap_or(now).as_micros())
+    .fetch_one(pool)
+    .await?;
+    Ok(first.map(Ts))
+    })
+}

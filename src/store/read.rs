@@ -213,6 +213,8 @@ pub struct EpisodeFilter {
     pub state: Option<AgentState>,
     pub open: Option<bool>,
     pub cause_resource: Option<String>,
+    /// Only the episodes of this incident.
+    pub incident: Option<i64>,
     pub before: Option<i64>,
     pub limit: u32,
 }
@@ -240,6 +242,9 @@ pub async fn episodes(db: &Db, f: &EpisodeFilter) -> Result<Vec<Episode>, sqlx::
     }
     if let Some(r) = &f.cause_resource {
         q.push(" AND cause_resource = ").push_bind(r.as_str());
+    }
+    if let Some(i) = f.incident {
+        q.push(" AND incident_id = ").push_bind(i);
     }
     if let Some(b) = f.before {
         q.push(" AND id < ").push_bind(b);

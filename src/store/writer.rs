@@ -486,6 +486,20 @@ pub async fn commit_batch(
             }
         }
     }
+    for chunk in chunks(&b.samples, cap) {
+        let mut q = QueryBuilder::new("INSERT INTO samples (at_us, agents, stranded, degraded) ");
+        q.push_values(chunk, |mut r, s| {
+            r.push_bind(s.at.as_micros())
+                .push_bind(i64::from(s.agents))
+                .push_bind(i64::from(s.stranded))
+                .push_bind(i64::from(s.degraded));
+        });
+        q.push(
+            " ON CONFLICT (at_us) DO UPDATE SET agents = excluded.agents, \
+             stranded = excluded.stranded, degraded = excluded.degraded",
+        );
+        exec!(tx, refused, (Subject::Store, "samples", "samples"), q.build());
+    }
     let incidents: Vec<&IncidentRow> = b.incidents.values().collect();
     for chunk in chunks(&incidents, cap) {
         exec!(tx, refused, (Subject::Store, &format!("incident {}", chunk[0].id), "incidents"),
@@ -698,6 +712,13 @@ pub async fn prune_audit(pool: &Db, before: Ts) -> Result<(u64, u64, u64), sqlx:
         pool,
         "DELETE FROM incidents WHERE id IN (SELECT id FROM incidents \
          WHERE ended_us IS NOT NULL AND ended_us < $1 ORDER BY id LIMIT $2)",
+        before,
+    )
+    .await?;
+    prune_in_steps(
+        pool,
+        "DELETE FROM samples WHERE at_us IN (SELECT at_us FROM samples \
+         WHERE at_us < $1 ORDER BY at_us LIMIT $2)",
         before,
     )
     .await?;

@@ -17,6 +17,7 @@ mod discovery;
 mod faults;
 mod hostile;
 mod identity;
+mod incidents;
 mod metrics;
 mod openapi;
 mod reconnect;

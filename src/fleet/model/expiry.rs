@@ -6,8 +6,11 @@ use tracing::{debug, info, warn};
 use super::schedule::TimerKey;
 use super::Model;
 use crate::clock::Ts;
-use crate::model::{Health, HistoryEvent, Kind};
-use crate::store::EventRow;
+use crate::model::{AgentState, Health, HistoryEvent, Kind};
+use crate::store::{EventRow, SampleRow};
+
+/// How often the agents are counted by state (`history`'s finest step).
+pub const SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Model {
     // ---- time -------------------------------------------------------------
@@ -20,15 +23,45 @@ impl Model {
     pub fn fire_due(&mut self) -> usize {
         let now = self.now();
         let due = self.schedule.pop_due(now);
-        let n = due.len();
+        // The minute's count is not an expiry: not counted as one.
+        let n = due.iter().filter(|(_, k)| *k != TimerKey::Sample).count();
+        self.out.tally.timers_fired += n as u64;
         for (_, key) in due {
-            self.out.tally.timers_fired += 1;
             match key {
                 TimerKey::Expiry(kind, name) => self.expire(kind, name, now),
                 TimerKey::AuthGrace(name) => self.grace_over(name, now),
+                TimerKey::Sample => self.sample(now),
             }
         }
         n
+    }
+
+    /// Counts the agents by state for the minute that just ended: the most
+    /// at once within it (as the incidents counted them) or at its end,
+    /// whichever is more; and arms the next minute's count. Only once the
+    /// agents are known: a count made before the first listing would say
+    /// nothing true.
+    pub(super) fn sample(&mut self, now: Ts) {
+        let minute = now.floor_to(SAMPLE_EVERY);
+        let (peak_stranded, peak_degraded) = self.incidents.take_peaks();
+        if self.classification_enabled() {
+            let (mut stranded, mut degraded) = (0u32, 0u32);
+            for name in &self.unhealthy {
+                match self.agents.get(name).map(|a| a.state) {
+                    Some(AgentState::Stranded) => stranded += 1,
+                    Some(AgentState::Degraded) => degraded += 1,
+                    _ => {}
+                }
+            }
+            self.out.writes.samples.push(SampleRow {
+                at: minute.saturating_sub(SAMPLE_EVERY),
+                agents: u32::try_from(self.agents.len()).unwrap_or(u32::MAX),
+                stranded: stranded.max(peak_stranded),
+                degraded: degraded.max(peak_degraded),
+            });
+        }
+        self.schedule
+            .arm(TimerKey::Sample, minute.saturating_add(SAMPLE_EVERY));
     }
 
     pub(super) fn expire(&mut self, kind: Kind, name: String, now: Ts) {

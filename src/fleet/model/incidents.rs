@@ -46,6 +46,10 @@ pub struct Incidents {
     next_id: i64,
     open: HashMap<Key, Open>,
     members: HashMap<String, Member>,
+    /// Agents in incidents now, stranded and degraded, and the most of
+    /// each at once since [`Self::take_peaks`].
+    now: [u32; 2],
+    peaks: [u32; 2],
 }
 
 impl Default for Incidents {
@@ -54,7 +58,17 @@ impl Default for Incidents {
             next_id: 1,
             open: HashMap::default(),
             members: HashMap::default(),
+            now: [0; 2],
+            peaks: [0; 2],
         }
+    }
+}
+
+fn slot(state: AgentState) -> Option<usize> {
+    match state {
+        AgentState::Stranded => Some(0),
+        AgentState::Degraded => Some(1),
+        AgentState::Healthy => None,
     }
 }
 
@@ -65,6 +79,21 @@ fn key_of(cause: &Cause) -> Key {
 }
 
 impl Incidents {
+    fn tally(&mut self, state: AgentState, by: i32) {
+        if let Some(i) = slot(state) {
+            self.now[i] = self.now[i].saturating_add_signed(by);
+            self.peaks[i] = self.peaks[i].max(self.now[i]);
+        }
+    }
+
+    /// The most agents stranded and degraded at once (in incidents) since
+    /// the last call; the next period starts from those now.
+    pub fn take_peaks(&mut self) -> (u32, u32) {
+        let p = self.peaks;
+        self.peaks = self.now;
+        (p[0], p[1])
+    }
+
     /// Open incidents.
     pub fn open_count(&self) -> usize {
         self.open.len()
@@ -97,6 +126,10 @@ impl Incidents {
         if self.members.get(agent).is_some_and(|m| m.key == key) {
             let m = self.members.get_mut(agent)?;
             let was = std::mem::replace(&mut m.state, state);
+            if was != state {
+                self.tally(was, -1);
+                self.tally(state, 1);
+            }
             let o = self.open.get_mut(&key)?;
             if was != state {
                 o.count(was, -1);
@@ -106,6 +139,7 @@ impl Incidents {
             return Some(o.row.id);
         }
         self.leave(agent, since, false, rows);
+        self.tally(state, 1);
         let next = &mut self.next_id;
         let o = self.open.entry(key.clone()).or_insert_with(|| {
             let id = *next;
@@ -131,6 +165,7 @@ impl Incidents {
         let Some(m) = self.members.remove(agent) else {
             return;
         };
+        self.tally(m.state, -1);
         let Some(o) = self.open.get_mut(&m.key) else {
             return;
         };
@@ -213,6 +248,7 @@ impl Incidents {
         let key = key.clone();
         self.members
             .insert(agent.to_string(), Member { key, state, since });
+        self.tally(state, 1);
     }
 
     /// Loads the incidents the database has open, before their agents are

@@ -18,6 +18,8 @@ pub enum TimerKey {
     Expiry(Kind, String),
     /// The end of an auth server's UNKNOWN grace.
     AuthGrace(String),
+    /// The next minute's count of agents by state (`history`).
+    Sample,
 }
 
 #[derive(Default, Debug)]
