@@ -522,6 +522,11 @@ async fn episodes(
             "state must be degraded or stranded (healthy periods are not episodes)".into(),
         ));
     }
+    if q.incident.is_some_and(|i| i < 1) {
+        return Err(ApiError::BadParameter(
+            "incident must be an incident id (1 or more)".into(),
+        ));
+    }
     let f = EpisodeFilter {
         agent: nonempty("agent", q.agent)?,
         state: q.state,

@@ -116,10 +116,17 @@ struct IncidentResponse {
     signals: Page<SignalRecord>,
 }
 
-async fn find(s: &AppState, id: i64) -> Result<Incident, ApiError> {
-    incidents::get(&s.db, id).await?.ok_or(ApiError::NotFound {
+/// The incident a path names: a positive id (400 otherwise), found (404).
+async fn find(s: &AppState, id: &str) -> Result<Incident, ApiError> {
+    let n = id.parse::<i64>().ok().filter(|v| *v > 0).ok_or_else(|| {
+        ApiError::BadParameter(format!(
+            "incident id {:?} is not a positive integer",
+            crate::http::error::clip(id)
+        ))
+    })?;
+    incidents::get(&s.db, n).await?.ok_or(ApiError::NotFound {
         what: "incident",
-        name: id.to_string(),
+        name: n.to_string(),
     })
 }
 
@@ -138,13 +145,14 @@ async fn find(s: &AppState, id: i64) -> Result<Incident, ApiError> {
 )]
 async fn one(
     State(s): State<AppState>,
-    Path(id): Path<i64>,
+    Path(id): Path<String>,
     ApiQuery(q): ApiQuery<OneQuery>,
 ) -> Result<Json<IncidentResponse>, ApiError> {
     let limit = limit(q.limit)?;
     let (episodes_before, signals_before) =
         (id_cursor(q.episodes_cursor)?, id_cursor(q.signals_cursor)?);
-    let incident = find(&s, id).await?;
+    let incident = find(&s, &id).await?;
+    let id = incident.id;
     let now = s.fleet.published().at();
     let episodes = read::episodes(
         &s.db,
@@ -183,8 +191,8 @@ async fn one(
         ReadOneErrors
     )
 )]
-async fn report(State(s): State<AppState>, Path(id): Path<i64>) -> Result<Response, ApiError> {
-    let incident = find(&s, id).await?;
+async fn report(State(s): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let incident = find(&s, &id).await?;
     let now = s.fleet.published().at();
     let facts = Facts::read(&s, &incident, now).await?;
     let body = draft(&incident, &facts, now);
@@ -415,6 +423,7 @@ pub fn draft(i: &Incident, f: &Facts, now: Ts) -> String {
 struct HistoryQuery {
     /// Comma-separated: `stranded`, `degraded`, `agents` (default
     /// `stranded,degraded`).
+    #[param(pattern = "^(stranded|degraded|agents)(,(stranded|degraded|agents))*$")]
     series: Option<String>,
     /// One point per step, at least 1m (default 1m).
     #[param(pattern = "^[1-9][0-9]{0,8}[smhd]$")]

@@ -15,6 +15,7 @@
 mod actions;
 pub mod csrf;
 pub mod fmt;
+pub mod incident_svg;
 pub mod live;
 mod pages;
 mod signin;
@@ -59,6 +60,8 @@ pub fn router() -> Router<AppState> {
         .route("/agents/{name}/reconnect", post(actions::reconnect_one))
         .route("/auth", get(pages::auth))
         .route("/signals", get(pages::signals))
+        .route("/incidents", get(pages::incidents))
+        .route("/incidents/{id}", get(pages::incident))
         .route(
             "/reconnect-stranded",
             get(pages::confirm_stranded).post(actions::reconnect_stranded),

@@ -93,7 +93,7 @@ pub struct Incident {
     /// Agents it held, each counted once.
     pub agents: u32,
     /// Signals sent to its agents while they were in it.
-    pub signals: u32,
+    pub signals_sent: u32,
     /// Time from joining to healthy of the agents that recovered: median
     /// and longest, in milliseconds (once it has ended).
     pub recover_p50_ms: Option<f64>,
@@ -129,7 +129,7 @@ impl From<IncidentRow> for Incident {
             peak_stranded: r.peak_stranded,
             peak_degraded: r.peak_degraded,
             agents: r.agents,
-            signals: r.signals,
+            signals_sent: r.signals,
             recover_p50_ms: ms(r.recover_p50_us),
             recover_max_ms: ms(r.recover_max_us),
         }

@@ -53,7 +53,7 @@ async fn proxies_expiring_are_incidents_from_stranding_to_recovery(store) {
     let all = c.ok("/api/v1/incidents").await;
     let items = all["items"].as_array().expect("items");
     assert!(items.iter().all(|i| i["open"] == false && i["ended"].is_string()), "{all}");
-    assert!(items.iter().any(|i| i["signals"].as_u64() > Some(0)), "signals counted: {all}");
+    assert!(items.iter().any(|i| i["signals_sent"].as_u64() > Some(0)), "signals counted: {all}");
     assert!(
         items.iter().any(|i| i["recover_p50_ms"].as_f64() > Some(0.0)
             && i["recover_max_ms"].as_f64() >= i["recover_p50_ms"].as_f64()),
@@ -61,7 +61,7 @@ async fn proxies_expiring_are_incidents_from_stranding_to_recovery(store) {
     );
     let with_signals = items
         .iter()
-        .find(|i| i["signals"].as_u64() > Some(0))
+        .find(|i| i["signals_sent"].as_u64() > Some(0))
         .and_then(|i| i["id"].as_i64())
         .expect("one with signals");
     let one = c.ok(&format!("/api/v1/incidents/{with_signals}")).await;
@@ -86,12 +86,33 @@ async fn proxies_expiring_are_incidents_from_stranding_to_recovery(store) {
         assert!(md.contains(part), "{part:?} in\n{md}");
     }
 
+    // The dashboard: the list, and the incident with its timeline.
+    let (status, html) = text(&c, "/incidents").await;
+    assert_eq!(status, 200);
+    assert!(html.contains(&format!("href=\"/incidents/{with_signals}\"")), "{html}");
+    assert!(html.contains(" expired</a>"), "titles listed");
+    let (status, html) = text(&c, &format!("/incidents/{with_signals}")).await;
+    assert_eq!(status, 200);
+    for part in [
+        "<svg class=\"timeline\"",
+        "<polyline class=\"stranded\" points=\"",
+        "class=\"mark acked\"",
+        "Postmortem draft (Markdown)",
+        "Agents affected",
+    ] {
+        assert!(html.contains(part), "{part:?} on the incident page");
+    }
+    let (status, _) = text(&c, "/incidents/not-a-number").await;
+    assert_eq!(status, 404);
+
     for (path, what) in [
         ("/api/v1/incidents?cause=fire", "cause must be one of"),
         ("/api/v1/history?step=30s", "step must be whole minutes"),
         ("/api/v1/history?series=weather", "series must list"),
         ("/api/v1/history?step=1m&since=30d", "points asked"),
         ("/api/v1/incidents?since=yesterday", "since"),
+        ("/api/v1/incidents/99999999999999999999", "not a positive integer"),
+        ("/api/v1/episodes?incident=0", "incident must be"),
     ] {
         let (status, body) = c.get(path).await;
         assert_eq!(status, 400, "{path}: {body}");
