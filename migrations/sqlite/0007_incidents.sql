@@ -17,6 +17,7 @@ CREATE TABLE incidents (
 );
 CREATE INDEX incidents_open ON incidents (id) WHERE ended_us IS NULL;
 CREATE INDEX incidents_started ON incidents (started_us);
+CREATE INDEX incidents_ended ON incidents (ended_us);
 CREATE INDEX incidents_cause ON incidents (cause, resource, id);
 
 -- The incident an episode belongs to (that of its latest cause).

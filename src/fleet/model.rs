@@ -35,6 +35,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 pub use entries::{
     AgentEntry, AuthEntry, Link, PeerReport, ResEntry, Restarter, Rules, TunnelEntry,
 };
+pub use expiry::SAMPLE_EVERY;
 pub use io::{
     BoardOp, Changes, Effects, HealthUpdate, Ingested, KindStatus, Readiness, Resync, Snapshot,
     StateChange, Tally, WatchState,

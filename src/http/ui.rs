@@ -21,6 +21,7 @@ mod pages;
 mod signin;
 pub mod ttl_svg;
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use askama::Template;
@@ -40,6 +41,8 @@ use super::AppState;
 pub struct UiShared {
     pub csrf: csrf::Csrf,
     pub live: live::Live,
+    /// The overview's last-day strip and when it was drawn.
+    strip: std::sync::Mutex<Option<(crate::clock::Ts, Arc<incident_svg::Strip>)>>,
 }
 
 impl UiShared {
@@ -47,7 +50,16 @@ impl UiShared {
         UiShared {
             csrf: csrf::Csrf::default(),
             live: live::Live::new(max_live_streams, max_per_ip),
+            strip: std::sync::Mutex::new(None),
         }
+    }
+
+    pub fn strip(&self) -> Option<(crate::clock::Ts, Arc<incident_svg::Strip>)> {
+        self.strip.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn set_strip(&self, at: crate::clock::Ts, s: Arc<incident_svg::Strip>) {
+        *self.strip.lock().unwrap_or_else(|e| e.into_inner()) = Some((at, s));
     }
 }
 

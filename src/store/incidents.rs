@@ -318,3 +318,21 @@ pub async fn first_signal(db: &Db, i: &Incident, now: Ts) -> Result<Option<Ts>, 
     Ok(first.map(Ts))
     })
 }
+
+/// The incidents open at any time since `since`, newest first, at most
+/// `limit` (the overview's strip).
+pub async fn overlapping(db: &Db, since: Ts, limit: u32) -> Result<Vec<Incident>, sqlx::Error> {
+    on_pool!(db, pool => {
+    let mut q = QueryBuilder::new(COLUMNS);
+    q.push(" WHERE ended_us IS NULL OR ended_us >= ")
+        .push_bind(since.as_micros())
+        .push(" ORDER BY id DESC LIMIT ")
+        .push_bind(i64::from(limit));
+    let rows: Vec<Row> = q.build_query_as().fetch_all(pool).await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(Row::into_row)
+        .map(Incident::from)
+        .collect())
+    })
+}

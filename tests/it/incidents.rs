@@ -87,6 +87,12 @@ async fn proxies_expiring_are_incidents_from_stranding_to_recovery(store) {
     }
 
     // The dashboard: the list, and the incident with its timeline.
+    let (_, html) = text(&c, "/").await;
+    assert!(html.contains("<svg class=\"timeline strip\""), "the overview's strip");
+    assert!(
+        html.contains(&format!("<a class=\"band\" href=\"/incidents/{with_signals}\"")),
+        "a band links to the incident"
+    );
     let (status, html) = text(&c, "/incidents").await;
     assert_eq!(status, 200);
     assert!(html.contains(&format!("href=\"/incidents/{with_signals}\"")), "{html}");

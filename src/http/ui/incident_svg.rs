@@ -184,6 +184,117 @@ pub fn timeline(
     }
 }
 
+/// The overview's strip: agents stranded and degraded over the last day,
+/// with a band per incident that links to it.
+pub struct Strip {
+    pub width: f64,
+    pub height: f64,
+    pub x0: f64,
+    pub x1: f64,
+    pub top: f64,
+    pub base: f64,
+    pub stranded: String,
+    pub degraded: String,
+    pub bands: Vec<Band>,
+    pub ticks: Vec<Tick>,
+    pub peak: u32,
+    pub summary: String,
+}
+
+pub struct Band {
+    pub x: f64,
+    pub w: f64,
+    pub href: String,
+    pub tip: String,
+    pub open: bool,
+}
+
+const STRIP_H: f64 = 90.0;
+const STRIP_PLOT: f64 = 56.0;
+
+/// Draws `points` (a minute apart) and `incidents` between `from` and `to`.
+pub fn strip(
+    from: Ts,
+    to: Ts,
+    points: &[crate::store::incidents::Point],
+    incidents: &[crate::store::incidents::Incident],
+) -> Strip {
+    let (x0, x1) = (LEFT, WIDTH - RIGHT);
+    let total_us = to.since(from).as_micros().max(1) as f64;
+    let x = |t: Ts| x0 + (x1 - x0) * (t.since(from).as_micros() as f64 / total_us).clamp(0.0, 1.0);
+    let peak = points
+        .iter()
+        .map(|p| p.stranded.max(p.degraded))
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let base = 8.0 + STRIP_PLOT;
+    let y = |n: u32| base - STRIP_PLOT * (f64::from(n) / f64::from(peak));
+    let line = |f: fn(&crate::store::incidents::Point) -> u32| {
+        let mut out = String::new();
+        for p in points {
+            let (a, b) = (
+                x(p.at),
+                x(p.at.saturating_add(crate::fleet::model::SAMPLE_EVERY)),
+            );
+            let v = y(f(p));
+            out.push_str(&format!("{a:.1},{v:.1} {b:.1},{v:.1} "));
+        }
+        out.trim_end().to_string()
+    };
+    let bands = incidents
+        .iter()
+        .map(|i| {
+            let a = x(i.started.max(from));
+            let b = x(i.ended.unwrap_or(to).min(to));
+            Band {
+                x: a,
+                w: (b - a).max(2.0),
+                href: format!("/incidents/{}", i.id),
+                tip: format!(
+                    "Incident {}: {} ({} agents, from {}{})",
+                    i.id,
+                    i.title,
+                    i.agents,
+                    fmt::hms(i.started),
+                    i.ended
+                        .map_or_else(|| ", open".to_string(), |e| format!(" to {}", fmt::hms(e)))
+                ),
+                open: i.open,
+            }
+        })
+        .collect::<Vec<_>>();
+    let ticks = (0..=4)
+        .map(|i| {
+            let t = from.saturating_add(to.since(from) * i / 4);
+            Tick {
+                x: x(t),
+                y: STRIP_H - 6.0,
+                label: fmt::hms(t),
+            }
+        })
+        .collect();
+    let most = points.iter().map(|p| p.stranded).max().unwrap_or(0);
+    let summary = format!(
+        "The last 24 hours: at most {most} agents stranded at once; {} incidents.",
+        bands.len()
+    );
+    Strip {
+        width: WIDTH,
+        height: STRIP_H,
+        x0,
+        x1,
+        top: 8.0,
+        base,
+        stranded: line(|p| p.stranded),
+        degraded: line(|p| p.degraded),
+        bands,
+        ticks,
+        peak,
+        summary,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

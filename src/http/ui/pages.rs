@@ -30,6 +30,7 @@ use axum::response::Response;
 use serde::Deserialize;
 
 use super::fmt::{self, agent_href, enc};
+use super::incident_svg::{self, Strip};
 use super::ttl_svg::{self, Svg};
 use super::{Ctx, Layout, UiError, UiQuery};
 use crate::clock::Ts;

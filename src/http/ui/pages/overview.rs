@@ -22,6 +22,32 @@ pub struct LiveOverview {
     pub stranded_more: bool,
     pub signals: Vec<SignalRow>,
     pub auto_reconnect: &'static str,
+    /// The last day's counts and incidents.
+    pub strip: std::sync::Arc<Strip>,
+}
+
+/// The strip is drawn again at most this often: its counts move a minute
+/// at a time, and the live overview renders far more often.
+const STRIP_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+const DAY: std::time::Duration = std::time::Duration::from_secs(86_400);
+/// Incident bands on the strip at most (the newest).
+const STRIP_INCIDENTS: u32 = 200;
+
+/// The last day's strip, from the cache while it is fresh.
+async fn day_strip(st: &AppState, now: Ts) -> Result<std::sync::Arc<Strip>, UiError> {
+    if let Some((at, s)) = st.ui.strip() {
+        if at <= now && now.since(at) < STRIP_EVERY {
+            return Ok(s);
+        }
+    }
+    let from = now.saturating_sub(DAY);
+    let points =
+        crate::store::incidents::history(&st.db, from, now, crate::fleet::model::SAMPLE_EVERY)
+            .await?;
+    let incidents = crate::store::incidents::overlapping(&st.db, from, STRIP_INCIDENTS).await?;
+    let s = std::sync::Arc::new(incident_svg::strip(from, now, &points, &incidents));
+    st.ui.set_strip(now, s.clone());
+    Ok(s)
 }
 
 fn cause_line(now: Ts, c: &RootCause) -> CauseLine {
@@ -165,6 +191,7 @@ pub async fn overview_model(st: &AppState) -> Result<LiveOverview, UiError> {
     }
     let set = &st.hub.settings;
     let restarts = st.hub.restarts();
+    let strip = day_strip(st, now).await?;
     Ok(LiveOverview {
         as_of: format!("{} UTC", fmt::hms(now)),
         counts: Counts {
@@ -191,6 +218,7 @@ pub async fn overview_model(st: &AppState) -> Result<LiveOverview, UiError> {
         stranded,
         stranded_more,
         signals,
+        strip,
         auto_reconnect: if !set.auto_reconnect() {
             "off"
         } else if guard.paused {
