@@ -12,6 +12,7 @@ CREATE TABLE incidents (
     peak_degraded  BIGINT NOT NULL,
     agents         BIGINT NOT NULL, -- agents it held, each once
     signals        BIGINT NOT NULL, -- signals sent to them while in it
+    stranded_us    BIGINT NOT NULL, -- agent time stranded in it, summed
     recover_p50_us BIGINT,
     recover_max_us BIGINT
 );
@@ -19,6 +20,7 @@ CREATE INDEX incidents_open ON incidents (id) WHERE ended_us IS NULL;
 CREATE INDEX incidents_started ON incidents (started_us);
 CREATE INDEX incidents_ended ON incidents (ended_us);
 CREATE INDEX incidents_cause ON incidents (cause, resource, id);
+CREATE INDEX incidents_resource ON incidents (resource, started_us);
 
 -- The incident an episode belongs to (that of its latest cause).
 ALTER TABLE episodes ADD COLUMN incident_id BIGINT;

@@ -135,6 +135,7 @@ impl Model {
     /// The shell's clock reads `now`: timers due by then may fire.
     pub fn at(&mut self, now: Ts) {
         self.now = now;
+        self.incidents.at(now);
     }
 
     /// Rows the shell gathered for the store, lent for one step: this

@@ -332,10 +332,11 @@ pub fn draft(i: &Incident, f: &Facts, now: Ts) -> String {
         "- **Peak at once:** {} stranded, {} degraded",
         i.peak_stranded, i.peak_degraded
     );
+    // The incident's own sum counts every agent; the episodes read may not.
+    let stranded = i.agent_minutes_stranded.max(agent_minutes(stranded_us));
     let _ = writeln!(
         md,
-        "- **Agent-minutes:** {:.1} stranded, {:.1} degraded{}",
-        agent_minutes(stranded_us),
+        "- **Agent-minutes:** {stranded:.1} stranded, {:.1} degraded{}",
         agent_minutes(degraded_us),
         if f.more {
             format!(" (from the newest {REPORT_EPISODES} episodes only)")

@@ -50,6 +50,9 @@ pub struct IncidentRow {
     pub agents: u32,
     /// Signals sent to its agents while they were in it.
     pub signals: u32,
+    /// Agent time stranded in it, summed, in µs (as of its agents' last
+    /// change while it is open).
+    pub stranded_us: i64,
     /// Time from joining to healthy of the agents that recovered (once
     /// it has ended).
     pub recover_p50_us: Option<i64>,

@@ -23,13 +23,14 @@ struct Row {
     peak_degraded: i64,
     agents: i64,
     signals: i64,
+    stranded_us: i64,
     recover_p50_us: Option<i64>,
     recover_max_us: Option<i64>,
 }
 
 const COLUMNS: &str =
     "SELECT id, cause, resource, started_us, ended_us, peak_stranded, peak_degraded, \
-     agents, signals, recover_p50_us, recover_max_us FROM incidents";
+     agents, signals, stranded_us, recover_p50_us, recover_max_us FROM incidents";
 
 fn count(n: i64) -> u32 {
     u32::try_from(n.max(0)).unwrap_or(u32::MAX)
@@ -49,6 +50,7 @@ impl Row {
             peak_degraded: count(self.peak_degraded),
             agents: count(self.agents),
             signals: count(self.signals),
+            stranded_us: self.stranded_us.max(0),
             recover_p50_us: self.recover_p50_us,
             recover_max_us: self.recover_max_us,
         })
@@ -94,6 +96,9 @@ pub struct Incident {
     pub agents: u32,
     /// Signals sent to its agents while they were in it.
     pub signals_sent: u32,
+    /// Agent-minutes stranded in it (while open: as of its agents' last
+    /// change).
+    pub agent_minutes_stranded: f64,
     /// Time from joining to healthy of the agents that recovered: median
     /// and longest, in milliseconds (once it has ended).
     pub recover_p50_ms: Option<f64>,
@@ -130,6 +135,7 @@ impl From<IncidentRow> for Incident {
             peak_degraded: r.peak_degraded,
             agents: r.agents,
             signals_sent: r.signals,
+            agent_minutes_stranded: r.stranded_us as f64 / 60e6,
             recover_p50_ms: ms(r.recover_p50_us),
             recover_max_ms: ms(r.recover_max_us),
         }
@@ -334,5 +340,48 @@ pub async fn overlapping(db: &Db, since: Ts, limit: u32) -> Result<Vec<Incident>
         .filter_map(Row::into_row)
         .map(Incident::from)
         .collect())
+    })
+}
+
+/// Minutes `agent` spent stranded between `since` and `now` (its stranded
+/// episodes, cut to the window).
+pub async fn agent_minutes_stranded(
+    db: &Db,
+    agent: &str,
+    since: Ts,
+    now: Ts,
+) -> Result<f64, sqlx::Error> {
+    let (from, to) = (since.as_micros(), now.as_micros());
+    on_pool!(db, pool => {
+    let us: Option<i64> = sqlx::query_scalar(
+        "SELECT CAST(SUM((CASE WHEN ended_us IS NULL OR ended_us > $3 THEN $3 ELSE ended_us END) \
+         - (CASE WHEN started_us < $2 THEN $2 ELSE started_us END)) AS BIGINT) FROM episodes \
+         WHERE agent = $1 AND state = 'stranded' AND (ended_us IS NULL OR ended_us > $2) AND started_us < $3",
+    )
+    .bind(agent)
+    .bind(from)
+    .bind(to)
+    .fetch_one(pool)
+    .await?;
+    Ok(us.unwrap_or(0).max(0) as f64 / 60e6)
+    })
+}
+
+/// Agent-minutes stranded by incidents of `resource` (a proxy or auth
+/// server) that started since `since`.
+pub async fn caused_minutes_stranded(
+    db: &Db,
+    resource: &str,
+    since: Ts,
+) -> Result<f64, sqlx::Error> {
+    on_pool!(db, pool => {
+    let us: Option<i64> = sqlx::query_scalar(
+        "SELECT CAST(SUM(stranded_us) AS BIGINT) FROM incidents WHERE resource = $1 AND started_us >= $2",
+    )
+    .bind(resource)
+    .bind(since.as_micros())
+    .fetch_one(pool)
+    .await?;
+    Ok(us.unwrap_or(0).max(0) as f64 / 60e6)
     })
 }

@@ -609,7 +609,7 @@ where
 {
     let mut q = QueryBuilder::new(
         "INSERT INTO incidents (id, cause, resource, started_us, ended_us, peak_stranded, peak_degraded, \
-         agents, signals, recover_p50_us, recover_max_us) ",
+         agents, signals, stranded_us, recover_p50_us, recover_max_us) ",
     );
     q.push_values(rows, |mut r, i| {
         r.push_bind(i.id)
@@ -621,6 +621,7 @@ where
             .push_bind(i64::from(i.peak_degraded))
             .push_bind(i64::from(i.agents))
             .push_bind(i64::from(i.signals))
+            .push_bind(i.stranded_us)
             .push_bind(i.recover_p50_us)
             .push_bind(i.recover_max_us);
     });
@@ -628,7 +629,7 @@ where
         " ON CONFLICT (id) DO UPDATE SET cause = excluded.cause, resource = excluded.resource, \
          started_us = excluded.started_us, ended_us = excluded.ended_us, \
          peak_stranded = excluded.peak_stranded, peak_degraded = excluded.peak_degraded, \
-         agents = excluded.agents, signals = excluded.signals, \
+         agents = excluded.agents, signals = excluded.signals, stranded_us = excluded.stranded_us, \
          recover_p50_us = excluded.recover_p50_us, recover_max_us = excluded.recover_max_us",
     );
     q

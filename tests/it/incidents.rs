@@ -108,6 +108,23 @@ async fn proxies_expiring_are_incidents_from_stranding_to_recovery(store) {
     ] {
         assert!(html.contains(part), "{part:?} on the incident page");
     }
+    // Minutes stranded: the agent's own, and those a proxy caused.
+    let (_, html) = text(&c, "/agents/agent-00001").await;
+    assert!(html.contains("id=\"stranded-minutes\""), "the agent's minutes stranded");
+    assert!(html.contains("incident #"), "its episodes link their incident");
+    let resource = items
+        .iter()
+        .find(|i| i["id"] == with_signals)
+        .and_then(|i| i["resource"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    let (_, html) = text(&c, &format!("/agents?proxy={resource}")).await;
+    assert!(html.contains(&format!("Agent stranding proxy <strong>{resource}</strong> caused")), "{html}");
+    let stranded_minutes: f64 = items
+        .iter()
+        .map(|i| i["agent_minutes_stranded"].as_f64().unwrap_or(0.0))
+        .sum();
+    assert!(stranded_minutes > 0.0, "agent-minutes stranded: {all}");
     let (status, _) = text(&c, "/incidents/not-a-number").await;
     assert_eq!(status, 404);
 

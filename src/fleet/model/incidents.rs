@@ -38,7 +38,9 @@ struct Open {
 struct Member {
     key: Key,
     state: AgentState,
+    /// When it joined, and when it took its current state.
     since: Ts,
+    state_since: Ts,
 }
 
 #[derive(Debug)]
@@ -50,6 +52,9 @@ pub struct Incidents {
     /// each at once since [`Self::take_peaks`].
     now: [u32; 2],
     peaks: [u32; 2],
+    /// The model's time: a stranded period ends no earlier (a verdict's
+    /// `since` can be back-dated to its cause).
+    clock: Ts,
 }
 
 impl Default for Incidents {
@@ -60,6 +65,7 @@ impl Default for Incidents {
             members: HashMap::default(),
             now: [0; 2],
             peaks: [0; 2],
+            clock: Ts::ZERO,
         }
     }
 }
@@ -84,6 +90,11 @@ impl Incidents {
             self.now[i] = self.now[i].saturating_add_signed(by);
             self.peaks[i] = self.peaks[i].max(self.now[i]);
         }
+    }
+
+    /// The model's time is now `now`.
+    pub fn at(&mut self, now: Ts) {
+        self.clock = now;
     }
 
     /// The most agents stranded and degraded at once (in incidents) since
@@ -126,11 +137,19 @@ impl Incidents {
         if self.members.get(agent).is_some_and(|m| m.key == key) {
             let m = self.members.get_mut(agent)?;
             let was = std::mem::replace(&mut m.state, state);
+            let stranded_for = (was == AgentState::Stranded && was != state)
+                .then(|| since.max(self.clock).since(m.state_since).as_micros() as i64);
+            if was != state {
+                m.state_since = since;
+            }
             if was != state {
                 self.tally(was, -1);
                 self.tally(state, 1);
             }
             let o = self.open.get_mut(&key)?;
+            if let Some(us) = stranded_for {
+                o.row.stranded_us = o.row.stranded_us.saturating_add(us);
+            }
             if was != state {
                 o.count(was, -1);
                 o.count(state, 1);
@@ -154,8 +173,15 @@ impl Incidents {
         }
         rows.push(o.row.clone());
         let id = o.row.id;
-        self.members
-            .insert(agent.to_string(), Member { key, state, since });
+        self.members.insert(
+            agent.to_string(),
+            Member {
+                key,
+                state,
+                since,
+                state_since: since,
+            },
+        );
         Some(id)
     }
 
@@ -170,6 +196,10 @@ impl Incidents {
             return;
         };
         o.count(m.state, -1);
+        if m.state == AgentState::Stranded {
+            let us = at.max(self.clock).since(m.state_since).as_micros() as i64;
+            o.row.stranded_us = o.row.stranded_us.saturating_add(us);
+        }
         if recovered {
             o.recoveries.push(at.since(m.since).as_micros() as i64);
         }
@@ -217,6 +247,7 @@ impl Incidents {
                     o.row.started = o.row.started.min(s.started);
                     o.row.agents = o.row.agents.max(s.agents);
                     o.row.signals = o.row.signals.max(s.signals);
+                    o.row.stranded_us = o.row.stranded_us.max(s.stranded_us);
                     o.row.peak_stranded = o.row.peak_stranded.max(s.peak_stranded);
                     o.row.peak_degraded = o.row.peak_degraded.max(s.peak_degraded);
                     taken.insert(key);
@@ -246,8 +277,15 @@ impl Incidents {
         o.count(state, 1);
         o.affected.insert(agent.to_string());
         let key = key.clone();
-        self.members
-            .insert(agent.to_string(), Member { key, state, since });
+        self.members.insert(
+            agent.to_string(),
+            Member {
+                key,
+                state,
+                since,
+                state_since: since,
+            },
+        );
         self.tally(state, 1);
     }
 
@@ -301,6 +339,7 @@ impl Open {
                 peak_degraded: 0,
                 agents: 0,
                 signals: 0,
+                stranded_us: 0,
                 recover_p50_us: None,
                 recover_max_us: None,
             },
@@ -378,6 +417,8 @@ mod tests {
         assert_eq!(end.ended, Some(t(40)));
         assert_eq!(end.recover_p50_us, Some(10_000_000));
         assert_eq!(end.recover_max_us, Some(29_000_000));
+        // a1 stranded 10 s; a2 stranded from 12 to 40.
+        assert_eq!(end.stranded_us, 38_000_000);
         assert_eq!(inc.open_count(), 0);
         // The same cause again is a new incident.
         assert_eq!(

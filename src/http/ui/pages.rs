@@ -289,3 +289,14 @@ pub(super) fn auth_chips(now: Ts, auths: Vec<view::AuthView>) -> Vec<AuthChip> {
         })
         .collect()
 }
+
+/// Minutes as the page says them: "0 min", "12.5 min", "3.2 h".
+pub(super) fn minutes_text(m: f64) -> String {
+    if m >= 120.0 {
+        format!("{:.1} h", m / 60.0)
+    } else if m >= 10.0 || m == 0.0 {
+        format!("{m:.0} min")
+    } else {
+        format!("{m:.1} min")
+    }
+}

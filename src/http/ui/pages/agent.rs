@@ -20,6 +20,7 @@ pub struct HistoryItem {
     pub cause: String,
     pub ended_by_signal: Option<i64>,
     pub open: bool,
+    pub incident: Option<i64>,
 }
 
 pub struct TunnelLine {
@@ -46,6 +47,9 @@ pub struct AgentPage {
     /// (a Teleport host in agent mesh, which records no `ProxyIDs`).
     tunnels_assumed: bool,
     labels: String,
+    /// Minutes stranded in the last 7 and 30 days.
+    stranded_7d: String,
+    stranded_30d: String,
     history: Vec<HistoryItem>,
     signals: Vec<SignalRow>,
     flash: Option<SignalRow>,
@@ -81,6 +85,11 @@ pub async fn agent(
         },
     )
     .await?;
+    let minutes = |days: u64| {
+        let since = now.saturating_sub(std::time::Duration::from_secs(days * 86_400));
+        crate::store::incidents::agent_minutes_stranded(&st.db, &name, since, now)
+    };
+    let (stranded_7d, stranded_30d) = (minutes(7).await?, minutes(30).await?);
     let sigs = audit::list(
         &st.db,
         &SignalFilter {
@@ -143,6 +152,7 @@ pub async fn agent(
                 },
                 ended_by_signal: e.ended_by_signal,
                 open: e.ended_at.is_none(),
+                incident: e.incident,
                 state: e.state.as_str().to_string(),
             }
         })
@@ -219,6 +229,8 @@ pub async fn agent(
             tunnels,
             tunnels_assumed,
             labels,
+            stranded_7d: minutes_text(stranded_7d),
+            stranded_30d: minutes_text(stranded_30d),
             history,
             signals: sigs.into_iter().map(|r| signal_row(now, r)).collect(),
             flash,

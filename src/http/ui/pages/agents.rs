@@ -26,6 +26,9 @@ pub struct AgentsPage {
     next_href: Option<String>,
     first_href: Option<String>,
     counts: Counts,
+    /// Filtered by one proxy (the TTL windows link here): the agent
+    /// stranding it caused, last 7 and 30 days.
+    proxy_caused: Option<(String, String)>,
 }
 
 pub async fn agents(
@@ -86,6 +89,19 @@ pub async fn agents(
         None => "Agents · Lifeline".into(),
     };
     let restarts = st.hub.restarts();
+    let proxy_caused = match &proxy {
+        Some(p) => {
+            let caused = |days: u64| {
+                let since = now.saturating_sub(std::time::Duration::from_secs(days * 86_400));
+                crate::store::incidents::caused_minutes_stranded(&st.db, p, since)
+            };
+            Some((
+                minutes_text(caused(7).await?),
+                minutes_text(caused(30).await?),
+            ))
+        }
+        None => None,
+    };
     Ok(ctx.render(
         StatusCode::OK,
         &AgentsPage {
@@ -98,6 +114,7 @@ pub async fn agents(
             auth_names,
             next_href,
             first_href,
+            proxy_caused,
             counts: Counts {
                 total: counts.total,
                 healthy: counts.healthy,

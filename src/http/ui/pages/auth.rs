@@ -15,6 +15,9 @@ pub struct TransitionLine {
 pub struct AuthSection {
     pub chip: AuthChip,
     pub transitions: Vec<TransitionLine>,
+    /// Agent-minutes stranded by its incidents, last 7 and 30 days.
+    pub caused_7d: String,
+    pub caused_30d: String,
 }
 
 #[derive(Template)]
@@ -45,7 +48,17 @@ pub async fn auth(State(st): State<AppState>, ctx: Ctx) -> Result<Response, UiEr
                 }
             })
             .collect();
-        sections.push(AuthSection { chip, transitions });
+        let caused = |days: u64| {
+            let since = now.saturating_sub(std::time::Duration::from_secs(days * 86_400));
+            crate::store::incidents::caused_minutes_stranded(&st.db, &chip.name, since)
+        };
+        let (d7, d30) = (caused(7).await?, caused(30).await?);
+        sections.push(AuthSection {
+            caused_7d: minutes_text(d7),
+            caused_30d: minutes_text(d30),
+            chip,
+            transitions,
+        });
     }
     sections.sort_by(|a, b| a.chip.name.cmp(&b.chip.name));
     Ok(ctx.render(
