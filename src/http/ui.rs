@@ -74,6 +74,9 @@ pub fn router() -> Router<AppState> {
         .route("/signals", get(pages::signals))
         .route("/incidents", get(pages::incidents))
         .route("/incidents/{id}", get(pages::incident))
+        .route("/settings", get(pages::settings))
+        .route("/settings/{name}", post(actions::put_setting))
+        .route("/settings/{name}/reset", post(actions::reset_setting))
         .route(
             "/reconnect-stranded",
             get(pages::confirm_stranded).post(actions::reconnect_stranded),

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use lifeline::proto::v1 as pb;
 use lifeline::proto::v1::agent_signals_client::AgentSignalsClient;
 use serde_json::Value;
-use support::{Cluster, Running, ADMIN, READER};
+use support::{Cluster, Running, ADMIN, READER, UPDATER};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tonic_health::ServingStatus;
@@ -470,5 +470,150 @@ async fn sign_in_attempts_are_limited_per_address() {
     );
     c.advance(lifeline::access::SIGN_IN_EVERY).await;
     assert_eq!(post(READER).await.expect("answer").status().as_u16(), 303);
+    c.shutdown().await;
+}
+
+/// Guards the Settings page: anyone who may read sees every setting with
+/// its value, origin and default; signed in with `update`, a change made
+/// through the page's form (CSRF checked, the API's rules) is what the API
+/// then reports, with its author in the history; a reset goes back; a
+/// form without its CSRF token, or from a `read` token, changes nothing.
+#[tokio::test(start_paused = true)]
+async fn the_settings_page_changes_a_setting_as_the_api_would() {
+    let (c, client, base, csrf_cookie, csrf) = at_the_sign_in_page().await;
+    let page = |cookies: String| {
+        let client = client.clone();
+        let base = base.clone();
+        async move {
+            client
+                .get(format!("{base}/settings"))
+                .header("cookie", cookies)
+                .send()
+                .await
+                .expect("page")
+                .text()
+                .await
+                .expect("html")
+        }
+    };
+    let html = page(csrf_cookie.clone()).await;
+    assert!(
+        html.contains("<code>storm_share</code>") && html.contains("Default"),
+        "{html}"
+    );
+    assert!(
+        !html.contains("action=\"/settings/storm_share\""),
+        "no form before sign-in"
+    );
+    let sign_in = |token: &'static str| {
+        let client = client.clone();
+        let (base, csrf_cookie, csrf) = (base.clone(), csrf_cookie.clone(), csrf.clone());
+        async move {
+            let ok = client
+                .post(format!("{base}/signin"))
+                .header("cookie", &csrf_cookie)
+                .form(&[
+                    ("csrf", csrf.as_str()),
+                    ("token", token),
+                    ("next", "/settings"),
+                ])
+                .send()
+                .await
+                .expect("answer");
+            assert_eq!(ok.status().as_u16(), 303);
+            let session = ok.headers()["set-cookie"]
+                .to_str()
+                .expect("cookie")
+                .split(';')
+                .next()
+                .expect("pair")
+                .to_string();
+            format!("{csrf_cookie}; {session}")
+        }
+    };
+    let both = sign_in(UPDATER).await;
+    let fresh = support::page_csrf(&client, &base, &both).await;
+    let post = |path: &str, form: Vec<(&'static str, String)>, cookies: &str| {
+        client
+            .post(format!("{base}{path}"))
+            .header("cookie", cookies)
+            .form(&form)
+            .send()
+    };
+    // Without its token: refused, nothing changed.
+    let r = post(
+        "/settings/storm_share",
+        vec![("csrf", "nope".into()), ("value", "0.4".into())],
+        &both,
+    )
+    .await
+    .expect("answer");
+    assert_eq!(r.status().as_u16(), 403);
+    let r = post(
+        "/settings/storm_share",
+        vec![("csrf", fresh.clone()), ("value", "0.4".into())],
+        &both,
+    )
+    .await
+    .expect("answer");
+    assert_eq!(r.status().as_u16(), 303);
+    assert_eq!(
+        r.headers()["location"],
+        "/settings?saved=storm_share#setting-storm_share"
+    );
+    let (_, v) = c.get("/api/v1/settings/storm_share").await;
+    assert_eq!(v["value"], 0.4, "{v}");
+    assert_eq!(v["origin"], "dynamic", "{v}");
+    assert!(
+        v["history"][0]["actor"]
+            .as_str()
+            .is_some_and(|a| !a.is_empty()),
+        "{v}"
+    );
+    let saved = client
+        .get(format!("{base}/settings?saved=storm_share"))
+        .header("cookie", &both)
+        .send()
+        .await
+        .expect("page")
+        .text()
+        .await
+        .expect("html");
+    assert!(
+        saved.contains("storm_share saved.") && saved.contains("<code class=\"value\">0.4</code>"),
+        "{saved}"
+    );
+    // A value the rules refuse is a clear 400 page, and changes nothing.
+    let r = post(
+        "/settings/storm_share",
+        vec![("csrf", fresh.clone()), ("value", "7".into())],
+        &both,
+    )
+    .await
+    .expect("answer");
+    assert_eq!(r.status().as_u16(), 400);
+    let (_, v) = c.get("/api/v1/settings/storm_share").await;
+    assert_eq!(v["value"], 0.4, "{v}");
+    let r = post(
+        "/settings/storm_share/reset",
+        vec![("csrf", fresh.clone())],
+        &both,
+    )
+    .await
+    .expect("answer");
+    assert_eq!(r.status().as_u16(), 303);
+    let (_, v) = c.get("/api/v1/settings/storm_share").await;
+    assert_ne!(v["origin"], "dynamic", "{v}");
+    // A read-only session sees the page and cannot change anything.
+    let reader = sign_in(READER).await;
+    let reader_csrf = support::page_csrf(&client, &base, &reader).await;
+    let r = post(
+        "/settings/storm_share",
+        vec![("csrf", reader_csrf), ("value", "0.3".into())],
+        &reader,
+    )
+    .await
+    .expect("answer");
+    assert_eq!(r.status().as_u16(), 403);
     c.shutdown().await;
 }

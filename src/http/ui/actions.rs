@@ -1,5 +1,5 @@
 //! The dashboard's forms (POST): reconnect one agent, reconnect every
-//! stranded agent. Every form goes through [`Checked`]: parsed, then
+//! stranded agent, change or reset a setting. Every form goes through [`Checked`]: parsed, then
 //! CSRF-checked, before a handler sees it. Without JS they answer 303 to a
 //! page that shows the result; with JS (`Accept: application/json`) they
 //! answer the API's JSON so the page can follow the signal in place.
@@ -155,4 +155,106 @@ pub async fn reconnect_stranded(
             skipped.len()
         ))
     })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SettingForm {
+    csrf: String,
+    value: String,
+    #[serde(default)]
+    force: Option<String>,
+    #[serde(default)]
+    confirm: Option<String>,
+}
+
+impl CsrfForm for SettingForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CsrfOnly {
+    csrf: String,
+}
+
+impl CsrfForm for CsrfOnly {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
+/// A value typed into a form: JSON when it parses as JSON (`true`,
+/// `0.25`, `{"…": …}`), else the text as a JSON string (`10m`).
+fn form_value(text: &str) -> serde_json::Value {
+    let t = text.trim();
+    serde_json::from_str(t).unwrap_or_else(|_| serde_json::Value::String(t.to_string()))
+}
+
+/// Changes a setting as `PUT /api/v1/settings/{name}` does (the same
+/// rules, flags and audit), then shows the settings page again.
+pub async fn put_setting(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    caller: Caller,
+    Checked { form, json }: Checked<SettingForm>,
+) -> Result<Response, UiError> {
+    let with = |err: ApiError| UiError { err, json };
+    let name = crate::settings::Settings::name(&name).map_err(|e| with(e.into()))?;
+    let on = |v: &Option<String>| v.as_deref().is_some_and(|v| v == "true" || v == "on");
+    let flags = crate::settings::PutFlags {
+        force: on(&form.force),
+        confirm: on(&form.confirm),
+        may_create: caller.has(crate::config::Role::Create),
+    };
+    let view = st
+        .settings
+        .put(name, &form_value(&form.value), flags, &caller.actor())
+        .await
+        .map_err(|e| with(e.into()))?;
+    info!(setting = name.as_str(), actor = %caller.actor(), "setting changed from the dashboard");
+    Ok(if json {
+        Json(view).into_response()
+    } else {
+        see_other(&format!("/settings?saved={0}#setting-{0}", name.as_str()))
+    })
+}
+
+/// Resets a setting as `DELETE /api/v1/settings/{name}` does.
+pub async fn reset_setting(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    caller: Caller,
+    Checked { json, .. }: Checked<CsrfOnly>,
+) -> Result<Response, UiError> {
+    let with = |err: ApiError| UiError { err, json };
+    let name = crate::settings::Settings::name(&name).map_err(|e| with(e.into()))?;
+    let view = st
+        .settings
+        .reset(name, &caller.actor())
+        .await
+        .map_err(|e| with(e.into()))?;
+    info!(setting = name.as_str(), actor = %caller.actor(), "setting reset from the dashboard");
+    Ok(if json {
+        Json(view).into_response()
+    } else {
+        see_other(&format!("/settings?saved={0}#setting-{0}", name.as_str()))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::form_value;
+    use serde_json::json;
+
+    #[test]
+    fn a_typed_value_is_json_when_it_parses_and_a_string_otherwise() {
+        assert_eq!(form_value(" true "), json!(true));
+        assert_eq!(form_value("0.25"), json!(0.25));
+        assert_eq!(form_value("10m"), json!("10m"));
+        assert_eq!(form_value("\"10m\""), json!("10m"));
+        assert_eq!(form_value("{\"a\": 1}"), json!({"a": 1}));
+    }
 }

@@ -9,6 +9,7 @@ mod auth;
 mod confirm;
 mod incidents;
 mod overview;
+mod settings;
 mod signals;
 mod ttl;
 
@@ -18,6 +19,7 @@ pub use auth::auth;
 pub use confirm::confirm_stranded;
 pub use incidents::{incident, incidents};
 pub use overview::{overview, overview_model, OverviewLive};
+pub use settings::settings;
 pub use signals::signals;
 pub use ttl::ttl;
 
