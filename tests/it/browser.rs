@@ -2,7 +2,9 @@
 //! WebDriver (chromedriver) by fantoccini. It starts `lifeline demo` as an
 //! operator would, opens the overview, waits for chaos to strand an agent,
 //! clicks Reconnect on the agent's page and watches it recover in place,
-//! then checks the phone layout. Screenshots are saved under
+//! follows the incidents chaos made (list, timeline, the overview's strip),
+//! changes a setting through the Settings page, then checks the phone
+//! layout. Screenshots are saved under
 //! `target/tmp/browser/` as artefacts.
 //!
 //! Real time, not virtual: the browser and the demo are separate processes.
@@ -381,6 +383,92 @@ async fn operator_reconnects_a_stranded_agent_in_a_real_browser() {
     .expect("JSON");
     assert_eq!(audit["items"][0]["outcome"], "acked", "{audit}");
 
+    // The incidents chaos made: the list, then one incident's timeline.
+    c.goto(&format!("{base}/incidents"))
+        .await
+        .expect("open incidents");
+    let incident: String = until("an incident listed", Duration::from_secs(30), || async {
+        let v = js(
+            &c,
+            "const a = document.querySelector('table.incidents td a'); return a ? a.getAttribute('href') : null;",
+        )
+        .await;
+        if v.is_null() {
+            let _ = c.refresh().await;
+        }
+        v.as_str().map(str::to_string)
+    })
+    .await;
+    shot(&c, "4-incidents.png").await;
+    c.goto(&format!("{base}{incident}"))
+        .await
+        .expect("open the incident");
+    let drawn = js(
+        &c,
+        "const s = document.querySelector('svg.timeline');
+         return s ? [s.querySelectorAll('polyline').length, document.body.innerText.includes('Postmortem draft')] : null;",
+    )
+    .await;
+    assert_eq!(
+        drawn,
+        json!([2, true]),
+        "the timeline and the draft's button"
+    );
+    shot(&c, "5-incident.png").await;
+    let report = reqwest::get(format!("{base}/api/v1{incident}/report"))
+        .await
+        .expect("report")
+        .text()
+        .await
+        .expect("text");
+    assert!(report.starts_with("# Incident"), "{report}");
+
+    // The overview's strip: a band per incident, each a link to it.
+    c.goto(&format!("{base}/")).await.expect("overview");
+    let band: String = until("a band on the strip", Duration::from_secs(30), || async {
+        js(
+            &c,
+            "const b = document.querySelector('svg.strip a.band'); return b ? b.getAttribute('href') : null;",
+        )
+        .await
+        .as_str()
+        .map(str::to_string)
+    })
+    .await;
+    assert!(band.starts_with("/incidents/"), "{band}");
+    shot(&c, "6-overview-strip.png").await;
+
+    // Settings: a change made through the page is the API's.
+    c.goto(&format!("{base}/settings#setting-storm_share"))
+        .await
+        .expect("settings");
+    let field = c
+        .find(Locator::Css("#setting-storm_share input[name=value]"))
+        .await
+        .expect("the storm_share field");
+    field.clear().await.expect("clear");
+    field.send_keys("0.45").await.expect("type");
+    c.find(Locator::Css("#setting-storm_share button[type=submit]"))
+        .await
+        .expect("Save")
+        .click()
+        .await
+        .expect("save");
+    until("the change saved", Duration::from_secs(10), || async {
+        let url = c.current_url().await.ok()?;
+        (url.query() == Some("saved=storm_share")).then_some(())
+    })
+    .await;
+    shot(&c, "7-settings.png").await;
+    let setting: Value = reqwest::get(format!("{base}/api/v1/settings/storm_share"))
+        .await
+        .expect("setting")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(setting["value"], json!(0.45), "{setting}");
+    assert_eq!(setting["origin"], "dynamic", "{setting}");
+
     // A phone: the page itself never scrolls sideways (wide tables and the
     // timeline scroll inside their own boxes).
     c.set_window_size(390, 844).await.expect("phone size");
@@ -390,7 +478,21 @@ async fn operator_reconnects_a_stranded_agent_in_a_real_browser() {
         "return document.documentElement.scrollWidth <= window.innerWidth + 1",
     )
     .await;
-    shot(&c, "4-overview-phone.png").await;
+    shot(&c, "8-overview-phone.png").await;
     assert_eq!(fits, Value::Bool(true), "the overview fits a phone's width");
+    c.goto(&format!("{base}{incident}"))
+        .await
+        .expect("the incident again");
+    let fits = js(
+        &c,
+        "return document.documentElement.scrollWidth <= window.innerWidth + 1",
+    )
+    .await;
+    shot(&c, "9-incident-phone.png").await;
+    assert_eq!(
+        fits,
+        Value::Bool(true),
+        "an incident's page fits a phone's width"
+    );
     c.close().await.expect("close the browser");
 }
