@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 mod child;
 mod failover;
+mod history;
 mod ingest;
 mod resync;
 pub mod signals;
@@ -167,6 +168,19 @@ pub enum Scenario {
         /// Requests measured per page.
         #[arg(long, default_value_t = 200)]
         requests: usize,
+        /// Days of past incidents written before Lifeline starts.
+        #[arg(long, default_value_t = 30)]
+        history_days: u64,
+        /// Past incidents over those days.
+        #[arg(long, default_value_t = 3000)]
+        incidents: usize,
+        /// Agents each past incident held.
+        #[arg(long, default_value_t = 40)]
+        incident_agents: usize,
+        /// Also on PostgreSQL: a server URL whose user may create databases
+        /// (each leg gets a fresh one, dropped after).
+        #[arg(long)]
+        postgres: Option<String>,
     },
     /// Several `lifeline serve` replicas on one PostgreSQL database: the
     /// leader killed during an incident (SIGKILL → new lease → its first
@@ -356,7 +370,27 @@ pub async fn run(s: Scenario, export: Option<Export<'_>>) -> Result<Value, Bench
             proxies,
             expiring,
             requests,
-        } => ui::ui(agents, proxies, expiring, requests).await,
+            history_days,
+            incidents,
+            incident_agents,
+            postgres,
+        } => {
+            let history = history::History {
+                days: history_days,
+                incidents,
+                agents_each: incident_agents,
+            };
+            let postgres = postgres.map(DbUrl::new);
+            ui::ui(
+                agents,
+                proxies,
+                expiring,
+                requests,
+                history,
+                postgres.as_ref(),
+            )
+            .await
+        }
         Scenario::Failover {
             postgres,
             replicas,

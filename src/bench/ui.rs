@@ -1,6 +1,8 @@
-//! `lifeline bench ui`: server time to render the dashboard's overview and
-//! stranded-agents page against a large fleet, and the bytes a browser
-//! downloads for the overview (HTML + CSS + JS).
+//! `lifeline bench ui`: server time to render the dashboard's pages (the
+//! overview, stranded agents, a filter matching nothing, incidents and an
+//! incident) against a large fleet with days of incidents behind it, the
+//! `history` API's round trip, and the bytes a browser downloads for the
+//! overview (HTML + CSS + JS); on SQLite and, given a server, PostgreSQL.
 //!
 //! The fleet comes through the real pipeline (simulator → watcher → fleet);
 //! a run of consecutive proxies expires so agents on two of them strand.
@@ -15,9 +17,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::{config, peak_rss_kib, percentile, spec, wait_until_async, BenchError, Scratch};
+use super::history::{seed, History};
+use super::{
+    config, peak_rss_kib, percentile, spec, wait_until_async, BenchError, PgScratch, Scratch,
+};
 use crate::app::{Lifeline, Tuning};
 use crate::clock::Clock;
+use crate::config::DbUrl;
 use crate::model::Kind;
 use crate::sim::cluster::proxy_name;
 use crate::sim::SimCluster;
@@ -108,23 +114,101 @@ async fn gzipped_len(http: &reqwest::Client, url: &str) -> Result<usize, BenchEr
     Ok(b.len())
 }
 
+/// Round trips of an API read (the API sends no `Server-Timing`): loopback
+/// and JSON included.
+async fn measure_api(
+    http: &reqwest::Client,
+    url: &str,
+    requests: usize,
+) -> Result<Value, BenchError> {
+    let mut rt = Vec::with_capacity(requests);
+    let mut bytes = 0;
+    for i in 0..requests + 5 {
+        let t = Instant::now();
+        let resp = http
+            .get(url)
+            .send()
+            .await
+            .map_err(|e| BenchError::Agents(format!("GET {url}: {e}")))?;
+        if !resp.status().is_success() {
+            return Err(BenchError::Agents(format!("GET {url}: {}", resp.status())));
+        }
+        let body = resp
+            .bytes()
+            .await
+            .map_err(|e| BenchError::Agents(format!("GET {url}: {e}")))?;
+        if i >= 5 {
+            rt.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        bytes = body.len();
+    }
+    rt.sort_by(|a, b| a.total_cmp(b));
+    Ok(json!({
+        "round_trip_ms": {
+            "p50": percentile(&rt, 0.50),
+            "p99": percentile(&rt, 0.99),
+            "max": rt.last().copied().unwrap_or(0.0),
+        },
+        "json_bytes": bytes,
+    }))
+}
+
+/// The dashboard against a large fleet and `history` days of incidents,
+/// on SQLite and, given a server, on PostgreSQL.
 pub async fn ui(
     agents: usize,
     proxies: usize,
     expiring: usize,
     requests: usize,
+    history: History,
+    postgres: Option<&DbUrl>,
+) -> Result<Value, BenchError> {
+    let scratch = Scratch::new("ui");
+    let mut out = leg(agents, proxies, expiring, requests, history, &scratch, None).await?;
+    if let Some(server) = postgres {
+        let db = PgScratch::create(server, "ui").await?;
+        let pg = leg(
+            agents,
+            proxies,
+            expiring,
+            requests,
+            history,
+            &scratch,
+            Some(&db.url),
+        )
+        .await;
+        db.remove().await;
+        out["postgres"] = pg?;
+    }
+    out["peak_rss_kib"] = json!(peak_rss_kib());
+    Ok(out)
+}
+
+async fn leg(
+    agents: usize,
+    proxies: usize,
+    expiring: usize,
+    requests: usize,
+    history: History,
+    scratch: &Scratch,
+    postgres: Option<&DbUrl>,
 ) -> Result<Value, BenchError> {
     let clock = Clock::system();
-    let scratch = Scratch::new("ui");
     let sim = SimCluster::start(spec(agents, proxies, 2, 1 << 16), clock)
         .await
         .map_err(BenchError::Sim)?;
-    let ll = Lifeline::start_tuned(
-        &config(&sim, scratch.db("ui.db"), 5000),
-        clock,
-        Tuning::default(),
-    )
-    .await?;
+    let mut cfg = config(&sim, scratch.db("ui.db"), 5000);
+    cfg.storage.url = postgres.cloned();
+    // The past, written as a leader would have, before Lifeline starts.
+    let engine = match postgres {
+        Some(url) => crate::store::Engine::Postgres(url.clone()),
+        None => crate::store::Engine::Sqlite(cfg.storage.path.clone()),
+    };
+    let db = crate::store::open(&engine, crate::store::ACQUIRE_TIMEOUT).await?;
+    let auths = sim.spec().auth_servers;
+    let seeded = seed(&db, history, clock.now(), agents, proxies, auths).await?;
+    db.close().await;
+    let ll = Lifeline::start_tuned(&cfg, clock, Tuning::default()).await?;
     ll.fleet.wait_ready().await?;
 
     // Proxies 1..=expiring expire in a second: agents on two of them strand.
@@ -162,6 +246,19 @@ pub async fn ui(
     let stranded_page = measure(&http, &format!("{base}/agents?state=stranded"), requests).await?;
     // The worst case for paging: a filter nothing matches scans every agent.
     let no_match = measure(&http, &format!("{base}/agents?q=no-such-agent"), requests).await?;
+    let incidents_page = measure(&http, &format!("{base}/incidents"), requests).await?;
+    let incident_page = measure(
+        &http,
+        &format!("{base}/incidents/{}", seeded.sample_incident),
+        requests,
+    )
+    .await?;
+    let history_api = measure_api(
+        &http,
+        &format!("{base}/api/v1/history?series=stranded,degraded&step=1m&since=24h"),
+        requests,
+    )
+    .await?;
     let css = crate::http::ui::CSS.len();
     let js = crate::http::ui::JS.len();
     let overview_gz = gzipped_len(&http, &format!("{base}/")).await?;
@@ -172,13 +269,24 @@ pub async fn ui(
     sim.shutdown();
     Ok(json!({
         "scenario": "ui",
+        "engine": if postgres.is_some() { "postgres" } else { "sqlite" },
         "agents": total,
         "proxies": proxies,
         "stranded": stranded,
         "requests_each": requests,
+        "history": {
+            "days": history.days,
+            "incidents": seeded.incidents,
+            "episodes": seeded.episodes,
+            "signals": seeded.signals,
+            "minute_counts": seeded.samples,
+        },
         "overview": summary(&overview),
         "stranded_agents_page": summary(&stranded_page),
         "agents_page_filter_matching_nothing": summary(&no_match),
+        "incidents_page": summary(&incidents_page),
+        "incident_page": summary(&incident_page),
+        "history_24h_1m": history_api,
         "overview_download_bytes": {
             "html": overview.bytes,
             "css": css,
@@ -186,7 +294,12 @@ pub async fn ui(
             "total": total_bytes,
             "total_gzip": overview_gz + css_gz + js_gz,
         },
-        "target": {"render_p99_ms": 30, "overview_total_bytes": 200_000},
-        "peak_rss_kib": peak_rss_kib(),
+        "target": {
+            "render_p99_ms": 30,
+            "overview_render_p99_ms": 5,
+            "incident_pages_render_p99_ms": 30,
+            "history_p99_ms": 50,
+            "overview_total_bytes": 200_000,
+        },
     }))
 }

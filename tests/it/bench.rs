@@ -363,7 +363,8 @@ fn bench_failover_hands_over_and_loses_nothing() {
 
 #[test]
 fn bench_ui_renders_every_page() {
-    let v = bench(&[
+    let server = crate::support::postgres_server("bench_ui");
+    let mut args = vec![
         "ui",
         "--agents",
         "300",
@@ -373,18 +374,41 @@ fn bench_ui_renders_every_page() {
         "3",
         "--requests",
         "5",
-    ]);
-    assert_eq!(at(&v, "scenario"), "ui");
-    eq(&v, "agents", 300.0);
-    positive(&v, "stranded");
-    for page in [
-        "overview",
-        "stranded_agents_page",
-        "agents_page_filter_matching_nothing",
-    ] {
-        latency(&v, &format!("{page}/render_ms"), None);
-        positive(&v, &format!("{page}/html_bytes"));
+        "--history-days",
+        "2",
+        "--incidents",
+        "20",
+        "--incident-agents",
+        "5",
+    ];
+    if let Some(url) = &server {
+        args.extend(["--postgres", url.as_str()]);
     }
-    positive(&v, "overview_download_bytes/total");
-    positive(&v, "overview_download_bytes/total_gzip");
+    let v = bench(&args);
+    let mut legs = vec![""];
+    if server.is_some() {
+        legs.push("postgres/");
+    }
+    for leg in legs {
+        assert_eq!(at(&v, &format!("{leg}scenario")), "ui");
+        eq(&v, &format!("{leg}agents"), 300.0);
+        positive(&v, &format!("{leg}stranded"));
+        eq(&v, &format!("{leg}history/incidents"), 20.0);
+        eq(&v, &format!("{leg}history/episodes"), 100.0);
+        positive(&v, &format!("{leg}history/minute_counts"));
+        for page in [
+            "overview",
+            "stranded_agents_page",
+            "agents_page_filter_matching_nothing",
+            "incidents_page",
+            "incident_page",
+        ] {
+            latency(&v, &format!("{leg}{page}/render_ms"), None);
+            positive(&v, &format!("{leg}{page}/html_bytes"));
+        }
+        latency(&v, &format!("{leg}history_24h_1m/round_trip_ms"), None);
+        positive(&v, &format!("{leg}history_24h_1m/json_bytes"));
+        positive(&v, &format!("{leg}overview_download_bytes/total"));
+        positive(&v, &format!("{leg}overview_download_bytes/total_gzip"));
+    }
 }
