@@ -1,5 +1,6 @@
-// Lifeline dashboard: live overview (Server-Sent Events), TTL countdowns,
-// periodic refresh of TTL pages, and reconnect progress shown in place.
+// Lifeline dashboard: live overview (Server-Sent Events), live regions of
+// the other pages (fetched again when the server says the fleet changed),
+// TTL countdowns, and reconnect progress shown in place.
 // Pages work without this file; it only makes them live.
 //
 // Safety: names come from the network. This script never builds HTML from
@@ -64,24 +65,45 @@ function live() {
   });
 }
 
-// Elements with data-refresh="N" (and an id) are re-fetched from this page
-// every N s: one fetch per round swaps them all.
-function refreshers() {
-  const els = [...document.querySelectorAll('[data-refresh][id]')];
+// Elements with data-live (and an id) are this page's live regions: when
+// /live/changes says the fleet changed, the page is fetched again (at most
+// once a second, never two at once) and each region swapped in place.
+// Without EventSource they are fetched every 5 s instead.
+function liveRegions() {
+  const els = [...document.querySelectorAll('[data-live][id]')];
   if (!els.length) return;
-  const every = Math.max(2, Math.min(...els.map((e) => Number(e.dataset.refresh) || 5))) * 1000;
-  setInterval(async () => {
-    if (document.hidden) return;
+  let busy = false;
+  let again = false;
+  let last = 0;
+  const refresh = async () => {
+    if (busy || document.hidden) { again = true; return; }
+    const wait = last + 1000 - Date.now();
+    if (wait > 0) { again = true; setTimeout(refresh, wait); return; }
+    busy = true;
+    again = false;
+    last = Date.now();
     try {
       const r = await fetch(location.href, { headers: { Accept: 'text/html' } });
-      if (!r.ok) return;
-      const doc = new DOMParser().parseFromString(await r.text(), 'text/html');
-      for (const el of els) {
-        const next = doc.getElementById(el.id);
-        if (next) swap(el, next.childNodes);
+      if (r.ok) {
+        const doc = new DOMParser().parseFromString(await r.text(), 'text/html');
+        for (const el of els) {
+          const next = doc.getElementById(el.id);
+          if (next) swap(el, next.childNodes);
+        }
       }
-    } catch (_) { /* next round */ }
-  }, every);
+    } catch (_) { /* the next change tries again */ }
+    busy = false;
+    if (again) setTimeout(refresh, 1000);
+  };
+  if (!window.EventSource) {
+    setInterval(refresh, 5000);
+    return;
+  }
+  const es = new EventSource('/live/changes');
+  es.addEventListener('open', () => status('● live'));
+  es.addEventListener('error', () => status('○ reconnecting…'));
+  es.addEventListener('change', () => { status('● live'); refresh(); });
+  document.addEventListener('visibilitychange', () => { if (!document.hidden && again) refresh(); });
 }
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -169,7 +191,7 @@ function forms() {
 
 syncClock(document.querySelector('[data-now]'));
 live();
-refreshers();
+liveRegions();
 forms();
 tick();
 setInterval(tick, 1000);

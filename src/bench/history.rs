@@ -180,6 +180,11 @@ pub async fn seed(
             q.build().execute(pool).await?;
         }
     });
+    // A database that has run for days has its planner statistics
+    // (autovacuum's analyze); one written a moment ago has none yet.
+    if let Db::Postgres(pool) = db {
+        sqlx::query("ANALYZE").execute(pool).await?;
+    }
     Ok(Seeded {
         incidents: n,
         episodes: episodes.len(),

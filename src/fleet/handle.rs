@@ -339,6 +339,12 @@ impl FleetHandle {
         self.published.borrow().clone()
     }
 
+    /// Wakes on every read model the fleet publishes (at most every
+    /// [`PUBLISH_EVERY`], and only when something changed).
+    pub fn watch_published(&self) -> watch::Receiver<Arc<Published>> {
+        self.published.clone()
+    }
+
     /// The last published read model if it is at most [`MAX_AGE`] old by
     /// the fleet's clock; otherwise asks the fleet for a fresh one. Under
     /// load the fleet publishes every [`PUBLISH_EVERY`] on its own, so this

@@ -82,6 +82,7 @@ pub fn router() -> Router<AppState> {
             get(pages::confirm_stranded).post(actions::reconnect_stranded),
         )
         .route("/live/overview", get(live::overview_stream))
+        .route("/live/changes", get(live::changes_stream))
         .route("/signin", get(signin::page).post(signin::sign_in))
         .route("/signout", post(signin::sign_out))
         .route("/static/lifeline.css", get(css))

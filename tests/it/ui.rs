@@ -650,3 +650,40 @@ async fn agents_page_paginates_with_filters() {
     assert!(second.contains("← First page"));
     c.shutdown().await;
 }
+
+/// Guards the live pages beyond the overview: each marks its live regions,
+/// and `/live/changes` says `change` when the fleet's state changes (the
+/// pages then fetch those regions again).
+#[tokio::test(start_paused = true)]
+async fn every_live_page_hears_the_fleet_change() {
+    let c = fleet().start().await;
+    c.ready().await;
+    for (path, region) in [
+        ("/agents", "id=\"agents-rows\" data-live"),
+        ("/agents/agent-00001", "id=\"agent-head\" data-live"),
+        ("/ttl", "id=\"ttl\" data-live"),
+        ("/auth", "id=\"auth-live\" data-live"),
+        ("/signals", "id=\"signals-live\" data-live"),
+        ("/incidents", "id=\"incidents-live\" data-live"),
+    ] {
+        assert!(page(&c, path).await.contains(region), "{path} has {region}");
+    }
+    let mut stream = c
+        .http
+        .get(format!("{}/live/changes", c.ll().base_url()))
+        .send()
+        .await
+        .expect("live changes");
+    assert_eq!(stream.status().as_u16(), 200);
+    assert!(stream.headers()["content-type"]
+        .to_str()
+        .unwrap_or_default()
+        .starts_with("text/event-stream"));
+    c.strand_two().await;
+    let mut text = String::new();
+    while !text.contains("\n\n") {
+        text.push_str(&next_chunk(&mut stream).await.expect("an event within 10 s"));
+    }
+    assert!(text.starts_with("event: change\n"), "{text}");
+    c.shutdown().await;
+}

@@ -1,4 +1,7 @@
-//! The overview's live stream (Server-Sent Events at `/live/overview`).
+//! The dashboard's live streams (Server-Sent Events): the overview's
+//! rendered fragment at `/live/overview`, and `/live/changes`, which tells
+//! every other live page that the fleet's state changed so it fetches its
+//! live regions again.
 //!
 //! One broadcaster renders the overview's live fragment once a second, and
 //! only while someone is watching; every open overview receives the same
@@ -140,12 +143,15 @@ pub fn spawn(st: AppState) -> JoinHandle<()> {
     )
 }
 
-/// `GET /live/overview`: a fresh fragment at once, then the shared one as
-/// it changes.
-pub async fn overview_stream(
-    State(st): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-) -> Result<impl IntoResponse, UiError> {
+/// A stream's slots: one of the process's and one of its client's.
+struct Slots {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    _ip: IpSlot,
+}
+
+/// Takes a stream's slots, or says why there is none (429 for one client
+/// holding too many, 503 for the process).
+fn slots(st: &AppState, peer: SocketAddr) -> Result<Slots, UiError> {
     let Some(ip_slot) = st.ui.live.take_ip_slot(peer.ip()) else {
         Stats::inc(&st.stats.http_rate_limited);
         return Err(UiError {
@@ -173,14 +179,47 @@ pub async fn overview_stream(
             json: true,
         });
     };
+    Ok(Slots {
+        _permit: permit,
+        _ip: ip_slot,
+    })
+}
+
+/// `GET /live/overview`: a fresh fragment at once, then the shared one as
+/// it changes.
+pub async fn overview_stream(
+    State(st): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+) -> Result<impl IntoResponse, UiError> {
+    let held = slots(&st, peer)?;
     let rx = st.ui.live.tx.subscribe();
     let first = render(&st).await?;
     let stop = st.shutdown.clone();
     let stream = futures::stream::once(async move { first })
         .chain(WatchStream::from_changes(rx))
         .map(move |html| {
-            let _held = (&permit, &ip_slot);
+            let _held = &held;
             Ok::<_, Infallible>(Event::default().event("overview").data(&*html))
+        })
+        .take_until(stop.cancelled_owned());
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+/// `GET /live/changes`: an event (`change`, the read model's time) each
+/// time the fleet publishes, at most every 250 ms and only when something
+/// changed. Pages with live regions fetch themselves again on it; it
+/// carries no state, so it costs nothing to render.
+pub async fn changes_stream(
+    State(st): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+) -> Result<impl IntoResponse, UiError> {
+    let held = slots(&st, peer)?;
+    let rx = st.fleet.watch_published();
+    let stop = st.shutdown.clone();
+    let stream = WatchStream::from_changes(rx)
+        .map(move |p| {
+            let _held = &held;
+            Ok::<_, Infallible>(Event::default().event("change").data(p.at().rfc3339()))
         })
         .take_until(stop.cancelled_owned());
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
