@@ -141,6 +141,9 @@ async fn proxies_expiring_are_incidents_from_stranding_to_recovery(store) {
         assert_eq!(status, 400, "{path}: {body}");
         assert!(body["error"]["message"].as_str().unwrap_or_default().contains(what), "{path}: {body}");
     }
+    // A since after now asks for nothing yet.
+    let later = c.ok("/api/v1/history?since=2999-01-01T00:00:00Z").await;
+    assert_eq!(later["points"], Value::Array(vec![]), "{later}");
     let (status, body) = c.get("/api/v1/incidents/999999").await;
     assert_eq!(status, 404, "{body}");
     c.shutdown().await;
