@@ -35,6 +35,21 @@ fn server_timing_ms(h: &reqwest::header::HeaderMap) -> Option<f64> {
         .and_then(|d| d.parse().ok())
 }
 
+/// One successful GET: its headers and body.
+async fn get(
+    http: &reqwest::Client,
+    url: &str,
+) -> Result<(reqwest::header::HeaderMap, String), BenchError> {
+    let fail = |e: &dyn std::fmt::Display| BenchError::Agents(format!("GET {url}: {e}"));
+    let resp = http.get(url).send().await.map_err(|e| fail(&e))?;
+    if !resp.status().is_success() {
+        return Err(fail(&resp.status()));
+    }
+    let headers = resp.headers().clone();
+    let body = resp.text().await.map_err(|e| fail(&e))?;
+    Ok((headers, body))
+}
+
 struct Measured {
     render_ms: Vec<f64>,
     round_trip_ms: Vec<f64>,
@@ -55,20 +70,9 @@ async fn measure(
     };
     for i in 0..requests + 5 {
         let t = Instant::now();
-        let resp = http
-            .get(url)
-            .send()
-            .await
-            .map_err(|e| BenchError::Agents(format!("GET {url}: {e}")))?;
-        if !resp.status().is_success() {
-            return Err(BenchError::Agents(format!("GET {url}: {}", resp.status())));
-        }
-        let render = server_timing_ms(resp.headers())
+        let (headers, body) = get(http, url).await?;
+        let render = server_timing_ms(&headers)
             .ok_or_else(|| BenchError::Agents(format!("GET {url}: no Server-Timing header")))?;
-        let body = resp
-            .text()
-            .await
-            .map_err(|e| BenchError::Agents(format!("GET {url}: {e}")))?;
         let rt = t.elapsed().as_secs_f64() * 1000.0;
         // The first few warm caches and the allocator.
         if i >= 5 {
@@ -125,18 +129,7 @@ async fn measure_api(
     let mut bytes = 0;
     for i in 0..requests + 5 {
         let t = Instant::now();
-        let resp = http
-            .get(url)
-            .send()
-            .await
-            .map_err(|e| BenchError::Agents(format!("GET {url}: {e}")))?;
-        if !resp.status().is_success() {
-            return Err(BenchError::Agents(format!("GET {url}: {}", resp.status())));
-        }
-        let body = resp
-            .bytes()
-            .await
-            .map_err(|e| BenchError::Agents(format!("GET {url}: {e}")))?;
+        let (_, body) = get(http, url).await?;
         if i >= 5 {
             rt.push(t.elapsed().as_secs_f64() * 1000.0);
         }

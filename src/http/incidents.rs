@@ -237,12 +237,11 @@ impl Facts {
         let more = episodes.len() > REPORT_EPISODES as usize;
         episodes.truncate(REPORT_EPISODES as usize);
         let signals = incidents::signal_counts(&s.db, i, now).await?;
-        let first = incidents::first_signal(&s.db, i, now).await?;
         Ok(Facts {
             episodes,
             more,
+            first_signal: signals.iter().map(|c| c.first).min(),
             signals,
-            first_signal: first,
         })
     }
 }

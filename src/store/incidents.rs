@@ -159,15 +159,7 @@ pub async fn list(db: &Db, f: &IncidentFilter) -> Result<Vec<Incident>, sqlx::Er
     on_pool!(db, pool => {
     let mut q = QueryBuilder::new(COLUMNS);
     q.push(" WHERE 1 = 1");
-    match f.open {
-        Some(true) => {
-            q.push(" AND ended_us IS NULL");
-        }
-        Some(false) => {
-            q.push(" AND ended_us IS NOT NULL");
-        }
-        None => {}
-    }
+    super::read::push_open(&mut q, f.open);
     if let Some(c) = f.cause {
         q.push(" AND cause = ").push_bind(c.as_str());
     }
@@ -228,6 +220,8 @@ pub struct SignalCount {
     #[schema(value_type = String)]
     pub outcome: Outcome,
     pub count: u64,
+    /// When the first of them was sent.
+    pub first: Ts,
 }
 
 pub async fn signal_counts(
@@ -236,8 +230,8 @@ pub async fn signal_counts(
     now: Ts,
 ) -> Result<Vec<SignalCount>, sqlx::Error> {
     on_pool!(db, pool => {
-    let rows: Vec<(SignalKind, Outcome, i64)> = sqlx::query_as(
-        "SELECT kind, outcome, count(*) FROM signals \
+    let rows: Vec<(SignalKind, Outcome, i64, i64)> = sqlx::query_as(
+        "SELECT kind, outcome, count(*), MIN(created_us) FROM signals \
          WHERE agent IN (SELECT agent FROM episodes WHERE incident_id = $1) \
          AND created_us >= $2 AND created_us <= $3 GROUP BY kind, outcome ORDER BY kind, outcome",
     )
@@ -248,10 +242,11 @@ pub async fn signal_counts(
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(kind, outcome, n)| SignalCount {
+        .map(|(kind, outcome, n, first)| SignalCount {
             kind,
             outcome,
             count: u64::try_from(n).unwrap_or(0),
+            first: Ts(first),
         })
         .collect())
     })
@@ -308,23 +303,6 @@ pub async fn history(
     Ok(out)
 }
 
-/// When the first signal was sent to an incident's agents while it lasted.
-pub async fn first_signal(db: &Db, i: &Incident, now: Ts) -> Result<Option<Ts>, sqlx::Error> {
-    on_pool!(db, pool => {
-    let first: Option<i64> = sqlx::query_scalar(
-        "SELECT MIN(created_us) FROM signals \
-         WHERE agent IN (SELECT agent FROM episodes WHERE incident_id = $1) \
-         AND created_us >= $2 AND created_us <= $3",
-    )
-    .bind(i.id)
-    .bind(i.started.as_micros())
-    .bind(i.ended.unwrap_or(now).as_micros())
-    .fetch_one(pool)
-    .await?;
-    Ok(first.map(Ts))
-    })
-}
-
 /// The incidents open at any time since `since`, newest first, at most
 /// `limit` (the overview's strip).
 pub async fn overlapping(db: &Db, since: Ts, limit: u32) -> Result<Vec<Incident>, sqlx::Error> {
@@ -343,45 +321,57 @@ pub async fn overlapping(db: &Db, since: Ts, limit: u32) -> Result<Vec<Incident>
     })
 }
 
-/// Minutes `agent` spent stranded between `since` and `now` (its stranded
-/// episodes, cut to the window).
+/// Minutes `agent` spent stranded since `recent` and since `earlier`
+/// (`earlier` ≤ `recent` ≤ `now`): its stranded episodes cut to each
+/// window, in one read.
 pub async fn agent_minutes_stranded(
     db: &Db,
     agent: &str,
-    since: Ts,
+    (recent, earlier): (Ts, Ts),
     now: Ts,
-) -> Result<f64, sqlx::Error> {
-    let (from, to) = (since.as_micros(), now.as_micros());
+) -> Result<(f64, f64), sqlx::Error> {
     on_pool!(db, pool => {
-    let us: Option<i64> = sqlx::query_scalar(
-        "SELECT CAST(SUM((CASE WHEN ended_us IS NULL OR ended_us > $3 THEN $3 ELSE ended_us END) \
-         - (CASE WHEN started_us < $2 THEN $2 ELSE started_us END)) AS BIGINT) FROM episodes \
-         WHERE agent = $1 AND state = 'stranded' AND (ended_us IS NULL OR ended_us > $2) AND started_us < $3",
+    let (a, b): (Option<i64>, Option<i64>) = sqlx::query_as(
+        "SELECT \
+         CAST(SUM(CASE WHEN ended_us IS NULL OR ended_us > $2 \
+           THEN (CASE WHEN ended_us IS NULL OR ended_us > $4 THEN $4 ELSE ended_us END) \
+              - (CASE WHEN started_us < $2 THEN $2 ELSE started_us END) ELSE 0 END) AS BIGINT), \
+         CAST(SUM((CASE WHEN ended_us IS NULL OR ended_us > $4 THEN $4 ELSE ended_us END) \
+              - (CASE WHEN started_us < $3 THEN $3 ELSE started_us END)) AS BIGINT) \
+         FROM episodes WHERE agent = $1 AND state = 'stranded' \
+         AND (ended_us IS NULL OR ended_us > $3) AND started_us < $4",
     )
     .bind(agent)
-    .bind(from)
-    .bind(to)
+    .bind(recent.as_micros())
+    .bind(earlier.as_micros())
+    .bind(now.as_micros())
     .fetch_one(pool)
     .await?;
-    Ok(us.unwrap_or(0).max(0) as f64 / 60e6)
+    Ok((minutes(a), minutes(b)))
     })
 }
 
+fn minutes(us: Option<i64>) -> f64 {
+    us.unwrap_or(0).max(0) as f64 / 60e6
+}
+
 /// Agent-minutes stranded by incidents of `resource` (a proxy or auth
-/// server) that started since `since`.
+/// server) that started since `recent` and since `earlier`, in one read.
 pub async fn caused_minutes_stranded(
     db: &Db,
     resource: &str,
-    since: Ts,
-) -> Result<f64, sqlx::Error> {
+    (recent, earlier): (Ts, Ts),
+) -> Result<(f64, f64), sqlx::Error> {
     on_pool!(db, pool => {
-    let us: Option<i64> = sqlx::query_scalar(
-        "SELECT CAST(SUM(stranded_us) AS BIGINT) FROM incidents WHERE resource = $1 AND started_us >= $2",
+    let (a, b): (Option<i64>, Option<i64>) = sqlx::query_as(
+        "SELECT CAST(SUM(CASE WHEN started_us >= $2 THEN stranded_us ELSE 0 END) AS BIGINT), \
+         CAST(SUM(stranded_us) AS BIGINT) FROM incidents WHERE resource = $1 AND started_us >= $3",
     )
     .bind(resource)
-    .bind(since.as_micros())
+    .bind(recent.as_micros())
+    .bind(earlier.as_micros())
     .fetch_one(pool)
     .await?;
-    Ok(us.unwrap_or(0).max(0) as f64 / 60e6)
+    Ok((minutes(a), minutes(b)))
     })
 }

@@ -129,6 +129,26 @@ fn sidecar_file(c: &Running, t: &Teleport) -> FileConfig {
     }
 }
 
+/// A stand-in Teleport (successor ready after 2 s) and its sidecar for
+/// agent-00001 and agent-00002: the sidecars' stop tokens and the
+/// stand-ins.
+async fn two_sidecars(c: &Running) -> (Vec<CancellationToken>, Vec<Teleport>) {
+    let mut stops = Vec::new();
+    let mut teleports = Vec::new();
+    for host in ["agent-00001", "agent-00002"] {
+        let t = Teleport::started(2.0, false).await;
+        let file = FileConfig {
+            host_id: Some(host.into()),
+            ..sidecar_file(c, &t)
+        };
+        let stop = CancellationToken::new();
+        tokio::spawn(session::run(file.check().expect("checks"), stop.clone()));
+        stops.push(stop);
+        teleports.push(t);
+    }
+    (stops, teleports)
+}
+
 async fn until(c: &Running, what: &str, mut cond: impl FnMut() -> bool) {
     c.eventually(what, || {
         let v = cond();
@@ -336,22 +356,12 @@ async fn restarts_in_flight_are_capped_fleet_wide() {
         })
         .start()
         .await;
-    let mut stops = Vec::new();
-    let mut teleports = Vec::new();
+    let (stops, teleports) = two_sidecars(&c).await;
     for host in ["agent-00001", "agent-00002"] {
-        let t = Teleport::started(2.0, false).await;
-        let file = FileConfig {
-            host_id: Some(host.into()),
-            ..sidecar_file(&c, &t)
-        };
-        let stop = CancellationToken::new();
-        tokio::spawn(session::run(file.check().expect("checks"), stop.clone()));
         until(&c, "the sidecar's stream open", || {
             c.ll().hub.reachable(host)
         })
         .await;
-        stops.push(stop);
-        teleports.push(t);
     }
     let (status, first) = c.post("/api/v1/agents/agent-00001/reconnect", "{}").await;
     assert_eq!(status, 202, "{first}");
@@ -410,19 +420,7 @@ async fn restarts_in_flight_are_capped_across_replicas() {
         })
         .start()
         .await;
-    let mut stops = Vec::new();
-    let mut teleports = Vec::new();
-    for host in ["agent-00001", "agent-00002"] {
-        let t = Teleport::started(2.0, false).await;
-        let file = FileConfig {
-            host_id: Some(host.into()),
-            ..sidecar_file(&c, &t)
-        };
-        let stop = CancellationToken::new();
-        tokio::spawn(session::run(file.check().expect("checks"), stop.clone()));
-        stops.push(stop);
-        teleports.push(t);
-    }
+    let (stops, teleports) = two_sidecars(&c).await;
     let db = c.ll().db.clone();
     c.eventually("replica-a recorded two sidecar streams", || async {
         support::sql_i64(

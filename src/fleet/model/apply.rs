@@ -228,9 +228,7 @@ impl Model {
             }
             Kind::Agent => match self.agents.remove(name) {
                 Some(a) => {
-                    let mut rows = Vec::new();
-                    self.incidents.leave(name, now, false, &mut rows);
-                    self.out.writes.incidents(rows);
+                    self.left_incident(name, now);
                     self.agent_order.remove(name);
                     self.unhealthy.remove(name);
                     self.unindex_agent_auth(name, &a.res.server.auth_server);
@@ -457,6 +455,14 @@ impl Model {
     }
 
     /// An audited signal went to `agent` at `at`.
+    /// `agent` is gone (deleted, or missing from a listing): it leaves its
+    /// incident without recovering.
+    pub(super) fn left_incident(&mut self, agent: &str, at: Ts) {
+        let mut rows = Vec::new();
+        self.incidents.leave(agent, at, false, &mut rows);
+        self.out.writes.incidents(rows);
+    }
+
     pub fn signaled(&mut self, agent: &str, id: i64, at: Ts) {
         if let Some(a) = self.agents.get_mut(agent) {
             a.last_signal = Some((id, at));

@@ -134,45 +134,53 @@ impl Incidents {
                 return None;
             }
         };
-        if self.members.get(agent).is_some_and(|m| m.key == key) {
-            let m = self.members.get_mut(agent)?;
-            let was = std::mem::replace(&mut m.state, state);
-            let stranded_for = (was == AgentState::Stranded && was != state)
-                .then(|| since.max(self.clock).since(m.state_since).as_micros() as i64);
-            if was != state {
-                m.state_since = since;
+        if let Some(m) = self.members.get_mut(agent).filter(|m| m.key == key) {
+            // Same cause: at most a change of state within the incident.
+            if m.state == state {
+                return self.open.get(&key).map(|o| o.row.id);
             }
-            if was != state {
-                self.tally(was, -1);
-                self.tally(state, 1);
-            }
+            let (was, state_since) = (m.state, m.state_since);
+            m.state = state;
+            m.state_since = since;
+            let stranded_us = match was {
+                AgentState::Stranded => since.max(self.clock).since(state_since).as_micros() as i64,
+                _ => 0,
+            };
+            self.tally(was, -1);
+            self.tally(state, 1);
             let o = self.open.get_mut(&key)?;
-            if let Some(us) = stranded_for {
-                o.row.stranded_us = o.row.stranded_us.saturating_add(us);
-            }
-            if was != state {
-                o.count(was, -1);
-                o.count(state, 1);
-                rows.push(o.row.clone());
-            }
+            o.row.stranded_us = o.row.stranded_us.saturating_add(stranded_us);
+            o.count(was, -1);
+            o.count(state, 1);
+            rows.push(o.row.clone());
             return Some(o.row.id);
         }
         self.leave(agent, since, false, rows);
-        self.tally(state, 1);
         let next = &mut self.next_id;
-        let o = self.open.entry(key.clone()).or_insert_with(|| {
+        self.open.entry(key.clone()).or_insert_with(|| {
             let id = *next;
             *next += 1;
             Open::new(id, &key, since)
         });
-        o.count(state, 1);
-        // Counted once however often it comes back while the incident is
-        // open (past the bound, every time).
-        if o.affected.len() >= MAX_AFFECTED_NAMED || o.affected.insert(agent.to_string()) {
+        let first = self.join(agent, key.clone(), state, since);
+        let o = self.open.get_mut(&key)?;
+        if first {
             o.row.agents = o.row.agents.saturating_add(1);
         }
         rows.push(o.row.clone());
-        let id = o.row.id;
+        Some(o.row.id)
+    }
+
+    /// Puts `agent` into the open incident of `key` as `state` since
+    /// `since`. True the first time it is among the incident's agents
+    /// while it is open (past the bound, every time).
+    fn join(&mut self, agent: &str, key: Key, state: AgentState, since: Ts) -> bool {
+        self.tally(state, 1);
+        let Some(o) = self.open.get_mut(&key) else {
+            return false;
+        };
+        o.count(state, 1);
+        let first = o.affected.len() >= MAX_AFFECTED_NAMED || o.affected.insert(agent.to_string());
         self.members.insert(
             agent.to_string(),
             Member {
@@ -182,7 +190,7 @@ impl Incidents {
                 state_since: since,
             },
         );
-        Some(id)
+        first
     }
 
     /// `agent` leaves its incident at `at`: recovered (healthy), or gone
@@ -204,10 +212,8 @@ impl Incidents {
             o.recoveries.push(at.since(m.since).as_micros() as i64);
         }
         if o.stranded + o.degraded == 0 {
-            if let Some(mut o) = self.open.remove(&m.key) {
-                o.row.ended = Some(at.max(o.row.started));
-                o.figures();
-                rows.push(o.row);
+            if let Some(o) = self.open.remove(&m.key) {
+                rows.push(o.end(at));
             }
         } else {
             rows.push(o.row.clone());
@@ -271,22 +277,16 @@ impl Incidents {
     /// Takes an agent back into the open incident `id` (loaded from the
     /// database: its open episode names it).
     pub fn restore(&mut self, agent: &str, state: AgentState, since: Ts, incident: i64) {
-        let Some((key, o)) = self.open.iter_mut().find(|(_, o)| o.row.id == incident) else {
+        let Some(key) = self
+            .open
+            .iter()
+            .find(|(_, o)| o.row.id == incident)
+            .map(|(k, _)| k.clone())
+        else {
             return;
         };
-        o.count(state, 1);
-        o.affected.insert(agent.to_string());
-        let key = key.clone();
-        self.members.insert(
-            agent.to_string(),
-            Member {
-                key,
-                state,
-                since,
-                state_since: since,
-            },
-        );
-        self.tally(state, 1);
+        // Its stored row already counts it among the agents.
+        self.join(agent, key, state, since);
     }
 
     /// Loads the incidents the database has open, before their agents are
@@ -295,14 +295,7 @@ impl Incidents {
         self.next_id = self.next_id.max(next_id);
         for s in stored {
             let key = (s.cause, s.resource.clone());
-            let o = Open {
-                row: s,
-                stranded: 0,
-                degraded: 0,
-                affected: HashSet::default(),
-                recoveries: Vec::new(),
-            };
-            self.open.entry(key).or_insert(o);
+            self.open.entry(key).or_insert_with(|| Open::from_row(s));
         }
     }
 
@@ -317,32 +310,33 @@ impl Incidents {
         empty
             .into_iter()
             .filter_map(|k| self.open.remove(&k))
-            .map(|mut o| {
-                o.row.ended = Some(now.max(o.row.started));
-                o.figures();
-                o.row
-            })
+            .map(|o| o.end(now))
             .collect()
     }
 }
 
 impl Open {
     fn new(id: i64, key: &Key, started: Ts) -> Open {
+        Open::from_row(IncidentRow {
+            id,
+            cause: key.0,
+            resource: key.1.clone(),
+            started,
+            ended: None,
+            peak_stranded: 0,
+            peak_degraded: 0,
+            agents: 0,
+            signals: 0,
+            stranded_us: 0,
+            recover_p50_us: None,
+            recover_max_us: None,
+        })
+    }
+
+    /// An open incident as stored, before its agents are counted back in.
+    fn from_row(row: IncidentRow) -> Open {
         Open {
-            row: IncidentRow {
-                id,
-                cause: key.0,
-                resource: key.1.clone(),
-                started,
-                ended: None,
-                peak_stranded: 0,
-                peak_degraded: 0,
-                agents: 0,
-                signals: 0,
-                stranded_us: 0,
-                recover_p50_us: None,
-                recover_max_us: None,
-            },
+            row,
             stranded: 0,
             degraded: 0,
             affected: HashSet::default(),
@@ -361,15 +355,16 @@ impl Open {
         self.row.peak_degraded = self.row.peak_degraded.max(self.degraded);
     }
 
-    /// The recovery figures, once the incident has ended.
-    fn figures(&mut self) {
+    /// The row of the incident ended at `at`, with its recovery figures.
+    fn end(mut self, at: Ts) -> IncidentRow {
+        self.row.ended = Some(at.max(self.row.started));
         let r = &mut self.recoveries;
-        if r.is_empty() {
-            return;
-        }
         r.sort_unstable();
-        self.row.recover_p50_us = Some(r[(r.len() - 1) / 2]);
-        self.row.recover_max_us = r.last().copied();
+        if let (Some(mid), Some(max)) = (r.get(r.len().saturating_sub(1) / 2), r.last()) {
+            self.row.recover_p50_us = Some(*mid);
+            self.row.recover_max_us = Some(*max);
+        }
+        self.row
     }
 }
 

@@ -233,9 +233,7 @@ impl Model {
                             self.agents.insert(name, a);
                         }
                         for (name, gone) in old {
-                            let mut rows = Vec::new();
-                            self.incidents.leave(&name, now, false, &mut rows);
-                            self.out.writes.incidents(rows);
+                            self.left_incident(&name, now);
                             self.agent_order.remove(&name);
                             self.unhealthy.remove(&name);
                             if let Some(id) = gone.episode {

@@ -60,6 +60,20 @@ pub struct Mark {
     pub tip: String,
 }
 
+/// Five time labels from `from` to `to`, at height `y`.
+fn ticks(from: Ts, to: Ts, y: f64, x: impl Fn(Ts) -> f64) -> Vec<Tick> {
+    (0..=4)
+        .map(|i| {
+            let t = from.saturating_add(to.since(from) * i / 4);
+            Tick {
+                x: x(t),
+                y,
+                label: fmt::hms(t),
+            }
+        })
+        .collect()
+}
+
 /// Draws the incident from `started` to `ended` (or `now`), with a margin
 /// of a tenth on both sides.
 pub fn timeline(
@@ -119,16 +133,7 @@ pub fn timeline(
         }
         out.trim_end().to_string()
     };
-    let ticks = (0..=4)
-        .map(|i| {
-            let t = from.saturating_add(to.since(from) * i / 4);
-            Tick {
-                x: x(t),
-                y: AXIS_Y,
-                label: fmt::hms(t),
-            }
-        })
-        .collect();
+    let ticks = ticks(from, to, AXIS_Y, x);
     let levels = [peak, peak / 2, 0]
         .into_iter()
         .map(|n| Tick {
@@ -264,16 +269,7 @@ pub fn strip(
             }
         })
         .collect::<Vec<_>>();
-    let ticks = (0..=4)
-        .map(|i| {
-            let t = from.saturating_add(to.since(from) * i / 4);
-            Tick {
-                x: x(t),
-                y: STRIP_H - 6.0,
-                label: fmt::hms(t),
-            }
-        })
-        .collect();
+    let ticks = ticks(from, to, STRIP_H - 6.0, x);
     let most = points.iter().map(|p| p.stranded).max().unwrap_or(0);
     let summary = format!(
         "The last 24 hours: at most {most} agents stranded at once; {} incidents.",

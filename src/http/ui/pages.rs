@@ -302,3 +302,10 @@ pub(super) fn minutes_text(m: f64) -> String {
         format!("{m:.1} min")
     }
 }
+
+/// The starts of the last 7 and the last 30 days before `now`: the windows
+/// minutes stranded are shown for.
+pub(super) fn week_month(now: Ts) -> (Ts, Ts) {
+    let days = |n: u64| now.saturating_sub(std::time::Duration::from_secs(n * 86_400));
+    (days(7), days(30))
+}

@@ -85,11 +85,9 @@ pub async fn agent(
         },
     )
     .await?;
-    let minutes = |days: u64| {
-        let since = now.saturating_sub(std::time::Duration::from_secs(days * 86_400));
-        crate::store::incidents::agent_minutes_stranded(&st.db, &name, since, now)
-    };
-    let (stranded_7d, stranded_30d) = (minutes(7).await?, minutes(30).await?);
+    let (stranded_7d, stranded_30d) =
+        crate::store::incidents::agent_minutes_stranded(&st.db, &name, week_month(now), now)
+            .await?;
     let sigs = audit::list(
         &st.db,
         &SignalFilter {

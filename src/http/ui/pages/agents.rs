@@ -91,14 +91,10 @@ pub async fn agents(
     let restarts = st.hub.restarts();
     let proxy_caused = match &proxy {
         Some(p) => {
-            let caused = |days: u64| {
-                let since = now.saturating_sub(std::time::Duration::from_secs(days * 86_400));
-                crate::store::incidents::caused_minutes_stranded(&st.db, p, since)
-            };
-            Some((
-                minutes_text(caused(7).await?),
-                minutes_text(caused(30).await?),
-            ))
+            let (d7, d30) =
+                crate::store::incidents::caused_minutes_stranded(&st.db, p, week_month(now))
+                    .await?;
+            Some((minutes_text(d7), minutes_text(d30)))
         }
         None => None,
     };

@@ -48,11 +48,9 @@ pub async fn auth(State(st): State<AppState>, ctx: Ctx) -> Result<Response, UiEr
                 }
             })
             .collect();
-        let caused = |days: u64| {
-            let since = now.saturating_sub(std::time::Duration::from_secs(days * 86_400));
-            crate::store::incidents::caused_minutes_stranded(&st.db, &chip.name, since)
-        };
-        let (d7, d30) = (caused(7).await?, caused(30).await?);
+        let (d7, d30) =
+            crate::store::incidents::caused_minutes_stranded(&st.db, &chip.name, week_month(now))
+                .await?;
         sections.push(AuthSection {
             caused_7d: minutes_text(d7),
             caused_30d: minutes_text(d30),
