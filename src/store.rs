@@ -9,6 +9,7 @@
 //! and hands it over whenever the writer has room.
 
 pub mod batch;
+mod bulk;
 pub mod db_time;
 pub mod health;
 pub mod incidents;

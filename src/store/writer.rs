@@ -7,7 +7,6 @@
 //! what follows, and [`StoreHealth`](super::health::StoreHealth) tells
 //! `/readyz` and `/metrics` that the store is failing.
 
-use std::borrow::Borrow;
 use std::sync::Arc;
 
 use sqlx::{Database, Encode, Postgres, QueryBuilder, Sqlite, Transaction, Type};
@@ -15,15 +14,13 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug_span, error, warn, Instrument};
 
 use super::batch::{EpisodeOp, EventRow, IncidentRow, WriteBatch};
+use super::bulk::{dialect, values_pieces};
 use super::lease::Fence;
 use super::{is_permanent, on_pool, Db, StoreError};
-use crate::clock::{dur_micros, Ts};
+use crate::clock::Ts;
 use crate::model::{text, HistoryEvent, Server, Subject, Tunnel, MAX_NAME_LEN};
 use crate::stats::Stats;
 
-/// Rows per multi-row statement (well below SQLite's 32766 bound parameters).
-/// A power of two: see [`chunks`].
-const CHUNK: usize = 512;
 /// Failed attempts after which a batch sheds its heartbeat history.
 const SHED_HISTORY_AFTER: u32 = 5;
 
@@ -248,23 +245,6 @@ fn gap(at: Ts, dropped: u64) -> EventRow {
     }
 }
 
-/// `rows` in statements of `cap` rows (a power of two: `CHUNK`, or 1 row
-/// by row), the rest in halving powers of two: each statement's text then
-/// comes from a set of ten per table, which the connection's statement
-/// cache keeps prepared. A tail of any length would be a new text (parsed
-/// and planned again) in nearly every batch.
-fn chunks<T>(mut rows: &[T], cap: usize) -> impl Iterator<Item = &[T]> {
-    std::iter::from_fn(move || {
-        if rows.is_empty() {
-            return None;
-        }
-        let n = cap.min(1 << rows.len().ilog2());
-        let (head, tail) = rows.split_at(n);
-        rows = tail;
-        Some(head)
-    })
-}
-
 /// What became of a batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Committed {
@@ -358,9 +338,9 @@ pub async fn commit_batch(
     b: &WriteBatch,
     isolate: bool,
 ) -> Result<(Committed, Vec<Refused>), sqlx::Error> {
-    let cap = if isolate { 1 } else { CHUNK };
     let mut refused: Option<Vec<Refused>> = isolate.then(Vec::new);
     on_pool!(db, pool => {
+    let sql = dialect(pool);
     // Whether the fence holds is decided last, just before COMMIT, where
     // a leader's check share-locks the lease row: held from the first
     // statement, that lock would keep the lease from being renewed for as
@@ -374,16 +354,16 @@ pub async fn commit_batch(
             .bind(kind.as_str())
             .execute(&mut *tx)
             .await?;
-        for chunk in chunks(rows, cap) {
+        for chunk in sql.pieces(rows, isolate) {
             exec!(tx, refused, (Subject::from(*kind), &chunk[0].name, "resources"),
-                upsert_servers(chunk).build());
+                sql.upsert_servers(chunk).build());
         }
     }
     let (puts, dels): (Vec<_>, Vec<_>) = b.servers.iter().partition(|(_, v)| v.is_some());
     let puts: Vec<&Server> = puts.into_iter().filter_map(|(_, v)| v.as_ref()).collect();
-    for chunk in chunks(&puts, cap) {
+    for chunk in sql.pieces(&puts, isolate) {
         exec!(tx, refused, (Subject::from(chunk[0].kind), &chunk[0].name, "resources"),
-            upsert_servers(chunk).build());
+            sql.upsert_servers(chunk).build());
     }
     for ((kind, name), _) in dels {
         exec!(tx, refused, (Subject::from(*kind), name, "resources"),
@@ -393,26 +373,30 @@ pub async fn commit_batch(
     }
     if let Some(rows) = &b.replace_tunnels {
         sqlx::query("DELETE FROM tunnels").execute(&mut *tx).await?;
-        for chunk in chunks(rows, cap) {
+        for chunk in sql.pieces(rows, isolate) {
             exec!(tx, refused, (Subject::TunnelConnection, &chunk[0].name, "tunnels"),
-                upsert_tunnels(chunk).build());
+                sql.upsert_tunnels(chunk).build());
         }
     }
     let (puts, dels): (Vec<_>, Vec<_>) = b.tunnels.iter().partition(|(_, v)| v.is_some());
     let puts: Vec<&Tunnel> = puts.into_iter().filter_map(|(_, v)| v.as_ref()).collect();
-    for chunk in chunks(&puts, cap) {
+    for chunk in sql.pieces(&puts, isolate) {
         exec!(tx, refused, (Subject::TunnelConnection, &chunk[0].name, "tunnels"),
-            upsert_tunnels(chunk).build());
+            sql.upsert_tunnels(chunk).build());
     }
     for (name, _) in dels {
         exec!(tx, refused, (Subject::TunnelConnection, name, "tunnels"),
             sqlx::query("DELETE FROM tunnels WHERE name = $1").bind(name.as_str()));
     }
-    for chunk in chunks(&b.events, cap) {
-        exec!(tx, refused, (chunk[0].kind, &chunk[0].name, "events"),
-            insert_events(chunk.iter()).build());
+    if isolate {
+        for chunk in sql.pieces(&b.events, true) {
+            exec!(tx, refused, (chunk[0].kind, &chunk[0].name, "events"),
+                sql.insert_events(chunk).build());
+        }
+    } else {
+        sql.write_events(&mut tx, &b.events).await?;
     }
-    for chunk in chunks(&b.health, cap) {
+    for chunk in values_pieces(&b.health, isolate) {
         let mut q = QueryBuilder::new(
             "INSERT INTO health_transitions (auth_server, addr, at_us, from_status, to_status, mode, detail) ",
         );
@@ -486,7 +470,7 @@ pub async fn commit_batch(
             }
         }
     }
-    for chunk in chunks(&b.samples, cap) {
+    for chunk in values_pieces(&b.samples, isolate) {
         let mut q = QueryBuilder::new("INSERT INTO samples (at_us, agents, stranded, degraded) ");
         q.push_values(chunk, |mut r, s| {
             r.push_bind(s.at.as_micros())
@@ -501,7 +485,7 @@ pub async fn commit_batch(
         exec!(tx, refused, (Subject::Store, "samples", "samples"), q.build());
     }
     let incidents: Vec<&IncidentRow> = b.incidents.values().collect();
-    for chunk in chunks(&incidents, cap) {
+    for chunk in values_pieces(&incidents, isolate) {
         exec!(tx, refused, (Subject::Store, &format!("incident {}", chunk[0].id), "incidents"),
             upsert_incidents(chunk).build());
     }
@@ -511,9 +495,7 @@ pub async fn commit_batch(
         // database takes (names and errors cleaned and bounded).
         let at = b.events.last().map_or(Ts::ZERO, |e| e.at);
         let rows: Vec<EventRow> = refused.iter().map(|r| r.history_row(at)).collect();
-        for chunk in chunks(&rows, CHUNK) {
-            insert_events(chunk.iter()).build().execute(&mut *tx).await?;
-        }
+        sql.write_events(&mut tx, &rows).await?;
     }
     if !tx.holds(&b.fence).await? {
         return Ok((Committed::Fenced, Vec::new()));
@@ -539,65 +521,6 @@ impl Refused {
             ),
         }
     }
-}
-
-/// The insert of history rows (never empty).
-fn insert_events<'r, DB: Database>(rows: impl Iterator<Item = &'r EventRow>) -> QueryBuilder<DB>
-where
-    DB::Arguments: Default,
-    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
-    for<'t> i64: Encode<'t, DB> + Type<DB>,
-    for<'t> Option<i64>: Encode<'t, DB> + Type<DB>,
-    for<'t> Subject: Encode<'t, DB> + Type<DB>,
-    for<'t> HistoryEvent: Encode<'t, DB> + Type<DB>,
-{
-    let mut q = QueryBuilder::new(
-        "INSERT INTO events (at_us, kind, name, event, expires_us, ttl_us, detail) ",
-    );
-    q.push_values(rows, |mut r, e| {
-        r.push_bind(e.at.as_micros())
-            .push_bind(e.kind)
-            .push_bind(e.name.as_str())
-            .push_bind(e.event)
-            .push_bind(e.expires.map(Ts::as_micros))
-            .push_bind(e.ttl_us)
-            .push_bind(e.detail.as_str());
-    });
-    q
-}
-
-/// The upsert of `rows` (servers or references to them, what a batch
-/// holds; never empty: [`chunks`] yields none).
-fn upsert_servers<DB: Database, R: Borrow<Server>>(rows: &[R]) -> QueryBuilder<DB>
-where
-    DB::Arguments: Default,
-    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
-    for<'t> i64: Encode<'t, DB> + Type<DB>,
-    for<'t> String: Encode<'t, DB> + Type<DB>,
-{
-    let mut q = QueryBuilder::new(
-        "INSERT INTO resources (kind, name, addr, version, group_id, group_generation, expires_us, ttl_us, labels, auth_server) ",
-    );
-    q.push_values(rows, |mut r, s| {
-        let s: &Server = s.borrow();
-        r.push_bind(s.kind.as_str())
-            .push_bind(s.name.as_str())
-            .push_bind(s.addr.as_str())
-            .push_bind(s.version.as_str())
-            .push_bind(s.group_id.as_str())
-            .push_bind(i64::try_from(s.group_generation).unwrap_or(i64::MAX))
-            .push_bind(s.expires.as_micros())
-            .push_bind(dur_micros(s.ttl))
-            .push_bind(s.labels.json())
-            .push_bind(s.auth_server.as_str());
-    });
-    q.push(
-        " ON CONFLICT (kind, name) DO UPDATE SET addr = excluded.addr, version = excluded.version, \
-         group_id = excluded.group_id, group_generation = excluded.group_generation, \
-         expires_us = excluded.expires_us, ttl_us = excluded.ttl_us, labels = excluded.labels, \
-         auth_server = excluded.auth_server",
-    );
-    q
 }
 
 fn upsert_incidents<DB: Database>(rows: &[&IncidentRow]) -> QueryBuilder<DB>
@@ -631,30 +554,6 @@ where
          peak_stranded = excluded.peak_stranded, peak_degraded = excluded.peak_degraded, \
          agents = excluded.agents, signals = excluded.signals, stranded_us = excluded.stranded_us, \
          recover_p50_us = excluded.recover_p50_us, recover_max_us = excluded.recover_max_us",
-    );
-    q
-}
-
-fn upsert_tunnels<DB: Database, R: Borrow<Tunnel>>(rows: &[R]) -> QueryBuilder<DB>
-where
-    DB::Arguments: Default,
-    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
-    for<'t> Option<i64>: Encode<'t, DB> + Type<DB>,
-{
-    let mut q = QueryBuilder::new(
-        "INSERT INTO tunnels (name, agent, proxy, last_heartbeat_us, expires_us) ",
-    );
-    q.push_values(rows, |mut r, t| {
-        let t: &Tunnel = t.borrow();
-        r.push_bind(t.name.as_str())
-            .push_bind(t.agent.as_str())
-            .push_bind(t.proxy.as_str())
-            .push_bind(t.last_heartbeat.map(Ts::as_micros))
-            .push_bind(t.expires.map(Ts::as_micros));
-    });
-    q.push(
-        " ON CONFLICT (name) DO UPDATE SET agent = excluded.agent, proxy = excluded.proxy, \
-         last_heartbeat_us = excluded.last_heartbeat_us, expires_us = excluded.expires_us",
     );
     q
 }
@@ -745,25 +644,4 @@ async fn prune_in_steps(db: &Db, sql: &'static str, before: Ts) -> Result<u64, s
         tokio::task::yield_now().await;
     }
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{chunks, CHUNK};
-
-    /// Guards the statement cache: every row is written once, in order,
-    /// and the statement sizes come from a fixed set of ten.
-    #[test]
-    fn chunks_cover_every_row_in_sizes_from_a_fixed_set() {
-        let mut sizes = std::collections::BTreeSet::new();
-        for n in [0, 1, 2, 3, 511, 512, 513, 1000, 1537, 5000] {
-            let rows: Vec<usize> = (0..n).collect();
-            let parts: Vec<&[usize]> = chunks(&rows, CHUNK).collect();
-            assert_eq!(chunks(&rows, 1).count(), n, "row by row");
-            assert_eq!(parts.concat(), rows, "{n} rows");
-            sizes.extend(parts.iter().map(|p| p.len()));
-        }
-        assert!(sizes.iter().all(|s| s.is_power_of_two() && *s <= CHUNK));
-        assert!(sizes.len() <= 10, "{sizes:?}");
-    }
 }

@@ -187,6 +187,67 @@ async fn a_poison_row_is_set_aside_and_the_rest_of_its_batch_committed(store) {
 }
 
 on_both_engines! {
+/// A batch of history large enough that PostgreSQL takes it by `COPY`
+/// (and SQLite in many statements), with one row the database refuses (a
+/// NUL, on PostgreSQL) in the middle: every other row is committed with
+/// the values written, NULLs kept, and the refused one recorded.
+#[tokio::test]
+async fn a_poison_row_in_a_bulk_batch_never_blocks_its_neighbours(store) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = store.open(dir.path()).await;
+    let (handle, stats, health) = spawn_writer(&db);
+
+    const ROWS: i64 = 40_000; // above the size from which PostgreSQL copies
+    let mut b = WriteBatch::default();
+    for i in 0..ROWS {
+        let mut e = event(&format!("agent-{i:05}"));
+        e.at = Ts(2_000_000 + i);
+        e.kind = Subject::Agent;
+        if i % 2 == 0 {
+            e.expires = Some(Ts(9_000_000 + i));
+            e.ttl_us = Some(30_000_000);
+        }
+        if i == ROWS / 2 {
+            e.detail = "half\0way".into();
+        }
+        b.event(e, usize::MAX);
+    }
+    handle.send(b).await.unwrap();
+    support::bounded("the writer commits the bulk batch", handle.flush())
+        .await
+        .unwrap();
+
+    let pg = db.engine_name() == "postgres";
+    let refused = stats.store_rows_refused.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(refused, u64::from(pg), "the NUL, on PostgreSQL only");
+    let heartbeats =
+        support::sql_i64(&db, "SELECT COUNT(*) FROM events WHERE event = 'heartbeat'").await;
+    assert_eq!(heartbeats, if pg { ROWS - 1 } else { ROWS });
+    assert_eq!(
+        support::sql_i64(
+            &db,
+            "SELECT COUNT(*) FROM events WHERE name = 'agent-00002' AND kind = 'agent' \
+             AND at_us = 2000002 AND expires_us = 9000002 AND ttl_us = 30000000 AND detail = ''"
+        )
+        .await,
+        1,
+        "a row's values as written"
+    );
+    assert_eq!(
+        support::sql_i64(
+            &db,
+            "SELECT COUNT(*) FROM events WHERE name = 'agent-00003' \
+             AND expires_us IS NULL AND ttl_us IS NULL"
+        )
+        .await,
+        1,
+        "NULLs kept"
+    );
+    assert!(!health.is_failing());
+}
+}
+
+on_both_engines! {
 /// An ack detail the database refuses (a NUL, on PostgreSQL) does not
 /// block the signal audit: each outcome is still recorded, the refused
 /// detail replaced by the refusal.
