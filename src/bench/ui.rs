@@ -239,6 +239,17 @@ async fn leg(
     let stranded_page = measure(&http, &format!("{base}/agents?state=stranded"), requests).await?;
     // The worst case for paging: a filter nothing matches scans every agent.
     let no_match = measure(&http, &format!("{base}/agents?q=no-such-agent"), requests).await?;
+    // A substring a few names hold (the packed scan, then a sort) and one
+    // that many hold (the ordered walk, which stops at a page).
+    let few = measure(&http, &format!("{base}/agents?q=77777"), requests).await?;
+    let many = measure(&http, &format!("{base}/agents?q=-1"), requests).await?;
+    let api_no_match = measure_api(
+        &http,
+        &format!("{base}/api/v1/agents?q=no-such-agent"),
+        requests,
+    )
+    .await?;
+    let api_many = measure_api(&http, &format!("{base}/api/v1/agents?q=-1"), requests).await?;
     let incidents_page = measure(&http, &format!("{base}/incidents"), requests).await?;
     let incident_page = measure(
         &http,
@@ -277,6 +288,10 @@ async fn leg(
         "overview": summary(&overview),
         "stranded_agents_page": summary(&stranded_page),
         "agents_page_filter_matching_nothing": summary(&no_match),
+        "agents_page_filter_matching_few": summary(&few),
+        "agents_page_filter_matching_many": summary(&many),
+        "agents_api_filter_matching_nothing": api_no_match,
+        "agents_api_filter_matching_many": api_many,
         "incidents_page": summary(&incidents_page),
         "incident_page": summary(&incident_page),
         "history_24h_1m": history_api,
@@ -292,6 +307,7 @@ async fn leg(
             "overview_render_p99_ms": 5,
             "incident_pages_render_p99_ms": 30,
             "history_p99_ms": 50,
+            "agent_search_p99_ms": 50,
             "overview_total_bytes": 200_000,
         },
     }))

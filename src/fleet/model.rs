@@ -22,6 +22,7 @@ mod expiry;
 pub mod incidents;
 mod io;
 mod lead;
+mod names;
 mod resync;
 pub mod schedule;
 mod settle;
@@ -59,7 +60,7 @@ pub struct Model {
     pub(super) auths: BTreeMap<String, AuthEntry>,
     pub(super) agents: HashMap<String, AgentEntry>,
     /// Agent names in order, for paging only.
-    pub(super) agent_order: BTreeSet<String>,
+    pub(super) agent_order: names::AgentNames,
     /// Agents not healthy (degraded or stranded), in name order: counts,
     /// root causes and the stranded lists walk these, not every agent.
     pub(super) unhealthy: BTreeSet<String>,
@@ -103,7 +104,7 @@ impl Model {
             proxies: HashMap::default(),
             auths: BTreeMap::new(),
             agents: HashMap::default(),
-            agent_order: BTreeSet::new(),
+            agent_order: names::AgentNames::default(),
             unhealthy: BTreeSet::new(),
             tunnels: HashMap::default(),
             agent_tunnels: HashMap::default(),

@@ -281,24 +281,22 @@ fn agent_item(f: &Model, name: &str, now: Ts, live: LiveProxies) -> Option<Agent
     })
 }
 
+/// Substring matches from which a search walks the names in order instead
+/// of sorting what the packed scan found: per row of the page, so that the
+/// walk, where matches are then at least this dense, stops early.
+const SEARCH_SORT_PER_ROW: usize = 64;
+
 pub fn agents(f: &Model, filter: &AgentFilter) -> AgentPage {
     let now = f.now();
     let live = f.live_proxies();
-    let start = match &filter.after {
-        Some(c) => Bound::Excluded(c.clone()),
-        None => Bound::Unbounded,
-    };
-    let matches = |name: &String| -> bool {
+    let after = filter.after.as_deref();
+    // Everything but the substring, which each way of walking checks itself.
+    let matches = |name: &str| -> bool {
         let Some(a) = f.agents.get(name) else {
             return false;
         };
         if filter.state.is_some_and(|s| s != a.state) {
             return false;
-        }
-        if let Some(q) = &filter.q {
-            if !name.contains(q.as_str()) {
-                return false;
-            }
         }
         if let Some(auth) = &filter.auth_server {
             if &a.res.server.auth_server != auth {
@@ -306,24 +304,49 @@ pub fn agents(f: &Model, filter: &AgentFilter) -> AgentPage {
             }
         }
         if let Some(p) = &filter.proxy {
-            let on = f
-                .proxy_agents
-                .get(p)
-                .is_some_and(|m| m.contains_key(name.as_str()));
+            let on = f.proxy_agents.get(p).is_some_and(|m| m.contains_key(name));
             if !on {
                 return false;
             }
         }
         true
     };
+    let bounds = (
+        after.map_or(Bound::Unbounded, Bound::Excluded),
+        Bound::Unbounded,
+    );
+    let q = filter.q.as_deref();
+    let finder = q.map(|q| memchr::memmem::Finder::new(q.as_bytes()));
+    let holds_q = |name: &str| {
+        finder
+            .as_ref()
+            .is_none_or(|f| f.find(name.as_bytes()).is_some())
+    };
+    let cap = filter.limit.max(1).saturating_mul(SEARCH_SORT_PER_ROW);
+    // Degraded and stranded agents have their own (small) index; a
+    // substring few names hold is found by the packed scan; otherwise the
+    // walk over every name stops at a page.
+    let names: Box<dyn Iterator<Item = &str>> = match (filter.state, q) {
+        (Some(AgentState::Degraded | AgentState::Stranded), _) => Box::new(
+            f.unhealthy
+                .range::<str, _>(bounds)
+                .map(String::as_str)
+                .filter(|n| holds_q(n)),
+        ),
+        (_, Some(q)) => match f.agent_order.containing(q, after, cap) {
+            Some(found) => Box::new(found.into_iter()),
+            None => Box::new(
+                f.agent_order
+                    .range(bounds)
+                    .map(String::as_str)
+                    .filter(|n| holds_q(n)),
+            ),
+        },
+        (_, None) => Box::new(f.agent_order.range(bounds).map(String::as_str)),
+    };
     let mut items = Vec::with_capacity(filter.limit.min(1000));
     let mut more = false;
-    // Degraded and stranded agents have their own (small) index.
-    let names = match filter.state {
-        Some(AgentState::Degraded | AgentState::Stranded) => &f.unhealthy,
-        _ => &f.agent_order,
-    };
-    for name in names.range((start, Bound::Unbounded)) {
+    for name in names {
         if !matches(name) {
             continue;
         }
@@ -445,7 +468,7 @@ pub fn ttl_windows(f: &Model, kind: Option<Kind>, after: Option<&str>, limit: us
     let entries: Vec<(String, &ResEntry)> = match kind {
         Some(Kind::Agent) => f
             .agent_order
-            .range::<str, _>((
+            .range::<(Bound<&str>, Bound<&str>)>((
                 after.map_or(Bound::Unbounded, Bound::Excluded),
                 Bound::Unbounded,
             ))

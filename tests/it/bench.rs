@@ -400,14 +400,22 @@ fn bench_ui_renders_every_page() {
             "overview",
             "stranded_agents_page",
             "agents_page_filter_matching_nothing",
+            "agents_page_filter_matching_few",
+            "agents_page_filter_matching_many",
             "incidents_page",
             "incident_page",
         ] {
             latency(&v, &format!("{leg}{page}/render_ms"), None);
             positive(&v, &format!("{leg}{page}/html_bytes"));
         }
-        latency(&v, &format!("{leg}history_24h_1m/round_trip_ms"), None);
-        positive(&v, &format!("{leg}history_24h_1m/json_bytes"));
+        for api in [
+            "history_24h_1m",
+            "agents_api_filter_matching_nothing",
+            "agents_api_filter_matching_many",
+        ] {
+            latency(&v, &format!("{leg}{api}/round_trip_ms"), None);
+            positive(&v, &format!("{leg}{api}/json_bytes"));
+        }
         positive(&v, &format!("{leg}overview_download_bytes/total"));
         positive(&v, &format!("{leg}overview_download_bytes/total_gzip"));
     }
