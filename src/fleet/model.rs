@@ -66,7 +66,7 @@ pub struct Model {
     pub(super) unhealthy: BTreeSet<String>,
     pub(super) tunnels: HashMap<String, TunnelEntry>,
     /// agent → its tunnel names.
-    pub(super) agent_tunnels: HashMap<String, BTreeSet<String>>,
+    pub(super) agent_tunnels: HashMap<String, names::FewNames>,
     /// proxy → agent → number of tunnels.
     pub(super) proxy_agents: HashMap<String, HashMap<String, u32>>,
     /// auth server → agents attached to it.
