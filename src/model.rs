@@ -142,9 +142,23 @@ impl FromStr for Kind {
 
 /// A server's labels, immutable once built and shared by every copy of the
 /// server until they change. Their JSON, what the store writes, is made
-/// once per set rather than once per write.
-#[derive(Clone, Default)]
+/// once per set rather than once per write. Every empty set is one shared
+/// allocation (most agents of a large fleet carry none).
+#[derive(Clone)]
 pub struct Labels(std::sync::Arc<LabelSet>);
+
+static NO_LABELS: std::sync::LazyLock<Labels> = std::sync::LazyLock::new(|| {
+    Labels(std::sync::Arc::new(LabelSet {
+        map: BTreeMap::new(),
+        json: std::sync::OnceLock::new(),
+    }))
+});
+
+impl Default for Labels {
+    fn default() -> Labels {
+        NO_LABELS.clone()
+    }
+}
 
 #[derive(Default)]
 struct LabelSet {
@@ -154,6 +168,9 @@ struct LabelSet {
 
 impl Labels {
     pub fn new(map: BTreeMap<String, String>) -> Labels {
+        if map.is_empty() {
+            return Labels::default();
+        }
         Labels(std::sync::Arc::new(LabelSet {
             map,
             json: std::sync::OnceLock::new(),
