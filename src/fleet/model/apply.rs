@@ -191,7 +191,7 @@ impl Model {
         });
         if !expired {
             self.schedule
-                .arm(TimerKey::Expiry(kind, name.clone()), expires);
+                .arm(TimerKey::Expiry(kind, name.as_str().into()), expires);
         }
         if flipped_or_new {
             match kind {
@@ -282,8 +282,10 @@ impl Model {
             }
         }
         if let (Some(e), false) = (t.expires, expired) {
-            self.schedule
-                .arm(TimerKey::Expiry(Kind::TunnelConnection, t.name.clone()), e);
+            self.schedule.arm(
+                TimerKey::Expiry(Kind::TunnelConnection, t.name.as_str().into()),
+                e,
+            );
         }
         self.history(EventRow {
             at: now,

@@ -64,7 +64,7 @@ impl Model {
             .arm(TimerKey::Sample, minute.saturating_add(SAMPLE_EVERY));
     }
 
-    pub(super) fn expire(&mut self, kind: Kind, name: String, now: Ts) {
+    pub(super) fn expire(&mut self, kind: Kind, name: std::sync::Arc<str>, now: Ts) {
         // Nothing expires from stale data; the resync re-arms everything.
         if !self.fresh(kind) {
             return;
@@ -72,20 +72,20 @@ impl Model {
         let current = match kind {
             Kind::Proxy => self
                 .proxies
-                .get_mut(&name)
+                .get_mut(&*name)
                 .map(|e| (&mut e.expired, e.server.expires)),
             Kind::AuthServer => self
                 .auths
-                .get_mut(&name)
+                .get_mut(&*name)
                 .and_then(|a| a.resource.as_mut())
                 .map(|e| (&mut e.expired, e.server.expires)),
             Kind::Agent => self
                 .agents
-                .get_mut(&name)
+                .get_mut(&*name)
                 .map(|a| (&mut a.res.expired, a.res.server.expires)),
             Kind::TunnelConnection => self
                 .tunnels
-                .get_mut(&name)
+                .get_mut(&*name)
                 .and_then(|t| t.tunnel.expires.map(|e| (&mut t.expired, e))),
         };
         let Some((expired, expires)) = current else {
@@ -104,7 +104,7 @@ impl Model {
         self.history(EventRow {
             at: expires,
             kind: kind.into(),
-            name: name.clone(),
+            name: name.to_string(),
             event: HistoryEvent::Expired,
             expires: Some(expires),
             ttl_us: None,
@@ -113,10 +113,10 @@ impl Model {
         match kind {
             Kind::Proxy => self.dirty_proxy_agents(&name),
             Kind::Agent => {
-                self.dirty.insert(name);
+                self.dirty.insert(name.to_string());
             }
             Kind::TunnelConnection => {
-                if let Some(t) = self.tunnels.get(&name) {
+                if let Some(t) = self.tunnels.get(&*name) {
                     self.dirty.insert(t.tunnel.agent.clone());
                 }
             }

@@ -249,25 +249,25 @@ impl Model {
                 }
                 // Re-arm every unexpired resource of the kind: timers that fired
                 // while the data was stale were dropped.
-                let arms: Vec<(String, Ts)> = match kind {
+                let arms: Vec<(std::sync::Arc<str>, Ts)> = match kind {
                     Kind::Proxy => self
                         .proxies
                         .iter()
                         .filter(|(_, e)| !e.expired)
-                        .map(|(n, e)| (n.clone(), e.server.expires))
+                        .map(|(n, e)| (n.as_str().into(), e.server.expires))
                         .collect(),
                     Kind::AuthServer => self
                         .auths
                         .iter()
                         .filter_map(|(n, a)| a.resource.as_ref().map(|e| (n, e)))
                         .filter(|(_, e)| !e.expired)
-                        .map(|(n, e)| (n.clone(), e.server.expires))
+                        .map(|(n, e)| (n.as_str().into(), e.server.expires))
                         .collect(),
                     Kind::Agent => self
                         .agents
                         .iter()
                         .filter(|(_, a)| !a.res.expired)
-                        .map(|(n, a)| (n.clone(), a.res.server.expires))
+                        .map(|(n, a)| (n.as_str().into(), a.res.server.expires))
                         .collect(),
                     Kind::TunnelConnection => Vec::new(),
                 };
@@ -290,8 +290,10 @@ impl Model {
                     self.index_tunnel(&t);
                     let expired = t.expires.is_some_and(|e| e <= now);
                     if let (Some(e), false) = (t.expires, expired) {
-                        self.schedule
-                            .arm(TimerKey::Expiry(Kind::TunnelConnection, t.name.clone()), e);
+                        self.schedule.arm(
+                            TimerKey::Expiry(Kind::TunnelConnection, t.name.as_str().into()),
+                            e,
+                        );
                     }
                     self.tunnels
                         .insert(t.name.clone(), TunnelEntry { tunnel: t, expired });

@@ -14,8 +14,10 @@ use crate::model::Kind;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum TimerKey {
-    /// The expiry of a resource (servers by kind; tunnels by name).
-    Expiry(Kind, String),
+    /// The expiry of a resource (servers by kind; tunnels by name). The
+    /// name is shared by the heap and the armed map, and a re-arm reuses
+    /// it: one allocation per timer rather than one per copy.
+    Expiry(Kind, std::sync::Arc<str>),
     /// The end of an auth server's UNKNOWN grace.
     AuthGrace(String),
     /// The next minute's count of agents by state (`history`).
