@@ -120,6 +120,15 @@ pub fn title(cause: CauseKind, r: &str) -> String {
     }
 }
 
+/// Incidents from their rows as read (a row that does not decode is left
+/// out, as everywhere in this file).
+fn incidents_of(rows: Vec<Row>) -> Vec<Incident> {
+    rows.into_iter()
+        .filter_map(Row::into_row)
+        .map(Incident::from)
+        .collect()
+}
+
 impl From<IncidentRow> for Incident {
     fn from(r: IncidentRow) -> Self {
         let ms = |us: Option<i64>| us.map(|us| us as f64 / 1000.0);
@@ -176,11 +185,7 @@ pub async fn list(db: &Db, f: &IncidentFilter) -> Result<Vec<Incident>, sqlx::Er
     }
     q.push(" ORDER BY id DESC LIMIT ").push_bind(i64::from(f.limit));
     let rows: Vec<Row> = q.build_query_as().fetch_all(pool).await?;
-    Ok(rows
-        .into_iter()
-        .filter_map(Row::into_row)
-        .map(Incident::from)
-        .collect())
+    Ok(incidents_of(rows))
     })
 }
 
@@ -313,11 +318,7 @@ pub async fn overlapping(db: &Db, since: Ts, limit: u32) -> Result<Vec<Incident>
         .push(" ORDER BY id DESC LIMIT ")
         .push_bind(i64::from(limit));
     let rows: Vec<Row> = q.build_query_as().fetch_all(pool).await?;
-    Ok(rows
-        .into_iter()
-        .filter_map(Row::into_row)
-        .map(Incident::from)
-        .collect())
+    Ok(incidents_of(rows))
     })
 }
 

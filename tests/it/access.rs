@@ -521,13 +521,7 @@ async fn the_settings_page_changes_a_setting_as_the_api_would() {
                 .await
                 .expect("answer");
             assert_eq!(ok.status().as_u16(), 303);
-            let session = ok.headers()["set-cookie"]
-                .to_str()
-                .expect("cookie")
-                .split(';')
-                .next()
-                .expect("pair")
-                .to_string();
+            let session = support::cookie_pair(&ok);
             format!("{csrf_cookie}; {session}")
         }
     };

@@ -45,13 +45,8 @@ fn fleet() -> Cluster {
 async fn form_token(c: &Running, path: &str) -> (String, String) {
     let url = format!("{}{}", c.ll().base_url(), path);
     let resp = c.http.get(&url).send().await.expect("GET");
-    let cookie = resp
-        .headers()
-        .get("set-cookie")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .expect("a first visit sets the CSRF cookie")
-        .to_string();
+    // A first visit sets the CSRF cookie.
+    let cookie = support::cookie_pair(&resp);
     assert!(
         resp.headers()["set-cookie"]
             .to_str()

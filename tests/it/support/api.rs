@@ -69,6 +69,18 @@ pub fn ts(v: &Value) -> Ts {
 
 /// The sign-in page's CSRF cookie (`name=value`) and form token, as a
 /// browser would get them before posting `/signin`.
+/// The `name=value` of the cookie a response sets, as a browser sends it
+/// back.
+pub fn cookie_pair(resp: &reqwest::Response) -> String {
+    resp.headers()["set-cookie"]
+        .to_str()
+        .expect("cookie")
+        .split(';')
+        .next()
+        .expect("pair")
+        .to_string()
+}
+
 pub async fn signin_csrf(client: &reqwest::Client, base: &str) -> (String, String) {
     let page = bounded(
         "the sign-in page",
@@ -76,13 +88,7 @@ pub async fn signin_csrf(client: &reqwest::Client, base: &str) -> (String, Strin
     )
     .await
     .expect("sign-in page");
-    let cookie = page.headers()["set-cookie"]
-        .to_str()
-        .expect("cookie")
-        .split(';')
-        .next()
-        .expect("pair")
-        .to_string();
+    let cookie = cookie_pair(&page);
     let html = page.text().await.expect("html");
     let at = html.find("name=\"csrf\" value=\"").expect("CSRF field") + 19;
     let csrf = html[at..at + html[at..].find('"').expect("end")].to_string();
