@@ -15,6 +15,7 @@
 //! (`view`, `published`) or the shell.
 
 mod apply;
+mod by_name;
 pub mod classify;
 pub mod destination;
 mod entries;
@@ -58,13 +59,14 @@ pub struct Model {
     /// Hashed, not ordered: these are looked up for every classification.
     pub(super) proxies: HashMap<String, ResEntry>,
     pub(super) auths: BTreeMap<String, AuthEntry>,
-    pub(super) agents: HashMap<String, AgentEntry>,
+    /// By the name each agent's server holds (one copy of the name).
+    pub(super) agents: by_name::ByName<AgentEntry>,
     /// Agent names in order, for paging only.
     pub(super) agent_order: names::AgentNames,
     /// Agents not healthy (degraded or stranded), in name order: counts,
     /// root causes and the stranded lists walk these, not every agent.
     pub(super) unhealthy: BTreeSet<String>,
-    pub(super) tunnels: HashMap<String, TunnelEntry>,
+    pub(super) tunnels: by_name::ByName<TunnelEntry>,
     /// agent → its tunnel names.
     pub(super) agent_tunnels: HashMap<String, names::FewNames>,
     /// proxy → agent → number of tunnels.
@@ -103,10 +105,10 @@ impl Model {
             kinds: [status; 4],
             proxies: HashMap::default(),
             auths: BTreeMap::new(),
-            agents: HashMap::default(),
+            agents: by_name::ByName::default(),
             agent_order: names::AgentNames::default(),
             unhealthy: BTreeSet::new(),
-            tunnels: HashMap::default(),
+            tunnels: by_name::ByName::default(),
             agent_tunnels: HashMap::default(),
             proxy_agents: HashMap::default(),
             auth_agents: HashMap::default(),
@@ -362,10 +364,10 @@ pub(crate) mod fixture {
             .agents
             .iter()
             .filter(|(_, a)| a.state != AgentState::Healthy)
-            .map(|(n, _)| n.clone())
+            .map(|(n, _)| n.to_string())
             .collect();
         assert_eq!(f.unhealthy, unhealthy, "the unhealthy index");
-        let names: BTreeSet<String> = f.agents.keys().cloned().collect();
+        let names: BTreeSet<String> = f.agents.keys().map(str::to_string).collect();
         assert_eq!(f.agent_order, names, "the name order");
     }
 }

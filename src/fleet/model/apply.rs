@@ -119,7 +119,7 @@ impl Model {
                     None => {
                         let (e, r) = ResEntry::added(s, now);
                         self.agent_order.insert(name.clone());
-                        self.agents.insert(name.clone(), AgentEntry::new(e, now));
+                        self.agents.insert(AgentEntry::new(e, now));
                         r
                     }
                 };
@@ -296,8 +296,7 @@ impl Model {
             ttl_us: None,
             detail: format!("{} → {}", t.agent, t.proxy),
         });
-        self.tunnels
-            .insert(t.name.clone(), TunnelEntry { tunnel: t, expired });
+        self.tunnels.insert(TunnelEntry { tunnel: t, expired });
     }
 
     pub(super) fn delete_tunnel(&mut self, name: &str, _now: Ts) {

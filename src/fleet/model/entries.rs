@@ -255,3 +255,15 @@ pub struct TunnelEntry {
     pub tunnel: Tunnel,
     pub expired: bool,
 }
+
+impl super::by_name::Named for AgentEntry {
+    fn name(&self) -> &str {
+        &self.res.server.name
+    }
+}
+
+impl super::by_name::Named for TunnelEntry {
+    fn name(&self) -> &str {
+        &self.tunnel.name
+    }
+}

@@ -81,11 +81,11 @@ impl Model {
                 .map(|e| (&mut e.expired, e.server.expires)),
             Kind::Agent => self
                 .agents
-                .get_mut(&*name)
+                .get_mut(&name)
                 .map(|a| (&mut a.res.expired, a.res.server.expires)),
             Kind::TunnelConnection => self
                 .tunnels
-                .get_mut(&*name)
+                .get_mut(&name)
                 .and_then(|t| t.tunnel.expires.map(|e| (&mut t.expired, e))),
         };
         let Some((expired, expires)) = current else {
@@ -116,7 +116,7 @@ impl Model {
                 self.dirty.insert(name.to_string());
             }
             Kind::TunnelConnection => {
-                if let Some(t) = self.tunnels.get(&*name) {
+                if let Some(t) = self.tunnels.get(&name) {
                     self.dirty.insert(t.tunnel.agent.clone());
                 }
             }

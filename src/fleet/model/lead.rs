@@ -64,7 +64,7 @@ impl Model {
                 close(older.id, EndReason::LeaderChange);
             }
         }
-        let mut names: Vec<String> = self.agents.keys().cloned().collect();
+        let mut names: Vec<String> = self.agents.keys().map(str::to_string).collect();
         names.sort();
         let mut adopted = Adopted::default();
         for name in names {

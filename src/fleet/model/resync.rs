@@ -42,20 +42,17 @@ impl Model {
                     let name = e.server.name.clone();
                     self.index_agent_auth(&name, &e.server.auth_server);
                     self.agent_order.insert(name.clone());
-                    self.agents.insert(name, AgentEntry::new(e, now));
+                    self.agents.insert(AgentEntry::new(e, now));
                 }
                 Kind::TunnelConnection => {}
             }
         }
         for t in loaded.tunnels {
             self.index_tunnel(&t);
-            self.tunnels.insert(
-                t.name.clone(),
-                TunnelEntry {
-                    tunnel: t,
-                    expired: false,
-                },
-            );
+            self.tunnels.insert(TunnelEntry {
+                tunnel: t,
+                expired: false,
+            });
         }
         self.incidents
             .load(loaded.open_incidents, loaded.next_incident_id);
@@ -154,7 +151,7 @@ impl Model {
                 format!("generation {}: {count} listed", r.generation),
             );
         }
-        self.dirty.extend(self.agents.keys().cloned());
+        self.dirty.extend(self.agents.keys().map(str::to_string));
         self.after_resync = true;
         self.auth_targets_changed();
         self.readiness_changed();
@@ -215,9 +212,7 @@ impl Model {
                         self.agents.reserve(list.len());
                         self.auth_agents.clear();
                         for s in list {
-                            let name = s.name.clone();
-                            let auth = s.auth_server.clone();
-                            let a = match old.remove(&name) {
+                            let a = match old.remove(&s.name) {
                                 Some(mut a) => {
                                     if a.res.update(s, now).0 {
                                         self.out.tally.heartbeats += 1;
@@ -226,16 +221,18 @@ impl Model {
                                 }
                                 None => AgentEntry::new(ResEntry::new(s, now), now),
                             };
-                            self.index_agent_auth(&name, &auth);
-                            if !self.agent_order.contains(&name) {
-                                self.agent_order.insert(name.clone());
+                            let server = &a.res.server;
+                            self.index_agent_auth(&server.name, &server.auth_server);
+                            if !self.agent_order.contains(&server.name) {
+                                self.agent_order.insert(server.name.clone());
                             }
-                            self.agents.insert(name, a);
+                            self.agents.insert(a);
                         }
-                        for (name, gone) in old {
-                            self.left_incident(&name, now);
-                            self.agent_order.remove(&name);
-                            self.unhealthy.remove(&name);
+                        for gone in old {
+                            let name = gone.res.server.name.as_str();
+                            self.left_incident(name, now);
+                            self.agent_order.remove(name);
+                            self.unhealthy.remove(name);
                             if let Some(id) = gone.episode {
                                 self.out.writes.episodes.push(EpisodeOp::close(
                                     id,
@@ -267,7 +264,7 @@ impl Model {
                         .agents
                         .iter()
                         .filter(|(_, a)| !a.res.expired)
-                        .map(|(n, a)| (n.as_str().into(), a.res.server.expires))
+                        .map(|(n, a)| (n.into(), a.res.server.expires))
                         .collect(),
                     Kind::TunnelConnection => Vec::new(),
                 };
@@ -286,6 +283,7 @@ impl Model {
                 self.tunnels.clear();
                 self.agent_tunnels.clear();
                 self.proxy_agents.clear();
+                self.tunnels.reserve(list.len());
                 for t in list {
                     self.index_tunnel(&t);
                     let expired = t.expires.is_some_and(|e| e <= now);
@@ -295,8 +293,7 @@ impl Model {
                             e,
                         );
                     }
-                    self.tunnels
-                        .insert(t.name.clone(), TunnelEntry { tunnel: t, expired });
+                    self.tunnels.insert(TunnelEntry { tunnel: t, expired });
                 }
             }
         }

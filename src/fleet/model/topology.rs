@@ -162,7 +162,7 @@ impl Model {
             Selection::State(st) => Some(
                 self.agent_order
                     .iter()
-                    .filter(|n| self.agents.get(*n).is_some_and(|a| a.state == *st))
+                    .filter(|n| self.agents.get(n).is_some_and(|a| a.state == *st))
                     .cloned()
                     .collect(),
             ),
