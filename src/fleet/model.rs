@@ -76,6 +76,9 @@ pub struct Model {
     pub(super) schedule: Schedule,
     /// Agents to classify at the next settle.
     pub(super) dirty: HashSet<String>,
+    /// Every agent is to be classified at the next settle (after a
+    /// resync): walked in storage order instead of listed by name.
+    pub(super) dirty_all: bool,
     pub(super) next_episode: i64,
     /// Open incidents and the agents in them.
     pub(super) incidents: incidents::Incidents,
@@ -114,6 +117,7 @@ impl Model {
             auth_agents: HashMap::default(),
             schedule: Schedule::default(),
             dirty: HashSet::default(),
+            dirty_all: false,
             next_episode: 1,
             incidents: incidents::Incidents::default(),
             links: HashMap::default(),

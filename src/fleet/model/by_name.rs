@@ -136,6 +136,12 @@ impl<V: Named> ByName<V> {
         self.index.clear();
     }
 
+    /// The name of the entry at `i` of the storage order (`0..len()`),
+    /// which only a removal changes.
+    pub fn name_at(&self, i: usize) -> Option<&str> {
+        self.entries.get(i).map(|e| e.name())
+    }
+
     /// The entries, in no order.
     pub fn values(&self) -> impl Iterator<Item = &V> {
         self.entries.iter()

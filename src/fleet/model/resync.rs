@@ -151,7 +151,7 @@ impl Model {
                 format!("generation {}: {count} listed", r.generation),
             );
         }
-        self.dirty.extend(self.agents.keys().map(str::to_string));
+        self.dirty_all = true;
         self.after_resync = true;
         self.auth_targets_changed();
         self.readiness_changed();

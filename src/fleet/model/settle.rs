@@ -16,15 +16,28 @@ impl Model {
 
     /// Reclassifies every agent touched since the last call.
     pub fn settle(&mut self) {
-        if self.dirty.is_empty() || !self.classification_enabled() {
+        if (self.dirty.is_empty() && !self.dirty_all) || !self.classification_enabled() {
             return;
         }
         let now = self.now();
         let dirty = std::mem::take(&mut self.dirty);
         let first = self.out.changes.len();
-        for name in dirty {
-            if let Some(v) = self.verdict(&name, now) {
-                self.apply_verdict(&name, v, now);
+        if std::mem::take(&mut self.dirty_all) {
+            // In storage order: a million agents read front to back rather
+            // than at random through a set of their names.
+            for i in 0..self.agents.len() {
+                let Some(name) = self.agents.name_at(i).map(str::to_string) else {
+                    continue;
+                };
+                if let Some(v) = self.verdict(&name, now) {
+                    self.apply_verdict(&name, v, now);
+                }
+            }
+        } else {
+            for name in dirty {
+                if let Some(v) = self.verdict(&name, now) {
+                    self.apply_verdict(&name, v, now);
+                }
             }
         }
         let measured = !std::mem::take(&mut self.after_resync);

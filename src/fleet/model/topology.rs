@@ -42,17 +42,29 @@ pub struct Sizes {
 impl Model {
     // ---- indexes ----------------------------------------------------------
 
+    /// Looks up before inserting: the entry API would clone the agent's
+    /// and the proxy's names for every tunnel, though most find theirs.
     pub(super) fn index_tunnel(&mut self, t: &Tunnel) {
-        self.agent_tunnels
-            .entry(t.agent.clone())
-            .or_default()
-            .insert(t.name.clone());
-        *self
-            .proxy_agents
-            .entry(t.proxy.clone())
-            .or_default()
-            .entry(t.agent.clone())
-            .or_default() += 1;
+        match self.agent_tunnels.get_mut(&t.agent) {
+            Some(names) => {
+                names.insert(t.name.clone());
+            }
+            None => {
+                let mut names = super::names::FewNames::default();
+                names.insert(t.name.clone());
+                self.agent_tunnels.insert(t.agent.clone(), names);
+            }
+        }
+        let agents = match self.proxy_agents.get_mut(&t.proxy) {
+            Some(agents) => agents,
+            None => self.proxy_agents.entry(t.proxy.clone()).or_default(),
+        };
+        match agents.get_mut(&t.agent) {
+            Some(n) => *n = n.saturating_add(1),
+            None => {
+                agents.insert(t.agent.clone(), 1);
+            }
+        }
     }
 
     pub(super) fn unindex_tunnel(&mut self, t: &Tunnel) {
