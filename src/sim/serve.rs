@@ -115,8 +115,16 @@ pub async fn serve(
     stop: CancellationToken,
 ) {
     let Some(front) = front else {
+        // As Teleport's Go servers do: no Nagle. Without it a listing's
+        // pages wait out the client's delayed ACK now and then, and the
+        // simulator, not Lifeline, sets the pace of a resync.
+        let incoming = futures::StreamExt::map(TcpListenerStream::new(listener), |r| {
+            r.inspect(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            })
+        });
         let _ = router
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop.cancelled_owned())
+            .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
             .await;
         return;
     };
