@@ -13,6 +13,8 @@ pub(super) async fn cluster_process(
 ) -> Result<Value, BenchError> {
     use tokio::io::AsyncBufReadExt;
     let mut spec = spec(agents, proxies, tunnels_per_agent, 1024);
+    // Real time, like a real cluster's servers.
+    spec.nodelay = true;
     spec.teleport = teleport_identity
         .is_some()
         .then(crate::sim::TeleportSpec::default);

@@ -85,6 +85,7 @@ impl SimAuth {
             tls.map(super::serve::Front::Direct),
             None,
             stop.clone(),
+            false,
         ));
         Ok(SimAuth {
             name,

@@ -106,21 +106,25 @@ const PING_EVERY: Duration = Duration::from_secs(15);
 
 /// Serves `router` on `listener` until `stop`: plaintext without `front`;
 /// with it, TLS connections (straight or routed), `http/1.1` ones to
-/// `http` when given.
+/// `http` when given. TLS connections always go without Nagle; plaintext
+/// ones when `nodelay` (see `SimSpec::nodelay`).
 pub async fn serve(
     router: Router,
     listener: TcpListener,
     front: Option<Front>,
     http: Option<axum::Router>,
     stop: CancellationToken,
+    nodelay: bool,
 ) {
     let Some(front) = front else {
-        // As Teleport's Go servers do: no Nagle. Without it a listing's
-        // pages wait out the client's delayed ACK now and then, and the
-        // simulator, not Lifeline, sets the pace of a resync.
-        let incoming = futures::StreamExt::map(TcpListenerStream::new(listener), |r| {
+        // With Nagle, a listing's pages wait out the client's delayed ACK
+        // now and then, and the simulator, not Lifeline, sets the pace of
+        // a resync.
+        let incoming = futures::StreamExt::map(TcpListenerStream::new(listener), move |r| {
             r.inspect(|tcp| {
-                let _ = tcp.set_nodelay(true);
+                if nodelay {
+                    let _ = tcp.set_nodelay(true);
+                }
             })
         });
         let _ = router
