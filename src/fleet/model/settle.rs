@@ -26,18 +26,13 @@ impl Model {
             // In storage order: a million agents read front to back rather
             // than at random through a set of their names.
             for i in 0..self.agents.len() {
-                let Some(name) = self.agents.name_at(i).map(str::to_string) else {
-                    continue;
-                };
-                if let Some(v) = self.verdict(&name, now) {
-                    self.apply_verdict(&name, v, now);
+                if let Some(name) = self.agents.name_at(i).map(str::to_string) {
+                    self.reclassify(&name, now);
                 }
             }
         } else {
             for name in dirty {
-                if let Some(v) = self.verdict(&name, now) {
-                    self.apply_verdict(&name, v, now);
-                }
+                self.reclassify(&name, now);
             }
         }
         let measured = !std::mem::take(&mut self.after_resync);
@@ -49,6 +44,12 @@ impl Model {
         }
         if out.changes.len() > first && crate::telemetry::exporting() {
             self.trace_failures(first, now);
+        }
+    }
+
+    fn reclassify(&mut self, name: &str, now: Ts) {
+        if let Some(v) = self.verdict(name, now) {
+            self.apply_verdict(name, v, now);
         }
     }
 
