@@ -39,21 +39,6 @@ impl<V> Default for ByName<V> {
     }
 }
 
-impl<V: std::fmt::Debug> std::fmt::Debug for ByName<V> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.entries.iter()).finish()
-    }
-}
-
-impl<V: Clone> Clone for ByName<V> {
-    fn clone(&self) -> Self {
-        ByName {
-            entries: self.entries.clone(),
-            index: self.index.clone(),
-        }
-    }
-}
-
 fn hash(name: &str) -> u64 {
     FxBuildHasher.hash_one(name)
 }
@@ -119,9 +104,12 @@ impl<V: Named> ByName<V> {
     }
 
     /// Room for `more` entries beyond those held (a resync's listing),
-    /// exactly: a full listing is the size the fleet stays at.
+    /// and an eighth more: the first agents to join after a resync then
+    /// do not make the vector copy itself whole (352 MB at a million).
+    /// Capacity no entry has reached yet is never written, so it costs
+    /// address space, not resident memory.
     pub fn reserve(&mut self, more: usize) {
-        self.entries.reserve_exact(more);
+        self.entries.reserve(more.saturating_add(more / 8));
         let entries = &self.entries;
         self.index
             .reserve(more, |&i| entries.get(i).map_or(0, |e| hash(e.name())));
