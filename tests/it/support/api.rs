@@ -67,12 +67,12 @@ pub fn ts(v: &Value) -> Ts {
     Ts::parse_rfc3339(v.as_str().expect("timestamp string")).expect("RFC 3339")
 }
 
-/// The sign-in page's CSRF cookie (`name=value`) and form token, as a
-/// browser would get them before posting `/signin`.
 /// The `name=value` of the cookie a response sets, as a browser sends it
 /// back.
 pub fn cookie_pair(resp: &reqwest::Response) -> String {
-    resp.headers()["set-cookie"]
+    resp.headers()
+        .get("set-cookie")
+        .expect("the response sets a cookie")
         .to_str()
         .expect("cookie")
         .split(';')
@@ -81,6 +81,8 @@ pub fn cookie_pair(resp: &reqwest::Response) -> String {
         .to_string()
 }
 
+/// The sign-in page's CSRF cookie (`name=value`) and form token, as a
+/// browser would get them before posting `/signin`.
 pub async fn signin_csrf(client: &reqwest::Client, base: &str) -> (String, String) {
     let page = bounded(
         "the sign-in page",
