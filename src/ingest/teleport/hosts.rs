@@ -7,7 +7,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use indexmap::IndexMap;
+use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
 
 use crate::clock::Ts;
 use crate::model::{AgentService, Change, Kind, Labels, Server, Tunnel};
@@ -195,7 +196,10 @@ fn update_str(field: &mut String, value: &str) -> bool {
 /// Every host's services, the proxies known, and Auth attachments.
 #[derive(Default)]
 pub struct Hosts {
-    hosts: FxHashMap<String, Host>,
+    /// In the order first seen: a listing's order (Teleport lists by
+    /// name), kept dense, so the snapshot hands the fleet its agents in
+    /// that order and a sweep of heartbeats walks neighbouring entries.
+    hosts: IndexMap<String, Host, FxBuildHasher>,
     /// The hosts running a service of this name (an app may be served by
     /// several), for deletes that do not name the host.
     host_of: FxHashMap<(AgentService, String), BTreeSet<String>>,
@@ -423,7 +427,7 @@ impl Hosts {
         };
         h.services.swap_remove(i);
         if h.services.is_empty() {
-            if let Some(h) = self.hosts.remove(host) {
+            if let Some(h) = self.hosts.swap_remove(host) {
                 for p in h.tunnels {
                     out.push(Change::DeleteTunnel(tunnel_name(host, &p)));
                 }
