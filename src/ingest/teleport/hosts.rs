@@ -297,17 +297,22 @@ fn tunnel(host: &str, proxy: &str) -> Tunnel {
 }
 
 impl Hosts {
-    /// For a resync's listing: the proxies known and each host's Auth,
-    /// then [`Hosts::load`] for every service listed.
-    pub fn new(
-        proxies: impl IntoIterator<Item = String>,
-        auth_of: HashMap<String, String>,
-    ) -> Hosts {
+    /// For a resync's listing: the proxies known, then [`Hosts::load`]
+    /// for every service listed and [`Hosts::attach`] once.
+    pub fn new(proxies: impl IntoIterator<Item = String>) -> Hosts {
         Hosts {
             proxies: proxies.into_iter().collect(),
-            auth_of,
             ..Hosts::default()
         }
+    }
+
+    /// Each listed host's Auth (from `GetInstances`), with nothing sent:
+    /// the snapshot that follows says it all.
+    pub fn attach(&mut self, auth_of: HashMap<String, String>) {
+        for (name, h) in &mut self.hosts {
+            h.auth = auth_of.get(name).cloned().unwrap_or_default();
+        }
+        self.auth_of = auth_of;
     }
 
     /// An agentless node seen (PUT or listed): counted, nothing else.
@@ -923,12 +928,30 @@ mod tests {
         h.put_service(node("n", 130, &[]), &live(100), &mut out);
         assert_eq!(ttl(&out), Some(Duration::from_secs(30)), "learned");
 
-        let mut listed = Hosts::new([], HashMap::new());
+        let mut listed = Hosts::new([]);
         listed.load(node("n", 160, &[]), &seen(), &h);
         listed.load(node("m", 160, &[]), &seen(), &h);
         let (agents, _) = listed.snapshot();
         let ttl_of = |name: &str| agents.iter().find(|a| a.name == name).map(|a| a.ttl);
         assert_eq!(ttl_of("n"), Some(Duration::from_secs(30)), "kept");
         assert_eq!(ttl_of("m"), Some(Duration::from_secs(60)), "the default");
+    }
+
+    #[test]
+    fn a_listing_attaches_each_host_to_the_auth_that_saw_it() {
+        let mut listed = Hosts::new([]);
+        listed.load(node("n", 160, &[]), &seen(), &Hosts::default());
+        listed.load(node("m", 160, &[]), &seen(), &Hosts::default());
+        listed.attach(HashMap::from([("n".to_string(), "auth-1".to_string())]));
+        let (agents, _) = listed.snapshot();
+        let auth_of = |name: &str| {
+            agents
+                .iter()
+                .find(|a| a.name == name)
+                .map(|a| a.auth_server.clone())
+        };
+        assert_eq!(auth_of("n").as_deref(), Some("auth-1"));
+        assert_eq!(auth_of("m").as_deref(), Some(""), "no instance seen it");
+        assert_eq!(listed.auth_of().len(), 1, "kept for the heartbeats after");
     }
 }

@@ -546,14 +546,7 @@ async fn list_all(
             }
         }
     }
-    // Each host's Auth before its agent is built; the poll started with
-    // the lists. Without an answer in time, agents start with no Auth and
-    // gain it when the poll answers.
-    let auth_of = match tokio::time::timeout(src.cfg.connect_timeout, instances.recv()).await {
-        Ok(Some(m)) => m,
-        _ => src.hosts.auth_of().clone(),
-    };
-    let mut hosts = Hosts::new(proxies.iter().map(|s| s.name.clone()), auth_of);
+    let mut hosts = Hosts::new(proxies.iter().map(|s| s.name.clone()));
     while let Some(page) = pages.recv().await {
         let (kind, page) = page?;
         for r in page {
@@ -573,6 +566,15 @@ async fn list_all(
             }
         }
     }
+    // Each host's Auth before the snapshot is built. The poll started with
+    // the lists and streams while the pages are folded; without an answer
+    // in time, hosts keep the attachments last known (a host new since
+    // starts with no Auth and gains it when the poll answers).
+    let auth_of = match tokio::time::timeout(src.cfg.connect_timeout, instances.recv()).await {
+        Ok(Some(m)) => m,
+        _ => src.hosts.auth_of().clone(),
+    };
+    hosts.attach(auth_of);
     Ok(Listed {
         proxies,
         auth_servers,
