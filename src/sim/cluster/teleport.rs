@@ -7,6 +7,7 @@
 //! services can run on an agent's host.
 
 use std::collections::HashSet;
+use std::ops::Bound;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -814,36 +815,36 @@ impl AuthService for Service {
         &self,
         _req: Request<types::InstanceFilter>,
     ) -> Result<Response<Self::GetInstancesStream>, Status> {
-        let list: Vec<types::InstanceV1> = {
-            let st = self.inner.state.lock().await;
-            st.servers
-                .iter()
-                .filter(|((k, _), _)| *k == Kind::Agent)
-                .map(|((_, name), s)| types::InstanceV1 {
-                    header: Some(types::ResourceHeader {
-                        kind: "instance".into(),
-                        version: "v1".into(),
-                        metadata: Some(types::Metadata {
-                            name: name.clone(),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    }),
-                    spec: Some(types::InstanceSpecV1 {
-                        version: s.version.clone(),
-                        services: vec!["node".into()],
-                        hostname: format!("{name}.sim"),
-                        auth_id: s.auth_server.clone(),
-                        last_seen: s.expires,
-                    }),
-                })
-                .collect()
-        };
+        // Streamed a chunk at a time, each read under the lock alone, as
+        // Teleport streams from its cache: the listings go on meanwhile.
+        let inner = self.inner.clone();
         let (tx, rx) = mpsc::channel(256);
         tokio::spawn(async move {
-            for i in list {
-                if tx.send(Ok(i)).await.is_err() {
-                    return;
+            let mut after: Option<String> = None;
+            loop {
+                let chunk: Vec<types::InstanceV1> = {
+                    let st = inner.state.lock().await;
+                    let from = match &after {
+                        Some(a) => Bound::Excluded((Kind::Agent, a.clone())),
+                        None => Bound::Included((Kind::Agent, String::new())),
+                    };
+                    st.servers
+                        .range((from, Bound::Unbounded))
+                        .take_while(|((k, _), _)| *k == Kind::Agent)
+                        .take(INSTANCES_CHUNK)
+                        .map(|((_, name), s)| instance(name, s))
+                        .collect()
+                };
+                let Some(last) = chunk.last() else { return };
+                after = last
+                    .header
+                    .as_ref()
+                    .and_then(|h| h.metadata.as_ref())
+                    .map(|m| m.name.clone());
+                for i in chunk {
+                    if tx.send(Ok(i)).await.is_err() {
+                        return;
+                    }
                 }
             }
         });
@@ -998,4 +999,29 @@ fn to_json(s: &types::ServerV2) -> serde_json::Value {
         "metadata": { "name": meta.name, "namespace": meta.namespace, "labels": meta.labels, "expires": expires },
         "spec": { "addr": spec.addr, "hostname": spec.hostname, "version": spec.version },
     })
+}
+
+/// Instances read per hold of the state's lock.
+const INSTANCES_CHUNK: usize = 1024;
+
+/// An agent as the Auth's inventory knows it.
+fn instance(name: &str, s: &pb::Server) -> types::InstanceV1 {
+    types::InstanceV1 {
+        header: Some(types::ResourceHeader {
+            kind: "instance".into(),
+            version: "v1".into(),
+            metadata: Some(types::Metadata {
+                name: name.to_string(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        spec: Some(types::InstanceSpecV1 {
+            version: s.version.clone(),
+            services: vec!["node".into()],
+            hostname: format!("{name}.sim"),
+            auth_id: s.auth_server.clone(),
+            last_seen: s.expires,
+        }),
+    }
 }
