@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use indexmap::IndexMap;
 use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
+use smallvec::SmallVec;
 
 use crate::clock::Ts;
 use crate::model::{AgentService, Change, Kind, Labels, Server, Tunnel};
@@ -64,7 +65,7 @@ impl Said {
 /// vectors, not B-trees (whose first node holds room for eleven).
 #[derive(Default)]
 struct Host {
-    services: Vec<Running>,
+    services: SmallVec<[Running; 1]>,
     /// No service names a proxy (agent mesh): a tunnel to every known
     /// proxy is assumed.
     assumed: bool,
