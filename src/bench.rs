@@ -88,6 +88,11 @@ pub enum Scenario {
         /// teleport-source leg each); 0 skips it.
         #[arg(long, default_value_t = 3)]
         source_rounds: usize,
+        /// The source of the first leg, whose memory per agent is
+        /// reported: `teleport` measures what a real cluster's agents cost
+        /// (each carries its services, hostname and tunnel labels).
+        #[arg(long, value_enum, default_value_t = SourceKind::Lifeline)]
+        source: SourceKind,
     },
     /// Latency from an expiry instant to the agents it strands being flagged.
     Detect {
@@ -333,7 +338,18 @@ pub async fn run(s: Scenario, export: Option<Export<'_>>) -> Result<Value, Bench
             tunnels_per_agent,
             page_size,
             source_rounds,
-        } => resync(agents, proxies, tunnels_per_agent, page_size, source_rounds).await,
+            source,
+        } => {
+            resync(
+                agents,
+                proxies,
+                tunnels_per_agent,
+                page_size,
+                source_rounds,
+                source,
+            )
+            .await
+        }
         Scenario::Detect {
             agents,
             proxies,

@@ -146,6 +146,7 @@ pub(super) async fn resync(
     tunnels_per_agent: usize,
     page_size: u32,
     source_rounds: usize,
+    source: SourceKind,
 ) -> Result<Value, BenchError> {
     let scratch = Scratch::new("resync");
     // First and alone in the process: its memory figures are Lifeline's.
@@ -161,7 +162,7 @@ pub(super) async fn resync(
         page_size,
         &scratch,
         "resync.db",
-        SourceKind::Lifeline,
+        source,
     )
     .await?;
     let per_agent = rss_after.saturating_sub(rss_before) as f64 * 1024.0 / counts.0.max(1) as f64;
@@ -189,6 +190,7 @@ pub(super) async fn resync(
     };
     Ok(json!({
         "scenario": "resync",
+        "source": source_name(source),
         "agents": counts.0,
         "proxies": counts.1,
         "tunnels": counts.2,

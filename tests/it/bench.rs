@@ -169,6 +169,29 @@ fn bench_resync_runs_with_the_cluster_in_another_process() {
 }
 
 #[test]
+fn bench_resync_measures_memory_with_the_teleport_source() {
+    let v = bench(&[
+        "resync",
+        "--agents",
+        "300",
+        "--proxies",
+        "10",
+        "--page-size",
+        "100",
+        "--source-rounds",
+        "0",
+        "--source",
+        "teleport",
+    ]);
+    assert_eq!(at(&v, "source"), "teleport");
+    eq(&v, "agents", 300.0);
+    eq(&v, "tunnels", 600.0);
+    positive(&v, "cold_start_resync_ms");
+    positive(&v, "lifeline_rss_bytes_per_agent");
+    assert!(at(&v, "teleport_source").is_null(), "{v:#}");
+}
+
+#[test]
 fn bench_detect_sees_every_stranded_agent() {
     let v = bench(&[
         "detect",
