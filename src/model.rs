@@ -1,7 +1,6 @@
 //! Domain types shared by every room: resource kinds, validated servers and
 //! tunnels, auth health, agent states and reasons. Plain data; no I/O.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
@@ -12,6 +11,7 @@ use crate::clock::Ts;
 
 mod change;
 mod history;
+mod labels;
 mod lb_policy;
 mod setting;
 mod signal;
@@ -19,6 +19,7 @@ pub mod text;
 
 pub use change::{Change, Op, RejectCode, Rejection, MAX_NAME_LEN};
 pub use history::{EndReason, HistoryEvent, Subject};
+pub use labels::{LabelText, Labels};
 pub use lb_policy::{LbMode, LbPolicy, PolicyError};
 pub use setting::{Origin, SettingAction};
 pub use signal::{Outcome, SignalKind};
@@ -137,87 +138,6 @@ impl FromStr for Kind {
             .into_iter()
             .find(|k| k.as_str() == s)
             .ok_or_else(|| UnknownKind(s.to_string()))
-    }
-}
-
-/// A server's labels, immutable once built and shared by every copy of the
-/// server until they change. Their JSON, what the store writes, is made
-/// once per set rather than once per write. Every empty set is one shared
-/// allocation (most agents of a large fleet carry none).
-#[derive(Clone)]
-pub struct Labels(std::sync::Arc<LabelSet>);
-
-static NO_LABELS: std::sync::LazyLock<Labels> = std::sync::LazyLock::new(|| {
-    Labels(std::sync::Arc::new(LabelSet {
-        map: BTreeMap::new(),
-        json: std::sync::OnceLock::new(),
-    }))
-});
-
-impl Default for Labels {
-    fn default() -> Labels {
-        NO_LABELS.clone()
-    }
-}
-
-#[derive(Default)]
-struct LabelSet {
-    map: BTreeMap<String, String>,
-    json: std::sync::OnceLock<String>,
-}
-
-impl Labels {
-    pub fn new(map: BTreeMap<String, String>) -> Labels {
-        if map.is_empty() {
-            return Labels::default();
-        }
-        Labels(std::sync::Arc::new(LabelSet {
-            map,
-            json: std::sync::OnceLock::new(),
-        }))
-    }
-
-    /// As the store keeps them: a JSON object.
-    pub fn json(&self) -> &str {
-        self.0
-            .json
-            .get_or_init(|| serde_json::to_string(&self.0.map).unwrap_or_else(|_| "{}".into()))
-    }
-
-    /// Read back from the store; a malformed object reads as no labels.
-    pub fn from_json(json: &str) -> Labels {
-        Labels::new(serde_json::from_str(json).unwrap_or_default())
-    }
-
-    /// True when both are the same shared set.
-    pub fn ptr_eq(a: &Labels, b: &Labels) -> bool {
-        std::sync::Arc::ptr_eq(&a.0, &b.0)
-    }
-}
-
-impl std::ops::Deref for Labels {
-    type Target = BTreeMap<String, String>;
-
-    fn deref(&self) -> &Self::Target {
-        &self.0.map
-    }
-}
-
-impl PartialEq for Labels {
-    fn eq(&self, other: &Labels) -> bool {
-        Labels::ptr_eq(self, other) || self.0.map == other.0.map
-    }
-}
-
-impl std::fmt::Debug for Labels {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.map.fmt(f)
-    }
-}
-
-impl FromIterator<(String, String)> for Labels {
-    fn from_iter<I: IntoIterator<Item = (String, String)>>(iter: I) -> Labels {
-        Labels::new(iter.into_iter().collect())
     }
 }
 

@@ -388,7 +388,7 @@ pub fn agent(f: &Model, name: &str) -> Option<AgentDetail> {
         item,
         addr: a.res.server.addr.clone(),
         version: a.res.server.version.clone(),
-        labels: (*a.res.server.labels).clone(),
+        labels: a.res.server.labels.to_map(),
         ttl_window: ttl_window(f, &a.res, now),
         open_episode: a.episode,
         link: f.links.get(name).cloned(),

@@ -411,7 +411,7 @@ mod tests {
         assert_eq!(s.version, "17.0\u{FFFD}-rc");
         assert_eq!(s.addr, "10.0.0.1:3080\u{FFFD}\u{FFFD}");
         assert_eq!(s.group_id, "g\u{FFFD}");
-        assert_eq!(s.labels["env\u{FFFD}"], "prod\u{FFFD}uction");
+        assert_eq!(&s.labels["env\u{FFFD}"], "prod\u{FFFD}uction");
     }
 
     /// Every expiry from the whole `i64` range of seconds is accepted or

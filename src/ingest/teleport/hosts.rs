@@ -4,7 +4,8 @@
 //! records none (agent mesh), an assumed tunnel to every known proxy.
 //! Every call returns the domain changes it causes, and only those.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::borrow::Cow;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use indexmap::IndexMap;
@@ -12,7 +13,7 @@ use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
 use smallvec::SmallVec;
 
 use crate::clock::Ts;
-use crate::model::{AgentService, Change, Kind, Labels, Server, Tunnel};
+use crate::model::{AgentService, Change, Kind, LabelText, Labels, Server, Tunnel};
 
 use super::convert::Seen;
 
@@ -84,12 +85,9 @@ struct Sent {
     expires: Ts,
     ttl: Duration,
     version: String,
-    hostname: String,
-    /// The services label, `app_server,node`.
-    services: String,
-    assumed: bool,
-    /// Built from the three above when one changes; shared by every
-    /// agent sent until then.
+    /// The services (`app_server,node`), whether the tunnels are assumed,
+    /// and the hostname; rebuilt only when one changes, and shared by
+    /// every agent sent until then.
     labels: Labels,
 }
 
@@ -148,19 +146,41 @@ impl Host {
 }
 
 impl Sent {
-    fn relabel(&mut self) {
-        let mut labels = BTreeMap::new();
-        labels.insert(agent_label::SERVICES.to_string(), self.services.clone());
-        let mode = if self.assumed {
+    /// The labels for these services (`None`: as they are), tunnel mode
+    /// and hostname; says whether they changed.
+    fn relabel(&mut self, services: Option<LabelText>, assumed: bool, hostname: &str) -> bool {
+        let mode = if assumed {
             agent_label::TUNNELS_ASSUMED
         } else {
             agent_label::TUNNELS_OBSERVED
         };
-        labels.insert(agent_label::TUNNELS.to_string(), mode.to_string());
-        if !self.hostname.is_empty() {
-            labels.insert(agent_label::HOSTNAME.to_string(), self.hostname.clone());
+        let l = &self.labels;
+        let same_services = services
+            .as_deref()
+            .is_none_or(|s| l.get(agent_label::SERVICES) == Some(s));
+        if !l.is_empty()
+            && same_services
+            && l.get(agent_label::TUNNELS) == Some(mode)
+            && l.get(agent_label::HOSTNAME).unwrap_or_default() == hostname
+        {
+            return false;
         }
-        self.labels = Labels::new(labels);
+        let services = match services {
+            Some(s) => s,
+            None => Cow::Owned(l.get(agent_label::SERVICES).unwrap_or_default().to_string()),
+        };
+        let mut pairs = vec![
+            (Cow::Borrowed(agent_label::SERVICES), services),
+            (Cow::Borrowed(agent_label::TUNNELS), Cow::Borrowed(mode)),
+        ];
+        if !hostname.is_empty() {
+            pairs.push((
+                Cow::Borrowed(agent_label::HOSTNAME),
+                Cow::Owned(hostname.to_string()),
+            ));
+        }
+        self.labels = Labels::from_pairs(pairs);
+        true
     }
 
     fn agent(&self, name: &str, auth_server: &str) -> Server {
@@ -548,22 +568,20 @@ fn refresh(h: &mut Host, name: &str, touched: Touched, proxies: &BTreeSet<String
     }
     let new = h.sent.is_none();
     let sent = h.sent.get_or_insert_with(Sent::default);
-    let mut relabel = new;
-    relabel |= update(&mut sent.assumed, &h.assumed);
-    relabel |= update_str(&mut sent.hostname, &latest.beat.hostname);
-    if new || touched.services {
-        let names: BTreeSet<&str> = h.services.iter().map(|r| r.beat.service.as_str()).collect();
-        let label = names.into_iter().collect::<Vec<_>>().join(",");
-        relabel |= update_str(&mut sent.services, &label);
-    }
-    let mut changed = relabel;
+    let services = (new || touched.services).then(|| {
+        let names: BTreeSet<&'static str> =
+            h.services.iter().map(|r| r.beat.service.as_str()).collect();
+        match names.first() {
+            // Nearly every host: one service, named by fixed text.
+            Some(only) if names.len() == 1 => Cow::Borrowed(*only),
+            _ => Cow::Owned(names.into_iter().collect::<Vec<_>>().join(",")),
+        }
+    });
+    let mut changed = sent.relabel(services, h.assumed, &latest.beat.hostname) | new;
     changed |= update(&mut sent.expires, &latest.beat.expires);
     changed |= update(&mut sent.ttl, &latest.ttl);
     changed |= update_str(&mut sent.version, &latest.beat.version);
     changed |= touched.auth;
-    if relabel {
-        sent.relabel();
-    }
     if changed {
         out.push(|| Change::PutServer(sent.agent(name, &h.auth)));
     }
@@ -662,9 +680,9 @@ mod tests {
             Ts(200_000_000),
             "the latest expiry speaks for the host"
         );
-        assert_eq!(a.labels[agent_label::SERVICES], "app_server,node");
+        assert_eq!(&a.labels[agent_label::SERVICES], "app_server,node");
         assert_eq!(
-            a.labels[agent_label::TUNNELS],
+            &a.labels[agent_label::TUNNELS],
             agent_label::TUNNELS_OBSERVED
         );
         out.clear();
@@ -673,7 +691,7 @@ mod tests {
             panic!("{out:?}")
         };
         assert_eq!(a.expires, Ts(100_000_000), "an expiry may move back");
-        assert_eq!(a.labels[agent_label::SERVICES], "node");
+        assert_eq!(&a.labels[agent_label::SERVICES], "node");
         out.clear();
         h.delete_service(AgentService::Node, "host-1", None, &mut out);
         assert_eq!(
@@ -723,7 +741,7 @@ mod tests {
             panic!("the host's agent was not sent again: {out:?}");
         };
         assert_eq!(
-            a.labels.get(agent_label::SERVICES).map(String::as_str),
+            a.labels.get(agent_label::SERVICES),
             Some("node"),
             "the app is gone from the host"
         );
@@ -749,7 +767,7 @@ mod tests {
         let mesh = agents
             .iter()
             .find(|a| a.name == "mesh")
-            .map(|a| a.labels[agent_label::TUNNELS].clone());
+            .map(|a| a.labels[agent_label::TUNNELS].to_string());
         assert_eq!(mesh.as_deref(), Some(agent_label::TUNNELS_ASSUMED));
         let mut names: Vec<_> = tunnels.into_iter().map(|t| t.name).collect();
         names.sort();
@@ -860,7 +878,7 @@ mod tests {
                 a.version.clone(),
                 a.labels
                     .get(agent_label::HOSTNAME)
-                    .cloned()
+                    .map(str::to_string)
                     .unwrap_or_default(),
                 expires,
             )
