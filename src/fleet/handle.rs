@@ -143,6 +143,7 @@ impl Query {
                             holds_tunnel,
                             has_destination,
                             restart_helps: f.restart_helps(agent),
+                            expired_proxy: f.expired_proxy_of(agent),
                         })
                     })
                     .collect();
@@ -158,7 +159,7 @@ impl Query {
 
 /// What admitting a signal needs to know of one agent (`None` instead:
 /// the fleet does not know it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AgentFacts {
     /// It holds a tunnel to the proxy the signal names (any, when none).
     pub holds_tunnel: bool,
@@ -166,6 +167,8 @@ pub struct AgentFacts {
     pub has_destination: bool,
     /// A graceful restart can help it (see `Model::restart_helps`).
     pub restart_helps: bool,
+    /// A proxy it holds a tunnel to that has expired, if any.
+    pub expired_proxy: Option<String>,
 }
 
 /// One page of the agent list with what the page shows around it.

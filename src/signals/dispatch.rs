@@ -31,7 +31,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 use tracing::warn;
 
-use super::hub::{Hub, SendError, SignalRequest};
+use super::hub::{Ask, Hub, SendError, SignalRequest};
 use crate::access::Access;
 use crate::clock::Ts;
 use crate::config::RestartLimit;
@@ -224,12 +224,15 @@ impl Dispatch {
         let restarts_failing = self.hub.restarts_failing().is_some();
         let mut out = Dispatched::default();
         let mut admitted = Vec::with_capacity(reqs.len());
-        for (req, facts) in reqs.into_iter().zip(facts) {
+        for (mut req, facts) in reqs.into_iter().zip(facts) {
+            if let (Origin::Automatic, Some(f)) = (origin, &facts) {
+                retarget(&mut req, f);
+            }
             let refusal = match facts {
                 None => Some(Refusal::UnknownAgent),
                 Some(_) if !reachable.contains(&req.agent) => Some(Refusal::NotConnected),
                 Some(f) if restart_only.contains(&req.agent) => {
-                    restart_refusal(origin, f, restarts_failing, restarts >= restart_limit)
+                    restart_refusal(origin, &f, restarts_failing, restarts >= restart_limit)
                         .or_else(|| self.manual_rate(origin, &req.agent))
                 }
                 Some(f) if !f.holds_tunnel && origin != Origin::Automatic => {
@@ -285,12 +288,37 @@ impl Dispatch {
     }
 }
 
+/// An automatic reconnect names the proxy whose expiry made its agent
+/// want one (`why: proxy expired`, as the automatic loop words it). The
+/// agent may have moved since onto another expired proxy with its state
+/// and reasons unchanged, so no state change told the loop: named as it
+/// was, the signal would find the agent gone from that proxy and move
+/// nothing, again at every retry. It names the expired proxy the agent is
+/// on now instead, or none (the agent leaves its least healthy tunnel).
+fn retarget(req: &mut SignalRequest, f: &crate::fleet::AgentFacts) {
+    let Ask::Reconnect { proxy } = &mut req.ask else {
+        return;
+    };
+    if proxy.is_empty() || f.holds_tunnel {
+        return;
+    }
+    let now = f.expired_proxy.clone().unwrap_or_default();
+    if let Some((why, _)) = req.reason.split_once(':') {
+        req.reason = if now.is_empty() {
+            why.to_string()
+        } else {
+            format!("{why}: {now} expired")
+        };
+    }
+    *proxy = now;
+}
+
 /// Why a restart-only peer's agent is not restarted, if it is not: a
 /// restart is not what the signal asks for or cannot help, automatic ones
 /// wait after failures, or the restart cap is reached.
 fn restart_refusal(
     origin: Origin,
-    f: crate::fleet::AgentFacts,
+    f: &crate::fleet::AgentFacts,
     restarts_failing: bool,
     at_cap: bool,
 ) -> Option<Refusal> {
@@ -307,5 +335,56 @@ fn restart_refusal(
         Some(Refusal::RestartsInFlight)
     } else {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::AgentFacts;
+
+    fn auto(proxy: &str) -> SignalRequest {
+        SignalRequest {
+            agent: "agent-1".into(),
+            ask: Ask::Reconnect {
+                proxy: proxy.into(),
+            },
+            reason: format!("tunnel_to_expired_proxy: {proxy} expired"),
+            requested_by: "auto".into(),
+            trace: None,
+        }
+    }
+
+    fn facts(holds_tunnel: bool, expired_proxy: Option<&str>) -> AgentFacts {
+        AgentFacts {
+            holds_tunnel,
+            has_destination: true,
+            restart_helps: false,
+            expired_proxy: expired_proxy.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn an_automatic_reconnect_names_the_expired_proxy_the_agent_is_on_now() {
+        let mut r = auto("proxy-1");
+        retarget(&mut r, &facts(false, Some("proxy-2")));
+        assert_eq!(r.ask.proxy(), "proxy-2");
+        assert_eq!(r.reason, "tunnel_to_expired_proxy: proxy-2 expired");
+    }
+
+    #[test]
+    fn with_no_expired_proxy_left_it_names_none() {
+        let mut r = auto("proxy-1");
+        retarget(&mut r, &facts(false, None));
+        assert_eq!(r.ask.proxy(), "");
+        assert_eq!(r.reason, "tunnel_to_expired_proxy");
+    }
+
+    #[test]
+    fn a_proxy_the_agent_still_holds_stays_named() {
+        let mut r = auto("proxy-1");
+        retarget(&mut r, &facts(true, Some("proxy-2")));
+        assert_eq!(r.ask.proxy(), "proxy-1");
+        assert_eq!(r.reason, "tunnel_to_expired_proxy: proxy-1 expired");
     }
 }

@@ -40,6 +40,15 @@ impl Model {
         live.0 > on.len()
     }
 
+    /// A proxy `agent` holds a tunnel to that has expired (or is gone), if
+    /// any: what an automatic reconnect should name now.
+    pub fn expired_proxy_of(&self, agent: &str) -> Option<String> {
+        self.tunnels_of(agent)
+            .map(|t| t.tunnel.proxy.as_str())
+            .find(|p| self.proxies.get(*p).is_none_or(|e| e.expired))
+            .map(str::to_string)
+    }
+
     /// An agent automatic reconnects would move, but that has nowhere to go.
     pub fn waiting_for_live_proxy(&self, name: &str, a: &AgentEntry, live: LiveProxies) -> bool {
         wants_move(a.state, a.reasons) && !self.has_destination(name, live)
