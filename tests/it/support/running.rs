@@ -42,6 +42,11 @@ impl Running {
             .await
             .expect("Lifeline ready in time")
             .expect("fleet alive");
+        // On PostgreSQL a replica follows until it takes the lease, and
+        // only the leader writes history: what a test sends before then
+        // would be left to a leader that never comes.
+        self.eventually("this replica leads", || async { self.ll().hub.leads() })
+            .await;
         // Every auth server has reported its first health.
         self.eventually("auth health known", || async {
             let auths = self.ok("/api/v1/auth-servers").await;
