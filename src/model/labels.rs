@@ -116,11 +116,11 @@ impl Labels {
     }
 }
 
+/// For tests: the value of `key`, which must be there.
+#[cfg(test)]
 impl std::ops::Index<&str> for Labels {
     type Output = str;
 
-    /// The value of `key`; panics when there is none (for tests and
-    /// callers that just set it).
     fn index(&self, key: &str) -> &str {
         match self.get(key) {
             Some(v) => v,
