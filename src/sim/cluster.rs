@@ -67,8 +67,9 @@ pub struct SimSpec {
     /// cluster's events, not for the auth servers' health streams, which
     /// keep Nagle's algorithm, so a faster event stream lets the clock
     /// outrun a health change still on its way. (With it on everywhere,
-    /// one incidents test still differs now and then in how its signals
-    /// are attributed: not yet understood.)
+    /// proxies a test stops together can expire at one instant, and an
+    /// incidents test then picks an incident whose agents' episodes all
+    /// name the other: README, Limits.)
     pub nodelay: bool,
 }
 
