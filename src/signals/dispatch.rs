@@ -226,7 +226,9 @@ impl Dispatch {
         let mut admitted = Vec::with_capacity(reqs.len());
         for (mut req, facts) in reqs.into_iter().zip(facts) {
             if let (Origin::Automatic, Some(f)) = (origin, &facts) {
-                retarget(&mut req, f);
+                if !restart_only.contains(&req.agent) {
+                    name_expired_proxy(&mut req, f);
+                }
             }
             let refusal = match facts {
                 None => Some(Refusal::UnknownAgent),
@@ -288,29 +290,21 @@ impl Dispatch {
     }
 }
 
-/// An automatic reconnect names the proxy whose expiry made its agent
-/// want one (`why: proxy expired`, as the automatic loop words it). The
-/// agent may have moved since onto another expired proxy with its state
-/// and reasons unchanged, so no state change told the loop: named as it
-/// was, the signal would find the agent gone from that proxy and move
-/// nothing, again at every retry. It names the expired proxy the agent is
-/// on now instead, or none (the agent leaves its least healthy tunnel).
-fn retarget(req: &mut SignalRequest, f: &crate::fleet::AgentFacts) {
-    let Ask::Reconnect { proxy } = &mut req.ask else {
+/// An automatic reconnect names the proxy to leave as the fleet has it
+/// when the signal goes: an expired one the agent holds now (its reason
+/// then says so), or none, and the agent leaves its least healthy tunnel.
+/// Named when the need arose instead, it went stale as soon as the agent
+/// moved onto another expired proxy with its state unchanged, and every
+/// retry moved nothing. A restart (a restart-only peer) moves no single
+/// tunnel: it names none.
+fn name_expired_proxy(req: &mut SignalRequest, f: &crate::fleet::AgentFacts) {
+    let (Ask::Reconnect { proxy }, Some(expired)) = (&mut req.ask, &f.expired_proxy) else {
         return;
     };
-    if proxy.is_empty() || f.holds_tunnel {
-        return;
+    if proxy.is_empty() {
+        req.reason = format!("{}: {expired} expired", req.reason);
+        proxy.clone_from(expired);
     }
-    let now = f.expired_proxy.clone().unwrap_or_default();
-    if let Some((why, _)) = req.reason.split_once(':') {
-        req.reason = if now.is_empty() {
-            why.to_string()
-        } else {
-            format!("{why}: {now} expired")
-        };
-    }
-    *proxy = now;
 }
 
 /// Why a restart-only peer's agent is not restarted, if it is not: a
@@ -349,15 +343,15 @@ mod tests {
             ask: Ask::Reconnect {
                 proxy: proxy.into(),
             },
-            reason: format!("tunnel_to_expired_proxy: {proxy} expired"),
+            reason: "tunnel_to_expired_proxy".into(),
             requested_by: "auto".into(),
             trace: None,
         }
     }
 
-    fn facts(holds_tunnel: bool, expired_proxy: Option<&str>) -> AgentFacts {
+    fn facts(expired_proxy: Option<&str>) -> AgentFacts {
         AgentFacts {
-            holds_tunnel,
+            holds_tunnel: true,
             has_destination: true,
             restart_helps: false,
             expired_proxy: expired_proxy.map(str::to_string),
@@ -365,26 +359,29 @@ mod tests {
     }
 
     #[test]
-    fn an_automatic_reconnect_names_the_expired_proxy_the_agent_is_on_now() {
-        let mut r = auto("proxy-1");
-        retarget(&mut r, &facts(false, Some("proxy-2")));
-        assert_eq!(r.ask.proxy(), "proxy-2");
-        assert_eq!(r.reason, "tunnel_to_expired_proxy: proxy-2 expired");
-    }
-
-    #[test]
-    fn with_no_expired_proxy_left_it_names_none() {
-        let mut r = auto("proxy-1");
-        retarget(&mut r, &facts(false, None));
-        assert_eq!(r.ask.proxy(), "");
-        assert_eq!(r.reason, "tunnel_to_expired_proxy");
-    }
-
-    #[test]
-    fn a_proxy_the_agent_still_holds_stays_named() {
-        let mut r = auto("proxy-1");
-        retarget(&mut r, &facts(true, Some("proxy-2")));
-        assert_eq!(r.ask.proxy(), "proxy-1");
-        assert_eq!(r.reason, "tunnel_to_expired_proxy: proxy-1 expired");
+    fn an_automatic_reconnect_names_the_expired_proxy_the_agent_holds_when_it_goes() {
+        // (expired proxy the fleet sees, proxy the request named) →
+        // (proxy named, reason)
+        let cases = [
+            (
+                Some("proxy-2"),
+                "",
+                "proxy-2",
+                "tunnel_to_expired_proxy: proxy-2 expired",
+            ),
+            (None, "", "", "tunnel_to_expired_proxy"),
+            (
+                Some("proxy-2"),
+                "proxy-1",
+                "proxy-1",
+                "tunnel_to_expired_proxy",
+            ),
+        ];
+        for (expired, named, proxy, reason) in cases {
+            let mut r = auto(named);
+            name_expired_proxy(&mut r, &facts(expired));
+            assert_eq!(r.ask.proxy(), proxy, "{expired:?} {named:?}");
+            assert_eq!(r.reason, reason, "{expired:?} {named:?}");
+        }
     }
 }

@@ -39,7 +39,7 @@ use crate::clock::{Clock, Ts};
 use crate::fleet::model::destination::wants_move;
 use crate::fleet::Surplus;
 use crate::fleet::{FleetHandle, StateChange};
-use crate::model::{AgentState, CauseKind, Reason};
+use crate::model::{AgentState, Reason};
 use crate::telemetry::propagate::TraceRef;
 
 #[derive(Clone, Debug)]
@@ -72,8 +72,10 @@ struct Need {
     /// Its entry in the delay queue; `None` while waiting for a live proxy.
     key: Option<delay_queue::Key>,
     attempt: u32,
-    proxy: String,
-    reason: String,
+    /// Why (`no_live_tunnel`, `auth_unhealthy`, …). Which proxy to leave
+    /// is not kept here: the dispatch names the expired one the agent
+    /// holds when the signal goes.
+    reason: &'static str,
     /// The failure trace the agent's episode belongs to.
     trace: Option<TraceRef>,
 }
@@ -98,29 +100,17 @@ fn pick_surplus(s: Surplus) -> Option<Excess> {
     })
 }
 
-/// What automatic reconnects need to know of a change, if anything.
-fn wants_reconnect(c: &StateChange) -> Option<(String, String)> {
+/// Why automatic reconnects would move the agent of a change, if they
+/// would.
+fn wants_reconnect(c: &StateChange) -> Option<&'static str> {
     if !wants_move(c.to, c.reasons) {
         return None;
     }
-    let no_live = c.reasons.contains(Reason::NoLiveTunnel);
-    let proxy = match c.cause {
-        Some(CauseKind::ProxyExpired | CauseKind::ProxyMissing) => {
-            c.cause_resource.clone().unwrap_or_default()
-        }
-        _ => String::new(),
-    };
-    let why = if no_live {
+    Some(if c.reasons.contains(Reason::NoLiveTunnel) {
         "no_live_tunnel"
     } else {
         "tunnel_to_expired_proxy"
-    };
-    let reason = if proxy.is_empty() {
-        why.to_string()
-    } else {
-        format!("{why}: {proxy} expired")
-    };
-    Some((proxy, reason))
+    })
 }
 
 /// Starts the automatic, periodic and graceful loops on `rt`, from
@@ -191,7 +181,7 @@ impl Auto {
     /// reconnected when its Auth is unhealthy or its own heartbeats
     /// expired: a restart dials a fresh Auth connection and heartbeats
     /// anew, where moving a tunnel could not help.
-    fn restart_wanted(&self, c: &StateChange) -> Option<(String, String)> {
+    fn restart_wanted(&self, c: &StateChange) -> Option<&'static str> {
         if c.to != AgentState::Stranded {
             return None;
         }
@@ -203,7 +193,7 @@ impl Auto {
             return None;
         };
         let restarts = self.hub.restart_only_of(std::slice::from_ref(&c.agent));
-        (!restarts.is_empty()).then(|| (String::new(), why.to_string()))
+        (!restarts.is_empty()).then_some(why)
     }
 
     fn note(&mut self, c: &StateChange) {
@@ -212,9 +202,8 @@ impl Auto {
         }
         // A restart's own reason first: it is what the restart is for.
         match self.restart_wanted(c).or_else(|| wants_reconnect(c)) {
-            Some((proxy, reason)) => match self.needs.get_mut(&c.agent) {
+            Some(reason) => match self.needs.get_mut(&c.agent) {
                 Some(n) => {
-                    n.proxy = proxy;
                     n.reason = reason;
                     n.trace = c.trace.clone();
                     // Its tunnels changed: it may have somewhere to go now.
@@ -229,7 +218,6 @@ impl Auto {
                         Need {
                             key: Some(key),
                             attempt: 0,
-                            proxy,
                             reason,
                             trace: c.trace.clone(),
                         },
@@ -405,10 +393,11 @@ impl Auto {
                 n.key = None;
                 Some(SignalRequest {
                     agent: agent.clone(),
+                    // The dispatch names the proxy to leave.
                     ask: Ask::Reconnect {
-                        proxy: n.proxy.clone(),
+                        proxy: String::new(),
                     },
-                    reason: n.reason.clone(),
+                    reason: n.reason.to_string(),
                     requested_by: "auto".into(),
                     trace: n.trace.clone(),
                 })
