@@ -61,11 +61,7 @@ impl Labels {
     }
 
     pub fn new(map: BTreeMap<String, String>) -> Labels {
-        Labels::from_pairs(
-            map.into_iter()
-                .map(|(k, v)| (Cow::Owned(k), Cow::Owned(v)))
-                .collect(),
-        )
+        map.into_iter().collect()
     }
 
     /// The value of `key`.
