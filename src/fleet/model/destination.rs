@@ -41,12 +41,26 @@ impl Model {
     }
 
     /// A proxy `agent` holds a tunnel to that has expired (or is gone), if
-    /// any: what an automatic reconnect should name now.
+    /// any: what an automatic reconnect should name now. The one its cause
+    /// names while it still holds it (what its episode and trace say),
+    /// else the first.
     pub fn expired_proxy_of(&self, agent: &str) -> Option<String> {
-        self.tunnels_of(agent)
+        let cause = self
+            .agents
+            .get(agent)
+            .and_then(|a| a.cause.as_ref())
+            .map(|c| c.resource.as_str());
+        let mut expired = self
+            .tunnels_of(agent)
             .map(|t| t.tunnel.proxy.as_str())
-            .find(|p| self.proxies.get(*p).is_none_or(|e| e.expired))
-            .map(str::to_string)
+            .filter(|p| self.proxies.get(*p).is_none_or(|e| e.expired));
+        let first = expired.next()?;
+        let pick = if Some(first) == cause {
+            first
+        } else {
+            expired.find(|p| Some(*p) == cause).unwrap_or(first)
+        };
+        Some(pick.to_string())
     }
 
     /// An agent automatic reconnects would move, but that has nowhere to go.

@@ -306,4 +306,28 @@ mod tests {
         assert_eq!(names(&f), ["a3"]);
         assert_eq!(f.agents["a3"].state, AgentState::Stranded);
     }
+
+    #[test]
+    fn the_expired_proxy_named_is_the_one_the_cause_names_while_the_agent_holds_it() {
+        // p1 and p2 expire together: a1 is stranded with one cause.
+        let mut f = ready(&[("p1", 10), ("p2", 10), ("p3", 3600)], &["a1"]);
+        assert_eq!(f.expired_proxy_of("a1"), None, "all live");
+        advance_to(&mut f, at(10));
+        let cause = f.agents["a1"]
+            .cause
+            .as_ref()
+            .map(|c| c.resource.clone())
+            .expect("a cause");
+        assert!(cause == "p1" || cause == "p2", "{cause}");
+        assert_eq!(f.expired_proxy_of("a1"), Some(cause.clone()));
+
+        // It leaves the cause's proxy: the other expired one is named.
+        f.apply(vec![Ingested::Change(Change::DeleteTunnel(format!(
+            "a1.{cause}"
+        )))]);
+        f.settle();
+        let other = if cause == "p1" { "p2" } else { "p1" };
+        assert_eq!(f.expired_proxy_of("a1").as_deref(), Some(other));
+        assert_eq!(f.expired_proxy_of("nobody"), None);
+    }
 }
