@@ -19,7 +19,7 @@ use tonic::transport::server::{Connected, Router};
 use tower::{Layer, Service};
 use tracing::error;
 
-use super::{limit, listen, ServerTls, Which};
+use super::{coalesce, limit, listen, ServerTls, Which};
 use crate::stats::Stats;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -126,6 +126,8 @@ where
     IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
     IO::ConnectInfo: Clone + Send + Sync + 'static,
 {
+    use tokio_stream::StreamExt;
+    let incoming = incoming.map(|c| c.map(coalesce::Coalesced::new));
     tokio::spawn(async move {
         let served = router
             .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
