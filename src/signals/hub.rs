@@ -39,10 +39,12 @@ mod relay;
 mod restarts;
 mod stream;
 mod tasks;
+mod wakes;
 
 pub use relay::Reach;
 pub use stream::Service;
 use tasks::{audit_writer, receive, timeouts};
+use wakes::Wakes;
 
 /// Longest agent or proxy name accepted from an agent: a resource name's.
 const MAX_NAME: usize = crate::model::MAX_NAME_LEN;
@@ -198,6 +200,8 @@ pub struct Hub {
     updates: mpsc::Sender<SignalUpdate>,
     /// What reaches the hub from outside its streams (see `peers`).
     inbound: mpsc::Sender<Inbound>,
+    /// Discovery wakes, a connection's streams together.
+    wakes: Wakes,
     shutdown: CancellationToken,
 }
 
@@ -242,6 +246,7 @@ impl Hub {
             sidecars: AtomicUsize::new(0),
             updates,
             inbound,
+            wakes: Wakes::default(),
             shutdown: shutdown.clone(),
         });
         let audit = audit_writer(
@@ -253,6 +258,7 @@ impl Hub {
         );
         rt.spawn_critical("hub", audit);
         rt.spawn_critical("hub", timeouts(hub.clone(), shutdown.clone()));
+        rt.spawn_critical("hub", wakes::fan(hub.clone(), shutdown.clone()));
         rt.spawn_critical("hub", receive(hub.clone(), inbound_rx, shutdown));
         Ok(hub)
     }

@@ -98,7 +98,12 @@ impl AgentSignals for Service {
         debug!(%agent, "agent signal stream open");
         let span = info_span!("signals.agent_stream", %agent);
         tokio::spawn(read_agent(hub.clone(), agent.clone(), conn, inbound).instrument(span));
-        Ok(Response::new(Box::pin(outbound(hub, rx, restart_only))))
+        Ok(Response::new(Box::pin(outbound(
+            hub,
+            rx,
+            &peer,
+            restart_only,
+        ))))
     }
 }
 
@@ -227,10 +232,12 @@ fn peer_report(r: &pb::AgentReport, now: crate::clock::Ts) -> Option<PeerReport>
 fn outbound(
     hub: Arc<Hub>,
     mut rx: mpsc::Receiver<pb::Signal>,
+    peer: &str,
     restart_only: bool,
 ) -> impl Stream<Item = Result<pb::Signal, Status>> + Send {
+    // Woken with the other streams of its connection (see `wakes`).
+    let mut versions = hub.wakes.subscribe(peer, hub.board.version());
     async_stream::stream! {
-        let mut versions = hub.board.subscribe();
         let first = hub.board.full(hub.clock.now());
         let mut sent = first.version;
         versions.borrow_and_update();
