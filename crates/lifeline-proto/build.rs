@@ -24,6 +24,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // `rpc Connect` (a fixed contract name) would collide with the
         // generated `connect()` constructor; channels are built explicitly.
         .build_transport(false)
+        // Prost's encoding with smaller first buffers (see `codec`).
+        .codec_path("crate::codec::Lean")
         // A watch event's resource is boxed: the event is moved through
         // the stream, the burst and the conversion, and its largest variant
         // is hundreds of bytes.
