@@ -151,7 +151,9 @@ pub enum SendError {
 
 struct Conn {
     id: u64,
-    tx: mpsc::Sender<pb::Signal>,
+    /// Boxed: a queue's first block holds 32 slots, and 32 signals
+    /// inline were ~5 KiB on every stream, most of which never gets one.
+    tx: mpsc::Sender<Box<pb::Signal>>,
     /// Where it comes from, for the log when another claims its name.
     peer: String,
     /// A sidecar that restarts its agent instead of moving a tunnel.
@@ -511,7 +513,7 @@ impl Hub {
         let conn = conns
             .get(agent)
             .ok_or_else(|| "agent is not connected to Lifeline".to_string())?;
-        conn.tx.try_send(signal).map_err(|e| match e {
+        conn.tx.try_send(Box::new(signal)).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => format!(
                 "agent's signal queue is full ({} waiting)",
                 self.cfg.signal_queue
@@ -612,7 +614,7 @@ impl Hub {
     fn register(
         &self,
         agent: &str,
-        tx: mpsc::Sender<pb::Signal>,
+        tx: mpsc::Sender<Box<pb::Signal>>,
         peer: &str,
         restart_only: bool,
     ) -> Option<u64> {

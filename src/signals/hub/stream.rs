@@ -231,7 +231,7 @@ fn peer_report(r: &pb::AgentReport, now: crate::clock::Ts) -> Option<PeerReport>
 /// proxies its own way.
 fn outbound(
     hub: Arc<Hub>,
-    mut rx: mpsc::Receiver<pb::Signal>,
+    mut rx: mpsc::Receiver<Box<pb::Signal>>,
     peer: &str,
     restart_only: bool,
 ) -> impl Stream<Item = Result<pb::Signal, Status>> + Send {
@@ -256,7 +256,7 @@ fn outbound(
                 s = rx.recv() => match s {
                     Some(s) => {
                         hub.delivered(s.id as i64);
-                        yield Ok(s);
+                        yield Ok(*s);
                     }
                     // Replaced by a newer stream of the same agent.
                     None => break,
