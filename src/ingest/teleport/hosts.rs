@@ -5,7 +5,8 @@
 //! Every call returns the domain changes it causes, and only those.
 
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use indexmap::IndexMap;
@@ -18,6 +19,11 @@ use crate::model::{AgentService, Change, Kind, LabelText, Labels, Server, Tunnel
 use super::convert::Seen;
 
 use crate::model::agent_label;
+
+/// Which Auth instance last saw each host (`GetInstances`): host ID to
+/// Auth ID. A cluster has a handful of Auth instances, so each ID is one
+/// shared string however many hosts it serves.
+pub type AuthOf = FxHashMap<String, Arc<str>>;
 
 /// One service heartbeat, validated.
 #[derive(Clone, Debug, PartialEq)]
@@ -74,7 +80,7 @@ struct Host {
     tunnels: Vec<String>,
     /// The Auth instance that last saw the host (`GetInstances`), kept
     /// here so a heartbeat looks up nothing else.
-    auth: String,
+    auth: Arc<str>,
     /// The agent as last sent, in the parts it is made of (the `Server`
     /// itself is built only to be sent).
     sent: Option<Sent>,
@@ -225,7 +231,7 @@ pub struct Hosts {
     /// several), for deletes that do not name the host.
     host_of: FxHashMap<(AgentService, String), BTreeSet<String>>,
     proxies: BTreeSet<String>,
-    auth_of: HashMap<String, String>,
+    auth_of: AuthOf,
     /// Agentless (OpenSSH) nodes: not agents, only counted.
     agentless: FxHashSet<String>,
 }
@@ -319,9 +325,12 @@ fn tunnel(host: &str, proxy: &str) -> Tunnel {
 
 impl Hosts {
     /// For a resync's listing: the proxies known, then [`Hosts::load`]
-    /// for every service listed and [`Hosts::attach`] once.
-    pub fn new(proxies: impl IntoIterator<Item = String>) -> Hosts {
+    /// for every service listed and [`Hosts::attach`] once. Room for as
+    /// many hosts as `previous` held, so a listing of a fleet of that
+    /// size does not grow the table as it goes.
+    pub fn new(proxies: impl IntoIterator<Item = String>, previous: &Hosts) -> Hosts {
         Hosts {
+            hosts: IndexMap::with_capacity_and_hasher(previous.hosts.len(), FxBuildHasher),
             proxies: proxies.into_iter().collect(),
             ..Hosts::default()
         }
@@ -329,7 +338,7 @@ impl Hosts {
 
     /// Each listed host's Auth (from `GetInstances`), with nothing sent:
     /// the snapshot that follows says it all.
-    pub fn attach(&mut self, auth_of: HashMap<String, String>) {
+    pub fn attach(&mut self, auth_of: AuthOf) {
         for (name, h) in &mut self.hosts {
             h.auth = auth_of.get(name).cloned().unwrap_or_default();
         }
@@ -347,7 +356,7 @@ impl Hosts {
     }
 
     /// Which Auth instance last saw each host, as last polled.
-    pub fn auth_of(&self) -> &HashMap<String, String> {
+    pub fn auth_of(&self) -> &AuthOf {
         &self.auth_of
     }
 
@@ -484,16 +493,13 @@ impl Hosts {
 
     /// Which Auth instance last saw each host (from `GetInstances`).
     /// Hosts missing from `auth_of` keep no auth server.
-    pub fn set_auth(&mut self, auth_of: HashMap<String, String>, out: &mut Vec<Change>) {
+    pub fn set_auth(&mut self, auth_of: AuthOf, out: &mut Vec<Change>) {
         self.auth_of = auth_of;
         let mut out = Out(Some(out));
         for (name, h) in &mut self.hosts {
-            let auth = self
-                .auth_of
-                .get(name)
-                .map(String::as_str)
-                .unwrap_or_default();
-            if update_str(&mut h.auth, auth) {
+            let auth = self.auth_of.get(name).cloned().unwrap_or_default();
+            if h.auth != auth {
+                h.auth = auth;
                 refresh(h, name, AUTH, &self.proxies, &mut out);
             }
         }
@@ -790,7 +796,7 @@ mod tests {
         );
         out.clear();
         h.set_auth(
-            HashMap::from([("a".to_string(), "auth-1".to_string())]),
+            AuthOf::from_iter([("a".to_string(), Arc::from("auth-1"))]),
             &mut out,
         );
         let Some(Change::PutServer(a)) = out.first() else {
@@ -799,7 +805,7 @@ mod tests {
         assert_eq!(a.auth_server, "auth-1");
         out.clear();
         h.set_auth(
-            HashMap::from([("a".to_string(), "auth-1".to_string())]),
+            AuthOf::from_iter([("a".to_string(), Arc::from("auth-1"))]),
             &mut out,
         );
         assert!(out.is_empty(), "nothing changed: {out:?}");
@@ -947,7 +953,7 @@ mod tests {
         h.put_service(node("n", 130, &[]), &live(100), &mut out);
         assert_eq!(ttl(&out), Some(Duration::from_secs(30)), "learned");
 
-        let mut listed = Hosts::new([]);
+        let mut listed = Hosts::new([], &Hosts::default());
         listed.load(node("n", 160, &[]), &seen(), &h);
         listed.load(node("m", 160, &[]), &seen(), &h);
         let (agents, _) = listed.snapshot();
@@ -958,10 +964,10 @@ mod tests {
 
     #[test]
     fn a_listing_attaches_each_host_to_the_auth_that_saw_it() {
-        let mut listed = Hosts::new([]);
+        let mut listed = Hosts::new([], &Hosts::default());
         listed.load(node("n", 160, &[]), &seen(), &Hosts::default());
         listed.load(node("m", 160, &[]), &seen(), &Hosts::default());
-        listed.attach(HashMap::from([("n".to_string(), "auth-1".to_string())]));
+        listed.attach(AuthOf::from_iter([("n".to_string(), Arc::from("auth-1"))]));
         let (agents, _) = listed.snapshot();
         let auth_of = |name: &str| {
             agents

@@ -6,7 +6,7 @@
 //! through `ListResources`, and the fleet gets one `Resync`; then PUTs and
 //! DELETEs follow. `GetInstances` is polled alongside for each host's Auth.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +18,7 @@ use tonic::Code;
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use super::convert::{self, Item, Seen, Ttls};
-use super::hosts::Hosts;
+use super::hosts::{AuthOf, Hosts};
 use super::http;
 use crate::clock::Clock;
 use crate::fleet::{Command, FleetHandle, Ingested, Resync, Snapshot};
@@ -35,6 +35,9 @@ use crate::stats::Stats;
 
 /// Instances read from one `GetInstances` stream, at most.
 pub const MAX_INSTANCES: usize = 1_000_000;
+/// Auth IDs shared among hosts by one `GetInstances` answer; a cluster
+/// has a handful, so a hostile answer cannot make the search long.
+const MAX_AUTH_IDS: usize = 64;
 
 #[derive(Clone, Debug)]
 pub struct TeleportConfig {
@@ -213,7 +216,7 @@ async fn session(
     let list_started = std::time::Instant::now();
     // Auth attachments alongside the lists, so the agents' first listing
     // carries them.
-    let (inst_tx, mut inst_rx) = mpsc::channel::<HashMap<String, String>>(1);
+    let (inst_tx, mut inst_rx) = mpsc::channel::<AuthOf>(1);
     let _poller = AbortOnDropHandle::new(tokio::spawn(
         poll_instances(auth.clone(), src.cfg.instances_poll, inst_tx)
             .instrument(info_span!("teleport.instances")),
@@ -479,7 +482,7 @@ async fn list_all(
     auth: &AuthServiceClient<Channel>,
     rejected_kinds: &[Kind],
     agents_ok: &[AgentService],
-    instances: &mut mpsc::Receiver<HashMap<String, String>>,
+    instances: &mut mpsc::Receiver<AuthOf>,
 ) -> Result<Listed, WatchError> {
     let (tx, mut pages) = mpsc::channel::<Page>(4);
     let _fetchers: Vec<_> = agents_ok
@@ -546,7 +549,7 @@ async fn list_all(
             }
         }
     }
-    let mut hosts = Hosts::new(proxies.iter().map(|s| s.name.clone()));
+    let mut hosts = Hosts::new(proxies.iter().map(|s| s.name.clone()), &src.hosts);
     while let Some(page) = pages.recv().await {
         let (kind, page) = page?;
         for r in page {
@@ -803,13 +806,16 @@ async fn list_servers(
 async fn poll_instances(
     mut auth: AuthServiceClient<Channel>,
     every: Duration,
-    tx: mpsc::Sender<HashMap<String, String>>,
+    tx: mpsc::Sender<AuthOf>,
 ) {
     let mut last_error = String::new();
+    // Room for as many hosts as the last answer named.
+    let mut last_len = 0;
     loop {
-        match instances(&mut auth).await {
+        match instances(&mut auth, last_len).await {
             Ok(m) => {
                 last_error.clear();
+                last_len = m.len();
                 if tx.send(m).await.is_err() {
                     return;
                 }
@@ -827,13 +833,16 @@ async fn poll_instances(
 
 async fn instances(
     auth: &mut AuthServiceClient<Channel>,
-) -> Result<HashMap<String, String>, String> {
+    capacity: usize,
+) -> Result<AuthOf, String> {
     let mut stream = auth
         .get_instances(types::InstanceFilter::default())
         .await
         .map_err(|s| explain(&s))?
         .into_inner();
-    let mut m = HashMap::new();
+    let mut m = AuthOf::with_capacity_and_hasher(capacity, Default::default());
+    // Each Auth ID once, shared by every host it serves.
+    let mut ids: Vec<Arc<str>> = Vec::new();
     while let Some(i) = stream.message().await.map_err(|s| explain(&s))? {
         if m.len() >= MAX_INSTANCES {
             return Err(format!(
@@ -847,7 +856,16 @@ async fn instances(
             .unwrap_or_default();
         let auth_id = i.spec.map(|s| s.auth_id).unwrap_or_default();
         if !name.is_empty() && !auth_id.is_empty() {
-            m.insert(name, auth_id);
+            let id = match ids.iter().find(|id| ***id == *auth_id) {
+                Some(id) => id.clone(),
+                None if ids.len() < MAX_AUTH_IDS => {
+                    let id: Arc<str> = Arc::from(auth_id);
+                    ids.push(id.clone());
+                    id
+                }
+                None => Arc::from(auth_id),
+            };
+            m.insert(name, id);
         }
     }
     Ok(m)
