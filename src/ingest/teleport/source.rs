@@ -20,6 +20,7 @@ use tracing::{debug, info, info_span, warn, Instrument};
 use super::convert::{self, Item, Seen, Ttls};
 use super::hosts::{AuthOf, Hosts};
 use super::http;
+use super::pages::{fetch_agents, list_names, Lister, Page};
 use crate::clock::Clock;
 use crate::fleet::{Command, FleetHandle, Ingested, Resync, Snapshot};
 use crate::ingest::dial::{explain, Dialer};
@@ -132,6 +133,7 @@ async fn session(
     let mut auth = AuthServiceClient::new(channel.clone())
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);
+    let lister = Lister::new(channel.clone(), max);
     let kinds = wanted_kinds(&src.cfg);
     let mut denied: BTreeSet<String> = BTreeSet::new();
     let mut stream = match open_watch(&mut auth, &kinds).await {
@@ -227,7 +229,7 @@ async fn session(
         auth_servers,
         hosts,
         rejections,
-    } = list_all(src, channel, &auth, &rejected, &agents_ok, &mut inst_rx).await?;
+    } = list_all(src, channel, &lister, &rejected, &agents_ok, &mut inst_rx).await?;
     // What was not listed is forgotten, so the learned TTLs stay bounded.
     src.ttls.end_resync();
     let mut snapshots = Vec::new();
@@ -272,7 +274,7 @@ async fn session(
                 relist_at = None;
                 let kinds: BTreeSet<AgentService> = src.unlisted.iter().map(|(k, _)| *k).collect();
                 relist = Some(AbortOnDropHandle::new(tokio::spawn(
-                    list_names(auth.clone(), kinds, src.cfg.page_size, src.cfg.max_message_bytes)
+                    list_names(lister.clone(), kinds, src.cfg.page_size)
                         .instrument(info_span!("teleport.relist")),
                 )));
             }
@@ -469,9 +471,6 @@ struct Listed {
     rejections: Vec<Ingested>,
 }
 
-/// One page of an agent kind, or why listing it failed.
-type Page = Result<(AgentService, Vec<tp::PaginatedResource>), WatchError>;
-
 /// Lists every confirmed kind: proxies and auth servers first (a page or
 /// two: agent-mesh hosts need the proxies), then the agent kinds, each
 /// fetched by a task of its own so that a page is converted and folded
@@ -479,7 +478,7 @@ type Page = Result<(AgentService, Vec<tp::PaginatedResource>), WatchError>;
 async fn list_all(
     src: &mut Teleport,
     channel: Channel,
-    auth: &AuthServiceClient<Channel>,
+    lister: &Lister,
     rejected_kinds: &[Kind],
     agents_ok: &[AgentService],
     instances: &mut mpsc::Receiver<AuthOf>,
@@ -489,13 +488,7 @@ async fn list_all(
         .iter()
         .map(|k| {
             let span = info_span!("watcher.list", kind = k.as_str());
-            let task = fetch_agents(
-                auth.clone(),
-                *k,
-                src.cfg.page_size,
-                src.cfg.max_message_bytes,
-                tx.clone(),
-            );
+            let task = fetch_agents(lister.clone(), *k, src.cfg.page_size, tx.clone());
             AbortOnDropHandle::new(tokio::spawn(task.instrument(span)))
         })
         .collect();
@@ -586,95 +579,6 @@ async fn list_all(
     })
 }
 
-/// One agent kind through `ListResources`, paged, each page sent on.
-async fn fetch_agents(
-    mut auth: AuthServiceClient<Channel>,
-    kind: AgentService,
-    page_size: u32,
-    max_message_bytes: usize,
-    pages: mpsc::Sender<Page>,
-) {
-    let mut key = String::new();
-    let mut limit = page_size.max(1);
-    loop {
-        let resp = auth
-            .list_resources(tp::ListResourcesRequest {
-                resource_type: kind.as_str().to_string(),
-                namespace: "default".to_string(),
-                limit: limit as i32,
-                start_key: key.clone(),
-            })
-            .await;
-        let resp = match resp {
-            Ok(r) => r.into_inner(),
-            // A page too large for a message (ours or the server's):
-            // asked for again in halves, as Teleport's own clients do.
-            Err(s) if too_large(&s) && limit > 1 => {
-                limit /= 2;
-                debug!(kind = kind.as_str(), limit, error = %s.message(), "a listing page did not fit in a message; asking for smaller pages");
-                continue;
-            }
-            Err(s) if too_large(&s) => {
-                let after = if key.is_empty() {
-                    "the first".to_string()
-                } else {
-                    format!("the one after {key:?}")
-                };
-                let e = WatchError::List {
-                    kind: kind.as_str().to_string(),
-                    detail: format!(
-                        "{after} alone does not fit in cluster.max_message_bytes ({max_message_bytes} bytes): {}",
-                        s.message()
-                    ),
-                };
-                let _ = pages.send(Err(e)).await;
-                return;
-            }
-            Err(s) => {
-                let _ = pages.send(Err(WatchError::list(kind.as_str(), &s))).await;
-                return;
-            }
-        };
-        let last = resp.next_key.is_empty() || resp.next_key == key;
-        key = resp.next_key;
-        if pages.send(Ok((kind, resp.resources))).await.is_err() || last {
-            return;
-        }
-    }
-}
-
-/// Every service name of `kinds` a listing holds now.
-async fn list_names(
-    auth: AuthServiceClient<Channel>,
-    kinds: BTreeSet<AgentService>,
-    page_size: u32,
-    max_message_bytes: usize,
-) -> Result<BTreeSet<(AgentService, String)>, WatchError> {
-    let (tx, mut rx) = mpsc::channel::<Page>(4);
-    for k in &kinds {
-        tokio::spawn(fetch_agents(
-            auth.clone(),
-            *k,
-            page_size,
-            max_message_bytes,
-            tx.clone(),
-        ));
-    }
-    drop(tx);
-    let mut names = BTreeSet::new();
-    while let Some(page) = rx.recv().await {
-        let (kind, page) = page?;
-        for r in page {
-            if let Some(r) = r.resource {
-                if let Some(name) = convert::Resource::of_page(r).name() {
-                    names.insert((kind, name));
-                }
-            }
-        }
-    }
-    Ok(names)
-}
-
 /// Services the watch showed and a listing made since still lacks are
 /// hidden from listings (the role's `*_labels` filter them; the watch does
 /// not): counted, and said on `/readyz` and in the summary. The ones the
@@ -734,16 +638,6 @@ async fn probe_denied(
         }
     }
     Ok(denied)
-}
-
-/// A page the message limit refused, on either side: tonic's decoder says
-/// OutOfRange ("decoded message length too large"), a server that cannot
-/// send it ResourceExhausted.
-fn too_large(s: &tonic::Status) -> bool {
-    matches!(
-        s.code(),
-        tonic::Code::OutOfRange | tonic::Code::ResourceExhausted
-    )
 }
 
 /// Proxies or auth servers through `PresenceService`, paged; `GET
