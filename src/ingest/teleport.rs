@@ -4,7 +4,8 @@
 //! Owns: reading the identity file `tctl auth sign --format=file` writes
 //! (`identity`), turning Teleport's resources into validated domain values
 //! (`convert`), folding agent services into one agent per host with its
-//! tunnels (`hosts`), listing agent services a page ahead (`pages`), the
+//! tunnels (`hosts`), listing agent services a page ahead (`pages`), which Auth
+//! saw each host (`instances`), the
 //! watch session itself (`source`), and reading
 //! the identity file again when it is renewed (`renew`). Must not
 //! touch: fleet state or SQLite; never logs key material.
@@ -13,6 +14,7 @@ pub mod convert;
 pub mod hosts;
 pub mod http;
 pub mod identity;
+mod instances;
 mod pages;
 pub mod renew;
 pub mod source;

@@ -20,10 +20,11 @@ use tracing::{debug, info, info_span, warn, Instrument};
 use super::convert::{self, Item, Seen, Ttls};
 use super::hosts::{AuthOf, Hosts};
 use super::http;
+use super::instances::poll_instances;
 use super::pages::{fetch_agents, list_names, Lister, Page};
 use crate::clock::Clock;
 use crate::fleet::{Command, FleetHandle, Ingested, Resync, Snapshot};
-use crate::ingest::dial::{explain, Dialer};
+use crate::ingest::dial::Dialer;
 use crate::ingest::validate::{reject, Limits};
 use crate::ingest::watcher::{burst, first_init, hand_over, rejected, Source, WatchError};
 use crate::model::{AgentService, Change, Kind, RejectCode, Server};
@@ -33,12 +34,6 @@ use crate::proto::teleport::presence::presence_service_client::PresenceServiceCl
 use crate::proto::teleport::presence::{ListAuthServersRequest, ListProxyServersRequest};
 use crate::proto::teleport::types;
 use crate::stats::Stats;
-
-/// Instances read from one `GetInstances` stream, at most.
-pub const MAX_INSTANCES: usize = 1_000_000;
-/// Auth IDs shared among hosts by one `GetInstances` answer; a cluster
-/// has a handful, so a hostile answer cannot make the search long.
-const MAX_AUTH_IDS: usize = 64;
 
 #[derive(Clone, Debug)]
 pub struct TeleportConfig {
@@ -220,7 +215,7 @@ async fn session(
     // carries them.
     let (inst_tx, mut inst_rx) = mpsc::channel::<AuthOf>(1);
     let _poller = AbortOnDropHandle::new(tokio::spawn(
-        poll_instances(auth.clone(), src.cfg.instances_poll, inst_tx)
+        poll_instances(channel.clone(), max, src.cfg.instances_poll, inst_tx)
             .instrument(info_span!("teleport.instances")),
     ));
     src.ttls.begin_resync();
@@ -693,74 +688,4 @@ async fn list_servers(
             Err(s) => return Err(WatchError::list(kind, &s)),
         }
     }
-}
-
-/// Polls `GetInstances` every `every`, sending host ID → Auth ID. A
-/// failure is logged (once per kind of failure) and retried next time.
-async fn poll_instances(
-    mut auth: AuthServiceClient<Channel>,
-    every: Duration,
-    tx: mpsc::Sender<AuthOf>,
-) {
-    let mut last_error = String::new();
-    // Room for as many hosts as the last answer named.
-    let mut last_len = 0;
-    loop {
-        match instances(&mut auth, last_len).await {
-            Ok(m) => {
-                last_error.clear();
-                last_len = m.len();
-                if tx.send(m).await.is_err() {
-                    return;
-                }
-            }
-            Err(e) => {
-                if e != last_error {
-                    warn!(error = %e, "GetInstances failed: agents keep the Auth server last known (or none), so auth_unhealthy cannot be raised for hosts Lifeline cannot place");
-                    last_error = e;
-                }
-            }
-        }
-        tokio::time::sleep(every).await;
-    }
-}
-
-async fn instances(
-    auth: &mut AuthServiceClient<Channel>,
-    capacity: usize,
-) -> Result<AuthOf, String> {
-    let mut stream = auth
-        .get_instances(types::InstanceFilter::default())
-        .await
-        .map_err(|s| explain(&s))?
-        .into_inner();
-    let mut m = AuthOf::with_capacity_and_hasher(capacity, Default::default());
-    // Each Auth ID once, shared by every host it serves.
-    let mut ids: Vec<Arc<str>> = Vec::new();
-    while let Some(i) = stream.message().await.map_err(|s| explain(&s))? {
-        if m.len() >= MAX_INSTANCES {
-            return Err(format!(
-                "more than {MAX_INSTANCES} instances; the rest are ignored"
-            ));
-        }
-        let name = i
-            .header
-            .and_then(|h| h.metadata)
-            .map(|m| m.name)
-            .unwrap_or_default();
-        let auth_id = i.spec.map(|s| s.auth_id).unwrap_or_default();
-        if !name.is_empty() && !auth_id.is_empty() {
-            let id = match ids.iter().find(|id| ***id == *auth_id) {
-                Some(id) => id.clone(),
-                None if ids.len() < MAX_AUTH_IDS => {
-                    let id: Arc<str> = Arc::from(auth_id);
-                    ids.push(id.clone());
-                    id
-                }
-                None => Arc::from(auth_id),
-            };
-            m.insert(name, id);
-        }
-    }
-    Ok(m)
 }
