@@ -566,21 +566,33 @@ fn refresh(h: &mut Host, name: &str, touched: Touched, proxies: &BTreeSet<String
         }
         return;
     }
-    let observed: Option<BTreeSet<&String>> = touched
-        .tunnels
-        .then(|| h.services.iter().flat_map(|r| &r.beat.proxies).collect());
+    // The proxies the services name, sorted and once each. Nearly every
+    // host runs one service, whose list is already that.
+    let observed: Option<Vec<String>> = touched.tunnels.then(|| match h.services.as_slice() {
+        [only] => only.beat.proxies.clone(),
+        all => all
+            .iter()
+            .flat_map(|r| &r.beat.proxies)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .cloned()
+            .collect(),
+    });
     if let Some(o) = &observed {
         h.assumed = o.is_empty();
     }
     let new = h.sent.is_none();
     let sent = h.sent.get_or_insert_with(Sent::default);
-    let services = (new || touched.services).then(|| {
-        let names: BTreeSet<&'static str> =
-            h.services.iter().map(|r| r.beat.service.as_str()).collect();
-        match names.first() {
-            // Nearly every host: one service, named by fixed text.
-            Some(only) if names.len() == 1 => Cow::Borrowed(*only),
-            _ => Cow::Owned(names.into_iter().collect::<Vec<_>>().join(",")),
+    let services = (new || touched.services).then(|| match h.services.as_slice() {
+        // Nearly every host: one service, named by fixed text.
+        [only] => Cow::Borrowed(only.beat.service.as_str()),
+        all => {
+            let names: BTreeSet<&'static str> =
+                all.iter().map(|r| r.beat.service.as_str()).collect();
+            match names.first() {
+                Some(only) if names.len() == 1 => Cow::Borrowed(*only),
+                _ => Cow::Owned(names.into_iter().collect::<Vec<_>>().join(",")),
+            }
         }
     });
     let mut changed = sent.relabel(services, h.assumed, &latest.beat.hostname) | new;
@@ -596,7 +608,7 @@ fn refresh(h: &mut Host, name: &str, touched: Touched, proxies: &BTreeSet<String
         let want: Vec<String> = if h.assumed {
             proxies.iter().cloned().collect()
         } else {
-            observed.into_iter().cloned().collect()
+            observed
         };
         for p in h.tunnels.iter().filter(|p| want.binary_search(p).is_err()) {
             out.push(|| Change::DeleteTunnel(tunnel_name(name, p)));
