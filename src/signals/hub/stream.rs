@@ -238,9 +238,11 @@ fn outbound(
     // Woken with the other streams of its connection (see `wakes`).
     let mut versions = hub.wakes.subscribe(peer, hub.board.version());
     async_stream::stream! {
+        // Seen before the board is read: a change after the read wakes
+        // the stream again.
+        versions.borrow_and_update();
         let first = hub.board.full(hub.clock.now());
         let mut sent = first.version;
-        versions.borrow_and_update();
         if !restart_only {
             yield Ok(hub.discovery(first));
         }
