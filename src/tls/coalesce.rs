@@ -144,8 +144,10 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Coalesced<T> {
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
-        if this.written < this.pending.len() {
-            match this.yielded {
+        // A batch part written is being drained (the socket was full):
+        // no waiting, no counting.
+        if this.written == 0 && !this.pending.is_empty() {
+            match this.yielded.take() {
                 None if this.skip > 0 => this.skip -= 1,
                 None => {
                     // Woken by itself, the task goes to the back of the
@@ -163,9 +165,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Coalesced<T> {
                     }
                 }
             }
-            ready!(this.drain(cx))?;
         }
-        this.yielded = None;
+        ready!(this.drain(cx))?;
         Pin::new(&mut this.inner).poll_flush(cx)
     }
 
