@@ -3,7 +3,7 @@
 //! health protocol re-exported from tonic-health, and the conversions
 //! between wire times and Lifeline's clock.
 
-pub use lifeline_proto::{std_duration, teleport, to_duration, v1};
+pub use lifeline_proto::{codec, std_duration, teleport, to_duration, v1};
 pub use tonic_health::pb as health;
 
 /// A wire timestamp as Lifeline time; `None` when its nanoseconds are

@@ -8,14 +8,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tonic::codec::{BufferSettings, Codec};
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::Channel;
-use tonic::{GrpcMethod, Request, Status};
+use tonic::Status;
 use tracing::warn;
 
 use super::hosts::AuthOf;
+use super::pages::{method, ready_client};
 use crate::ingest::dial::explain;
+use crate::proto::codec::Lean;
 use crate::proto::teleport::types;
 
 /// Instances read from one `GetInstances` stream, at most.
@@ -54,25 +55,6 @@ struct Spec {
     auth_id: String,
 }
 
-/// The filter, prost-encoded; each instance as [`Instance`].
-#[derive(Clone, Copy, Default)]
-struct Lean;
-
-impl Codec for Lean {
-    type Encode = types::InstanceFilter;
-    type Decode = Instance;
-    type Encoder = tonic_prost::ProstEncoder<types::InstanceFilter>;
-    type Decoder = tonic_prost::ProstDecoder<Instance>;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        tonic_prost::ProstEncoder::new(BufferSettings::default())
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        tonic_prost::ProstDecoder::new(BufferSettings::default())
-    }
-}
-
 /// Polls `GetInstances` every `every`, sending host ID → Auth ID. A
 /// failure is logged (once per kind of failure) and retried next time.
 pub(super) async fn poll_instances(
@@ -105,17 +87,12 @@ pub(super) async fn poll_instances(
 }
 
 async fn open(channel: Channel, max: usize) -> Result<tonic::Streaming<Instance>, Status> {
-    let mut grpc = tonic::client::Grpc::new(channel)
-        .max_decoding_message_size(max)
-        .max_encoding_message_size(max);
-    grpc.ready()
-        .await
-        .map_err(|e| Status::unavailable(format!("the connection to Auth is not ready: {e}")))?;
-    let mut req = Request::new(types::InstanceFilter::default());
-    req.extensions_mut()
-        .insert(GrpcMethod::new("proto.AuthService", "GetInstances"));
+    let mut grpc = ready_client(channel, max).await?;
+    // The generated services' codec, decoding into `Instance`.
+    let codec = Lean::<types::InstanceFilter, Instance>::default();
+    let req = method(types::InstanceFilter::default(), "GetInstances");
     let stream = grpc
-        .server_streaming(req, PathAndQuery::from_static(PATH), Lean)
+        .server_streaming(req, PathAndQuery::from_static(PATH), codec)
         .await?;
     Ok(stream.into_inner())
 }
@@ -138,7 +115,7 @@ async fn instances(channel: Channel, max: usize, capacity: usize) -> Result<Auth
             .unwrap_or_default();
         let auth_id = i.spec.map(|s| s.auth_id).unwrap_or_default();
         if !name.is_empty() && !auth_id.is_empty() {
-            let id = match ids.iter().find(|id| ***id == *auth_id) {
+            let id = match ids.iter().find(|id| id.as_ref() == auth_id) {
                 Some(id) => id.clone(),
                 None if ids.len() < MAX_AUTH_IDS => {
                     let id: Arc<str> = Arc::from(auth_id);

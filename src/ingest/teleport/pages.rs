@@ -13,7 +13,7 @@ use prost::bytes::Bytes;
 use prost::Message;
 use tokio::sync::mpsc;
 use tokio_util::task::AbortOnDropHandle;
-use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
+use tonic::codec::{Codec, DecodeBuf, Decoder};
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::Channel;
 use tonic::{GrpcMethod, Request, Status};
@@ -22,6 +22,7 @@ use tracing::{debug, Instrument};
 use super::convert;
 use crate::ingest::watcher::WatchError;
 use crate::model::AgentService;
+use crate::proto::codec::Lean;
 use crate::proto::teleport::auth as tp;
 
 /// One page of an agent kind, or why listing it failed.
@@ -45,23 +46,44 @@ impl Lister {
     }
 
     async fn call(self, req: tp::ListResourcesRequest) -> Result<Bytes, Status> {
-        let mut grpc = tonic::client::Grpc::new(self.channel)
-            .max_decoding_message_size(self.max)
-            .max_encoding_message_size(self.max);
-        grpc.ready().await.map_err(|e| {
-            Status::unavailable(format!("the connection to Auth is not ready: {e}"))
-        })?;
-        let mut req = Request::new(req);
-        req.extensions_mut()
-            .insert(GrpcMethod::new(SERVICE, METHOD));
+        let mut grpc = ready_client(self.channel, self.max).await?;
         let answer = grpc
-            .unary(req, PathAndQuery::from_static(PATH), Answer)
+            .unary(method(req, METHOD), PathAndQuery::from_static(PATH), Answer)
             .await?;
         Ok(answer.into_inner())
     }
 }
 
-/// The request, prost-encoded; the answer, kept as its bytes.
+/// A client of `channel` for an Auth API method called with a codec of
+/// Lifeline's own (the generated client fixes its codec), with the
+/// generated clients' message limits, once the channel can take a call.
+pub(super) async fn ready_client(
+    channel: Channel,
+    max_message_bytes: usize,
+) -> Result<tonic::client::Grpc<Channel>, Status> {
+    let mut grpc = tonic::client::Grpc::new(channel)
+        .max_decoding_message_size(max_message_bytes)
+        .max_encoding_message_size(max_message_bytes);
+    grpc.ready()
+        .await
+        .map_err(|e| Status::unavailable(format!("the connection to Auth is not ready: {e}")))?;
+    Ok(grpc)
+}
+
+/// `message` as a call of `AuthService`'s `method`, named as the
+/// generated client names it.
+pub(super) fn method<T>(message: T, method: &'static str) -> Request<T> {
+    let mut req = Request::new(message);
+    req.extensions_mut()
+        .insert(GrpcMethod::new(SERVICE, method));
+    req
+}
+
+/// The codec the generated `ListResources` call uses.
+type Generated = Lean<tp::ListResourcesRequest, tp::ListResourcesResponse>;
+
+/// The request as the generated call encodes it; the answer, kept as its
+/// bytes.
 #[derive(Clone, Copy, Default)]
 struct Answer;
 
@@ -70,11 +92,11 @@ struct AnswerBytes;
 impl Codec for Answer {
     type Encode = tp::ListResourcesRequest;
     type Decode = Bytes;
-    type Encoder = tonic_prost::ProstEncoder<tp::ListResourcesRequest>;
+    type Encoder = <Generated as Codec>::Encoder;
     type Decoder = AnswerBytes;
 
     fn encoder(&mut self) -> Self::Encoder {
-        tonic_prost::ProstEncoder::new(BufferSettings::default())
+        Generated::default().encoder()
     }
 
     fn decoder(&mut self) -> Self::Decoder {
