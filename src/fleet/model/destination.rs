@@ -50,16 +50,15 @@ impl Model {
             .get(agent)
             .and_then(|a| a.cause.as_ref())
             .map(|c| c.resource.as_str());
-        let mut expired = self
+        let expired: Vec<&str> = self
             .tunnels_of(agent)
             .map(|t| t.tunnel.proxy.as_str())
-            .filter(|p| self.proxies.get(*p).is_none_or(|e| e.expired));
-        let first = expired.next()?;
-        let pick = if Some(first) == cause {
-            first
-        } else {
-            expired.find(|p| Some(*p) == cause).unwrap_or(first)
-        };
+            .filter(|p| self.proxies.get(*p).is_none_or(|e| e.expired))
+            .collect();
+        let pick = expired
+            .iter()
+            .find(|p| Some(**p) == cause)
+            .or(expired.first())?;
         Some(pick.to_string())
     }
 
