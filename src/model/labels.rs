@@ -185,7 +185,7 @@ mod tests {
     }
 
     #[test]
-    fn a_set_is_one_exact_slice() {
+    fn a_set_holds_its_pairs_and_reads_back_as_the_apis_map() {
         let l = owned(&[("a", "1"), ("b", "2"), ("c", "3")]);
         assert_eq!(l.0.pairs.len(), 3);
         assert_eq!(
