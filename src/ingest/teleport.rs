@@ -3,7 +3,8 @@
 //!
 //! Owns: reading the identity file `tctl auth sign --format=file` writes
 //! (`identity`), turning Teleport's resources into validated domain values
-//! (`convert`), folding agent services into one agent per host with its
+//! (`convert`), reading a node's heartbeat where it lies in the
+//! watch's bytes (`heartbeat`), folding agent services into one agent per host with its
 //! tunnels (`hosts`), listing agent services a page ahead (`pages`), which Auth
 //! saw each host (`instances`), the
 //! watch session itself (`source`), and reading
@@ -11,6 +12,7 @@
 //! touch: fleet state or SQLite; never logs key material.
 
 pub mod convert;
+mod heartbeat;
 pub mod hosts;
 pub mod http;
 pub mod identity;

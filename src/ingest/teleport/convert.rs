@@ -150,10 +150,14 @@ fn round(d: Duration) -> Duration {
     Duration::from_millis(ms.max(1))
 }
 
+/// Go's zero time, which Teleport sends for unset.
+pub fn is_go_zero(t: &prost_types::Timestamp) -> bool {
+    t.seconds == GO_ZERO_SECONDS && t.nanos == 0
+}
+
 /// A wire timestamp with Go's zero time read as unset.
 fn expires(m: Option<&types::Metadata>) -> Option<prost_types::Timestamp> {
-    m.and_then(|m| m.expires)
-        .filter(|t| !(t.seconds == GO_ZERO_SECONDS && t.nanos == 0))
+    m.and_then(|m| m.expires).filter(|t| !is_go_zero(t))
 }
 
 /// A `ServerV2`: a proxy, an auth server, or a node (a service of its host).

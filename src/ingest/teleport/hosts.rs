@@ -16,7 +16,10 @@ use smallvec::SmallVec;
 use crate::clock::Ts;
 use crate::model::{AgentService, Change, Kind, LabelText, Labels, Server, Tunnel};
 
-use super::convert::Seen;
+use super::convert::{self, Seen};
+use super::heartbeat::NodePut;
+use crate::ingest::validate;
+use crate::model::text;
 
 use crate::model::agent_label;
 
@@ -57,13 +60,19 @@ struct Said(u64);
 
 impl Said {
     fn of(b: &Beat) -> Said {
+        Said::digest(&b.version, &b.hostname, &b.proxies)
+    }
+
+    /// The digest of these parts, owned or borrowed alike (a `String`
+    /// hashes as its `str`).
+    fn digest<P: std::hash::Hash>(version: &str, hostname: &str, proxies: &[P]) -> Said {
         use std::hash::{Hash, Hasher};
         // A fast, deterministic 64-bit digest: no two contents a heartbeat
         // could plausibly carry share one. (With fixed keys no hash here
         // would stand up to a host crafting a collision; the worst such a
         // host gets is its own version, hostname or tunnels shown late.)
         let mut h = rustc_hash::FxHasher::default();
-        (&b.version, &b.hostname, &b.proxies).hash(&mut h);
+        (version, hostname, proxies).hash(&mut h);
         Said(h.finish())
     }
 }
@@ -382,6 +391,54 @@ impl Hosts {
         self.put(beat, seen, None, &mut Out(Some(out)))
     }
 
+    /// A node's heartbeat read in place from the watch's bytes, taken
+    /// when its host runs that node and it says what the last one said:
+    /// only the expiry moves, exactly as [`Hosts::put_service`] would
+    /// move it. Anything else (an unknown host or node, something new
+    /// said, a proxy name or text that validation would refuse or change,
+    /// an expiry it would refuse) is `false`: the event then goes the
+    /// whole way, and is refused there if it must be.
+    pub fn node_heartbeat(
+        &mut self,
+        put: &NodePut<'_>,
+        seen: &Seen,
+        out: &mut Vec<Change>,
+    ) -> bool {
+        let Hosts { hosts, proxies, .. } = self;
+        let Some(h) = hosts.get_mut(put.name) else {
+            return false;
+        };
+        let Some(i) = h.service(AgentService::Node, put.name) else {
+            return false;
+        };
+        let kind = AgentService::Node.as_str();
+        // As `convert::beat` takes them: proxies checked, sorted and once
+        // each; hostname and version cleaned.
+        let proxies_as_kept = put.proxies.is_sorted_by(|a, b| a < b)
+            && put
+                .proxies
+                .iter()
+                .all(|p| validate::check_name(kind, p, "ProxyIDs entry").is_ok());
+        let clean = |s: &str| matches!(text::clean(s), Cow::Borrowed(_));
+        if !proxies_as_kept || !clean(put.hostname) || !clean(put.version) {
+            return false;
+        }
+        let expires = put.expires.filter(|t| !convert::is_go_zero(t));
+        let Ok(expires) =
+            validate::heartbeat_expires(kind, put.name, expires.as_ref(), seen.now, &seen.limits)
+        else {
+            return false;
+        };
+        let r = &mut h.services[i];
+        if r.said != Said::digest(put.version, put.hostname, &put.proxies) {
+            return false;
+        }
+        r.ttl = seen.ttl(Some((r.beat.expires, r.ttl)), expires);
+        r.beat.expires = expires;
+        refresh(h, put.name, NOTHING, proxies, &mut Out(Some(out)));
+        true
+    }
+
     fn put(
         &mut self,
         beat: Beat,
@@ -676,6 +733,89 @@ mod tests {
                 format!("{} {} {n}", op.as_str(), k.as_str())
             })
             .collect()
+    }
+
+    #[test]
+    fn a_node_heartbeat_in_place_does_what_the_whole_way_does() {
+        let at = |s: i64| Seen {
+            now: Ts(s * 1_000_000),
+            live: true,
+            ..seen()
+        };
+        let wire = |s: i64| prost_types::Timestamp {
+            seconds: s,
+            nanos: 0,
+        };
+        let put = |expires_s: i64| NodePut {
+            name: "h1",
+            sub_kind: "",
+            expires: Some(wire(expires_s)),
+            hostname: "h1.example",
+            version: "17.0.0",
+            proxies: ["p1", "p2"].into_iter().collect(),
+        };
+        // Two tables fed alike: one takes repeats in place, the other the
+        // whole way; what they send and learn must not differ.
+        let (mut fast, mut slow) = (Hosts::default(), Hosts::default());
+        let mut out = Vec::new();
+        for h in [&mut fast, &mut slow] {
+            h.put_service(node("h1", 100, &["p1", "p2"]), &at(40), &mut out);
+        }
+        for (now, expires) in [(70, 130), (100, 160), (100, 160), (131, 190)] {
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            assert!(fast.node_heartbeat(&put(expires), &at(now), &mut a));
+            slow.put_service(node("h1", expires, &["p1", "p2"]), &at(now), &mut b);
+            assert_eq!(format!("{a:?}"), format!("{b:?}"), "at {now}");
+        }
+
+        // Whatever is new, or would be refused or changed, goes the whole way.
+        let declined = [
+            NodePut {
+                name: "h2",
+                ..put(200)
+            },
+            NodePut {
+                version: "17.0.1",
+                ..put(200)
+            },
+            NodePut {
+                hostname: "h1.other",
+                ..put(200)
+            },
+            NodePut {
+                hostname: "h1\u{7}",
+                ..put(200)
+            },
+            NodePut {
+                proxies: ["p2", "p1"].into_iter().collect(),
+                ..put(200)
+            },
+            NodePut {
+                proxies: ["p1", "p1", "p2"].into_iter().collect(),
+                ..put(200)
+            },
+            NodePut {
+                proxies: ["p1", "p2", "p\0"].into_iter().collect(),
+                ..put(200)
+            },
+            NodePut {
+                expires: None,
+                ..put(200)
+            },
+            NodePut {
+                expires: Some(wire(convert::GO_ZERO_SECONDS)),
+                ..put(200)
+            },
+            NodePut {
+                expires: Some(wire(10_000_000)),
+                ..put(200)
+            },
+        ];
+        for p in declined {
+            let mut a = Vec::new();
+            assert!(!fast.node_heartbeat(&p, &at(150), &mut a), "{p:?}");
+            assert!(a.is_empty(), "{p:?}");
+        }
     }
 
     #[test]

@@ -18,17 +18,17 @@ use tonic::Code;
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use super::convert::{self, Item, Seen, Ttls};
+use super::heartbeat::{NodeBytes, WatchCodec, Watched};
 use super::hosts::{AuthOf, Hosts};
 use super::http;
 use super::instances::poll_instances;
-use super::pages::{fetch_agents, list_names, Lister, Page};
+use super::pages::{fetch_agents, list_names, method, ready_client, Lister, Page};
 use crate::clock::Clock;
 use crate::fleet::{Command, FleetHandle, Ingested, Resync, Snapshot};
 use crate::ingest::dial::Dialer;
 use crate::ingest::validate::{reject, Limits};
 use crate::ingest::watcher::{burst, first_init, hand_over, rejected, Source, WatchError};
 use crate::model::{AgentService, Change, Kind, RejectCode, Server};
-use crate::proto::teleport::auth::auth_service_client::AuthServiceClient;
 use crate::proto::teleport::auth::{self as tp, event::Resource};
 use crate::proto::teleport::presence::presence_service_client::PresenceServiceClient;
 use crate::proto::teleport::presence::{ListAuthServersRequest, ListProxyServersRequest};
@@ -125,19 +125,16 @@ async fn session(
         .channel(&src.cfg.addr, src.cfg.connect_timeout)
         .await?;
     let max = src.cfg.max_message_bytes;
-    let mut auth = AuthServiceClient::new(channel.clone())
-        .max_decoding_message_size(max)
-        .max_encoding_message_size(max);
     let lister = Lister::new(channel.clone(), max);
     let kinds = wanted_kinds(&src.cfg);
     let mut denied: BTreeSet<String> = BTreeSet::new();
-    let mut stream = match open_watch(&mut auth, &kinds).await {
+    let mut stream = match open_watch(&channel, max, &kinds).await {
         Ok(s) => s,
         // An older Auth refuses the whole watch for one kind its role
         // cannot read, partial success or not: find which, a kind at a
         // time, and watch the rest.
         Err(s) if s.code() == tonic::Code::PermissionDenied => {
-            denied = probe_denied(&mut auth, &kinds, src.cfg.connect_timeout).await?;
+            denied = probe_denied(&channel, max, &kinds, src.cfg.connect_timeout).await?;
             if denied.is_empty() {
                 return Err(WatchError::Watch(s));
             }
@@ -147,7 +144,7 @@ async fn session(
                 .filter(|k| !denied.contains(*k))
                 .cloned()
                 .collect();
-            open_watch(&mut auth, &allowed)
+            open_watch(&channel, max, &allowed)
                 .await
                 .map_err(WatchError::Watch)?
         }
@@ -157,10 +154,14 @@ async fn session(
     let generation = *generation;
     Stats::inc(&stats.watch_generations);
 
-    let first = first_init(&mut stream, &stats, |e: &tp::Event| {
-        tp::Operation::try_from(e.r#type) == Ok(tp::Operation::Init)
+    let first = match first_init(&mut stream, &stats, |w: &Watched| {
+        matches!(w, Watched::Event(e) if tp::Operation::try_from(e.r#type) == Ok(tp::Operation::Init))
     })
-    .await?;
+    .await?
+    {
+        Watched::Event(e) => e,
+        Watched::NodePut(_) => return Err(WatchError::NoInit),
+    };
     // INIT's WatchStatus lists the confirmed kinds; an INIT without one
     // (an older server) confirms every kind.
     let confirmed: BTreeSet<String> = match first.resource {
@@ -294,7 +295,10 @@ async fn session(
                 let n = events.len() as u64;
                 let mut batch = Vec::with_capacity(events.len());
                 for ev in events {
-                    apply(src, ev, &mut changes, &mut batch);
+                    match ev {
+                        Watched::NodePut(node) => apply_node(src, node, &mut changes, &mut batch),
+                        Watched::Event(ev) => apply(src, ev, &mut changes, &mut batch),
+                    }
                 }
                 if !batch.is_empty() {
                     fleet.send(Command::Apply(batch)).await.map_err(|_| WatchError::FleetGone)?;
@@ -309,6 +313,41 @@ async fn session(
                 }
             }
         }
+    }
+}
+
+/// A node's PUT kept as bytes: its host takes the new expiry in place
+/// when nothing else changed; otherwise it is decoded and applied as any
+/// event is.
+fn apply_node(
+    src: &mut Teleport,
+    node: NodeBytes,
+    changes: &mut Vec<Change>,
+    batch: &mut Vec<Ingested>,
+) {
+    let seen = Seen {
+        now: src.clock.now(),
+        live: true,
+        limits: src.cfg.limits,
+    };
+    if let Some(put) = node.read() {
+        if src.hosts.node_heartbeat(&put, &seen, changes) {
+            batch.extend(changes.drain(..).map(Ingested::Change));
+            return;
+        }
+    }
+    match <tp::Event as prost::Message>::decode(node.bytes().clone()) {
+        Ok(ev) => apply(src, ev, changes, batch),
+        // The decoder read it as a node's PUT, which decodes: not met.
+        Err(e) => batch.push(rejected(
+            &src.stats,
+            reject(
+                RejectCode::StreamProtocol,
+                "node",
+                "",
+                format!("a node's PUT did not decode: {e}"),
+            ),
+        )),
     }
 }
 
@@ -590,9 +629,10 @@ fn hidden_from_listing(src: &mut Teleport, listed: &BTreeSet<(AgentService, Stri
 
 /// Opens the watch of `kinds`, partial success allowed.
 async fn open_watch(
-    auth: &mut AuthServiceClient<Channel>,
+    channel: &Channel,
+    max: usize,
     kinds: &[String],
-) -> Result<tonic::Streaming<tp::Event>, tonic::Status> {
+) -> Result<tonic::Streaming<Watched>, tonic::Status> {
     let watch = tp::Watch {
         kinds: kinds
             .iter()
@@ -603,21 +643,28 @@ async fn open_watch(
             .collect(),
         allow_partial_success: true,
     };
-    Ok(auth.watch_events(watch).await?.into_inner())
+    let mut grpc = ready_client(channel.clone(), max).await?;
+    let path =
+        tonic::codegen::http::uri::PathAndQuery::from_static("/proto.AuthService/WatchEvents");
+    Ok(grpc
+        .server_streaming(method(watch, "WatchEvents"), path, WatchCodec)
+        .await?
+        .into_inner())
 }
 
 /// The kinds among `kinds` whose watch alone is refused with
 /// PermissionDenied (at the call or as the first message); any other
 /// failure ends the probe as the session's error.
 async fn probe_denied(
-    auth: &mut AuthServiceClient<Channel>,
+    channel: &Channel,
+    max: usize,
     kinds: &[String],
     timeout: std::time::Duration,
 ) -> Result<BTreeSet<String>, WatchError> {
     let mut denied = BTreeSet::new();
     for kind in kinds {
         let one = std::slice::from_ref(kind);
-        let first = match open_watch(auth, one).await {
+        let first = match open_watch(channel, max, one).await {
             Ok(mut s) => match tokio::time::timeout(timeout, s.message()).await {
                 Ok(r) => r.map(|_| ()),
                 Err(_) => Err(tonic::Status::deadline_exceeded("no INIT in time")),

@@ -1,0 +1,488 @@
+//! A node's heartbeat read where it lies in the watch's bytes.
+//!
+//! Nearly every event of a large cluster's watch is a node saying again
+//! what it said last time, with a later expiry. Decoding it into Teleport's
+//! types makes about ten strings only for the host to find that nothing
+//! but the expiry moved. Here the event's bytes are walked once with
+//! prost's wire primitives, and the fields a heartbeat carries are
+//! borrowed from them. The host takes the expiry in place when the rest
+//! matches what it last heard ([`super::hosts::Hosts::heartbeat`]).
+//!
+//! This only ever does what decoding would have done. Anything unusual
+//! reads as `None`, and the event is then decoded as before: another
+//! resource or operation, a message field given twice (prost would merge
+//! the two), a wire type prost would refuse, text that is not UTF-8. Every
+//! string field the generated type decodes is checked as prost checks it,
+//! and unknown fields are skipped as prost skips them. A test holds the
+//! two readings equal over valid and damaged messages.
+//!
+//! Owns: reading the bytes. Must not touch: what a heartbeat means (hosts,
+//! convert).
+
+use std::ops::Range;
+
+use prost::bytes::{Buf, Bytes};
+use prost::encoding::{decode_key, decode_varint, WireType};
+use prost::Message;
+use smallvec::SmallVec;
+use tonic::codec::{Codec, DecodeBuf, Decoder};
+use tonic::Status;
+
+use crate::proto::codec::Lean;
+use crate::proto::teleport::auth as tp;
+
+/// One message of the watch: a node's PUT kept as its bytes with where
+/// its fields lie, anything else decoded.
+pub enum Watched {
+    NodePut(NodeBytes),
+    Event(tp::Event),
+}
+
+/// A node's PUT as the bytes it came in and the places of the fields read
+/// from them, so that the source reads it without walking it again.
+pub struct NodeBytes {
+    bytes: Bytes,
+    name: Range<usize>,
+    sub_kind: Range<usize>,
+    hostname: Range<usize>,
+    version: Range<usize>,
+    proxies: SmallVec<[Range<usize>; 4]>,
+    expires: Option<prost_types::Timestamp>,
+}
+
+impl NodeBytes {
+    /// `put`, walked from `base`, with its fields placed by their offsets
+    /// in it; `bytes` holds what `base` held.
+    fn new(base: &[u8], put: &NodePut<'_>, bytes: Bytes) -> NodeBytes {
+        let at = |s: &str| {
+            let start = (s.as_ptr() as usize).wrapping_sub(base.as_ptr() as usize);
+            start..start.saturating_add(s.len())
+        };
+        NodeBytes {
+            name: at(put.name),
+            sub_kind: at(put.sub_kind),
+            hostname: at(put.hostname),
+            version: at(put.version),
+            proxies: put.proxies.iter().map(|p| at(p)).collect(),
+            expires: put.expires,
+            bytes,
+        }
+    }
+
+    /// The fields again, borrowed (each was UTF-8 when walked, and is
+    /// checked again rather than assumed).
+    pub fn read(&self) -> Option<NodePut<'_>> {
+        let text = |r: &Range<usize>| {
+            // An empty field may not lie in the bytes at all.
+            if r.is_empty() {
+                return Some("");
+            }
+            std::str::from_utf8(self.bytes.get(r.clone())?).ok()
+        };
+        Some(NodePut {
+            name: text(&self.name)?,
+            sub_kind: text(&self.sub_kind)?,
+            expires: self.expires,
+            hostname: text(&self.hostname)?,
+            version: text(&self.version)?,
+            proxies: self.proxies.iter().map(text).collect::<Option<_>>()?,
+        })
+    }
+
+    /// The whole event.
+    pub fn bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+}
+
+/// `WatchEvents` as the generated client calls it, its events as
+/// [`Watched`]. Every decoding error is the generated decoder's.
+#[derive(Clone, Copy, Default)]
+pub struct WatchCodec;
+
+pub struct WatchDecoder;
+
+/// The codec the generated `WatchEvents` call uses.
+type Generated = Lean<tp::Watch, tp::Event>;
+
+impl Codec for WatchCodec {
+    type Encode = tp::Watch;
+    type Decode = Watched;
+    type Encoder = <Generated as Codec>::Encoder;
+    type Decoder = WatchDecoder;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        Generated::default().encoder()
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        WatchDecoder
+    }
+}
+
+impl Decoder for WatchDecoder {
+    type Item = Watched;
+    type Error = Status;
+
+    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<Watched>, Status> {
+        // A message lies in one piece of tonic's buffer.
+        let whole = buf.chunk().len() == buf.remaining();
+        if whole {
+            let chunk = buf.chunk();
+            let node = node_put(chunk).map(|put| NodeBytes::new(chunk, &put, Bytes::new()));
+            if let Some(node) = node {
+                let bytes = buf.copy_to_bytes(buf.remaining());
+                return Ok(Some(Watched::NodePut(NodeBytes { bytes, ..node })));
+            }
+        }
+        tp::Event::decode(buf)
+            .map(|e| Some(Watched::Event(e)))
+            .map_err(|e| Status::internal(e.to_string()))
+    }
+}
+
+/// Event fields (`proto.Event`).
+const EVENT_TYPE: u32 = 1;
+const EVENT_SERVER: u32 = 11;
+/// The other members of `Event.Resource`: any of them ends the reading.
+const EVENT_OTHER_RESOURCES: [u32; 6] = [2, 17, 26, 29, 32, 43];
+/// `proto.Operation.PUT`.
+const PUT: u64 = 1;
+
+/// A node's PUT, borrowed from the event's bytes; nothing validated.
+#[derive(Debug, Default, PartialEq)]
+pub struct NodePut<'a> {
+    pub name: &'a str,
+    pub sub_kind: &'a str,
+    /// `Metadata.Expires` as sent (Go's zero time included).
+    pub expires: Option<prost_types::Timestamp>,
+    pub hostname: &'a str,
+    pub version: &'a str,
+    pub proxies: SmallVec<[&'a str; 4]>,
+}
+
+/// `bytes` as a `ServerV2` PUT of kind `node`, or `None`.
+pub fn node_put(bytes: &[u8]) -> Option<NodePut<'_>> {
+    let mut buf = bytes;
+    let mut op = 0u64;
+    let mut server = None;
+    while !buf.is_empty() {
+        let (tag, wt) = key(&mut buf)?;
+        match tag {
+            EVENT_TYPE => op = varint(&mut buf, wt)?,
+            EVENT_SERVER if server.is_none() => server = Some(delimited(&mut buf, wt)?),
+            EVENT_SERVER => return None,
+            t if EVENT_OTHER_RESOURCES.contains(&t) => return None,
+            _ => skip(&mut buf, wt)?,
+        }
+    }
+    if op != PUT {
+        return None;
+    }
+    let mut out = NodePut::default();
+    let kind = server_v2(server?, &mut out)?;
+    (kind == "node").then_some(out)
+}
+
+/// `ServerV2`: its kind, the rest into `out`.
+fn server_v2<'a>(mut buf: &'a [u8], out: &mut NodePut<'a>) -> Option<&'a str> {
+    let mut kind = "";
+    let (mut meta, mut spec) = (false, false);
+    while !buf.is_empty() {
+        let (tag, wt) = key(&mut buf)?;
+        match tag {
+            1 => kind = text(&mut buf, wt)?,
+            2 => out.sub_kind = text(&mut buf, wt)?,
+            3 => {
+                text(&mut buf, wt)?;
+            }
+            4 if !meta => {
+                meta = true;
+                metadata(delimited(&mut buf, wt)?, out)?;
+            }
+            5 if !spec => {
+                spec = true;
+                server_spec(delimited(&mut buf, wt)?, out)?;
+            }
+            4 | 5 => return None,
+            _ => skip(&mut buf, wt)?,
+        }
+    }
+    Some(kind)
+}
+
+/// `Metadata`: name, labels (checked, not kept), expiry.
+fn metadata<'a>(mut buf: &'a [u8], out: &mut NodePut<'a>) -> Option<()> {
+    let mut expires = false;
+    while !buf.is_empty() {
+        let (tag, wt) = key(&mut buf)?;
+        match tag {
+            1 => out.name = text(&mut buf, wt)?,
+            2 | 3 | 8 => {
+                text(&mut buf, wt)?;
+            }
+            5 => label(delimited(&mut buf, wt)?)?,
+            6 if !expires => {
+                expires = true;
+                out.expires = Some(timestamp(delimited(&mut buf, wt)?)?);
+            }
+            6 => return None,
+            _ => skip(&mut buf, wt)?,
+        }
+    }
+    Some(())
+}
+
+/// One `Labels` map entry: a string key and a string value.
+fn label(mut buf: &[u8]) -> Option<()> {
+    while !buf.is_empty() {
+        let (tag, wt) = key(&mut buf)?;
+        match tag {
+            1 | 2 => {
+                text(&mut buf, wt)?;
+            }
+            _ => skip(&mut buf, wt)?,
+        }
+    }
+    Some(())
+}
+
+/// `google.protobuf.Timestamp`, as prost reads its int64 and int32.
+fn timestamp(mut buf: &[u8]) -> Option<prost_types::Timestamp> {
+    let mut t = prost_types::Timestamp::default();
+    while !buf.is_empty() {
+        let (tag, wt) = key(&mut buf)?;
+        match tag {
+            1 => t.seconds = varint(&mut buf, wt)? as i64,
+            2 => t.nanos = varint(&mut buf, wt)? as i32,
+            _ => skip(&mut buf, wt)?,
+        }
+    }
+    Some(t)
+}
+
+/// `ServerSpecV2`: hostname, version, `ProxyIDs`; its other strings checked.
+fn server_spec<'a>(mut buf: &'a [u8], out: &mut NodePut<'a>) -> Option<()> {
+    while !buf.is_empty() {
+        let (tag, wt) = key(&mut buf)?;
+        match tag {
+            3 => out.hostname = text(&mut buf, wt)?,
+            7 => out.version = text(&mut buf, wt)?,
+            12 => out.proxies.push(text(&mut buf, wt)?),
+            1 | 11 | 13 => {
+                text(&mut buf, wt)?;
+            }
+            6 => {
+                varint(&mut buf, wt)?;
+            }
+            _ => skip(&mut buf, wt)?,
+        }
+    }
+    Some(())
+}
+
+fn key(buf: &mut &[u8]) -> Option<(u32, WireType)> {
+    decode_key(buf).ok()
+}
+
+/// A varint field; any other wire type is prost's error.
+fn varint(buf: &mut &[u8], wt: WireType) -> Option<u64> {
+    (wt == WireType::Varint).then_some(())?;
+    decode_varint(buf).ok()
+}
+
+/// A length-delimited field's bytes.
+fn delimited<'a>(buf: &mut &'a [u8], wt: WireType) -> Option<&'a [u8]> {
+    (wt == WireType::LengthDelimited).then_some(())?;
+    let len = usize::try_from(decode_varint(buf).ok()?).ok()?;
+    let (field, rest) = buf.split_at_checked(len)?;
+    *buf = rest;
+    Some(field)
+}
+
+/// A string field: UTF-8, as prost requires.
+fn text<'a>(buf: &mut &'a [u8], wt: WireType) -> Option<&'a str> {
+    std::str::from_utf8(delimited(buf, wt)?).ok()
+}
+
+/// An unknown field, skipped as prost skips it; groups end the reading.
+fn skip(buf: &mut &[u8], wt: WireType) -> Option<()> {
+    let len = match wt {
+        WireType::Varint => {
+            decode_varint(buf).ok()?;
+            return Some(());
+        }
+        WireType::ThirtyTwoBit => 4,
+        WireType::SixtyFourBit => 8,
+        WireType::LengthDelimited => usize::try_from(decode_varint(buf).ok()?).ok()?,
+        WireType::StartGroup | WireType::EndGroup => return None,
+    };
+    *buf = buf.get(len..)?;
+    Some(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::teleport::{auth as tp, types};
+    use prost::Message;
+    use rand::{Rng, SeedableRng};
+
+    fn node(name: &str, proxies: &[&str]) -> tp::Event {
+        tp::Event {
+            r#type: tp::Operation::Put as i32,
+            resource: Some(tp::event::Resource::Server(Box::new(types::ServerV2 {
+                kind: "node".into(),
+                sub_kind: String::new(),
+                version: "v2".into(),
+                metadata: Some(types::Metadata {
+                    name: name.into(),
+                    namespace: "default".into(),
+                    description: "d".into(),
+                    labels: [("env".to_string(), "prod".to_string())].into(),
+                    expires: Some(prost_types::Timestamp {
+                        seconds: 1_800_000_000,
+                        nanos: 5,
+                    }),
+                    revision: "r1".into(),
+                }),
+                spec: Some(types::ServerSpecV2 {
+                    addr: "10.0.0.1:3022".into(),
+                    hostname: format!("{name}.example"),
+                    use_tunnel: true,
+                    version: "16.4.2".into(),
+                    peer_addr: String::new(),
+                    proxy_i_ds: proxies.iter().map(|p| p.to_string()).collect(),
+                    public_addrs: vec!["a.example:3022".into()],
+                }),
+            }))),
+        }
+    }
+
+    /// Name, SubKind, expiry, hostname, version, proxies.
+    type Read = (
+        String,
+        String,
+        Option<prost_types::Timestamp>,
+        String,
+        String,
+        Vec<String>,
+    );
+
+    /// What decoding the bytes says of a node PUT, in the same form.
+    fn decoded(bytes: &[u8]) -> Option<Read> {
+        let ev = tp::Event::decode(bytes).ok()?;
+        if ev.r#type != tp::Operation::Put as i32 {
+            return None;
+        }
+        let Some(tp::event::Resource::Server(s)) = ev.resource else {
+            return None;
+        };
+        if s.kind != "node" {
+            return None;
+        }
+        let m = s.metadata.unwrap_or_default();
+        let sp = s.spec.unwrap_or_default();
+        Some((
+            m.name,
+            s.sub_kind,
+            m.expires,
+            sp.hostname,
+            sp.version,
+            sp.proxy_i_ds,
+        ))
+    }
+
+    fn read(bytes: &[u8]) -> Option<Read> {
+        node_put(bytes).map(|n| {
+            (
+                n.name.into(),
+                n.sub_kind.into(),
+                n.expires,
+                n.hostname.into(),
+                n.version.into(),
+                n.proxies.iter().map(|p| p.to_string()).collect(),
+            )
+        })
+    }
+
+    #[test]
+    fn a_node_put_reads_as_decoding_reads_it() {
+        let bytes = node("host-1", &["p1", "p2"]).encode_to_vec();
+        let n = node_put(&bytes).unwrap();
+        assert_eq!(n.name, "host-1");
+        assert_eq!(n.hostname, "host-1.example");
+        assert_eq!(n.version, "16.4.2");
+        assert_eq!(n.proxies.as_slice(), ["p1", "p2"]);
+        assert_eq!(
+            n.expires.map(|t| (t.seconds, t.nanos)),
+            Some((1_800_000_000, 5))
+        );
+        assert_eq!(read(&bytes), decoded(&bytes));
+    }
+
+    #[test]
+    fn anything_but_a_node_put_reads_as_none() {
+        let mut proxy = node("p", &[]);
+        if let Some(tp::event::Resource::Server(s)) = proxy.resource.as_mut() {
+            s.kind = "proxy".into();
+        }
+        let mut delete = node("h", &[]);
+        delete.r#type = tp::Operation::Delete as i32;
+        let app = tp::Event {
+            r#type: tp::Operation::Put as i32,
+            resource: Some(tp::event::Resource::AppServer(Box::default())),
+        };
+        for ev in [proxy, delete, app] {
+            assert_eq!(node_put(&ev.encode_to_vec()), None, "{ev:?}");
+        }
+        // A Metadata given twice is merged by prost: left to it.
+        let mut bytes = node("h", &[]).encode_to_vec();
+        let again = types::ServerV2 {
+            metadata: Some(types::Metadata::default()),
+            ..Default::default()
+        };
+        let mut twice = Vec::new();
+        prost::encoding::message::encode(11, &again, &mut twice);
+        bytes.extend(twice);
+        assert_eq!(node_put(&bytes), None);
+    }
+
+    /// Damaged and shuffled messages: whenever the walk reads a node PUT,
+    /// decoding the same bytes succeeds and reads the same.
+    #[test]
+    fn the_walk_never_reads_what_decoding_would_not() {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+        let base = node("host-7", &["p1", "p2", "p3"]).encode_to_vec();
+        let (mut walked, mut agreed) = (0, 0);
+        for round in 0..20_000 {
+            let mut b = base.clone();
+            match round % 4 {
+                0 => {
+                    let i = rng.random_range(0..b.len());
+                    b[i] = rng.random();
+                }
+                1 => b.truncate(rng.random_range(0..b.len())),
+                2 => {
+                    let i = rng.random_range(0..b.len());
+                    b.insert(i, rng.random());
+                }
+                _ => {
+                    for _ in 0..3 {
+                        let i = rng.random_range(0..b.len());
+                        b[i] ^= 1 << rng.random_range(0..8);
+                    }
+                }
+            }
+            let fast = read(&b);
+            if fast.is_some() {
+                walked += 1;
+                assert_eq!(fast, decoded(&b), "bytes {b:?}");
+                agreed += 1;
+            }
+        }
+        // The damage leaves many messages readable: the check has teeth.
+        assert!(walked > 1_000, "{walked}");
+        assert_eq!(walked, agreed);
+    }
+}
