@@ -584,7 +584,9 @@ impl Hosts {
     /// Every agent and tunnel, for a resync.
     pub fn snapshot(&self) -> (Vec<Server>, Vec<Tunnel>) {
         let mut agents = Vec::with_capacity(self.hosts.len());
-        let mut tunnels = Vec::new();
+        // Sized first: grown by doubling, a large fleet's tunnels were
+        // copied and faulted in several times over.
+        let mut tunnels = Vec::with_capacity(self.hosts.values().map(|h| h.tunnels.len()).sum());
         for (name, h) in &self.hosts {
             if let Some(a) = &h.sent {
                 agents.push(a.agent(name, &h.auth));
