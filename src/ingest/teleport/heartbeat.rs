@@ -6,7 +6,7 @@
 //! but the expiry moved. Here the event's bytes are walked once with
 //! prost's wire primitives, and the fields a heartbeat carries are
 //! borrowed from them. The host takes the expiry in place when the rest
-//! matches what it last heard ([`super::hosts::Hosts::heartbeat`]).
+//! matches what it last heard ([`super::hosts::Hosts::node_heartbeat`]).
 //!
 //! This only ever does what decoding would have done. Anything unusual
 //! reads as `None`, and the event is then decoded as before: another

@@ -412,6 +412,10 @@ impl Hosts {
             return false;
         };
         let kind = AgentService::Node.as_str();
+        // An agentless host is no heartbeat at all.
+        if convert::AGENTLESS_SUBKINDS.contains(&put.sub_kind) {
+            return false;
+        }
         // As `convert::beat` takes them: proxies checked, sorted and once
         // each; hostname and version cleaned.
         let proxies_as_kept = put.proxies.is_sorted_by(|a, b| a < b)
@@ -774,6 +778,10 @@ mod tests {
         let declined = [
             NodePut {
                 name: "h2",
+                ..put(200)
+            },
+            NodePut {
+                sub_kind: "openssh",
                 ..put(200)
             },
             NodePut {
