@@ -25,10 +25,10 @@ use prost::bytes::{Buf, Bytes};
 use prost::encoding::{decode_key, decode_varint, WireType};
 use prost::Message;
 use smallvec::SmallVec;
-use tonic::codec::{Codec, DecodeBuf, Decoder};
+use tonic::codec::{DecodeBuf, Decoder};
 use tonic::Status;
 
-use crate::proto::codec::Lean;
+use super::pages::Call;
 use crate::proto::teleport::auth as tp;
 
 /// One message of the watch: a node's PUT kept as its bytes with where
@@ -97,28 +97,10 @@ impl NodeBytes {
 
 /// `WatchEvents` as the generated client calls it, its events as
 /// [`Watched`]. Every decoding error is the generated decoder's.
-#[derive(Clone, Copy, Default)]
-pub struct WatchCodec;
+pub type WatchCodec = Call<tp::Watch, WatchDecoder>;
 
+#[derive(Default)]
 pub struct WatchDecoder;
-
-/// The codec the generated `WatchEvents` call uses.
-type Generated = Lean<tp::Watch, tp::Event>;
-
-impl Codec for WatchCodec {
-    type Encode = tp::Watch;
-    type Decode = Watched;
-    type Encoder = <Generated as Codec>::Encoder;
-    type Decoder = WatchDecoder;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        Generated::default().encoder()
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        WatchDecoder
-    }
-}
 
 impl Decoder for WatchDecoder {
     type Item = Watched;

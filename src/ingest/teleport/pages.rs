@@ -8,6 +8,7 @@
 //! halves, as Teleport's own clients do.
 
 use std::collections::BTreeSet;
+use std::marker::PhantomData;
 
 use prost::bytes::Bytes;
 use prost::Message;
@@ -48,7 +49,11 @@ impl Lister {
     async fn call(self, req: tp::ListResourcesRequest) -> Result<Bytes, Status> {
         let mut grpc = ready_client(self.channel, self.max).await?;
         let answer = grpc
-            .unary(method(req, METHOD), PathAndQuery::from_static(PATH), Answer)
+            .unary(
+                method(req, METHOD),
+                PathAndQuery::from_static(PATH),
+                Answer::default(),
+            )
             .await?;
         Ok(answer.into_inner())
     }
@@ -79,30 +84,43 @@ pub(super) fn method<T>(message: T, method: &'static str) -> Request<T> {
     req
 }
 
-/// The codec the generated `ListResources` call uses.
-type Generated = Lean<tp::ListResourcesRequest, tp::ListResourcesResponse>;
+/// An Auth API call whose request goes as the generated client encodes
+/// it (its codec, `E`), and whose answers are read by Lifeline's own
+/// decoder `D`: the raw page bytes here, the watch's events in
+/// `heartbeat`.
+pub(super) struct Call<E, D>(PhantomData<(E, D)>);
 
-/// The request as the generated call encodes it; the answer, kept as its
-/// bytes.
-#[derive(Clone, Copy, Default)]
-struct Answer;
-
-struct AnswerBytes;
-
-impl Codec for Answer {
-    type Encode = tp::ListResourcesRequest;
-    type Decode = Bytes;
-    type Encoder = <Generated as Codec>::Encoder;
-    type Decoder = AnswerBytes;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        Generated::default().encoder()
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        AnswerBytes
+impl<E, D> Default for Call<E, D> {
+    fn default() -> Self {
+        Call(PhantomData)
     }
 }
+
+impl<E, D> Codec for Call<E, D>
+where
+    E: Message + Default + Send + 'static,
+    D: Decoder<Error = Status> + Default + Send + 'static,
+    D::Item: Send + 'static,
+{
+    type Encode = E;
+    type Decode = D::Item;
+    type Encoder = <Lean<E, E> as Codec>::Encoder;
+    type Decoder = D;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        Lean::<E, E>::default().encoder()
+    }
+
+    fn decoder(&mut self) -> D {
+        D::default()
+    }
+}
+
+/// `ListResources` with each answer kept as its bytes.
+type Answer = Call<tp::ListResourcesRequest, AnswerBytes>;
+
+#[derive(Default)]
+struct AnswerBytes;
 
 impl Decoder for AnswerBytes {
     type Item = Bytes;

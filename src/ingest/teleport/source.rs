@@ -647,7 +647,7 @@ async fn open_watch(
     let path =
         tonic::codegen::http::uri::PathAndQuery::from_static("/proto.AuthService/WatchEvents");
     Ok(grpc
-        .server_streaming(method(watch, "WatchEvents"), path, WatchCodec)
+        .server_streaming(method(watch, "WatchEvents"), path, WatchCodec::default())
         .await?
         .into_inner())
 }
