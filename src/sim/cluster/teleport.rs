@@ -611,7 +611,9 @@ fn refused(inner: &Inner) -> HashSet<String> {
 #[tonic::async_trait]
 impl AuthService for Service {
     type WatchEventsStream = ReceiverStream<Result<tp::Event, Status>>;
-    type GetInstancesStream = ReceiverStream<Result<types::InstanceV1, Status>>;
+    type GetInstancesStream = std::pin::Pin<
+        Box<dyn tokio_stream::Stream<Item = Result<types::InstanceV1, Status>> + Send>,
+    >;
 
     async fn watch_events(
         &self,
@@ -817,8 +819,10 @@ impl AuthService for Service {
     ) -> Result<Response<Self::GetInstancesStream>, Status> {
         // Streamed a chunk at a time, each read under the lock alone, as
         // Teleport streams from its cache: the listings go on meanwhile.
+        // Whole chunks through the channel: one hand-over per chunk, not
+        // per instance.
         let inner = self.inner.clone();
-        let (tx, rx) = mpsc::channel(256);
+        let (tx, rx) = mpsc::channel::<Vec<types::InstanceV1>>(2);
         tokio::spawn(async move {
             let mut after: Option<String> = None;
             loop {
@@ -841,14 +845,15 @@ impl AuthService for Service {
                     .as_ref()
                     .and_then(|h| h.metadata.as_ref())
                     .map(|m| m.name.clone());
-                for i in chunk {
-                    if tx.send(Ok(i)).await.is_err() {
-                        return;
-                    }
+                if tx.send(chunk).await.is_err() {
+                    return;
                 }
             }
         });
-        Ok(Response::new(ReceiverStream::new(rx)))
+        use futures::StreamExt;
+        let instances = ReceiverStream::new(rx)
+            .flat_map(|chunk| futures::stream::iter(chunk.into_iter().map(Ok)));
+        Ok(Response::new(Box::pin(instances)))
     }
 }
 
