@@ -6,7 +6,8 @@
 //! (`convert`), reading a node's heartbeat where it lies in the
 //! watch's bytes (`heartbeat`), folding agent services into one agent per host with its
 //! tunnels (`hosts`), listing agent services a page ahead (`pages`), which Auth
-//! saw each host (`instances`), the
+//! saw each host (`instances`), prost's wire primitives for reading a
+//! message where it lies (`wire`), the
 //! watch session itself (`source`), and reading
 //! the identity file again when it is renewed (`renew`). Must not
 //! touch: fleet state or SQLite; never logs key material.
@@ -20,3 +21,4 @@ mod instances;
 mod pages;
 pub mod renew;
 pub mod source;
+mod wire;

@@ -14,6 +14,7 @@ use crate::model::{AgentService, Kind, RejectCode, Rejection, Server};
 use crate::proto::teleport::{auth, types};
 use crate::proto::v1 as pb;
 
+use super::heartbeat::NodePut;
 use super::hosts::Beat;
 
 /// Go's zero `time.Time` on the wire: 0001-01-01T00:00:00Z. Unset.
@@ -218,6 +219,30 @@ pub fn server_v2(s: types::ServerV2, seen: &Seen, ttls: &mut Ttls) -> Result<Ite
             format!("a ServerV2 of kind {other:?} (expected proxy, auth_server or node)"),
         )),
     }
+}
+
+/// A listed node read in place from its page: what [`server_v2`] makes of
+/// the same node decoded, built from the few fields a host keeps.
+pub fn listed_node(put: &NodePut<'_>, seen: &Seen) -> Result<Item, Rejection> {
+    if AGENTLESS_SUBKINDS.contains(&put.sub_kind) {
+        validate::check_name("node", put.name, "Metadata.Name")?;
+        return Ok(Item::Agentless(put.name.to_string()));
+    }
+    beat(
+        AgentService::Node,
+        Service {
+            host: put.name.to_string(),
+            name: put.name.to_string(),
+            hostname: put.hostname.to_string(),
+            version: put.version.to_string(),
+            proxies: put.proxies.iter().map(|p| p.to_string()).collect(),
+            meta: types::Metadata {
+                expires: put.expires,
+                ..Default::default()
+            },
+        },
+        seen,
+    )
 }
 
 /// A service resource's parts, whatever its message.
@@ -525,5 +550,63 @@ mod tests {
         };
         assert_eq!((b.host.as_str(), b.hostname.as_str()), ("host-1", "web"));
         assert_eq!(b.proxies, ["p1", "p2"]);
+    }
+
+    /// A listed node read in place and the same node decoded come out
+    /// alike, refused or not.
+    #[test]
+    fn a_listed_node_in_place_is_what_the_decoded_node_is() {
+        use crate::proto::teleport::auth as tp;
+        use prost::Message;
+        let now = Ts::from_micros(1_700_000_000_000_000);
+        let seen = listed(now);
+        let node = |name: &str,
+                    sub: &str,
+                    host: &str,
+                    version: &str,
+                    proxies: &[&str],
+                    exp: Option<prost_types::Timestamp>| types::ServerV2 {
+            kind: "node".into(),
+            sub_kind: sub.into(),
+            version: "v2".into(),
+            metadata: Some(types::Metadata {
+                labels: [("env".to_string(), "prod".to_string())].into(),
+                ..meta(name, exp)
+            }),
+            spec: Some(types::ServerSpecV2 {
+                hostname: host.into(),
+                version: version.into(),
+                proxy_i_ds: proxies.iter().map(|p| p.to_string()).collect(),
+                ..Default::default()
+            }),
+        };
+        let soon = Some(at(1_700_000_600));
+        let cases = [
+            node("h1", "", "web-1", "16.4.2", &["p2", "p1", "p1"], soon),
+            node("h2", "", "web\u{7}2", " 16.4.2 ", &[], soon),
+            node("h3", "openssh", "ssh-3", "", &[], None),
+            node("bad name\n", "openssh", "", "", &[], None),
+            node("h4", "", "web-4", "16", &["bad proxy\u{0}"], soon),
+            node("h5", "", "web-5", "16", &[], None),
+            node("h6", "", "web-6", "16", &[], Some(at(GO_ZERO_SECONDS))),
+            node("h7", "", "web-7", "16", &[], Some(at(4_000_000_000))),
+            node("", "", "web-8", "16", &[], soon),
+        ];
+        for s in cases {
+            let page = tp::ListResourcesResponse {
+                resources: vec![tp::PaginatedResource {
+                    resource: Some(tp::paginated_resource::Resource::Node(s.clone())),
+                }],
+                ..Default::default()
+            };
+            let bytes = prost::bytes::Bytes::from(page.encode_to_vec());
+            let entries = super::super::heartbeat::page_entries(&bytes).unwrap();
+            let Some(super::super::heartbeat::Entry::Node(n)) = entries.first() else {
+                panic!("{s:?} was not read in place");
+            };
+            let in_place = listed_node(&n.read().unwrap(), &seen);
+            let decoded = server_v2(s.clone(), &seen, &mut Ttls::default());
+            assert_eq!(format!("{in_place:?}"), format!("{decoded:?}"), "{s:?}");
+        }
     }
 }

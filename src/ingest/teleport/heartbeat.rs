@@ -1,4 +1,5 @@
-//! A node's heartbeat read where it lies in the watch's bytes.
+//! A node's heartbeat read where it lies in the watch's bytes, and a
+//! listing's nodes where they lie in its pages.
 //!
 //! Nearly every event of a large cluster's watch is a node saying again
 //! what it said last time, with a later expiry. Decoding it into Teleport's
@@ -7,14 +8,17 @@
 //! prost's wire primitives, and the fields a heartbeat carries are
 //! borrowed from them. The host takes the expiry in place when the rest
 //! matches what it last heard ([`super::hosts::Hosts::node_heartbeat`]).
+//! A `ListResources` page of nodes is read the same way: each node's
+//! fields are borrowed from the page, and only those a host keeps become
+//! strings.
 //!
 //! This only ever does what decoding would have done. Anything unusual
-//! reads as `None`, and the event is then decoded as before: another
-//! resource or operation, a message field given twice (prost would merge
-//! the two), a wire type prost would refuse, text that is not UTF-8. Every
-//! string field the generated type decodes is checked as prost checks it,
-//! and unknown fields are skipped as prost skips them. A test holds the
-//! two readings equal over valid and damaged messages.
+//! reads as `None`, and the event (or the page's entry) is then decoded as
+//! before: another resource or operation, a message field given twice
+//! (prost would merge the two), a wire type prost would refuse, text that
+//! is not UTF-8. Every string field the generated type decodes is checked
+//! as prost checks it, and unknown fields are skipped as prost skips them.
+//! Tests hold the two readings equal over valid and damaged messages.
 //!
 //! Owns: reading the bytes. Must not touch: what a heartbeat means (hosts,
 //! convert).
@@ -22,13 +26,13 @@
 use std::ops::Range;
 
 use prost::bytes::{Buf, Bytes};
-use prost::encoding::{decode_key, decode_varint, WireType};
 use prost::Message;
 use smallvec::SmallVec;
 use tonic::codec::{DecodeBuf, Decoder};
 use tonic::Status;
 
 use super::pages::Call;
+use super::wire::{delimited, key, skip, text, varint};
 use crate::proto::teleport::auth as tp;
 
 /// One message of the watch: a node's PUT kept as its bytes with where
@@ -89,7 +93,8 @@ impl NodeBytes {
         })
     }
 
-    /// The whole event.
+    /// The bytes it was read from: the whole event (a listed node's
+    /// are its page's).
     pub fn bytes(&self) -> &Bytes {
         &self.bytes
     }
@@ -160,6 +165,79 @@ pub fn node_put(bytes: &[u8]) -> Option<NodePut<'_>> {
     }
     if op != PUT {
         return None;
+    }
+    let mut out = NodePut::default();
+    let kind = server_v2(server?, &mut out)?;
+    (kind == "node").then_some(out)
+}
+
+/// `ListResourcesResponse` fields.
+const PAGE_RESOURCES: u32 = 1;
+const PAGE_NEXT_KEY: u32 = 2;
+const PAGE_TOTAL_COUNT: u32 = 3;
+/// `PaginatedResource.Node`, and the oneof's other members.
+const ENTRY_NODE: u32 = 3;
+const ENTRY_OTHER_RESOURCES: [u32; 4] = [1, 2, 7, 8];
+
+/// One entry of a `ListResources` page: a node as the bytes of its page
+/// with where its fields lie, anything else decoded.
+pub enum Entry {
+    Node(NodeBytes),
+    Decoded(Box<tp::PaginatedResource>),
+}
+
+/// A `ListResourcesResponse`'s entries, its nodes read in place. Decoding
+/// the page fails exactly when prost's would, with prost's error: a page
+/// whose outer fields the walk cannot read is decoded by prost whole.
+pub fn page_entries(page: &Bytes) -> Result<Vec<Entry>, prost::DecodeError> {
+    let whole = page.as_ref();
+    let decoded = || {
+        tp::ListResourcesResponse::decode(page.clone()).map(|p| {
+            p.resources
+                .into_iter()
+                .map(|r| Entry::Decoded(Box::new(r)))
+                .collect()
+        })
+    };
+    let mut buf = whole;
+    let mut out = Vec::new();
+    while !buf.is_empty() {
+        let Some((tag, wt)) = key(&mut buf) else {
+            return decoded();
+        };
+        let read = match tag {
+            PAGE_RESOURCES => delimited(&mut buf, wt).map(|entry| match listed_node(entry) {
+                Some(put) => Some(Entry::Node(NodeBytes::new(whole, &put, page.clone()))),
+                None => tp::PaginatedResource::decode(entry)
+                    .ok()
+                    .map(|r| Entry::Decoded(Box::new(r))),
+            }),
+            PAGE_NEXT_KEY => text(&mut buf, wt).map(|_| None),
+            PAGE_TOTAL_COUNT => varint(&mut buf, wt).map(|_| None),
+            _ => skip(&mut buf, wt).map(|_| None),
+        };
+        match read {
+            Some(Some(entry)) => out.push(entry),
+            Some(None) if tag != PAGE_RESOURCES => {}
+            // An entry prost refuses fails the page: prost says how.
+            _ => return decoded(),
+        }
+    }
+    Ok(out)
+}
+
+/// A `PaginatedResource` holding a `ServerV2` of kind `node` and no other
+/// member of its oneof, or `None`.
+fn listed_node(mut buf: &[u8]) -> Option<NodePut<'_>> {
+    let mut server = None;
+    while !buf.is_empty() {
+        let (tag, wt) = key(&mut buf)?;
+        match tag {
+            ENTRY_NODE if server.is_none() => server = Some(delimited(&mut buf, wt)?),
+            ENTRY_NODE => return None,
+            t if ENTRY_OTHER_RESOURCES.contains(&t) => return None,
+            _ => skip(&mut buf, wt)?,
+        }
     }
     let mut out = NodePut::default();
     let kind = server_v2(server?, &mut out)?;
@@ -263,50 +341,11 @@ fn server_spec<'a>(mut buf: &'a [u8], out: &mut NodePut<'a>) -> Option<()> {
     Some(())
 }
 
-fn key(buf: &mut &[u8]) -> Option<(u32, WireType)> {
-    decode_key(buf).ok()
-}
-
-/// A varint field; any other wire type is prost's error.
-fn varint(buf: &mut &[u8], wt: WireType) -> Option<u64> {
-    (wt == WireType::Varint).then_some(())?;
-    decode_varint(buf).ok()
-}
-
-/// A length-delimited field's bytes.
-fn delimited<'a>(buf: &mut &'a [u8], wt: WireType) -> Option<&'a [u8]> {
-    (wt == WireType::LengthDelimited).then_some(())?;
-    let len = usize::try_from(decode_varint(buf).ok()?).ok()?;
-    let (field, rest) = buf.split_at_checked(len)?;
-    *buf = rest;
-    Some(field)
-}
-
-/// A string field: UTF-8, as prost requires.
-fn text<'a>(buf: &mut &'a [u8], wt: WireType) -> Option<&'a str> {
-    std::str::from_utf8(delimited(buf, wt)?).ok()
-}
-
-/// An unknown field, skipped as prost skips it; groups end the reading.
-fn skip(buf: &mut &[u8], wt: WireType) -> Option<()> {
-    let len = match wt {
-        WireType::Varint => {
-            decode_varint(buf).ok()?;
-            return Some(());
-        }
-        WireType::ThirtyTwoBit => 4,
-        WireType::SixtyFourBit => 8,
-        WireType::LengthDelimited => usize::try_from(decode_varint(buf).ok()?).ok()?,
-        WireType::StartGroup | WireType::EndGroup => return None,
-    };
-    *buf = buf.get(len..)?;
-    Some(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::proto::teleport::{auth as tp, types};
+    use prost::encoding::WireType;
     use prost::Message;
     use rand::{Rng, SeedableRng};
 
@@ -466,5 +505,183 @@ mod tests {
         // The damage leaves many messages readable: the check has teeth.
         assert!(walked > 1_000, "{walked}");
         assert_eq!(walked, agreed);
+    }
+
+    /// A page of these servers, each as a `PaginatedResource.Node`.
+    fn page_of(servers: Vec<types::ServerV2>) -> tp::ListResourcesResponse {
+        tp::ListResourcesResponse {
+            resources: servers
+                .into_iter()
+                .map(|s| tp::PaginatedResource {
+                    resource: Some(tp::paginated_resource::Resource::Node(s)),
+                })
+                .collect(),
+            next_key: "host-9".into(),
+            total_count: 0,
+        }
+    }
+
+    fn server(name: &str, proxies: &[&str]) -> types::ServerV2 {
+        match node(name, proxies).resource {
+            Some(tp::event::Resource::Server(s)) => *s,
+            _ => unreachable!(),
+        }
+    }
+
+    /// Each entry in one form: a node's fields as `read` gives them,
+    /// anything else as decoded.
+    #[derive(Debug, PartialEq)]
+    enum Seen {
+        Node(Read),
+        Other(Box<tp::PaginatedResource>),
+    }
+
+    fn fields(s: types::ServerV2) -> Read {
+        let m = s.metadata.unwrap_or_default();
+        let sp = s.spec.unwrap_or_default();
+        (
+            m.name,
+            s.sub_kind,
+            m.expires,
+            sp.hostname,
+            sp.version,
+            sp.proxy_i_ds,
+        )
+    }
+
+    /// The page as decoding reads it, nodes of kind `node` as fields.
+    fn page_decoded(bytes: &[u8]) -> Option<Vec<Seen>> {
+        let page = tp::ListResourcesResponse::decode(bytes).ok()?;
+        Some(
+            page.resources
+                .into_iter()
+                .map(|r| match r.resource {
+                    Some(tp::paginated_resource::Resource::Node(s)) if s.kind == "node" => {
+                        Seen::Node(fields(s))
+                    }
+                    _ => Seen::Other(Box::new(r)),
+                })
+                .collect(),
+        )
+    }
+
+    fn page_walked(bytes: &[u8]) -> Option<Vec<Seen>> {
+        let entries = page_entries(&Bytes::copy_from_slice(bytes)).ok()?;
+        Some(
+            entries
+                .into_iter()
+                .map(|e| match e {
+                    Entry::Node(n) => {
+                        let p = n.read().unwrap();
+                        Seen::Node((
+                            p.name.into(),
+                            p.sub_kind.into(),
+                            p.expires,
+                            p.hostname.into(),
+                            p.version.into(),
+                            p.proxies.iter().map(|x| x.to_string()).collect(),
+                        ))
+                    }
+                    Entry::Decoded(r) => match r.resource {
+                        Some(tp::paginated_resource::Resource::Node(s)) if s.kind == "node" => {
+                            Seen::Node(fields(s))
+                        }
+                        _ => Seen::Other(r),
+                    },
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn a_page_reads_as_decoding_reads_it_its_nodes_in_place() {
+        let mut agentless = server("openssh-1", &[]);
+        agentless.sub_kind = "openssh".into();
+        let mut proxy = server("p1", &[]);
+        proxy.kind = "proxy".into();
+        let mut page = page_of(vec![server("host-1", &["p1", "p2"]), agentless, proxy]);
+        page.resources.push(tp::PaginatedResource::default());
+        page.resources.push(tp::PaginatedResource {
+            resource: Some(tp::paginated_resource::Resource::AppServer(
+                Default::default(),
+            )),
+        });
+        let bytes = page.encode_to_vec();
+        let entries = page_entries(&Bytes::from(bytes.clone())).unwrap();
+        // Both nodes in place (the agentless one too: what it means is
+        // for convert); the proxy, the empty entry and the app decoded.
+        let kinds: Vec<bool> = entries
+            .iter()
+            .map(|e| matches!(e, Entry::Node(_)))
+            .collect();
+        assert_eq!(kinds, [true, true, false, false, false]);
+        assert_eq!(page_walked(&bytes), page_decoded(&bytes));
+        // A Node given twice in one entry is merged by prost: decoded.
+        let mut twice = page_of(vec![server("host-2", &[])]).encode_to_vec();
+        let mut entry = Vec::new();
+        let again = tp::PaginatedResource {
+            resource: Some(tp::paginated_resource::Resource::Node(server(
+                "host-3",
+                &[],
+            ))),
+        };
+        let mut inner = again.encode_to_vec();
+        inner.extend(again.encode_to_vec());
+        prost::encoding::encode_key(1, WireType::LengthDelimited, &mut entry);
+        prost::encoding::encode_varint(inner.len() as u64, &mut entry);
+        entry.extend(inner);
+        twice.extend(entry);
+        let entries = page_entries(&Bytes::from(twice.clone())).unwrap();
+        assert!(matches!(entries[1], Entry::Decoded(_)));
+        assert_eq!(page_walked(&twice), page_decoded(&twice));
+    }
+
+    /// Damaged pages: the walk fails exactly when decoding does, and reads
+    /// what it reads.
+    #[test]
+    fn a_damaged_page_reads_as_decoding_reads_it() {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(13);
+        let base = page_of(vec![
+            server("host-1", &["p1"]),
+            server("host-2", &["p1", "p2"]),
+            server("host-3", &[]),
+        ])
+        .encode_to_vec();
+        let (mut ok, mut refused, mut in_place) = (0, 0, 0);
+        for round in 0..20_000 {
+            let mut b = base.clone();
+            match round % 3 {
+                0 => {
+                    let i = rng.random_range(0..b.len());
+                    b[i] = rng.random();
+                }
+                1 => b.truncate(rng.random_range(0..b.len())),
+                _ => {
+                    let i = rng.random_range(0..b.len());
+                    b.insert(i, rng.random());
+                }
+            }
+            let walked = page_walked(&b);
+            assert_eq!(walked, page_decoded(&b), "bytes {b:?}");
+            match page_entries(&Bytes::from(b.clone())) {
+                Ok(e) => in_place += e.iter().filter(|e| matches!(e, Entry::Node(_))).count(),
+                // Prost's own error, word for word.
+                Err(e) => assert_eq!(
+                    e.to_string(),
+                    tp::ListResourcesResponse::decode(b.as_slice())
+                        .unwrap_err()
+                        .to_string()
+                ),
+            }
+            match walked {
+                Some(_) => ok += 1,
+                None => refused += 1,
+            }
+        }
+        assert!(
+            ok > 1_000 && refused > 1_000,
+            "{ok} read, {refused} refused"
+        );
+        assert!(in_place > 3_000, "{in_place} nodes read in place");
     }
 }

@@ -1,11 +1,13 @@
 //! Agent services through `ListResources`, a page ahead. Teleport pages
 //! one request at a time: the key of the next page is in the answer. Each
 //! answer is therefore taken as bytes, its `NextKey` read without decoding
-//! the resources, and the next request sent before they are decoded, so
-//! the Auth server prepares page n + 1 while Lifeline decodes page n
+//! the resources, and the next request sent before they are read, so
+//! the Auth server prepares page n + 1 while Lifeline reads page n
 //! instead of each side waiting for the other. At most one request per
 //! kind is ahead; a page too large for a message is asked for again in
-//! halves, as Teleport's own clients do.
+//! halves, as Teleport's own clients do. A page's nodes are read where
+//! they lie in its bytes (`heartbeat::page_entries`), its other entries
+//! decoded.
 
 use std::collections::BTreeSet;
 use std::marker::PhantomData;
@@ -21,13 +23,14 @@ use tonic::{GrpcMethod, Request, Status};
 use tracing::{debug, Instrument};
 
 use super::convert;
+use super::heartbeat::{page_entries, Entry};
 use crate::ingest::watcher::WatchError;
 use crate::model::AgentService;
 use crate::proto::codec::Lean;
 use crate::proto::teleport::auth as tp;
 
 /// One page of an agent kind, or why listing it failed.
-pub(super) type Page = Result<(AgentService, Vec<tp::PaginatedResource>), WatchError>;
+pub(super) type Page = Result<(AgentService, Vec<Entry>), WatchError>;
 
 const SERVICE: &str = "proto.AuthService";
 const METHOD: &str = "ListResources";
@@ -222,8 +225,8 @@ pub(super) async fn fetch_agents(
             let call = lister.clone().call(request(kind, limit, &next));
             ahead = Some(AbortOnDropHandle::new(tokio::spawn(call.in_current_span())));
         }
-        let page = match tp::ListResourcesResponse::decode(bytes) {
-            Ok(p) => p,
+        let entries = match page_entries(&bytes) {
+            Ok(e) => e,
             Err(e) => {
                 let e = WatchError::list(kind.as_str(), &undecodable(e));
                 let _ = pages.send(Err(e)).await;
@@ -231,7 +234,7 @@ pub(super) async fn fetch_agents(
             }
         };
         key = next;
-        if pages.send(Ok((kind, page.resources))).await.is_err() || last {
+        if pages.send(Ok((kind, entries))).await.is_err() || last {
             return;
         }
     }
@@ -255,11 +258,15 @@ pub(super) async fn list_names(
     let mut names = BTreeSet::new();
     while let Some(page) = rx.recv().await {
         let (kind, page) = page?;
-        for r in page {
-            if let Some(r) = r.resource {
-                if let Some(name) = convert::Resource::of_page(r).name() {
-                    names.insert((kind, name));
-                }
+        for e in page {
+            let name = match e {
+                Entry::Node(n) => n.read().map(|put| put.name.to_string()),
+                Entry::Decoded(r) => r
+                    .resource
+                    .and_then(|r| convert::Resource::of_page(r).name()),
+            };
+            if let Some(name) = name.filter(|n| !n.is_empty()) {
+                names.insert((kind, name));
             }
         }
     }

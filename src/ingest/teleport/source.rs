@@ -18,7 +18,7 @@ use tonic::Code;
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use super::convert::{self, Item, Seen, Ttls};
-use super::heartbeat::{NodeBytes, WatchCodec, Watched};
+use super::heartbeat::{Entry, NodeBytes, WatchCodec, Watched};
 use super::hosts::{AuthOf, Hosts};
 use super::http;
 use super::instances::poll_instances;
@@ -579,15 +579,27 @@ async fn list_all(
     let mut hosts = Hosts::new(proxies.iter().map(|s| s.name.clone()), &src.hosts);
     while let Some(page) = pages.recv().await {
         let (kind, page) = page?;
-        for r in page {
-            let item = match r.resource {
-                Some(r) => convert::Resource::of_page(r).validate(&seen, &mut src.ttls),
-                None => Err(reject(
-                    RejectCode::EmptyEvent,
-                    kind.as_str(),
-                    "",
-                    "an empty list entry",
-                )),
+        for entry in page {
+            let item = match entry {
+                Entry::Node(node) => match node.read() {
+                    Some(put) => convert::listed_node(&put, &seen),
+                    // Read once already: not met.
+                    None => Err(reject(
+                        RejectCode::StreamProtocol,
+                        kind.as_str(),
+                        "",
+                        "a listed node could not be read again",
+                    )),
+                },
+                Entry::Decoded(r) => match r.resource {
+                    Some(r) => convert::Resource::of_page(r).validate(&seen, &mut src.ttls),
+                    None => Err(reject(
+                        RejectCode::EmptyEvent,
+                        kind.as_str(),
+                        "",
+                        "an empty list entry",
+                    )),
+                },
             };
             match keep(kind.as_str(), item) {
                 Some(Item::Beat(b)) => hosts.load(b, &seen, &src.hosts),
