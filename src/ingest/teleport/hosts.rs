@@ -345,13 +345,49 @@ impl Hosts {
         }
     }
 
-    /// Each listed host's Auth (from `GetInstances`), with nothing sent:
-    /// the snapshot that follows says it all.
-    pub fn attach(&mut self, auth_of: AuthOf) {
-        for (name, h) in &mut self.hosts {
-            h.auth = auth_of.get(name).cloned().unwrap_or_default();
+    /// Each listed host's Auth (from `GetInstances`), with nothing sent,
+    /// and every agent and tunnel for the resync that follows.
+    pub fn attach(&mut self, auth_of: AuthOf) -> (Vec<Server>, Vec<Tunnel>) {
+        let (mut agents, mut tunnels) = (Vec::new(), Vec::new());
+        // Sized first: grown by doubling, a large fleet's tunnels were
+        // copied and faulted in several times over.
+        agents.reserve_exact(self.hosts.len());
+        tunnels.reserve_exact(self.hosts.values().map(|h| h.tunnels.len()).sum());
+        let half = if self.hosts.len() >= ON_TWO_THREADS {
+            self.hosts.len() / 2
+        } else {
+            0
+        };
+        let (first, second) = self.hosts.as_mut_slice().split_at_mut(half);
+        let auth = &auth_of;
+        // At the end of a cold listing nothing else runs: the second half
+        // is built on a thread of its own while this one builds the first.
+        let other = std::thread::scope(|s| {
+            let other = std::thread::Builder::new()
+                .name("lifeline-snapshot".into())
+                .spawn_scoped(s, move || {
+                    let (mut agents, mut tunnels) = (Vec::new(), Vec::new());
+                    attach_part(second, auth, &mut agents, &mut tunnels);
+                    (agents, tunnels)
+                });
+            attach_part(first, auth, &mut agents, &mut tunnels);
+            other
+                .ok()
+                .map(|t| t.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+        });
+        match other {
+            Some((a, t)) => {
+                agents.extend(a);
+                tunnels.extend(t);
+            }
+            // No thread to be had: this one builds the second half too.
+            None => {
+                let (_, second) = self.hosts.as_mut_slice().split_at_mut(half);
+                attach_part(second, auth, &mut agents, &mut tunnels);
+            }
         }
         self.auth_of = auth_of;
+        (agents, tunnels)
     }
 
     /// An agentless node seen (PUT or listed): counted, nothing else.
@@ -584,20 +620,24 @@ impl Hosts {
             refresh(h, name, touched, &self.proxies, out);
         }
     }
+}
 
-    /// Every agent and tunnel, for a resync.
-    pub fn snapshot(&self) -> (Vec<Server>, Vec<Tunnel>) {
-        let mut agents = Vec::with_capacity(self.hosts.len());
-        // Sized first: grown by doubling, a large fleet's tunnels were
-        // copied and faulted in several times over.
-        let mut tunnels = Vec::with_capacity(self.hosts.values().map(|h| h.tunnels.len()).sum());
-        for (name, h) in &self.hosts {
-            if let Some(a) = &h.sent {
-                agents.push(a.agent(name, &h.auth));
-            }
-            tunnels.extend(h.tunnels.iter().map(|p| tunnel(name, p)));
+/// Hosts in a table of at least this many are attached on two threads.
+const ON_TWO_THREADS: usize = 4_096;
+
+/// [`Hosts::attach`] for a run of the table, in its order.
+fn attach_part(
+    hosts: &mut indexmap::map::Slice<String, Host>,
+    auth_of: &AuthOf,
+    agents: &mut Vec<Server>,
+    tunnels: &mut Vec<Tunnel>,
+) {
+    for (name, h) in hosts.iter_mut() {
+        h.auth = auth_of.get(name).cloned().unwrap_or_default();
+        if let Some(a) = &h.sent {
+            agents.push(a.agent(name, &h.auth));
         }
-        (agents, tunnels)
+        tunnels.extend(h.tunnels.iter().map(|p| tunnel(name, p)));
     }
 }
 
@@ -931,7 +971,7 @@ mod tests {
         out.clear();
         h.delete_proxy("p1", &mut out);
         assert_eq!(puts(&out), ["delete tunnel_connection mesh/p1"]);
-        let (agents, tunnels) = h.snapshot();
+        let (agents, tunnels) = h.attach(AuthOf::default());
         let mesh = agents
             .iter()
             .find(|a| a.name == "mesh")
@@ -1118,7 +1158,7 @@ mod tests {
         let mut listed = Hosts::new([], &Hosts::default());
         listed.load(node("n", 160, &[]), &seen(), &h);
         listed.load(node("m", 160, &[]), &seen(), &h);
-        let (agents, _) = listed.snapshot();
+        let (agents, _) = listed.attach(AuthOf::default());
         let ttl_of = |name: &str| agents.iter().find(|a| a.name == name).map(|a| a.ttl);
         assert_eq!(ttl_of("n"), Some(Duration::from_secs(30)), "kept");
         assert_eq!(ttl_of("m"), Some(Duration::from_secs(60)), "the default");
@@ -1129,8 +1169,8 @@ mod tests {
         let mut listed = Hosts::new([], &Hosts::default());
         listed.load(node("n", 160, &[]), &seen(), &Hosts::default());
         listed.load(node("m", 160, &[]), &seen(), &Hosts::default());
-        listed.attach(AuthOf::from_iter([("n".to_string(), Arc::from("auth-1"))]));
-        let (agents, _) = listed.snapshot();
+        let (agents, _) =
+            listed.attach(AuthOf::from_iter([("n".to_string(), Arc::from("auth-1"))]));
         let auth_of = |name: &str| {
             agents
                 .iter()
@@ -1140,5 +1180,36 @@ mod tests {
         assert_eq!(auth_of("n").as_deref(), Some("auth-1"));
         assert_eq!(auth_of("m").as_deref(), Some(""), "no instance seen it");
         assert_eq!(listed.auth_of().len(), 1, "kept for the heartbeats after");
+    }
+
+    /// A table large enough to be attached on two threads comes out as one
+    /// thread would build it: in listing order, each host with its Auth.
+    #[test]
+    fn a_large_listing_attaches_on_two_threads_in_order() {
+        let n = ON_TWO_THREADS + 3;
+        let mut listed = Hosts::new(["p1".to_string()], &Hosts::default());
+        let names: Vec<String> = (0..n).map(|i| format!("h{:05}", n - i)).collect();
+        for name in &names {
+            listed.load(node(name, 160, &["p1"]), &seen(), &Hosts::default());
+        }
+        let auth_of: AuthOf = names
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % 3 == 0)
+            .map(|(i, name)| (name.clone(), Arc::from(format!("auth-{}", i % 2))))
+            .collect();
+        let (agents, tunnels) = listed.attach(auth_of.clone());
+        let got: Vec<&str> = agents.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(got, names.iter().map(String::as_str).collect::<Vec<_>>());
+        for a in &agents {
+            let want = auth_of
+                .get(&a.name)
+                .map(|s| s.to_string())
+                .unwrap_or_default();
+            assert_eq!(a.auth_server, want, "{}", a.name);
+        }
+        let tunnel_agents: Vec<&str> = tunnels.iter().map(|t| t.agent.as_str()).collect();
+        assert_eq!(tunnel_agents, got);
+        assert_eq!(listed.auth_of().len(), auth_of.len());
     }
 }

@@ -224,6 +224,8 @@ async fn session(
         proxies,
         auth_servers,
         hosts,
+        agents,
+        tunnels,
         rejections,
     } = list_all(src, channel, &lister, &rejected, &agents_ok, &mut inst_rx).await?;
     // What was not listed is forgotten, so the learned TTLs stay bounded.
@@ -236,7 +238,6 @@ async fn session(
         snapshots.push(Snapshot::Servers(Kind::AuthServer, auth_servers));
     }
     if !agents_ok.is_empty() {
-        let (agents, tunnels) = hosts.snapshot();
         snapshots.push(Snapshot::Servers(Kind::Agent, agents));
         snapshots.push(Snapshot::Tunnels(tunnels));
     }
@@ -502,6 +503,9 @@ struct Listed {
     proxies: Vec<Server>,
     auth_servers: Vec<Server>,
     hosts: Hosts,
+    /// The hosts' agents and tunnels, for the resync.
+    agents: Vec<Server>,
+    tunnels: Vec<crate::model::Tunnel>,
     rejections: Vec<Ingested>,
 }
 
@@ -616,11 +620,13 @@ async fn list_all(
         Ok(Some(m)) => m,
         _ => src.hosts.auth_of().clone(),
     };
-    hosts.attach(auth_of);
+    let (agents, tunnels) = hosts.attach(auth_of);
     Ok(Listed {
         proxies,
         auth_servers,
         hosts,
+        agents,
+        tunnels,
         rejections,
     })
 }
