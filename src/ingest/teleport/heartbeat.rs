@@ -206,21 +206,27 @@ pub fn page_entries(page: &Bytes) -> Result<Vec<Entry>, prost::DecodeError> {
             return decoded();
         };
         let read = match tag {
-            PAGE_RESOURCES => delimited(&mut buf, wt).map(|entry| match listed_node(entry) {
-                Some(put) => Some(Entry::Node(NodeBytes::new(whole, &put, page.clone()))),
-                None => tp::PaginatedResource::decode(entry)
-                    .ok()
-                    .map(|r| Entry::Decoded(Box::new(r))),
-            }),
-            PAGE_NEXT_KEY => text(&mut buf, wt).map(|_| None),
-            PAGE_TOTAL_COUNT => varint(&mut buf, wt).map(|_| None),
-            _ => skip(&mut buf, wt).map(|_| None),
+            PAGE_RESOURCES => {
+                let Some(entry) = delimited(&mut buf, wt) else {
+                    return decoded();
+                };
+                let entry = match listed_node(entry) {
+                    Some(put) => Entry::Node(NodeBytes::new(whole, &put, page.clone())),
+                    // An entry prost refuses fails the page: prost says how.
+                    None => match tp::PaginatedResource::decode(entry) {
+                        Ok(r) => Entry::Decoded(Box::new(r)),
+                        Err(_) => return decoded(),
+                    },
+                };
+                out.push(entry);
+                continue;
+            }
+            PAGE_NEXT_KEY => text(&mut buf, wt).map(drop),
+            PAGE_TOTAL_COUNT => varint(&mut buf, wt).map(drop),
+            _ => skip(&mut buf, wt),
         };
-        match read {
-            Some(Some(entry)) => out.push(entry),
-            Some(None) if tag != PAGE_RESOURCES => {}
-            // An entry prost refuses fails the page: prost says how.
-            _ => return decoded(),
+        if read.is_none() {
+            return decoded();
         }
     }
     Ok(out)
@@ -380,6 +386,30 @@ mod tests {
         }
     }
 
+    /// `base` with one kind of damage: a byte replaced (0), cut short (1),
+    /// a byte inserted (2), or three bits flipped (3).
+    fn damaged(base: &[u8], how: usize, rng: &mut rand::rngs::SmallRng) -> Vec<u8> {
+        let mut b = base.to_vec();
+        match how {
+            0 => {
+                let i = rng.random_range(0..b.len());
+                b[i] = rng.random();
+            }
+            1 => b.truncate(rng.random_range(0..b.len())),
+            2 => {
+                let i = rng.random_range(0..b.len());
+                b.insert(i, rng.random());
+            }
+            _ => {
+                for _ in 0..3 {
+                    let i = rng.random_range(0..b.len());
+                    b[i] ^= 1 << rng.random_range(0..8);
+                }
+            }
+        }
+        b
+    }
+
     /// Name, SubKind, expiry, hostname, version, proxies.
     type Read = (
         String,
@@ -477,24 +507,7 @@ mod tests {
         let base = node("host-7", &["p1", "p2", "p3"]).encode_to_vec();
         let (mut walked, mut agreed) = (0, 0);
         for round in 0..20_000 {
-            let mut b = base.clone();
-            match round % 4 {
-                0 => {
-                    let i = rng.random_range(0..b.len());
-                    b[i] = rng.random();
-                }
-                1 => b.truncate(rng.random_range(0..b.len())),
-                2 => {
-                    let i = rng.random_range(0..b.len());
-                    b.insert(i, rng.random());
-                }
-                _ => {
-                    for _ in 0..3 {
-                        let i = rng.random_range(0..b.len());
-                        b[i] ^= 1 << rng.random_range(0..8);
-                    }
-                }
-            }
+            let b = damaged(&base, round % 4, &mut rng);
             let fast = read(&b);
             if fast.is_some() {
                 walked += 1;
@@ -649,18 +662,7 @@ mod tests {
         .encode_to_vec();
         let (mut ok, mut refused, mut in_place) = (0, 0, 0);
         for round in 0..20_000 {
-            let mut b = base.clone();
-            match round % 3 {
-                0 => {
-                    let i = rng.random_range(0..b.len());
-                    b[i] = rng.random();
-                }
-                1 => b.truncate(rng.random_range(0..b.len())),
-                _ => {
-                    let i = rng.random_range(0..b.len());
-                    b.insert(i, rng.random());
-                }
-            }
+            let b = damaged(&base, round % 3, &mut rng);
             let walked = page_walked(&b);
             assert_eq!(walked, page_decoded(&b), "bytes {b:?}");
             match page_entries(&Bytes::from(b.clone())) {
