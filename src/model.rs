@@ -180,6 +180,32 @@ impl Server {
     pub fn last_heartbeat(&self) -> Ts {
         self.expires.saturating_sub(self.ttl)
     }
+
+    /// True when `other` differs from this server in its expiry and TTL at
+    /// most: a plain heartbeat.
+    pub fn same_but_expiry(&self, other: &Server) -> bool {
+        // Every field named, so that a new one is not forgotten here.
+        let Server {
+            kind,
+            name,
+            addr,
+            version,
+            group_id,
+            group_generation,
+            expires: _,
+            ttl: _,
+            labels,
+            auth_server,
+        } = self;
+        *kind == other.kind
+            && *name == other.name
+            && *addr == other.addr
+            && *version == other.version
+            && *group_id == other.group_id
+            && *group_generation == other.group_generation
+            && *labels == other.labels
+            && *auth_server == other.auth_server
+    }
 }
 
 /// A validated reverse tunnel from an agent to a proxy.

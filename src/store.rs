@@ -1,10 +1,11 @@
 //! The store room: history and last known state, on SQLite (one file, the
 //! default) or PostgreSQL (shared by several replicas).
 //!
-//! Owns: the database, its schema (`migrations/<engine>/`), the single
-//! writer task and the read queries the API uses. Receives `WriteBatch`es from the fleet
-//! over a bounded channel and commits each in one transaction; nobody else
-//! writes. Must not touch: current state (the fleet owns it) or the network.
+//! Owns: the database, its schema (`migrations/<engine>/`), the writer
+//! task and the read queries the API uses. Receives `WriteBatch`es from the
+//! fleet over a bounded channel and commits each in one transaction (on
+//! PostgreSQL, its current state and its history in two, at once); nobody
+//! else writes. Must not touch: current state (the fleet owns it) or the network.
 //! The ingest path never waits on a commit: the fleet keeps a pending batch
 //! and hands it over whenever the writer has room.
 

@@ -146,7 +146,7 @@ impl Outbox {
             for (k, rows) in newer.replace_servers.drain(..) {
                 older.replace_kind(k, rows);
             }
-            older.servers.extend(newer.servers.drain());
+            older.merge_servers(&mut newer);
             if let Some(rows) = newer.replace_tunnels.take() {
                 older.replace_tunnels(rows);
             }
@@ -258,7 +258,7 @@ mod tests {
             .collect();
         assert_eq!(ids, vec![1, 2]);
         let p1 = &o.pending.servers[&(Kind::Proxy, "p1".to_string())];
-        assert_eq!(p1.as_ref().map(|s| s.expires), Some(Ts(2)));
+        assert_eq!(p1.server().map(|s| s.expires), Some(Ts(2)));
     }
 
     /// Guards the history bound across steps: what one step produced and

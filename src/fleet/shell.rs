@@ -616,7 +616,7 @@ mod tests {
         let expiries: Vec<Option<Ts>> = batch.events.iter().map(|e| e.expires).collect();
         assert_eq!(expiries, vec![Some(at(20)), Some(at(30))]);
         let p1 = &batch.servers[&(Kind::Proxy, "p1".to_string())];
-        assert_eq!(p1.as_ref().map(|p| p.expires), Some(at(30)), "coalesced");
+        assert_eq!(p1.server().map(|p| p.expires), Some(at(30)), "coalesced");
 
         let (tx, _rx) = tokio::sync::oneshot::channel();
         s.handle(Command::Follow(tx));

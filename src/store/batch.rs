@@ -118,12 +118,35 @@ pub const MAX_PENDING_HEALTH: usize = 100_000;
 /// an open or update and a close per agent, so the fleet's size bounds it.
 pub const MAX_PENDING_EPISODES: usize = 100_000;
 
+/// A resource's row waiting for the store.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ServerRow {
+    /// Written whole.
+    Put(Server),
+    /// Only its expiry and TTL moved since it last went to the store whole
+    /// (every heartbeat in a steady fleet): a store that can update those
+    /// two columns in place does, and writes the row whole where it finds
+    /// none.
+    Expiry(Server),
+    Delete,
+}
+
+impl ServerRow {
+    /// The server, unless the row is deleted.
+    pub fn server(&self) -> Option<&Server> {
+        match self {
+            ServerRow::Put(s) | ServerRow::Expiry(s) => Some(s),
+            ServerRow::Delete => None,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct WriteBatch {
     /// Whole-kind replacements (resync), applied before `servers`.
     pub replace_servers: Vec<(Kind, Vec<Server>)>,
-    /// Latest row per (kind, name); `None` deletes.
-    pub servers: HashMap<(Kind, String), Option<Server>>,
+    /// Latest row per (kind, name).
+    pub servers: HashMap<(Kind, String), ServerRow>,
     /// Whole replacement of tunnels (resync), applied before `tunnels`.
     pub replace_tunnels: Option<Vec<Tunnel>>,
     pub tunnels: HashMap<String, Option<Tunnel>>,
@@ -154,8 +177,7 @@ impl WriteBatch {
     }
 
     pub fn put_server(&mut self, s: &Server) {
-        self.servers
-            .insert((s.kind, s.name.clone()), Some(s.clone()));
+        self.put_row(s.clone(), false);
     }
 
     /// A server whose expiry and TTL alone moved: its waiting row, if
@@ -163,13 +185,47 @@ impl WriteBatch {
     pub fn put_expiry(&mut self, s: &Server) {
         let key = (s.kind, s.name.clone());
         match self.servers.get_mut(&key) {
-            Some(Some(waiting)) => {
+            Some(ServerRow::Put(waiting) | ServerRow::Expiry(waiting)) => {
                 waiting.expires = s.expires;
                 waiting.ttl = s.ttl;
             }
-            _ => {
-                self.servers.insert(key, Some(s.clone()));
+            Some(ServerRow::Delete) => {
+                self.servers.insert(key, ServerRow::Put(s.clone()));
             }
+            None => {
+                self.servers.insert(key, ServerRow::Expiry(s.clone()));
+            }
+        }
+    }
+
+    /// A server's row: whole, or with `plain` (only its expiry and TTL
+    /// moved since the fleet last held it) as [`Self::put_expiry`] would.
+    pub fn put_row(&mut self, s: Server, plain: bool) {
+        let key = (s.kind, s.name.clone());
+        let row = match self.servers.get_mut(&key) {
+            Some(ServerRow::Put(waiting) | ServerRow::Expiry(waiting)) if plain => {
+                waiting.expires = s.expires;
+                waiting.ttl = s.ttl;
+                return;
+            }
+            None if plain => ServerRow::Expiry(s),
+            _ => ServerRow::Put(s),
+        };
+        self.servers.insert(key, row);
+    }
+
+    /// Takes `newer`'s resource rows over this batch's: the newer row
+    /// wins, but an expiry over a whole row (or a delete) that never went
+    /// out stays whole.
+    pub fn merge_servers(&mut self, newer: &mut WriteBatch) {
+        for (key, row) in newer.servers.drain() {
+            let row = match (self.servers.get(&key), row) {
+                (Some(ServerRow::Put(_) | ServerRow::Delete), ServerRow::Expiry(s)) => {
+                    ServerRow::Put(s)
+                }
+                (_, row) => row,
+            };
+            self.servers.insert(key, row);
         }
     }
 
@@ -181,7 +237,8 @@ impl WriteBatch {
     }
 
     pub fn delete_server(&mut self, kind: Kind, name: &str) {
-        self.servers.insert((kind, name.to_string()), None);
+        self.servers
+            .insert((kind, name.to_string()), ServerRow::Delete);
     }
 
     pub fn replace_kind(&mut self, kind: Kind, rows: Vec<Server>) {
@@ -234,6 +291,23 @@ impl WriteBatch {
             dropped_events: std::mem::take(&mut self.dropped_events),
             ..WriteBatch::default()
         }
+    }
+
+    /// Moves out the current-state rows (resources and tunnels, with their
+    /// whole-kind replacements), under the same fence; `None` when there
+    /// are none. What stays is history, health, episodes and incidents.
+    pub fn take_state(&mut self) -> Option<WriteBatch> {
+        if !self.has_state() {
+            return None;
+        }
+        Some(WriteBatch {
+            replace_servers: std::mem::take(&mut self.replace_servers),
+            servers: std::mem::take(&mut self.servers),
+            replace_tunnels: self.replace_tunnels.take(),
+            tunnels: std::mem::take(&mut self.tunnels),
+            fence: self.fence.clone(),
+            ..WriteBatch::default()
+        })
     }
 
     /// Appends a health transition unless [`MAX_PENDING_HEALTH`] are
@@ -362,7 +436,7 @@ mod tests {
         assert_eq!(b.servers.len(), 2);
         assert_eq!(
             b.servers[&(Kind::Proxy, "p1".to_string())]
-                .as_ref()
+                .server()
                 .map(|s| s.expires),
             Some(Ts(2))
         );
@@ -383,6 +457,80 @@ mod tests {
         assert!(!h.has_state());
         assert!(b.has_state());
         assert!(b.episodes.is_empty());
+    }
+
+    /// Guards what a plain heartbeat leaves for the store: an expiry over
+    /// a whole row that never went out stays whole (with the newer expiry),
+    /// over a delete it is whole again, and alone it is an expiry; the same
+    /// holds when batches that waited merge.
+    #[test]
+    fn an_expiry_never_hides_a_whole_row_that_has_not_gone_out() {
+        let key = |n: &str| (Kind::Proxy, n.to_string());
+        let mut b = WriteBatch::default();
+        b.put_server(&server("p1", 1));
+        b.put_row(server("p1", 2), true);
+        assert_eq!(b.servers[&key("p1")], ServerRow::Put(server("p1", 2)));
+        b.put_row(server("p2", 1), true);
+        assert_eq!(b.servers[&key("p2")], ServerRow::Expiry(server("p2", 1)));
+        b.put_row(server("p2", 3), true);
+        assert_eq!(b.servers[&key("p2")], ServerRow::Expiry(server("p2", 3)));
+        b.delete_server(Kind::Proxy, "p3");
+        b.put_row(server("p3", 1), true);
+        assert_eq!(b.servers[&key("p3")], ServerRow::Put(server("p3", 1)));
+        b.put_row(server("p2", 4), false);
+        assert_eq!(b.servers[&key("p2")], ServerRow::Put(server("p2", 4)));
+
+        let mut older = WriteBatch::default();
+        older.put_server(&server("p1", 1));
+        older.delete_server(Kind::Proxy, "p2");
+        older.put_expiry(&server("p4", 1));
+        let mut newer = WriteBatch::default();
+        for n in ["p1", "p2", "p4", "p5"] {
+            newer.put_expiry(&server(n, 9));
+        }
+        older.merge_servers(&mut newer);
+        assert_eq!(older.servers[&key("p1")], ServerRow::Put(server("p1", 9)));
+        assert_eq!(older.servers[&key("p2")], ServerRow::Put(server("p2", 9)));
+        assert_eq!(
+            older.servers[&key("p4")],
+            ServerRow::Expiry(server("p4", 9))
+        );
+        assert_eq!(
+            older.servers[&key("p5")],
+            ServerRow::Expiry(server("p5", 9))
+        );
+    }
+
+    #[test]
+    fn take_state_moves_the_current_state_alone_under_the_same_fence() {
+        let mut b = WriteBatch {
+            fence: Fence::Leader {
+                replica: "r1".into(),
+                term: 3,
+            },
+            ..WriteBatch::default()
+        };
+        assert!(b.take_state().is_none(), "nothing to move");
+        b.put_server(&server("p1", 1));
+        b.replace_kind(Kind::Agent, vec![server("a1", 1)]);
+        b.put_tunnel(&crate::model::Tunnel {
+            name: "t1".into(),
+            agent: "a1".into(),
+            proxy: "p1".into(),
+            last_heartbeat: None,
+            expires: None,
+        });
+        b.episodes
+            .push(EpisodeOp::close(1, Ts(1), EndReason::Recovered));
+        b.dropped_events = 2;
+        let s = b.take_state().expect("state");
+        assert_eq!(s.servers.len(), 1);
+        assert_eq!(s.replace_servers.len(), 1);
+        assert_eq!(s.tunnels.len(), 1);
+        assert_eq!(s.fence, b.fence);
+        assert!(s.episodes.is_empty() && s.dropped_events == 0);
+        assert!(!b.has_state());
+        assert_eq!((b.episodes.len(), b.dropped_events), (1, 2));
     }
 
     /// Guards the episode bound: over the cap, updates merge into their

@@ -1,5 +1,7 @@
-//! The single writer: takes `WriteBatch`es from a bounded channel and commits
-//! each in one transaction with multi-row statements. A failed commit is
+//! The writer: takes `WriteBatch`es from a bounded channel and commits each
+//! in one transaction with multi-row statements; on PostgreSQL, a batch's
+//! current state and its history go in two transactions at once, on two
+//! connections (see [`split`]). A failed commit is
 //! retried with backoff (capped, full jitter) until the database takes it:
 //! current state, episodes and health transitions are never dropped. After a
 //! few failures the batch sheds its heartbeat history (counted), the only
@@ -13,7 +15,7 @@ use sqlx::{Database, Encode, Postgres, QueryBuilder, Sqlite, Transaction, Type};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug_span, error, warn, Instrument};
 
-use super::batch::{EpisodeOp, EventRow, IncidentRow, WriteBatch};
+use super::batch::{EpisodeOp, EventRow, IncidentRow, ServerRow, WriteBatch};
 use super::bulk::{dialect, values_pieces};
 use super::lease::Fence;
 use super::{is_permanent, on_pool, Db, StoreError};
@@ -114,18 +116,75 @@ pub fn writer(
     pool: Db,
     opts: WriterOptions,
 ) -> (WriterHandle, impl std::future::Future<Output = ()> + Send) {
-    let (tx, mut rx) = mpsc::channel::<WriterMsg>(opts.depth.max(1));
+    let (tx, rx) = mpsc::channel::<WriterMsg>(opts.depth.max(1));
     let run = async move {
-        while let Some(msg) = rx.recv().await {
-            match msg {
-                WriterMsg::Batch(batch) => commit_with_retry(&pool, &opts, *batch).await,
-                WriterMsg::Flush(done) => {
-                    let _ = done.send(());
-                }
-            }
+        match &pool {
+            // One writer at a time per SQLite file: both parts in one
+            // transaction.
+            Db::Sqlite(_) => serial(rx, &pool, &opts).await,
+            Db::Postgres(_) => split(rx, &pool, &opts).await,
         }
     };
     (WriterHandle { tx }, run)
+}
+
+/// Each batch whole, in one transaction, in order.
+async fn serial(mut rx: mpsc::Receiver<WriterMsg>, pool: &Db, opts: &WriterOptions) {
+    while let Some(msg) = rx.recv().await {
+        match msg {
+            WriterMsg::Batch(batch) => commit_with_retry(pool, opts, *batch).await,
+            WriterMsg::Flush(done) => {
+                let _ = done.send(());
+            }
+        }
+    }
+}
+
+/// Batches waiting on each side of a split writer: one, so that the
+/// fleet keeps coalescing while both are busy.
+const SIDE_DEPTH: usize = 1;
+
+/// Two transactions at once, on two connections: each batch's current
+/// state (resources and tunnels) is written by a side of its own, so that
+/// a snapshot of a large fleet is written while history goes on, and the
+/// other way round, on a server with cores for both. Each side keeps its
+/// batches' order and checks the fence in its own transaction; the tables
+/// they write are disjoint. A flush answers once both sides have committed
+/// what came before it.
+async fn split(mut rx: mpsc::Receiver<WriterMsg>, pool: &Db, opts: &WriterOptions) {
+    let (history_tx, history_rx) = mpsc::channel::<WriterMsg>(SIDE_DEPTH);
+    let (state_tx, state_rx) = mpsc::channel::<WriterMsg>(SIDE_DEPTH);
+    let dispatch = async move {
+        while let Some(msg) = rx.recv().await {
+            let sent = match msg {
+                WriterMsg::Batch(mut batch) => {
+                    let state = batch.take_state();
+                    let state_sent = match state {
+                        Some(s) => state_tx.send(WriterMsg::Batch(Box::new(s))).await.is_ok(),
+                        None => true,
+                    };
+                    let history_sent = batch.is_empty() && batch.dropped_events == 0
+                        || history_tx.send(WriterMsg::Batch(batch)).await.is_ok();
+                    state_sent && history_sent
+                }
+                WriterMsg::Flush(done) => {
+                    let (h, h_done) = oneshot::channel();
+                    let (s, s_done) = oneshot::channel();
+                    let sent = history_tx.send(WriterMsg::Flush(h)).await.is_ok()
+                        && state_tx.send(WriterMsg::Flush(s)).await.is_ok();
+                    if sent && h_done.await.is_ok() && s_done.await.is_ok() {
+                        let _ = done.send(());
+                    }
+                    sent
+                }
+            };
+            if !sent {
+                return;
+            }
+        }
+    };
+    let state = serial(state_rx, pool, opts).instrument(tracing::info_span!("store.state"));
+    futures::join!(dispatch, serial(history_rx, pool, opts), state);
 }
 
 async fn commit_with_retry(pool: &Db, opts: &WriterOptions, mut batch: WriteBatch) {
@@ -152,7 +211,7 @@ async fn commit_with_retry(pool: &Db, opts: &WriterOptions, mut batch: WriteBatc
     loop {
         #[allow(clippy::disallowed_methods)] // commit duration histogram
         let started = std::time::Instant::now();
-        let e = match commit_batch(pool, &batch, isolate)
+        let e = match commit_batch(pool, &batch, isolate, opts.clock.now())
             .instrument(span.clone())
             .await
         {
@@ -280,7 +339,9 @@ impl CheckFence for Transaction<'static, Postgres> {
 
 /// Commits one batch in one transaction, if its fence still holds.
 pub async fn commit(db: &Db, b: &WriteBatch) -> Result<Committed, sqlx::Error> {
-    commit_batch(db, b, false).await.map(|(c, _)| c)
+    // Not isolating: nothing is refused row by row, so no time is needed
+    // for refusals.
+    commit_batch(db, b, false, Ts::ZERO).await.map(|(c, _)| c)
 }
 
 /// A row the database refused for what it holds: recorded as rejected
@@ -331,12 +392,14 @@ macro_rules! exec {
 
 /// Commits one batch in one transaction, if its fence still holds. With
 /// `isolate`, row by row, each in a savepoint: what the database refuses
-/// is returned (and recorded as rejected history in the same transaction)
-/// and everything else is written.
+/// is returned (and recorded as rejected history in the same transaction,
+/// at the batch's last history row or, with none, at `now`) and
+/// everything else is written.
 pub async fn commit_batch(
     db: &Db,
     b: &WriteBatch,
     isolate: bool,
+    now: Ts,
 ) -> Result<(Committed, Vec<Refused>), sqlx::Error> {
     let mut refused: Option<Vec<Refused>> = isolate.then(Vec::new);
     on_pool!(db, pool => {
@@ -359,13 +422,23 @@ pub async fn commit_batch(
                 sql.upsert_servers(chunk).build());
         }
     }
-    let (puts, dels): (Vec<_>, Vec<_>) = b.servers.iter().partition(|(_, v)| v.is_some());
-    let puts: Vec<&Server> = puts.into_iter().filter_map(|(_, v)| v.as_ref()).collect();
+    let (mut puts, mut expiries, mut dels): (Vec<&Server>, Vec<&Server>, Vec<_>) =
+        (Vec::new(), Vec::new(), Vec::new());
+    for (key, row) in &b.servers {
+        match row {
+            ServerRow::Put(s) => puts.push(s),
+            // Row by row, each written whole.
+            ServerRow::Expiry(s) if isolate => puts.push(s),
+            ServerRow::Expiry(s) => expiries.push(s),
+            ServerRow::Delete => dels.push(key),
+        }
+    }
     for chunk in sql.pieces(&puts, isolate) {
         exec!(tx, refused, (Subject::from(chunk[0].kind), &chunk[0].name, "resources"),
             sql.upsert_servers(chunk).build());
     }
-    for ((kind, name), _) in dels {
+    sql.write_expiries(&mut tx, &expiries).await?;
+    for (kind, name) in dels {
         exec!(tx, refused, (Subject::from(*kind), name, "resources"),
             sqlx::query("DELETE FROM resources WHERE kind = $1 AND name = $2")
                 .bind(kind.as_str())
@@ -493,7 +566,7 @@ pub async fn commit_batch(
     if !refused.is_empty() {
         // What was refused becomes history of its own, in words the
         // database takes (names and errors cleaned and bounded).
-        let at = b.events.last().map_or(Ts::ZERO, |e| e.at);
+        let at = b.events.last().map_or(now, |e| e.at);
         let rows: Vec<EventRow> = refused.iter().map(|r| r.history_row(at)).collect();
         sql.write_events(&mut tx, &rows).await?;
     }

@@ -62,10 +62,14 @@ impl Model {
         let name = s.name.clone();
         let expires = s.expires;
         let ttl_us = dur_micros(s.ttl);
-        self.out.writes.put_server(&s);
+        let row = s.clone();
+        // A plain heartbeat (only the expiry moved) moves only the stored
+        // expiry.
+        let mut plain = false;
         let (event, flipped_or_new, expired) = match kind {
             Kind::Proxy => match self.proxies.get_mut(&name) {
                 Some(e) => {
+                    plain = e.server.same_but_expiry(&s);
                     let r = e.observe(s, now);
                     self.out.board.push(BoardOp::Put(e.server.clone()));
                     r
@@ -90,7 +94,10 @@ impl Model {
                     .as_ref()
                     .is_none_or(|r| r.server.addr != s.addr);
                 let r = match entry.resource.as_mut() {
-                    Some(e) => e.observe(s, now),
+                    Some(e) => {
+                        plain = e.server.same_but_expiry(&s);
+                        e.observe(s, now)
+                    }
                     None => {
                         let (e, r) = ResEntry::added(s, now);
                         entry.resource = Some(e);
@@ -115,7 +122,10 @@ impl Model {
                     .map(|a| a.res.server.auth_server.clone());
                 let new_auth = s.auth_server.clone();
                 let r = match self.agents.get_mut(&name) {
-                    Some(a) => a.res.observe(s, now),
+                    Some(a) => {
+                        plain = a.res.server.same_but_expiry(&s);
+                        a.res.observe(s, now)
+                    }
                     None => {
                         let (e, r) = ResEntry::added(s, now);
                         self.agent_order.insert(name.clone());
@@ -134,6 +144,7 @@ impl Model {
             }
             Kind::TunnelConnection => return,
         };
+        self.out.writes.put_row(row, plain);
         self.observed(
             kind,
             name,
@@ -528,6 +539,32 @@ mod tests {
         }
     }
 
+    /// Guards what a PUT leaves for the store: one that moved only the
+    /// expiry is an expiry row (the store may update those two columns in
+    /// place); one that changed anything else, or a new server, is whole.
+    #[test]
+    fn a_put_that_moved_only_the_expiry_is_stored_as_an_expiry() {
+        use crate::store::batch::ServerRow;
+        let mut f = ready(&[("p1", 10)], &["a1"]);
+        let stored = |f: &super::Model, n: &str| {
+            f.out
+                .writes
+                .servers
+                .get(&(Kind::Proxy, n.to_string()))
+                .cloned()
+        };
+        put(&mut f, server(Kind::Proxy, "p1", at(20)));
+        let plain = f.proxies["p1"].server.clone();
+        assert_eq!(stored(&f, "p1"), Some(ServerRow::Expiry(plain)));
+        f.out.writes = Default::default();
+        let mut moved = server(Kind::Proxy, "p1", at(30));
+        moved.version = "18.0.0".into();
+        put(&mut f, moved.clone());
+        assert!(matches!(stored(&f, "p1"), Some(ServerRow::Put(s)) if s.version == "18.0.0"));
+        put(&mut f, server(Kind::Proxy, "p9", at(30)));
+        assert!(matches!(stored(&f, "p9"), Some(ServerRow::Put(_))));
+    }
+
     /// Guards a backwards expiry: it is accepted, and an expiry already
     /// in the past marks the proxy expired at once (its agents with it).
     #[test]
@@ -563,9 +600,15 @@ mod tests {
         assert_eq!(after.server.version, before.version);
         assert_eq!(after.server.labels, before.labels);
         assert_eq!(events(&f, "a1").last(), Some(&HistoryEvent::Heartbeat));
-        // Stored as a full PUT would be: the whole server, newer expiry.
+        // Stored with the whole server, newer expiry, as an expiry: a store
+        // that finds no row to update writes it whole.
         let stored = f.out.writes.servers.get(&(Kind::Agent, "a1".to_string()));
-        assert_eq!(stored, Some(&Some(after.server.clone())));
+        assert_eq!(
+            stored,
+            Some(&crate::store::batch::ServerRow::Expiry(
+                after.server.clone()
+            ))
+        );
 
         f.apply(vec![expiry(Kind::Proxy, "p1", at(40))]);
         assert_eq!(f.proxies["p1"].server.expires, at(40));
