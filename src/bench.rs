@@ -73,6 +73,10 @@ pub enum Scenario {
         /// CREATEDB).
         #[arg(long, env = "LIFELINE_BENCH_POSTGRES_URL")]
         postgres: Option<String>,
+        /// Rounds of the engine comparison with `--postgres` (a SQLite
+        /// and a PostgreSQL leg each).
+        #[arg(long, default_value_t = 3)]
+        postgres_rounds: usize,
     },
     /// INIT + paged list + classify of a large cluster.
     Resync {
@@ -320,6 +324,7 @@ pub async fn run(s: Scenario, export: Option<Export<'_>>) -> Result<Value, Bench
             export_rounds,
             source_rounds,
             postgres,
+            postgres_rounds,
         } => {
             ingest(
                 agents,
@@ -328,6 +333,7 @@ pub async fn run(s: Scenario, export: Option<Export<'_>>) -> Result<Value, Bench
                 export_rounds,
                 source_rounds,
                 postgres.map(DbUrl::new).as_ref(),
+                postgres_rounds,
                 export,
             )
             .await

@@ -97,7 +97,7 @@ fn bench_ingest_runs_and_loses_nothing() {
         "1",
     ];
     if let Some(url) = &server {
-        args.extend(["--postgres", url.as_str()]);
+        args.extend(["--postgres", url.as_str(), "--postgres-rounds", "1"]);
     }
     let v = bench(&args);
     assert_eq!(at(&v, "scenario"), "ingest");
@@ -130,6 +130,9 @@ fn bench_ingest_runs_and_loses_nothing() {
         ] {
             positive(&v, &format!("postgres/{f}"));
         }
+        positive(&v, "postgres/rounds/postgres/0");
+        positive(&v, "postgres/rounds/sqlite/0");
+        positive(&v, "postgres/rounds/ratios/0");
         eq(&v, "postgres/history_rows_dropped", 0.0);
     } else {
         assert!(at(&v, "postgres").is_null(), "{v:#}");
