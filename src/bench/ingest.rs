@@ -344,32 +344,27 @@ async fn on_postgres(
             [false, true]
         };
         for on_pg in order {
-            let leg = if on_pg {
-                let leg_db = PgScratch::create(server, "pipeline").await?;
-                let leg = ingest_leg(
-                    agents,
-                    proxies,
-                    events,
-                    scratch,
-                    &format!("pg-pipeline-{round}"),
-                    SourceKind::Lifeline,
-                    Some(&leg_db.url),
-                )
-                .await;
-                leg_db.remove().await;
-                leg?
+            let (pg_db, db) = if on_pg {
+                let pg_db = PgScratch::create(server, "pipeline").await?;
+                (Some(pg_db), format!("pg-pipeline-{round}"))
             } else {
-                ingest_leg(
-                    agents,
-                    proxies,
-                    events,
-                    scratch,
-                    &format!("sqlite-pipeline-{round}.db"),
-                    SourceKind::Lifeline,
-                    None,
-                )
-                .await?
+                (None, format!("sqlite-pipeline-{round}.db"))
             };
+            let url = pg_db.as_ref().map(|d| &d.url);
+            let leg = ingest_leg(
+                agents,
+                proxies,
+                events,
+                scratch,
+                &db,
+                SourceKind::Lifeline,
+                url,
+            )
+            .await;
+            if let Some(d) = pg_db {
+                d.remove().await;
+            }
+            let leg = leg?;
             pair[usize::from(on_pg)] = rate(leg.pipeline);
             if on_pg {
                 dropped += leg.dropped;

@@ -189,12 +189,7 @@ impl WriteBatch {
                 waiting.expires = s.expires;
                 waiting.ttl = s.ttl;
             }
-            Some(ServerRow::Delete) => {
-                self.servers.insert(key, ServerRow::Put(s.clone()));
-            }
-            None => {
-                self.servers.insert(key, ServerRow::Expiry(s.clone()));
-            }
+            _ => self.put_row(s.clone(), true),
         }
     }
 

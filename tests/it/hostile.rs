@@ -397,53 +397,58 @@ async fn filters_with_control_characters_find_nothing(store) {
 
 on_both_engines! {
 /// Guards the write of plain heartbeats: a row whose expiry alone moved
-/// updates the stored one's expiry and TTL, and where none is stored (one
-/// the database refused before, say) it is written whole, the rows around
-/// it kept. On PostgreSQL the current state and the history go in two
-/// transactions at once: a flush answers once both are committed.
+/// is updated in place on PostgreSQL (only its expiry and TTL move: a
+/// version the row carries is not written) and upserted whole on SQLite;
+/// where none is stored (one the database refused before, say) it is
+/// written whole on both, the rows around it kept. On PostgreSQL the
+/// current state and the history go in two transactions at once: a flush
+/// answers once both are committed.
 #[tokio::test]
 async fn a_heartbeats_expiry_lands_on_the_stored_row_or_writes_it_whole(store) {
     let dir = tempfile::tempdir().unwrap();
     let db = store.open(dir.path()).await;
+    let in_place = matches!(db, lifeline::store::Db::Postgres(_));
     let (w, stats, health) = spawn_writer(&db);
     let mut first = WriteBatch::default();
     first.put_server(&server(Kind::Proxy, "p1", "17.0"));
     first.event(event("p1"), 100);
     w.send(first).await.unwrap();
 
-    let mut beat = server(Kind::Proxy, "p1", "17.0");
+    // Every row of this piece is stored: no row is written whole.
+    let mut beat = server(Kind::Proxy, "p1", "17.9");
     beat.expires = Ts(5_000_000);
     beat.ttl = Duration::from_secs(90);
+    let mut only = WriteBatch::default();
+    only.put_row(beat, true);
+    only.event(event("p1"), 100);
+    w.send(only).await.unwrap();
+    w.flush().await.unwrap();
+    let stored = |sql| support::sql_i64(&db, sql);
+    assert_eq!(stored("SELECT expires_us FROM resources WHERE name = 'p1'").await, 5_000_000);
+    assert_eq!(stored("SELECT ttl_us FROM resources WHERE name = 'p1'").await, 90_000_000);
+    assert_eq!(
+        stored("SELECT COUNT(*) FROM resources WHERE name = 'p1' AND version = '17.0'").await,
+        i64::from(in_place),
+        "PostgreSQL moved the expiry alone; SQLite wrote the row whole"
+    );
+
     let mut unseen = server(Kind::Proxy, "p2", "17.1");
     unseen.expires = Ts(6_000_000);
     let mut next = WriteBatch::default();
-    next.put_row(beat, true);
     next.put_row(unseen, true);
     next.put_server(&server(Kind::Proxy, "p3", "17.2"));
-    for n in ["p1", "p2", "p3"] {
+    for n in ["p2", "p3"] {
         next.event(event(n), 100);
     }
     w.send(next).await.unwrap();
     w.flush().await.unwrap();
-
     assert_eq!(
-        support::sql_i64(&db, "SELECT expires_us FROM resources WHERE name = 'p1'").await,
-        5_000_000
-    );
-    assert_eq!(
-        support::sql_i64(&db, "SELECT ttl_us FROM resources WHERE name = 'p1'").await,
-        90_000_000
-    );
-    assert_eq!(
-        support::sql_i64(&db, "SELECT expires_us FROM resources WHERE name = 'p2'").await,
+        stored("SELECT expires_us FROM resources WHERE name = 'p2'").await,
         6_000_000,
         "written whole where none was stored"
     );
-    assert_eq!(
-        support::sql_i64(&db, "SELECT COUNT(*) FROM resources WHERE version LIKE '17.%'").await,
-        3
-    );
-    assert_eq!(support::sql_i64(&db, "SELECT COUNT(*) FROM events").await, 4);
+    assert_eq!(stored("SELECT COUNT(*) FROM resources WHERE version LIKE '17.%'").await, 3);
+    assert_eq!(stored("SELECT COUNT(*) FROM events").await, 4);
     assert_eq!(stats.store_errors.load(std::sync::atomic::Ordering::Relaxed), 0);
     assert!(!health.is_failing());
 }
