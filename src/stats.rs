@@ -57,11 +57,30 @@ crate::model::named_enum! {
     }
 }
 
+crate::model::named_enum! {
+    "snake_case";
+    /// Where the cluster source is in its loop (`/readyz` says it): what an
+    /// operator watching a resync wants to know, and what a test waits on
+    /// before moving a paused clock past a session in flight.
+    pub enum SourcePhase {
+        /// Dialling the cluster and opening the watch.
+        Connecting = 0,
+        /// The watch is open: waiting for INIT, then listing every kind.
+        Resyncing = 1,
+        /// Listed, and following the stream.
+        Following = 2,
+        /// The last session failed; waiting out the backoff.
+        Retrying = 3,
+    }
+}
+
 #[derive(Default, Debug)]
 pub struct Stats {
     /// Why the cluster source's last session failed, until one reaches
     /// ready again (`/readyz` shows it).
     pub source_error: std::sync::Mutex<Option<String>>,
+    /// The cluster source's [`SourcePhase`], as its index.
+    pub source_phase: std::sync::atomic::AtomicU8,
     /// Kinds the source asked for that the cluster refused, as of its
     /// last session.
     pub unwatched: std::sync::Mutex<Vec<Unwatched>>,
@@ -361,6 +380,18 @@ impl Stats {
 
     pub fn source_error(&self) -> Option<String> {
         self.source_error.lock().ok().and_then(|g| g.clone())
+    }
+
+    pub fn set_source_phase(&self, p: SourcePhase) {
+        self.source_phase.store(p as u8, Ordering::SeqCst);
+    }
+
+    pub fn source_phase(&self) -> SourcePhase {
+        let i = usize::from(self.source_phase.load(Ordering::SeqCst));
+        SourcePhase::ALL
+            .get(i)
+            .copied()
+            .unwrap_or(SourcePhase::Connecting)
     }
 
     pub fn set_unwatched(&self, kinds: Vec<Unwatched>) {

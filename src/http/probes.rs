@@ -50,6 +50,9 @@ async fn healthz() -> impl IntoResponse {
 struct ReadyBody {
     #[serde(flatten)]
     watcher: crate::fleet::Readiness,
+    /// Where the cluster source is: connecting, resyncing, following or
+    /// retrying (after a failed session, waiting out its backoff).
+    source_phase: crate::stats::SourcePhase,
     /// Why it is not ready beyond the watcher, in words; empty when fine.
     problems: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -141,6 +144,7 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
                 ready,
                 kinds: watcher.kinds,
             },
+            source_phase: s.stats.source_phase(),
             problems,
             failed_task,
             store_failing,

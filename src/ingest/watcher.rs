@@ -28,7 +28,7 @@ use crate::model::Kind;
 use crate::model::{Change, RejectCode, Rejection};
 use crate::proto::v1 as pb;
 use crate::proto::v1::cluster_events_client::ClusterEventsClient;
-use crate::stats::Stats;
+use crate::stats::{SourcePhase, Stats};
 
 /// Events forwarded to the fleet in one command, at most.
 const MAX_BATCH: usize = 1024;
@@ -135,6 +135,7 @@ pub async fn run(
         let span =
             info_span!("watcher.session", next_generation = generation + 1, uri = %source.target());
         let mut reached_ready = false;
+        stats.set_source_phase(SourcePhase::Connecting);
         let result = tokio::select! {
             _ = shutdown.cancelled() => return,
             r = source.session(&mut generation, &mut reached_ready).instrument(span) => r,
@@ -146,6 +147,7 @@ pub async fn run(
         };
         Stats::inc(&stats.watch_failures);
         stats.set_source_error(Some(err.to_string()));
+        stats.set_source_phase(SourcePhase::Retrying);
         if fleet
             .send(Command::WatchDown {
                 generation,
@@ -209,9 +211,7 @@ async fn session(
         .await
         .map_err(WatchError::Watch)?
         .into_inner();
-    *generation += 1;
-    let generation = *generation;
-    Stats::inc(&stats.watch_generations);
+    let generation = opened(stats, generation);
 
     let first = first_init(&mut stream, stats, |e: &pb::Event| {
         pb::EventType::try_from(e.r#type) == Ok(pb::EventType::Init)
@@ -258,6 +258,7 @@ async fn session(
     }
     hand_over(
         fleet,
+        stats,
         list_rejections,
         Resync {
             generation,
@@ -288,6 +289,14 @@ async fn session(
     }
 }
 
+/// A watch stream opened: the next generation, counted, resyncing.
+pub fn opened(stats: &Stats, generation: &mut u64) -> u64 {
+    *generation += 1;
+    Stats::inc(&stats.watch_generations);
+    stats.set_source_phase(SourcePhase::Resyncing);
+    *generation
+}
+
 /// The stream's first message, which must be INIT (`is_init`).
 pub async fn first_init<T>(
     stream: &mut tonic::Streaming<T>,
@@ -312,6 +321,7 @@ pub async fn first_init<T>(
 /// then the `Resync` that makes its kinds ready.
 pub async fn hand_over(
     fleet: &FleetHandle,
+    stats: &Stats,
     list_rejections: Vec<Ingested>,
     resync: Resync,
     list_started: std::time::Instant,
@@ -329,6 +339,7 @@ pub async fn hand_over(
         .send(Command::Resync(resync))
         .await
         .map_err(|_| WatchError::FleetGone)?;
+    stats.set_source_phase(SourcePhase::Following);
     info!(
         generation,
         listed,

@@ -26,6 +26,8 @@ async fn lost_stream_makes_data_stale_and_strands_nobody_until_resync() {
     c.sim.kill_streams();
     c.eventually("readyz red", || async { c.get("/readyz").await.0 == 503 })
         .await;
+    let (_, body) = c.get("/readyz").await;
+    assert_eq!(body["source_phase"], "retrying", "{body}");
     let s = c.summary().await;
     for k in ["proxy", "auth_server", "agent", "tunnel_connection"] {
         assert_eq!(s["watcher"]["kinds"][k]["state"], "stale", "{k}: {s}");
@@ -54,6 +56,7 @@ async fn lost_stream_makes_data_stale_and_strands_nobody_until_resync() {
         c.get("/readyz").await.0 == 200
     })
     .await;
+    assert_eq!(c.get("/readyz").await.1["source_phase"], "following");
     let s = c.summary().await;
     assert!(
         s["watcher"]["kinds"]["proxy"]["generation"]

@@ -27,7 +27,7 @@ use crate::clock::Clock;
 use crate::fleet::{Command, FleetHandle, Ingested, Resync, Snapshot};
 use crate::ingest::dial::Dialer;
 use crate::ingest::validate::{reject, Limits};
-use crate::ingest::watcher::{burst, first_init, hand_over, rejected, Source, WatchError};
+use crate::ingest::watcher::{burst, first_init, hand_over, opened, rejected, Source, WatchError};
 use crate::model::{AgentService, Change, Kind, RejectCode, Server};
 use crate::proto::teleport::auth::{self as tp, event::Resource};
 use crate::proto::teleport::presence::presence_service_client::PresenceServiceClient;
@@ -150,9 +150,7 @@ async fn session(
         }
         Err(s) => return Err(WatchError::Watch(s)),
     };
-    *generation += 1;
-    let generation = *generation;
-    Stats::inc(&stats.watch_generations);
+    let generation = opened(&stats, generation);
 
     let first = match first_init(&mut stream, &stats, |w: &Watched| {
         matches!(w, Watched::Event(e) if tp::Operation::try_from(e.r#type) == Ok(tp::Operation::Init))
@@ -251,7 +249,7 @@ async fn session(
         snapshots,
         rejected,
     };
-    hand_over(&fleet, rejections, resync, list_started).await?;
+    hand_over(&fleet, &stats, rejections, resync, list_started).await?;
     *reached_ready = true;
     src.unlisted.clear();
 

@@ -10,6 +10,7 @@ use lifeline::clock::{Clock, Ts};
 use lifeline::config::Config;
 use lifeline::model::Kind;
 use lifeline::sim::{SimAgent, SimCluster};
+use lifeline::stats::SourcePhase;
 use serde_json::Value;
 use tempfile::TempDir;
 
@@ -89,6 +90,18 @@ impl Running {
             "Lifeline consumed {} of the {} events the simulator sent within {REAL_WAIT:?}",
             consumed(),
             self.sim.delivered()
+        );
+        // A session whose stream is open moves on real sockets (INIT, the
+        // listing): the clock must not outrun it.
+        let resynced = real_timeout(REAL_WAIT, async {
+            while ll.stats.source_phase() == SourcePhase::Resyncing {
+                real_sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+        assert!(
+            resynced.is_some(),
+            "the cluster source was still resyncing after {REAL_WAIT:?}"
         );
         bounded("the fleet to settle", ll.fleet.settled())
             .await
