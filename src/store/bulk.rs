@@ -193,7 +193,8 @@ impl Dialect<Postgres> {
             )
             .await?;
         let mut out = CopyBinary::start();
-        for chunk in rows.chunks(POSTGRES_ROWS) {
+        let mut chunks = rows.chunks(POSTGRES_ROWS).peekable();
+        while let Some(chunk) = chunks.next() {
             for e in chunk {
                 out.row(7);
                 out.int8(Some(e.at.as_micros()));
@@ -204,10 +205,14 @@ impl Dialect<Postgres> {
                 out.int8(e.ttl_us);
                 out.text(&e.detail);
             }
+            if chunks.peek().is_none() {
+                // The trailer rides with the last rows: a write of its own
+                // would be a small segment behind unacknowledged data,
+                // which Nagle's algorithm holds for the server's ACK.
+                out.end();
+            }
             copy.send(out.take()).await?;
         }
-        out.end();
-        copy.send(out.take()).await?;
         copy.finish().await?;
         Ok(())
     }
