@@ -631,24 +631,41 @@ where
     q
 }
 
+/// History rows' ids deleted per statement when pruning.
+const PRUNE_STEP: i64 = 5000;
+
 /// Deletes history older than `before`, in small steps so readers and the
 /// writer are never blocked for long. Returns the rows deleted.
 pub async fn prune(db: &Db, before: Ts) -> Result<u64, sqlx::Error> {
     on_pool!(db, pool => {
     let mut total = 0;
-    loop {
-        let n = sqlx::query(
-            "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE at_us < $1 ORDER BY at_us LIMIT 5000)",
-        )
-        .bind(before.as_micros())
-        .execute(pool)
-        .await?
-        .rows_affected();
-        total += n;
-        if n < 5000 {
-            break;
+    // The old rows' span of ids, then a window of ids at a time: each step
+    // a primary-key range, whatever index the engine keeps on `at_us` (on
+    // PostgreSQL a BRIN, which finds page ranges but gives no order). The
+    // span is found through `at_us`: `id + 0` keeps PostgreSQL from reading
+    // the primary key from its newest end instead, past every row kept.
+    let (lo, hi): (Option<i64>, Option<i64>) =
+        sqlx::query_as("SELECT min(id + 0), max(id + 0) FROM events WHERE at_us < $1")
+            .bind(before.as_micros())
+            .fetch_one(pool)
+            .await?;
+    if let (Some(lo), Some(hi)) = (lo, hi) {
+        let mut from = lo;
+        while from <= hi {
+            let to = from.saturating_add(PRUNE_STEP);
+            total += sqlx::query("DELETE FROM events WHERE id >= $1 AND id < $2 AND at_us < $3")
+                .bind(from)
+                .bind(to)
+                .bind(before.as_micros())
+                .execute(pool)
+                .await?
+                .rows_affected();
+            if to == i64::MAX {
+                break;
+            }
+            from = to;
+            tokio::task::yield_now().await;
         }
-        tokio::task::yield_now().await;
     }
     let n = sqlx::query("DELETE FROM health_transitions WHERE at_us < $1")
         .bind(before.as_micros())

@@ -140,13 +140,20 @@ async fn an_unreachable_postgres_is_a_clear_start_up_error_without_the_password(
 }
 
 on_both_engines! {
-/// Guards retention: history older than the retention is pruned.
+/// Guards retention: history older than the retention is pruned, however
+/// many rows and whatever their order of ids (a newer row between older
+/// ones stays).
 #[tokio::test]
 async fn pruning_removes_history_past_retention(store) {
     let dir = tempfile::tempdir().unwrap();
     let db = store.open(dir.path()).await;
     let mut b = lifeline::store::WriteBatch::default();
-    for (i, at) in [1_000_000i64, 2_000_000, 3_000_000].iter().enumerate() {
+    let old = std::iter::repeat_n(500_000i64, 12_000);
+    let times: Vec<i64> = [1_000_000i64, 3_000_000, 2_000_000]
+        .into_iter()
+        .chain(old)
+        .collect();
+    for (i, at) in times.iter().enumerate() {
         b.event(
             lifeline::store::EventRow {
                 at: lifeline::Ts(*at),
@@ -157,15 +164,19 @@ async fn pruning_removes_history_past_retention(store) {
                 ttl_us: None,
                 detail: String::new(),
             },
-            100,
+            100_000,
         );
     }
     lifeline::store::writer::commit(&db, &b).await.unwrap();
     let n = lifeline::store::writer::prune(&db, lifeline::Ts(2_500_000))
         .await
         .unwrap();
-    assert_eq!(n, 2);
+    assert_eq!(n, 12_002);
     assert_eq!(support::sql_i64(&db, "SELECT COUNT(*) FROM events").await, 1);
+    assert_eq!(
+        support::sql_i64(&db, "SELECT MIN(at_us) FROM events").await,
+        3_000_000
+    );
 }
 }
 
