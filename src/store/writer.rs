@@ -651,19 +651,19 @@ pub async fn prune(db: &Db, before: Ts) -> Result<u64, sqlx::Error> {
             .await?;
     if let (Some(lo), Some(hi)) = (lo, hi) {
         let mut from = lo;
-        while from <= hi {
-            let to = from.saturating_add(PRUNE_STEP);
-            total += sqlx::query("DELETE FROM events WHERE id >= $1 AND id < $2 AND at_us < $3")
+        loop {
+            let to = from.saturating_add(PRUNE_STEP - 1).min(hi);
+            total += sqlx::query("DELETE FROM events WHERE id BETWEEN $1 AND $2 AND at_us < $3")
                 .bind(from)
                 .bind(to)
                 .bind(before.as_micros())
                 .execute(pool)
                 .await?
                 .rows_affected();
-            if to == i64::MAX {
+            if to >= hi {
                 break;
             }
-            from = to;
+            from = to + 1;
             tokio::task::yield_now().await;
         }
     }
