@@ -11,7 +11,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
-use tokio_stream::Stream;
+use tokio_stream::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tonic::body::Body;
 use tonic::service::Routes;
@@ -38,6 +38,11 @@ pub fn http(
     let shutdown = stop.clone().cancelled_owned();
     let served = match tls {
         None => tokio::spawn(async move {
+            // As on the TLS path: a live view's small frames go out at
+            // once, not behind Nagle's algorithm and a delayed ACK.
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             axum::serve(listener, app)
                 .with_graceful_shutdown(shutdown)
                 .await
@@ -84,12 +89,22 @@ where
     B::Error: Into<BoxError>,
 {
     match tls {
-        None => serve_grpc(
-            router,
-            limit::limit(TcpListenerStream::new(listener), max_connections, stats),
-            stop,
-            "gRPC",
-        ),
+        None => {
+            // As on the TLS path: a signal or discovery delta is a small
+            // frame, sent at once rather than held by Nagle's algorithm
+            // until the agent's delayed ACK (up to 40 ms).
+            let incoming = TcpListenerStream::new(listener).map(|conn| {
+                conn.inspect(|tcp| {
+                    let _ = tcp.set_nodelay(true);
+                })
+            });
+            serve_grpc(
+                router,
+                limit::limit(incoming, max_connections, stats),
+                stop,
+                "gRPC",
+            )
+        }
         Some(t) => {
             let ready = listen::accept(
                 listener,
