@@ -6,7 +6,9 @@
 //! a health update, the time) and record the effects in its outbox
 //! ([`Effects`]), which the shell takes after each step. No channel, no
 //! task, no clock of its own: the shell tells it the time (`at`). The rule
-//! tests drive it directly, with no runtime.
+//! tests drive it directly, with no runtime. Two bulk steps of a large
+//! fleet's resync (indexing the tunnels, judging every agent) run on
+//! scoped threads that end before the step does.
 //!
 //! The rules that change it are split by seam: `apply`, `resync`,
 //! `expiry`, `settle`, `traces`, `lead`, and the indexes in `topology`;
@@ -29,6 +31,7 @@ pub mod schedule;
 mod settle;
 mod topology;
 mod traces;
+mod tunnel_tables;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -68,9 +71,9 @@ pub struct Model {
     pub(super) unhealthy: BTreeSet<String>,
     pub(super) tunnels: by_name::ByName<TunnelEntry>,
     /// agent → its tunnel names.
-    pub(super) agent_tunnels: HashMap<String, names::FewNames>,
+    pub(super) agent_tunnels: tunnel_tables::AgentTunnels,
     /// proxy → agent → number of tunnels.
-    pub(super) proxy_agents: HashMap<String, HashMap<String, u32>>,
+    pub(super) proxy_agents: tunnel_tables::ProxyAgents,
     /// auth server → agents attached to it.
     pub(super) auth_agents: HashMap<String, BTreeSet<String>>,
     pub(super) schedule: Schedule,
@@ -373,5 +376,46 @@ pub(crate) mod fixture {
         assert_eq!(f.unhealthy, unhealthy, "the unhealthy index");
         let names: BTreeSet<String> = f.agents.keys().map(str::to_string).collect();
         assert_eq!(f.agent_order, names, "the name order");
+        let mut by_auth: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (n, a) in f.agents.iter() {
+            if !a.res.server.auth_server.is_empty() {
+                by_auth
+                    .entry(a.res.server.auth_server.clone())
+                    .or_default()
+                    .insert(n.to_string());
+            }
+        }
+        let held: BTreeMap<String, BTreeSet<String>> = f
+            .auth_agents
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        assert_eq!(held, by_auth, "the agents by auth server");
+        let mut by_agent: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let mut by_proxy: BTreeMap<String, BTreeMap<String, u32>> = BTreeMap::new();
+        for t in f.tunnels.values() {
+            let t = &t.tunnel;
+            by_agent
+                .entry(t.agent.clone())
+                .or_default()
+                .insert(t.name.clone());
+            *by_proxy
+                .entry(t.proxy.clone())
+                .or_default()
+                .entry(t.agent.clone())
+                .or_default() += 1;
+        }
+        let held: BTreeMap<String, BTreeSet<String>> = f
+            .agent_tunnels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.iter().cloned().collect()))
+            .collect();
+        assert_eq!(held, by_agent, "each agent's tunnels");
+        let held: BTreeMap<String, BTreeMap<String, u32>> = f
+            .proxy_agents
+            .iter()
+            .map(|(k, v)| (k.clone(), v.iter().map(|(a, n)| (a.clone(), *n)).collect()))
+            .collect();
+        assert_eq!(held, by_proxy, "each proxy's agents");
     }
 }

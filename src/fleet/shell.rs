@@ -257,6 +257,10 @@ impl Shell {
                 #[allow(clippy::disallowed_methods)] // resync duration, for the log
                 let started = std::time::Instant::now();
                 m.resync(r);
+                tracing::debug!(
+                    ms = started.elapsed().as_millis() as u64,
+                    "resync replaced; classifying every agent"
+                );
                 m.settle();
                 self.carry_out();
                 self.board.publish();

@@ -119,9 +119,13 @@ impl<V: Named> ByName<V> {
         self.entries.len()
     }
 
-    pub fn clear(&mut self) {
-        self.entries.clear();
-        self.index.clear();
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The entry at `i` of the storage order (`0..len()`).
+    pub fn at(&self, i: usize) -> Option<&V> {
+        self.entries.get(i)
     }
 
     /// The name of the entry at `i` of the storage order (`0..len()`),
@@ -200,8 +204,6 @@ mod tests {
         assert_eq!(m.remove("b"), None);
         let names: Vec<&str> = m.keys().collect();
         assert_eq!(names, vec!["a"]);
-        m.clear();
-        assert_eq!(m.len(), 0);
     }
 
     #[test]

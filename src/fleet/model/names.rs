@@ -40,20 +40,42 @@ pub struct AgentNames {
 }
 
 impl AgentNames {
-    pub fn contains(&self, name: &str) -> bool {
-        self.order.contains_key(name)
-    }
-
     /// Adds a name; false when it was there.
     pub fn insert(&mut self, name: String) -> bool {
-        if self.order.contains_key(&name) {
-            return false;
+        // One descent of the tree, not a look-up and then an insert.
+        match self.order.entry(name) {
+            std::collections::btree_map::Entry::Occupied(_) => false,
+            std::collections::btree_map::Entry::Vacant(v) => {
+                let at = self.text.len();
+                self.text.extend_from_slice(v.key().as_bytes());
+                self.text.push(SEP);
+                v.insert(at);
+                true
+            }
         }
-        let at = self.text.len();
-        self.text.extend_from_slice(name.as_bytes());
-        self.text.push(SEP);
-        self.order.insert(name, at);
-        true
+    }
+
+    /// Exactly these names, built at once: a sort (near free when they
+    /// come in order, as listings do) and a tree built bottom-up, rather
+    /// than a descent of a million-name tree for each. Duplicates count
+    /// once.
+    pub fn rebuild<'a>(&mut self, names: impl Iterator<Item = &'a str>) {
+        let mut names: Vec<&str> = names.collect();
+        names.sort_unstable();
+        names.dedup();
+        let mut text = Vec::with_capacity(names.iter().map(|n| n.len() + 1).sum());
+        let order = names
+            .into_iter()
+            .map(|n| {
+                let at = text.len();
+                text.extend_from_slice(n.as_bytes());
+                text.push(SEP);
+                (n.to_string(), at)
+            })
+            .collect();
+        self.order = order;
+        self.text = text;
+        self.dead = 0;
     }
 
     /// Removes a name; false when it was not there.
@@ -188,6 +210,24 @@ mod tests {
             n.insert((*s).to_string());
         }
         n
+    }
+
+    #[test]
+    fn a_rebuild_holds_exactly_the_names_given() {
+        let mut n = names(&["old", "web-2"]);
+        n.remove("web-2");
+        n.rebuild(["web-2", "db-1", "web-2", "cache-web"].into_iter());
+        let want: std::collections::BTreeSet<String> =
+            ["cache-web", "db-1", "web-2"].map(String::from).into();
+        assert_eq!(n, want);
+        assert_eq!(
+            n.containing("web", None, 100),
+            Some(vec!["cache-web", "web-2"])
+        );
+        assert_eq!(n.containing("old", None, 100), Some(vec![]));
+        assert!(n.insert("a".into()));
+        assert!(!n.insert("db-1".into()));
+        assert_eq!(n.containing("a", None, 100), Some(vec!["a", "cache-web"]));
     }
 
     #[test]

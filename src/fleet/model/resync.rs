@@ -6,12 +6,16 @@ use rustc_hash::FxHashSet as HashSet;
 use tracing::{info, warn};
 
 use super::schedule::TimerKey;
+use super::tunnel_tables::TunnelTables;
 use super::{AgentEntry, AuthEntry, Model, ResEntry, TunnelEntry};
 use super::{BoardOp, Resync, Snapshot, WatchState};
 use crate::clock::Ts;
 use crate::model::{AgentState, Cause, EndReason, Health, HistoryEvent, Kind, Reasons, Subject};
 use crate::store::read::Loaded;
 use crate::store::EpisodeOp;
+
+/// A tunnel listing this long is indexed on a thread of its own.
+const PARALLEL_TUNNELS: usize = 50_000;
 
 impl Model {
     // ---- start-up ---------------------------------------------------------
@@ -39,14 +43,13 @@ impl Model {
                         .resource = Some(e);
                 }
                 Kind::Agent => {
-                    let name = e.server.name.clone();
-                    self.index_agent_auth(&name, &e.server.auth_server);
-                    self.agent_order.insert(name.clone());
                     self.agents.insert(AgentEntry::new(e, now));
                 }
                 Kind::TunnelConnection => {}
             }
         }
+        self.agent_order.rebuild(self.agents.keys());
+        self.rebuild_auth_agents();
         for t in loaded.tunnels {
             self.index_tunnel(&t);
             self.tunnels.insert(TunnelEntry {
@@ -139,18 +142,79 @@ impl Model {
                 format!("generation {}", r.generation),
             );
         }
-        for snap in r.snapshots {
-            let kind = snap.kind();
-            let count = snap.len();
-            self.replace(snap, now);
-            self.set_kind(kind, WatchState::Ready, r.generation);
-            self.note(
-                kind.into(),
-                "",
-                HistoryEvent::Resync,
-                format!("generation {}: {count} listed", r.generation),
-            );
+        let mut snapshots = r.snapshots;
+        // A large tunnel listing is indexed on a thread of its own while
+        // this one replaces the servers.
+        let big = snapshots
+            .iter()
+            .position(|s| matches!(s, Snapshot::Tunnels(l) if l.len() >= PARALLEL_TUNNELS))
+            .and_then(|i| match snapshots.remove(i) {
+                Snapshot::Tunnels(list) => Some(list),
+                Snapshot::Servers(..) => None,
+            });
+        let Some(list) = big else {
+            for snap in snapshots {
+                self.replace_listed(snap, now, r.generation);
+            }
+            return self.resynced();
+        };
+        let agents = snapshots
+            .iter()
+            .find(|s| s.kind() == Kind::Agent)
+            .map_or(self.agents.len(), Snapshot::len);
+        let count = list.len();
+        // Kept here until the thread takes it, so that a thread the system
+        // refuses leaves the listing to this one.
+        let slot = std::sync::Mutex::new(Some(list));
+        let take = || {
+            slot.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take()
+        };
+        let tables = std::thread::scope(|scope| {
+            let building = std::thread::Builder::new()
+                .name("fleet-tunnels".into())
+                .spawn_scoped(scope, || {
+                    take().map(|l| TunnelTables::build(l, now, agents))
+                });
+            for snap in snapshots {
+                self.replace_listed(snap, now, r.generation);
+            }
+            let built = building
+                .ok()
+                .and_then(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+            built.or_else(|| take().map(|l| TunnelTables::build(l, now, agents)))
+        });
+        match tables {
+            Some(t) => {
+                self.install_tunnels(t);
+                self.listed(Kind::TunnelConnection, count, r.generation);
+            }
+            // Unreachable: the listing is either built or still here.
+            None => tracing::error!("a tunnel listing was lost; tunnels stay as they were"),
         }
+        self.resynced();
+    }
+
+    /// Replaces one kind by its listing and marks it ready.
+    fn replace_listed(&mut self, snap: Snapshot, now: Ts, generation: u64) {
+        let kind = snap.kind();
+        let count = snap.len();
+        self.replace(snap, now);
+        self.listed(kind, count, generation);
+    }
+
+    fn listed(&mut self, kind: Kind, count: usize, generation: u64) {
+        self.set_kind(kind, WatchState::Ready, generation);
+        self.note(
+            kind.into(),
+            "",
+            HistoryEvent::Resync,
+            format!("generation {generation}: {count} listed"),
+        );
+    }
+
+    fn resynced(&mut self) {
         self.dirty_all = true;
         self.after_resync = true;
         self.auth_targets_changed();
@@ -161,9 +225,12 @@ impl Model {
         match snap {
             Snapshot::Servers(kind, list) => {
                 self.out.writes.replace_kind(kind, list.clone());
+                // No timer of the kind is armed yet: room for all at once.
+                let mut cold = false;
                 match kind {
                     Kind::Proxy => {
                         let mut old = std::mem::take(&mut self.proxies);
+                        cold = old.is_empty();
                         self.proxies.reserve(list.len());
                         for s in list {
                             let e = match old.remove(&s.name) {
@@ -209,8 +276,8 @@ impl Model {
                     }
                     Kind::Agent => {
                         let mut old = std::mem::take(&mut self.agents);
+                        cold = old.is_empty();
                         self.agents.reserve(list.len());
-                        self.auth_agents.clear();
                         for s in list {
                             let a = match old.remove(&s.name) {
                                 Some(mut a) => {
@@ -221,17 +288,16 @@ impl Model {
                                 }
                                 None => AgentEntry::new(ResEntry::new(s, now), now),
                             };
-                            let server = &a.res.server;
-                            self.index_agent_auth(&server.name, &server.auth_server);
-                            if !self.agent_order.contains(&server.name) {
-                                self.agent_order.insert(server.name.clone());
-                            }
                             self.agents.insert(a);
                         }
+                        // The indexes by name and by Auth, built whole: a
+                        // tree descent per agent costs a cache miss per
+                        // level at a million.
+                        self.agent_order.rebuild(self.agents.keys());
+                        self.rebuild_auth_agents();
                         for gone in old {
                             let name = gone.res.server.name.as_str();
                             self.left_incident(name, now);
-                            self.agent_order.remove(name);
                             self.unhealthy.remove(name);
                             if let Some(id) = gone.episode {
                                 self.out.writes.episodes.push(EpisodeOp::close(
@@ -268,6 +334,9 @@ impl Model {
                         .collect(),
                     Kind::TunnelConnection => Vec::new(),
                 };
+                if cold {
+                    self.schedule.reserve(arms.len());
+                }
                 for (n, at) in arms {
                     self.schedule.arm(TimerKey::Expiry(kind, n), at);
                 }
@@ -279,23 +348,25 @@ impl Model {
                 }
             }
             Snapshot::Tunnels(list) => {
-                self.out.writes.replace_tunnels(list.clone());
-                self.tunnels.clear();
-                self.agent_tunnels.clear();
-                self.proxy_agents.clear();
-                self.tunnels.reserve(list.len());
-                for t in list {
-                    self.index_tunnel(&t);
-                    let expired = t.expires.is_some_and(|e| e <= now);
-                    if let (Some(e), false) = (t.expires, expired) {
-                        self.schedule.arm(
-                            TimerKey::Expiry(Kind::TunnelConnection, t.name.as_str().into()),
-                            e,
-                        );
-                    }
-                    self.tunnels.insert(TunnelEntry { tunnel: t, expired });
-                }
+                let agents = self.agents.len();
+                self.install_tunnels(TunnelTables::build(list, now, agents));
             }
+        }
+    }
+
+    /// Puts a listing's tunnel tables in place of the old ones and arms
+    /// their timers.
+    fn install_tunnels(&mut self, t: TunnelTables) {
+        self.out.writes.replace_tunnels(t.rows);
+        if self.tunnels.is_empty() {
+            self.schedule.reserve(t.arms.len());
+        }
+        self.tunnels = t.tunnels;
+        self.agent_tunnels = t.agent_tunnels;
+        self.proxy_agents = t.proxy_agents;
+        for (name, at) in t.arms {
+            self.schedule
+                .arm(TimerKey::Expiry(Kind::TunnelConnection, name), at);
         }
     }
 
@@ -349,9 +420,95 @@ impl Snapshot {
 
 #[cfg(test)]
 mod tests {
-    use super::{Resync, Snapshot};
+    use super::{Resync, Snapshot, PARALLEL_TUNNELS};
     use crate::fleet::model::fixture::*;
+    use crate::fleet::model::settle::PARALLEL_AGENTS;
+    use crate::fleet::model::WatchState;
     use crate::model::{AgentState, Kind};
+
+    fn listing(agents: &[String], dying: &str, dead: &str) -> Vec<Snapshot> {
+        vec![
+            Snapshot::Servers(
+                Kind::Proxy,
+                vec![
+                    server(Kind::Proxy, "p1", at(3600)),
+                    server(Kind::Proxy, "p2", at(3600)),
+                ],
+            ),
+            Snapshot::Servers(
+                Kind::AuthServer,
+                vec![server(Kind::AuthServer, "auth-1", at(3600))],
+            ),
+            Snapshot::Servers(
+                Kind::Agent,
+                agents.iter().map(|a| agent(a, at(3600))).collect(),
+            ),
+            Snapshot::Tunnels(
+                agents
+                    .iter()
+                    .flat_map(|a| {
+                        let mut t = tunnel(a, "p1");
+                        if a == dying {
+                            t.expires = Some(at(100));
+                        } else if a == dead {
+                            t.expires = Some(at(0));
+                        }
+                        [t, tunnel(a, "p2")]
+                    })
+                    .collect(),
+            ),
+        ]
+    }
+
+    /// Guards the large-listing path: tunnels indexed on a thread of their
+    /// own while the servers are replaced, and every agent judged in
+    /// slices on several threads, end in the same tables and states as
+    /// one at a time would (`check_indexes` recomputes the indexes); a
+    /// smaller listing then drops what it no longer holds.
+    #[test]
+    fn a_large_listing_is_indexed_and_judged_whole() {
+        let large = PARALLEL_AGENTS.max(PARALLEL_TUNNELS / 2);
+        let names: Vec<String> = (0..large + 5_000).map(|i| format!("a{i:06}")).collect();
+        let (dying, dead) = (names[7].clone(), names[names.len() - 2].clone());
+        let mut f = ready(&[("p1", 3600), ("p2", 3600)], &[]);
+        f.resync(Resync {
+            generation: 2,
+            snapshots: listing(&names, &dying, &dead),
+            rejected: Vec::new(),
+        });
+        advance_to(&mut f, at(1));
+        assert_eq!(f.tunnels.len(), names.len() * 2);
+        assert_eq!(f.proxy_agents["p1"].len(), names.len());
+        assert_eq!(f.kind(Kind::TunnelConnection).state, WatchState::Ready);
+        assert_eq!(
+            f.agents[dead.as_str()].state,
+            AgentState::Degraded,
+            "listed dead"
+        );
+        assert_eq!(f.unhealthy.len(), 1);
+        advance_to(&mut f, at(100));
+        assert_eq!(
+            f.agents[dying.as_str()].state,
+            AgentState::Degraded,
+            "its tunnel's expiry was armed"
+        );
+
+        let fewer = &names[..large + 1_000];
+        f.resync(Resync {
+            generation: 3,
+            snapshots: listing(fewer, "", ""),
+            rejected: Vec::new(),
+        });
+        advance_to(&mut f, at(101));
+        assert_eq!(f.agents.len(), fewer.len());
+        assert_eq!(f.tunnels.len(), fewer.len() * 2);
+        assert!(
+            !f.agent_tunnels.contains_key(dead.as_str()),
+            "gone with its agent"
+        );
+        assert_eq!(f.agent_order.containing(&dead, None, 10), Some(vec![]));
+        assert!(f.unhealthy.is_empty(), "{:?}", f.unhealthy);
+    }
 
     /// Guards resync re-arming: a timer that came due while the data was
     /// stale was dropped; the resync arms it again, so the proxy expires

@@ -42,6 +42,14 @@ impl Schedule {
         }
     }
 
+    /// Room for `more` timers: a resync arms a million at once, and a
+    /// table that doubles its way there hashes every name again at each
+    /// step.
+    pub fn reserve(&mut self, more: usize) {
+        self.armed.reserve(more);
+        self.heap.reserve(more);
+    }
+
     /// The earliest deadline, if any.
     pub fn next(&self) -> Option<Ts> {
         self.heap.peek().map(|Reverse((t, _))| *t)

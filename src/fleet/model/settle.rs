@@ -11,6 +11,11 @@ use crate::model::{AgentState, CauseKind, EndReason, Kind};
 use crate::store::EpisodeOp;
 use crate::telemetry::propagate::{self};
 
+/// A fleet this large is judged on several threads after a resync.
+pub(super) const PARALLEL_AGENTS: usize = 50_000;
+/// The most threads that judge at once.
+const MAX_JUDGES: usize = 8;
+
 impl Model {
     // ---- classification ---------------------------------------------------
 
@@ -24,10 +29,11 @@ impl Model {
         let first = self.out.changes.len();
         if std::mem::take(&mut self.dirty_all) {
             // In storage order: a million agents read front to back rather
-            // than at random through a set of their names.
-            for i in 0..self.agents.len() {
+            // than at random through a set of their names. Only the
+            // verdicts that change something are applied.
+            for (i, v) in self.changed_verdicts(now) {
                 if let Some(name) = self.agents.name_at(i).map(str::to_string) {
-                    self.reclassify(&name, now);
+                    self.apply_verdict(&name, v, now);
                 }
             }
         } else {
@@ -53,9 +59,62 @@ impl Model {
         }
     }
 
+    /// Every agent whose verdict differs from its state, by its position
+    /// in storage order, in that order. Verdicts read and never write, and
+    /// one agent's never depends on another's: a large fleet is judged in
+    /// slices on as many threads as the machine has (up to
+    /// [`MAX_JUDGES`]), each slice's answers kept in order.
+    fn changed_verdicts(&self, now: Ts) -> Vec<(usize, Verdict)> {
+        let n = self.agents.len();
+        let judge = |range: std::ops::Range<usize>| -> Vec<(usize, Verdict)> {
+            range
+                .filter_map(|i| {
+                    let a = self.agents.at(i)?;
+                    let v = self.verdict_of(a, now);
+                    let differs =
+                        v.state != a.state || v.reasons != a.reasons || v.cause != a.cause;
+                    differs.then_some((i, v))
+                })
+                .collect()
+        };
+        let threads = if n >= PARALLEL_AGENTS {
+            std::thread::available_parallelism().map_or(1, |p| p.get().min(MAX_JUDGES))
+        } else {
+            1
+        };
+        if threads <= 1 {
+            return judge(0..n);
+        }
+        let slice = n.div_ceil(threads);
+        let range = |t: usize| (t * slice).min(n)..((t + 1) * slice).min(n);
+        std::thread::scope(|scope| {
+            let others: Vec<_> = (1..threads)
+                .map(|t| {
+                    let spawned = std::thread::Builder::new()
+                        .name("fleet-judge".into())
+                        .spawn_scoped(scope, move || judge(range(t)));
+                    (t, spawned)
+                })
+                .collect();
+            let mut out = judge(range(0));
+            for (t, spawned) in others {
+                match spawned {
+                    Ok(h) => out.extend(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))),
+                    // No thread to be had: this one judges the slice.
+                    Err(_) => out.extend(judge(range(t))),
+                }
+            }
+            out
+        })
+    }
+
     /// The classifier's verdict for one agent from current state.
     pub fn verdict(&self, name: &str, now: Ts) -> Option<Verdict> {
-        let a = self.agents.get(name)?;
+        self.agents.get(name).map(|a| self.verdict_of(a, now))
+    }
+
+    fn verdict_of(&self, a: &super::AgentEntry, now: Ts) -> Verdict {
+        let name = a.res.server.name.as_str();
         let auth_unhealthy = self
             .auths
             .get(&a.res.server.auth_server)
@@ -68,7 +127,7 @@ impl Model {
                 dead: self.tunnel_dead(t, now),
             })
             .collect();
-        Some(classify(&Inputs {
+        classify(&Inputs {
             now,
             agent_expired: (a.res.expired && self.kind(Kind::Agent).state == WatchState::Ready)
                 .then_some(a.res.server.expires),
@@ -76,7 +135,7 @@ impl Model {
             auth_unhealthy,
             tunnels_known,
             tunnels,
-        }))
+        })
     }
 
     /// Why (and since when) a tunnel is dead, or `None` when live.

@@ -42,29 +42,8 @@ pub struct Sizes {
 impl Model {
     // ---- indexes ----------------------------------------------------------
 
-    /// Looks up before inserting: the entry API would clone the agent's
-    /// and the proxy's names for every tunnel, though most find theirs.
     pub(super) fn index_tunnel(&mut self, t: &Tunnel) {
-        match self.agent_tunnels.get_mut(&t.agent) {
-            Some(names) => {
-                names.insert(t.name.clone());
-            }
-            None => {
-                let mut names = super::names::FewNames::default();
-                names.insert(t.name.clone());
-                self.agent_tunnels.insert(t.agent.clone(), names);
-            }
-        }
-        let agents = match self.proxy_agents.get_mut(&t.proxy) {
-            Some(agents) => agents,
-            None => self.proxy_agents.entry(t.proxy.clone()).or_default(),
-        };
-        match agents.get_mut(&t.agent) {
-            Some(n) => *n = n.saturating_add(1),
-            None => {
-                agents.insert(t.agent.clone(), 1);
-            }
-        }
+        super::tunnel_tables::index_tunnel(&mut self.agent_tunnels, &mut self.proxy_agents, t);
     }
 
     pub(super) fn unindex_tunnel(&mut self, t: &Tunnel) {
@@ -94,6 +73,26 @@ impl Model {
                 .or_default()
                 .insert(agent.to_string());
         }
+    }
+
+    /// `auth_agents` again from the agents, each set built from its
+    /// names in order rather than by a descent per agent.
+    pub(super) fn rebuild_auth_agents(&mut self) {
+        let mut by_auth: rustc_hash::FxHashMap<&str, Vec<&str>> = Default::default();
+        for a in self.agents.values() {
+            let s = &a.res.server;
+            if !s.auth_server.is_empty() {
+                by_auth.entry(&s.auth_server).or_default().push(&s.name);
+            }
+        }
+        self.auth_agents = by_auth
+            .into_iter()
+            .map(|(auth, mut names)| {
+                names.sort_unstable();
+                let set = names.into_iter().map(str::to_string).collect();
+                (auth.to_string(), set)
+            })
+            .collect();
     }
 
     pub(super) fn unindex_agent_auth(&mut self, agent: &str, auth: &str) {

@@ -1,0 +1,99 @@
+//! A tunnel listing turned into the tunnels' tables: the entries, each
+//! agent's tunnel names, each proxy's agents, and the expiry timers to
+//! arm. Built apart from the model, so that a large listing is indexed on
+//! a thread of its own while the fleet's task replaces the servers (the
+//! two share nothing until the tables are installed).
+//!
+//! Owns: building the tables from a listing, and the one way a tunnel is
+//! indexed. Must not touch: the rest of the model.
+
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap as HashMap;
+
+use super::by_name::ByName;
+use super::names::FewNames;
+use super::TunnelEntry;
+use crate::clock::Ts;
+use crate::model::Tunnel;
+
+/// Each agent's tunnel names.
+pub type AgentTunnels = HashMap<String, FewNames>;
+/// Each proxy's agents, with how many tunnels each holds to it.
+pub type ProxyAgents = HashMap<String, HashMap<String, u32>>;
+
+pub struct TunnelTables {
+    pub tunnels: ByName<TunnelEntry>,
+    pub agent_tunnels: AgentTunnels,
+    pub proxy_agents: ProxyAgents,
+    /// The name and expiry of each tunnel whose expiry is still ahead.
+    pub arms: Vec<(Arc<str>, Ts)>,
+    /// The listing as it came, for the store.
+    pub rows: Vec<Tunnel>,
+}
+
+impl TunnelTables {
+    /// The tables of `list` at `now`, for a fleet of about `agents`.
+    pub fn build(list: Vec<Tunnel>, now: Ts, agents: usize) -> TunnelTables {
+        let rows = list.clone();
+        let mut tunnels = ByName::default();
+        tunnels.reserve(list.len());
+        // Every table sized before it fills: growing one hashes each name
+        // it holds again, a cache miss each at a million.
+        let mut agent_tunnels = AgentTunnels::default();
+        agent_tunnels.reserve(agents);
+        let mut per_proxy: HashMap<&str, usize> = HashMap::default();
+        for t in &list {
+            *per_proxy.entry(t.proxy.as_str()).or_default() += 1;
+        }
+        let mut proxy_agents = ProxyAgents::default();
+        proxy_agents.reserve(per_proxy.len());
+        for (proxy, n) in per_proxy {
+            let mut agents = HashMap::default();
+            agents.reserve(n);
+            proxy_agents.insert(proxy.to_string(), agents);
+        }
+        let mut arms = Vec::with_capacity(list.len());
+        for t in list {
+            index_tunnel(&mut agent_tunnels, &mut proxy_agents, &t);
+            let expired = t.expires.is_some_and(|e| e <= now);
+            if let (Some(e), false) = (t.expires, expired) {
+                arms.push((t.name.as_str().into(), e));
+            }
+            tunnels.insert(TunnelEntry { tunnel: t, expired });
+        }
+        TunnelTables {
+            tunnels,
+            agent_tunnels,
+            proxy_agents,
+            arms,
+            rows,
+        }
+    }
+}
+
+/// Adds `t` to its agent's names and its proxy's agents. Looks up before
+/// inserting: the entry API would clone the agent's and the proxy's names
+/// for every tunnel, though most find theirs.
+pub fn index_tunnel(agent_tunnels: &mut AgentTunnels, proxy_agents: &mut ProxyAgents, t: &Tunnel) {
+    match agent_tunnels.get_mut(&t.agent) {
+        Some(names) => {
+            names.insert(t.name.clone());
+        }
+        None => {
+            let mut names = FewNames::default();
+            names.insert(t.name.clone());
+            agent_tunnels.insert(t.agent.clone(), names);
+        }
+    }
+    let agents = match proxy_agents.get_mut(&t.proxy) {
+        Some(agents) => agents,
+        None => proxy_agents.entry(t.proxy.clone()).or_default(),
+    };
+    match agents.get_mut(&t.agent) {
+        Some(n) => *n = n.saturating_add(1),
+        None => {
+            agents.insert(t.agent.clone(), 1);
+        }
+    }
+}
