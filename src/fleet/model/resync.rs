@@ -6,11 +6,13 @@ use rustc_hash::FxHashSet as HashSet;
 use tracing::{info, warn};
 
 use super::schedule::TimerKey;
-use super::tunnel_tables::TunnelTables;
+use super::tunnel_tables::{self, TunnelTables};
 use super::{AgentEntry, AuthEntry, Model, ResEntry, TunnelEntry};
 use super::{BoardOp, Resync, Snapshot, WatchState};
 use crate::clock::Ts;
-use crate::model::{AgentState, Cause, EndReason, Health, HistoryEvent, Kind, Reasons, Subject};
+use crate::model::{
+    AgentState, Cause, EndReason, Health, HistoryEvent, Kind, Reasons, Subject, Tunnel,
+};
 use crate::store::read::Loaded;
 use crate::store::EpisodeOp;
 
@@ -172,18 +174,44 @@ impl Model {
                 .take()
         };
         let tables = std::thread::scope(|scope| {
-            let building = std::thread::Builder::new()
+            // The thread hands over a copy of the listing at once, indexes
+            // its own, and keeps that for the store; this one files the
+            // copy's entries once the servers are done.
+            let (copy_tx, copy_rx) = std::sync::mpsc::sync_channel::<Vec<Tunnel>>(1);
+            let indexing = std::thread::Builder::new()
                 .name("fleet-tunnels".into())
-                .spawn_scoped(scope, || {
-                    take().map(|l| TunnelTables::build(l, now, agents))
+                .spawn_scoped(scope, move || {
+                    let list = take()?;
+                    copy_tx.send(list.clone()).ok()?;
+                    let (agent_tunnels, proxy_agents) = tunnel_tables::index(&list, agents);
+                    Some((agent_tunnels, proxy_agents, list))
                 });
             for snap in snapshots {
                 self.replace_listed(snap, now, r.generation);
             }
-            let built = building
+            let Ok(indexing) = indexing else {
+                // No thread to be had: this one does it all.
+                return take().map(|l| TunnelTables::build(l, now, agents));
+            };
+            let filed = copy_rx
+                .recv()
                 .ok()
-                .and_then(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
-            built.or_else(|| take().map(|l| TunnelTables::build(l, now, agents)))
+                .map(|copy| tunnel_tables::entries(copy, now));
+            let indexed = indexing
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p));
+            match (filed, indexed) {
+                (Some((tunnels, arms)), Some((agent_tunnels, proxy_agents, rows))) => {
+                    Some(TunnelTables {
+                        tunnels,
+                        agent_tunnels,
+                        proxy_agents,
+                        arms,
+                        rows,
+                    })
+                }
+                _ => take().map(|l| TunnelTables::build(l, now, agents)),
+            }
         });
         match tables {
             Some(t) => {

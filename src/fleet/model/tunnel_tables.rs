@@ -1,8 +1,9 @@
 //! A tunnel listing turned into the tunnels' tables: the entries, each
 //! agent's tunnel names, each proxy's agents, and the expiry timers to
 //! arm. Built apart from the model, so that a large listing is indexed on
-//! a thread of its own while the fleet's task replaces the servers (the
-//! two share nothing until the tables are installed).
+//! a thread of its own while the fleet's task replaces the servers and
+//! then files the entries (they share nothing until the tables are
+//! installed).
 //!
 //! Owns: building the tables from a listing, and the one way a tunnel is
 //! indexed. Must not touch: the rest of the model.
@@ -35,41 +36,57 @@ pub struct TunnelTables {
 impl TunnelTables {
     /// The tables of `list` at `now`, for a fleet of about `agents`.
     pub fn build(list: Vec<Tunnel>, now: Ts, agents: usize) -> TunnelTables {
-        let rows = list.clone();
-        let mut tunnels = ByName::default();
-        tunnels.reserve(list.len());
-        // Every table sized before it fills: growing one hashes each name
-        // it holds again, a cache miss each at a million.
-        let mut agent_tunnels = AgentTunnels::default();
-        agent_tunnels.reserve(agents);
-        let mut per_proxy: HashMap<&str, usize> = HashMap::default();
-        for t in &list {
-            *per_proxy.entry(t.proxy.as_str()).or_default() += 1;
-        }
-        let mut proxy_agents = ProxyAgents::default();
-        proxy_agents.reserve(per_proxy.len());
-        for (proxy, n) in per_proxy {
-            let mut agents = HashMap::default();
-            agents.reserve(n);
-            proxy_agents.insert(proxy.to_string(), agents);
-        }
-        let mut arms = Vec::with_capacity(list.len());
-        for t in list {
-            index_tunnel(&mut agent_tunnels, &mut proxy_agents, &t);
-            let expired = t.expires.is_some_and(|e| e <= now);
-            if let (Some(e), false) = (t.expires, expired) {
-                arms.push((t.name.as_str().into(), e));
-            }
-            tunnels.insert(TunnelEntry { tunnel: t, expired });
-        }
+        let copy = list.clone();
+        let (agent_tunnels, proxy_agents) = index(&list, agents);
+        let (tunnels, arms) = entries(copy, now);
         TunnelTables {
             tunnels,
             agent_tunnels,
             proxy_agents,
             arms,
-            rows,
+            rows: list,
         }
     }
+}
+
+/// Each agent's tunnel names and each proxy's agents, for a fleet of about
+/// `agents`.
+pub fn index(list: &[Tunnel], agents: usize) -> (AgentTunnels, ProxyAgents) {
+    // Every table sized before it fills: growing one hashes each name it
+    // holds again, a cache miss each at a million.
+    let mut agent_tunnels = AgentTunnels::default();
+    agent_tunnels.reserve(agents);
+    let mut per_proxy: HashMap<&str, usize> = HashMap::default();
+    for t in list {
+        *per_proxy.entry(t.proxy.as_str()).or_default() += 1;
+    }
+    let mut proxy_agents = ProxyAgents::default();
+    proxy_agents.reserve(per_proxy.len());
+    for (proxy, n) in per_proxy {
+        let mut agents = HashMap::default();
+        agents.reserve(n);
+        proxy_agents.insert(proxy.to_string(), agents);
+    }
+    for t in list {
+        index_tunnel(&mut agent_tunnels, &mut proxy_agents, t);
+    }
+    (agent_tunnels, proxy_agents)
+}
+
+/// The entries of `list` at `now`, and the name and expiry of each tunnel
+/// whose expiry is still ahead.
+pub fn entries(list: Vec<Tunnel>, now: Ts) -> (ByName<TunnelEntry>, Vec<(Arc<str>, Ts)>) {
+    let mut tunnels = ByName::default();
+    tunnels.reserve(list.len());
+    let mut arms = Vec::new();
+    for t in list {
+        let expired = t.expires.is_some_and(|e| e <= now);
+        if let (Some(e), false) = (t.expires, expired) {
+            arms.push((t.name.as_str().into(), e));
+        }
+        tunnels.insert(TunnelEntry { tunnel: t, expired });
+    }
+    (tunnels, arms)
 }
 
 /// Adds `t` to its agent's names and its proxy's agents. Looks up before
