@@ -210,7 +210,10 @@ impl Model {
                         rows,
                     })
                 }
-                _ => take().map(|l| TunnelTables::build(l, now, agents)),
+                // Unreachable (the copy is sent before anything else), but
+                // the thread's own listing is still whole.
+                (None, Some((_, _, rows))) => Some(TunnelTables::build(rows, now, agents)),
+                (_, None) => take().map(|l| TunnelTables::build(l, now, agents)),
             }
         });
         match tables {
