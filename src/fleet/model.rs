@@ -304,35 +304,41 @@ pub(crate) mod fixture {
         }
     }
 
-    /// A fleet whose every kind is ready: `proxies` expire at the given
-    /// second, agents live an hour, each agent has a tunnel to each proxy.
+    /// A listing of every kind: `proxies` expire at the given second,
+    /// agents live an hour on `auth-1`, each agent has a tunnel to each
+    /// proxy.
+    pub fn listing(proxies: &[(&str, u64)], agents: &[&str]) -> Vec<Snapshot> {
+        vec![
+            Snapshot::Servers(
+                Kind::Proxy,
+                proxies
+                    .iter()
+                    .map(|(p, s)| server(Kind::Proxy, p, at(*s)))
+                    .collect(),
+            ),
+            Snapshot::Servers(
+                Kind::AuthServer,
+                vec![server(Kind::AuthServer, "auth-1", at(3600))],
+            ),
+            Snapshot::Servers(
+                Kind::Agent,
+                agents.iter().map(|a| agent(a, at(3600))).collect(),
+            ),
+            Snapshot::Tunnels(
+                agents
+                    .iter()
+                    .flat_map(|a| proxies.iter().map(move |(p, _)| tunnel(a, p)))
+                    .collect(),
+            ),
+        ]
+    }
+
+    /// A fleet whose every kind is ready, from [`listing`].
     pub fn ready(proxies: &[(&str, u64)], agents: &[&str]) -> Model {
         let mut f = test_model(START);
         f.resync(Resync {
             generation: 1,
-            snapshots: vec![
-                Snapshot::Servers(
-                    Kind::Proxy,
-                    proxies
-                        .iter()
-                        .map(|(p, s)| server(Kind::Proxy, p, at(*s)))
-                        .collect(),
-                ),
-                Snapshot::Servers(
-                    Kind::AuthServer,
-                    vec![server(Kind::AuthServer, "auth-1", at(3600))],
-                ),
-                Snapshot::Servers(
-                    Kind::Agent,
-                    agents.iter().map(|a| agent(a, at(3600))).collect(),
-                ),
-                Snapshot::Tunnels(
-                    agents
-                        .iter()
-                        .flat_map(|a| proxies.iter().map(move |(p, _)| tunnel(a, p)))
-                        .collect(),
-                ),
-            ],
+            snapshots: listing(proxies, agents),
             rejected: Vec::new(),
         });
         f.health(HealthUpdate {

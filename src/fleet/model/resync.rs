@@ -165,65 +165,43 @@ impl Model {
             .find(|s| s.kind() == Kind::Agent)
             .map_or(self.agents.len(), Snapshot::len);
         let count = list.len();
-        // Kept here until the thread takes it, so that a thread the system
-        // refuses leaves the listing to this one.
-        let slot = std::sync::Mutex::new(Some(list));
-        let take = || {
-            slot.lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .take()
-        };
-        let tables = std::thread::scope(|scope| {
-            // The thread hands over a copy of the listing at once, indexes
-            // its own, and keeps that for the store; this one files the
-            // copy's entries once the servers are done.
+        // The thread copies the listing for this one at once, then indexes
+        // it; this one replaces the servers and then files the copy's
+        // entries. The listing itself goes to the store.
+        let built = std::thread::scope(|scope| {
             let (copy_tx, copy_rx) = std::sync::mpsc::sync_channel::<Vec<Tunnel>>(1);
+            let listed = &list;
             let indexing = std::thread::Builder::new()
                 .name("fleet-tunnels".into())
                 .spawn_scoped(scope, move || {
-                    let list = take()?;
-                    copy_tx.send(list.clone()).ok()?;
-                    let (agent_tunnels, proxy_agents) = tunnel_tables::index(&list, agents);
-                    Some((agent_tunnels, proxy_agents, list))
+                    // The receiver waits below: the send cannot fail.
+                    let _ = copy_tx.send(listed.clone());
+                    tunnel_tables::index(listed, agents)
                 });
             for snap in snapshots {
                 self.replace_listed(snap, now, r.generation);
             }
-            let Ok(indexing) = indexing else {
-                // No thread to be had: this one does it all.
-                return take().map(|l| TunnelTables::build(l, now, agents));
-            };
-            let filed = copy_rx
-                .recv()
-                .ok()
-                .map(|copy| tunnel_tables::entries(copy, now));
-            let indexed = indexing
+            // No thread to be had: the listing is built below, whole.
+            let indexing = indexing.ok()?;
+            let copy = copy_rx.recv().ok();
+            let (agent_tunnels, proxy_agents) = indexing
                 .join()
                 .unwrap_or_else(|p| std::panic::resume_unwind(p));
-            match (filed, indexed) {
-                (Some((tunnels, arms)), Some((agent_tunnels, proxy_agents, rows))) => {
-                    Some(TunnelTables {
-                        tunnels,
-                        agent_tunnels,
-                        proxy_agents,
-                        arms,
-                        rows,
-                    })
-                }
-                // Unreachable (the copy is sent before anything else), but
-                // the thread's own listing is still whole.
-                (None, Some((_, _, rows))) => Some(TunnelTables::build(rows, now, agents)),
-                (_, None) => take().map(|l| TunnelTables::build(l, now, agents)),
-            }
+            let (tunnels, arms) = tunnel_tables::entries(copy?, now);
+            Some((tunnels, agent_tunnels, proxy_agents, arms))
         });
-        match tables {
-            Some(t) => {
-                self.install_tunnels(t);
-                self.listed(Kind::TunnelConnection, count, r.generation);
-            }
-            // Unreachable: the listing is either built or still here.
-            None => tracing::error!("a tunnel listing was lost; tunnels stay as they were"),
-        }
+        let tables = match built {
+            Some((tunnels, agent_tunnels, proxy_agents, arms)) => TunnelTables {
+                tunnels,
+                agent_tunnels,
+                proxy_agents,
+                arms,
+                rows: list,
+            },
+            None => TunnelTables::build(list, now, agents),
+        };
+        self.install_tunnels(tables);
+        self.listed(Kind::TunnelConnection, count, r.generation);
         self.resynced();
     }
 
@@ -457,38 +435,27 @@ mod tests {
     use crate::fleet::model::WatchState;
     use crate::model::{AgentState, Kind};
 
-    fn listing(agents: &[String], dying: &str, dead: &str) -> Vec<Snapshot> {
-        vec![
-            Snapshot::Servers(
-                Kind::Proxy,
-                vec![
-                    server(Kind::Proxy, "p1", at(3600)),
-                    server(Kind::Proxy, "p2", at(3600)),
-                ],
-            ),
-            Snapshot::Servers(
-                Kind::AuthServer,
-                vec![server(Kind::AuthServer, "auth-1", at(3600))],
-            ),
-            Snapshot::Servers(
-                Kind::Agent,
-                agents.iter().map(|a| agent(a, at(3600))).collect(),
-            ),
-            Snapshot::Tunnels(
-                agents
-                    .iter()
-                    .flat_map(|a| {
-                        let mut t = tunnel(a, "p1");
-                        if a == dying {
-                            t.expires = Some(at(100));
-                        } else if a == dead {
-                            t.expires = Some(at(0));
-                        }
-                        [t, tunnel(a, "p2")]
-                    })
-                    .collect(),
-            ),
-        ]
+    /// [`listing`] of `agents` behind two proxies, where the tunnel of
+    /// `dying` to p1 expires at 100 s and that of `dead` has expired.
+    fn expiring(agents: &[String], dying: &str, dead: &str) -> Resync {
+        let names: Vec<&str> = agents.iter().map(String::as_str).collect();
+        let mut snapshots = listing(&[("p1", 3600), ("p2", 3600)], &names);
+        for s in &mut snapshots {
+            if let Snapshot::Tunnels(list) = s {
+                for t in list.iter_mut().filter(|t| t.proxy == "p1") {
+                    if t.agent == dying {
+                        t.expires = Some(at(100));
+                    } else if t.agent == dead {
+                        t.expires = Some(at(0));
+                    }
+                }
+            }
+        }
+        Resync {
+            generation: 0,
+            snapshots,
+            rejected: Vec::new(),
+        }
     }
 
     /// Guards the large-listing path: tunnels indexed on a thread of their
@@ -504,8 +471,7 @@ mod tests {
         let mut f = ready(&[("p1", 3600), ("p2", 3600)], &[]);
         f.resync(Resync {
             generation: 2,
-            snapshots: listing(&names, &dying, &dead),
-            rejected: Vec::new(),
+            ..expiring(&names, &dying, &dead)
         });
         advance_to(&mut f, at(1));
         assert_eq!(f.tunnels.len(), names.len() * 2);
@@ -527,8 +493,7 @@ mod tests {
         let fewer = &names[..large + 1_000];
         f.resync(Resync {
             generation: 3,
-            snapshots: listing(fewer, "", ""),
-            rejected: Vec::new(),
+            ..expiring(fewer, "", "")
         });
         advance_to(&mut f, at(101));
         assert_eq!(f.agents.len(), fewer.len());
