@@ -23,10 +23,7 @@ use crate::model::text;
 
 use crate::model::agent_label;
 
-/// Which Auth instance last saw each host (`GetInstances`): host ID to
-/// Auth ID. A cluster has a handful of Auth instances, so each ID is one
-/// shared string however many hosts it serves.
-pub type AuthOf = FxHashMap<String, Arc<str>>;
+pub use super::auth_of::AuthOf;
 
 /// One service heartbeat, validated.
 #[derive(Clone, Debug, PartialEq)]
@@ -88,8 +85,8 @@ struct Host {
     /// Proxies this host's tunnels go to, as last sent; sorted.
     tunnels: Vec<String>,
     /// The Auth instance that last saw the host (`GetInstances`), kept
-    /// here so a heartbeat looks up nothing else.
-    auth: Arc<str>,
+    /// here so a heartbeat looks up nothing else; none known: `None`.
+    auth: Option<Arc<str>>,
     /// The agent as last sent, in the parts it is made of (the `Server`
     /// itself is built only to be sent).
     sent: Option<Sent>,
@@ -123,25 +120,21 @@ impl Host {
 
     /// A service's heartbeat: updated in place (most change only their
     /// expiry), or a service added with the TTL `learned` elsewhere. Says
-    /// what it touched, and hands back the host's name.
-    fn put(
-        &mut self,
-        beat: Beat,
-        seen: &Seen,
-        learned: Option<(Ts, Duration)>,
-    ) -> (Touched, String) {
+    /// what it touched. The host's name is its key in the table: a
+    /// service kept does not hold it again.
+    fn put(&mut self, mut beat: Beat, seen: &Seen, learned: Option<(Ts, Duration)>) -> Touched {
         let said = Said::of(&beat);
         let Some(i) = self.service(beat.service, &beat.name) else {
-            let host = beat.host.clone();
+            beat.host = String::new();
             let ttl = seen.ttl(learned, beat.expires);
             self.services.push(Running { beat, ttl, said });
-            return (EVERYTHING, host);
+            return EVERYTHING;
         };
         let r = &mut self.services[i];
         r.ttl = seen.ttl(Some((r.beat.expires, r.ttl)), beat.expires);
         r.beat.expires = beat.expires;
         if r.said == said {
-            return (NOTHING, beat.host);
+            return NOTHING;
         }
         r.said = said;
         let b = &mut r.beat;
@@ -156,7 +149,7 @@ impl Host {
         b.version = beat.version;
         b.hostname = beat.hostname;
         b.proxies = beat.proxies;
-        (touched, beat.host)
+        touched
     }
 }
 
@@ -198,7 +191,7 @@ impl Sent {
         true
     }
 
-    fn agent(&self, name: &str, auth_server: &str) -> Server {
+    fn agent(&self, name: &str, auth_server: Option<&str>) -> Server {
         Server {
             kind: Kind::Agent,
             name: name.to_string(),
@@ -209,7 +202,7 @@ impl Sent {
             expires: self.expires,
             ttl: self.ttl,
             labels: self.labels.clone(),
-            auth_server: auth_server.to_string(),
+            auth_server: auth_server.unwrap_or_default().to_string(),
         }
     }
 }
@@ -366,10 +359,10 @@ impl Hosts {
                 .name("lifeline-snapshot".into())
                 .spawn_scoped(s, move || {
                     let (mut agents, mut tunnels) = (Vec::new(), Vec::new());
-                    attach_part(second, auth, &mut agents, &mut tunnels);
+                    attach_part(second, auth, Names::Own, &mut agents, &mut tunnels);
                     (agents, tunnels)
                 });
-            attach_part(first, auth, &mut agents, &mut tunnels);
+            attach_part(first, auth, Names::Shared, &mut agents, &mut tunnels);
             other
                 .ok()
                 .map(|t| t.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
@@ -382,7 +375,7 @@ impl Hosts {
             // No thread to be had: this one builds the second half too.
             None => {
                 let (_, second) = self.hosts.as_mut_slice().split_at_mut(half);
-                attach_part(second, auth, &mut agents, &mut tunnels);
+                attach_part(second, auth, Names::Shared, &mut agents, &mut tunnels);
             }
         }
         self.auth_of = auth_of;
@@ -411,7 +404,18 @@ impl Hosts {
             .hosts
             .get(&beat.host)
             .and_then(|h| h.learned(beat.service, &beat.name));
-        self.put(beat, seen, learned, &mut Out(None));
+        // A listing's hosts are new to this table (it starts empty): one
+        // lookup that inserts, not one that misses and then one that
+        // inserts.
+        let entry = self.hosts.entry(beat.host.clone());
+        let i = entry.index();
+        if let indexmap::map::Entry::Vacant(v) = entry {
+            v.insert(Host {
+                auth: self.auth_of.get(&beat.host).cloned(),
+                ..Host::default()
+            });
+        }
+        self.put_at(i, beat, seen, learned, &mut Out(None));
     }
 
     /// A service heartbeat (or any PUT of a service resource).
@@ -485,33 +489,46 @@ impl Hosts {
         learned: Option<(Ts, Duration)>,
         out: &mut Out,
     ) -> Option<(AgentService, String)> {
+        // A heartbeat's host is nearly always known: found without copying
+        // its name, which only a new host's entry needs.
+        let i = match self.hosts.get_index_of(&beat.host) {
+            Some(i) => i,
+            None => {
+                let auth = self.auth_of.get(&beat.host).cloned();
+                let host = Host {
+                    auth,
+                    ..Host::default()
+                };
+                self.hosts.insert_full(beat.host.clone(), host).0
+            }
+        };
+        self.put_at(i, beat, seen, learned, out)
+    }
+
+    /// [`Hosts::put`] for the host at position `i` of the table.
+    fn put_at(
+        &mut self,
+        i: usize,
+        beat: Beat,
+        seen: &Seen,
+        learned: Option<(Ts, Duration)>,
+        out: &mut Out,
+    ) -> Option<(AgentService, String)> {
         let Hosts {
             hosts,
             host_of,
             proxies,
-            auth_of,
-            agentless: _,
+            ..
         } = self;
-        let (h, touched, name) = match hosts.get_mut(&beat.host) {
-            Some(h) => {
-                let (touched, name) = h.put(beat, seen, learned);
-                (h, touched, name)
-            }
-            None => {
-                let name = beat.host.clone();
-                let h = hosts.entry(name.clone()).or_default();
-                h.auth = auth_of.get(&name).cloned().unwrap_or_default();
-                h.put(beat, seen, learned);
-                (h, EVERYTHING, name)
-            }
-        };
+        let (name, h) = hosts.get_index_mut(i)?;
+        let touched = h.put(beat, seen, learned);
         let new = touched.services.then(|| {
-            index_new_service(host_of, h, &name);
+            index_new_service(host_of, h, name);
             h.services
                 .last()
                 .map(|r| (r.beat.service, r.beat.name.clone()))
         });
-        refresh(h, &name, touched, proxies, out);
+        refresh(h, name, touched, proxies, out);
         new.flatten()
     }
 
@@ -592,8 +609,9 @@ impl Hosts {
     pub fn set_auth(&mut self, auth_of: AuthOf, out: &mut Vec<Change>) {
         self.auth_of = auth_of;
         let mut out = Out(Some(out));
+        let mut walk = self.auth_of.walk();
         for (name, h) in &mut self.hosts {
-            let auth = self.auth_of.get(name).cloned().unwrap_or_default();
+            let auth = walk.get(name).cloned();
             if h.auth != auth {
                 h.auth = auth;
                 refresh(h, name, AUTH, &self.proxies, &mut out);
@@ -624,17 +642,50 @@ impl Hosts {
 /// Hosts in a table of at least this many are attached on two threads.
 const ON_TWO_THREADS: usize = 4_096;
 
+/// Whose Auth names a run of hosts holds.
+#[derive(Clone, Copy, PartialEq)]
+enum Names {
+    /// The shared ones in `auth_of`.
+    Shared,
+    /// Copies of the run's own: each Auth name is shared by thousands of
+    /// hosts, and two threads counting references to one name would take
+    /// turns at the cache line its count is in (the dearest step of the
+    /// attach, measured).
+    Own,
+}
+
+/// At most this many Auth names are copied for a run; any further one is
+/// shared.
+const OWN_NAMES: usize = 16;
+
 /// [`Hosts::attach`] for a run of the table, in its order.
 fn attach_part(
     hosts: &mut indexmap::map::Slice<String, Host>,
     auth_of: &AuthOf,
+    names: Names,
     agents: &mut Vec<Server>,
     tunnels: &mut Vec<Tunnel>,
 ) {
+    let mut copies: Vec<(Arc<str>, Arc<str>)> = Vec::new();
+    let mut own = |shared: &Arc<str>| {
+        if names == Names::Shared {
+            return shared.clone();
+        }
+        match copies.iter().find(|(s, _)| Arc::ptr_eq(s, shared)) {
+            Some((_, copy)) => copy.clone(),
+            None if copies.len() < OWN_NAMES => {
+                let copy: Arc<str> = Arc::from(&**shared);
+                copies.push((shared.clone(), copy.clone()));
+                copy
+            }
+            None => shared.clone(),
+        }
+    };
+    let mut walk = auth_of.walk();
     for (name, h) in hosts.iter_mut() {
-        h.auth = auth_of.get(name).cloned().unwrap_or_default();
+        h.auth = walk.get(name).map(&mut own);
         if let Some(a) = &h.sent {
-            agents.push(a.agent(name, &h.auth));
+            agents.push(a.agent(name, h.auth.as_deref()));
         }
         tunnels.extend(h.tunnels.iter().map(|p| tunnel(name, p)));
     }
@@ -703,7 +754,7 @@ fn refresh(h: &mut Host, name: &str, touched: Touched, proxies: &BTreeSet<String
     changed |= update_str(&mut sent.version, &latest.beat.version);
     changed |= touched.auth;
     if changed {
-        out.push(|| Change::PutServer(sent.agent(name, &h.auth)));
+        out.push(|| Change::PutServer(sent.agent(name, h.auth.as_deref())));
     }
     if let Some(observed) = observed {
         // Both sorted: the proxies set and `observed` iterate in order.

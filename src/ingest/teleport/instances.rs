@@ -99,7 +99,7 @@ async fn open(channel: Channel, max: usize) -> Result<tonic::Streaming<Instance>
 
 async fn instances(channel: Channel, max: usize, capacity: usize) -> Result<AuthOf, String> {
     let mut stream = open(channel, max).await.map_err(|s| explain(&s))?;
-    let mut m = AuthOf::with_capacity_and_hasher(capacity, Default::default());
+    let mut m = Vec::with_capacity(capacity);
     // Each Auth ID once, shared by every host it serves.
     let mut ids: Vec<Arc<str>> = Vec::new();
     while let Some(i) = stream.message().await.map_err(|s| explain(&s))? {
@@ -124,10 +124,11 @@ async fn instances(channel: Channel, max: usize, capacity: usize) -> Result<Auth
                 }
                 None => Arc::from(auth_id),
             };
-            m.insert(name, id);
+            m.push((name, id));
         }
     }
-    Ok(m)
+    // In name order as Teleport streams them: kept so in one pass.
+    Ok(AuthOf::new(m))
 }
 
 #[cfg(test)]
