@@ -400,10 +400,6 @@ impl Hosts {
     /// A listed service: folded in, with nothing sent (the snapshot says
     /// it all). A service `previous` knew keeps the TTL it learned there.
     pub fn load(&mut self, beat: Beat, seen: &Seen, previous: &Hosts) {
-        let learned = previous
-            .hosts
-            .get(&beat.host)
-            .and_then(|h| h.learned(beat.service, &beat.name));
         // A listing's hosts are new to this table (it starts empty): one
         // lookup that inserts, not one that misses and then one that
         // inserts.
@@ -415,6 +411,16 @@ impl Hosts {
                 ..Host::default()
             });
         }
+        // The last listing held its hosts in the same order: this host is
+        // where it was then unless the fleet changed before it, and is
+        // found there without a lookup that misses the cache.
+        let learned = previous
+            .hosts
+            .get_index(i)
+            .filter(|(name, _)| **name == beat.host)
+            .map(|(_, h)| h)
+            .or_else(|| previous.hosts.get(&beat.host))
+            .and_then(|h| h.learned(beat.service, &beat.name));
         self.put_at(i, beat, seen, learned, &mut Out(None));
     }
 
