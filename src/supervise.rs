@@ -9,6 +9,10 @@
 //! the shutdown token and this task set. A room's `start` takes it, spawns
 //! its tasks into it and returns its handle.
 //!
+//! [`drop_elsewhere`] frees a large value (a replaced table of a million
+//! entries, each with strings of its own) on a short-lived thread, so the
+//! task that replaced it goes on.
+//!
 //! Owns: the join handles. Must not touch: what the tasks do.
 
 use std::sync::Arc;
@@ -178,9 +182,69 @@ fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
+/// Threads freeing values at once, at most; past that a value is freed
+/// where it is given up.
+const MAX_DROPPING: usize = 2;
+
+static DROPPING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Frees `value` on a thread of its own: freeing a million entries takes
+/// a tenth of a second or more, which the caller (an async task, or the
+/// fleet between a resync and its verdicts) would otherwise spend. With
+/// no thread to be had, or [`MAX_DROPPING`] already freeing, it is freed
+/// here.
+pub fn drop_elsewhere<T: Send + 'static>(value: T) {
+    use std::sync::atomic::Ordering;
+    if DROPPING.fetch_add(1, Ordering::AcqRel) >= MAX_DROPPING {
+        DROPPING.fetch_sub(1, Ordering::AcqRel);
+        return drop(value);
+    }
+    /// Counts the thread out however its drop ends.
+    struct Out;
+    impl Drop for Out {
+        fn drop(&mut self) {
+            DROPPING.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+    let out = Out;
+    // A refused spawn drops its closure here, the value and `out` with it.
+    let _ = std::thread::Builder::new()
+        .name("lifeline-free".into())
+        .spawn(move || {
+            let _out = out;
+            drop(value);
+        });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Says on which thread it was dropped.
+    struct Telling(std::sync::mpsc::Sender<Option<String>>);
+
+    impl Drop for Telling {
+        fn drop(&mut self) {
+            let _ = self
+                .0
+                .send(std::thread::current().name().map(str::to_string));
+        }
+    }
+
+    #[test]
+    fn a_value_given_up_is_freed_on_a_thread_of_its_own_and_each_is_freed() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        drop_elsewhere(Telling(tx.clone()));
+        let first = rx.recv_timeout(std::time::Duration::from_secs(60));
+        assert_eq!(first, Ok(Some("lifeline-free".to_string())));
+        // However many at once: past the cap, freed where given up.
+        for _ in 0..8 {
+            drop_elsewhere(Telling(tx.clone()));
+        }
+        for _ in 0..8 {
+            assert!(rx.recv_timeout(std::time::Duration::from_secs(60)).is_ok());
+        }
+    }
 
     #[tokio::test]
     async fn a_critical_task_that_panics_is_a_named_failure() {

@@ -366,7 +366,11 @@ impl Shell {
             readiness,
             auth_targets,
             tally,
+            replaced,
         } = self.model.take_effects();
+        if !replaced.0.is_empty() {
+            crate::supervise::drop_elsewhere(replaced);
+        }
         let n = changes.len();
         if n > 0 {
             // Classified when the pass ended: what detection latency counts.

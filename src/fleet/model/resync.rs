@@ -370,9 +370,14 @@ impl Model {
         if self.tunnels.is_empty() {
             self.schedule.reserve(t.arms.len());
         }
-        self.tunnels = t.tunnels;
-        self.agent_tunnels = t.agent_tunnels;
-        self.proxy_agents = t.proxy_agents;
+        let old = (
+            std::mem::replace(&mut self.tunnels, t.tunnels),
+            std::mem::replace(&mut self.agent_tunnels, t.agent_tunnels),
+            std::mem::replace(&mut self.proxy_agents, t.proxy_agents),
+        );
+        if !old.0.is_empty() {
+            self.out.replaced.0.push(Box::new(old));
+        }
         for (name, at) in t.arms {
             self.schedule
                 .arm(TimerKey::Expiry(Kind::TunnelConnection, name), at);
@@ -491,10 +496,16 @@ mod tests {
         );
 
         let fewer = &names[..large + 1_000];
+        f.take_effects();
         f.resync(Resync {
             generation: 3,
             ..expiring(fewer, "", "")
         });
+        assert_eq!(
+            f.take_effects().replaced.0.len(),
+            1,
+            "the old tables go to the shell to be freed"
+        );
         advance_to(&mut f, at(101));
         assert_eq!(f.agents.len(), fewer.len());
         assert_eq!(f.tunnels.len(), fewer.len() * 2);

@@ -239,7 +239,8 @@ async fn session(
         snapshots.push(Snapshot::Servers(Kind::Agent, agents));
         snapshots.push(Snapshot::Tunnels(tunnels));
     }
-    src.hosts = hosts;
+    // The last listing's hosts are freed off this task.
+    crate::supervise::drop_elsewhere(std::mem::replace(&mut src.hosts, hosts));
     src.stats
         .agentless_nodes
         .store(src.hosts.agentless() as u64, Ordering::Relaxed);
