@@ -15,6 +15,7 @@
 //!
 //! Owns: the join handles. Must not touch: what the tasks do.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -186,7 +187,7 @@ fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
 /// where it is given up.
 const MAX_DROPPING: usize = 2;
 
-static DROPPING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static DROPPING: AtomicUsize = AtomicUsize::new(0);
 
 /// Frees `value` on a thread of its own: freeing a million entries takes
 /// a tenth of a second or more, which the caller (an async task, or the
@@ -194,19 +195,23 @@ static DROPPING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize
 /// no thread to be had, or [`MAX_DROPPING`] already freeing, it is freed
 /// here.
 pub fn drop_elsewhere<T: Send + 'static>(value: T) {
-    use std::sync::atomic::Ordering;
-    if DROPPING.fetch_add(1, Ordering::AcqRel) >= MAX_DROPPING {
-        DROPPING.fetch_sub(1, Ordering::AcqRel);
+    free_on_a_thread(&DROPPING, value)
+}
+
+/// [`drop_elsewhere`] counting its threads in `dropping`.
+fn free_on_a_thread<T: Send + 'static>(dropping: &'static AtomicUsize, value: T) {
+    if dropping.fetch_add(1, Ordering::AcqRel) >= MAX_DROPPING {
+        dropping.fetch_sub(1, Ordering::AcqRel);
         return drop(value);
     }
     /// Counts the thread out however its drop ends.
-    struct Out;
+    struct Out(&'static AtomicUsize);
     impl Drop for Out {
         fn drop(&mut self) {
-            DROPPING.fetch_sub(1, Ordering::AcqRel);
+            self.0.fetch_sub(1, Ordering::AcqRel);
         }
     }
-    let out = Out;
+    let out = Out(dropping);
     // A refused spawn drops its closure here, the value and `out` with it.
     let _ = std::thread::Builder::new()
         .name("lifeline-free".into())
@@ -233,16 +238,23 @@ mod tests {
 
     #[test]
     fn a_value_given_up_is_freed_on_a_thread_of_its_own_and_each_is_freed() {
+        // A count of its own: other tests free values meanwhile.
+        static COUNT: AtomicUsize = AtomicUsize::new(0);
         let (tx, rx) = std::sync::mpsc::channel();
-        drop_elsewhere(Telling(tx.clone()));
+        free_on_a_thread(&COUNT, Telling(tx.clone()));
         let first = rx.recv_timeout(std::time::Duration::from_secs(60));
         assert_eq!(first, Ok(Some("lifeline-free".to_string())));
         // However many at once: past the cap, freed where given up.
         for _ in 0..8 {
-            drop_elsewhere(Telling(tx.clone()));
+            free_on_a_thread(&COUNT, Telling(tx.clone()));
         }
         for _ in 0..8 {
             assert!(rx.recv_timeout(std::time::Duration::from_secs(60)).is_ok());
+        }
+        drop(tx);
+        // Every thread counted out.
+        while COUNT.load(Ordering::Acquire) != 0 {
+            std::thread::yield_now();
         }
     }
 

@@ -4,13 +4,13 @@
 //! Owns: reading the identity file `tctl auth sign --format=file` writes
 //! (`identity`), turning Teleport's resources into validated domain values
 //! (`convert`), reading a node's heartbeat where it lies in the
-//! watch's bytes (`heartbeat`), folding agent services into one agent per host with its
-//! tunnels (`hosts`), listing agent services a page ahead (`pages`), which Auth
-//! saw each host (`instances`, kept in name order by `auth_of`), prost's wire primitives for reading a
-//! message where it lies (`wire`), the
-//! watch session itself (`source`), and reading
-//! the identity file again when it is renewed (`renew`). Must not
-//! touch: fleet state or SQLite; never logs key material.
+//! watch's bytes (`heartbeat`), folding agent services into one agent per
+//! host with its tunnels (`hosts`), listing agent services a page ahead
+//! (`pages`), which Auth saw each host (`instances`, kept in name order by
+//! `auth_of`), prost's wire primitives for reading a message where it lies
+//! (`wire`), the watch session itself (`source`), and reading the identity
+//! file again when it is renewed (`renew`). Must not touch: fleet state or
+//! SQLite; never logs key material.
 
 mod auth_of;
 pub mod convert;

@@ -1218,6 +1218,15 @@ mod tests {
         let ttl_of = |name: &str| agents.iter().find(|a| a.name == name).map(|a| a.ttl);
         assert_eq!(ttl_of("n"), Some(Duration::from_secs(30)), "kept");
         assert_eq!(ttl_of("m"), Some(Duration::from_secs(60)), "the default");
+
+        // A host ahead of "n" now: "n" is no longer where the last listing
+        // held it, and is found all the same.
+        let mut again = Hosts::new([], &listed);
+        again.load(node("a", 160, &[]), &seen(), &listed);
+        again.load(node("n", 160, &[]), &seen(), &listed);
+        let (agents, _) = again.attach(AuthOf::default());
+        let ttl_of = |name: &str| agents.iter().find(|a| a.name == name).map(|a| a.ttl);
+        assert_eq!(ttl_of("n"), Some(Duration::from_secs(30)), "kept again");
     }
 
     #[test]
