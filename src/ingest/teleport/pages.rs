@@ -143,7 +143,7 @@ struct NextKey {
     next_key: String,
 }
 
-fn undecodable(e: prost::DecodeError) -> Status {
+pub(super) fn undecodable(e: prost::DecodeError) -> Status {
     Status::internal(format!("failed to decode Protobuf message: {e}"))
 }
 
