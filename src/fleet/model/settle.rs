@@ -16,6 +16,11 @@ pub(super) const PARALLEL_AGENTS: usize = 50_000;
 /// The most threads that judge at once.
 const MAX_JUDGES: usize = 8;
 
+/// Whether verdict `v` changes agent `a`: its state, or why it is in it.
+fn changes(v: &Verdict, a: &super::AgentEntry) -> bool {
+    v.state != a.state || v.reasons != a.reasons || v.cause != a.cause
+}
+
 impl Model {
     // ---- classification ---------------------------------------------------
 
@@ -71,9 +76,7 @@ impl Model {
                 .filter_map(|i| {
                     let a = self.agents.at(i)?;
                     let v = self.verdict_of(a, now);
-                    let differs =
-                        v.state != a.state || v.reasons != a.reasons || v.cause != a.cause;
-                    differs.then_some((i, v))
+                    changes(&v, a).then_some((i, v))
                 })
                 .collect()
         };
@@ -152,7 +155,7 @@ impl Model {
 
     pub(super) fn apply_verdict(&mut self, name: &str, v: Verdict, now: Ts) {
         let next_id = self.next_episode;
-        let Some(a) = self.agents.get_mut(name) else {
+        let Some(a) = self.agents.get_mut(name).filter(|a| changes(&v, a)) else {
             return;
         };
         if v.state != a.state {
@@ -235,7 +238,7 @@ impl Model {
             a.cause = v.cause;
             self.out.tally.state_changes += 1;
             self.out.changes.push(change);
-        } else if v.reasons != a.reasons || v.cause != a.cause {
+        } else {
             if let Some(id) = a.episode {
                 let mut rows = Vec::new();
                 let incident = if v.cause != a.cause {

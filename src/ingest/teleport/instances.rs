@@ -7,15 +7,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use prost::bytes::Bytes;
 use tokio::sync::mpsc;
-use tonic::codec::{DecodeBuf, Decoder};
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::Channel;
 use tonic::Status;
 use tracing::warn;
 
 use super::hosts::AuthOf;
-use super::pages::{method, ready_client, undecodable, Call};
+use super::pages::{method, ready_client, undecodable, Call, FromWhole, Whole};
 use crate::ingest::dial::explain;
 use crate::proto::teleport::types;
 
@@ -55,24 +55,11 @@ struct Spec {
     auth_id: String,
 }
 
-/// Each streamed instance taken whole (a split of tonic's buffer, not a
-/// copy) and decoded from one contiguous slice, where prost reads varints
-/// and skips the fields Lifeline does not read in place; through tonic's
-/// buffer each of those was a call (`perf`: most of the poll's time).
-#[derive(Default)]
-struct InstanceBytes;
-
-impl Decoder for InstanceBytes {
-    type Item = Instance;
-    type Error = Status;
-
-    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<Instance>, Status> {
-        use prost::bytes::Buf;
+/// Each streamed instance decoded from its bytes taken whole.
+impl FromWhole for Instance {
+    fn from_whole(bytes: Bytes) -> Result<Instance, Status> {
         use prost::Message;
-        let bytes = buf.copy_to_bytes(buf.remaining());
-        Instance::decode(bytes.as_ref())
-            .map(Some)
-            .map_err(undecodable)
+        Instance::decode(bytes.as_ref()).map_err(undecodable)
     }
 }
 
@@ -111,7 +98,7 @@ async fn open(channel: Channel, max: usize) -> Result<tonic::Streaming<Instance>
     let mut grpc = ready_client(channel, max).await?;
     // The request encoded as the generated client does; each answer
     // decoded into `Instance`.
-    let codec = Call::<types::InstanceFilter, InstanceBytes>::default();
+    let codec = Call::<types::InstanceFilter, Whole<Instance>>::default();
     let req = method(types::InstanceFilter::default(), "GetInstances");
     let stream = grpc
         .server_streaming(req, PathAndQuery::from_static(PATH), codec)

@@ -120,18 +120,38 @@ where
 }
 
 /// `ListResources` with each answer kept as its bytes.
-type Answer = Call<tp::ListResourcesRequest, AnswerBytes>;
+type Answer = Call<tp::ListResourcesRequest, Whole<Bytes>>;
 
-#[derive(Default)]
-struct AnswerBytes;
+/// What an answer taken whole (a split of tonic's buffer, not a copy) is
+/// read into: its bytes as they are, or a message decoded from the one
+/// contiguous slice, where prost reads varints and skips unread fields in
+/// place (through tonic's buffer each of those is a call).
+pub(super) trait FromWhole: Sized {
+    fn from_whole(bytes: Bytes) -> Result<Self, Status>;
+}
 
-impl Decoder for AnswerBytes {
-    type Item = Bytes;
+impl FromWhole for Bytes {
+    fn from_whole(bytes: Bytes) -> Result<Bytes, Status> {
+        Ok(bytes)
+    }
+}
+
+/// A decoder handing each answer whole to `T`.
+pub(super) struct Whole<T>(PhantomData<T>);
+
+impl<T> Default for Whole<T> {
+    fn default() -> Self {
+        Whole(PhantomData)
+    }
+}
+
+impl<T: FromWhole + Send + 'static> Decoder for Whole<T> {
+    type Item = T;
     type Error = Status;
 
-    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
+    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<T>, Status> {
         use prost::bytes::Buf;
-        Ok(Some(buf.copy_to_bytes(buf.remaining())))
+        T::from_whole(buf.copy_to_bytes(buf.remaining())).map(Some)
     }
 }
 
