@@ -10,9 +10,7 @@ use super::tunnel_tables::{self, TunnelTables};
 use super::{AgentEntry, AuthEntry, Model, ResEntry, TunnelEntry};
 use super::{BoardOp, Resync, Snapshot, WatchState};
 use crate::clock::Ts;
-use crate::model::{
-    AgentState, Cause, EndReason, Health, HistoryEvent, Kind, Reasons, Subject, Tunnel,
-};
+use crate::model::{AgentState, Cause, EndReason, Health, HistoryEvent, Kind, Reasons, Subject};
 use crate::store::read::Loaded;
 use crate::store::EpisodeOp;
 
@@ -165,40 +163,38 @@ impl Model {
             .find(|s| s.kind() == Kind::Agent)
             .map_or(self.agents.len(), Snapshot::len);
         let count = list.len();
-        // The thread copies the listing for this one at once, then indexes
-        // it; this one replaces the servers and then files the copy's
-        // entries. The listing itself goes to the store.
-        let built = std::thread::scope(|scope| {
-            let (copy_tx, copy_rx) = std::sync::mpsc::sync_channel::<Vec<Tunnel>>(1);
-            let listed = &list;
-            let indexing = std::thread::Builder::new()
-                .name("fleet-tunnels".into())
-                .spawn_scoped(scope, move || {
-                    // The receiver waits below: the send cannot fail.
-                    let _ = copy_tx.send(listed.clone());
-                    tunnel_tables::index(listed, agents)
-                });
+        // Two threads build the tunnels' tables from the listing (one
+        // indexes it, one files a copy of each tunnel) while this one
+        // replaces the servers. The listing itself goes to the store.
+        let listed = &list;
+        let (tunnels, arms, agent_tunnels, proxy_agents) = std::thread::scope(|scope| {
+            let spawn = |name: &str| std::thread::Builder::new().name(name.into());
+            // A thread that cannot be had leaves its part to this one.
+            let indexing = spawn("fleet-tunnels")
+                .spawn_scoped(scope, move || tunnel_tables::index(listed, agents))
+                .ok();
+            let filing = spawn("fleet-tunnel-entries")
+                .spawn_scoped(scope, move || tunnel_tables::entries(listed, now))
+                .ok();
             for snap in snapshots {
                 self.replace_listed(snap, now, r.generation);
             }
-            // No thread to be had: the listing is built below, whole.
-            let indexing = indexing.ok()?;
-            let copy = copy_rx.recv().ok();
-            let (agent_tunnels, proxy_agents) = indexing
-                .join()
-                .unwrap_or_else(|p| std::panic::resume_unwind(p));
-            let (tunnels, arms) = tunnel_tables::entries(copy?, now);
-            Some((tunnels, agent_tunnels, proxy_agents, arms))
+            let (tunnels, arms) = match filing {
+                Some(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+                None => tunnel_tables::entries(listed, now),
+            };
+            let (agent_tunnels, proxy_agents) = match indexing {
+                Some(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+                None => tunnel_tables::index(listed, agents),
+            };
+            (tunnels, arms, agent_tunnels, proxy_agents)
         });
-        let tables = match built {
-            Some((tunnels, agent_tunnels, proxy_agents, arms)) => TunnelTables {
-                tunnels,
-                agent_tunnels,
-                proxy_agents,
-                arms,
-                rows: list,
-            },
-            None => TunnelTables::build(list, now, agents),
+        let tables = TunnelTables {
+            tunnels,
+            agent_tunnels,
+            proxy_agents,
+            arms,
+            rows: list,
         };
         self.install_tunnels(tables);
         self.listed(Kind::TunnelConnection, count, r.generation);

@@ -36,9 +36,8 @@ pub struct TunnelTables {
 impl TunnelTables {
     /// The tables of `list` at `now`, for a fleet of about `agents`.
     pub fn build(list: Vec<Tunnel>, now: Ts, agents: usize) -> TunnelTables {
-        let copy = list.clone();
         let (agent_tunnels, proxy_agents) = index(&list, agents);
-        let (tunnels, arms) = entries(copy, now);
+        let (tunnels, arms) = entries(&list, now);
         TunnelTables {
             tunnels,
             agent_tunnels,
@@ -74,8 +73,10 @@ pub fn index(list: &[Tunnel], agents: usize) -> (AgentTunnels, ProxyAgents) {
 }
 
 /// The entries of `list` at `now`, and the name and expiry of each tunnel
-/// whose expiry is still ahead.
-pub fn entries(list: Vec<Tunnel>, now: Ts) -> (ByName<TunnelEntry>, Vec<(Arc<str>, Ts)>) {
+/// whose expiry is still ahead. Each tunnel is copied as it is filed, while
+/// its name is still in the cache from the copy: the listing itself goes
+/// to the store.
+pub fn entries(list: &[Tunnel], now: Ts) -> (ByName<TunnelEntry>, Vec<(Arc<str>, Ts)>) {
     let mut tunnels = ByName::default();
     tunnels.reserve(list.len());
     let mut arms = Vec::new();
@@ -84,7 +85,10 @@ pub fn entries(list: Vec<Tunnel>, now: Ts) -> (ByName<TunnelEntry>, Vec<(Arc<str
         if let (Some(e), false) = (t.expires, expired) {
             arms.push((t.name.as_str().into(), e));
         }
-        tunnels.insert(TunnelEntry { tunnel: t, expired });
+        tunnels.insert(TunnelEntry {
+            tunnel: t.clone(),
+            expired,
+        });
     }
     (tunnels, arms)
 }
