@@ -84,23 +84,48 @@ impl<V: Named> ByName<V> {
     }
 
     pub fn remove(&mut self, name: &str) -> Option<V> {
+        let i = self.position(name)?;
+        self.take_at(i)
+    }
+
+    /// The entry of `name` and its place in the storage order.
+    pub fn get_full_mut(&mut self, name: &str) -> Option<(usize, &mut V)> {
+        let i = self.position(name)?;
+        self.entries.get_mut(i).map(|e| (i, e))
+    }
+
+    /// Removes the entries at the places of the storage order that `gone`
+    /// picks, and returns them in that order.
+    pub fn remove_at(&mut self, gone: impl Fn(usize) -> bool) -> Vec<V> {
+        let mut removed = Vec::new();
+        // From the last place down: the entry that moves into a hole is
+        // then always one that stays, and the places still to be looked
+        // at have not moved.
+        for i in (0..self.entries.len()).rev() {
+            if gone(i) {
+                removed.extend(self.take_at(i));
+            }
+        }
+        removed.reverse();
+        removed
+    }
+
+    /// Takes out the entry at `i`; the last entry moves into the hole.
+    fn take_at(&mut self, i: usize) -> Option<V> {
         let ByName { entries, index } = self;
-        let i = match index.find_entry(hash(name), |&i| {
-            entries.get(i).is_some_and(|e| e.name() == name)
-        }) {
-            Ok(o) => o.remove().0,
-            Err(_) => return None,
-        };
+        let name = entries.get(i)?.name();
+        if let Ok(slot) = index.find_entry(hash(name), |&j| j == i) {
+            slot.remove();
+        }
         let last = entries.len().checked_sub(1)?;
         if i != last {
-            // The last entry moves into the hole: its slot follows it.
             if let Some(moved) = entries.get(last) {
                 if let Some(slot) = index.find_mut(hash(moved.name()), |&j| j == last) {
                     *slot = i;
                 }
             }
         }
-        (i < entries.len()).then(|| entries.swap_remove(i))
+        Some(entries.swap_remove(i))
     }
 
     /// Room for `more` entries beyond those held (a resync's listing),
@@ -227,6 +252,36 @@ mod tests {
         assert!((0..10_000)
             .step_by(2)
             .all(|i| !m.contains_key(&format!("n{i}"))));
+    }
+
+    #[test]
+    fn removes_the_places_picked_and_finds_the_rest() {
+        let mut m = ByName::default();
+        for i in 0..1_000 {
+            m.insert(e(&format!("n{i}"), i));
+        }
+        assert_eq!(m.get_full_mut("n7").map(|(i, _)| i), Some(7));
+        // Every third place, the first and the last among them.
+        let removed = m.remove_at(|i| i % 3 == 0 || i == 999);
+        assert_eq!(removed.len(), 334);
+        let names: Vec<u32> = removed.iter().map(|v| v.1).collect();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        assert_eq!(names, sorted, "in the storage order");
+        assert_eq!(m.len(), 666);
+        for i in 0..1_000u32 {
+            let gone = i % 3 == 0 || i == 999;
+            let held = m.get_full_mut(&format!("n{i}")).map(|(p, v)| (p, v.1));
+            match held {
+                Some((p, v)) => {
+                    assert!(!gone, "n{i} was removed");
+                    assert_eq!(v, i);
+                    assert_eq!(m.name_at(p), Some(format!("n{i}").as_str()));
+                }
+                None => assert!(gone, "n{i} was kept"),
+            }
+        }
+        assert!(m.remove_at(|_| true).len() == 666 && m.is_empty());
     }
 
     #[test]

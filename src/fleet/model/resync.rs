@@ -280,21 +280,33 @@ impl Model {
                         }
                     }
                     Kind::Agent => {
-                        let mut old = std::mem::take(&mut self.agents);
-                        cold = old.is_empty();
-                        self.agents.reserve(list.len());
+                        // Agents listed again are updated where they are;
+                        // the table is not rebuilt (a million moves, and
+                        // a cache miss each, at a million agents).
+                        cold = self.agents.is_empty();
+                        if cold {
+                            self.agents.reserve(list.len());
+                        }
+                        let mut relisted = vec![false; self.agents.len()];
                         for s in list {
-                            let a = match old.remove(&s.name) {
-                                Some(mut a) => {
+                            match self.agents.get_full_mut(&s.name) {
+                                Some((i, a)) => {
+                                    if let Some(r) = relisted.get_mut(i) {
+                                        *r = true;
+                                    }
                                     if a.res.update(s, now).0 {
                                         self.out.tally.heartbeats += 1;
                                     }
-                                    a
                                 }
-                                None => AgentEntry::new(ResEntry::new(s, now), now),
-                            };
-                            self.agents.insert(a);
+                                None => {
+                                    self.agents
+                                        .insert(AgentEntry::new(ResEntry::new(s, now), now));
+                                }
+                            }
                         }
+                        // Those not listed again are gone (agents added
+                        // above sit past the places `relisted` covers).
+                        let old = self.agents.remove_at(|i| relisted.get(i) == Some(&false));
                         // The indexes by name and by Auth, built whole: a
                         // tree descent per agent costs a cache miss per
                         // level at a million.
@@ -435,6 +447,7 @@ mod tests {
     use crate::fleet::model::settle::PARALLEL_AGENTS;
     use crate::fleet::model::WatchState;
     use crate::model::{AgentState, Kind};
+    use crate::store::EpisodeOp;
 
     /// [`listing`] of `agents` behind two proxies, where the tunnel of
     /// `dying` to p1 expires at 100 s and that of `dead` has expired.
@@ -511,6 +524,58 @@ mod tests {
         );
         assert_eq!(f.agent_order.containing(&dead, None, 10), Some(vec![]));
         assert!(f.unhealthy.is_empty(), "{:?}", f.unhealthy);
+    }
+
+    /// Guards the in-place update of a warm listing: an agent listed again
+    /// keeps what the fleet knew of it (its state and episode) and takes
+    /// the listing's data, one no longer listed is dropped with its
+    /// episode closed, a new one is added, and a name listed twice is one
+    /// agent with the later data.
+    #[test]
+    fn a_warm_listing_updates_agents_where_they_are() {
+        let mut f = ready(&[("p1", 10), ("p2", 3600)], &["a1", "a2", "a3", "a4"]);
+        for a in ["a1", "a2", "a3", "a4"] {
+            f.apply(vec![crate::fleet::model::Ingested::Change(
+                crate::model::Change::DeleteTunnel(format!("{a}.p2")),
+            )]);
+        }
+        advance_to(&mut f, at(10));
+        assert_eq!(f.agents["a2"].state, AgentState::Stranded);
+        let episode = f.agents["a2"].episode.expect("stranded: an episode");
+        let gone = f.agents["a3"].episode.expect("stranded: an episode");
+        f.take_effects();
+
+        let mut agents = vec![
+            agent("a4", at(3600)),
+            agent("a2", at(3600)),
+            agent("a5", at(3600)),
+            agent("a1", at(3600)),
+            agent("a2", at(7200)),
+        ];
+        agents[4].version = "later".into();
+        f.resync(Resync {
+            generation: 2,
+            snapshots: vec![Snapshot::Servers(Kind::Agent, agents)],
+            rejected: Vec::new(),
+        });
+        f.settle();
+        check_indexes(&f);
+        let mut names: Vec<&str> = f.agents.keys().collect();
+        names.sort_unstable();
+        assert_eq!(names, ["a1", "a2", "a4", "a5"]);
+        let a2 = &f.agents["a2"];
+        assert_eq!(a2.state, AgentState::Stranded, "what was known is kept");
+        assert_eq!(a2.episode, Some(episode));
+        assert_eq!(a2.res.server.expires, at(7200), "the later of the two");
+        assert_eq!(a2.res.server.version, "later");
+        assert_eq!(f.agents["a5"].state, AgentState::Stranded, "new: no tunnel");
+        let closed = f.take_effects().writes.episodes;
+        assert!(
+            closed
+                .iter()
+                .any(|op| matches!(op, EpisodeOp::Close { id, .. } if *id == gone)),
+            "a3's episode closed: {closed:?}"
+        );
     }
 
     /// Guards resync re-arming: a timer that came due while the data was
