@@ -358,7 +358,11 @@ impl Hosts {
             let other = std::thread::Builder::new()
                 .name("lifeline-snapshot".into())
                 .spawn_scoped(s, move || {
-                    let (mut agents, mut tunnels) = (Vec::new(), Vec::new());
+                    // Sized first too: growing them copied and faulted in
+                    // the half they held at each doubling.
+                    let mut agents = Vec::with_capacity(second.len());
+                    let mut tunnels =
+                        Vec::with_capacity(second.iter().map(|(_, h)| h.tunnels.len()).sum());
                     attach_part(second, auth, Names::Own, &mut agents, &mut tunnels);
                     (agents, tunnels)
                 });
