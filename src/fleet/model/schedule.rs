@@ -5,6 +5,7 @@
 //! current expiry"). So the heap holds at most about two entries per key.
 
 use std::cmp::Reverse;
+use std::collections::hash_map::Entry;
 use std::collections::BinaryHeap;
 
 use rustc_hash::FxHashMap as HashMap;
@@ -33,11 +34,17 @@ pub struct Schedule {
 impl Schedule {
     /// Makes sure `key` fires no later than `at`.
     pub fn arm(&mut self, key: TimerKey, at: Ts) {
-        match self.armed.get(&key) {
-            Some(&t) if t <= at => {}
-            _ => {
-                self.armed.insert(key.clone(), at);
-                self.heap.push(Reverse((at, key)));
+        // One lookup: a resync arms a million keys, a cache miss each.
+        match self.armed.entry(key) {
+            Entry::Occupied(mut armed) => {
+                if *armed.get() > at {
+                    armed.insert(at);
+                    self.heap.push(Reverse((at, armed.key().clone())));
+                }
+            }
+            Entry::Vacant(slot) => {
+                self.heap.push(Reverse((at, slot.key().clone())));
+                slot.insert(at);
             }
         }
     }
