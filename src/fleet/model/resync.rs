@@ -14,7 +14,7 @@ use crate::model::{AgentState, Cause, EndReason, Health, HistoryEvent, Kind, Rea
 use crate::store::read::Loaded;
 use crate::store::EpisodeOp;
 
-/// A tunnel listing this long is indexed on a thread of its own.
+/// A tunnel listing this long is built into its tables on threads of its own.
 const PARALLEL_TUNNELS: usize = 50_000;
 
 impl Model {
@@ -143,8 +143,8 @@ impl Model {
             );
         }
         let mut snapshots = r.snapshots;
-        // A large tunnel listing is indexed on a thread of its own while
-        // this one replaces the servers.
+        // A large tunnel listing is built into its tables on two threads
+        // of its own while this one replaces the servers.
         let big = snapshots
             .iter()
             .position(|s| matches!(s, Snapshot::Tunnels(l) if l.len() >= PARALLEL_TUNNELS))
@@ -472,8 +472,8 @@ mod tests {
         }
     }
 
-    /// Guards the large-listing path: tunnels indexed on a thread of their
-    /// own while the servers are replaced, and every agent judged in
+    /// Guards the large-listing path: tunnels indexed and filed on threads
+    /// of their own while the servers are replaced, and every agent judged in
     /// slices on several threads, end in the same tables and states as
     /// one at a time would (`check_indexes` recomputes the indexes); a
     /// smaller listing then drops what it no longer holds.

@@ -1,9 +1,8 @@
 //! A tunnel listing turned into the tunnels' tables: the entries, each
 //! agent's tunnel names, each proxy's agents, and the expiry timers to
 //! arm. Built apart from the model, so that a large listing is indexed on
-//! a thread of its own while the fleet's task replaces the servers and
-//! then files the entries (they share nothing until the tables are
-//! installed).
+//! one thread and filed on another while the fleet's task replaces the
+//! servers (they share nothing until the tables are installed).
 //!
 //! Owns: building the tables from a listing, and the one way a tunnel is
 //! indexed. Must not touch: the rest of the model.
