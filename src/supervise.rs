@@ -252,10 +252,15 @@ mod tests {
             assert!(rx.recv_timeout(std::time::Duration::from_secs(60)).is_ok());
         }
         drop(tx);
-        // Every thread counted out.
-        while COUNT.load(Ordering::Acquire) != 0 {
-            std::thread::yield_now();
+        // Every thread counted out: each has dropped its value (seen
+        // above) and ends; a minute at most.
+        for _ in 0..600 {
+            if COUNT.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
         }
+        assert_eq!(COUNT.load(Ordering::Acquire), 0, "a thread not counted out");
     }
 
     #[tokio::test]

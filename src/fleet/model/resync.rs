@@ -6,16 +6,13 @@ use rustc_hash::FxHashSet as HashSet;
 use tracing::{info, warn};
 
 use super::schedule::TimerKey;
-use super::tunnel_tables::{self, TunnelTables};
+use super::tunnel_tables::TunnelTables;
 use super::{AgentEntry, AuthEntry, Model, ResEntry, TunnelEntry};
 use super::{BoardOp, Resync, Snapshot, WatchState};
 use crate::clock::Ts;
 use crate::model::{AgentState, Cause, EndReason, Health, HistoryEvent, Kind, Reasons, Subject};
 use crate::store::read::Loaded;
 use crate::store::EpisodeOp;
-
-/// A tunnel listing this long is built into its tables on threads of its own.
-const PARALLEL_TUNNELS: usize = 50_000;
 
 impl Model {
     // ---- start-up ---------------------------------------------------------
@@ -142,19 +139,18 @@ impl Model {
                 format!("generation {}", r.generation),
             );
         }
+        let generation = r.generation;
         let mut snapshots = r.snapshots;
-        // A large tunnel listing is built into its tables on two threads
-        // of its own while this one replaces the servers.
-        let big = snapshots
+        let tunnels = snapshots
             .iter()
-            .position(|s| matches!(s, Snapshot::Tunnels(l) if l.len() >= PARALLEL_TUNNELS))
+            .position(|s| s.kind() == Kind::TunnelConnection)
             .and_then(|i| match snapshots.remove(i) {
                 Snapshot::Tunnels(list) => Some(list),
                 Snapshot::Servers(..) => None,
             });
-        let Some(list) = big else {
+        let Some(list) = tunnels else {
             for snap in snapshots {
-                self.replace_listed(snap, now, r.generation);
+                self.replace_listed(snap, now, generation);
             }
             return self.resynced();
         };
@@ -163,41 +159,15 @@ impl Model {
             .find(|s| s.kind() == Kind::Agent)
             .map_or(self.agents.len(), Snapshot::len);
         let count = list.len();
-        // Two threads build the tunnels' tables from the listing (one
-        // indexes it, one files a copy of each tunnel) while this one
-        // replaces the servers. The listing itself goes to the store.
-        let listed = &list;
-        let (tunnels, arms, agent_tunnels, proxy_agents) = std::thread::scope(|scope| {
-            let spawn = |name: &str| std::thread::Builder::new().name(name.into());
-            // A thread that cannot be had leaves its part to this one.
-            let indexing = spawn("fleet-tunnels")
-                .spawn_scoped(scope, move || tunnel_tables::index(listed, agents))
-                .ok();
-            let filing = spawn("fleet-tunnel-entries")
-                .spawn_scoped(scope, move || tunnel_tables::entries(listed, now))
-                .ok();
+        // The tunnels' tables are built (a large listing on threads of its
+        // own) while this one replaces the servers.
+        let tables = TunnelTables::build_beside(list, now, agents, || {
             for snap in snapshots {
-                self.replace_listed(snap, now, r.generation);
+                self.replace_listed(snap, now, generation);
             }
-            let (tunnels, arms) = match filing {
-                Some(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-                None => tunnel_tables::entries(listed, now),
-            };
-            let (agent_tunnels, proxy_agents) = match indexing {
-                Some(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-                None => tunnel_tables::index(listed, agents),
-            };
-            (tunnels, arms, agent_tunnels, proxy_agents)
         });
-        let tables = TunnelTables {
-            tunnels,
-            agent_tunnels,
-            proxy_agents,
-            arms,
-            rows: list,
-        };
         self.install_tunnels(tables);
-        self.listed(Kind::TunnelConnection, count, r.generation);
+        self.listed(Kind::TunnelConnection, count, generation);
         self.resynced();
     }
 
@@ -442,9 +412,10 @@ impl Snapshot {
 
 #[cfg(test)]
 mod tests {
-    use super::{Resync, Snapshot, PARALLEL_TUNNELS};
+    use super::{Resync, Snapshot};
     use crate::fleet::model::fixture::*;
     use crate::fleet::model::settle::PARALLEL_AGENTS;
+    use crate::fleet::model::tunnel_tables::PARALLEL_TUNNELS;
     use crate::fleet::model::WatchState;
     use crate::model::{AgentState, Kind};
     use crate::store::EpisodeOp;

@@ -32,11 +32,54 @@ pub struct TunnelTables {
     pub rows: Vec<Tunnel>,
 }
 
+/// A tunnel listing this long is built on threads of its own.
+pub const PARALLEL_TUNNELS: usize = 50_000;
+
 impl TunnelTables {
     /// The tables of `list` at `now`, for a fleet of about `agents`.
     pub fn build(list: Vec<Tunnel>, now: Ts, agents: usize) -> TunnelTables {
-        let (agent_tunnels, proxy_agents) = index(&list, agents);
-        let (tunnels, arms) = entries(&list, now);
+        TunnelTables::build_beside(list, now, agents, || {})
+    }
+
+    /// [`TunnelTables::build`] while `beside` runs on this thread: a
+    /// listing of [`PARALLEL_TUNNELS`] or more is indexed on one thread and
+    /// filed on another meanwhile; a thread that cannot be had leaves its
+    /// part to this one. The listing itself is kept for the store.
+    pub fn build_beside(
+        list: Vec<Tunnel>,
+        now: Ts,
+        agents: usize,
+        beside: impl FnOnce(),
+    ) -> TunnelTables {
+        let listed = &list;
+        let parallel = list.len() >= PARALLEL_TUNNELS;
+        let ((tunnels, arms), (agent_tunnels, proxy_agents)) = std::thread::scope(|scope| {
+            let spawn = |name: &str| std::thread::Builder::new().name(name.into());
+            let indexing = parallel
+                .then(|| {
+                    spawn("fleet-tunnels")
+                        .spawn_scoped(scope, move || index(listed, agents))
+                        .ok()
+                })
+                .flatten();
+            let filing = parallel
+                .then(|| {
+                    spawn("fleet-tunnel-entries")
+                        .spawn_scoped(scope, move || entries(listed, now))
+                        .ok()
+                })
+                .flatten();
+            beside();
+            let filed = match filing {
+                Some(h) => joined(h),
+                None => entries(listed, now),
+            };
+            let indexed = match indexing {
+                Some(h) => joined(h),
+                None => index(listed, agents),
+            };
+            (filed, indexed)
+        });
         TunnelTables {
             tunnels,
             agent_tunnels,
@@ -45,6 +88,11 @@ impl TunnelTables {
             rows: list,
         }
     }
+}
+
+/// What a scoped thread returned; its panic goes on here.
+fn joined<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
 }
 
 /// Each agent's tunnel names and each proxy's agents, for a fleet of about

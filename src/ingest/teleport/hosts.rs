@@ -104,6 +104,14 @@ struct Sent {
 }
 
 impl Host {
+    /// A host new to the table, with the Auth last known to have seen it.
+    fn attached(auth_of: &AuthOf, name: &str) -> Host {
+        Host {
+            auth: auth_of.get(name).cloned(),
+            ..Host::default()
+        }
+    }
+
     fn service(&self, service: AgentService, name: &str) -> Option<usize> {
         // A node is named by its host: a host runs one, and its name needs
         // no comparing (nor loading, on a heartbeat's hot path).
@@ -410,10 +418,7 @@ impl Hosts {
         let entry = self.hosts.entry(beat.host.clone());
         let i = entry.index();
         if let indexmap::map::Entry::Vacant(v) = entry {
-            v.insert(Host {
-                auth: self.auth_of.get(&beat.host).cloned(),
-                ..Host::default()
-            });
+            v.insert(Host::attached(&self.auth_of, &beat.host));
         }
         // The last listing held its hosts in the same order: this host is
         // where it was then unless the fleet changed before it, and is
@@ -504,11 +509,7 @@ impl Hosts {
         let i = match self.hosts.get_index_of(&beat.host) {
             Some(i) => i,
             None => {
-                let auth = self.auth_of.get(&beat.host).cloned();
-                let host = Host {
-                    auth,
-                    ..Host::default()
-                };
+                let host = Host::attached(&self.auth_of, &beat.host);
                 self.hosts.insert_full(beat.host.clone(), host).0
             }
         };
