@@ -615,11 +615,20 @@ async fn list_all(
     // the lists and streams while the pages are folded; without an answer
     // in time, hosts keep the attachments last known (a host new since
     // starts with no Auth and gains it when the poll answers).
+    #[allow(clippy::disallowed_methods)] // step durations, for the log
+    let folded = std::time::Instant::now();
     let auth_of = match tokio::time::timeout(src.cfg.connect_timeout, instances.recv()).await {
         Ok(Some(m)) => m,
         _ => src.hosts.auth_of().clone(),
     };
+    let waited = folded.elapsed();
     let (agents, tunnels) = hosts.attach(auth_of);
+    tracing::debug!(
+        hosts = agents.len(),
+        instances_wait_ms = waited.as_millis() as u64,
+        attach_ms = (folded.elapsed() - waited).as_millis() as u64,
+        "listing folded; hosts attached to their Auth"
+    );
     Ok(Listed {
         proxies,
         auth_servers,
