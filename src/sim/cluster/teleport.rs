@@ -145,7 +145,7 @@ fn node(s: &pb::Server, proxies: Vec<String>) -> types::ServerV2 {
         version: "v2".into(),
         metadata: Some(meta(&s.name, s.expires, &s.labels)),
         spec: Some(types::ServerSpecV2 {
-            hostname: format!("{}.sim", s.name),
+            hostname: sim_hostname(&s.name),
             version: s.version.clone(),
             use_tunnel: true,
             proxy_i_ds: proxies,
@@ -153,6 +153,14 @@ fn node(s: &pb::Server, proxies: Vec<String>) -> types::ServerV2 {
         }),
         ..Default::default()
     }
+}
+
+/// The hostname an agent's host reports: its name under `.sim`.
+fn sim_hostname(name: &str) -> String {
+    let mut hostname = String::with_capacity(name.len() + 4);
+    hostname.push_str(name);
+    hostname.push_str(".sim");
+    hostname
 }
 
 /// The name of the `i`th agentless node: after every agent's in key order.
@@ -173,7 +181,7 @@ fn agentless(name: &str) -> types::ServerV2 {
         }),
         spec: Some(types::ServerSpecV2 {
             addr: "10.0.0.1:22".into(),
-            hostname: format!("{name}.sim"),
+            hostname: sim_hostname(name),
             ..Default::default()
         }),
     }
@@ -198,7 +206,7 @@ fn db(
         }),
         spec: Some(types::DatabaseServerSpecV3 {
             version: s.version.clone(),
-            hostname: format!("{}.sim", s.name),
+            hostname: sim_hostname(&s.name),
             host_id: s.name.clone(),
             database: Some(types::DatabaseV3 {
                 kind: "db".into(),
@@ -719,6 +727,7 @@ impl AuthService for Service {
                 let hidden = self.spec().hidden_from_listing;
                 let agents = st.servers.keys().filter(|(k, _)| *k == Kind::Agent);
                 let hidden: HashSet<String> = agents.take(hidden).map(|(_, n)| n.clone()).collect();
+                let mut proxies_of = st.proxies_in_order(&after);
                 for ((k, name), s) in st.servers.range((Kind::Agent, after.clone())..) {
                     if *k != Kind::Agent {
                         break;
@@ -727,7 +736,7 @@ impl AuthService for Service {
                         continue;
                     }
                     let proxies = if peering {
-                        st.proxies_of(name)
+                        proxies_of(name)
                     } else {
                         Vec::new()
                     };
@@ -1024,7 +1033,7 @@ fn instance(name: &str, s: &pb::Server) -> types::InstanceV1 {
         spec: Some(types::InstanceSpecV1 {
             version: s.version.clone(),
             services: vec!["node".into()],
-            hostname: format!("{name}.sim"),
+            hostname: sim_hostname(name),
             auth_id: s.auth_server.clone(),
             last_seen: s.expires,
         }),
