@@ -411,24 +411,29 @@ impl Hosts {
 
     /// A listed service: folded in, with nothing sent (the snapshot says
     /// it all). A service `previous` knew keeps the TTL it learned there.
-    pub fn load(&mut self, beat: Beat, seen: &Seen, previous: &Hosts) {
+    pub fn load(&mut self, mut beat: Beat, seen: &Seen, previous: &Hosts) {
         // A listing's hosts are new to this table (it starts empty): one
         // lookup that inserts, not one that misses and then one that
-        // inserts.
-        let entry = self.hosts.entry(beat.host.clone());
+        // inserts. The beat's host name becomes the key, uncopied (a
+        // service kept does not hold it).
+        let entry = self.hosts.entry(std::mem::take(&mut beat.host));
         let i = entry.index();
         if let indexmap::map::Entry::Vacant(v) = entry {
-            v.insert(Host::attached(&self.auth_of, &beat.host));
+            let host = Host::attached(&self.auth_of, v.key());
+            v.insert(host);
         }
+        let Some((host, _)) = self.hosts.get_index(i) else {
+            return;
+        };
         // The last listing held its hosts in the same order: this host is
         // where it was then unless the fleet changed before it, and is
         // found there without a lookup that misses the cache.
         let learned = previous
             .hosts
             .get_index(i)
-            .filter(|(name, _)| **name == beat.host)
+            .filter(|(name, _)| *name == host)
             .map(|(_, h)| h)
-            .or_else(|| previous.hosts.get(&beat.host))
+            .or_else(|| previous.hosts.get(host))
             .and_then(|h| h.learned(beat.service, &beat.name));
         self.put_at(i, beat, seen, learned, &mut Out(None));
     }
