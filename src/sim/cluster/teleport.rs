@@ -721,7 +721,10 @@ impl AuthService for Service {
         let peering = self.spec().proxy_peering;
         let st = self.inner.state.lock().await;
         let after = req.start_key;
-        let mut items: Vec<(String, paginated_resource::Resource)> = Vec::new();
+        // A page's room at once: its entries are large, and moved at each
+        // doubling.
+        let room = (page + 1).min(st.servers.len() + st.services.len() + 1);
+        let mut items: Vec<(String, paginated_resource::Resource)> = Vec::with_capacity(room);
         match req.resource_type.as_str() {
             "node" => {
                 let hidden = self.spec().hidden_from_listing;
