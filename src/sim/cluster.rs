@@ -952,3 +952,40 @@ impl ClusterEvents for Service {
         Ok(Response::new(resp))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tunnel(agent: &str, proxy: &str) -> pb::TunnelConnection {
+        pb::TunnelConnection {
+            name: format!("{agent}.{proxy}"),
+            agent: agent.into(),
+            proxy: proxy.into(),
+            last_heartbeat: None,
+            expires: None,
+        }
+    }
+
+    #[test]
+    fn proxies_walked_in_order_are_the_proxies_looked_up() {
+        let mut st = State::default();
+        for (agent, proxy) in [("a2", "p2"), ("a2", "p1"), ("a4", "p1"), ("a5", "p3")] {
+            st.put_tunnel(tunnel(agent, proxy));
+        }
+        // The last tunnel of a5 goes: a5 holds none.
+        st.remove_tunnel("a5.p3");
+        let agents = ["a1", "a2", "a3", "a4", "a5", "a6"];
+        for after in ["", "a1", "a2", "a3"] {
+            let mut walk = st.proxies_in_order(after);
+            for agent in agents.iter().filter(|a| **a > after) {
+                assert_eq!(walk(agent), st.proxies_of(agent), "{agent} after {after:?}");
+            }
+        }
+        let mut walk = st.proxies_in_order("");
+        assert_eq!(walk("a2"), ["p1", "p2"]);
+        assert!(walk("a3").is_empty());
+        assert_eq!(walk("a4"), ["p1"]);
+        assert!(walk("a5").is_empty());
+    }
+}
