@@ -626,7 +626,7 @@ async fn list_all(
     tracing::debug!(
         hosts = agents.len(),
         instances_wait_ms = waited.as_millis() as u64,
-        attach_ms = (folded.elapsed() - waited).as_millis() as u64,
+        attach_ms = folded.elapsed().saturating_sub(waited).as_millis() as u64,
         "listing folded; hosts attached to their Auth"
     );
     Ok(Listed {
