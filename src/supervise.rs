@@ -11,7 +11,8 @@
 //!
 //! [`drop_elsewhere`] frees a large value (a replaced table of a million
 //! entries, each with strings of its own) on a short-lived thread, so the
-//! task that replaced it goes on.
+//! task that replaced it goes on. [`scoped`] and [`joined`] are the one way
+//! a large step runs part of its work on a scoped thread of its own.
 //!
 //! Owns: the join handles. Must not touch: what the tasks do.
 
@@ -181,6 +182,26 @@ fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
     } else {
         "(no message)".to_string()
     }
+}
+
+/// `work` on a scoped thread of its own named `name`, or `None` when no
+/// thread can be had: the caller then does that work itself.
+pub fn scoped<'s, 'e, T: Send + 's>(
+    scope: &'s std::thread::Scope<'s, 'e>,
+    name: &str,
+    work: impl FnOnce() -> T + Send + 's,
+) -> Option<std::thread::ScopedJoinHandle<'s, T>> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn_scoped(scope, work)
+        .ok()
+}
+
+/// What a [`scoped`] thread returned; a panic there goes on here.
+pub fn joined<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    handle
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))
 }
 
 /// Threads freeing values at once, at most; past that a value is freed

@@ -9,6 +9,7 @@ use super::{StateChange, WatchState};
 use crate::clock::Ts;
 use crate::model::{AgentState, CauseKind, EndReason, Kind};
 use crate::store::EpisodeOp;
+use crate::supervise::{joined, scoped};
 use crate::telemetry::propagate::{self};
 
 /// A fleet this large is judged on several threads after a resync.
@@ -92,20 +93,12 @@ impl Model {
         let range = |t: usize| (t * slice).min(n)..((t + 1) * slice).min(n);
         std::thread::scope(|scope| {
             let others: Vec<_> = (1..threads)
-                .map(|t| {
-                    let spawned = std::thread::Builder::new()
-                        .name("fleet-judge".into())
-                        .spawn_scoped(scope, move || judge(range(t)));
-                    (t, spawned)
-                })
+                .map(|t| (t, scoped(scope, "fleet-judge", move || judge(range(t)))))
                 .collect();
             let mut out = judge(range(0));
             for (t, spawned) in others {
-                match spawned {
-                    Ok(h) => out.extend(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))),
-                    // No thread to be had: this one judges the slice.
-                    Err(_) => out.extend(judge(range(t))),
-                }
+                // No thread to be had: this one judges the slice.
+                out.extend(spawned.map_or_else(|| judge(range(t)), joined));
             }
             out
         })

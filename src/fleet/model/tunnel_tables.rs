@@ -16,6 +16,7 @@ use super::names::FewNames;
 use super::TunnelEntry;
 use crate::clock::Ts;
 use crate::model::Tunnel;
+use crate::supervise::{joined, scoped};
 
 /// Each agent's tunnel names.
 pub type AgentTunnels = HashMap<String, FewNames>;
@@ -54,31 +55,17 @@ impl TunnelTables {
         let listed = &list;
         let parallel = list.len() >= PARALLEL_TUNNELS;
         let ((tunnels, arms), (agent_tunnels, proxy_agents)) = std::thread::scope(|scope| {
-            let spawn = |name: &str| std::thread::Builder::new().name(name.into());
             let indexing = parallel
-                .then(|| {
-                    spawn("fleet-tunnels")
-                        .spawn_scoped(scope, move || index(listed, agents))
-                        .ok()
-                })
+                .then(|| scoped(scope, "fleet-tunnels", move || index(listed, agents)))
                 .flatten();
             let filing = parallel
-                .then(|| {
-                    spawn("fleet-tunnel-entries")
-                        .spawn_scoped(scope, move || entries(listed, now))
-                        .ok()
-                })
+                .then(|| scoped(scope, "fleet-tunnel-entries", move || entries(listed, now)))
                 .flatten();
             beside();
-            let filed = match filing {
-                Some(h) => joined(h),
-                None => entries(listed, now),
-            };
-            let indexed = match indexing {
-                Some(h) => joined(h),
-                None => index(listed, agents),
-            };
-            (filed, indexed)
+            (
+                filing.map_or_else(|| entries(listed, now), joined),
+                indexing.map_or_else(|| index(listed, agents), joined),
+            )
         });
         TunnelTables {
             tunnels,
@@ -88,11 +75,6 @@ impl TunnelTables {
             rows: list,
         }
     }
-}
-
-/// What a scoped thread returned; its panic goes on here.
-fn joined<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
-    h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
 }
 
 /// Each agent's tunnel names and each proxy's agents, for a fleet of about

@@ -15,6 +15,7 @@ use smallvec::SmallVec;
 
 use crate::clock::Ts;
 use crate::model::{AgentService, Change, Kind, LabelText, Labels, Server, Tunnel};
+use crate::supervise::{joined, scoped};
 
 use super::convert::{self, Seen};
 use super::heartbeat::NodePut;
@@ -363,21 +364,17 @@ impl Hosts {
         // At the end of a cold listing nothing else runs: the second half
         // is built on a thread of its own while this one builds the first.
         let other = std::thread::scope(|s| {
-            let other = std::thread::Builder::new()
-                .name("lifeline-snapshot".into())
-                .spawn_scoped(s, move || {
-                    // Sized first too: growing them copied and faulted in
-                    // the half they held at each doubling.
-                    let mut agents = Vec::with_capacity(second.len());
-                    let mut tunnels =
-                        Vec::with_capacity(second.iter().map(|(_, h)| h.tunnels.len()).sum());
-                    attach_part(second, auth, Names::Own, &mut agents, &mut tunnels);
-                    (agents, tunnels)
-                });
+            let other = scoped(s, "lifeline-snapshot", move || {
+                // Sized first too: growing them copied and faulted in the
+                // half they held at each doubling.
+                let mut agents = Vec::with_capacity(second.len());
+                let mut tunnels =
+                    Vec::with_capacity(second.iter().map(|(_, h)| h.tunnels.len()).sum());
+                attach_part(second, auth, Names::Own, &mut agents, &mut tunnels);
+                (agents, tunnels)
+            });
             attach_part(first, auth, Names::Shared, &mut agents, &mut tunnels);
-            other
-                .ok()
-                .map(|t| t.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            other.map(joined)
         });
         match other {
             Some((a, t)) => {
