@@ -163,6 +163,22 @@ pub struct WriteBatch {
     pub fence: Fence,
 }
 
+/// Moves half of `rows` (rounded down) out, into a map of its own.
+fn second_half<K: std::hash::Hash + Eq, V>(rows: &mut HashMap<K, V>) -> HashMap<K, V> {
+    let all = std::mem::take(rows);
+    let moved = all.len() / 2;
+    let mut other = HashMap::with_capacity_and_hasher(moved, Default::default());
+    rows.reserve(all.len() - moved);
+    for (i, (k, v)) in all.into_iter().enumerate() {
+        if i < moved {
+            other.insert(k, v);
+        } else {
+            rows.insert(k, v);
+        }
+    }
+    other
+}
+
 impl WriteBatch {
     pub fn is_empty(&self) -> bool {
         self.replace_servers.is_empty()
@@ -303,6 +319,34 @@ impl WriteBatch {
             fence: self.fence.clone(),
             ..WriteBatch::default()
         })
+    }
+
+    /// Moves half of a batch of current-state rows alone into a batch of
+    /// its own, under the same fence, so that the two can be committed at
+    /// once on two connections: each resource and tunnel is in one of them
+    /// (the rows are keyed), so neither can undo the other. A batch with
+    /// anything else (a whole-kind replacement deletes what it does not
+    /// list; history has an order), or with fewer than `from` rows, stays
+    /// whole (`None`).
+    pub fn split_half(&mut self, from: usize) -> Option<WriteBatch> {
+        let state_alone = self.replace_servers.is_empty()
+            && self.replace_tunnels.is_none()
+            && self.events.is_empty()
+            && self.health.is_empty()
+            && self.episodes.is_empty()
+            && self.incidents.is_empty()
+            && self.samples.is_empty()
+            && self.dropped_events == 0;
+        if !state_alone || self.state_rows() < from.max(2) {
+            return None;
+        }
+        let mut other = WriteBatch {
+            fence: self.fence.clone(),
+            ..WriteBatch::default()
+        };
+        other.servers = second_half(&mut self.servers);
+        other.tunnels = second_half(&mut self.tunnels);
+        Some(other)
     }
 
     /// Appends a health transition unless [`MAX_PENDING_HEALTH`] are
@@ -526,6 +570,68 @@ mod tests {
         assert!(s.episodes.is_empty() && s.dropped_events == 0);
         assert!(!b.has_state());
         assert_eq!((b.episodes.len(), b.dropped_events), (1, 2));
+    }
+
+    /// Guards the two-connection snapshot: the halves hold every row once,
+    /// about as many each, under the batch's fence; anything that is not
+    /// current state alone, or too few rows, stays whole.
+    #[test]
+    fn a_large_snapshot_splits_into_halves_that_hold_every_row_once() {
+        let fence = Fence::Leader {
+            replica: "r1".into(),
+            term: 3,
+        };
+        let tunnel = |i: usize| crate::model::Tunnel {
+            name: format!("t{i}"),
+            agent: format!("a{i}"),
+            proxy: "p1".into(),
+            last_heartbeat: None,
+            expires: None,
+        };
+        let snapshot = || {
+            let mut b = WriteBatch {
+                fence: fence.clone(),
+                ..WriteBatch::default()
+            };
+            for i in 0..101 {
+                b.put_server(&server(&format!("p{i}"), i as i64));
+            }
+            for i in 0..7 {
+                b.put_tunnel(&tunnel(i));
+            }
+            b.delete_tunnel("t-gone");
+            b
+        };
+        let mut a = snapshot();
+        let b = a.split_half(100).expect("large enough");
+        assert_eq!((a.servers.len(), b.servers.len()), (51, 50));
+        assert_eq!((a.tunnels.len(), b.tunnels.len()), (4, 4));
+        assert!(a.servers.keys().all(|k| !b.servers.contains_key(k)));
+        assert!(a.tunnels.keys().all(|k| !b.tunnels.contains_key(k)));
+        let whole = snapshot();
+        for half in [&a, &b] {
+            assert_eq!(half.fence, fence);
+            for (k, row) in &half.servers {
+                assert_eq!(Some(row), whole.servers.get(k), "{k:?} as it was");
+            }
+            for (k, row) in &half.tunnels {
+                assert_eq!(Some(row), whole.tunnels.get(k), "{k} as it was");
+            }
+        }
+
+        assert!(snapshot().split_half(200).is_none(), "too few rows");
+        let mut replacing = snapshot();
+        replacing.replace_kind(Kind::Agent, vec![server("a1", 1)]);
+        assert!(
+            replacing.split_half(1).is_none(),
+            "a replacement stays whole"
+        );
+        assert_eq!(replacing.state_rows(), 110, "with every row");
+        let mut with_history = snapshot();
+        with_history
+            .episodes
+            .push(EpisodeOp::close(1, Ts(1), EndReason::Recovered));
+        assert!(with_history.split_half(1).is_none(), "history stays whole");
     }
 
     /// Guards the episode bound: over the cap, updates merge into their

@@ -129,10 +129,30 @@ pub fn writer(
 }
 
 /// Each batch whole, in one transaction, in order.
-async fn serial(mut rx: mpsc::Receiver<WriterMsg>, pool: &Db, opts: &WriterOptions) {
+async fn serial(rx: mpsc::Receiver<WriterMsg>, pool: &Db, opts: &WriterOptions) {
+    in_order(rx, pool, opts, usize::MAX).await
+}
+
+/// Each batch in order; one of current state alone with at least
+/// `halves_from` rows as two transactions at once, on two connections
+/// (see [`WriteBatch::split_half`]), the next batch after both.
+async fn in_order(
+    mut rx: mpsc::Receiver<WriterMsg>,
+    pool: &Db,
+    opts: &WriterOptions,
+    halves_from: usize,
+) {
     while let Some(msg) = rx.recv().await {
         match msg {
-            WriterMsg::Batch(batch) => commit_with_retry(pool, opts, *batch).await,
+            WriterMsg::Batch(mut batch) => match batch.split_half(halves_from) {
+                Some(other) => {
+                    futures::join!(
+                        commit_with_retry(pool, opts, *batch),
+                        commit_with_retry(pool, opts, other)
+                    );
+                }
+                None => commit_with_retry(pool, opts, *batch).await,
+            },
             WriterMsg::Flush(done) => {
                 let _ = done.send(());
             }
@@ -144,8 +164,16 @@ async fn serial(mut rx: mpsc::Receiver<WriterMsg>, pool: &Db, opts: &WriterOptio
 /// fleet keeps coalescing while both are busy.
 const SIDE_DEPTH: usize = 1;
 
+/// Current-state rows from which a split writer commits a snapshot as two
+/// halves at once. A large fleet's snapshot (~7 µs a row on the server,
+/// one backend's work) otherwise ends a heartbeat storm with one core
+/// busy and the other idle; a small one is not worth a second
+/// transaction.
+pub const STATE_HALVES_FROM: usize = 20_000;
+
 /// Two transactions at once, on two connections: each batch's current
-/// state (resources and tunnels) is written by a side of its own, so that
+/// state (resources and tunnels) is written by a side of its own (a large
+/// snapshot as two halves at once), so that
 /// a snapshot of a large fleet is written while history goes on, and the
 /// other way round, on a server with cores for both. Each side keeps its
 /// batches' order and checks the fence in its own transaction; the tables
@@ -183,7 +211,8 @@ async fn split(mut rx: mpsc::Receiver<WriterMsg>, pool: &Db, opts: &WriterOption
             }
         }
     };
-    let state = serial(state_rx, pool, opts).instrument(tracing::info_span!("store.state"));
+    let state = in_order(state_rx, pool, opts, STATE_HALVES_FROM)
+        .instrument(tracing::info_span!("store.state"));
     futures::join!(dispatch, serial(history_rx, pool, opts), state);
 }
 

@@ -453,3 +453,80 @@ async fn a_heartbeats_expiry_lands_on_the_stored_row_or_writes_it_whole(store) {
     assert!(!health.is_failing());
 }
 }
+
+on_both_engines! {
+/// Guards a large snapshot, which PostgreSQL writes as two halves at once
+/// on two connections: every row lands once with its values; one the
+/// database refuses (a NUL, on PostgreSQL) is set aside and recorded
+/// without holding back the rest of its half; the next snapshot of the
+/// same rows moves every expiry, writing the refused one whole; a flush
+/// answers after all of it.
+#[tokio::test]
+async fn a_large_snapshot_lands_whole_around_a_poison_row(store) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = store.open(dir.path()).await;
+    let (w, stats, health) = spawn_writer(&db);
+    let rows = writer::STATE_HALVES_FROM + 1_000;
+    let agent = |i: usize| server(Kind::Agent, &format!("agent-{i:06}"), "17.0");
+    let mut snapshot = WriteBatch::default();
+    for i in 0..rows {
+        let mut s = agent(i);
+        if i == rows / 2 {
+            s.version = "17\0".into();
+        }
+        snapshot.put_server(&s);
+    }
+    for i in 0..2_000 {
+        snapshot.put_tunnel(&lifeline::model::Tunnel {
+            name: format!("tunnel-{i:06}"),
+            agent: format!("agent-{i:06}"),
+            proxy: "proxy-1".into(),
+            last_heartbeat: Some(Ts(1_000_000)),
+            expires: Some(Ts(2_000_000 + i as i64)),
+        });
+    }
+    w.send(snapshot).await.unwrap();
+    let mut moved = WriteBatch::default();
+    for i in 0..rows {
+        let mut s = agent(i);
+        s.expires = Ts(2_000_000_000 + i as i64);
+        moved.put_row(s, true);
+    }
+    w.send(moved).await.unwrap();
+    support::bounded("the writer commits both snapshots", w.flush())
+        .await
+        .unwrap();
+
+    let pg = db.engine_name() == "postgres";
+    let refused = stats.store_rows_refused.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(refused, u64::from(pg), "the NUL, on PostgreSQL only");
+    let stored = |sql| support::sql_i64(&db, sql);
+    assert_eq!(
+        stored("SELECT COUNT(*) FROM resources WHERE kind = 'agent' AND expires_us >= 2000000000")
+            .await,
+        rows as i64,
+        "every row once, its expiry moved"
+    );
+    assert_eq!(
+        stored(
+            "SELECT COUNT(*) FROM resources WHERE name = 'agent-000007' \
+             AND expires_us = 2000000007 AND ttl_us = 60000000 AND version = '17.0'"
+        )
+        .await,
+        1,
+        "a row's values as written"
+    );
+    assert_eq!(stored("SELECT COUNT(*) FROM tunnels").await, 2_000);
+    assert_eq!(
+        stored("SELECT COUNT(*) FROM tunnels WHERE name = 'tunnel-001999' AND expires_us = 2001999")
+            .await,
+        1
+    );
+    assert_eq!(
+        stored("SELECT COUNT(*) FROM events WHERE event = 'rejected'").await as u64,
+        refused,
+        "the refusal is history of its own"
+    );
+    assert!(!health.is_failing());
+}
+}
