@@ -4,7 +4,15 @@
 //! Auth, which then lists over `GET /v2/...`), from the same state and
 //! heartbeats as the `ClusterEvents` face. Agents are nodes named by host
 //! ID; with proxy peering their `ProxyIDs` are their tunnels; extra app
-//! services can run on an agent's host.
+//! services can run on an agent's host. The messages are built in
+//! [`shapes`], a `ListResources` page in [`listing`]; here are the
+//! services, the events and the identity file.
+
+mod listing;
+mod shapes;
+
+use shapes::{header, instance, node, put, server_v2, service_event, to_json};
+pub use shapes::{DeleteShape, SimService};
 
 use std::collections::HashSet;
 use std::ops::Bound;
@@ -18,10 +26,9 @@ use tonic::{Request, Response, Status};
 use tracing::info;
 
 use super::{Inner, SimCluster};
-use crate::clock::Ts;
 use crate::model::Kind;
 use crate::proto::teleport::auth::auth_service_server::{AuthService, AuthServiceServer};
-use crate::proto::teleport::auth::{self as tp, event::Resource, paginated_resource};
+use crate::proto::teleport::auth::{self as tp, event::Resource};
 use crate::proto::teleport::presence::presence_service_server::{
     PresenceService, PresenceServiceServer,
 };
@@ -31,7 +38,6 @@ use crate::proto::teleport::presence::{
 };
 use crate::proto::teleport::types;
 use crate::proto::v1 as pb;
-use crate::sim::wire::timestamp as to_timestamp;
 
 /// How the simulated cluster plays Teleport.
 #[derive(Clone, Debug)]
@@ -99,356 +105,6 @@ const AGENT_KINDS: [&str; 5] = [
     "kube_server",
     "windows_desktop_service",
 ];
-
-fn meta(
-    name: &str,
-    expires: Option<prost_types::Timestamp>,
-    labels: &std::collections::HashMap<String, String>,
-) -> types::Metadata {
-    types::Metadata {
-        name: name.to_string(),
-        namespace: "default".into(),
-        labels: labels.clone(),
-        expires,
-        ..Default::default()
-    }
-}
-
-/// A proxy or auth server as Teleport's `ServerV2`.
-fn server_v2(s: &pb::Server) -> types::ServerV2 {
-    let mut labels = s.labels.clone();
-    if s.kind == Kind::Proxy.as_str() {
-        labels.insert("teleport.internal/proxygroup-id".into(), s.group_id.clone());
-        labels.insert(
-            "teleport.internal/proxygroup-gen".into(),
-            s.group_generation.to_string(),
-        );
-    }
-    types::ServerV2 {
-        kind: s.kind.clone(),
-        version: "v2".into(),
-        metadata: Some(meta(&s.name, s.expires, &labels)),
-        spec: Some(types::ServerSpecV2 {
-            addr: s.addr.clone(),
-            hostname: s.name.clone(),
-            version: s.version.clone(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-/// An agent as a node named by its host ID.
-fn node(s: &pb::Server, proxies: Vec<String>) -> types::ServerV2 {
-    types::ServerV2 {
-        kind: "node".into(),
-        version: "v2".into(),
-        metadata: Some(meta(&s.name, s.expires, &s.labels)),
-        spec: Some(types::ServerSpecV2 {
-            hostname: sim_hostname(&s.name),
-            version: s.version.clone(),
-            use_tunnel: true,
-            proxy_i_ds: proxies,
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-/// The hostname an agent's host reports: its name under `.sim`.
-fn sim_hostname(name: &str) -> String {
-    let mut hostname = String::with_capacity(name.len() + 4);
-    hostname.push_str(name);
-    hostname.push_str(".sim");
-    hostname
-}
-
-/// The name of the `i`th agentless node: after every agent's in key order.
-fn agentless_name(i: usize) -> String {
-    format!("openssh-{i:05}")
-}
-
-/// A registered OpenSSH host: no expiry, no tunnel, no agent.
-fn agentless(name: &str) -> types::ServerV2 {
-    types::ServerV2 {
-        kind: "node".into(),
-        sub_kind: "openssh".into(),
-        version: "v2".into(),
-        metadata: Some(types::Metadata {
-            name: name.into(),
-            namespace: "default".into(),
-            ..Default::default()
-        }),
-        spec: Some(types::ServerSpecV2 {
-            addr: "10.0.0.1:22".into(),
-            hostname: sim_hostname(name),
-            ..Default::default()
-        }),
-    }
-}
-
-/// A database service on `host` whose database carries a CA bundle of
-/// `ca_bytes`.
-fn db(
-    s: &pb::Server,
-    name: &str,
-    ca_bytes: usize,
-    proxies: Vec<String>,
-) -> types::DatabaseServerV3 {
-    types::DatabaseServerV3 {
-        kind: "db_server".into(),
-        version: "v3".into(),
-        metadata: Some(types::Metadata {
-            name: name.to_string(),
-            namespace: "default".into(),
-            expires: s.expires,
-            ..Default::default()
-        }),
-        spec: Some(types::DatabaseServerSpecV3 {
-            version: s.version.clone(),
-            hostname: sim_hostname(&s.name),
-            host_id: s.name.clone(),
-            database: Some(types::DatabaseV3 {
-                kind: "db".into(),
-                version: "v3".into(),
-                metadata: Some(types::Metadata {
-                    name: name.to_string(),
-                    ..Default::default()
-                }),
-                status: Some(types::DatabaseStatusV3 {
-                    ca_cert: "-----BEGIN CERTIFICATE-----\n".repeat(ca_bytes / 28 + 1),
-                }),
-                ..Default::default()
-            }),
-            proxy_i_ds: proxies,
-        }),
-        ..Default::default()
-    }
-}
-
-/// The services a host may run beside its node, as the simulator plays
-/// them (put, listed and deleted by name).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum SimService {
-    App,
-    Db,
-    Kube,
-}
-
-impl SimService {
-    pub fn kind(self) -> &'static str {
-        match self {
-            SimService::App => "app_server",
-            SimService::Db => "db_server",
-            SimService::Kube => "kube_server",
-        }
-    }
-}
-
-/// How Teleport sends a service's DELETE.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DeleteShape {
-    /// A `ResourceHeader` naming the host in `Metadata.Description`.
-    Header,
-    /// The typed message (`AppServerV3`, …) with no `Spec` and the host
-    /// in `Metadata.Description`, as Teleport's backends send it.
-    Typed,
-}
-
-/// `name` on `host`, heartbeating until `expires`; with no `expires`, the
-/// shape of its DELETE (no Spec, the host in `Description`).
-fn service_event(
-    kind: SimService,
-    host: &str,
-    name: &str,
-    expires: Option<Ts>,
-    proxies: Vec<String>,
-) -> Resource {
-    let metadata = Some(types::Metadata {
-        name: name.to_string(),
-        namespace: "default".into(),
-        description: if expires.is_none() {
-            host.to_string()
-        } else {
-            String::new()
-        },
-        expires: expires.map(to_timestamp),
-        ..Default::default()
-    });
-    let hostname = format!("{host}.sim");
-    let live = expires.is_some();
-    match kind {
-        SimService::App => Resource::AppServer(Box::new(types::AppServerV3 {
-            kind: kind.kind().into(),
-            version: "v3".into(),
-            metadata,
-            spec: live.then(|| types::AppServerSpecV3 {
-                version: "17.0.0".into(),
-                hostname,
-                host_id: host.to_string(),
-                proxy_i_ds: proxies,
-            }),
-            ..Default::default()
-        })),
-        SimService::Db => Resource::DatabaseServer(Box::new(types::DatabaseServerV3 {
-            kind: kind.kind().into(),
-            version: "v3".into(),
-            metadata,
-            spec: live.then(|| types::DatabaseServerSpecV3 {
-                version: "17.0.0".into(),
-                hostname,
-                host_id: host.to_string(),
-                proxy_i_ds: proxies,
-                ..Default::default()
-            }),
-            ..Default::default()
-        })),
-        SimService::Kube => Resource::KubernetesServer(Box::new(types::KubernetesServerV3 {
-            kind: kind.kind().into(),
-            version: "v3".into(),
-            metadata,
-            spec: live.then(|| types::KubernetesServerSpecV3 {
-                version: "17.0.0".into(),
-                hostname,
-                host_id: host.to_string(),
-                proxy_i_ds: proxies,
-            }),
-            ..Default::default()
-        })),
-    }
-}
-
-/// A live service as a `ListResources` item.
-fn service_item(
-    kind: SimService,
-    host: &str,
-    name: &str,
-    expires: Ts,
-    proxies: Vec<String>,
-) -> Option<paginated_resource::Resource> {
-    use paginated_resource::Resource as P;
-    Some(
-        match service_event(kind, host, name, Some(expires), proxies) {
-            Resource::AppServer(a) => P::AppServer(*a),
-            Resource::DatabaseServer(d) => P::DatabaseServer(*d),
-            Resource::KubernetesServer(k) => P::KubernetesServer(*k),
-            _ => return None,
-        },
-    )
-}
-
-/// A `ListResources` page as it fills: each item with the key the next
-/// page starts after, the items in the answer's own type from the start.
-/// They are large (the oneof is the size of its largest member, 600 B)
-/// and many (5 000 a page): each move of a page is megabytes copied.
-struct Page {
-    keys: Vec<String>,
-    items: Vec<tp::PaginatedResource>,
-}
-
-impl Page {
-    fn with_capacity(room: usize) -> Page {
-        Page {
-            keys: Vec::with_capacity(room),
-            items: Vec::with_capacity(room),
-        }
-    }
-
-    fn push(&mut self, key: String, resource: paginated_resource::Resource) {
-        self.keys.push(key);
-        self.items.push(tp::PaginatedResource {
-            resource: Some(resource),
-        });
-    }
-
-    fn len(&self) -> usize {
-        self.items.len()
-    }
-
-    fn truncate(&mut self, len: usize) {
-        self.keys.truncate(len);
-        self.items.truncate(len);
-    }
-
-    /// In key order (sets filled one after the other).
-    fn sort_by_key(&mut self) {
-        let mut both: Vec<_> = std::mem::take(&mut self.keys)
-            .into_iter()
-            .zip(std::mem::take(&mut self.items))
-            .collect();
-        both.sort_by(|a, b| a.0.cmp(&b.0));
-        (self.keys, self.items) = both.into_iter().unzip();
-    }
-
-    /// The answer: `page` items at most, and the key after which the next
-    /// page starts when there is one (one more than a page was gathered).
-    fn answer(mut self, page: usize) -> tp::ListResourcesResponse {
-        let next_key = if self.len() > page {
-            self.truncate(page);
-            self.keys.pop().unwrap_or_default()
-        } else {
-            String::new()
-        };
-        tp::ListResourcesResponse {
-            resources: self.items,
-            next_key,
-            total_count: 0,
-        }
-    }
-}
-
-/// The services of `kind` after the key `after`, up to one more than
-/// `page` (which says that a next page exists).
-fn list_services(
-    st: &super::State,
-    kind: SimService,
-    after: &str,
-    page: usize,
-    peering: bool,
-    items: &mut Page,
-) {
-    for ((k, host, name), expires) in &st.services {
-        if *k != kind {
-            continue;
-        }
-        // Past the big database servers' `db-NNNNN` keys.
-        let key = format!("{host}/{name}");
-        if !after.is_empty() && key.as_str() <= after {
-            continue;
-        }
-        let proxies = if peering {
-            st.proxies_of(host)
-        } else {
-            Vec::new()
-        };
-        if let Some(item) = service_item(kind, host, name, *expires, proxies) {
-            items.push(key, item);
-        }
-        if items.len() > page {
-            break;
-        }
-    }
-}
-
-fn put(r: Resource) -> tp::Event {
-    tp::Event {
-        r#type: tp::Operation::Put as i32,
-        resource: Some(r),
-    }
-}
-
-fn header(kind: &str, name: &str, description: &str) -> Resource {
-    Resource::ResourceHeader(Box::new(types::ResourceHeader {
-        kind: kind.to_string(),
-        version: "v2".into(),
-        metadata: Some(types::Metadata {
-            name: name.to_string(),
-            description: description.to_string(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }))
-}
 
 impl SimCluster {
     /// An app service on `host`, heartbeating once now (`expires = now +
@@ -778,96 +434,9 @@ impl AuthService for Service {
             )));
         }
         let page = req.limit.clamp(1, 10_000) as usize;
-        let peering = self.spec().proxy_peering;
+        let spec = self.spec();
         let st = self.inner.state.lock().await;
-        let after = req.start_key;
-        let room = (page + 1).min(st.servers.len() + st.services.len() + 1);
-        let mut items = Page::with_capacity(room);
-        match req.resource_type.as_str() {
-            "node" => {
-                let hidden = self.spec().hidden_from_listing;
-                let agents = st.servers.keys().filter(|(k, _)| *k == Kind::Agent);
-                let hidden: HashSet<String> = agents.take(hidden).map(|(_, n)| n.clone()).collect();
-                let mut proxies_of = st.proxies_in_order(&after);
-                for ((k, name), s) in st.servers.range((Kind::Agent, after.clone())..) {
-                    if *k != Kind::Agent {
-                        break;
-                    }
-                    if name == &after || hidden.contains(name) {
-                        continue;
-                    }
-                    let proxies = if peering {
-                        proxies_of(name)
-                    } else {
-                        Vec::new()
-                    };
-                    items.push(
-                        name.clone(),
-                        paginated_resource::Resource::Node(node(s, proxies)),
-                    );
-                    if items.len() > page {
-                        break;
-                    }
-                }
-                for name in (0..self.spec().agentless_nodes).map(agentless_name) {
-                    if items.len() > page {
-                        break;
-                    }
-                    if name > after {
-                        let node = agentless(&name);
-                        items.push(name, paginated_resource::Resource::Node(node));
-                    }
-                }
-            }
-            "app_server" => list_services(&st, SimService::App, &after, page, peering, &mut items),
-            "db_server" => {
-                let hosts: Vec<&pb::Server> = st
-                    .servers
-                    .iter()
-                    .filter(|((k, _), _)| *k == Kind::Agent)
-                    .map(|(_, s)| s)
-                    .collect();
-                for (i, ca_bytes) in self.spec().db_servers.iter().enumerate() {
-                    let name = format!("db-{i:05}");
-                    if name <= after && !after.is_empty() {
-                        continue;
-                    }
-                    let Some(host) = hosts.get(i % hosts.len().max(1)) else {
-                        break;
-                    };
-                    let proxies = if peering {
-                        st.proxies_of(&host.name)
-                    } else {
-                        Vec::new()
-                    };
-                    let r = db(host, &name, *ca_bytes, proxies);
-                    items.push(name, paginated_resource::Resource::DatabaseServer(r));
-                    if items.len() > page {
-                        break;
-                    }
-                }
-                // Both sets, in key order, one more than a page at most.
-                list_services(&st, SimService::Db, &after, page, peering, &mut items);
-                items.sort_by_key();
-                items.truncate(page + 1);
-            }
-            "kube_server" => {
-                list_services(&st, SimService::Kube, &after, page, peering, &mut items)
-            }
-            "windows_desktop_service" => {}
-            "proxy" | "auth_server" => {
-                return Err(Status::invalid_argument(format!(
-                    "resource type {:?} is not supported by ListResources",
-                    req.resource_type
-                )))
-            }
-            other => {
-                return Err(Status::invalid_argument(format!(
-                    "unknown resource type {other:?}"
-                )))
-            }
-        }
-        Ok(Response::new(items.answer(page)))
+        listing::page(&st, &spec, &req.resource_type, &req.start_key, page).map(Response::new)
     }
 
     async fn get_instances(
@@ -1048,42 +617,5 @@ async fn http_list(
     axum::Json(list.iter().map(to_json).collect())
 }
 
-/// Teleport's JSON form of a server, as `GET /v2/...` answers it.
-fn to_json(s: &types::ServerV2) -> serde_json::Value {
-    let meta = s.metadata.clone().unwrap_or_default();
-    let spec = s.spec.clone().unwrap_or_default();
-    let expires = meta
-        .expires
-        .map(|t| Ts::from_micros(t.seconds * 1_000_000 + i64::from(t.nanos) / 1000).rfc3339());
-    serde_json::json!({
-        "kind": s.kind,
-        "version": s.version,
-        "metadata": { "name": meta.name, "namespace": meta.namespace, "labels": meta.labels, "expires": expires },
-        "spec": { "addr": spec.addr, "hostname": spec.hostname, "version": spec.version },
-    })
-}
-
 /// Instances read per hold of the state's lock.
 const INSTANCES_CHUNK: usize = 1024;
-
-/// An agent as the Auth's inventory knows it.
-fn instance(name: &str, s: &pb::Server) -> types::InstanceV1 {
-    types::InstanceV1 {
-        header: Some(types::ResourceHeader {
-            kind: "instance".into(),
-            version: "v1".into(),
-            metadata: Some(types::Metadata {
-                name: name.to_string(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        spec: Some(types::InstanceSpecV1 {
-            version: s.version.clone(),
-            services: vec!["node".into()],
-            hostname: sim_hostname(name),
-            auth_id: s.auth_server.clone(),
-            last_seen: s.expires,
-        }),
-    }
-}
