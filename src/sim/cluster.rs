@@ -1,6 +1,8 @@
 //! The simulated cluster: state, heartbeats, and the `ClusterEvents` server
-//! (or, with `SimSpec::teleport`, Teleport's Auth API in `teleport`).
+//! (in `cluster_events`; or, with `SimSpec::teleport`, Teleport's Auth API
+//! in `teleport`).
 
+mod cluster_events;
 mod teleport;
 
 pub use teleport::{write_private, DeleteShape, SimService, TeleportSpec};
@@ -14,12 +16,10 @@ use std::time::Duration;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio::net::TcpListener;
-use tokio::sync::{broadcast, mpsc, watch, Mutex};
-use tokio_stream::wrappers::ReceiverStream;
+use tokio::sync::{broadcast, watch, Mutex};
 use tokio_util::sync::CancellationToken;
-use tonic::{Request, Response, Status};
 use tonic_health::ServingStatus;
-use tracing::{debug, info};
+use tracing::info;
 
 use super::auth::{AuthFlavor, SimAuth};
 use super::pki::SimPki;
@@ -27,7 +27,7 @@ use super::wire::{duration as to_duration, timestamp as to_timestamp};
 use crate::clock::{Clock, Ts};
 use crate::model::Kind;
 use crate::proto::v1 as pb;
-use crate::proto::v1::cluster_events_server::{ClusterEvents, ClusterEventsServer};
+use crate::proto::v1::cluster_events_server::ClusterEventsServer;
 
 /// The shape of a simulated cluster.
 #[derive(Clone, Debug)]
@@ -409,7 +409,7 @@ impl SimCluster {
                     ),
                     None => None,
                 };
-                let svc = ClusterEventsServer::new(Service {
+                let svc = ClusterEventsServer::new(cluster_events::Service {
                     inner: inner.clone(),
                 })
                 .max_encoding_message_size(inner.spec.max_message_bytes)
@@ -771,185 +771,6 @@ pub fn put_server(s: pb::Server) -> pb::Event {
     pb::Event {
         r#type: pb::EventType::Put as i32,
         resource: Some(pb::event::Resource::Server(s)),
-    }
-}
-
-struct Service {
-    inner: Arc<Inner>,
-}
-
-fn event_kind(ev: &pb::Event) -> Option<Kind> {
-    match &ev.resource {
-        Some(pb::event::Resource::Server(s)) => s.kind.parse().ok(),
-        Some(pb::event::Resource::Tunnel(_)) => Some(Kind::TunnelConnection),
-        _ => None,
-    }
-}
-
-#[tonic::async_trait]
-impl ClusterEvents for Service {
-    type WatchEventsStream = ReceiverStream<Result<pb::Event, Status>>;
-
-    async fn watch_events(
-        &self,
-        req: Request<pb::WatchRequest>,
-    ) -> Result<Response<Self::WatchEventsStream>, Status> {
-        if !self.inner.accepting.load(Ordering::SeqCst) {
-            return Err(Status::unavailable("cluster is not accepting watches"));
-        }
-        let req = req.into_inner();
-        let mut requested = Vec::new();
-        for k in &req.kinds {
-            match k.parse::<Kind>() {
-                Ok(k) => requested.push(k),
-                Err(_) if req.allow_rejected_kinds => {}
-                Err(e) => return Err(Status::invalid_argument(e.to_string())),
-            }
-        }
-        let rejected: Vec<Kind> = self
-            .inner
-            .rejected
-            .read()
-            .map(|r| r.clone())
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|k| requested.contains(k))
-            .collect();
-        if !rejected.is_empty() && !req.allow_rejected_kinds {
-            return Err(Status::invalid_argument(format!(
-                "kinds not supported: {rejected:?}"
-            )));
-        }
-        let mut unknown: Vec<String> = req
-            .kinds
-            .iter()
-            .filter(|k| k.parse::<Kind>().is_err())
-            .cloned()
-            .collect();
-        unknown.extend(rejected.iter().map(|k| k.as_str().to_string()));
-        let wanted: HashSet<Kind> = requested
-            .into_iter()
-            .filter(|k| !rejected.contains(k))
-            .collect();
-        let Subscription {
-            events: mut sub,
-            mut kill,
-            ..
-        } = self.inner.subscribe();
-        let (tx, rx) = mpsc::channel(1024);
-        let init = pb::Event {
-            r#type: pb::EventType::Init as i32,
-            resource: if self.inner.spec.legacy_init {
-                None
-            } else {
-                Some(pb::event::Resource::Status(pb::WatchStatus {
-                    rejected_kinds: unknown,
-                }))
-            },
-        };
-        let stop = self.inner.stop.clone();
-        let inner = self.inner.clone();
-        debug!(watcher = %req.watcher_name, "sim: watch opened");
-        tokio::spawn(async move {
-            if tx.send(Ok(init)).await.is_err() {
-                return;
-            }
-            loop {
-                let ev = tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = kill.changed() => {
-                        let _ = tx.send(Err(Status::unavailable("stream killed by the simulator"))).await;
-                        return;
-                    }
-                    ev = sub.recv() => ev,
-                };
-                match ev {
-                    Ok(ev) => {
-                        // Raw injected events (no kind) pass through.
-                        if event_kind(&ev).is_some_and(|k| !wanted.contains(&k)) {
-                            inner.taken.fetch_add(1, Ordering::SeqCst);
-                            continue;
-                        }
-                        // The last receiver of a broadcast slot owns its
-                        // event: no copy unless several streams are open.
-                        if tx.send(Ok(Arc::unwrap_or_clone(ev))).await.is_err() {
-                            return;
-                        }
-                        inner.delivered.fetch_add(1, Ordering::SeqCst);
-                        inner.taken.fetch_add(1, Ordering::SeqCst);
-                    }
-                    Err(broadcast::error::RecvError::Lagged(n)) => {
-                        let _ = tx
-                            .send(Err(Status::aborted(format!(
-                                "watcher fell behind by {n} events; resync"
-                            ))))
-                            .await;
-                        return;
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return,
-                }
-            }
-        });
-        Ok(Response::new(ReceiverStream::new(rx)))
-    }
-
-    async fn list_resources(
-        &self,
-        req: Request<pb::ListResourcesRequest>,
-    ) -> Result<Response<pb::ListResourcesResponse>, Status> {
-        let req = req.into_inner();
-        let kind: Kind = req
-            .kind
-            .parse()
-            .map_err(|e: crate::model::UnknownKind| Status::invalid_argument(e.to_string()))?;
-        let page = req.page_size.clamp(1, 10_000) as usize;
-        let st = self.inner.state.lock().await;
-        let mut resp = pb::ListResourcesResponse::default();
-        let after = req.page_token;
-        if kind == Kind::TunnelConnection {
-            let mut it = st
-                .tunnels
-                .range::<String, _>((
-                    if after.is_empty() {
-                        std::ops::Bound::Unbounded
-                    } else {
-                        std::ops::Bound::Excluded(&after)
-                    },
-                    std::ops::Bound::Unbounded,
-                ))
-                .map(|(_, t)| t.clone());
-            resp.tunnels = it.by_ref().take(page).collect();
-            if it.next().is_some() {
-                resp.next_page_token = resp
-                    .tunnels
-                    .last()
-                    .map(|t| t.name.clone())
-                    .unwrap_or_default();
-            }
-        } else {
-            let start = (kind, after.clone());
-            let mut it = st
-                .servers
-                .range((
-                    if after.is_empty() {
-                        std::ops::Bound::Included((kind, String::new()))
-                    } else {
-                        std::ops::Bound::Excluded(start)
-                    },
-                    std::ops::Bound::Unbounded,
-                ))
-                .take_while(|((k, _), _)| *k == kind)
-                .map(|(_, s)| s.clone());
-            resp.servers = it.by_ref().take(page).collect();
-            if it.next().is_some() {
-                resp.next_page_token = resp
-                    .servers
-                    .last()
-                    .map(|s| s.name.clone())
-                    .unwrap_or_default();
-            }
-        }
-        Ok(Response::new(resp))
     }
 }
 
