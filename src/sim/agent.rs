@@ -20,14 +20,19 @@
 //!
 //! Several Lifeline replicas ([`Lifelines`]) are reached as a layer-4 load
 //! balancer hands them out: agents are spread over them, and an agent whose
-//! stream breaks or cannot open tries the next replica.
+//! stream breaks or cannot open tries the next replica (`upstream`). The
+//! auth connection's policy is followed in `auth_conn`.
 
 // Simulated agents are the cluster, not Lifeline: they keep their own
 // proxy expiries on tokio's clock, as a real agent does.
 #![allow(clippy::disallowed_methods)]
 
+mod auth_conn;
+mod upstream;
+
+pub use upstream::{join_request, lifeline_channel, LifelineAddr, Lifelines, Upstream};
+
 use std::collections::{BTreeSet, HashMap};
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -37,17 +42,15 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
-use tracing::{debug, info};
+use tonic::transport::{Channel, Endpoint};
+use tracing::debug;
 
 use super::cluster::SimCluster;
 use super::wire;
-use crate::proto::health::health_check_response::ServingStatus;
 use crate::proto::health::health_client::HealthClient;
 use crate::proto::health::HealthCheckRequest;
 use crate::proto::v1 as pb;
 use crate::proto::v1::agent_signals_client::AgentSignalsClient;
-use crate::proto::v1::service_config_discovery_service_client::ServiceConfigDiscoveryServiceClient;
 
 /// What a legacy agent assumes a proxy lives without hearing of it again.
 pub const LEGACY_EXPIRY: Duration = Duration::from_secs(180);
@@ -308,10 +311,7 @@ impl SimAgent {
             let Some(opts) = options(i, &mut rng) else {
                 continue;
             };
-            let ch = Upstream {
-                at: i % chs.len(),
-                channels: chs,
-            };
+            let ch = Upstream::starting_at(chs, i);
             let name = super::cluster::agent_name(i);
             let tunnels = cluster.agent_proxies(&name).await;
             let auth = cluster.agent_auth(&name).await.unwrap_or_default();
@@ -705,222 +705,4 @@ impl SimAgent {
             }
         }
     }
-
-    /// `teleport_pick_healthy` for the auth connection.
-    async fn auth_loop(self, opts: AgentOptions, lifeline: Channel, cluster: SimCluster) {
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(opts.seed ^ 0x5eed);
-        let policy = ServiceConfigDiscoveryServiceClient::new(lifeline)
-            .get_service_config(pb::GetServiceConfigRequest {})
-            .await;
-        let (reconnect, service) = match policy {
-            Ok(r) => wire::reconnect_policy(&r.into_inner()),
-            // Per RFD 0226: treat the connection as healthy, no checking.
-            Err(_) => (false, String::new()),
-        };
-        if !reconnect {
-            return;
-        }
-        let addr_of = |name: &str| {
-            cluster
-                .auth_servers()
-                .into_iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, a)| a)
-        };
-        'outer: loop {
-            let current = self.auth();
-            let Some(addr) = addr_of(&current) else {
-                return;
-            };
-            let Ok(ep) = Endpoint::from_shared(format!("http://{addr}")) else {
-                return;
-            };
-            let mut health = HealthClient::new(ep.connect_lazy());
-            let watch = tokio::select! {
-                _ = self.stop.cancelled() => return,
-                w = health.watch(HealthCheckRequest { service: service.clone() }) => w,
-            };
-            let mut stream = match watch {
-                Ok(w) => w.into_inner(),
-                Err(_) => {
-                    tokio::select! {
-                        _ = self.stop.cancelled() => return,
-                        _ = tokio::time::sleep(wire::backoff(opts.backoff_base, opts.backoff_cap, 0, &mut rng)) => {}
-                    }
-                    continue;
-                }
-            };
-            loop {
-                let m = tokio::select! {
-                    _ = self.stop.cancelled() => return,
-                    m = stream.message() => m,
-                };
-                let status = match m {
-                    Ok(Some(r)) => r.status,
-                    _ => continue 'outer,
-                };
-                if status != ServingStatus::NotServing as i32 {
-                    continue;
-                }
-                // NOT_SERVING: look for a backup, with backoff, unless the
-                // current server recovers first.
-                let mut attempt = 0u32;
-                loop {
-                    let d = wire::backoff(opts.backoff_base, opts.backoff_cap, attempt, &mut rng);
-                    attempt = attempt.saturating_add(1);
-                    tokio::select! {
-                        _ = self.stop.cancelled() => return,
-                        m = stream.message() => match m {
-                            Ok(Some(r)) if r.status == ServingStatus::Serving as i32 => {
-                                self.record(AgentEvent::BackupDropped(current.clone()));
-                                break;
-                            }
-                            Ok(Some(_)) => {}
-                            _ => continue 'outer,
-                        },
-                        _ = tokio::time::sleep(d) => {
-                            if let Some(to) = self.try_backup(&cluster, &current, &service).await {
-                                info!(agent = %self.name, from = %current, %to, "sim agent moved its auth connection");
-                                lock(&self.shared).auth = to.clone();
-                                cluster.set_agent_auth(&self.name, &to).await;
-                                self.record(AgentEvent::AuthSwitched { from: current.clone(), to });
-                                self.report.notify_one();
-                                // The old connection is not closed: streams
-                                // open on it finish on their own.
-                                continue 'outer;
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// Connects to another auth server and returns it once it is SERVING.
-    async fn try_backup(
-        &self,
-        cluster: &SimCluster,
-        current: &str,
-        service: &str,
-    ) -> Option<String> {
-        for (name, addr) in cluster.auth_servers() {
-            if name == current {
-                continue;
-            }
-            let Ok(ep) = Endpoint::from_shared(format!("http://{addr}")) else {
-                continue;
-            };
-            let Ok(ch) = ep.connect_timeout(Duration::from_secs(2)).connect().await else {
-                continue;
-            };
-            let ok = HealthClient::new(ch)
-                .check(HealthCheckRequest {
-                    service: service.to_string(),
-                })
-                .await
-                .is_ok_and(|r| r.into_inner().status == ServingStatus::Serving as i32);
-            if ok {
-                return Some(name);
-            }
-        }
-        None
-    }
-}
-
-/// Where simulated agents reach Lifeline's gRPC port: plaintext, or TLS
-/// trusting a CA (and presenting a client certificate when given).
-#[derive(Clone, Debug)]
-pub struct LifelineAddr {
-    pub addr: SocketAddr,
-    pub tls: Option<ClientTlsConfig>,
-}
-
-impl From<SocketAddr> for LifelineAddr {
-    fn from(addr: SocketAddr) -> Self {
-        LifelineAddr { addr, tls: None }
-    }
-}
-
-impl LifelineAddr {
-    /// TLS to `addr`, verified as `localhost` against `ca_pem`; presenting
-    /// `client` (certificate and key, PEM) when given.
-    pub fn tls(addr: SocketAddr, ca_pem: &str, client: Option<(&str, &str)>) -> LifelineAddr {
-        let mut tls = ClientTlsConfig::new()
-            .ca_certificate(Certificate::from_pem(ca_pem))
-            .domain_name("localhost");
-        if let Some((cert, key)) = client {
-            tls = tls.identity(Identity::from_pem(cert, key));
-        }
-        LifelineAddr {
-            addr,
-            tls: Some(tls),
-        }
-    }
-}
-
-/// Every replica's gRPC port (one, or several behind the same load
-/// balancer).
-#[derive(Clone, Debug)]
-pub struct Lifelines(pub Vec<LifelineAddr>);
-
-impl From<LifelineAddr> for Lifelines {
-    fn from(a: LifelineAddr) -> Self {
-        Lifelines(vec![a])
-    }
-}
-
-impl From<SocketAddr> for Lifelines {
-    fn from(a: SocketAddr) -> Self {
-        Lifelines(vec![a.into()])
-    }
-}
-
-/// The channels one agent may use, one per replica, and the one it is on.
-#[derive(Clone)]
-pub struct Upstream {
-    channels: Arc<[Channel]>,
-    at: usize,
-}
-
-impl From<Channel> for Upstream {
-    fn from(c: Channel) -> Self {
-        Upstream {
-            channels: Arc::from([c]),
-            at: 0,
-        }
-    }
-}
-
-impl Upstream {
-    fn current(&self) -> &Channel {
-        &self.channels[self.at % self.channels.len()]
-    }
-
-    /// Moves on to the next replica, as a balancer does when a backend
-    /// breaks a connection or refuses one.
-    fn next(&mut self) {
-        self.at = (self.at + 1) % self.channels.len();
-    }
-}
-
-/// A channel to Lifeline's gRPC port (connects lazily, reconnects itself).
-pub fn lifeline_channel(to: impl Into<LifelineAddr>) -> Result<Channel, tonic::transport::Error> {
-    let to = to.into();
-    let scheme = if to.tls.is_some() { "https" } else { "http" };
-    let mut ep = Endpoint::from_shared(format!("{scheme}://{}", to.addr))?
-        .connect_timeout(Duration::from_secs(5))
-        .tcp_nodelay(true);
-    if let Some(tls) = to.tls {
-        ep = ep.tls_config(tls)?;
-    }
-    Ok(ep.connect_lazy())
-}
-
-/// A Connect request carrying `authorization: Bearer <join token>`.
-pub fn join_request<T>(msg: T, token: &str) -> tonic::Request<T> {
-    let mut req = tonic::Request::new(msg);
-    if let Ok(v) = format!("Bearer {token}").parse() {
-        req.metadata_mut().insert("authorization", v);
-    }
-    req
 }
