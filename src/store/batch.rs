@@ -181,15 +181,17 @@ fn second_half<K: std::hash::Hash + Eq, V>(rows: &mut HashMap<K, V>) -> HashMap<
 
 impl WriteBatch {
     pub fn is_empty(&self) -> bool {
-        self.replace_servers.is_empty()
-            && self.servers.is_empty()
-            && self.replace_tunnels.is_none()
-            && self.tunnels.is_empty()
-            && self.events.is_empty()
+        !self.has_state() && !self.has_history()
+    }
+
+    /// Whether anything but current state waits: history, health
+    /// transitions, episodes, incidents or samples.
+    fn has_history(&self) -> bool {
+        !(self.events.is_empty()
             && self.health.is_empty()
             && self.episodes.is_empty()
             && self.incidents.is_empty()
-            && self.samples.is_empty()
+            && self.samples.is_empty())
     }
 
     pub fn put_server(&mut self, s: &Server) {
@@ -329,15 +331,11 @@ impl WriteBatch {
     /// list; history has an order), or with fewer than `from` rows, stays
     /// whole (`None`).
     pub fn split_half(&mut self, from: usize) -> Option<WriteBatch> {
-        let state_alone = self.replace_servers.is_empty()
+        let keyed_state_alone = self.replace_servers.is_empty()
             && self.replace_tunnels.is_none()
-            && self.events.is_empty()
-            && self.health.is_empty()
-            && self.episodes.is_empty()
-            && self.incidents.is_empty()
-            && self.samples.is_empty()
+            && !self.has_history()
             && self.dropped_events == 0;
-        if !state_alone || self.state_rows() < from.max(2) {
+        if !keyed_state_alone || self.state_rows() < from.max(2) {
             return None;
         }
         let mut other = WriteBatch {
@@ -632,6 +630,9 @@ mod tests {
             .episodes
             .push(EpisodeOp::close(1, Ts(1), EndReason::Recovered));
         assert!(with_history.split_half(1).is_none(), "history stays whole");
+        let mut with_gap = snapshot();
+        with_gap.dropped_events = 1;
+        assert!(with_gap.split_half(1).is_none(), "a gap in history too");
     }
 
     /// Guards the episode bound: over the cap, updates merge into their

@@ -500,6 +500,11 @@ async fn a_large_snapshot_lands_whole_around_a_poison_row(store) {
     let pg = db.engine_name() == "postgres";
     let refused = stats.store_rows_refused.load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(refused, u64::from(pg), "the NUL, on PostgreSQL only");
+    assert_eq!(
+        stats.store_batches.load(std::sync::atomic::Ordering::Relaxed),
+        if pg { 4 } else { 2 },
+        "each snapshot two transactions on PostgreSQL, one on SQLite"
+    );
     let stored = |sql| support::sql_i64(&db, sql);
     assert_eq!(
         stored("SELECT COUNT(*) FROM resources WHERE kind = 'agent' AND expires_us >= 2000000000")
