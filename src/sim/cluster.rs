@@ -735,6 +735,22 @@ impl SimCluster {
     }
 }
 
+/// Up to `page` of `items` for a paged listing, and the key the next page
+/// starts after (empty when these are the last).
+fn page_of<T>(
+    items: impl Iterator<Item = T>,
+    page: usize,
+    key: impl Fn(&T) -> String,
+) -> (Vec<T>, String) {
+    let mut items = items;
+    let out: Vec<T> = items.by_ref().take(page).collect();
+    let next = match items.next() {
+        Some(_) => out.last().map(key).unwrap_or_default(),
+        None => String::new(),
+    };
+    (out, next)
+}
+
 /// TTL/2 + random(TTL/10), as Teleport heartbeats.
 pub fn heartbeat_interval(ttl: Duration, rng: &mut impl Rng) -> Duration {
     let jitter_us = (ttl.as_micros() / 10) as u64;

@@ -11,7 +11,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 use tracing::debug;
 
-use super::{Inner, Subscription};
+use super::{page_of, Inner, Subscription};
 use crate::model::Kind;
 use crate::proto::v1 as pb;
 use crate::proto::v1::cluster_events_server::ClusterEvents;
@@ -150,47 +150,28 @@ impl ClusterEvents for Service {
         let mut resp = pb::ListResourcesResponse::default();
         let after = req.page_token;
         if kind == Kind::TunnelConnection {
-            let mut it = st
+            let from = if after.is_empty() {
+                std::ops::Bound::Unbounded
+            } else {
+                std::ops::Bound::Excluded(&after)
+            };
+            let tunnels = st
                 .tunnels
-                .range::<String, _>((
-                    if after.is_empty() {
-                        std::ops::Bound::Unbounded
-                    } else {
-                        std::ops::Bound::Excluded(&after)
-                    },
-                    std::ops::Bound::Unbounded,
-                ))
+                .range::<String, _>((from, std::ops::Bound::Unbounded))
                 .map(|(_, t)| t.clone());
-            resp.tunnels = it.by_ref().take(page).collect();
-            if it.next().is_some() {
-                resp.next_page_token = resp
-                    .tunnels
-                    .last()
-                    .map(|t| t.name.clone())
-                    .unwrap_or_default();
-            }
+            (resp.tunnels, resp.next_page_token) = page_of(tunnels, page, |t| t.name.clone());
         } else {
-            let start = (kind, after.clone());
-            let mut it = st
+            let from = if after.is_empty() {
+                std::ops::Bound::Included((kind, String::new()))
+            } else {
+                std::ops::Bound::Excluded((kind, after))
+            };
+            let servers = st
                 .servers
-                .range((
-                    if after.is_empty() {
-                        std::ops::Bound::Included((kind, String::new()))
-                    } else {
-                        std::ops::Bound::Excluded(start)
-                    },
-                    std::ops::Bound::Unbounded,
-                ))
+                .range((from, std::ops::Bound::Unbounded))
                 .take_while(|((k, _), _)| *k == kind)
                 .map(|(_, s)| s.clone());
-            resp.servers = it.by_ref().take(page).collect();
-            if it.next().is_some() {
-                resp.next_page_token = resp
-                    .servers
-                    .last()
-                    .map(|s| s.name.clone())
-                    .unwrap_or_default();
-            }
+            (resp.servers, resp.next_page_token) = page_of(servers, page, |s| s.name.clone());
         }
         Ok(Response::new(resp))
     }

@@ -509,24 +509,18 @@ impl Service {
         }
         let page = size.clamp(1, 10_000) as usize;
         let st = self.inner.state.lock().await;
-        let mut out: Vec<types::ServerV2> = st
+        let servers = st
             .servers
             .range((kind, token.to_string())..)
             .take_while(|((k, _), _)| *k == kind)
             .filter(|((_, n), _)| n != token)
-            .take(page + 1)
-            .map(|(_, s)| server_v2(s))
-            .collect();
-        let next = if out.len() > page {
-            out.truncate(page);
-            out.last()
-                .and_then(|s| s.metadata.as_ref())
+            .map(|(_, s)| server_v2(s));
+        Ok(super::page_of(servers, page, |s| {
+            s.metadata
+                .as_ref()
                 .map(|m| m.name.clone())
                 .unwrap_or_default()
-        } else {
-            String::new()
-        };
-        Ok((out, next))
+        }))
     }
 
     /// Every proxy or auth server, for `GET /v2/...`.

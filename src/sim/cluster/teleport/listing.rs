@@ -91,7 +91,7 @@ pub(super) fn page(
             }
             // Both sets, in key order, one more than a page at most.
             list_services(st, SimService::Db, after, page, peering, &mut items);
-            items.sort_by_key();
+            items.order_by_key();
             items.truncate(page + 1);
         }
         "kube_server" => list_services(st, SimService::Kube, after, page, peering, &mut items),
@@ -145,7 +145,7 @@ impl Page {
     }
 
     /// In key order (sets filled one after the other).
-    fn sort_by_key(&mut self) {
+    fn order_by_key(&mut self) {
         let mut both: Vec<_> = std::mem::take(&mut self.keys)
             .into_iter()
             .zip(std::mem::take(&mut self.items))
