@@ -130,29 +130,32 @@ pub fn writer(
 
 /// Each batch whole, in one transaction, in order.
 async fn serial(rx: mpsc::Receiver<WriterMsg>, pool: &Db, opts: &WriterOptions) {
-    in_order(rx, pool, opts, usize::MAX).await
+    in_order(rx, pool, opts, None).await
 }
 
-/// Each batch in order; one of current state alone with at least
-/// `halves_from` rows as two transactions at once, on two connections
-/// (see [`WriteBatch::split_half`]), the next batch after both.
+/// Each batch in order; with `halves_from`, one of current state alone
+/// with at least that many rows as two transactions at once, on two
+/// connections (see [`WriteBatch::split_half`]), the next batch after
+/// both.
 async fn in_order(
     mut rx: mpsc::Receiver<WriterMsg>,
     pool: &Db,
     opts: &WriterOptions,
-    halves_from: usize,
+    halves_from: Option<usize>,
 ) {
     while let Some(msg) = rx.recv().await {
         match msg {
-            WriterMsg::Batch(mut batch) => match batch.split_half(halves_from) {
-                Some(other) => {
-                    futures::join!(
-                        commit_with_retry(pool, opts, *batch),
-                        commit_with_retry(pool, opts, other)
-                    );
+            WriterMsg::Batch(mut batch) => {
+                match halves_from.and_then(|from| batch.split_half(from)) {
+                    Some(other) => {
+                        futures::join!(
+                            commit_with_retry(pool, opts, *batch),
+                            commit_with_retry(pool, opts, other)
+                        );
+                    }
+                    None => commit_with_retry(pool, opts, *batch).await,
                 }
-                None => commit_with_retry(pool, opts, *batch).await,
-            },
+            }
             WriterMsg::Flush(done) => {
                 let _ = done.send(());
             }
@@ -211,7 +214,7 @@ async fn split(mut rx: mpsc::Receiver<WriterMsg>, pool: &Db, opts: &WriterOption
             }
         }
     };
-    let state = in_order(state_rx, pool, opts, STATE_HALVES_FROM)
+    let state = in_order(state_rx, pool, opts, Some(STATE_HALVES_FROM))
         .instrument(tracing::info_span!("store.state"));
     futures::join!(dispatch, serial(history_rx, pool, opts), state);
 }
