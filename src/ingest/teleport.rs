@@ -5,7 +5,8 @@
 //! (`identity`), turning Teleport's resources into validated domain values
 //! (`convert`), reading a node's heartbeat where it lies in the
 //! watch's bytes (`heartbeat`), folding agent services into one agent per
-//! host with its tunnels (`hosts`), listing agent services a page ahead
+//! host with its tunnels (`hosts`, its proxy names and versions kept once
+//! each by `interned`), listing agent services a page ahead
 //! (`pages`), which Auth saw each host (`instances`, kept in name order by
 //! `auth_of`), prost's wire primitives for reading a message where it lies
 //! (`wire`), the watch session itself (`source`), and reading the identity
@@ -19,6 +20,7 @@ pub mod hosts;
 pub mod http;
 pub mod identity;
 mod instances;
+mod interned;
 mod pages;
 pub mod renew;
 pub mod source;

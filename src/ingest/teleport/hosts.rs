@@ -11,10 +11,9 @@ use std::time::Duration;
 
 use indexmap::IndexMap;
 use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
-use smallvec::SmallVec;
 
 use crate::clock::Ts;
-use crate::model::{AgentService, Change, Kind, LabelText, Labels, Server, Tunnel};
+use crate::model::{AgentService, Change, Kind, Server, Tunnel};
 use crate::supervise::{joined, scoped};
 
 use super::convert::{self, Seen};
@@ -22,9 +21,12 @@ use super::heartbeat::NodePut;
 use crate::ingest::validate;
 use crate::model::text;
 
-use crate::model::agent_label;
-
 pub use super::auth_of::AuthOf;
+mod host;
+use super::interned::{Interned, ProxyList};
+use host::{
+    refresh, tunnel, tunnel_name, Host, Out, Said, Touched, AUTH, EVERYTHING, NOTHING, TUNNELS,
+};
 
 /// One service heartbeat, validated.
 #[derive(Clone, Debug, PartialEq)]
@@ -41,196 +43,6 @@ pub struct Beat {
     pub proxies: Vec<String>,
 }
 
-/// A service a host runs: its last heartbeat, the TTL learned from its
-/// successive expiries, and a digest of the rest of what it said.
-struct Running {
-    beat: Beat,
-    ttl: Duration,
-    said: Said,
-}
-
-/// A digest of what a heartbeat says beyond its expiry: version, hostname
-/// and `ProxyIDs`. Most heartbeats repeat the last one; the digest, taken
-/// from the message just decoded, says so without reading the strings
-/// kept from the last (cold, in a large fleet, by the next heartbeat).
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct Said(u64);
-
-impl Said {
-    fn of(b: &Beat) -> Said {
-        Said::digest(&b.version, &b.hostname, &b.proxies)
-    }
-
-    /// The digest of these parts, owned or borrowed alike (a `String`
-    /// hashes as its `str`).
-    fn digest<P: std::hash::Hash>(version: &str, hostname: &str, proxies: &[P]) -> Said {
-        use std::hash::{Hash, Hasher};
-        // A fast, deterministic 64-bit digest: no two contents a heartbeat
-        // could plausibly carry share one. (With fixed keys no hash here
-        // would stand up to a host crafting a collision; the worst such a
-        // host gets is its own version, hostname or tunnels shown late.)
-        let mut h = rustc_hash::FxHasher::default();
-        (version, hostname, proxies).hash(&mut h);
-        Said(h.finish())
-    }
-}
-
-/// A host runs a handful of services and holds a few tunnels: small
-/// vectors, not B-trees (whose first node holds room for eleven).
-#[derive(Default)]
-struct Host {
-    services: SmallVec<[Running; 1]>,
-    /// No service names a proxy (agent mesh): a tunnel to every known
-    /// proxy is assumed.
-    assumed: bool,
-    /// Proxies this host's tunnels go to, as last sent; sorted.
-    tunnels: Vec<String>,
-    /// The Auth instance that last saw the host (`GetInstances`), kept
-    /// here so a heartbeat looks up nothing else; none known: `None`.
-    auth: Option<Arc<str>>,
-    /// The agent as last sent, in the parts it is made of (the `Server`
-    /// itself is built only to be sent).
-    sent: Option<Sent>,
-}
-
-#[derive(Default)]
-struct Sent {
-    expires: Ts,
-    ttl: Duration,
-    version: String,
-    /// The services (`app_server,node`), whether the tunnels are assumed,
-    /// and the hostname; rebuilt only when one changes, and shared by
-    /// every agent sent until then.
-    labels: Labels,
-}
-
-impl Host {
-    /// A host new to the table, with the Auth last known to have seen it.
-    fn attached(auth_of: &AuthOf, name: &str) -> Host {
-        Host {
-            auth: auth_of.get(name).cloned(),
-            ..Host::default()
-        }
-    }
-
-    fn service(&self, service: AgentService, name: &str) -> Option<usize> {
-        // A node is named by its host: a host runs one, and its name needs
-        // no comparing (nor loading, on a heartbeat's hot path).
-        self.services.iter().position(|r| {
-            r.beat.service == service && (service == AgentService::Node || r.beat.name == name)
-        })
-    }
-
-    /// A service's last expiry and TTL.
-    fn learned(&self, service: AgentService, name: &str) -> Option<(Ts, Duration)> {
-        self.service(service, name)
-            .map(|i| (self.services[i].beat.expires, self.services[i].ttl))
-    }
-
-    /// A service's heartbeat: updated in place (most change only their
-    /// expiry), or a service added with the TTL `learned` elsewhere. Says
-    /// what it touched. The host's name is its key in the table: a
-    /// service kept does not hold it again.
-    fn put(&mut self, mut beat: Beat, seen: &Seen, learned: Option<(Ts, Duration)>) -> Touched {
-        let said = Said::of(&beat);
-        let Some(i) = self.service(beat.service, &beat.name) else {
-            beat.host = String::new();
-            let ttl = seen.ttl(learned, beat.expires);
-            self.services.push(Running { beat, ttl, said });
-            return EVERYTHING;
-        };
-        let r = &mut self.services[i];
-        r.ttl = seen.ttl(Some((r.beat.expires, r.ttl)), beat.expires);
-        r.beat.expires = beat.expires;
-        if r.said == said {
-            return NOTHING;
-        }
-        r.said = said;
-        let b = &mut r.beat;
-        let touched = if b.proxies == beat.proxies {
-            SAID
-        } else {
-            Touched {
-                tunnels: true,
-                ..SAID
-            }
-        };
-        b.version = beat.version;
-        b.hostname = beat.hostname;
-        b.proxies = beat.proxies;
-        touched
-    }
-}
-
-impl Sent {
-    /// The labels for these services (`None`: as they are), tunnel mode
-    /// and hostname; says whether they changed.
-    fn relabel(&mut self, services: Option<LabelText>, assumed: bool, hostname: &str) -> bool {
-        let mode = if assumed {
-            agent_label::TUNNELS_ASSUMED
-        } else {
-            agent_label::TUNNELS_OBSERVED
-        };
-        let l = &self.labels;
-        let same_services = services
-            .as_deref()
-            .is_none_or(|s| l.get(agent_label::SERVICES) == Some(s));
-        if !l.is_empty()
-            && same_services
-            && l.get(agent_label::TUNNELS) == Some(mode)
-            && l.get(agent_label::HOSTNAME).unwrap_or_default() == hostname
-        {
-            return false;
-        }
-        let services = match services {
-            Some(s) => s,
-            None => Cow::Owned(l.get(agent_label::SERVICES).unwrap_or_default().to_string()),
-        };
-        let mut pairs = vec![
-            (Cow::Borrowed(agent_label::SERVICES), services),
-            (Cow::Borrowed(agent_label::TUNNELS), Cow::Borrowed(mode)),
-        ];
-        if !hostname.is_empty() {
-            pairs.push((
-                Cow::Borrowed(agent_label::HOSTNAME),
-                Cow::Owned(hostname.to_string()),
-            ));
-        }
-        self.labels = Labels::from_pairs(pairs);
-        true
-    }
-
-    fn agent(&self, name: &str, auth_server: Option<&str>) -> Server {
-        Server {
-            kind: Kind::Agent,
-            name: name.to_string(),
-            addr: String::new(),
-            version: self.version.clone(),
-            group_id: String::new(),
-            group_generation: 0,
-            expires: self.expires,
-            ttl: self.ttl,
-            labels: self.labels.clone(),
-            auth_server: auth_server.unwrap_or_default().to_string(),
-        }
-    }
-}
-
-/// Sets `field` to `value` if it differs; says whether it did.
-fn update<T: PartialEq + Copy>(field: &mut T, value: &T) -> bool {
-    let changed = field != value;
-    *field = *value;
-    changed
-}
-
-fn update_str(field: &mut String, value: &str) -> bool {
-    if field != value {
-        *field = value.to_string();
-        return true;
-    }
-    false
-}
-
 /// Every host's services, the proxies known, and Auth attachments.
 #[derive(Default)]
 pub struct Hosts {
@@ -241,22 +53,14 @@ pub struct Hosts {
     /// The hosts running a service of this name (an app may be served by
     /// several), for deletes that do not name the host.
     host_of: FxHashMap<(AgentService, String), BTreeSet<String>>,
-    proxies: BTreeSet<String>,
+    proxies: BTreeSet<Arc<str>>,
+    /// Every proxy known, as the one list agent-mesh hosts share.
+    every: ProxyList,
+    /// The proxy names and versions the hosts hold, once each.
+    strings: Interned,
     auth_of: AuthOf,
     /// Agentless (OpenSSH) nodes: not agents, only counted.
     agentless: FxHashSet<String>,
-}
-
-/// Where changes go: to the caller, or nowhere while a listing is loaded
-/// (then nothing is built only to be dropped).
-struct Out<'a>(Option<&'a mut Vec<Change>>);
-
-impl Out<'_> {
-    fn push(&mut self, change: impl FnOnce() -> Change) {
-        if let Some(out) = self.0.as_deref_mut() {
-            out.push(change());
-        }
-    }
 }
 
 /// Indexes the service host `host` just gained (the last of its
@@ -268,69 +72,13 @@ fn index_new_service(
     h: &Host,
     host: &str,
 ) {
-    if let Some(b) = h.services.last().map(|r| &r.beat) {
-        if b.service != AgentService::Node {
+    if let Some(r) = h.services.last() {
+        if r.service != AgentService::Node {
             host_of
-                .entry((b.service, b.name.clone()))
+                .entry((r.service, r.name.to_string()))
                 .or_default()
                 .insert(host.to_string());
         }
-    }
-}
-
-/// What a change to a host can have touched, beyond its expiry.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct Touched {
-    /// The set of services (the services label).
-    services: bool,
-    /// The tunnels: its `ProxyIDs`, or for agent mesh the proxies known.
-    tunnels: bool,
-    /// The Auth attachment.
-    auth: bool,
-    /// A service's version or hostname.
-    said: bool,
-}
-
-const NOTHING: Touched = Touched {
-    services: false,
-    tunnels: false,
-    auth: false,
-    said: false,
-};
-const SAID: Touched = Touched {
-    said: true,
-    ..NOTHING
-};
-const TUNNELS: Touched = Touched {
-    tunnels: true,
-    ..NOTHING
-};
-const AUTH: Touched = Touched {
-    auth: true,
-    ..NOTHING
-};
-const EVERYTHING: Touched = Touched {
-    services: true,
-    tunnels: true,
-    auth: true,
-    said: true,
-};
-
-pub fn tunnel_name(host: &str, proxy: &str) -> String {
-    let mut name = String::with_capacity(host.len() + 1 + proxy.len());
-    name.push_str(host);
-    name.push('/');
-    name.push_str(proxy);
-    name
-}
-
-fn tunnel(host: &str, proxy: &str) -> Tunnel {
-    Tunnel {
-        name: tunnel_name(host, proxy),
-        agent: host.to_string(),
-        proxy: proxy.to_string(),
-        last_heartbeat: None,
-        expires: None,
     }
 }
 
@@ -340,11 +88,16 @@ impl Hosts {
     /// many hosts as `previous` held, so a listing of a fleet of that
     /// size does not grow the table as it goes.
     pub fn new(proxies: impl IntoIterator<Item = String>, previous: &Hosts) -> Hosts {
-        Hosts {
+        let mut hosts = Hosts {
             hosts: IndexMap::with_capacity_and_hasher(previous.hosts.len(), FxBuildHasher),
-            proxies: proxies.into_iter().collect(),
             ..Hosts::default()
+        };
+        for p in proxies {
+            let p = hosts.strings.get(&p);
+            hosts.proxies.insert(p);
         }
+        hosts.every = hosts.proxies.iter().cloned().collect();
+        hosts
     }
 
     /// Each listed host's Auth (from `GetInstances`), with nothing sent,
@@ -460,7 +213,7 @@ impl Hosts {
         seen: &Seen,
         out: &mut Vec<Change>,
     ) -> bool {
-        let Hosts { hosts, proxies, .. } = self;
+        let Hosts { hosts, every, .. } = self;
         let Some(h) = hosts.get_mut(put.name) else {
             return false;
         };
@@ -493,9 +246,9 @@ impl Hosts {
         if r.said != Said::digest(put.version, put.hostname, &put.proxies) {
             return false;
         }
-        r.ttl = seen.ttl(Some((r.beat.expires, r.ttl)), expires);
-        r.beat.expires = expires;
-        refresh(h, put.name, NOTHING, proxies, &mut Out(Some(out)));
+        r.ttl = seen.ttl(Some((r.expires, r.ttl)), expires);
+        r.expires = expires;
+        refresh(h, put.name, NOTHING, every, &mut Out(Some(out)));
         true
     }
 
@@ -530,18 +283,19 @@ impl Hosts {
         let Hosts {
             hosts,
             host_of,
-            proxies,
+            every,
+            strings,
             ..
         } = self;
         let (name, h) = hosts.get_index_mut(i)?;
-        let touched = h.put(beat, seen, learned);
+        let touched = h.put(beat, seen, learned, strings);
         let new = touched.services.then(|| {
             index_new_service(host_of, h, name);
             h.services
                 .last()
-                .map(|r| (r.beat.service, r.beat.name.clone()))
+                .map(|r| (r.service, r.name(name).to_string()))
         });
-        refresh(h, name, touched, proxies, out);
+        refresh(h, name, touched, every, out);
         new.flatten()
     }
 
@@ -589,8 +343,8 @@ impl Hosts {
         h.services.swap_remove(i);
         if h.services.is_empty() {
             if let Some(h) = self.hosts.swap_remove(host) {
-                for p in h.tunnels {
-                    out.push(Change::DeleteTunnel(tunnel_name(host, &p)));
+                for p in h.tunnels.iter() {
+                    out.push(Change::DeleteTunnel(tunnel_name(host, p)));
                 }
                 if h.sent.is_some() {
                     out.push(Change::DeleteServer(Kind::Agent, host.to_string()));
@@ -605,7 +359,8 @@ impl Hosts {
     pub fn put_proxy(&mut self, name: &str, out: &mut Vec<Change>) {
         // Most proxy PUTs are heartbeats of a proxy already known.
         if !self.proxies.contains(name) {
-            self.proxies.insert(name.to_string());
+            let name = self.strings.get(name);
+            self.proxies.insert(name);
             self.refresh_assumed(out);
         }
     }
@@ -627,12 +382,13 @@ impl Hosts {
             let auth = walk.get(name).cloned();
             if h.auth != auth {
                 h.auth = auth;
-                refresh(h, name, AUTH, &self.proxies, &mut out);
+                refresh(h, name, AUTH, &self.every, &mut out);
             }
         }
     }
 
     fn refresh_assumed(&mut self, out: &mut Vec<Change>) {
+        self.every = self.proxies.iter().cloned().collect();
         let assumed: Vec<String> = self
             .hosts
             .iter()
@@ -647,7 +403,7 @@ impl Hosts {
     /// [`refresh`] for the host named `name`.
     fn refresh(&mut self, name: &str, touched: Touched, out: &mut Out) {
         if let Some(h) = self.hosts.get_mut(name) {
-            refresh(h, name, touched, &self.proxies, out);
+            refresh(h, name, touched, &self.every, out);
         }
     }
 }
@@ -704,91 +460,10 @@ fn attach_part(
     }
 }
 
-/// Sends what changed of host `name`'s agent and tunnels. A heartbeat
-/// (`NOTHING` touched) only compares the agent's scalar parts; the labels
-/// are rebuilt only when what they say changed.
-fn refresh(h: &mut Host, name: &str, touched: Touched, proxies: &BTreeSet<String>, out: &mut Out) {
-    // The service whose heartbeat runs out last speaks for the host.
-    let Some(latest) = h.services.iter().max_by_key(|r| r.beat.expires) else {
-        return;
-    };
-    // Most heartbeats: a host's only service said the same again, so only
-    // the expiry and TTL can have moved. (With several services, another
-    // may have become the latest, and what it says is compared below.)
-    if let Some(sent) = h
-        .sent
-        .as_mut()
-        .filter(|_| touched == NOTHING && h.services.len() == 1)
-    {
-        let changed =
-            update(&mut sent.expires, &latest.beat.expires) | update(&mut sent.ttl, &latest.ttl);
-        if changed {
-            out.push(|| Change::Expiry {
-                kind: Kind::Agent,
-                name: name.to_string(),
-                expires: sent.expires,
-                ttl: sent.ttl,
-            });
-        }
-        return;
-    }
-    // The proxies the services name, sorted and once each. Nearly every
-    // host runs one service, whose list is already that.
-    let observed: Option<Vec<String>> = touched.tunnels.then(|| match h.services.as_slice() {
-        [only] => only.beat.proxies.clone(),
-        all => all
-            .iter()
-            .flat_map(|r| &r.beat.proxies)
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .cloned()
-            .collect(),
-    });
-    if let Some(o) = &observed {
-        h.assumed = o.is_empty();
-    }
-    let new = h.sent.is_none();
-    let sent = h.sent.get_or_insert_with(Sent::default);
-    let services = (new || touched.services).then(|| match h.services.as_slice() {
-        // Nearly every host: one service, named by fixed text.
-        [only] => Cow::Borrowed(only.beat.service.as_str()),
-        all => {
-            let names: BTreeSet<&'static str> =
-                all.iter().map(|r| r.beat.service.as_str()).collect();
-            match names.first() {
-                Some(only) if names.len() == 1 => Cow::Borrowed(*only),
-                _ => Cow::Owned(names.into_iter().collect::<Vec<_>>().join(",")),
-            }
-        }
-    });
-    let mut changed = sent.relabel(services, h.assumed, &latest.beat.hostname) | new;
-    changed |= update(&mut sent.expires, &latest.beat.expires);
-    changed |= update(&mut sent.ttl, &latest.ttl);
-    changed |= update_str(&mut sent.version, &latest.beat.version);
-    changed |= touched.auth;
-    if changed {
-        out.push(|| Change::PutServer(sent.agent(name, h.auth.as_deref())));
-    }
-    if let Some(observed) = observed {
-        // Both sorted: the proxies set and `observed` iterate in order.
-        let want: Vec<String> = if h.assumed {
-            proxies.iter().cloned().collect()
-        } else {
-            observed
-        };
-        for p in h.tunnels.iter().filter(|p| want.binary_search(p).is_err()) {
-            out.push(|| Change::DeleteTunnel(tunnel_name(name, p)));
-        }
-        for p in want.iter().filter(|p| h.tunnels.binary_search(p).is_err()) {
-            out.push(|| Change::PutTunnel(tunnel(name, p)));
-        }
-        h.tunnels = want;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{agent_label, Labels};
 
     impl Hosts {
         fn is_empty(&self) -> bool {
@@ -1110,6 +785,33 @@ mod tests {
             Labels::ptr_eq(labels[0], labels[1]),
             "rebuilt for a new version"
         );
+    }
+
+    /// Guards the table's size: hosts naming the same proxies and
+    /// version hold one copy of each, a host with one service holds one
+    /// list for its `ProxyIDs` and its tunnels, agent-mesh hosts share
+    /// the list of every proxy, and a node does not hold its name twice.
+    #[test]
+    fn hosts_share_their_proxy_names_lists_and_versions() {
+        let mut h = Hosts::default();
+        let mut out = Vec::new();
+        h.put_proxy("p1", &mut out);
+        h.put_proxy("p2", &mut out);
+        put(&mut h, node("a", 100, &["p1", "p2"]), &mut out);
+        put(&mut h, node("b", 100, &["p2"]), &mut out);
+        put(&mut h, node("m1", 100, &[]), &mut out);
+        put(&mut h, node("m2", 100, &[]), &mut out);
+        let host = |n: &str| &h.hosts[n];
+        let (a, b) = (&host("a").services[0], &host("b").services[0]);
+        assert!(Arc::ptr_eq(&a.proxies[1], &b.proxies[0]), "p2 once");
+        assert!(Arc::ptr_eq(&a.version, &b.version), "17.0.0 once");
+        assert!(Arc::ptr_eq(&a.proxies, &host("a").tunnels));
+        assert!(a.name.is_empty(), "a node's name is its host's");
+        assert_eq!(a.name("a"), "a");
+        assert!(Arc::ptr_eq(&host("m1").tunnels, &host("m2").tunnels));
+        assert_eq!(*host("m1").tunnels, [Arc::from("p1"), Arc::from("p2")]);
+        // The known proxies are the same copies hosts name.
+        assert!(h.proxies.iter().any(|p| Arc::ptr_eq(p, &b.proxies[0])));
     }
 
     #[test]
