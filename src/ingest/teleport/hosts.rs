@@ -53,9 +53,8 @@ pub struct Hosts {
     /// The hosts running a service of this name (an app may be served by
     /// several), for deletes that do not name the host.
     host_of: FxHashMap<(AgentService, String), BTreeSet<String>>,
-    proxies: BTreeSet<Arc<str>>,
-    /// Every proxy known, as the one list agent-mesh hosts share.
-    every: ProxyList,
+    /// Every proxy known, sorted: the one list agent-mesh hosts share.
+    proxies: ProxyList,
     /// The proxy names and versions the hosts hold, once each.
     strings: Interned,
     auth_of: AuthOf,
@@ -92,11 +91,10 @@ impl Hosts {
             hosts: IndexMap::with_capacity_and_hasher(previous.hosts.len(), FxBuildHasher),
             ..Hosts::default()
         };
-        for p in proxies {
-            let p = hosts.strings.get(&p);
-            hosts.proxies.insert(p);
-        }
-        hosts.every = hosts.proxies.iter().cloned().collect();
+        let mut known: Vec<Arc<str>> = proxies.into_iter().map(|p| hosts.strings.get(&p)).collect();
+        known.sort_unstable();
+        known.dedup();
+        hosts.proxies = known.into();
         hosts
     }
 
@@ -213,7 +211,7 @@ impl Hosts {
         seen: &Seen,
         out: &mut Vec<Change>,
     ) -> bool {
-        let Hosts { hosts, every, .. } = self;
+        let Hosts { hosts, proxies, .. } = self;
         let Some(h) = hosts.get_mut(put.name) else {
             return false;
         };
@@ -248,7 +246,7 @@ impl Hosts {
         }
         r.ttl = seen.ttl(Some((r.expires, r.ttl)), expires);
         r.expires = expires;
-        refresh(h, put.name, NOTHING, every, &mut Out(Some(out)));
+        refresh(h, put.name, NOTHING, proxies, &mut Out(Some(out)));
         true
     }
 
@@ -283,7 +281,7 @@ impl Hosts {
         let Hosts {
             hosts,
             host_of,
-            every,
+            proxies,
             strings,
             ..
         } = self;
@@ -295,7 +293,7 @@ impl Hosts {
                 .last()
                 .map(|r| (r.service, r.name(name).to_string()))
         });
-        refresh(h, name, touched, every, out);
+        refresh(h, name, touched, proxies, out);
         new.flatten()
     }
 
@@ -358,16 +356,20 @@ impl Hosts {
     /// A proxy seen (PUT or listed): agent-mesh hosts assume a tunnel to it.
     pub fn put_proxy(&mut self, name: &str, out: &mut Vec<Change>) {
         // Most proxy PUTs are heartbeats of a proxy already known.
-        if !self.proxies.contains(name) {
-            let name = self.strings.get(name);
-            self.proxies.insert(name);
+        if let Err(at) = self.proxies.binary_search_by(|p| (**p).cmp(name)) {
+            let mut known = self.proxies.to_vec();
+            known.insert(at, self.strings.get(name));
+            self.proxies = known.into();
             self.refresh_assumed(out);
         }
     }
 
     /// A proxy deleted: agent-mesh hosts no longer assume a tunnel to it.
     pub fn delete_proxy(&mut self, name: &str, out: &mut Vec<Change>) {
-        if self.proxies.remove(name) {
+        if let Ok(at) = self.proxies.binary_search_by(|p| (**p).cmp(name)) {
+            let mut known = self.proxies.to_vec();
+            known.remove(at);
+            self.proxies = known.into();
             self.refresh_assumed(out);
         }
     }
@@ -382,13 +384,12 @@ impl Hosts {
             let auth = walk.get(name).cloned();
             if h.auth != auth {
                 h.auth = auth;
-                refresh(h, name, AUTH, &self.every, &mut out);
+                refresh(h, name, AUTH, &self.proxies, &mut out);
             }
         }
     }
 
     fn refresh_assumed(&mut self, out: &mut Vec<Change>) {
-        self.every = self.proxies.iter().cloned().collect();
         let assumed: Vec<String> = self
             .hosts
             .iter()
@@ -403,7 +404,7 @@ impl Hosts {
     /// [`refresh`] for the host named `name`.
     fn refresh(&mut self, name: &str, touched: Touched, out: &mut Out) {
         if let Some(h) = self.hosts.get_mut(name) {
-            refresh(h, name, touched, &self.every, out);
+            refresh(h, name, touched, &self.proxies, out);
         }
     }
 }
@@ -812,6 +813,20 @@ mod tests {
         assert_eq!(*host("m1").tunnels, [Arc::from("p1"), Arc::from("p2")]);
         // The known proxies are the same copies hosts name.
         assert!(h.proxies.iter().any(|p| Arc::ptr_eq(p, &b.proxies[0])));
+
+        // A proxy new to the table goes where it sorts; one known again
+        // changes nothing; mesh hosts share the new list.
+        out.clear();
+        h.put_proxy("p0", &mut out);
+        h.put_proxy("p1", &mut out);
+        assert_eq!(
+            puts(&out),
+            ["put tunnel_connection m1/p0", "put tunnel_connection m2/p0"]
+        );
+        let names: Vec<&str> = h.proxies.iter().map(|p| &**p).collect();
+        assert_eq!(names, ["p0", "p1", "p2"]);
+        assert!(Arc::ptr_eq(&h.hosts["m1"].tunnels, &h.proxies));
+        assert!(Arc::ptr_eq(&h.hosts["m2"].tunnels, &h.proxies));
     }
 
     #[test]

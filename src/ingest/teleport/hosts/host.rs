@@ -240,18 +240,12 @@ impl Sent {
 }
 
 /// Sets `field` to `value` if it differs; says whether it did.
-fn update<T: PartialEq + Copy>(field: &mut T, value: &T) -> bool {
-    let changed = field != value;
-    *field = *value;
-    changed
-}
-
-fn update_str(field: &mut Arc<str>, value: &Arc<str>) -> bool {
-    if field != value {
-        *field = value.clone();
-        return true;
+fn update<T: PartialEq + Clone>(field: &mut T, value: &T) -> bool {
+    if field == value {
+        return false;
     }
-    false
+    *field = value.clone();
+    true
 }
 
 /// Where changes go: to the caller, or nowhere while a listing is loaded
@@ -329,7 +323,7 @@ pub(super) fn refresh(
     h: &mut Host,
     name: &str,
     touched: Touched,
-    every: &ProxyList,
+    known: &ProxyList,
     out: &mut Out,
 ) {
     // The service whose heartbeat runs out last speaks for the host.
@@ -392,14 +386,14 @@ pub(super) fn refresh(
     let mut changed = sent.relabel(services, h.assumed, &latest.hostname) | new;
     changed |= update(&mut sent.expires, &latest.expires);
     changed |= update(&mut sent.ttl, &latest.ttl);
-    changed |= update_str(&mut sent.version, &latest.version);
+    changed |= update(&mut sent.version, &latest.version);
     changed |= touched.auth;
     if changed {
         out.push(|| Change::PutServer(sent.agent(name, h.auth.as_deref())));
     }
     if let Some(observed) = observed {
         // Both sorted: the proxies known and `observed`.
-        let want = if h.assumed { every.clone() } else { observed };
+        let want = if h.assumed { known.clone() } else { observed };
         for p in h.tunnels.iter().filter(|p| want.binary_search(p).is_err()) {
             out.push(|| Change::DeleteTunnel(tunnel_name(name, p)));
         }
