@@ -1,8 +1,9 @@
 //! Whether the database takes writes, and the one way a write that must not
 //! be lost is retried: until the database takes it, with backoff (50 ms up
-//! to 5 s, full jitter), the failure recorded for `/readyz` and `/metrics`
-//! while it lasts, logged once when it starts and once when it ends. The
-//! batch writer and the signal audit writer both go through [`Retry`].
+//! to [`MAX_RETRY_WAIT`], full jitter), the failure recorded for `/readyz`
+//! and `/metrics` while it lasts, logged once when it starts and once when
+//! it ends. The batch writer and the signal audit writer both go through
+//! [`Retry`].
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -51,7 +52,14 @@ impl StoreHealth {
     }
 }
 
-const BACKOFF: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
+/// The longest wait between two attempts at one write: a database that
+/// returns is written to again within it, well inside a leader lease as
+/// deployed (5 s), so `/readyz` is 200 again within a lease of its return.
+/// An attempt against a database that is down costs it one refused
+/// connection.
+pub const MAX_RETRY_WAIT: Duration = Duration::from_secs(2);
+
+const BACKOFF: Backoff = Backoff::new(Duration::from_millis(50), MAX_RETRY_WAIT);
 
 /// One write being retried; see the module docs.
 pub struct Retry<'a> {
@@ -132,5 +140,25 @@ mod tests {
         stop.cancel();
         assert!(!other.failed(&e, &stop).await, "gives up once stopped");
         assert!(health.is_failing(), "and the failure stands");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_long_failure_is_retried_well_within_a_lease() {
+        let health = StoreHealth::default();
+        let stop = CancellationToken::new();
+        let mut r = health.retry(Clock::starting_at(Ts(0)), "test write");
+        let mut longest = Duration::ZERO;
+        for _ in 0..64 {
+            let t = tokio::time::Instant::now();
+            assert!(r.failed(&sqlx::Error::PoolTimedOut, &stop).await);
+            longest = longest.max(t.elapsed());
+        }
+        assert!(longest <= MAX_RETRY_WAIT, "waited {longest:?}");
+        assert!(longest >= MAX_RETRY_WAIT / 4, "backs off: {longest:?}");
+        let lease = crate::config::Config::default().storage.leader_lease;
+        assert!(
+            MAX_RETRY_WAIT * 2 <= lease,
+            "{MAX_RETRY_WAIT:?} against {lease:?}"
+        );
     }
 }
