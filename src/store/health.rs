@@ -146,12 +146,13 @@ mod tests {
     async fn a_long_failure_is_retried_well_within_a_lease() {
         let health = StoreHealth::default();
         let stop = CancellationToken::new();
-        let mut r = health.retry(Clock::starting_at(Ts(0)), "test write");
+        let clock = Clock::starting_at(Ts(0));
+        let mut r = health.retry(clock, "test write");
         let mut longest = Duration::ZERO;
         for _ in 0..64 {
-            let t = tokio::time::Instant::now();
+            let t = clock.now();
             assert!(r.failed(&sqlx::Error::PoolTimedOut, &stop).await);
-            longest = longest.max(t.elapsed());
+            longest = longest.max(clock.now().since(t));
         }
         assert!(longest <= MAX_RETRY_WAIT, "waited {longest:?}");
         assert!(longest >= MAX_RETRY_WAIT / 4, "backs off: {longest:?}");
