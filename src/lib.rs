@@ -3,6 +3,9 @@
 //! rooms (`ingest` → `fleet` → `store` / `http`) and `sim` for the demo cluster.
 
 #![forbid(unsafe_code)]
+// Input from outside never reaches a panic: outside tests, errors are
+// returned, never unwrapped.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod access;
 pub mod app;

@@ -1,6 +1,10 @@
 //! The `lifeline` command line: parses its arguments and hands them to
 //! [`lifeline::cli`]; nothing else lives here.
 
+// Input from outside never reaches a panic: outside tests, errors are
+// returned, never unwrapped.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use std::process::ExitCode;
 
 use clap::Parser;

@@ -13,6 +13,10 @@
 //! Must not touch: anything of the server's. It shares only the generated
 //! wire code (`lifeline-proto`).
 
+// Input from outside never reaches a panic: outside tests, errors are
+// returned, never unwrapped.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod clock;
 pub mod config;
 pub mod probe;

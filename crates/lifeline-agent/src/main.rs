@@ -1,6 +1,10 @@
 //! The `lifeline-agent` command: parses its arguments and configuration,
 //! then holds its signal streams until SIGTERM or SIGINT.
 
+// Input from outside never reaches a panic: outside tests, errors are
+// returned, never unwrapped.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use std::path::PathBuf;
 
 use clap::Parser;

@@ -5,6 +5,9 @@
 //! `lifeline.v1`; conversions to a program's own types stay with it.
 
 #![allow(clippy::all, missing_docs)]
+// Input from outside never reaches a panic: outside tests, errors are
+// returned, never unwrapped.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod codec;
 
