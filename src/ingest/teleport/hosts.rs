@@ -389,15 +389,11 @@ impl Hosts {
         }
     }
 
+    /// Agent-mesh hosts take the proxies known now, walked in place.
     fn refresh_assumed(&mut self, out: &mut Vec<Change>) {
-        let assumed: Vec<String> = self
-            .hosts
-            .iter()
-            .filter(|(_, h)| h.assumed)
-            .map(|(n, _)| n.clone())
-            .collect();
-        for h in assumed {
-            self.refresh(&h, TUNNELS, &mut Out(Some(out)));
+        let mut out = Out(Some(out));
+        for (name, h) in self.hosts.iter_mut().filter(|(_, h)| h.assumed) {
+            refresh(h, name, TUNNELS, &self.proxies, &mut out);
         }
     }
 
