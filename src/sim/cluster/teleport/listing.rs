@@ -39,11 +39,7 @@ pub(super) fn page(
                 if name == after || hidden.contains(name) {
                     continue;
                 }
-                let proxies = if peering {
-                    proxies_of(name)
-                } else {
-                    Vec::new()
-                };
+                let proxies = peering.then(|| proxies_of(name)).unwrap_or_default();
                 items.push(
                     name.clone(),
                     paginated_resource::Resource::Node(node(s, proxies)),
@@ -78,11 +74,9 @@ pub(super) fn page(
                 let Some(host) = hosts.get(i % hosts.len().max(1)) else {
                     break;
                 };
-                let proxies = if peering {
-                    st.proxies_of(&host.name)
-                } else {
-                    Vec::new()
-                };
+                let proxies = peering
+                    .then(|| st.proxies_of(&host.name))
+                    .unwrap_or_default();
                 let r = db(host, &name, *ca_bytes, proxies);
                 items.push(name, paginated_resource::Resource::DatabaseServer(r));
                 if items.len() > page {
@@ -190,11 +184,7 @@ fn list_services(
         if !after.is_empty() && key.as_str() <= after {
             continue;
         }
-        let proxies = if peering {
-            st.proxies_of(host)
-        } else {
-            Vec::new()
-        };
+        let proxies = peering.then(|| st.proxies_of(host)).unwrap_or_default();
         if let Some(item) = service_item(kind, host, name, *expires, proxies) {
             items.push(key, item);
         }
