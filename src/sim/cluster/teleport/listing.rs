@@ -39,7 +39,11 @@ pub(super) fn page(
                 if name == after || hidden.contains(name) {
                     continue;
                 }
-                let proxies = peering.then(|| proxies_of(name)).unwrap_or_default();
+                let proxies = if peering {
+                    proxies_of(name)
+                } else {
+                    Vec::new()
+                };
                 items.push(
                     name.clone(),
                     paginated_resource::Resource::Node(node(s, proxies)),
@@ -74,9 +78,11 @@ pub(super) fn page(
                 let Some(host) = hosts.get(i % hosts.len().max(1)) else {
                     break;
                 };
-                let proxies = peering
-                    .then(|| st.proxies_of(&host.name))
-                    .unwrap_or_default();
+                let proxies = if peering {
+                    st.proxies_of(&host.name)
+                } else {
+                    Vec::new()
+                };
                 let r = db(host, &name, *ca_bytes, proxies);
                 items.push(name, paginated_resource::Resource::DatabaseServer(r));
                 if items.len() > page {
@@ -184,7 +190,11 @@ fn list_services(
         if !after.is_empty() && key.as_str() <= after {
             continue;
         }
-        let proxies = peering.then(|| st.proxies_of(host)).unwrap_or_default();
+        let proxies = if peering {
+            st.proxies_of(host)
+        } else {
+            Vec::new()
+        };
         if let Some(item) = service_item(kind, host, name, *expires, proxies) {
             items.push(key, item);
         }
