@@ -21,7 +21,7 @@ pub mod ui;
 
 pub(crate) use child::BenchChild;
 use ingest::ingest;
-use resync::{cluster_process, resync};
+use resync::{cluster_process, resync, resync_scale};
 
 use crate::app::{Lifeline, StartError, Tuning};
 use crate::clock::{Clock, Ts};
@@ -95,6 +95,26 @@ pub enum Scenario {
         /// The source of the first leg, whose memory per agent is
         /// reported: `teleport` measures what a real cluster's agents cost
         /// (each carries its services, hostname and tunnel labels).
+        #[arg(long, value_enum, default_value_t = SourceKind::Lifeline)]
+        source: SourceKind,
+    },
+    /// Cold resyncs at several fleet sizes in one run: time per agent
+    /// against the smallest size's.
+    ResyncScale {
+        /// Fleet sizes in agents, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "100000,300000,1000000")]
+        sizes: Vec<usize>,
+        /// Proxies: one per this many agents (rounded up).
+        #[arg(long, default_value_t = 100)]
+        agents_per_proxy: usize,
+        #[arg(long, default_value_t = 2)]
+        tunnels_per_agent: usize,
+        #[arg(long, default_value_t = 5_000)]
+        page_size: u32,
+        /// Sequences, each running every size once, smallest first; a
+        /// size's figure is the median of its legs.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
         #[arg(long, value_enum, default_value_t = SourceKind::Lifeline)]
         source: SourceKind,
     },
@@ -261,6 +281,8 @@ pub enum BenchError {
     Agents(String),
     #[error("{0}")]
     Unavailable(&'static str),
+    #[error("bad option: {0}")]
+    Usage(String),
 }
 
 #[cfg(feature = "virtual-time")]
@@ -354,6 +376,24 @@ pub async fn run(s: Scenario, export: Option<Export<'_>>) -> Result<Value, Bench
                 source_rounds,
                 source,
             )
+            .await
+        }
+        Scenario::ResyncScale {
+            sizes,
+            agents_per_proxy,
+            tunnels_per_agent,
+            page_size,
+            rounds,
+            source,
+        } => {
+            resync_scale(resync::Scale {
+                sizes,
+                agents_per_proxy,
+                tunnels_per_agent,
+                page_size,
+                rounds,
+                source,
+            })
             .await
         }
         Scenario::Detect {

@@ -89,15 +89,35 @@ struct ResyncLeg {
     rss_kib: [u64; 3],
 }
 
-async fn resync_leg(
+/// Whether a leg also times a warm resync after its cold one.
+#[derive(Clone, Copy, PartialEq)]
+enum Warm {
+    Timed,
+    Skipped,
+}
+
+/// The cluster a leg resyncs, and the listing's page size.
+#[derive(Clone, Copy)]
+struct Fleet {
     agents: usize,
     proxies: usize,
     tunnels_per_agent: usize,
     page_size: u32,
+}
+
+async fn resync_leg(
+    fleet: Fleet,
     scratch: &Scratch,
     db: &str,
     source: SourceKind,
+    warm: Warm,
 ) -> Result<ResyncLeg, BenchError> {
+    let Fleet {
+        agents,
+        proxies,
+        tunnels_per_agent,
+        page_size,
+    } = fleet;
     let clock = Clock::system();
     let identity = scratch.db(&format!("{db}.identity"));
     let teleport = (source == SourceKind::Teleport).then_some(identity.as_path());
@@ -121,15 +141,20 @@ async fn resync_leg(
     ll.fleet.flush().await?;
     let rss_after = proc_status_kib("VmRSS:").unwrap_or(0);
 
-    // A second resync on a warm process: the stream dies, comes back.
-    child.child.send("kill-streams").await?;
-    ll.fleet.wait_not_ready().await?;
-    let t1 = Instant::now();
-    ll.fleet.wait_ready().await?;
-    ll.fleet.settled().await?;
-    let warm = t1.elapsed();
-    ll.fleet.flush().await?;
-    let rss_warm = proc_status_kib("VmRSS:").unwrap_or(0);
+    let (warm, rss_warm) = match warm {
+        // A second resync on a warm process: the stream dies, comes back.
+        Warm::Timed => {
+            child.child.send("kill-streams").await?;
+            ll.fleet.wait_not_ready().await?;
+            let t1 = Instant::now();
+            ll.fleet.wait_ready().await?;
+            ll.fleet.settled().await?;
+            let warm = t1.elapsed();
+            ll.fleet.flush().await?;
+            (warm, proc_status_kib("VmRSS:").unwrap_or(0))
+        }
+        Warm::Skipped => (Duration::ZERO, rss_after),
+    };
     ll.shutdown().await;
     child.child.finish().await;
     Ok(ResyncLeg {
@@ -149,22 +174,19 @@ pub(super) async fn resync(
     source: SourceKind,
 ) -> Result<Value, BenchError> {
     let scratch = Scratch::new("resync");
+    let fleet = Fleet {
+        agents,
+        proxies,
+        tunnels_per_agent,
+        page_size,
+    };
     // First and alone in the process: its memory figures are Lifeline's.
     let ResyncLeg {
         counts,
         cold,
         warm,
         rss_kib: [rss_before, rss_after, rss_warm],
-    } = resync_leg(
-        agents,
-        proxies,
-        tunnels_per_agent,
-        page_size,
-        &scratch,
-        "resync.db",
-        source,
-    )
-    .await?;
+    } = resync_leg(fleet, &scratch, "resync.db", source, Warm::Timed).await?;
     let per_agent = rss_after.saturating_sub(rss_before) as f64 * 1024.0 / counts.0.max(1) as f64;
     let teleport = if source_rounds == 0 {
         Value::Null
@@ -173,16 +195,7 @@ pub(super) async fn resync(
         against_lifeline(source_rounds, "cold resync ms", false, |source, db| {
             let scratch = &scratch;
             async move {
-                let leg = resync_leg(
-                    agents,
-                    proxies,
-                    tunnels_per_agent,
-                    page_size,
-                    scratch,
-                    &db,
-                    source,
-                )
-                .await?;
+                let leg = resync_leg(fleet, scratch, &db, source, Warm::Timed).await?;
                 Ok(leg.cold.as_secs_f64() * 1000.0)
             }
         })
@@ -209,4 +222,122 @@ pub(super) async fn resync(
         "teleport_source": teleport,
         "peak_rss_kib": peak_rss_kib(),
     }))
+}
+
+/// `bench resync-scale`: cold resyncs at several fleet sizes in one run,
+/// and how the time per agent grows with the fleet.
+pub(super) struct Scale {
+    /// Fleet sizes (agents); each sequence runs them smallest first.
+    pub sizes: Vec<usize>,
+    pub agents_per_proxy: usize,
+    pub tunnels_per_agent: usize,
+    pub page_size: u32,
+    /// Sequences: each runs every size once, smallest first.
+    pub rounds: usize,
+    pub source: SourceKind,
+}
+
+/// Every size once per sequence, `rounds` sequences, each leg a cluster
+/// process of its own and Lifeline started cold against it. A size's
+/// figure is the median of its legs (on a shared machine one leg can pay
+/// for memory the host took back while it sat free; the JSON keeps every
+/// leg); time per agent is compared with the smallest size's.
+pub(super) async fn resync_scale(s: Scale) -> Result<Value, BenchError> {
+    let mut sizes = s.sizes.clone();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let Some(&smallest) = sizes.first() else {
+        return Err(BenchError::Usage("--sizes names no fleet size".into()));
+    };
+    if smallest == 0 || s.rounds == 0 || s.agents_per_proxy == 0 || s.page_size == 0 {
+        return Err(BenchError::Usage(
+            "--sizes, --rounds, --agents-per-proxy and --page-size must be at least 1".into(),
+        ));
+    }
+    let scratch = Scratch::new("resync-scale");
+    let mut legs: Vec<Vec<f64>> = vec![Vec::new(); sizes.len()];
+    let mut counts = vec![(0, 0, 0); sizes.len()];
+    for round in 0..s.rounds {
+        for (i, &agents) in sizes.iter().enumerate() {
+            let proxies = agents.div_ceil(s.agents_per_proxy);
+            let fleet = Fleet {
+                agents,
+                proxies,
+                tunnels_per_agent: s.tunnels_per_agent,
+                page_size: s.page_size,
+            };
+            let leg = resync_leg(
+                fleet,
+                &scratch,
+                &format!("scale-{agents}-{round}.db"),
+                s.source,
+                Warm::Skipped,
+            )
+            .await?;
+            counts[i] = leg.counts;
+            legs[i].push(leg.cold.as_secs_f64() * 1000.0);
+        }
+    }
+    let micros = |ms: f64, agents: usize| ms * 1000.0 / agents.max(1) as f64;
+    let round3 = |x: f64| (x * 1000.0).round() / 1000.0;
+    let base = micros(median(&legs[0]), counts[0].0);
+    let rows: Vec<Value> = sizes
+        .iter()
+        .zip(&legs)
+        .zip(&counts)
+        .map(|((_, ms), &(agents, proxies, tunnels))| {
+            let per_agent = micros(median(ms), agents);
+            json!({
+                "agents": agents,
+                "proxies": proxies,
+                "tunnels": tunnels,
+                "cold_resync_ms": ms.iter().map(|m| m.round()).collect::<Vec<_>>(),
+                "median_cold_resync_ms": median(ms).round(),
+                "us_per_agent": round3(per_agent),
+                "per_agent_vs_smallest": round3(per_agent / base),
+                "legs_per_agent_vs_smallest": ms.iter().map(|m| round3(micros(*m, agents) / base)).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let worst = rows
+        .iter()
+        .filter_map(|r| r["per_agent_vs_smallest"].as_f64())
+        .fold(0.0, f64::max);
+    Ok(json!({
+        "scenario": "resync-scale",
+        "source": source_name(s.source),
+        "page_size": s.page_size,
+        "rounds": s.rounds,
+        "sizes": rows,
+        "worst_per_agent_vs_smallest": worst,
+        "method": "sequences of cold resyncs, smallest fleet first, each against a cluster process of its own; a size's figure is the median of its legs",
+        "target": {"per_agent_vs_smallest": 1.25, "cold_resync_ms_at_1m": 10000},
+    }))
+}
+
+/// The middle value (the mean of the two middle ones of an even count);
+/// 0 for none.
+fn median(xs: &[f64]) -> f64 {
+    let mut sorted = xs.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    match (n.checked_sub(1).map(|_| sorted[n / 2]), n % 2) {
+        (None, _) => 0.0,
+        (Some(upper), 1) => upper,
+        (Some(upper), _) => (upper + sorted[n / 2 - 1]) / 2.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {
+        assert_eq!(median(&[]), 0.0);
+        assert_eq!(median(&[5.0]), 5.0);
+        assert_eq!(median(&[82.0, 67.0]), 74.5);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+    }
 }

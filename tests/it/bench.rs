@@ -195,6 +195,56 @@ fn bench_resync_measures_memory_with_the_teleport_source() {
 }
 
 #[test]
+fn bench_resync_scale_compares_time_per_agent_across_sizes() {
+    let v = bench(&[
+        "resync-scale",
+        "--sizes",
+        "400,200",
+        "--agents-per-proxy",
+        "20",
+        "--page-size",
+        "100",
+        "--rounds",
+        "2",
+    ]);
+    assert_eq!(at(&v, "scenario"), "resync-scale");
+    eq(&v, "rounds", 2.0);
+    let sizes = at(&v, "sizes").as_array().expect("sizes is a list");
+    assert_eq!(sizes.len(), 2, "{v:#}");
+    // Smallest first, whatever order they were given in.
+    for (i, (agents, proxies)) in [(200.0, 10.0), (400.0, 20.0)].into_iter().enumerate() {
+        let row = &sizes[i];
+        eq(row, "agents", agents);
+        eq(row, "proxies", proxies);
+        eq(row, "tunnels", agents * 2.0);
+        let legs = at(row, "cold_resync_ms").as_array().expect("legs");
+        assert_eq!(legs.len(), 2, "a leg per round: {row:#}");
+        positive(row, "median_cold_resync_ms");
+        positive(row, "us_per_agent");
+        positive(row, "per_agent_vs_smallest");
+    }
+    eq(&sizes[0], "per_agent_vs_smallest", 1.0);
+    let worst = positive(&v, "worst_per_agent_vs_smallest");
+    assert!(worst >= 1.0, "the smallest size compares as 1: {v:#}");
+    eq(&v, "target/per_agent_vs_smallest", 1.25);
+}
+
+#[test]
+fn bench_resync_scale_refuses_an_empty_size() {
+    let out = Command::new(env!("CARGO_BIN_EXE_lifeline"))
+        .args(["bench", "resync-scale", "--sizes", "0,100"])
+        .env_remove("LIFELINE_CONFIG")
+        .output()
+        .expect("the lifeline binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a fleet of 0 agents is refused");
+    assert!(
+        stderr.contains("must be at least 1"),
+        "the error names the options: {stderr}"
+    );
+}
+
+#[test]
 fn bench_detect_sees_every_stranded_agent() {
     let v = bench(&[
         "detect",
