@@ -81,16 +81,17 @@ impl ClusterChild {
 }
 
 /// One resync leg: a cluster process, Lifeline started cold against it,
-/// then a warm resync after the stream is killed.
+/// then (if asked) a warm resync after the stream is killed.
 struct ResyncLeg {
     counts: (usize, usize, usize),
     cold: Duration,
-    warm: Duration,
+    /// None when the leg skipped it.
+    warm: Option<Duration>,
     rss_kib: [u64; 3],
 }
 
 /// Whether a leg also times a warm resync after its cold one.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy)]
 enum Warm {
     Timed,
     Skipped,
@@ -151,9 +152,9 @@ async fn resync_leg(
             ll.fleet.settled().await?;
             let warm = t1.elapsed();
             ll.fleet.flush().await?;
-            (warm, proc_status_kib("VmRSS:").unwrap_or(0))
+            (Some(warm), proc_status_kib("VmRSS:").unwrap_or(0))
         }
-        Warm::Skipped => (Duration::ZERO, rss_after),
+        Warm::Skipped => (None, rss_after),
     };
     ll.shutdown().await;
     child.child.finish().await;
@@ -209,7 +210,7 @@ pub(super) async fn resync(
         "tunnels": counts.2,
         "page_size": page_size,
         "cold_start_resync_ms": cold.as_millis(),
-        "warm_resync_ms": warm.as_millis(),
+        "warm_resync_ms": warm.map(|w| w.as_millis()),
         "note": "warm_resync_ms includes the reconnect backoff (full jitter from 250 ms); the simulated cluster runs in another process",
         "target_ms": 2000,
         "lifeline_rss_kib": {
@@ -243,7 +244,7 @@ pub(super) struct Scale {
 /// for memory the host took back while it sat free; the JSON keeps every
 /// leg); time per agent is compared with the smallest size's.
 pub(super) async fn resync_scale(s: Scale) -> Result<Value, BenchError> {
-    let mut sizes = s.sizes.clone();
+    let mut sizes = s.sizes;
     sizes.sort_unstable();
     sizes.dedup();
     let Some(&smallest) = sizes.first() else {
