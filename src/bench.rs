@@ -491,6 +491,20 @@ impl Scratch {
     fn db(&self, name: &str) -> PathBuf {
         self.0.join(name)
     }
+    /// Removes a finished leg's files: `name` and what SQLite and the leg
+    /// kept beside it, so a run of many large legs holds one leg's files
+    /// at a time.
+    fn remove(&self, name: &str) {
+        for suffix in ["", "-wal", "-shm", "-journal", ".identity"] {
+            let path = self.0.join(format!("{name}{suffix}"));
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    tracing::debug!(file = %path.display(), error = %e, "a bench leg's file stays until the run ends");
+                }
+                _ => {}
+            }
+        }
+    }
 }
 
 impl Drop for Scratch {

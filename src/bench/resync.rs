@@ -158,6 +158,7 @@ async fn resync_leg(
     };
     ll.shutdown().await;
     child.child.finish().await;
+    scratch.remove(db);
     Ok(ResyncLeg {
         counts,
         cold,
@@ -331,7 +332,28 @@ fn median(xs: &[f64]) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::median;
+    use super::{median, Scratch};
+
+    #[test]
+    fn a_finished_leg_leaves_no_files_and_touches_no_other_legs() {
+        let scratch = Scratch::new("remove-test");
+        let names = [
+            "scale-100-0.db",
+            "scale-100-0.db-wal",
+            "scale-100-0.db-shm",
+            "scale-100-0.db.identity",
+            "scale-1000-0.db",
+            "scale-100-0.db2",
+        ];
+        for n in names {
+            std::fs::write(scratch.db(n), b"x").unwrap();
+        }
+        scratch.remove("scale-100-0.db");
+        let left: Vec<bool> = names.iter().map(|n| scratch.db(n).exists()).collect();
+        assert_eq!(left, [false, false, false, false, true, true]);
+        // Nothing to remove is not an error.
+        scratch.remove("scale-100-0.db");
+    }
 
     #[test]
     fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {
