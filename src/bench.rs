@@ -16,12 +16,14 @@ mod failover;
 mod history;
 mod ingest;
 mod resync;
+mod scratch;
 pub mod signals;
 pub mod ui;
 
 pub(crate) use child::BenchChild;
 use ingest::ingest;
 use resync::{cluster_process, resync, resync_scale};
+use scratch::{PgScratch, Scratch};
 
 use crate::app::{Lifeline, StartError, Tuning};
 use crate::clock::{Clock, Ts};
@@ -472,95 +474,6 @@ pub async fn run(s: Scenario, export: Option<Export<'_>>) -> Result<Value, Bench
             per_connection,
             join_token,
         } => signals::agents_process(lifeline, agents, per_connection, join_token).await,
-    }
-}
-
-/// A scratch directory removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let p = std::env::temp_dir().join(format!(
-            "lifeline-bench-{name}-{}-{}",
-            std::process::id(),
-            Ts::from_system(std::time::SystemTime::now()).as_micros()
-        ));
-        let _ = std::fs::create_dir_all(&p);
-        Scratch(p)
-    }
-    fn db(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-    /// Removes a finished leg's files: `name` and what SQLite and the leg
-    /// kept beside it, so a run of many large legs holds one leg's files
-    /// at a time.
-    fn remove(&self, name: &str) {
-        for suffix in ["", "-wal", "-shm", "-journal", ".identity"] {
-            let path = self.0.join(format!("{name}{suffix}"));
-            match std::fs::remove_file(&path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    tracing::debug!(file = %path.display(), error = %e, "a bench leg's file stays until the run ends");
-                }
-                _ => {}
-            }
-        }
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A database of its own for one benchmark leg, created on a PostgreSQL
-/// server and dropped by [`PgScratch::remove`].
-struct PgScratch {
-    server: DbUrl,
-    name: String,
-    url: DbUrl,
-}
-
-impl PgScratch {
-    async fn create(server: &DbUrl, leg: &str) -> Result<PgScratch, BenchError> {
-        use sqlx::Connection;
-        let name = format!(
-            "lifeline_bench_{leg}_{}_{}",
-            std::process::id(),
-            Ts::from_system(std::time::SystemTime::now()).as_micros()
-        );
-        let mut url = url::Url::parse(server.expose())
-            .map_err(|_| BenchError::Unavailable("--postgres is not a postgres:// URL"))?;
-        url.set_path(&name);
-        let mut conn = sqlx::PgConnection::connect(server.expose()).await?;
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
-            .execute(&mut conn)
-            .await?;
-        conn.close().await?;
-        Ok(PgScratch {
-            server: server.clone(),
-            name,
-            url: DbUrl::new(url.to_string()),
-        })
-    }
-
-    /// Drops the database; a failure is only logged (the leg's figure
-    /// stands).
-    async fn remove(self) {
-        use sqlx::Connection;
-        let dropped = async {
-            let mut conn = sqlx::PgConnection::connect(self.server.expose()).await?;
-            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
-                self.name
-            )))
-            .execute(&mut conn)
-            .await?;
-            conn.close().await
-        };
-        if let Err(e) = dropped.await {
-            tracing::warn!(database = %self.name, error = %e, "cannot drop the benchmark's database");
-        }
     }
 }
 
