@@ -102,24 +102,7 @@ pub enum Scenario {
     },
     /// Cold resyncs at several fleet sizes in one run: time per agent
     /// against the smallest size's.
-    ResyncScale {
-        /// Fleet sizes in agents, comma-separated.
-        #[arg(long, value_delimiter = ',', default_value = "100000,300000,1000000")]
-        sizes: Vec<usize>,
-        /// Proxies: one per this many agents (rounded up).
-        #[arg(long, default_value_t = 100)]
-        agents_per_proxy: usize,
-        #[arg(long, default_value_t = 2)]
-        tunnels_per_agent: usize,
-        #[arg(long, default_value_t = 5_000)]
-        page_size: u32,
-        /// Sequences, each running every size once, smallest first; a
-        /// size's figure is the median of its legs.
-        #[arg(long, default_value_t = 3)]
-        rounds: usize,
-        #[arg(long, value_enum, default_value_t = SourceKind::Lifeline)]
-        source: SourceKind,
-    },
+    ResyncScale(resync::Scale),
     /// Latency from an expiry instant to the agents it strands being flagged.
     Detect {
         #[arg(long, default_value_t = 100_000)]
@@ -380,24 +363,7 @@ pub async fn run(s: Scenario, export: Option<Export<'_>>) -> Result<Value, Bench
             )
             .await
         }
-        Scenario::ResyncScale {
-            sizes,
-            agents_per_proxy,
-            tunnels_per_agent,
-            page_size,
-            rounds,
-            source,
-        } => {
-            resync_scale(resync::Scale {
-                sizes,
-                agents_per_proxy,
-                tunnels_per_agent,
-                page_size,
-                rounds,
-                source,
-            })
-            .await
-        }
+        Scenario::ResyncScale(scale) => resync_scale(scale).await,
         Scenario::Detect {
             agents,
             proxies,
@@ -604,14 +570,12 @@ where
         teleport.push(pair[1].round());
         ratios.push((ratio * 1000.0).round() / 1000.0);
     }
-    let mut sorted = ratios.clone();
-    sorted.sort_by(f64::total_cmp);
     Ok(json!({
         "unit": unit,
         "lifeline": lifeline,
         "teleport": teleport,
+        "ratio": (median(&ratios) * 1000.0).round() / 1000.0,
         "round_ratios": ratios,
-        "ratio": sorted.get(sorted.len() / 2),
         "method": "rounds of a lifeline-source and a teleport-source leg (mutual TLS), order alternating; ratio = median of the rounds' teleport speed over lifeline speed",
         "target": {"ratio": 0.85},
     }))
@@ -621,6 +585,19 @@ fn source_name(s: SourceKind) -> &'static str {
     match s {
         SourceKind::Lifeline => "lifeline",
         SourceKind::Teleport => "teleport",
+    }
+}
+
+/// The middle value (the mean of the two middle ones of an even count);
+/// 0 for none.
+fn median(xs: &[f64]) -> f64 {
+    let mut sorted = xs.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    match (n.checked_sub(1).map(|_| sorted[n / 2]), n % 2) {
+        (None, _) => 0.0,
+        (Some(upper), 1) => upper,
+        (Some(upper), _) => (upper + sorted[n / 2 - 1]) / 2.0,
     }
 }
 

@@ -159,14 +159,12 @@ pub(super) async fn ingest_export(
         still = if idle { still + 1 } else { 0 };
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let mut sorted = ratios.clone();
-    sorted.sort_by(f64::total_cmp);
     Ok(json!({
         "collector": sink.endpoint(),
         "off_events_per_s": off,
         "on_events_per_s": on,
+        "ratio": median(&ratios),
         "round_ratios": ratios,
-        "ratio": sorted[sorted.len() / 2],
         "spans_received": sink.received() - received0,
         "spans_lost": spans.dropped_queue_full.load(Ordering::Relaxed)
             + spans.export_failed.load(Ordering::Relaxed) - dropped0,
@@ -375,11 +373,6 @@ async fn on_postgres(
         pg.push(pair[1]);
         ratios.push(ratio(pair[1], pair[0]));
     }
-    let median = |v: &[f64]| {
-        let mut v = v.to_vec();
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(0.0)
-    };
     let Some(leg) = first else {
         return Err(BenchError::Unavailable("no PostgreSQL leg ran"));
     };

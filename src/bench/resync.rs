@@ -228,14 +228,24 @@ pub(super) async fn resync(
 
 /// `bench resync-scale`: cold resyncs at several fleet sizes in one run,
 /// and how the time per agent grows with the fleet.
-pub(super) struct Scale {
-    /// Fleet sizes (agents); each sequence runs them smallest first.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Scale {
+    /// Fleet sizes in agents, comma-separated; each sequence runs them
+    /// smallest first.
+    #[arg(long, value_delimiter = ',', default_value = "100000,300000,1000000")]
     pub sizes: Vec<usize>,
+    /// Proxies: one per this many agents (rounded up).
+    #[arg(long, default_value_t = 100)]
     pub agents_per_proxy: usize,
+    #[arg(long, default_value_t = 2)]
     pub tunnels_per_agent: usize,
+    #[arg(long, default_value_t = 5_000)]
     pub page_size: u32,
-    /// Sequences: each runs every size once, smallest first.
+    /// Sequences, each running every size once, smallest first; a size's
+    /// figure is the median of its legs.
+    #[arg(long, default_value_t = 3)]
     pub rounds: usize,
+    #[arg(long, value_enum, default_value_t = SourceKind::Lifeline)]
     pub source: SourceKind,
 }
 
@@ -315,19 +325,6 @@ pub(super) async fn resync_scale(s: Scale) -> Result<Value, BenchError> {
         "method": "sequences of cold resyncs, smallest fleet first, each against a cluster process of its own; a size's figure is the median of its legs",
         "target": {"per_agent_vs_smallest": 1.25, "cold_resync_ms_at_1m": 10000},
     }))
-}
-
-/// The middle value (the mean of the two middle ones of an even count);
-/// 0 for none.
-fn median(xs: &[f64]) -> f64 {
-    let mut sorted = xs.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let n = sorted.len();
-    match (n.checked_sub(1).map(|_| sorted[n / 2]), n % 2) {
-        (None, _) => 0.0,
-        (Some(upper), 1) => upper,
-        (Some(upper), _) => (upper + sorted[n / 2 - 1]) / 2.0,
-    }
 }
 
 #[cfg(test)]

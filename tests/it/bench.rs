@@ -9,14 +9,19 @@ use std::process::Command;
 
 use serde_json::Value;
 
-/// Runs `lifeline bench <args>` and parses its JSON.
-fn bench(args: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_lifeline"))
+/// Runs `lifeline bench <args>`, whatever its outcome.
+fn run(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_lifeline"))
         .arg("bench")
         .args(args)
         .env_remove("LIFELINE_CONFIG")
         .output()
-        .expect("the lifeline binary runs");
+        .expect("the lifeline binary runs")
+}
+
+/// Runs `lifeline bench <args>` and parses its JSON.
+fn bench(args: &[&str]) -> Value {
+    let out = run(args);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -231,11 +236,7 @@ fn bench_resync_scale_compares_time_per_agent_across_sizes() {
 
 #[test]
 fn bench_resync_scale_refuses_an_empty_size() {
-    let out = Command::new(env!("CARGO_BIN_EXE_lifeline"))
-        .args(["bench", "resync-scale", "--sizes", "0,100"])
-        .env_remove("LIFELINE_CONFIG")
-        .output()
-        .expect("the lifeline binary runs");
+    let out = run(&["resync-scale", "--sizes", "0,100"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "a fleet of 0 agents is refused");
     assert!(
