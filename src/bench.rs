@@ -539,6 +539,58 @@ fn spec(agents: usize, proxies: usize, tunnels: usize, buffer: usize) -> SimSpec
 /// cancels; the figure is the median of the rounds' ratios (Teleport's
 /// speed over the lifeline source's: for a time, lifeline/teleport). Each
 /// leg gets its source and a database file name of its own.
+/// What one leg of a source comparison measured: its figure, and the CPU
+/// time spent meanwhile when the leg tells it.
+struct Measured {
+    value: f64,
+    cpu: Option<Cpu>,
+}
+
+impl From<f64> for Measured {
+    fn from(value: f64) -> Measured {
+        Measured { value, cpu: None }
+    }
+}
+
+/// CPU time (user and system, every thread's, ended ones too) of
+/// Lifeline's process, the bench's own, and of the simulated cluster's,
+/// which shares the machine's cores with it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Cpu {
+    lifeline_ms: f64,
+    cluster_ms: f64,
+}
+
+impl Cpu {
+    /// Both processes' CPU time so far; None where `/proc` does not say.
+    fn now(cluster: Option<u32>) -> Option<Cpu> {
+        let read = |pid: &str| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+        Some(Cpu {
+            lifeline_ms: stat_cpu_ms(&read("self")?)?,
+            cluster_ms: stat_cpu_ms(&read(&cluster?.to_string())?)?,
+        })
+    }
+
+    fn since(self, before: Cpu) -> Cpu {
+        Cpu {
+            lifeline_ms: self.lifeline_ms - before.lifeline_ms,
+            cluster_ms: self.cluster_ms - before.cluster_ms,
+        }
+    }
+}
+
+/// `utime` + `stime` of a `/proc/<pid>/stat` line, in ms. Both count in
+/// `USER_HZ`, which Linux fixes at 100 per second for this file. The
+/// process name may hold spaces and parentheses: the fields are counted
+/// from the last `)`.
+fn stat_cpu_ms(stat: &str) -> Option<f64> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime.saturating_add(stime) as f64 * 10.0)
+}
+
 async fn against_lifeline<F, Fut>(
     rounds: usize,
     unit: &str,
@@ -547,9 +599,11 @@ async fn against_lifeline<F, Fut>(
 ) -> Result<Value, BenchError>
 where
     F: FnMut(SourceKind, String) -> Fut,
-    Fut: std::future::Future<Output = Result<f64, BenchError>>,
+    Fut: std::future::Future<Output = Result<Measured, BenchError>>,
 {
     let (mut lifeline, mut teleport, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    // Per round, each source's CPU time, while every leg tells it.
+    let mut cpu: Option<Vec<[Cpu; 2]>> = Some(Vec::new());
     for round in 0..rounds {
         let order = if round % 2 == 0 {
             [SourceKind::Lifeline, SourceKind::Teleport]
@@ -557,9 +611,13 @@ where
             [SourceKind::Teleport, SourceKind::Lifeline]
         };
         let mut pair = [0f64; 2];
+        let mut pair_cpu = [None; 2];
         for source in order {
             let db = format!("source-{}-{round}.db", source_name(source));
-            pair[usize::from(source == SourceKind::Teleport)] = leg(source, db).await?;
+            let i = usize::from(source == SourceKind::Teleport);
+            let m = leg(source, db).await?;
+            pair[i] = m.value;
+            pair_cpu[i] = m.cpu;
         }
         let ratio = if higher_is_better {
             pair[1] / pair[0]
@@ -568,17 +626,53 @@ where
         };
         lifeline.push(pair[0].round());
         teleport.push(pair[1].round());
-        ratios.push((ratio * 1000.0).round() / 1000.0);
+        ratios.push(thousandths(ratio));
+        cpu = cpu
+            .zip(pair_cpu[0].zip(pair_cpu[1]))
+            .map(|(mut v, (l, t))| {
+                v.push([l, t]);
+                v
+            });
     }
-    Ok(json!({
+    let mut out = json!({
         "unit": unit,
         "lifeline": lifeline,
         "teleport": teleport,
-        "ratio": (median(&ratios) * 1000.0).round() / 1000.0,
+        "ratio": thousandths(median(&ratios)),
         "round_ratios": ratios,
         "method": "rounds of a lifeline-source and a teleport-source leg (mutual TLS), order alternating; ratio = median of the rounds' teleport speed over lifeline speed",
         "target": {"ratio": 0.85},
-    }))
+    });
+    if let (Some(v), Some(o)) = (cpu.filter(|v| !v.is_empty()), out.as_object_mut()) {
+        o.insert("cpu_ms".into(), cpu_json(&v));
+    }
+    Ok(out)
+}
+
+/// Where a comparison's CPU time went: Lifeline's process and the
+/// simulated cluster's, per source, and how Lifeline's own compares.
+fn cpu_json(rounds: &[[Cpu; 2]]) -> Value {
+    let of = |i: usize, f: fn(&Cpu) -> f64| -> Vec<f64> {
+        rounds.iter().map(|r| f(&r[i]).round()).collect()
+    };
+    let lifeline = |c: &Cpu| c.lifeline_ms;
+    let cluster = |c: &Cpu| c.cluster_ms;
+    let ratios: Vec<f64> = rounds
+        .iter()
+        .map(|[l, t]| thousandths(l.lifeline_ms / t.lifeline_ms.max(1.0)))
+        .collect();
+    json!({
+        "lifeline_process": {"lifeline": of(0, lifeline), "teleport": of(1, lifeline)},
+        "cluster_process": {"lifeline": of(0, cluster), "teleport": of(1, cluster)},
+        "lifeline_process_ratio": thousandths(median(&ratios)),
+        "lifeline_process_round_ratios": ratios,
+        "note": "CPU time during each cold resync (10 ms ticks): Lifeline's process, and the simulated cluster's, which runs on the same cores; the ratio is the lifeline source's Lifeline CPU over the teleport source's, a round's median",
+    })
+}
+
+/// `x` to three decimals.
+fn thousandths(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
 }
 
 fn source_name(s: SourceKind) -> &'static str {
@@ -690,4 +784,29 @@ async fn detect(
         "target_p99_ms": 50,
         "peak_rss_kib": peak_rss_kib(),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_time_is_read_after_the_process_name_whatever_it_holds() {
+        // pid (comm) state ppid pgrp session tty tpgid flags minflt
+        // cminflt majflt cmajflt utime stime …
+        let stat = "4358 (a) b) (c) R 1 2 3 4 5 6 7 8 9 10 123 45 0 0 20 0 9";
+        assert_eq!(stat_cpu_ms(stat), Some(1680.0));
+        assert_eq!(
+            stat_cpu_ms(&std::fs::read_to_string("/proc/self/stat").unwrap_or_default())
+                .map(|ms| ms >= 0.0),
+            Some(true)
+        );
+    }
+
+    #[test]
+    fn a_stat_line_cut_short_or_garbled_tells_nothing() {
+        assert_eq!(stat_cpu_ms(""), None);
+        assert_eq!(stat_cpu_ms("4358 (lifeline) R 1 2 3"), None);
+        assert_eq!(stat_cpu_ms("4358 (x) R 1 2 3 4 5 6 7 8 9 10 -1 45"), None);
+    }
 }

@@ -36,6 +36,11 @@ impl BenchChild {
         })
     }
 
+    /// Its process ID, while it runs.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.proc.id()
+    }
+
     /// Its next line, waiting until `deadline`.
     pub(crate) async fn line(
         &mut self,

@@ -233,7 +233,7 @@ pub(super) async fn ingest(
                 async move {
                     let leg =
                         ingest_leg(agents, proxies, events, scratch, &db, source, None).await?;
-                    Ok(events as f64 / leg.pipeline.as_secs_f64())
+                    Ok((events as f64 / leg.pipeline.as_secs_f64()).into())
                 }
             })
             .await?

@@ -85,6 +85,8 @@ impl ClusterChild {
 struct ResyncLeg {
     counts: (usize, usize, usize),
     cold: Duration,
+    /// CPU time spent during the cold resync, when `/proc` tells it.
+    cold_cpu: Option<Cpu>,
     /// None when the leg skipped it.
     warm: Option<Duration>,
     rss_kib: [u64; 3],
@@ -131,12 +133,17 @@ async fn resync_leg(
     }
     cfg.signals.auto_reconnect = false;
     let rss_before = proc_status_kib("VmRSS:").unwrap_or(0);
+    let cluster_pid = child.child.pid();
+    let cpu_before = Cpu::now(cluster_pid);
     let t0 = Instant::now();
     let ll = Lifeline::start(&cfg, clock).await?;
     ll.fleet.wait_ready().await?;
     let sizes = ll.fleet.sizes().await?;
     let counts = (sizes.agents, sizes.proxies, sizes.tunnels);
     let cold = t0.elapsed();
+    let cold_cpu = Cpu::now(cluster_pid)
+        .zip(cpu_before)
+        .map(|(after, before)| after.since(before));
     // Let the first snapshot reach SQLite, so the writer's batch is not
     // counted as the model's memory.
     ll.fleet.flush().await?;
@@ -162,6 +169,7 @@ async fn resync_leg(
     Ok(ResyncLeg {
         counts,
         cold,
+        cold_cpu,
         warm,
         rss_kib: [rss_before, rss_after, rss_warm],
     })
@@ -187,6 +195,7 @@ pub(super) async fn resync(
         counts,
         cold,
         warm,
+        cold_cpu: _,
         rss_kib: [rss_before, rss_after, rss_warm],
     } = resync_leg(fleet, &scratch, "resync.db", source, Warm::Timed).await?;
     let per_agent = rss_after.saturating_sub(rss_before) as f64 * 1024.0 / counts.0.max(1) as f64;
@@ -198,7 +207,10 @@ pub(super) async fn resync(
             let scratch = &scratch;
             async move {
                 let leg = resync_leg(fleet, scratch, &db, source, Warm::Timed).await?;
-                Ok(leg.cold.as_secs_f64() * 1000.0)
+                Ok(Measured {
+                    value: leg.cold.as_secs_f64() * 1000.0,
+                    cpu: leg.cold_cpu,
+                })
             }
         })
         .await?

@@ -85,6 +85,21 @@ fn source_comparison(v: &Value) {
     eq(v, "teleport_source/target/ratio", 0.85);
 }
 
+/// A resync comparison also says where the CPU went: each process's time
+/// per source (a tiny leg may take under one 10 ms tick), and how
+/// Lifeline's own compares.
+fn cpu_of_sources(v: &Value) {
+    for process in ["lifeline_process", "cluster_process"] {
+        for leg in ["lifeline", "teleport"] {
+            let path = format!("teleport_source/cpu_ms/{process}/{leg}/0");
+            let ms = num(v, &path);
+            assert!(ms >= 0.0, "{path} = {ms} in {v:#}");
+        }
+    }
+    positive(v, "teleport_source/cpu_ms/lifeline_process/lifeline/0");
+    positive(v, "teleport_source/cpu_ms/lifeline_process_ratio");
+}
+
 #[test]
 fn bench_ingest_runs_and_loses_nothing() {
     let server = crate::support::postgres_server("bench_ingest");
@@ -107,6 +122,8 @@ fn bench_ingest_runs_and_loses_nothing() {
     let v = bench(&args);
     assert_eq!(at(&v, "scenario"), "ingest");
     source_comparison(&v);
+    // An ingest leg times the pipeline alone, not its process's CPU.
+    assert!(v.pointer("/teleport_source/cpu_ms").is_none(), "{v:#}");
     eq(&v, "events", 5000.0);
     positive(&v, "pipeline_events_per_s");
     positive(&v, "raw_insert_events_per_s");
@@ -161,6 +178,7 @@ fn bench_resync_runs_with_the_cluster_in_another_process() {
     ]);
     assert_eq!(at(&v, "scenario"), "resync");
     source_comparison(&v);
+    cpu_of_sources(&v);
     eq(&v, "agents", 300.0);
     eq(&v, "proxies", 10.0);
     eq(&v, "tunnels", 600.0);
