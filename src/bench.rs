@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 mod child;
+mod cpu;
 mod failover;
 mod history;
 mod ingest;
@@ -21,6 +22,7 @@ pub mod signals;
 pub mod ui;
 
 pub(crate) use child::BenchChild;
+use cpu::{cpu_json, Cpu};
 use ingest::ingest;
 use resync::{cluster_process, resync, resync_scale};
 use scratch::{PgScratch, Scratch};
@@ -534,11 +536,6 @@ fn spec(agents: usize, proxies: usize, tunnels: usize, buffer: usize) -> SimSpec
     }
 }
 
-/// The `teleport` source against the `lifeline` source in one run:
-/// `rounds` rounds of a leg on each, order alternating so an order effect
-/// cancels; the figure is the median of the rounds' ratios (Teleport's
-/// speed over the lifeline source's: for a time, lifeline/teleport). Each
-/// leg gets its source and a database file name of its own.
 /// What one leg of a source comparison measured: its figure, and the CPU
 /// time spent meanwhile when the leg tells it.
 struct Measured {
@@ -552,45 +549,13 @@ impl From<f64> for Measured {
     }
 }
 
-/// CPU time (user and system, every thread's, ended ones too) of
-/// Lifeline's process, the bench's own, and of the simulated cluster's,
-/// which shares the machine's cores with it.
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct Cpu {
-    lifeline_ms: f64,
-    cluster_ms: f64,
-}
-
-impl Cpu {
-    /// Both processes' CPU time so far; None where `/proc` does not say.
-    fn now(cluster: Option<u32>) -> Option<Cpu> {
-        let read = |pid: &str| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
-        Some(Cpu {
-            lifeline_ms: stat_cpu_ms(&read("self")?)?,
-            cluster_ms: stat_cpu_ms(&read(&cluster?.to_string())?)?,
-        })
-    }
-
-    fn since(self, before: Cpu) -> Cpu {
-        Cpu {
-            lifeline_ms: self.lifeline_ms - before.lifeline_ms,
-            cluster_ms: self.cluster_ms - before.cluster_ms,
-        }
-    }
-}
-
-/// `utime` + `stime` of a `/proc/<pid>/stat` line, in ms. Both count in
-/// `USER_HZ`, which Linux fixes at 100 per second for this file. The
-/// process name may hold spaces and parentheses: the fields are counted
-/// from the last `)`.
-fn stat_cpu_ms(stat: &str) -> Option<f64> {
-    let (_, rest) = stat.rsplit_once(')')?;
-    let mut fields = rest.split_whitespace().skip(11);
-    let utime: u64 = fields.next()?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    Some(utime.saturating_add(stime) as f64 * 10.0)
-}
-
+/// The `teleport` source against the `lifeline` source in one run:
+/// `rounds` rounds of a leg on each, order alternating so an order effect
+/// cancels; the figure is the median of the rounds' ratios (Teleport's
+/// speed over the lifeline source's: for a time, lifeline/teleport). Each
+/// leg gets its source and a database file name of its own.
+/// Where every leg tells its CPU time, so does the comparison
+/// (`cpu_ms`).
 async fn against_lifeline<F, Fut>(
     rounds: usize,
     unit: &str,
@@ -647,27 +612,6 @@ where
         o.insert("cpu_ms".into(), cpu_json(&v));
     }
     Ok(out)
-}
-
-/// Where a comparison's CPU time went: Lifeline's process and the
-/// simulated cluster's, per source, and how Lifeline's own compares.
-fn cpu_json(rounds: &[[Cpu; 2]]) -> Value {
-    let of = |i: usize, f: fn(&Cpu) -> f64| -> Vec<f64> {
-        rounds.iter().map(|r| f(&r[i]).round()).collect()
-    };
-    let lifeline = |c: &Cpu| c.lifeline_ms;
-    let cluster = |c: &Cpu| c.cluster_ms;
-    let ratios: Vec<f64> = rounds
-        .iter()
-        .map(|[l, t]| thousandths(l.lifeline_ms / t.lifeline_ms.max(1.0)))
-        .collect();
-    json!({
-        "lifeline_process": {"lifeline": of(0, lifeline), "teleport": of(1, lifeline)},
-        "cluster_process": {"lifeline": of(0, cluster), "teleport": of(1, cluster)},
-        "lifeline_process_ratio": thousandths(median(&ratios)),
-        "lifeline_process_round_ratios": ratios,
-        "note": "CPU time during each cold resync (10 ms ticks): Lifeline's process, and the simulated cluster's, which runs on the same cores; the ratio is the lifeline source's Lifeline CPU over the teleport source's, a round's median",
-    })
 }
 
 /// `x` to three decimals.
@@ -784,29 +728,4 @@ async fn detect(
         "target_p99_ms": 50,
         "peak_rss_kib": peak_rss_kib(),
     }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cpu_time_is_read_after_the_process_name_whatever_it_holds() {
-        // pid (comm) state ppid pgrp session tty tpgid flags minflt
-        // cminflt majflt cmajflt utime stime …
-        let stat = "4358 (a) b) (c) R 1 2 3 4 5 6 7 8 9 10 123 45 0 0 20 0 9";
-        assert_eq!(stat_cpu_ms(stat), Some(1680.0));
-        assert_eq!(
-            stat_cpu_ms(&std::fs::read_to_string("/proc/self/stat").unwrap_or_default())
-                .map(|ms| ms >= 0.0),
-            Some(true)
-        );
-    }
-
-    #[test]
-    fn a_stat_line_cut_short_or_garbled_tells_nothing() {
-        assert_eq!(stat_cpu_ms(""), None);
-        assert_eq!(stat_cpu_ms("4358 (lifeline) R 1 2 3"), None);
-        assert_eq!(stat_cpu_ms("4358 (x) R 1 2 3 4 5 6 7 8 9 10 -1 45"), None);
-    }
 }
