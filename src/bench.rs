@@ -567,8 +567,8 @@ where
     Fut: std::future::Future<Output = Result<Measured, BenchError>>,
 {
     let (mut lifeline, mut teleport, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-    // Per round, each source's CPU time, while every leg tells it.
-    let mut cpu: Option<Vec<[Cpu; 2]>> = Some(Vec::new());
+    // Per round, each source's CPU time, if both legs told it.
+    let mut cpu: Vec<Option<[Cpu; 2]>> = Vec::new();
     for round in 0..rounds {
         let order = if round % 2 == 0 {
             [SourceKind::Lifeline, SourceKind::Teleport]
@@ -592,12 +592,7 @@ where
         lifeline.push(pair[0].round());
         teleport.push(pair[1].round());
         ratios.push(thousandths(ratio));
-        cpu = cpu
-            .zip(pair_cpu[0].zip(pair_cpu[1]))
-            .map(|(mut v, (l, t))| {
-                v.push([l, t]);
-                v
-            });
+        cpu.push(pair_cpu[0].zip(pair_cpu[1]).map(|(l, t)| [l, t]));
     }
     let mut out = json!({
         "unit": unit,
@@ -608,6 +603,8 @@ where
         "method": "rounds of a lifeline-source and a teleport-source leg (mutual TLS), order alternating; ratio = median of the rounds' teleport speed over lifeline speed",
         "target": {"ratio": 0.85},
     });
+    // Only when every round told it.
+    let cpu: Option<Vec<[Cpu; 2]>> = cpu.into_iter().collect();
     if let (Some(v), Some(o)) = (cpu.filter(|v| !v.is_empty()), out.as_object_mut()) {
         o.insert("cpu_ms".into(), cpu_json(&v));
     }

@@ -51,15 +51,19 @@ pub(super) fn cpu_json(rounds: &[[Cpu; 2]]) -> Value {
     let of = |i: usize, f: fn(&Cpu) -> f64| -> Vec<f64> {
         rounds.iter().map(|r| f(&r[i]).round()).collect()
     };
-    let lifeline = |c: &Cpu| c.lifeline_ms;
-    let cluster = |c: &Cpu| c.cluster_ms;
     let ratios: Vec<f64> = rounds
         .iter()
         .map(|[l, t]| thousandths(l.lifeline_ms / t.lifeline_ms.max(1.0)))
         .collect();
     json!({
-        "lifeline_process": {"lifeline": of(0, lifeline), "teleport": of(1, lifeline)},
-        "cluster_process": {"lifeline": of(0, cluster), "teleport": of(1, cluster)},
+        "lifeline_process": {
+            "lifeline": of(0, |c| c.lifeline_ms),
+            "teleport": of(1, |c| c.lifeline_ms),
+        },
+        "cluster_process": {
+            "lifeline": of(0, |c| c.cluster_ms),
+            "teleport": of(1, |c| c.cluster_ms),
+        },
         "lifeline_process_ratio": thousandths(median(&ratios)),
         "lifeline_process_round_ratios": ratios,
         "note": "CPU time during each cold resync (10 ms ticks): Lifeline's process, and the simulated cluster's, which runs on the same cores; lifeline_process_ratio is the median of the rounds' ratios of Lifeline's CPU, lifeline source over teleport source",
