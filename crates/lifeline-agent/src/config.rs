@@ -149,14 +149,125 @@ impl Default for FileConfig {
     }
 }
 
-/// The configuration, checked: what the sidecar runs with.
-#[derive(Clone, Debug)]
-pub struct AgentConfig {
-    pub lifeline: Vec<String>,
+/// The files the sidecar proves itself with. tbot and cert-manager rotate
+/// them in place, so they are read again at every dial, never kept.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Credentials {
+    pub ca_file: Option<PathBuf>,
+    /// Certificate and key.
+    pub client_identity: Option<(PathBuf, PathBuf)>,
+    pub token_file: Option<PathBuf>,
+}
+
+/// What [`Credentials`] held when last read.
+#[derive(Clone, Debug, Default)]
+pub struct Loaded {
     pub ca_pem: Option<Vec<u8>>,
     /// Certificate and key, PEM.
     pub client_identity: Option<(Vec<u8>, Vec<u8>)>,
     pub token: Option<String>,
+}
+
+/// Largest certificate, key or CA file read.
+const MAX_PEM: u64 = 1 << 20;
+
+fn read_bounded(field: &'static str, p: &Path, max: u64) -> Result<Vec<u8>, ConfigError> {
+    use std::io::Read;
+    let f = std::fs::File::open(p)
+        .map_err(|e| invalid(field, format!("cannot read {}: {e}", p.display())))?;
+    let mut buf = Vec::new();
+    f.take(max + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| invalid(field, format!("cannot read {}: {e}", p.display())))?;
+    if buf.len() as u64 > max {
+        return Err(invalid(
+            field,
+            format!("{} is larger than {max} bytes", p.display()),
+        ));
+    }
+    Ok(buf)
+}
+
+impl Credentials {
+    /// Reads every file now.
+    pub fn load(&self) -> Result<Loaded, ConfigError> {
+        let ca_pem = self
+            .ca_file
+            .as_deref()
+            .map(|p| read_bounded("ca_file", p, MAX_PEM))
+            .transpose()?;
+        let client_identity = match &self.client_identity {
+            Some((c, k)) => Some((
+                read_bounded("client_cert", c, MAX_PEM)?,
+                read_bounded("client_key", k, MAX_PEM)?,
+            )),
+            None => None,
+        };
+        let token = match &self.token_file {
+            Some(p) => {
+                let raw = read_bounded("token_file", p, MAX_TOKEN as u64 + 2)?;
+                let t = String::from_utf8(raw)
+                    .map_err(|_| invalid("token_file", "the token is not UTF-8 text"))?
+                    .trim()
+                    .to_string();
+                if t.is_empty() || t.len() > MAX_TOKEN || t.chars().any(|c| c.is_control()) {
+                    return Err(invalid(
+                        "token_file",
+                        format!("the token must be 1..={MAX_TOKEN} printable characters"),
+                    ));
+                }
+                Some(t)
+            }
+            None => None,
+        };
+        Ok(Loaded {
+            ca_pem,
+            client_identity,
+            token,
+        })
+    }
+}
+
+/// Bounds of each duration: a value outside them is refused at start
+/// rather than overflowing a deadline later.
+pub const READY_TIMEOUT: (Duration, Duration) =
+    (Duration::from_millis(100), Duration::from_secs(3600));
+pub const COOLDOWN: (Duration, Duration) = (Duration::ZERO, Duration::from_secs(7 * 24 * 3600));
+pub const REPORT_INTERVAL: (Duration, Duration) =
+    (Duration::from_millis(100), Duration::from_secs(3600));
+
+fn bounded(
+    field: &'static str,
+    d: Duration,
+    (lo, hi): (Duration, Duration),
+) -> Result<Duration, ConfigError> {
+    if d < lo || d > hi {
+        return Err(invalid(
+            field,
+            format!(
+                "{} is out of bounds: {} to {}",
+                humantime::format_duration(d),
+                humantime::format_duration(lo),
+                humantime::format_duration(hi)
+            ),
+        ));
+    }
+    Ok(d)
+}
+
+/// Whether `host` (a URI's) is this machine: `localhost` or a loopback IP.
+fn loopback(host: &str) -> bool {
+    let h = host.trim_start_matches('[').trim_end_matches(']');
+    h.eq_ignore_ascii_case("localhost")
+        || h.parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The configuration, checked: what the sidecar runs with.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    pub lifeline: Vec<String>,
+    pub credentials: Credentials,
     pub host_id: String,
     pub restart: Restart,
     pub pid_file: PathBuf,
@@ -220,6 +331,14 @@ impl FileConfig {
                     format!("{a:?} must be https://host:port (http:// only on loopback tests)"),
                 ));
             }
+            if uri.scheme_str() == Some("http") && !uri.host().is_some_and(loopback) {
+                return Err(invalid(
+                    "lifeline",
+                    format!(
+                        "{a:?}: http:// only to this machine (localhost, 127.0.0.1, ::1); across a network the join token needs https://"
+                    ),
+                ));
+            }
         }
         if self.ca_file.is_none() && lifeline.iter().any(|a| a.starts_with("https://")) {
             return Err(invalid(
@@ -227,38 +346,20 @@ impl FileConfig {
                 "name the CA that signed Lifeline's certificate (server.tls_cert)",
             ));
         }
-        let read = |field: &'static str, p: &Path| {
-            std::fs::read(p)
-                .map_err(|e| invalid(field, format!("cannot read {}: {e}", p.display())))
-        };
-        let ca_pem = self
-            .ca_file
-            .as_deref()
-            .map(|p| read("ca_file", p))
-            .transpose()?;
-        let client_identity = match (&self.client_cert, &self.client_key) {
-            (Some(c), Some(k)) => Some((read("client_cert", c)?, read("client_key", k)?)),
+        let client_identity = match (self.client_cert, self.client_key) {
+            (Some(c), Some(k)) => Some((c, k)),
             (None, None) => None,
             (Some(_), None) => return Err(invalid("client_key", "client_cert needs client_key")),
             (None, Some(_)) => return Err(invalid("client_cert", "client_key needs client_cert")),
         };
-        let token = match &self.token_file {
-            Some(p) => {
-                let raw = read("token_file", p)?;
-                let t = String::from_utf8(raw)
-                    .map_err(|_| invalid("token_file", "the token is not UTF-8 text"))?
-                    .trim()
-                    .to_string();
-                if t.is_empty() || t.len() > MAX_TOKEN || t.chars().any(|c| c.is_control()) {
-                    return Err(invalid(
-                        "token_file",
-                        format!("the token must be 1..={MAX_TOKEN} printable characters"),
-                    ));
-                }
-                Some(t)
-            }
-            None => None,
+        let credentials = Credentials {
+            ca_file: self.ca_file,
+            client_identity,
+            token_file: self.token_file,
         };
+        // Read once now, so a fault is named at start; read again at
+        // every dial.
+        credentials.load()?;
         let host_id = match self.host_id.filter(|h| !h.trim().is_empty()) {
             Some(h) => h.trim().to_string(),
             None => {
@@ -302,27 +403,161 @@ impl FileConfig {
                 invalid("diag_addr", format!("{d:?} is not host:port (an IP): {e}"))
             })?;
         }
-        let positive = |field: &'static str, d: Duration| {
-            if d.is_zero() {
-                Err(invalid(field, "must be more than 0"))
-            } else {
-                Ok(d)
-            }
-        };
+        // A restart is done only when a new PID turns ready: something
+        // must name the PID.
+        if self.diag_addr.is_none() && self.pid_file.as_os_str().is_empty() {
+            return Err(invalid(
+                "pid_file",
+                "without diag_addr, the PID file is the only way to tell the restarted process from the old one: name it (or set diag_addr)",
+            ));
+        }
+        if self.restart == Method::Pidfile && self.pid_file.as_os_str().is_empty() {
+            return Err(invalid(
+                "pid_file",
+                "restart = \"pidfile\" needs the PID file",
+            ));
+        }
+        if self.teleport_bin.as_os_str().is_empty() {
+            return Err(invalid("teleport_bin", "name the teleport binary"));
+        }
         Ok(AgentConfig {
             lifeline,
-            ca_pem,
-            client_identity,
-            token,
+            credentials,
             host_id,
             restart,
             pid_file: self.pid_file,
             diag_addr: self.diag_addr,
             teleport_bin: self.teleport_bin,
-            ready_timeout: positive("ready_timeout", self.ready_timeout)?,
-            cooldown: self.cooldown,
-            report_interval: positive("report_interval", self.report_interval)?,
+            ready_timeout: bounded("ready_timeout", self.ready_timeout, READY_TIMEOUT)?,
+            cooldown: bounded("cooldown", self.cooldown, COOLDOWN)?,
+            report_interval: bounded("report_interval", self.report_interval, REPORT_INTERVAL)?,
             dry_run: self.dry_run,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> FileConfig {
+        FileConfig {
+            lifeline: List::One("http://127.0.0.1:50051".into()),
+            host_id: Some("host-1".into()),
+            ..FileConfig::default()
+        }
+    }
+
+    fn field_of(e: ConfigError) -> &'static str {
+        match e {
+            ConfigError::Invalid { field, .. } => field,
+            ConfigError::Load(m) => panic!("not a field's fault: {m}"),
+        }
+    }
+
+    #[test]
+    fn every_duration_has_bounds_and_a_fault_names_its_field() {
+        let huge = Duration::from_secs(u64::MAX / 2);
+        for (field, set) in [
+            (
+                "ready_timeout",
+                (|f: &mut FileConfig, d| f.ready_timeout = d) as fn(&mut FileConfig, Duration),
+            ),
+            ("report_interval", |f, d| f.report_interval = d),
+            ("cooldown", |f, d| f.cooldown = d),
+        ] {
+            let mut f = base();
+            set(&mut f, huge);
+            let e = f.check().expect_err("out of bounds");
+            assert!(e.to_string().contains("out of bounds"), "{e}");
+            assert_eq!(field_of(e), field);
+        }
+        for (field, set) in [
+            (
+                "ready_timeout",
+                (|f: &mut FileConfig| f.ready_timeout = Duration::ZERO) as fn(&mut FileConfig),
+            ),
+            ("report_interval", |f| f.report_interval = Duration::ZERO),
+        ] {
+            let mut f = base();
+            set(&mut f);
+            assert_eq!(field_of(f.check().expect_err("zero")), field);
+        }
+        assert!(base().check().is_ok());
+    }
+
+    #[test]
+    fn plain_http_only_to_this_machine() {
+        for ok in [
+            "http://127.0.0.1:1",
+            "http://localhost:1",
+            "http://[::1]:1",
+            "http://127.9.9.9:1",
+        ] {
+            let f = FileConfig {
+                lifeline: List::One(ok.into()),
+                ..base()
+            };
+            assert!(f.check().is_ok(), "{ok}");
+        }
+        for bad in [
+            "http://10.0.0.5:50051",
+            "http://lifeline.example.com:50051",
+            "http://[2001:db8::1]:1",
+        ] {
+            let f = FileConfig {
+                lifeline: List::One(bad.into()),
+                ..base()
+            };
+            let e = f.check().expect_err(bad).to_string();
+            assert!(e.starts_with("lifeline:") && e.contains("https://"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_configuration_that_cannot_tell_a_new_process_is_refused() {
+        let f = FileConfig {
+            pid_file: PathBuf::new(),
+            diag_addr: None,
+            ..base()
+        };
+        assert_eq!(field_of(f.check().expect_err("no PID source")), "pid_file");
+        let f = FileConfig {
+            pid_file: PathBuf::new(),
+            diag_addr: Some("127.0.0.1:3000".into()),
+            ..base()
+        };
+        assert!(f.check().is_ok(), "/readyz names the PID");
+    }
+
+    #[test]
+    fn credentials_are_read_again_at_every_load() {
+        let d = tempfile::tempdir().unwrap();
+        let token = d.path().join("token");
+        let (cert, key) = (d.path().join("cert.pem"), d.path().join("key.pem"));
+        std::fs::write(&token, "first\n").unwrap();
+        std::fs::write(&cert, "cert-1").unwrap();
+        std::fs::write(&key, "key-1").unwrap();
+        let cfg = FileConfig {
+            token_file: Some(token.clone()),
+            client_cert: Some(cert.clone()),
+            client_key: Some(key.clone()),
+            ..base()
+        }
+        .check()
+        .unwrap();
+        let first = cfg.credentials.load().unwrap();
+        assert_eq!(first.token.as_deref(), Some("first"));
+        std::fs::write(&token, "second\n").unwrap();
+        std::fs::write(&cert, "cert-2").unwrap();
+        std::fs::write(&key, "key-2").unwrap();
+        let second = cfg.credentials.load().unwrap();
+        assert_eq!(second.token.as_deref(), Some("second"));
+        assert_eq!(
+            second.client_identity,
+            Some((b"cert-2".to_vec(), b"key-2".to_vec()))
+        );
+        std::fs::write(&token, vec![b'x'; MAX_TOKEN + 10]).unwrap();
+        assert_eq!(field_of(cfg.credentials.load().unwrap_err()), "token_file");
     }
 }

@@ -8,7 +8,8 @@
 //! - `config`: the file and `LIFELINE_AGENT_*` variables, checked;
 //! - `session`: the streams to every Lifeline replica, with backoff;
 //! - `restart`: the restart and the wait for a new, ready process;
-//! - `probe`: what the agent says of itself (`/readyz`, the PID file).
+//! - `probe`: what the agent says of itself (`/readyz`, the PID file);
+//! - `target`: the process a SIGHUP goes to, proven to be Teleport.
 //!
 //! Must not touch: anything of the server's. It shares only the generated
 //! wire code (`lifeline-proto`).
@@ -22,12 +23,50 @@ pub mod config;
 pub mod probe;
 pub mod restart;
 pub mod session;
+pub mod target;
 
 pub use config::{AgentConfig, ConfigError, FileConfig};
 
 /// The exit code of a configuration Lifeline-agent cannot run with
 /// (sysexits' EX_CONFIG).
 pub const EXIT_CONFIG: i32 = 78;
+
+/// `--check`'s look at how a restarted process will be told from the old
+/// one: by `/readyz`'s PID, or by the PID file. A PID file that is there
+/// but could never be trusted (a symlink, writable by others, not a PID)
+/// is an error now rather than a refused restart later; one that is
+/// absent is only reported (Teleport may be stopped while this runs).
+pub fn check_pid_source(cfg: &AgentConfig) -> Result<String, ConfigError> {
+    use target::Refusal;
+    let file = match target::read_pid_file(&cfg.pid_file) {
+        Ok(pid) => format!("PID file {}: PID {pid} now", cfg.pid_file.display()),
+        Err(Refusal::Unreadable { error, .. }) if cfg.diag_addr.is_some() => {
+            format!(
+                "PID file {}: not read now ({error})",
+                cfg.pid_file.display()
+            )
+        }
+        Err(Refusal::Unreadable { error, .. }) if cfg.restart != config::Restart::Pidfile => {
+            format!(
+                "PID file {}: not read now ({error}); restarts are refused until it names Teleport",
+                cfg.pid_file.display()
+            )
+        }
+        Err(e @ Refusal::Unreadable { .. }) => {
+            format!("{e}; restarts are refused until it names Teleport")
+        }
+        Err(e) => {
+            return Err(ConfigError::Invalid {
+                field: "pid_file",
+                message: e.to_string(),
+            })
+        }
+    };
+    Ok(match &cfg.diag_addr {
+        Some(d) => format!("new process told by: /readyz at {d}, else the {file}"),
+        None => format!("new process told by: the {file}"),
+    })
+}
 
 /// Text from outside (Lifeline, a command, Teleport), made safe to log and
 /// report: control characters dropped, at most `max` characters, no

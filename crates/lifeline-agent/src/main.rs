@@ -56,6 +56,13 @@ fn main() {
             cfg.restart,
             if cfg.dry_run { "dry run" } else { "acting" }
         );
+        match lifeline_agent::check_pid_source(&cfg) {
+            Ok(said) => println!("{said}"),
+            Err(e) => {
+                eprintln!("lifeline-agent: bad configuration: {e}");
+                std::process::exit(EXIT_CONFIG);
+            }
+        }
         return;
     }
     let rt = match tokio::runtime::Builder::new_current_thread()

@@ -26,6 +26,8 @@ pub struct Seen {
     pub status: String,
     /// Its process, from `/readyz` or the PID file.
     pub pid: Option<u32>,
+    /// The PID `/readyz` itself named, if it named one.
+    pub readyz_pid: Option<u32>,
 }
 
 #[derive(Clone, Debug)]
@@ -39,10 +41,15 @@ fn clean(s: &str) -> String {
     crate::printable(s, MAX_STATUS)
 }
 
-/// The PID a PID file holds, if it holds one.
+/// The PID a PID file holds, if it holds one that may be a PID (read as
+/// [`crate::target::read_pid_file`] reads it: bounded, no symlinks).
 pub async fn read_pid(path: &Path) -> Option<u32> {
-    let text = tokio::fs::read_to_string(path).await.ok()?;
-    text.trim().parse::<u32>().ok().filter(|p| *p > 1)
+    let path = path.to_path_buf();
+    let pid = tokio::task::spawn_blocking(move || crate::target::read_pid_file(&path).ok())
+        .await
+        .ok()
+        .flatten()?;
+    u32::try_from(pid).ok()
 }
 
 impl Probe {
@@ -54,16 +61,19 @@ impl Probe {
                     ready: false,
                     status: clean(&format!("diag {addr} unreachable: {e}")),
                     pid: None,
+                    readyz_pid: None,
                 },
                 Err(_) => Seen {
                     ready: false,
                     status: format!("diag {addr} did not answer within {LOOK_TIMEOUT:?}"),
                     pid: None,
+                    readyz_pid: None,
                 },
             },
             None => self.debug_readyz().await,
         };
-        if seen.pid.is_none() {
+        seen.readyz_pid = seen.pid;
+        if seen.pid.is_none() && !self.pid_file.as_os_str().is_empty() {
             seen.pid = read_pid(&self.pid_file).await;
         }
         seen
@@ -88,6 +98,7 @@ impl Probe {
                         words
                     },
                     pid: None,
+                    readyz_pid: None,
                 }
             }
             Ok(Err(e)) => Seen {
@@ -97,11 +108,13 @@ impl Probe {
                     self.teleport_bin.display()
                 )),
                 pid: None,
+                readyz_pid: None,
             },
             Err(_) => Seen {
                 ready: false,
                 status: format!("teleport debug readyz did not answer within {LOOK_TIMEOUT:?}"),
                 pid: None,
+                readyz_pid: None,
             },
         }
     }
@@ -144,7 +157,11 @@ async fn readyz(addr: &str) -> Result<Seen, ReadyzError> {
     }
     let parsed: Option<Readyz> = serde_json::from_slice(&body).ok();
     let (status, pid) = match parsed {
-        Some(r) => (clean(&r.status), r.pid.filter(|p| *p > 1)),
+        Some(r) => (
+            clean(&r.status),
+            r.pid
+                .filter(|p| *p > 1 && i64::from(*p) < crate::target::pid_max()),
+        ),
         None => (clean(&String::from_utf8_lossy(&body)), None),
     };
     Ok(Seen {
@@ -155,5 +172,6 @@ async fn readyz(addr: &str) -> Result<Seen, ReadyzError> {
             status
         },
         pid,
+        readyz_pid: pid,
     })
 }

@@ -1,8 +1,11 @@
 //! The restart: Teleport's graceful restart, as configured (`systemctl
 //! reload`, SIGHUP to the PID file's process, or a command), then a wait
 //! until a new process says it is ready. One at a time, never two within
-//! the cooldown; a dry run only says what it would do. Owns the record of
-//! the last restart; knows nothing of Lifeline's protocol.
+//! the cooldown; a dry run only says what it would do. Done needs evidence:
+//! a PID before the restart and a different PID ready after it. What is
+//! not tried is `refused` (a dry run, the cooldown, a restart under way, a
+//! target that cannot be proven to be Teleport), never `failed`. Owns the
+//! record of the last restart; knows nothing of Lifeline's protocol.
 
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
@@ -12,7 +15,8 @@ use tracing::{info, warn};
 
 use crate::clock;
 use crate::config::{AgentConfig, Restart};
-use crate::probe::{read_pid, Probe, Seen};
+use crate::probe::{Probe, Seen};
+use crate::target::{self, Target, Wanted};
 
 /// How long a restart command may run.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
@@ -21,19 +25,43 @@ const LOOK_EVERY: Duration = Duration::from_millis(250);
 /// Longest command output kept in an error.
 const MAX_OUTPUT: usize = 300;
 
-/// What a restart came to: `ok` once the new process is ready.
+/// How a restart ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// A new process turned ready.
+    Ready,
+    /// Tried, and no new process turned ready (or the restart itself
+    /// failed).
+    Failed,
+    /// Not tried, and why is in the detail.
+    Refused,
+}
+
+/// What a restart came to, in words for the ack.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Outcome {
-    pub ok: bool,
+    pub verdict: Verdict,
     pub detail: String,
 }
 
 impl Outcome {
     fn failed(detail: impl Into<String>) -> Outcome {
         Outcome {
-            ok: false,
+            verdict: Verdict::Failed,
             detail: detail.into(),
         }
+    }
+
+    fn refused(detail: impl Into<String>) -> Outcome {
+        Outcome {
+            verdict: Verdict::Refused,
+            detail: detail.into(),
+        }
+    }
+
+    /// A new process turned ready.
+    pub fn ok(&self) -> bool {
+        self.verdict == Verdict::Ready
     }
 }
 
@@ -56,6 +84,7 @@ struct State {
 pub struct Restarter {
     restart: Restart,
     probe: Probe,
+    wanted: Wanted,
     ready_timeout: Duration,
     cooldown: Duration,
     dry_run: bool,
@@ -65,8 +94,15 @@ pub struct Restarter {
     seen: Mutex<Option<(Instant, Seen)>>,
 }
 
-fn lock(m: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What a restart is about to act on: the PID before it, and for SIGHUP
+/// the process proven to be Teleport.
+struct Before {
+    pid: i32,
+    target: Option<Target>,
 }
 
 impl Restarter {
@@ -78,6 +114,7 @@ impl Restarter {
                 teleport_bin: cfg.teleport_bin.clone(),
                 pid_file: cfg.pid_file.clone(),
             },
+            wanted: Wanted::from_config(&cfg.teleport_bin),
             ready_timeout: cfg.ready_timeout,
             cooldown: cfg.cooldown,
             dry_run: cfg.dry_run,
@@ -102,14 +139,13 @@ impl Restarter {
     /// What the agent says of itself now.
     pub async fn look(&self) -> Seen {
         let seen = self.probe.look().await;
-        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some((clock::instant(), seen.clone()));
+        *lock(&self.seen) = Some((clock::instant(), seen.clone()));
         seen
     }
 
     /// What the agent said within `max_age`, or a fresh look.
     pub async fn recent_look(&self, max_age: Duration) -> Seen {
-        let cached = self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let cached = lock(&self.seen).clone();
         match cached {
             Some((at, seen)) if at.elapsed() < max_age => seen,
             _ => self.look().await,
@@ -121,39 +157,74 @@ impl Restarter {
         {
             let mut st = lock(&self.state);
             if st.busy {
-                return Outcome::failed("a restart is already in progress");
+                return Outcome::refused("a restart is already in progress");
             }
             if let Some(began) = st.began {
                 let since = began.elapsed();
                 if since < self.cooldown {
-                    return Outcome::failed(format!(
+                    return Outcome::refused(format!(
                         "cooling down: restarted {} ago, the next may go in {} (cooldown)",
                         humantime::format_duration(secs(since)),
                         humantime::format_duration(secs(self.cooldown - since)),
                     ));
                 }
             }
-            if self.dry_run {
-                return Outcome::failed(format!(
-                    "dry run: would restart the agent ({}) because {why}",
-                    self.restart
-                ));
-            }
+            // Held while the target is proven, so two asks cannot both
+            // pass; given back if nothing is tried.
             st.busy = true;
-            st.began = Some(clock::instant());
         }
-        let outcome = self.carry_out(why).await;
-        let mut st = lock(&self.state);
-        st.busy = false;
+        let before = match self.before().await {
+            Ok(b) => b,
+            Err(why_not) => {
+                lock(&self.state).busy = false;
+                warn!(reason = %why_not, "restart refused");
+                return Outcome::refused(why_not);
+            }
+        };
+        if self.dry_run {
+            lock(&self.state).busy = false;
+            return Outcome::refused(format!(
+                "dry run: would restart the agent ({}, PID {}) because {why}",
+                self.restart, before.pid
+            ));
+        }
+        lock(&self.state).began = Some(clock::instant());
+        let outcome = self.carry_out(why, before).await;
+        lock(&self.state).busy = false;
         outcome
     }
 
-    async fn carry_out(&self, why: &str) -> Outcome {
-        let before = self.look().await.pid;
+    /// The PID before the restart, proven where Lifeline signals it itself;
+    /// an error is why nothing may be tried.
+    async fn before(&self) -> Result<Before, String> {
+        let seen = self.look().await;
+        match &self.restart {
+            Restart::Pidfile => {
+                let pid = target::read_pid_file(&self.probe.pid_file).map_err(|e| e.to_string())?;
+                let t =
+                    target::prove(pid, &self.wanted, seen.readyz_pid).map_err(|e| e.to_string())?;
+                Ok(Before {
+                    pid: t.pid,
+                    target: Some(t),
+                })
+            }
+            Restart::Systemd { .. } | Restart::Exec { .. } => {
+                let pid = seen.pid.and_then(|p| i32::try_from(p).ok()).ok_or_else(|| {
+                    format!(
+                        "not restarting: no PID for Teleport now (its /readyz and the PID file name none: {}), so a new process could not be told from the old",
+                        seen.status
+                    )
+                })?;
+                Ok(Before { pid, target: None })
+            }
+        }
+    }
+
+    async fn carry_out(&self, why: &str, before: Before) -> Outcome {
         let began = clock::instant();
         let at = clock::wall();
-        info!(method = %self.restart, why, old_pid = ?before, "restarting the agent");
-        if let Err(e) = self.run().await {
+        info!(method = %self.restart, why, old_pid = before.pid, "restarting the agent");
+        if let Err(e) = self.run(before.target.as_ref()).await {
             warn!(method = %self.restart, error = %e, "the restart failed");
             return Outcome::failed(format!("restart ({}) failed: {e}", self.restart));
         }
@@ -164,24 +235,18 @@ impl Restarter {
         let deadline = began + self.ready_timeout;
         let said = loop {
             let seen = self.look().await;
-            let new_process = match (before, seen.pid) {
-                (Some(b), Some(now)) => now != b,
-                // Without a PID before, readiness after the restart is
-                // all there is to go by.
-                (None, _) => true,
-                (Some(_), None) => false,
-            };
-            if seen.ready && new_process {
+            // Evidence of a new process: a PID, not the one before.
+            let new_pid = seen.pid.filter(|p| i64::from(*p) != i64::from(before.pid));
+            if let (true, Some(now)) = (seen.ready, new_pid) {
                 let took = began.elapsed();
                 lock(&self.state).last.ready_after = Some(took);
-                info!(pid = ?seen.pid, ready_after = ?took, "the restarted agent is ready");
+                info!(pid = now, ready_after = ?took, "the restarted agent is ready");
                 return Outcome {
-                    ok: true,
+                    verdict: Verdict::Ready,
                     detail: format!(
-                        "restarted ({}): pid {} → {}, ready after {:.1} s",
+                        "restarted ({}): pid {} → {now}, ready after {:.1} s",
                         self.restart,
-                        before.map_or_else(|| "?".into(), |p| p.to_string()),
-                        seen.pid.map_or_else(|| "?".into(), |p| p.to_string()),
+                        before.pid,
                         took.as_secs_f64()
                     ),
                 };
@@ -200,7 +265,7 @@ impl Restarter {
     }
 
     /// Asks for the restart.
-    async fn run(&self) -> Result<(), String> {
+    async fn run(&self, target: Option<&Target>) -> Result<(), String> {
         match &self.restart {
             Restart::Systemd { unit, systemctl } => {
                 command(&[&systemctl.to_string_lossy(), "reload", unit]).await
@@ -209,16 +274,10 @@ impl Restarter {
                 let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
                 command(&argv).await
             }
-            Restart::Pidfile => {
-                let path = &self.probe.pid_file;
-                let pid = read_pid(path)
-                    .await
-                    .ok_or_else(|| format!("no PID in {}", path.display()))?;
-                let target = rustix::process::Pid::from_raw(pid as i32)
-                    .ok_or_else(|| format!("{pid} is not a process ID"))?;
-                rustix::process::kill_process(target, rustix::process::Signal::HUP)
-                    .map_err(|e| format!("cannot send SIGHUP to {pid}: {e}"))
-            }
+            Restart::Pidfile => match target {
+                Some(t) => t.hang_up(),
+                None => Err("no proven process to signal".into()),
+            },
         }
     }
 }

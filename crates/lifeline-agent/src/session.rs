@@ -16,8 +16,8 @@ use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::clock;
-use crate::config::AgentConfig;
-use crate::restart::Restarter;
+use crate::config::{AgentConfig, Loaded};
+use crate::restart::{Restarter, Verdict};
 
 /// The first wait before dialling again, and the longest.
 const BACKOFF_BASE: Duration = Duration::from_secs(1);
@@ -33,6 +33,8 @@ const OUTBOUND: usize = 16;
 pub enum SessionError {
     #[error("{0}")]
     Address(String),
+    #[error("{0}")]
+    Credentials(#[from] crate::config::ConfigError),
     #[error("cannot connect: {0}")]
     Transport(#[from] tonic::transport::Error),
     #[error("Lifeline refused the stream: {}", .0.message())]
@@ -106,8 +108,9 @@ async fn hold(
     }
 }
 
-/// The channel to one Lifeline address, with TLS as configured.
-pub fn endpoint(addr: &str, cfg: &AgentConfig) -> Result<Endpoint, SessionError> {
+/// The channel to one Lifeline address, with TLS as configured: `creds`
+/// as read for this dial.
+pub fn endpoint(addr: &str, creds: &Loaded) -> Result<Endpoint, SessionError> {
     let mut ep = Endpoint::from_shared(addr.to_string())
         .map_err(|e| SessionError::Address(format!("{addr:?}: {e}")))?
         .connect_timeout(Duration::from_secs(10))
@@ -116,10 +119,10 @@ pub fn endpoint(addr: &str, cfg: &AgentConfig) -> Result<Endpoint, SessionError>
         .keep_alive_while_idle(true);
     if addr.starts_with("https://") {
         let mut tls = ClientTlsConfig::new();
-        if let Some(ca) = &cfg.ca_pem {
+        if let Some(ca) = &creds.ca_pem {
             tls = tls.ca_certificate(Certificate::from_pem(ca));
         }
-        if let Some((cert, key)) = &cfg.client_identity {
+        if let Some((cert, key)) = &creds.client_identity {
             tls = tls.identity(Identity::from_pem(cert, key));
         }
         ep = ep.tls_config(tls)?;
@@ -159,8 +162,11 @@ async fn open(
     cfg: &AgentConfig,
     restarter: &Restarter,
 ) -> Result<Opened, SessionError> {
-    let channel = endpoint(addr, cfg)?.connect().await?;
-    let bearer = cfg
+    // Read at every dial: a rotated token or certificate is taken up by
+    // the next stream without restarting the sidecar.
+    let creds = cfg.credentials.load()?;
+    let channel = endpoint(addr, &creds)?.connect().await?;
+    let bearer = creds
         .token
         .as_ref()
         .map(|t| format!("Bearer {t}").parse::<tonic::metadata::AsciiMetadataValue>())
@@ -234,9 +240,11 @@ async fn session(
                 tokio::spawn(
                     async move {
                         let done = restarter.restart(&why).await;
-                        let _ = tx
-                            .send(pb::AgentMessage::ack(id, done.ok, done.detail))
-                            .await;
+                        let ack = match done.verdict {
+                            Verdict::Refused => pb::AgentMessage::refused(id, done.detail),
+                            v => pb::AgentMessage::ack(id, v == Verdict::Ready, done.detail),
+                        };
+                        let _ = tx.send(ack).await;
                         let _ = tx.send(report(&restarter, every).await).await;
                     }
                     .in_current_span(),
@@ -245,7 +253,7 @@ async fn session(
             Some(pb::signal::Kind::CloseTunnel(_)) => {
                 let detail =
                     "a sidecar closes no single tunnel: it only restarts its agent".to_string();
-                let _ = tx.send(pb::AgentMessage::ack(id, false, detail)).await;
+                let _ = tx.send(pb::AgentMessage::refused(id, detail)).await;
             }
             Some(pb::signal::Kind::Discovery(_)) | None => {}
         }

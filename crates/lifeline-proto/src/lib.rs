@@ -88,6 +88,19 @@ impl v1::AgentMessage {
                 signal_id,
                 ok,
                 detail,
+                refused: false,
+            })),
+        }
+    }
+
+    /// The peer did not try what the signal asked, and says why.
+    pub fn refused(signal_id: u64, detail: String) -> Self {
+        v1::AgentMessage {
+            msg: Some(v1::agent_message::Msg::Ack(v1::SignalAck {
+                signal_id,
+                ok: false,
+                detail,
+                refused: true,
             })),
         }
     }
