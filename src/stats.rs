@@ -25,15 +25,17 @@ pub enum SignalOutcome {
     Failed = 2,
     Undeliverable = 3,
     Timeout = 4,
+    Refused = 5,
 }
 
 impl SignalOutcome {
-    pub const ALL: [SignalOutcome; 5] = [
+    pub const ALL: [SignalOutcome; 6] = [
         SignalOutcome::Sent,
         SignalOutcome::Acked,
         SignalOutcome::Failed,
         SignalOutcome::Undeliverable,
         SignalOutcome::Timeout,
+        SignalOutcome::Refused,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -135,7 +137,7 @@ pub struct Stats {
     pub discovery_bytes_full: AtomicU64,
     pub discovery_bytes_delta: AtomicU64,
     /// Audited signals by kind (`SignalKind`) and outcome (`SignalOutcome`).
-    pub signals: [[AtomicU64; 5]; 2],
+    pub signals: [[AtomicU64; 6]; 2],
     /// Signal audit updates dropped because SQLite fell behind.
     pub signal_updates_dropped: AtomicU64,
     /// Agent messages refused (bad Hello, bad report, unknown ack).
@@ -459,6 +461,7 @@ impl Stats {
                 failed: self.signal_total(SignalOutcome::Failed),
                 undeliverable: self.signal_total(SignalOutcome::Undeliverable),
                 timeout: self.signal_total(SignalOutcome::Timeout),
+                refused: self.signal_total(SignalOutcome::Refused),
                 audit_updates_dropped: get(&self.signal_updates_dropped),
                 agent_messages_rejected: get(&self.agent_messages_rejected),
             },
@@ -509,6 +512,8 @@ pub struct SignalStatsSnapshot {
     pub failed: u64,
     pub undeliverable: u64,
     pub timeout: u64,
+    /// Refused by the agent's peer without trying (see `Outcome::Refused`).
+    pub refused: u64,
     pub audit_updates_dropped: u64,
     pub agent_messages_rejected: u64,
 }

@@ -174,6 +174,13 @@ struct SignalsSummary {
     reconnect_interval: Option<String>,
     graceful_tunnel_closing: bool,
     storm_guard: crate::signals::reconnect::Guard,
+    /// Sidecars restarting their agents, across live replicas.
+    sidecars: usize,
+    /// Of the sidecars whose streams are on this replica, those in dry run:
+    /// every restart asked of them is refused, by design.
+    dry_run_sidecars: usize,
+    /// Signals the agents' peers refused without trying, since start.
+    refused: u64,
 }
 
 /// The fleet at a glance.
@@ -205,6 +212,9 @@ async fn summary(State(s): State<AppState>) -> Result<Json<SummaryResponse>, Api
                 .map(|d| humantime::format_duration(d).to_string()),
             graceful_tunnel_closing: set.graceful_tunnel_closing(),
             storm_guard: s.guard.borrow().clone(),
+            sidecars: s.hub.restarts().1,
+            dry_run_sidecars: s.hub.dry_run_sidecars(),
+            refused: s.stats.signal_total(crate::stats::SignalOutcome::Refused),
         },
         leadership: s.hub.leadership().borrow().clone(),
     }))

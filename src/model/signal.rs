@@ -24,6 +24,10 @@ named_enum! {
         Acked,
         /// The agent acknowledged it and could not do it.
         Failed,
+        /// The agent's peer did not try it, and said why: a dry run, a
+        /// cooldown, a restart already under way, or a target it could not
+        /// prove is the agent. Never counted as a failure.
+        Refused,
         /// No stream to the agent, or the stream closed before it was written.
         Undeliverable,
         /// No acknowledgement in time.

@@ -158,6 +158,8 @@ struct Conn {
     peer: String,
     /// A sidecar that restarts its agent instead of moving a tunnel.
     restart_only: bool,
+    /// A sidecar that only says what it would do.
+    dry_run: bool,
 }
 
 struct InFlight {
@@ -304,6 +306,12 @@ impl Hub {
             .collect()
     }
 
+    /// The sidecars whose streams are here that only say what they would
+    /// do (`dry_run`): their restarts are all refused.
+    pub fn dry_run_sidecars(&self) -> usize {
+        lock(&self.conns).values().filter(|c| c.dry_run).count()
+    }
+
     pub fn connected_agents(&self) -> Vec<String> {
         let mut v: Vec<String> = lock(&self.conns).keys().cloned().collect();
         v.sort();
@@ -385,6 +393,7 @@ impl Hub {
                 detail: String::new(),
                 latency_ms: None,
                 restart: false,
+                deadline: None,
             })
             .collect();
         // The row says whether the signal asks a sidecar for a restart,
@@ -395,6 +404,8 @@ impl Hub {
         for r in &mut rows {
             r.restart =
                 here.contains(&r.agent) || elsewhere.get(&r.agent).is_some_and(|h| h.restart_only);
+            // On the audit's clock, for every replica's sweep to read.
+            r.deadline = Some(stamp.saturating_add(self.ack_wait(r.restart)));
         }
         // With several replicas, a row this replica delivers itself is
         // claimed as it is recorded ('delivered', the time filled in when
@@ -560,24 +571,23 @@ impl Hub {
             );
             return;
         };
+        // A refusal says the peer did not try: it is its own outcome, and
+        // says nothing of whether restarts help (see `restart_ended`).
+        let (outcome, counted) = match (a.ok, a.refused) {
+            (true, _) => (Outcome::Acked, SignalOutcome::Acked),
+            (false, true) => (Outcome::Refused, SignalOutcome::Refused),
+            (false, false) => (Outcome::Failed, SignalOutcome::Failed),
+        };
         if f.restart {
-            self.restart_ended(a.ok);
+            self.restart_ended(match outcome {
+                Outcome::Acked => Some(true),
+                Outcome::Refused => None,
+                _ => Some(false),
+            });
         }
         let now = self.clock.now();
         let latency = now.since(f.created);
-        let outcome = if a.ok {
-            Outcome::Acked
-        } else {
-            Outcome::Failed
-        };
-        self.stats.signal(
-            f.kind,
-            if a.ok {
-                SignalOutcome::Acked
-            } else {
-                SignalOutcome::Failed
-            },
-        );
+        self.stats.signal(f.kind, counted);
         self.stats.hist.signal[f.kind as usize].record(latency.as_secs_f64());
         // The agent's words: bounded and cleaned before they reach the
         // audit, a span or a log line.
@@ -594,8 +604,10 @@ impl Hub {
                 detail = %text::excerpt(&detail),
             )
         });
-        if !a.ok {
+        if outcome == Outcome::Failed {
             info!(agent, id, detail = %text::excerpt(&detail), "agent could not carry out a signal");
+        } else if outcome == Outcome::Refused {
+            info!(agent, id, detail = %text::excerpt(&detail), "agent's peer refused a signal without trying it");
         }
         self.update(SignalUpdate::Outcome {
             id,
@@ -617,6 +629,7 @@ impl Hub {
         tx: mpsc::Sender<Box<pb::Signal>>,
         peer: &str,
         restart_only: bool,
+        dry_run: bool,
     ) -> Option<u64> {
         let id = self.next_conn.fetch_add(1, Ordering::Relaxed);
         let mut conns = lock(&self.conns);
@@ -636,6 +649,7 @@ impl Hub {
                 tx,
                 peer: peer.to_string(),
                 restart_only,
+                dry_run,
             },
         );
         let replaced = old.is_some();

@@ -128,6 +128,8 @@ pub fn outcome(o: Outcome) -> (&'static str, &'static str) {
     match o {
         Outcome::Acked => ("✓", "ok"),
         Outcome::Pending | Outcome::Delivered => ("…", "warn"),
+        // Not tried, by the peer's own choice: not a failure.
+        Outcome::Refused => ("⊘", "warn"),
         Outcome::Failed | Outcome::Undeliverable | Outcome::Timeout => ("✕", "bad"),
     }
 }

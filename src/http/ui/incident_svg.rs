@@ -149,7 +149,7 @@ pub fn timeline(
             x: x(s.created),
             class: match s.outcome {
                 Outcome::Acked => "acked",
-                Outcome::Pending | Outcome::Delivered => "pending",
+                Outcome::Pending | Outcome::Delivered | Outcome::Refused => "pending",
                 _ => "failed",
             },
             tip: format!(

@@ -68,6 +68,8 @@ pub struct Counts {
     /// of those restarts are awaiting their agent now.
     pub sidecars: usize,
     pub restarting: usize,
+    /// Sidecars here in dry run: they refuse every restart, by design.
+    pub dry_run: usize,
 }
 
 pub struct Banner {

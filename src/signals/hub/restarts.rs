@@ -52,10 +52,14 @@ impl Hub {
         Ok(())
     }
 
-    /// Records how a restart sent here ended: acked ready, or failed or
-    /// timed out.
-    pub(super) fn restart_ended(&self, ok: bool) {
+    /// Records how a restart sent here ended: `Some(true)` acked ready,
+    /// `Some(false)` tried and failed or timed out, `None` refused by the
+    /// sidecar without trying (a dry run, its cooldown, one already under
+    /// way, a target it could not prove): that frees its slot but is not
+    /// remembered, so it never pauses the fleet's restarts.
+    pub(super) fn restart_ended(&self, ok: Option<bool>) {
         self.restarting.fetch_sub(1, Ordering::Relaxed);
+        let Some(ok) = ok else { return };
         let mut last = lock(&self.last_restarts);
         if last.len() == RESTARTS_REMEMBERED {
             last.pop_front();

@@ -108,7 +108,7 @@ pub(super) async fn timeouts(hub: Arc<Hub>, stop: CancellationToken) {
         };
         for (id, f) in expired {
             if f.restart {
-                hub.restart_ended(false);
+                hub.restart_ended(Some(false));
             }
             hub.stats.signal(f.kind, SignalOutcome::Timeout);
             let _span = propagate::child(

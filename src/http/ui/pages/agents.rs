@@ -122,6 +122,7 @@ pub async fn agents(
                 waiting: counts.waiting_for_live_proxy,
                 sidecars: restarts.1,
                 restarting: restarts.0,
+                dry_run: st.hub.dry_run_sidecars(),
             },
         },
     ))

@@ -205,6 +205,7 @@ pub async fn overview_model(st: &AppState) -> Result<LiveOverview, UiError> {
             waiting: summary.agents.waiting_for_live_proxy,
             sidecars: restarts.1,
             restarting: restarts.0,
+            dry_run: st.hub.dry_run_sidecars(),
         },
         banners,
         causes: summary
