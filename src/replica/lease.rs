@@ -354,18 +354,30 @@ async fn notify(pool: &PgPool, channel: &str, payload: &str) -> Result<(), sqlx:
     Ok(())
 }
 
-/// Signals still `pending` or `delivered` that were created before
-/// `before` (by this replica's clock) become `timeout`: the replica that
-/// held their agent is gone, or nobody ever did. At most `limit` per call.
-pub async fn sweep_unanswered(pool: &PgPool, before: Ts, limit: i64) -> Result<u64, sqlx::Error> {
+/// Signals still `pending` or `delivered` become `timeout` once nobody can
+/// answer for them any more: the replica that held their agent is gone, or
+/// nobody ever did. An ordinary signal is swept when it was created before
+/// `before`; a restart, whose ack waits for its agent to turn ready, only
+/// once its own deadline (on the row) is `grace` past `now`. At most
+/// `limit` per call.
+pub async fn sweep_unanswered(
+    pool: &PgPool,
+    before: Ts,
+    (now, grace): (Ts, Duration),
+    limit: i64,
+) -> Result<u64, sqlx::Error> {
     let done = sqlx::query(
         "UPDATE signals SET outcome = 'timeout', \
            detail = 'no replica saw an ack before the deadline (the replica holding the agent is gone)' \
          WHERE id IN (SELECT id FROM signals WHERE outcome IN ('pending', 'delivered') \
-                      AND created_us < $1 ORDER BY created_us LIMIT $2)",
+                      AND ((restart = 0 AND created_us < $1) \
+                        OR (restart = 1 AND deadline_us IS NOT NULL AND deadline_us < $3) \
+                        OR (restart = 1 AND deadline_us IS NULL AND created_us < $1)) \
+                      ORDER BY created_us LIMIT $2)",
     )
     .bind(before.as_micros())
     .bind(limit)
+    .bind(now.saturating_sub(grace).as_micros())
     .execute(pool)
     .await?;
     Ok(done.rows_affected())

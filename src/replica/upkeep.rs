@@ -149,7 +149,8 @@ pub(super) async fn chores(p: Arc<Parts>, stop: CancellationToken) {
             .db_time
             .now()
             .saturating_sub(p.cfg.ack_timeout + p.cfg.lease);
-        match lease::sweep_unanswered(&p.pool, before, SWEEP_LIMIT).await {
+        let grace = (p.db_time.now(), p.cfg.lease);
+        match lease::sweep_unanswered(&p.pool, before, grace, SWEEP_LIMIT).await {
             Ok(0) => {}
             Ok(n) => {
                 Stats::add(&p.stats.signals_swept, n);

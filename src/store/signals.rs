@@ -37,6 +37,9 @@ pub struct SignalRecord {
     /// It asks the agent's sidecar to restart the agent (the peer holding
     /// the agent's stream is restart-only).
     pub restart: bool,
+    /// Until when its ack is awaited: `signals.restart_ack_timeout` after
+    /// it was made for a restart, `signals.ack_timeout` otherwise.
+    pub deadline: Option<Ts>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -54,6 +57,7 @@ struct Row {
     detail: String,
     latency_us: Option<i64>,
     restart: i64,
+    deadline_us: Option<i64>,
 }
 
 impl From<Row> for SignalRecord {
@@ -72,6 +76,7 @@ impl From<Row> for SignalRecord {
             detail: r.detail,
             latency_ms: r.latency_us.map(|us| us as f64 / 1000.0),
             restart: r.restart != 0,
+            deadline: r.deadline_us.map(Ts),
         }
     }
 }
@@ -164,7 +169,7 @@ pub async fn insert_fenced(
     let mut tx = pool.begin().await?;
     for chunk in rows.chunks(CHUNK) {
         let mut q = QueryBuilder::new(
-            "INSERT INTO signals (id, kind, agent, proxy, reason, requested_by, created_us, delivered_us, acked_us, outcome, detail, latency_us, restart) ",
+            "INSERT INTO signals (id, kind, agent, proxy, reason, requested_by, created_us, delivered_us, acked_us, outcome, detail, latency_us, restart, deadline_us) ",
         );
         q.push_values(chunk, |mut b, r| {
             b.push_bind(r.id)
@@ -179,7 +184,8 @@ pub async fn insert_fenced(
                 .push_bind(r.outcome)
                 .push_bind(r.detail.clone())
                 .push_bind(r.latency_ms.map(|ms| (ms * 1000.0) as i64))
-                .push_bind(i64::from(r.restart));
+                .push_bind(i64::from(r.restart))
+                .push_bind(r.deadline.map(|t| t.as_micros()));
         });
         q.build().execute(&mut *tx).await?;
     }
@@ -356,7 +362,7 @@ pub struct SignalFilter {
     pub limit: u32,
 }
 
-const COLUMNS: &str = "SELECT id, kind, agent, proxy, reason, requested_by, created_us, delivered_us, acked_us, outcome, detail, latency_us, restart FROM signals";
+const COLUMNS: &str = "SELECT id, kind, agent, proxy, reason, requested_by, created_us, delivered_us, acked_us, outcome, detail, latency_us, restart, deadline_us FROM signals";
 
 pub async fn list(db: &Db, f: &SignalFilter) -> Result<Vec<SignalRecord>, sqlx::Error> {
     on_pool!(db, pool => {

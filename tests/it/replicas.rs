@@ -461,7 +461,10 @@ async fn two_replicas_share_one_database_and_hand_over_cleanly() {
 
 /// Guards the leader's sweep: signals nobody will answer (their replica
 /// died holding them) become `timeout` once old enough, oldest first and
-/// at most a page at a time; answered and recent ones are left alone.
+/// at most a page at a time; answered and recent ones are left alone. A
+/// restart, whose ack waits for its agent to turn ready, is swept only
+/// once its own deadline on the row has passed by the grace, however old
+/// it is by the ordinary measure.
 #[tokio::test]
 async fn signals_nobody_will_answer_time_out_and_only_those() {
     let Some(db) = postgres_store("sweep").await else {
@@ -470,33 +473,62 @@ async fn signals_nobody_will_answer_time_out_and_only_those() {
     let Db::Postgres(pool) = &db else {
         panic!("a PostgreSQL store")
     };
-    for (id, created, outcome) in [
-        (1, 100, "delivered"),
-        (2, 200, "pending"),
-        (3, 300, "acked"),
-        (4, 5_000, "pending"),
+    for (id, created, outcome, restart, deadline) in [
+        (1, 100, "delivered", 0, Some(150)),
+        (2, 200, "pending", 0, None),
+        (3, 300, "acked", 0, None),
+        (4, 5_000, "pending", 0, None),
+        // A slow restart: old by the ordinary measure, its deadline ahead.
+        (5, 50, "delivered", 1, Some(90_000)),
+        // A restart whose deadline passed long ago.
+        (6, 400, "delivered", 1, Some(1_000)),
     ] {
         sqlx::query(
-            "INSERT INTO signals (id, kind, agent, proxy, reason, requested_by, created_us, outcome) \
-             VALUES ($1, 'reconnect', 'a1', '', 'test', 'auto', $2, $3)",
+            "INSERT INTO signals (id, kind, agent, proxy, reason, requested_by, created_us, outcome, restart, deadline_us) \
+             VALUES ($1, 'reconnect', 'a1', '', 'test', 'auto', $2, $3, $4, $5)",
         )
         .bind(id as i64)
         .bind(created as i64)
         .bind(outcome)
+        .bind(restart as i64)
+        .bind(deadline.map(|d: i64| d))
         .execute(pool)
         .await
         .unwrap();
     }
     let before = lifeline::Ts(1_000);
-    assert_eq!(lease::sweep_unanswered(pool, before, 1).await.unwrap(), 1);
-    assert_eq!(lease::sweep_unanswered(pool, before, 10).await.unwrap(), 1);
-    assert_eq!(lease::sweep_unanswered(pool, before, 10).await.unwrap(), 0);
+    let grace = (lifeline::Ts(10_000), Duration::from_millis(5));
+    assert_eq!(
+        lease::sweep_unanswered(pool, before, grace, 1)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        lease::sweep_unanswered(pool, before, grace, 10)
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(
+        lease::sweep_unanswered(pool, before, grace, 10)
+            .await
+            .unwrap(),
+        0
+    );
     let outcomes: Vec<(i64, String)> =
         sqlx::query_as("SELECT id, outcome FROM signals ORDER BY id")
             .fetch_all(pool)
             .await
             .unwrap();
-    let want = [(1, "timeout"), (2, "timeout"), (3, "acked"), (4, "pending")];
+    let want = [
+        (1, "timeout"),
+        (2, "timeout"),
+        (3, "acked"),
+        (4, "pending"),
+        (5, "delivered"),
+        (6, "timeout"),
+    ];
     assert_eq!(
         outcomes,
         want.map(|(i, o)| (i, o.to_string())).to_vec(),

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use lifeline_agent::config::{FileConfig, List, Method};
-use lifeline_agent::restart::Restarter;
+use lifeline_agent::restart::{Restarter, Verdict};
 use lifeline_agent::session;
 use serde_json::Value;
 use support::{Cluster, Running};
@@ -109,6 +109,24 @@ impl Drop for Teleport {
     }
 }
 
+/// The interpreter the stand-in Teleport runs in: what its
+/// `/proc/<pid>/exe` reads, so the sidecar's `teleport_bin` in these tests
+/// (a real Teleport's is `teleport`).
+fn standin_exe() -> PathBuf {
+    static EXE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    EXE.get_or_init(|| {
+        let out = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import os, sys; print(os.path.realpath(sys.executable))",
+            ])
+            .output()
+            .expect("python3 runs");
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    })
+    .clone()
+}
+
 /// The sidecar's file configuration for the running Lifeline.
 fn sidecar_file(c: &Running, t: &Teleport) -> FileConfig {
     let dir = t.dir();
@@ -122,6 +140,7 @@ fn sidecar_file(c: &Running, t: &Teleport) -> FileConfig {
         host_id: Some(HOST.into()),
         restart: Method::Pidfile,
         pid_file: t.pid_file.clone(),
+        teleport_bin: standin_exe(),
         diag_addr: Some(t.diag()),
         ready_timeout: Duration::from_secs(20),
         report_interval: Duration::from_millis(500),
@@ -237,11 +256,12 @@ async fn a_reconnect_restarts_the_agent_through_its_sidecar() {
     })
     .await;
 
-    // Within the cooldown: refused by the sidecar, nothing restarted.
+    // Within the cooldown: refused by the sidecar (not tried, so not a
+    // failure), nothing restarted.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let (status, body) = reconnect(&c).await;
     assert_eq!(status, 202, "{body}");
-    let row = outcome(&c, body["id"].as_i64().expect("id"), "failed").await;
+    let row = outcome(&c, body["id"].as_i64().expect("id"), "refused").await;
     assert!(
         row["detail"]
             .as_str()
@@ -318,10 +338,12 @@ async fn systemd_reloads_the_unit_and_a_dry_run_only_says_so() {
         .expect("checks"),
     );
     let done = dry.restart("a test").await;
-    assert!(!done.ok);
+    assert_eq!(done.verdict, Verdict::Refused);
     assert!(
-        done.detail
-            .contains("dry run: would restart the agent (systemd reload teleport.service)"),
+        done.detail.contains(&format!(
+            "dry run: would restart the agent (systemd reload teleport.service, PID {})",
+            t.pid().expect("pid")
+        )),
         "{done:?}"
     );
     assert!(!calls.exists(), "a dry run runs nothing");
@@ -329,7 +351,7 @@ async fn systemd_reloads_the_unit_and_a_dry_run_only_says_so() {
     let before = t.pid();
     let r = Restarter::new(&base.check().expect("checks"));
     let done = r.restart("a test").await;
-    assert!(done.ok, "{done:?}");
+    assert!(done.ok(), "{done:?}");
     assert_eq!(
         std::fs::read_to_string(&calls).expect("calls").trim(),
         "reload teleport.service"
@@ -522,6 +544,16 @@ async fn a_bad_join_token_or_certificate_fails_clearly() {
         !text.contains("not-the-token"),
         "the token never appears: {text}"
     );
+    // The token file rotated in place: the next dial reads it again, with
+    // no restart of the sidecar.
+    std::fs::write(
+        cfg.credentials.token_file.as_ref().expect("a token file"),
+        format!("{}\n", lifeline::sim::SIM_JOIN_TOKEN),
+    )
+    .expect("rotate");
+    session::once(&addr, &cfg)
+        .await
+        .expect("the rotated token is read at the next dial");
 
     // Lifeline's certificate from a CA the sidecar does not trust.
     let other = lifeline::sim::pki::Ca::new("another CA").expect("CA");
@@ -563,6 +595,195 @@ async fn a_bad_join_token_or_certificate_fails_clearly() {
     let e = missing.check().expect_err("no host id").to_string();
     assert!(e.starts_with("host_id:") && e.contains("host_uuid"), "{e}");
     assert_eq!(lifeline_agent::EXIT_CONFIG, 78);
+}
+
+/// A manual reconnect, admitted once the manual rate limit lets it; the
+/// signal's id.
+async fn admitted(c: &Running) -> i64 {
+    let sent = std::sync::Mutex::new(None);
+    c.eventually("a manual reconnect admitted", || async {
+        let (status, body) = reconnect(c).await;
+        let id = body["id"].as_i64().filter(|_| status == 202);
+        *sent.lock().expect("lock") = id;
+        id.is_some()
+    })
+    .await;
+    let id = *sent.lock().expect("lock");
+    id.expect("id")
+}
+
+/// The sidecar's stream for HOST is open on `c`.
+async fn stream_open(c: &Running) {
+    until(c, "the sidecar's stream open", || {
+        c.ll().hub.reachable(HOST)
+    })
+    .await;
+}
+
+/// Refusals are not failures: between real failures, a dry-run sidecar's
+/// refusals neither pause automatic restarts nor break the run of
+/// failures; only the third failure that was tried pauses them.
+#[tokio::test]
+async fn refusals_never_pause_restarts_only_tried_failures_do() {
+    let (c, t, stop) = setup(0.0, true, |f| {
+        f.ready_timeout = Duration::from_millis(500);
+        f.cooldown = Duration::ZERO;
+    })
+    .await;
+    for _ in 0..2 {
+        outcome(&c, admitted(&c).await, "failed").await;
+    }
+    stop.cancel();
+    until(&c, "the acting sidecar gone", || {
+        !c.ll().hub.reachable(HOST)
+    })
+    .await;
+    let dry = CancellationToken::new();
+    let cfg = FileConfig {
+        dry_run: true,
+        ..sidecar_file(&c, &t)
+    }
+    .check()
+    .expect("checks");
+    tokio::spawn(session::run(cfg, dry.clone()));
+    stream_open(&c).await;
+    for _ in 0..3 {
+        let row = outcome(&c, admitted(&c).await, "refused").await;
+        assert!(
+            row["detail"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("dry run: would restart"),
+            "{row}"
+        );
+    }
+    let summary = c.ok("/api/v1/summary").await;
+    assert!(
+        summary["signals"]["storm_guard"]["restarts_paused"].is_null(),
+        "two failures and three refusals do not pause: {summary}"
+    );
+    assert!(
+        summary["signals"]["refused"].as_u64().unwrap_or(0) >= 3,
+        "{summary}"
+    );
+    let (_, html) = c.get_text(&format!("/agents/{HOST}")).await;
+    assert!(html.contains("(dry run)"), "the agent page says so");
+    let (_, html) = c.get_text("/signals?outcome=refused").await;
+    assert!(
+        html.contains("dry run: would restart"),
+        "the Signals page lists them"
+    );
+    let metrics = c.get_text("/metrics").await.1;
+    assert!(
+        metrics.contains(r#"lifeline_signals_total{kind="reconnect",outcome="refused"} 3"#),
+        "{metrics}"
+    );
+    dry.cancel();
+    until(&c, "the dry-run sidecar gone", || {
+        !c.ll().hub.reachable(HOST)
+    })
+    .await;
+    let acting = CancellationToken::new();
+    let cfg = FileConfig {
+        ready_timeout: Duration::from_millis(500),
+        cooldown: Duration::ZERO,
+        ..sidecar_file(&c, &t)
+    }
+    .check()
+    .expect("checks");
+    tokio::spawn(session::run(cfg, acting.clone()));
+    stream_open(&c).await;
+    outcome(&c, admitted(&c).await, "failed").await;
+    c.eventually(
+        "the third failure tried pauses automatic restarts",
+        || async {
+            c.ok("/api/v1/summary").await["signals"]["storm_guard"]["restarts_paused"]
+                .as_str()
+                .is_some_and(|s| s.contains("the last 3 restarts did not bring their agents back"))
+        },
+    )
+    .await;
+    acting.cancel();
+}
+
+/// The PID file names a live process that is not Teleport (Teleport
+/// crashed and its PID went to another): the sidecar refuses and says
+/// what the process is; nothing is signalled.
+#[tokio::test]
+async fn a_pid_file_naming_another_process_is_refused_and_nothing_is_signalled() {
+    let (c, t, stop) = setup(0.5, false, |f| f.teleport_bin = PathBuf::from("teleport")).await;
+    let pid = t.pid().expect("pid");
+    let row = outcome(&c, admitted(&c).await, "refused").await;
+    let detail = row["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.starts_with(&format!("not restarting: PID {pid} is /"))
+            && detail.ends_with(", not teleport"),
+        "{row}"
+    );
+    assert_eq!(t.starts(), 1, "nothing restarted");
+    assert_eq!(t.pid(), Some(pid), "the process still runs");
+    stop.cancel();
+}
+
+/// A restart whose agent takes long to turn ready (12 s here, minutes on a
+/// large cluster) is acked, not swept: the leader's sweep of unanswered
+/// signals (every few seconds, for signals older than `ack_timeout` plus
+/// the lease: 2 s here) leaves a restart until its own deadline on the
+/// row, `restart_ack_timeout`.
+#[tokio::test]
+async fn a_slow_restart_is_acked_not_swept_as_a_timeout() {
+    let Some(store) = support::Store::postgres("slow_restart").await else {
+        return;
+    };
+    let c = Cluster::new()
+        .agents(2)
+        .tls(false)
+        .store(store)
+        .config(|cfg| {
+            cfg.storage.replica = Some("replica-a".into());
+            cfg.storage.leader_lease = Duration::from_secs(1);
+            cfg.signals.auto_reconnect = false;
+            cfg.signals.ack_timeout = Duration::from_secs(1);
+            cfg.signals.restart_ack_timeout = Duration::from_secs(60);
+        })
+        .start()
+        .await;
+    let t = Teleport::started(12.0, false).await;
+    let stop = CancellationToken::new();
+    let cfg = FileConfig {
+        ready_timeout: Duration::from_secs(40),
+        ..sidecar_file(&c, &t)
+    }
+    .check()
+    .expect("checks");
+    tokio::spawn(session::run(cfg, stop.clone()));
+    stream_open(&c).await;
+    let id = admitted(&c).await;
+    let row = c.ok(&format!("/api/v1/signals/{id}")).await;
+    let (created, deadline) = (&row["created"], &row["deadline"]);
+    assert!(
+        deadline.is_string() && deadline != created,
+        "the row carries its own deadline: {row}"
+    );
+    // Past the ordinary sweep's reach, still awaited.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let row = c.ok(&format!("/api/v1/signals/{id}")).await;
+    assert_eq!(row["outcome"], "delivered", "not swept: {row}");
+    c.eventually("the slow restart answered", || async {
+        let row = c.ok(&format!("/api/v1/signals/{id}")).await;
+        !matches!(row["outcome"].as_str(), Some("pending" | "delivered"))
+    })
+    .await;
+    let row = c.ok(&format!("/api/v1/signals/{id}")).await;
+    assert_eq!(row["outcome"], "acked", "{row}");
+    assert!(
+        row["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("ready after 1"),
+        "{row}"
+    );
+    stop.cancel();
 }
 
 /// Three restarts in a row whose agent never turned ready pause automatic
@@ -643,7 +864,7 @@ async fn exec_and_teleport_debug_readyz_without_a_diag_address() {
     let before = t.pid();
     assert_eq!(seen.pid, before);
     let done = r.restart("a test").await;
-    assert!(done.ok, "{done:?}");
+    assert!(done.ok(), "{done:?}");
     assert!(done.detail.starts_with("restarted (exec sh -c"), "{done:?}");
     assert_ne!(t.pid(), before);
     assert_eq!(t.starts(), 2);

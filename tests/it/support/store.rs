@@ -62,6 +62,7 @@ pub fn signal_row(
         detail: String::new(),
         latency_ms: None,
         restart: false,
+        deadline: None,
     }
 }
 
