@@ -64,9 +64,14 @@ pub async fn open(db: &Db) -> Result<(Vec<IncidentRow>, i64), sqlx::Error> {
     let mut q = QueryBuilder::new(COLUMNS);
     q.push(" WHERE ended_us IS NULL ORDER BY id");
     let rows: Vec<Row> = q.build_query_as().fetch_all(pool).await?;
-    let max: Option<i64> = sqlx::query_scalar("SELECT MAX(id) FROM incidents")
-        .fetch_one(pool)
-        .await?;
+    // Above every id ever written, not only those still kept: pruning
+    // never hands an id out again.
+    let max: Option<i64> = sqlx::query_scalar(
+        "SELECT MAX(v) FROM (SELECT MAX(id) AS v FROM incidents \
+         UNION ALL SELECT value FROM id_high_water WHERE name = 'incidents') AS ids",
+    )
+    .fetch_one(pool)
+    .await?;
     Ok((
         rows.into_iter().filter_map(Row::into_row).collect(),
         max.unwrap_or(0) + 1,

@@ -442,3 +442,30 @@ async fn a_settings_change_on_postgres_waits_for_another_replicas() {
     let seen = support::bounded("the second change", second).await.unwrap();
     assert_eq!(seen, Some(new), "it reads what the first committed");
 }
+
+on_both_engines! {
+/// Incident ids never go back: with the newest incidents pruned and the
+/// store opened again, the next id is still above every id handed out, so
+/// an old postmortem's link never opens another incident.
+#[tokio::test]
+async fn pruning_the_newest_incidents_never_hands_their_ids_out_again(store) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = store.open(dir.path()).await;
+    support::sql_exec(
+        &db,
+        "INSERT INTO incidents (id, cause, resource, started_us, ended_us, peak_stranded, peak_degraded, agents, signals, stranded_us) \
+         VALUES (1, 'proxy_expired', 'p1', 1, 2, 1, 0, 1, 0, 0), (2, 'proxy_expired', 'p1', 3, 4, 1, 0, 1, 0, 0), \
+                (3, 'proxy_expired', 'p2', 5, 6, 1, 0, 1, 0, 0), (4, 'proxy_expired', 'p3', 7, 8, 1, 0, 1, 0, 0)",
+    )
+    .await;
+    support::sql_exec(&db, "DELETE FROM incidents WHERE id >= 2").await;
+    db.close().await;
+    let db = store.open(dir.path()).await;
+    let (open, next) = lifeline::store::incidents::open(&db).await.unwrap();
+    assert!(open.is_empty());
+    assert_eq!(next, 5, "above the pruned incident 4");
+    support::sql_exec(&db, "DELETE FROM incidents").await;
+    let (_, next) = lifeline::store::incidents::open(&db).await.unwrap();
+    assert_eq!(next, 5, "even with none left");
+}
+}
