@@ -26,6 +26,7 @@ pub mod incidents;
 mod io;
 mod lead;
 mod names;
+mod quantiles;
 mod resync;
 pub mod schedule;
 mod settle;

@@ -11,6 +11,7 @@
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
+use super::quantiles::Recoveries;
 use crate::clock::Ts;
 use crate::model::{AgentState, Cause, CauseKind};
 use crate::store::IncidentRow;
@@ -30,8 +31,9 @@ struct Open {
     stranded: u32,
     degraded: u32,
     affected: HashSet<String>,
-    /// Each recovered agent's time from joining to healthy, in µs.
-    recoveries: Vec<i64>,
+    /// Each recovered agent's time from joining to healthy, in µs: fixed
+    /// memory, however many recover.
+    recoveries: Recoveries,
 }
 
 #[derive(Debug)]
@@ -209,7 +211,8 @@ impl Incidents {
             o.row.stranded_us = o.row.stranded_us.saturating_add(us);
         }
         if recovered {
-            o.recoveries.push(at.since(m.since).as_micros() as i64);
+            o.recoveries
+                .record(i64::try_from(at.since(m.since).as_micros()).unwrap_or(i64::MAX));
         }
         if o.stranded + o.degraded == 0 {
             if let Some(o) = self.open.remove(&m.key) {
@@ -340,7 +343,7 @@ impl Open {
             stranded: 0,
             degraded: 0,
             affected: HashSet::default(),
-            recoveries: Vec::new(),
+            recoveries: Recoveries::default(),
         }
     }
 
@@ -358,11 +361,9 @@ impl Open {
     /// The row of the incident ended at `at`, with its recovery figures.
     fn end(mut self, at: Ts) -> IncidentRow {
         self.row.ended = Some(at.max(self.row.started));
-        let r = &mut self.recoveries;
-        r.sort_unstable();
-        if let (Some(mid), Some(max)) = (r.get(r.len().saturating_sub(1) / 2), r.last()) {
-            self.row.recover_p50_us = Some(*mid);
-            self.row.recover_max_us = Some(*max);
+        if let Some(mid) = self.recoveries.p50() {
+            self.row.recover_p50_us = Some(mid);
+            self.row.recover_max_us = Some(self.recoveries.max());
         }
         self.row
     }
@@ -410,7 +411,9 @@ mod tests {
         inc.set("a2", AgentState::Healthy, None, t(40), &mut rows);
         let end = rows.last().cloned().expect("a row");
         assert_eq!(end.ended, Some(t(40)));
-        assert_eq!(end.recover_p50_us, Some(10_000_000));
+        // The median within 1/32 (fixed memory), the max exact.
+        let p50 = end.recover_p50_us.expect("a median");
+        assert!((p50 - 10_000_000).abs() <= 10_000_000 / 32, "{p50}");
         assert_eq!(end.recover_max_us, Some(29_000_000));
         // a1 stranded 10 s; a2 stranded from 12 to 40.
         assert_eq!(end.stranded_us, 38_000_000);
