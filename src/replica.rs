@@ -79,14 +79,28 @@ impl ReplicaConfig {
 fn default_name(http: std::net::SocketAddr) -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty() && !h.contains(char::is_whitespace))
-        .unwrap_or_else(|| "lifeline".into());
-    let mut name = format!("{host}:{}", http.port());
-    name.truncate(crate::config::MAX_REPLICA_NAME);
+        .or_else(|| std::env::var("HOSTNAME").ok());
+    name_from(host.as_deref(), http.port())
+}
+
+/// `<host>:<port>`, at most `MAX_REPLICA_NAME` bytes, cut at a character
+/// boundary (a hostname may be UTF-8: its 63rd byte may fall inside a
+/// character); a host that is empty, has whitespace or control characters
+/// is `lifeline`.
+fn name_from(host: Option<&str>, port: u16) -> String {
+    let host = host
+        .map(str::trim)
+        .filter(|h| !h.is_empty() && !h.chars().any(|c| c.is_whitespace() || c.is_control()))
+        .unwrap_or("lifeline");
+    let mut name = format!("{host}:{port}");
+    let mut cut = name.len().min(crate::config::MAX_REPLICA_NAME);
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    name.truncate(cut);
     name
 }
+
 
 /// How often the leader renews, as a share of the lease: four renewals
 /// may fail before it steps down.
@@ -285,4 +299,29 @@ async fn start(
         tokio::spawn(upkeep::chores(p, stop).instrument(info_span!("replica.chores"))),
     ];
     Ok((tasks, departure))
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::name_from;
+    use crate::config::MAX_REPLICA_NAME;
+
+    #[test]
+    fn a_long_non_ascii_hostname_is_cut_at_a_character_boundary() {
+        // 70 bytes: 35 two-byte characters, so byte 63 falls inside one.
+        let host = "é".repeat(35);
+        assert_eq!(host.len(), 70);
+        let name = name_from(Some(&host), 8080);
+        assert!(name.len() <= MAX_REPLICA_NAME, "{name}");
+        assert!(name.chars().all(|c| c == 'é'), "{name}");
+        for cut in 0..4 {
+            let host = format!("{}{}", "a".repeat(cut), "€".repeat(30));
+            let name = name_from(Some(&host), 1);
+            assert!(name.len() <= MAX_REPLICA_NAME && name.starts_with(&"a".repeat(cut)));
+        }
+        assert_eq!(name_from(Some("web-1\n"), 80), "web-1:80");
+        assert_eq!(name_from(Some("a b"), 80), "lifeline:80");
+        assert_eq!(name_from(Some("a\u{7}b"), 80), "lifeline:80");
+        assert_eq!(name_from(None, 80), "lifeline:80");
+    }
 }

@@ -396,17 +396,27 @@ async fn sign_in_gives_a_strict_session_cookie() {
         .await
         .expect("answer");
     assert_eq!(r.status().as_u16(), 401);
-    // An unsigned-in page GET needing no role is fine; an open redirect is not.
-    let r = client
-        .get(format!("{base}/signin?next=//evil.example"))
-        .send()
-        .await
-        .expect("answer");
-    assert!(r
-        .text()
-        .await
-        .unwrap_or_default()
-        .contains("name=\"next\" value=\"/\""));
+    // An unsigned-in page GET needing no role is fine; an open redirect is
+    // not, however the browser would be led to read `//host`.
+    for next in [
+        "//evil.example",
+        "/%09/evil.example",
+        "/%5Cevil.example",
+        "https://evil.example",
+    ] {
+        let r = client
+            .get(format!("{base}/signin?next={next}"))
+            .send()
+            .await
+            .expect("answer");
+        assert!(
+            r.text()
+                .await
+                .unwrap_or_default()
+                .contains("name=\"next\" value=\"/\""),
+            "{next} was kept"
+        );
+    }
 
     let out = client
         .post(format!("{base}/signout"))

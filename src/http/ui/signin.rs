@@ -31,11 +31,58 @@ pub struct NextQuery {
     next: Option<String>,
 }
 
-/// Only a path on this site: never `//host` or another scheme.
+/// Only a path on this site: never `//host` or another scheme. Browsers
+/// drop tabs and newlines from a `Location` and read `\\` as `/`, so
+/// `/\t/evil.com` and `/\\evil.com` are `//evil.com` to them: a path with a
+/// control character, whitespace, a backslash or `//` anywhere is refused.
 fn safe_next(next: Option<&str>) -> String {
     match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.to_string(),
+        Some(n)
+            if n.starts_with('/')
+                && n.len() <= 2048
+                && !n.contains("//")
+                && !n
+                    .chars()
+                    .any(|c| c.is_control() || c.is_whitespace() || c == '\\') =>
+        {
+            n.to_string()
+        }
         _ => "/".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::safe_next;
+
+    #[test]
+    fn next_is_a_path_on_this_site_only() {
+        for bad in [
+            "/\t/evil.com",
+            "/\n/evil.com",
+            "/ /evil.com",
+            "/\u{a0}/evil.com",
+            "/\\evil.com",
+            "/\\/evil.com",
+            "//evil.com",
+            "///evil.com",
+            "/agents//evil.com",
+            "https://evil.com",
+            "javascript:alert(1)",
+            "evil.com",
+            "",
+        ] {
+            assert_eq!(safe_next(Some(bad)), "/", "{bad:?} was taken");
+        }
+        assert_eq!(safe_next(None), "/");
+        for good in [
+            "/",
+            "/agents/agent-1",
+            "/signals?outcome=refused&limit=5",
+            "/incidents/3#timeline",
+        ] {
+            assert_eq!(safe_next(Some(good)), good);
+        }
     }
 }
 
