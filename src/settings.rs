@@ -156,6 +156,14 @@ pub enum SettingsError {
     },
     #[error("overwriting {name}, which the config file manages, needs the create role as well as update")]
     NeedsCreate { name: &'static str },
+    /// Shortening a retention erases history at the next prune (the audit
+    /// of the caller's own signals among it): more than `update` may do.
+    #[error("shortening {name} from {from} to {to} erases what is kept; it needs the create role as well as update")]
+    ShortenNeedsCreate {
+        name: &'static str,
+        from: String,
+        to: String,
+    },
     #[error("database error: {0}")]
     Db(#[from] sqlx::Error),
 }
@@ -681,8 +689,12 @@ impl Settings {
         flags: PutFlags,
         actor: &str,
     ) -> Result<SettingView, SettingsError> {
-        self.change(name, value, Origin::Dynamic, actor, |from| {
-            match (from, flags.force, flags.confirm) {
+        self.change(
+            name,
+            value,
+            Origin::Dynamic,
+            (actor, flags.may_create),
+            |from| match (from, flags.force, flags.confirm) {
                 (Origin::Defaults, ..) => Ok(SettingAction::Create),
                 (o, false, _) => Err(SettingsError::AlreadyExists {
                     name: name.as_str(),
@@ -699,18 +711,25 @@ impl Settings {
                     })
                 }
                 (Origin::ConfigFile, true, true) => Ok(SettingAction::Confirm),
-            }
-        })
+            },
+        )
         .await
     }
 
     /// `rm` in RFD 0016's terms: back to the default, origin `defaults`.
-    pub async fn reset(&self, name: Name, actor: &str) -> Result<SettingView, SettingsError> {
+    /// `may_create`: the caller holds the `create` role (a reset that
+    /// shortens a retention needs it).
+    pub async fn reset(
+        &self,
+        name: Name,
+        actor: &str,
+        may_create: bool,
+    ) -> Result<SettingView, SettingsError> {
         self.change(
             name,
             &default_value(name),
             Origin::Defaults,
-            actor,
+            (actor, may_create),
             |from| match from {
                 Origin::ConfigFile => Err(SettingsError::RmManagedByConfigFile {
                     name: name.as_str(),
@@ -730,10 +749,24 @@ impl Settings {
         name: Name,
         value: &Value,
         origin: Origin,
-        actor: &str,
+        (actor, may_create): (&str, bool),
         decide: impl FnOnce(Origin) -> Result<SettingAction, SettingsError>,
     ) -> Result<SettingView, SettingsError> {
         let (canonical, parsed) = parse(name, value, Form::Api)?;
+        let now = match parsed {
+            Parsed::Retention(_) => Some(self.live.retention()),
+            Parsed::AuditRetention(_) => Some(self.live.audit_retention()),
+            _ => None,
+        };
+        if let (Some(from), Parsed::Retention(to) | Parsed::AuditRetention(to)) = (now, &parsed) {
+            if *to < from && !may_create {
+                return Err(SettingsError::ShortenNeedsCreate {
+                    name: name.as_str(),
+                    from: duration_text(from),
+                    to: duration_text(*to),
+                });
+            }
+        }
         let _one = self.write.lock().await;
         let mut tx = rows::begin_change(&self.db).await?;
         let old = tx.get(name.as_str()).await?;

@@ -169,7 +169,7 @@ impl From<crate::settings::SettingsError> for ApiError {
                 code: "managed_by_config_file",
                 message,
             },
-            E::NeedsCreate { .. } => ApiError::Forbidden {
+            E::NeedsCreate { .. } | E::ShortenNeedsCreate { .. } => ApiError::Forbidden {
                 code: "forbidden",
                 message,
             },

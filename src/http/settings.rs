@@ -166,5 +166,9 @@ async fn remove(
     caller: Caller,
 ) -> Result<Json<SettingView>, ApiError> {
     let name = Settings::name(&name)?;
-    Ok(Json(s.settings.reset(name, &caller.actor()).await?))
+    Ok(Json(
+        s.settings
+            .reset(name, &caller.actor(), caller.has(Role::Create))
+            .await?,
+    ))
 }

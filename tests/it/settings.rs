@@ -469,3 +469,52 @@ async fn a_reload_never_undoes_a_change_it_raced(store) {
     }
 }
 }
+
+/// Shortening a retention erases what is kept at the next prune, the
+/// audit of one's own reconnects among it: an `update` token may lengthen
+/// `retention` and `audit_retention` but not shorten them, by a PUT or by
+/// a reset to a shorter default; a `create` token may, and the setting's
+/// audit names who did it.
+#[tokio::test(start_paused = true)]
+async fn shortening_a_retention_needs_the_create_role() {
+    let c = Cluster::new().quiet().start().await;
+    let path = "/api/v1/settings/audit_retention";
+    let (s, v) = put(&c, path, UPDATER, r#"{"value":"400d"}"#).await;
+    assert_eq!(s, 200, "lengthening is an update: {v}");
+    let (s, v) = put(&c, path, UPDATER, r#"{"value":"1h"}"#).await;
+    assert_eq!(s, 403, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("shortening audit_retention from 400d to 1h")
+                && m.contains("create role")),
+        "{v}"
+    );
+    let (s, v) = c.call(Method::DELETE, path, Some(UPDATER), None).await;
+    assert_eq!(s, 403, "a reset to the shorter default shortens too: {v}");
+    let (s, v) = put(
+        &c,
+        "/api/v1/settings/retention",
+        UPDATER,
+        r#"{"value":"1m"}"#,
+    )
+    .await;
+    assert_eq!(s, 403, "{v}");
+    let (s, v) = c
+        .call(
+            Method::PUT,
+            &format!("{path}?force=true"),
+            Some(ADMIN),
+            Some(r#"{"value":"1h"}"#),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let (_, one) = c.get(path).await;
+    assert_eq!(one["history"][0]["new_value"], "\"1h\"", "{one}");
+    let by = one["history"][0]["actor"].as_str().unwrap_or_default();
+    assert!(
+        by.contains("admin"),
+        "the audit names who shortened it: {one}"
+    );
+    c.shutdown().await;
+}

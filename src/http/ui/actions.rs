@@ -233,7 +233,11 @@ pub async fn reset_setting(
     let name = crate::settings::Settings::name(&name).map_err(|e| with(e.into()))?;
     let view = st
         .settings
-        .reset(name, &caller.actor())
+        .reset(
+            name,
+            &caller.actor(),
+            caller.has(crate::config::Role::Create),
+        )
         .await
         .map_err(|e| with(e.into()))?;
     info!(setting = name.as_str(), actor = %caller.actor(), "setting reset from the dashboard");
