@@ -204,6 +204,8 @@ pub struct Access {
     reconnects: KeyedLimiter,
     /// Dashboard sign-in attempts per client address.
     sign_ins: KeyedLimiter,
+    /// `access.trusted_proxies`: whose `X-Forwarded-For` is read.
+    trusted_proxies: Vec<ipnet::IpNet>,
 }
 
 /// Sign-in attempts one client address may make in a row, and how often
@@ -214,7 +216,45 @@ pub const SIGN_IN_EVERY: Duration = Duration::from_secs(6);
 /// Session cookie name.
 pub const SESSION_COOKIE: &str = "lifeline_session";
 
+/// Longest `X-Forwarded-For` read, and most hops walked in it.
+const MAX_FORWARDED_LEN: usize = 4096;
+const MAX_FORWARDED_HOPS: usize = 32;
+
 impl Access {
+    /// The client a request is from, for the per-address limits: the
+    /// connection's address, unless that is one of `access.trusted_proxies`;
+    /// then `X-Forwarded-For` is walked from its right end (the hop the
+    /// trusted proxy added) past every trusted proxy, and the first other
+    /// address is the client. A header that is absent, too long or not a
+    /// list of addresses leaves the connection's address.
+    pub fn client_ip(
+        &self,
+        peer: std::net::IpAddr,
+        forwarded_for: Option<&axum::http::HeaderValue>,
+    ) -> std::net::IpAddr {
+        let trusted = |ip: &std::net::IpAddr| self.trusted_proxies.iter().any(|n| n.contains(ip));
+        if self.trusted_proxies.is_empty() || !trusted(&peer) {
+            return peer;
+        }
+        let Some(text) = forwarded_for
+            .filter(|v| v.len() <= MAX_FORWARDED_LEN)
+            .and_then(|v| v.to_str().ok())
+        else {
+            return peer;
+        };
+        let mut client = peer;
+        for hop in text.rsplit(',').take(MAX_FORWARDED_HOPS) {
+            let Ok(ip) = hop.trim().parse::<std::net::IpAddr>() else {
+                return client;
+            };
+            client = ip;
+            if !trusted(&ip) {
+                return ip;
+            }
+        }
+        client
+    }
+
     /// Builds from a validated config (hashes are 64 hex digits).
     /// [`Self::new`], saying what an operator should know: without API
     /// tokens everything is read-only, without join tokens no agent can
@@ -260,6 +300,7 @@ impl Access {
                 })
                 .collect(),
             identity: cfg.agent_identity,
+            trusted_proxies: cfg.trusted_proxies(),
             read_requires_token: cfg.read_requires_token,
             session_key,
             session_ttl: cfg.session_ttl,
@@ -437,6 +478,71 @@ pub fn join_check(
 mod tests {
     use super::*;
     use crate::config::TokenConfig;
+
+    #[test]
+    fn forwarded_for_is_read_only_from_a_trusted_proxy() {
+        use axum::http::HeaderValue;
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        let xff = |s: &str| HeaderValue::from_str(s).unwrap();
+        let none = Access::new(&AccessConfig::default(), Clock::system());
+        assert_eq!(
+            none.client_ip(ip("10.0.0.5"), Some(&xff("203.0.113.9"))),
+            ip("10.0.0.5"),
+            "no trusted proxies: the header is never read"
+        );
+        let behind = Access::new(
+            &AccessConfig {
+                trusted_proxies: vec!["10.0.0.0/8".into(), "192.0.2.7".into()],
+                ..AccessConfig::default()
+            },
+            Clock::system(),
+        );
+        // From a trusted proxy: the right-most address that is not one.
+        assert_eq!(
+            behind.client_ip(ip("10.0.0.5"), Some(&xff("198.51.100.1, 203.0.113.9, 192.0.2.7"))),
+            ip("203.0.113.9"),
+            "a client's own claim on the left is not believed"
+        );
+        assert_eq!(
+            behind.client_ip(ip("10.0.0.5"), Some(&xff("203.0.113.9"))),
+            ip("203.0.113.9")
+        );
+        // From anyone else: the connection's address.
+        assert_eq!(
+            behind.client_ip(ip("198.51.100.1"), Some(&xff("203.0.113.9"))),
+            ip("198.51.100.1")
+        );
+        // Absent, garbage or over-long: the proxy's own address, never a
+        // panic.
+        assert_eq!(behind.client_ip(ip("10.0.0.5"), None), ip("10.0.0.5"));
+        assert_eq!(
+            behind.client_ip(ip("10.0.0.5"), Some(&xff("not-an-ip"))),
+            ip("10.0.0.5")
+        );
+        assert_eq!(
+            behind.client_ip(ip("10.0.0.5"), Some(&xff(&"1.2.3.4,".repeat(2000)))),
+            ip("10.0.0.5")
+        );
+        // Every hop trusted: the left-most.
+        assert_eq!(
+            behind.client_ip(ip("10.0.0.5"), Some(&xff("10.1.1.1, 10.2.2.2"))),
+            ip("10.1.1.1")
+        );
+        let mut bad = AccessConfig {
+            trusted_proxies: vec!["10.0.0.0/33".into()],
+            ..AccessConfig::default()
+        };
+        let e = crate::config::Config {
+            access: bad.clone(),
+            ..crate::config::Config::default()
+        }
+        .validate()
+        .expect_err("a bad CIDR")
+        .to_string();
+        assert!(e.contains("access.trusted_proxies[0]"), "{e}");
+        bad.trusted_proxies = vec!["::1".into()];
+        assert_eq!(bad.trusted_proxies().len(), 1);
+    }
 
     fn access(clock: Clock) -> Access {
         Access::new(

@@ -121,6 +121,12 @@ pub struct AccessConfig {
     /// How long a dashboard sign-in lasts.
     #[serde(with = "humantime_serde")]
     pub session_ttl: Duration,
+    /// The reverse proxies and load balancers in front of Lifeline, as
+    /// CIDRs (`10.0.0.0/8`, `192.0.2.7/32`). Only a request from one of
+    /// them has its `X-Forwarded-For` read, for the per-address limits
+    /// (sign-in attempts, live streams). Empty (the default): the
+    /// connection's own address always, so no client can claim another's.
+    pub trusted_proxies: Vec<String>,
 }
 
 impl Default for AccessConfig {
@@ -132,6 +138,7 @@ impl Default for AccessConfig {
             read_requires_token: false,
             manual_reconnect_interval: Duration::from_secs(10),
             session_ttl: Duration::from_secs(12 * 3600),
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -147,8 +154,36 @@ pub fn valid_token_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
+/// Most entries of `access.trusted_proxies`.
+pub const MAX_TRUSTED_PROXIES: usize = 256;
+
 impl AccessConfig {
+    /// `access.trusted_proxies`, parsed (a validated config parses).
+    pub fn trusted_proxies(&self) -> Vec<ipnet::IpNet> {
+        self.trusted_proxies
+            .iter()
+            .filter_map(|c| parse_cidr(c))
+            .collect()
+    }
+
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        if self.trusted_proxies.len() > MAX_TRUSTED_PROXIES {
+            return Err(invalid(
+                "access.trusted_proxies",
+                format!("at most {MAX_TRUSTED_PROXIES} entries"),
+            ));
+        }
+        for (i, c) in self.trusted_proxies.iter().enumerate() {
+            if parse_cidr(c).is_none() {
+                return Err(invalid(
+                    format!("access.trusted_proxies[{i}]"),
+                    format!(
+                        "{:?} is not a CIDR such as 10.0.0.0/8 or 2001:db8::/32 (or one address)",
+                        crate::model::text::excerpt(c)
+                    ),
+                ));
+            }
+        }
         let hex64 = |v: &str| v.len() == 64 && v.bytes().all(|b| b.is_ascii_hexdigit());
         let mut names = HashSet::new();
         for (i, t) in self.tokens.iter().enumerate() {
@@ -203,4 +238,13 @@ impl AccessConfig {
         positive("access.session_ttl", self.session_ttl)?;
         Ok(())
     }
+}
+
+/// A CIDR, or one address (a /32 or /128).
+fn parse_cidr(s: &str) -> Option<ipnet::IpNet> {
+    let s = s.trim();
+    s.parse::<ipnet::IpNet>()
+        .ok()
+        .or_else(|| s.parse::<std::net::IpAddr>().ok().map(ipnet::IpNet::from))
+        .map(|n| n.trunc())
 }

@@ -21,26 +21,15 @@ enum Since {
     Ago(std::time::Duration),
 }
 
-/// An RFC 3339 time (any offset), or `contract::SINCE_PATTERN`.
+/// An RFC 3339 time (any offset), or a duration written in
+/// `contract::SINCE_UNITS`.
 fn since(v: &str) -> Option<Since> {
     use time::format_description::well_known::Rfc3339;
     if let Ok(t) = time::OffsetDateTime::parse(v, &Rfc3339) {
         let us = t.unix_timestamp_nanos() / 1000;
         return Some(Since::At(Ts(i64::try_from(us).ok()?)));
     }
-    let unit = v.chars().last()?;
-    let n = &v[..v.len() - unit.len_utf8()];
-    let ok =
-        (1..=9).contains(&n.len()) && !n.starts_with('0') && n.bytes().all(|b| b.is_ascii_digit());
-    let n: u64 = if ok { n.parse().ok()? } else { return None };
-    let secs = match unit {
-        's' => 1,
-        'm' => 60,
-        'h' => 3600,
-        'd' => 86_400,
-        _ => return None,
-    };
-    Some(Since::Ago(std::time::Duration::from_secs(n * secs)))
+    super::contract::written(v, super::contract::SINCE_UNITS).map(Since::Ago)
 }
 
 /// A `?since=`-like parameter: an RFC 3339 time, or a duration back from
@@ -61,15 +50,20 @@ pub(super) async fn since_param(
     }
 }
 
-/// A duration parameter such as `step=1m` (a number and one of s, m, h, d).
-pub(super) fn duration_param(name: &str, v: &str) -> Result<std::time::Duration, ApiError> {
-    match since(v) {
-        Some(Since::Ago(d)) => Ok(d),
-        _ => Err(ApiError::BadParameter(format!(
-            "{name} {:?} is not a duration like 1m (a number and one of s, m, h, d)",
-            crate::http::error::clip(v)
-        ))),
-    }
+/// A duration parameter such as `step=1m`: a number and one of `units`.
+pub(super) fn duration_param(
+    name: &str,
+    v: &str,
+    units: &[(char, u64)],
+) -> Result<std::time::Duration, ApiError> {
+    super::contract::written(v, units).ok_or_else(|| {
+        let names: Vec<String> = units.iter().map(|(u, _)| u.to_string()).collect();
+        ApiError::BadParameter(format!(
+            "{name} {:?} is not a duration like 1m (a number and one of {})",
+            crate::http::error::clip(v),
+            names.join(", ")
+        ))
+    })
 }
 
 pub const DEFAULT_LIMIT: u32 = 100;

@@ -36,3 +36,27 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Caller {
         Ok(Caller::of(&parts.extensions))
     }
 }
+
+/// The client's address for the per-address limits: the connection's own,
+/// or, behind one of `access.trusted_proxies`, the one it forwarded for
+/// (see [`crate::access::Access::client_ip`]).
+#[derive(Clone, Copy, Debug)]
+pub struct ClientIp(pub std::net::IpAddr);
+
+impl axum::extract::FromRequestParts<super::AppState> for ClientIp {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        st: &super::AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let peer = parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
+        Ok(ClientIp(
+            st.access
+                .client_ip(peer, parts.headers.get("x-forwarded-for")),
+        ))
+    }
+}

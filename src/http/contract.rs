@@ -5,9 +5,46 @@
 
 use super::error::ErrorBody;
 
-/// `?since=`'s durations, as the contract states them: what the events
-/// handler accepts, and nothing more.
-pub const SINCE_PATTERN: &str = "^[1-9][0-9]{0,8}[smhd]$";
+/// A duration parameter's units and their lengths in seconds: `?since=`
+/// takes any of them; `?step=` whole minutes, so not seconds.
+pub const SINCE_UNITS: &[(char, u64)] = &[('s', 1), ('m', 60), ('h', 3600), ('d', 86_400)];
+pub const STEP_UNITS: &[(char, u64)] = &[('m', 60), ('h', 3600), ('d', 86_400)];
+/// Most digits of a written duration parameter.
+pub const DURATION_DIGITS: usize = 9;
+
+/// A duration parameter as written (`15m`): 1 to [`DURATION_DIGITS`]
+/// digits without a leading zero, and one of `units`. The parsers and the
+/// contract's patterns both come from here, so they take the same text.
+pub fn written(v: &str, units: &[(char, u64)]) -> Option<std::time::Duration> {
+    let unit = v.chars().last()?;
+    let n = &v[..v.len() - unit.len_utf8()];
+    let ok = (1..=DURATION_DIGITS).contains(&n.len())
+        && !n.starts_with('0')
+        && n.bytes().all(|b| b.is_ascii_digit());
+    let len = units.iter().find(|(u, _)| *u == unit)?.1;
+    let n: u64 = if ok { n.parse().ok()? } else { return None };
+    Some(std::time::Duration::from_secs(n.checked_mul(len)?))
+}
+
+/// The pattern of [`written`] durations in `units`.
+pub fn written_pattern(units: &[(char, u64)]) -> String {
+    let units: String = units.iter().map(|(u, _)| *u).collect();
+    format!("^[1-9][0-9]{{0,{}}}[{units}]$", DURATION_DIGITS - 1)
+}
+
+/// `?step=`: whole minutes, hours or days.
+pub fn step() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{ObjectBuilder, Type};
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .pattern(Some(written_pattern(STEP_UNITS)))
+        .description(Some(
+            "One point per step: a whole number and one of m, h, d (at least 1m; default 1m).",
+        ))
+        .examples(["1m", "1h"])
+        .build()
+        .into()
+}
 
 /// A string that is one of `values`.
 fn one_of(values: &[&'static str]) -> utoipa::openapi::schema::Object {
@@ -40,7 +77,7 @@ pub fn since() -> utoipa::openapi::schema::Schema {
         .item(
             ObjectBuilder::new()
                 .schema_type(Type::String)
-                .pattern(Some(SINCE_PATTERN)),
+                .pattern(Some(written_pattern(SINCE_UNITS))),
         )
         .description(Some(
             "An RFC 3339 time, or a duration back from now: a number and one of s, m, h, d.",
@@ -323,6 +360,46 @@ mod tests {
             }
             assert!(!re.is_match(&format!("0{lo}")), "no leading zero: {re}");
         }
+    }
+
+    /// `?since=` and `?step=` take exactly what their patterns state: the
+    /// pattern and the parser agree on every unit, both ends of the digit
+    /// count, leading zeros, signs, spaces, other units and other scripts.
+    #[test]
+    fn since_and_step_patterns_match_exactly_what_the_parsers_take() {
+        for units in [SINCE_UNITS, STEP_UNITS] {
+            let re = regex::Regex::new(&written_pattern(units)).expect("pattern");
+            let mut cases: Vec<String> = [
+                "", "m", "0m", "01m", "1", "15", "+5m", "-5m", " 5m", "5m ", "5 m", "1h30m",
+                "1w", "5M", "５m", "545371s", "60s", "1m", "1d", "999999999d", "1000000000m",
+                "123456789h", "0000000001h", "1.5h", "1e3s", "5ms",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+            let alphabet: Vec<char> = "0123456789smhdx ".chars().collect();
+            for _ in 0..20_000 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let len = (x % 12) as usize;
+                let s: String = (0..len)
+                    .map(|i| alphabet[((x >> (i * 4)) % alphabet.len() as u64) as usize])
+                    .collect();
+                cases.push(s);
+            }
+            for c in cases {
+                assert_eq!(
+                    re.is_match(&c),
+                    written(&c, units).is_some(),
+                    "{c:?} against {re}"
+                );
+            }
+        }
+        assert_eq!(written("545371s", SINCE_UNITS).map(|d| d.as_secs()), Some(545_371));
+        assert_eq!(written("545371s", STEP_UNITS), None, "step is whole minutes");
+        assert_eq!(written("90m", STEP_UNITS).map(|d| d.as_secs()), Some(5400));
     }
 
     /// What the pattern documents is what the settings room takes: every

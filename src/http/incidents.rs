@@ -425,8 +425,9 @@ struct HistoryQuery {
     /// `stranded,degraded`).
     #[param(pattern = "^(stranded|degraded|agents)(,(stranded|degraded|agents))*$")]
     series: Option<String>,
-    /// One point per step, at least 1m (default 1m).
-    #[param(pattern = "^[1-9][0-9]{0,8}[smhd]$")]
+    /// One point per step: whole minutes, hours or days, at least 1m
+    /// (default 1m).
+    #[param(schema_with = super::contract::step)]
     step: Option<String>,
     /// From: RFC 3339, or a duration back from now (default 24h).
     #[param(schema_with = super::contract::since)]
@@ -493,14 +494,8 @@ async fn history(
     }
     let step = match q.step.as_deref() {
         None => MIN_STEP,
-        Some(v) => duration_param("step", v)?,
+        Some(v) => duration_param("step", v, super::contract::STEP_UNITS)?,
     };
-    if step < MIN_STEP || step.as_secs() % 60 != 0 {
-        return Err(ApiError::BadParameter(format!(
-            "step must be whole minutes, at least 1m, got {}s",
-            step.as_secs()
-        )));
-    }
     let until = s.fleet.settled().await?;
     // A `since` after now asks for nothing yet: no points, not an error.
     let since = since_param(&s, "since", q.since.as_deref().or(Some("24h")))

@@ -130,7 +130,7 @@ async fn proxies_expiring_are_incidents_from_stranding_to_recovery(store) {
 
     for (path, what) in [
         ("/api/v1/incidents?cause=fire", "cause must be one of"),
-        ("/api/v1/history?step=30s", "step must be whole minutes"),
+        ("/api/v1/history?step=30s", "(a number and one of m, h, d)"),
         ("/api/v1/history?series=weather", "series must list"),
         ("/api/v1/history?step=1m&since=30d", "points asked"),
         ("/api/v1/incidents?since=yesterday", "since"),

@@ -399,8 +399,19 @@ async fn what_fuzzing_found_stays_fixed() {
     let since = query_param(&doc, "/api/v1/events", "since");
     assert_eq!(
         since["anyOf"][1]["pattern"],
-        lifeline::http::contract::SINCE_PATTERN
+        lifeline::http::contract::written_pattern(lifeline::http::contract::SINCE_UNITS)
     );
+    // `?step=` states what it takes: whole minutes, hours or days. A step
+    // in seconds is outside the pattern and refused; one inside is taken.
+    let step = query_param(&doc, "/api/v1/history", "step");
+    assert_eq!(
+        step["pattern"],
+        lifeline::http::contract::written_pattern(lifeline::http::contract::STEP_UNITS)
+    );
+    for (step, want) in [("545371s", 400), ("60s", 400), ("545371m", 200), ("1m", 200), ("9d", 200)] {
+        let (status, v) = c.get(&format!("/api/v1/history?step={step}")).await;
+        assert_eq!(status, want, "{step}: {v}");
+    }
 
     let states = query_param(&doc, "/api/v1/episodes", "state");
     assert_eq!(states["enum"], serde_json::json!(["degraded", "stranded"]));

@@ -12,12 +12,12 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use askama::Template;
-use axum::extract::{ConnectInfo, State};
+use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::IntoResponse;
 use futures::StreamExt;
@@ -28,6 +28,7 @@ use tracing::{debug, warn, Instrument};
 
 use super::pages::{overview_model, OverviewLive};
 use super::UiError;
+use crate::http::caller::ClientIp;
 use crate::http::error::ApiError;
 use crate::http::AppState;
 use crate::stats::Stats;
@@ -151,8 +152,8 @@ struct Slots {
 
 /// Takes a stream's slots, or says why there is none (429 for one client
 /// holding too many, 503 for the process).
-fn slots(st: &AppState, peer: SocketAddr) -> Result<Slots, UiError> {
-    let Some(ip_slot) = st.ui.live.take_ip_slot(peer.ip()) else {
+fn slots(st: &AppState, peer: IpAddr) -> Result<Slots, UiError> {
+    let Some(ip_slot) = st.ui.live.take_ip_slot(peer) else {
         Stats::inc(&st.stats.http_rate_limited);
         return Err(UiError {
             err: ApiError::TooMany {
@@ -160,7 +161,7 @@ fn slots(st: &AppState, peer: SocketAddr) -> Result<Slots, UiError> {
                 message: format!(
                     "{} live streams are already open from {}, the most one client may hold (server.max_live_streams_per_ip); close a dashboard tab",
                     st.ui.live.max_per_ip,
-                    peer.ip()
+                    peer
                 ),
                 retry_after: 5,
             },
@@ -189,7 +190,7 @@ fn slots(st: &AppState, peer: SocketAddr) -> Result<Slots, UiError> {
 /// it changes.
 pub async fn overview_stream(
     State(st): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ClientIp(peer): ClientIp,
 ) -> Result<impl IntoResponse, UiError> {
     let held = slots(&st, peer)?;
     let rx = st.ui.live.tx.subscribe();
@@ -211,7 +212,7 @@ pub async fn overview_stream(
 /// carries no state, so it costs nothing to render.
 pub async fn changes_stream(
     State(st): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ClientIp(peer): ClientIp,
 ) -> Result<impl IntoResponse, UiError> {
     let held = slots(&st, peer)?;
     let rx = st.fleet.watch_published();

@@ -4,7 +4,7 @@
 //! Both forms carry CSRF tokens like every other form.
 
 use askama::Template;
-use axum::extract::{ConnectInfo, State};
+use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -13,6 +13,7 @@ use tracing::{info, warn};
 use super::actions::{see_other, Checked, CsrfForm};
 use super::{Ctx, Layout, UiQuery};
 use crate::access::SESSION_COOKIE;
+use crate::http::caller::ClientIp;
 use crate::http::{set_cookie, AppState};
 use crate::stats::Stats;
 
@@ -122,14 +123,14 @@ impl CsrfForm for SigninForm {
 
 pub async fn sign_in(
     State(st): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    ClientIp(client): ClientIp,
     ctx: Ctx,
     Checked { form, .. }: Checked<SigninForm>,
 ) -> Response {
     let next = safe_next(Some(&form.next));
-    if let Err(wait) = st.access.admit_sign_in(peer.ip()) {
+    if let Err(wait) = st.access.admit_sign_in(client) {
         Stats::inc(&st.stats.http_rate_limited);
-        warn!(peer = %peer.ip(), "sign-in attempts from this address are held back");
+        warn!(peer = %client, "sign-in attempts from this address are held back");
         let secs = wait.as_secs().max(1);
         let mut r = render(
             &st,
