@@ -3,6 +3,7 @@
 //! benchmarks alike, so they all run the same thing.
 
 mod error;
+pub mod fds;
 mod running;
 mod tuning;
 
@@ -45,12 +46,14 @@ impl Lifeline {
         tuning: Tuning,
     ) -> Result<Lifeline, StartError> {
         cfg.validate()?;
+        let engine = cfg.storage.engine()?;
+        let (cfg, descriptors) = &fds::planned(cfg, store::descriptors(&engine));
         let mut rt = Runtime::new(clock, Arc::new(Stats::default()));
+        let _ = rt.stats.descriptors.set(descriptors.clone());
         // Identity and CA files first: a bad one stops start-up before
         // anything listens.
         let dialers = Dialers::for_cluster(&cfg.cluster, clock.now(), &rt.stats)?;
         let server_tls = tls::ServerTls::start(&cfg.server, &mut rt)?;
-        let engine = cfg.storage.engine()?;
         let db = store::open(&engine, tuning.acquire_timeout).await?;
         let loaded = store::read::load(&db).await.map_err(StoreError::Query)?;
         let settings = Arc::new(Settings::start(db.clone(), cfg, clock).await?);

@@ -117,7 +117,8 @@ pub fn start(
     rt.tasks
         .track("live overview", ui::live::spawn(state.clone()));
     let (stats, stop) = (rt.stats.clone(), rt.shutdown.clone());
-    let served = crate::tls::serve::http(listener, addr, tls, router(state), stats, stop);
+    let bounds = crate::tls::held::Bounds::of(&cfg.server);
+    let served = crate::tls::serve::http(listener, addr, tls, router(state), bounds, stats, stop);
     rt.tasks.critical("http server", served);
 }
 

@@ -76,6 +76,25 @@ crate::model::named_enum! {
     }
 }
 
+/// The file descriptor plan made at start (`app::fds`): the limits and the
+/// connection caps in force, for the log, `/readyz` and the tests.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Descriptors {
+    /// The soft limit now (after raising it), and the hard one; `None`:
+    /// unlimited.
+    pub soft_limit: Option<u64>,
+    pub hard_limit: Option<u64>,
+    /// The soft limit Lifeline started with, when it raised it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub raised_from: Option<u64>,
+    /// The caps in force.
+    pub grpc_max_connections: usize,
+    pub max_http_connections: usize,
+    /// Why a configured cap was lowered, in words; `None`: as configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clamped: Option<String>,
+}
+
 #[derive(Default, Debug)]
 pub struct Stats {
     /// Why the cluster source's last session failed, until one reaches
@@ -173,6 +192,18 @@ pub struct Stats {
     /// `server.grpc_max_connections`.
     pub grpc_connections: AtomicU64,
     pub grpc_connections_refused: AtomicU64,
+    /// HTTP connections held now, and those closed for
+    /// `server.max_http_connections` (refused, or evicted before sending a
+    /// request), or for `http_idle_timeout`.
+    pub http_connections: AtomicU64,
+    pub http_connections_refused: AtomicU64,
+    pub http_connections_evicted: AtomicU64,
+    pub http_connections_idle_closed: AtomicU64,
+    /// Accepts that failed on Lifeline's own listeners (out of file
+    /// descriptors, most often), each followed by a wait.
+    pub accept_errors: AtomicU64,
+    /// The file descriptor plan, set once at start.
+    pub descriptors: std::sync::OnceLock<Descriptors>,
     /// TLS handshakes that failed or timed out, by listener
     /// (`tls::Which`: http, grpc).
     pub tls_handshake_failures: [AtomicU64; 2],
@@ -254,6 +285,11 @@ pub mod metric {
     pub const CLOCK_OFFSET_SECONDS: &str = "lifeline_clock_offset_seconds";
     pub const GRPC_CONNECTIONS: &str = "lifeline_grpc_connections";
     pub const GRPC_CONNECTIONS_REFUSED_TOTAL: &str = "lifeline_grpc_connections_refused_total";
+    pub const HTTP_CONNECTIONS: &str = "lifeline_http_connections";
+    pub const ACCEPT_ERRORS_TOTAL: &str = "lifeline_accept_errors_total";
+    pub const HTTP_CONNECTIONS_REFUSED_TOTAL: &str = "lifeline_http_connections_refused_total";
+    pub const HTTP_CONNECTIONS_IDLE_CLOSED_TOTAL: &str =
+        "lifeline_http_connections_idle_closed_total";
     pub const TLS_HANDSHAKE_FAILURES_TOTAL: &str = "lifeline_tls_handshake_failures_total";
     pub const TLS_RELOADS_TOTAL: &str = "lifeline_tls_reloads_total";
     pub const TLS_CERTIFICATE_EXPIRY: &str = "lifeline_tls_certificate_expiry_timestamp_seconds";

@@ -46,6 +46,18 @@ pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Connections to a PostgreSQL server per replica: the writer, the signal
 /// audit, settings, the lease, the notification listener and API readers.
 const PG_CONNECTIONS: u32 = 10;
+/// SQLite's pool: one writer and readers.
+const SQLITE_CONNECTIONS: u32 = 4;
+
+/// The file descriptors the store holds at most on `engine`: its pool's
+/// connections (SQLite's each hold the database, its WAL and shared
+/// memory).
+pub fn descriptors(engine: &Engine) -> u64 {
+    match engine {
+        Engine::Postgres(_) => u64::from(PG_CONNECTIONS),
+        Engine::Sqlite(_) => u64::from(SQLITE_CONNECTIONS) * 3,
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -266,7 +278,7 @@ async fn open_sqlite(path: &Path, acquire_timeout: Duration) -> Result<SqlitePoo
         }
     };
     let pool = SqlitePoolOptions::new()
-        .max_connections(4)
+        .max_connections(SQLITE_CONNECTIONS)
         .acquire_timeout(acquire_timeout)
         .connect_with(opts)
         .await

@@ -3,14 +3,16 @@
 //! field), `reload` hands each handshake the current certificate and swaps
 //! in new files when they change on disk, `listen` accepts connections and
 //! passes finished handshakes to axum and tonic, `coalesce` lets a gRPC
-//! connection's frames leave in one write, and `serve` runs each
-//! listener, plain or TLS, through the same code.
+//! connection's frames leave in one write, `held` bounds the HTTP
+//! listener's connections (a cap, header and idle timeouts), and `serve`
+//! runs each listener, plain or TLS, through the same code.
 //!
 //! Owns: the server side of rustls. Must not touch: what the connections
 //! carry (the `http` and `signals` rooms decide that), or Lifeline's own
 //! outbound TLS (`ingest::dial`, `client`, `telemetry`).
 
 pub mod coalesce;
+pub mod held;
 pub mod limit;
 pub mod listen;
 pub mod pem;

@@ -54,6 +54,19 @@ pub struct ServerConfig {
     /// past it is closed as soon as it is accepted, and counted in
     /// `lifeline_grpc_connections_refused_total`. 1 to 1 000 000.
     pub grpc_max_connections: usize,
+    /// Most HTTP connections (API, dashboard, probes, metrics) held at
+    /// once. Past it, the oldest connection that has not yet sent a whole
+    /// request is closed to make room, or, with none, the new one is; both
+    /// are counted in `lifeline_http_connections_refused_total`.
+    pub max_http_connections: usize,
+    /// How long a client may take to send a request's headers, and to
+    /// start its next request on a kept-alive connection (HTTP/1).
+    #[serde(with = "humantime_serde")]
+    pub http_header_timeout: Duration,
+    /// An HTTP connection that moves no bytes for this long is closed
+    /// (a live dashboard's stream sends a keep-alive more often).
+    #[serde(with = "humantime_serde")]
+    pub http_idle_timeout: Duration,
 }
 
 /// Room for a large fleet's agents on one replica, each connection's
@@ -76,6 +89,9 @@ impl Default for ServerConfig {
             tls_reload_interval: Duration::from_secs(10),
             grpc_keepalive: Some(Duration::from_secs(20)),
             grpc_max_connections: DEFAULT_GRPC_MAX_CONNECTIONS,
+            max_http_connections: 1024,
+            http_header_timeout: Duration::from_secs(10),
+            http_idle_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -145,6 +161,20 @@ impl ServerConfig {
                 "server.grpc_max_connections",
                 "must be between 1 and 1000000",
             ));
+        }
+        if !(1..=100_000).contains(&self.max_http_connections) {
+            return Err(invalid(
+                "server.max_http_connections",
+                "must be between 1 and 100000",
+            ));
+        }
+        for (field, d) in [
+            ("server.http_header_timeout", self.http_header_timeout),
+            ("server.http_idle_timeout", self.http_idle_timeout),
+        ] {
+            if !(Duration::from_millis(100)..=Duration::from_secs(3600)).contains(&d) {
+                return Err(invalid(field, "must be between 100ms and 1h"));
+            }
         }
         if let Some(k) = self.grpc_keepalive {
             if !(Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&k) {

@@ -431,6 +431,27 @@ fn counters(st: &Stats, spans: &SpanCounters) {
         "gRPC connections closed as soon as accepted: server.grpc_max_connections were open.",
     )
     .total(&[], &st.grpc_connections_refused);
+    gauge(
+        metric::HTTP_CONNECTIONS,
+        "HTTP connections (API, dashboard, probes, metrics) held now.",
+    )
+    .set(&[], st.http_connections.load(Ordering::Relaxed) as f64);
+    let refused = counter(
+        metric::HTTP_CONNECTIONS_REFUSED_TOTAL,
+        "HTTP connections closed for server.max_http_connections, by reason: refused at accept (every held one was serving), or evicted (the oldest that had not sent a whole request).",
+    );
+    refused.total(&[("reason", "at_limit")], &st.http_connections_refused);
+    refused.total(&[("reason", "evicted")], &st.http_connections_evicted);
+    counter(
+        metric::ACCEPT_ERRORS_TOTAL,
+        "Accepts that failed on Lifeline's own gRPC listener (out of file descriptors, most often); each is followed by a wait, up to 1 s.",
+    )
+    .total(&[], &st.accept_errors);
+    counter(
+        metric::HTTP_CONNECTIONS_IDLE_CLOSED_TOTAL,
+        "HTTP connections closed after server.http_idle_timeout without a byte.",
+    )
+    .total(&[], &st.http_connections_idle_closed);
     let f = counter(
         metric::TLS_HANDSHAKE_FAILURES_TOTAL,
         "TLS handshakes on Lifeline's own listeners that failed or timed out, by listener.",

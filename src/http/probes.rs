@@ -62,6 +62,10 @@ struct ReadyBody {
     /// The cluster identity's client certificate, when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     cluster_identity: Option<IdentityLeft>,
+    /// The file descriptor limits and the connection caps they leave room
+    /// for; `clamped` says when a configured cap was lowered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    descriptors: Option<crate::stats::Descriptors>,
 }
 
 /// When the cluster identity expires, and how long that is from now.
@@ -126,6 +130,9 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
             "the listing hides {hidden} resources the watch shows: check the role's *_labels (node_labels, app_labels, db_labels, kubernetes_labels, windows_desktop_labels: '*': '*')"
         ));
     }
+    if let Some(why) = s.stats.descriptors.get().and_then(|d| d.clamped.as_ref()) {
+        problems.push(format!("connection caps lowered: {why}"));
+    }
     for u in s.stats.unwatched() {
         problems.push(format!(
             "cluster kind {} is not watched: {}",
@@ -149,6 +156,7 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
             failed_task,
             store_failing,
             cluster_identity,
+            descriptors: s.stats.descriptors.get().cloned(),
         }),
     )
 }

@@ -81,6 +81,47 @@ where
     })
 }
 
+/// The first wait after an accept fails, and the longest.
+const ACCEPT_BACKOFF: (std::time::Duration, std::time::Duration) = (
+    std::time::Duration::from_millis(10),
+    std::time::Duration::from_secs(1),
+);
+
+/// `incoming`, waiting after each accept that fails (a full descriptor
+/// table fails every accept at once: tonic would try again at once, and
+/// spin) from 10 ms doubling to 1 s, counted, said once per spell. The
+/// connections already open go on meanwhile.
+pub fn patient<S, T>(incoming: S, stats: Arc<Stats>) -> impl Stream<Item = Result<T, io::Error>>
+where
+    S: Stream<Item = Result<T, io::Error>> + Send + 'static,
+    T: Send + 'static,
+{
+    async_stream::stream! {
+        let mut incoming = std::pin::pin!(incoming);
+        let mut wait = ACCEPT_BACKOFF.0;
+        let mut failing = false;
+        while let Some(conn) = incoming.next().await {
+            match conn {
+                Ok(c) => {
+                    if std::mem::take(&mut failing) {
+                        warn!("gRPC accepts succeed again");
+                    }
+                    wait = ACCEPT_BACKOFF.0;
+                    yield Ok(c);
+                }
+                Err(e) => {
+                    Stats::inc(&stats.accept_errors);
+                    if !std::mem::replace(&mut failing, true) {
+                        warn!(error = %e, "gRPC accept failed (out of file descriptors?): waiting before each next try, up to 1 s");
+                    }
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(ACCEPT_BACKOFF.1);
+                }
+            }
+        }
+    }
+}
+
 /// Who is on the other end, for the log line of a refusal.
 pub trait Peer {
     fn peer(&self) -> Option<SocketAddr>;

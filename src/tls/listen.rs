@@ -73,6 +73,7 @@ pub fn accept(
                         Ok(c) => c,
                         // Out of file descriptors and the like: wait, retry.
                         Err(e) => {
+                            Stats::inc(&stats.accept_errors);
                             debug!(error = %e, "accept failed");
                             tokio::time::sleep(Duration::from_millis(50)).await;
                             continue;

@@ -19,53 +19,44 @@ use tonic::transport::server::{Connected, Router};
 use tower::{Layer, Service};
 use tracing::error;
 
-use super::{coalesce, limit, listen, ServerTls, Which};
+use super::{coalesce, held, limit, listen, ServerTls, Which};
 use crate::stats::Stats;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Serves `app` (the API and dashboard) on `listener` until `stop`: HTTPS
-/// with `tls`, plain HTTP without; a failure is logged once.
+/// with `tls`, plain HTTP without, each connection held within `bounds`
+/// (see [`held`]); a failure is logged once.
 pub fn http(
     listener: TcpListener,
     local: SocketAddr,
     tls: Option<&ServerTls>,
     app: axum::Router,
+    bounds: held::Bounds,
     stats: Arc<Stats>,
     stop: CancellationToken,
 ) -> JoinHandle<()> {
-    let app = app.into_make_service_with_connect_info::<SocketAddr>();
-    let shutdown = stop.clone().cancelled_owned();
-    let served = match tls {
-        None => tokio::spawn(async move {
+    match tls {
+        None => {
             // As on the TLS path: a live view's small frames go out at
             // once, not behind Nagle's algorithm and a delayed ACK.
             let listener = listener.tap_io(|tcp| {
                 let _ = tcp.set_nodelay(true);
             });
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-        }),
+            tokio::spawn(held::serve(listener, app, bounds, stats, stop))
+        }
         Some(t) => {
-            let ready = listen::accept(listener, t.http.clone(), Which::Http, stats, stop);
-            // `tap_io` gives the listener axum's ConnectInfo<SocketAddr>.
-            let listener = listen::HttpsListener::new(ready, local).tap_io(|_| {});
-            tokio::spawn(async move {
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(shutdown)
-                    .await
-            })
+            let ready = listen::accept(
+                listener,
+                t.http.clone(),
+                Which::Http,
+                stats.clone(),
+                stop.clone(),
+            );
+            let listener = listen::HttpsListener::new(ready, local);
+            tokio::spawn(held::serve(listener, app, bounds, stats, stop))
         }
-    };
-    let scheme = if tls.is_some() { "HTTPS" } else { "HTTP" };
-    tokio::spawn(async move {
-        match served.await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => error!(error = %e, "{scheme} server failed"),
-            Err(e) => error!(error = %e, "{scheme} server task ended"),
-        }
-    })
+    }
 }
 
 /// Serves `router` (`AgentSignals`, health, service config) on `listener`
@@ -98,6 +89,7 @@ where
                     let _ = tcp.set_nodelay(true);
                 })
             });
+            let incoming = limit::patient(incoming, stats.clone());
             serve_grpc(
                 router,
                 limit::limit(incoming, max_connections, stats),

@@ -18,6 +18,7 @@ mod faults;
 mod hostile;
 mod identity;
 mod incidents;
+mod listeners;
 mod metrics;
 mod openapi;
 mod reconnect;

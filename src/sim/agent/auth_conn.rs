@@ -18,6 +18,38 @@ use crate::proto::v1::service_config_discovery_service_client::ServiceConfigDisc
 use crate::sim::cluster::SimCluster;
 use crate::sim::wire;
 
+/// Agents whose health watches share one HTTP/2 connection to an auth
+/// server (well under a server's concurrent-stream limit): a simulated
+/// fleet of ten thousand holds a hundred connections, not ten thousand
+/// descriptors on each side of one process.
+const AGENTS_PER_AUTH_CONNECTION: u64 = 100;
+/// Connections remembered before the cache starts afresh.
+const MAX_CACHED: usize = 10_000;
+
+/// The connection to `addr` that the agent seeded `seed` shares with its
+/// neighbours (agents' seeds are consecutive).
+fn shared_channel(addr: &str, seed: u64) -> Option<Channel> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static CHANNELS: OnceLock<Mutex<HashMap<(String, u64), Channel>>> = OnceLock::new();
+    let key = (addr.to_string(), seed / AGENTS_PER_AUTH_CONNECTION);
+    let mut m = CHANNELS
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(c) = m.get(&key) {
+        return Some(c.clone());
+    }
+    if m.len() >= MAX_CACHED {
+        m.clear();
+    }
+    let channel = Endpoint::from_shared(format!("http://{addr}"))
+        .ok()?
+        .connect_lazy();
+    m.insert(key, channel.clone());
+    Some(channel)
+}
+
 impl SimAgent {
     /// `teleport_pick_healthy` for the auth connection.
     pub(super) async fn auth_loop(
@@ -50,10 +82,10 @@ impl SimAgent {
             let Some(addr) = addr_of(&current) else {
                 return;
             };
-            let Ok(ep) = Endpoint::from_shared(format!("http://{addr}")) else {
+            let Some(channel) = shared_channel(&addr.to_string(), opts.seed) else {
                 return;
             };
-            let mut health = HealthClient::new(ep.connect_lazy());
+            let mut health = HealthClient::new(channel);
             let watch = tokio::select! {
                 _ = self.stop.cancelled() => return,
                 w = health.watch(HealthCheckRequest { service: service.clone() }) => w,
