@@ -499,7 +499,10 @@ mod tests {
         );
         // From a trusted proxy: the right-most address that is not one.
         assert_eq!(
-            behind.client_ip(ip("10.0.0.5"), Some(&xff("198.51.100.1, 203.0.113.9, 192.0.2.7"))),
+            behind.client_ip(
+                ip("10.0.0.5"),
+                Some(&xff("198.51.100.1, 203.0.113.9, 192.0.2.7"))
+            ),
             ip("203.0.113.9"),
             "a client's own claim on the left is not believed"
         );

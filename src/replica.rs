@@ -101,7 +101,6 @@ fn name_from(host: Option<&str>, port: u16) -> String {
     name
 }
 
-
 /// How often the leader renews, as a share of the lease: four renewals
 /// may fail before it steps down.
 const RENEW_SHARE: u32 = 5;

@@ -370,9 +370,32 @@ mod tests {
         for units in [SINCE_UNITS, STEP_UNITS] {
             let re = regex::Regex::new(&written_pattern(units)).expect("pattern");
             let mut cases: Vec<String> = [
-                "", "m", "0m", "01m", "1", "15", "+5m", "-5m", " 5m", "5m ", "5 m", "1h30m",
-                "1w", "5M", "５m", "545371s", "60s", "1m", "1d", "999999999d", "1000000000m",
-                "123456789h", "0000000001h", "1.5h", "1e3s", "5ms",
+                "",
+                "m",
+                "0m",
+                "01m",
+                "1",
+                "15",
+                "+5m",
+                "-5m",
+                " 5m",
+                "5m ",
+                "5 m",
+                "1h30m",
+                "1w",
+                "5M",
+                "５m",
+                "545371s",
+                "60s",
+                "1m",
+                "1d",
+                "999999999d",
+                "1000000000m",
+                "123456789h",
+                "0000000001h",
+                "1.5h",
+                "1e3s",
+                "5ms",
             ]
             .iter()
             .map(|s| s.to_string())
@@ -397,8 +420,15 @@ mod tests {
                 );
             }
         }
-        assert_eq!(written("545371s", SINCE_UNITS).map(|d| d.as_secs()), Some(545_371));
-        assert_eq!(written("545371s", STEP_UNITS), None, "step is whole minutes");
+        assert_eq!(
+            written("545371s", SINCE_UNITS).map(|d| d.as_secs()),
+            Some(545_371)
+        );
+        assert_eq!(
+            written("545371s", STEP_UNITS),
+            None,
+            "step is whole minutes"
+        );
         assert_eq!(written("90m", STEP_UNITS).map(|d| d.as_secs()), Some(5400));
     }
 

@@ -408,7 +408,13 @@ async fn what_fuzzing_found_stays_fixed() {
         step["pattern"],
         lifeline::http::contract::written_pattern(lifeline::http::contract::STEP_UNITS)
     );
-    for (step, want) in [("545371s", 400), ("60s", 400), ("545371m", 200), ("1m", 200), ("9d", 200)] {
+    for (step, want) in [
+        ("545371s", 400),
+        ("60s", 400),
+        ("545371m", 200),
+        ("1m", 200),
+        ("9d", 200),
+    ] {
         let (status, v) = c.get(&format!("/api/v1/history?step={step}")).await;
         assert_eq!(status, want, "{step}: {v}");
     }
