@@ -31,13 +31,13 @@ use serde::Serialize;
 use tokio::sync::watch;
 use tracing::warn;
 
-use super::hub::{Ask, Hub, SendError, SignalRequest};
+use super::hub::{Ask, Hub, SendError, SignalRequest, RESTART_FAILURES_PAUSE};
 use crate::access::Access;
 use crate::clock::Ts;
 use crate::config::RestartLimit;
 use crate::fleet::FleetHandle;
 use crate::stats::Stats;
-use crate::store::signals::SignalRecord;
+use crate::store::signals::{self as audit, SignalRecord};
 
 /// Who asks for a signal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -258,11 +258,30 @@ impl Dispatch {
                 None => admitted.push(req),
             }
         }
-        out.sent = if leaders {
-            self.hub.send_as_leader(admitted).await?
-        } else {
-            self.hub.send(admitted).await?
+        // The counts above turn most away at once; the transaction that
+        // records restarts admits them again against the audit under a
+        // lock, so racing sends (two replicas, a manual one beside the
+        // automatic loop) never pass the cap together.
+        let admit = audit::Admission {
+            limit: restart_limit,
+            pause_after: (origin == Origin::Automatic).then_some(RESTART_FAILURES_PAUSE),
         };
+        let sent = if leaders {
+            self.hub.send_as_leader(admitted, admit).await?
+        } else {
+            self.hub.send(admitted, admit).await?
+        };
+        out.sent = sent.rows;
+        out.refused.extend(
+            sent.at_cap
+                .into_iter()
+                .map(|a| (a, Refusal::RestartsInFlight))
+                .chain(
+                    sent.paused
+                        .into_iter()
+                        .map(|a| (a, Refusal::RestartsFailing)),
+                ),
+        );
         Ok(out)
     }
 

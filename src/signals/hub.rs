@@ -5,7 +5,7 @@
 //! number for discovery (see `board`): a stuck agent's stream only stops
 //! pulling; nothing else waits on it and nothing grows.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -42,6 +42,7 @@ mod tasks;
 mod wakes;
 
 pub use relay::Reach;
+pub use restarts::RESTART_FAILURES_PAUSE;
 pub use stream::Service;
 use tasks::{audit_writer, receive, timeouts};
 use wakes::Wakes;
@@ -134,6 +135,17 @@ pub struct SignalRequest {
     pub trace: Option<TraceRef>,
 }
 
+/// What a send recorded, and the restarts its transaction left out.
+#[derive(Debug, Default)]
+pub struct Sent {
+    /// Recorded (and sent, relayed, or found undeliverable).
+    pub rows: Vec<SignalRecord>,
+    /// Agents whose restart would have passed `signals.max_restarts_in_flight`.
+    pub at_cap: Vec<String>,
+    /// Agents whose automatic restart waits: the last restarts failed.
+    pub paused: Vec<String>,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
     #[error("cannot record the signal: {0}")]
@@ -206,6 +218,10 @@ pub struct Hub {
     inbound: mpsc::Sender<Inbound>,
     /// Discovery wakes, a connection's streams together.
     wakes: Wakes,
+    /// Held while restarts are admitted and recorded: with SQLite's single
+    /// writer (and PostgreSQL's advisory lock among replicas) the cap
+    /// cannot be passed by two sends at once.
+    admission: tokio::sync::Mutex<()>,
     shutdown: CancellationToken,
 }
 
@@ -251,6 +267,7 @@ impl Hub {
             updates,
             inbound,
             wakes: Wakes::default(),
+            admission: tokio::sync::Mutex::new(()),
             shutdown: shutdown.clone(),
         });
         let audit = audit_writer(
@@ -345,8 +362,9 @@ impl Hub {
     pub(super) async fn send(
         &self,
         reqs: Vec<SignalRequest>,
-    ) -> Result<Vec<SignalRecord>, SendError> {
-        self.send_fenced(reqs, Fence::Sole).await
+        admit: audit::Admission,
+    ) -> Result<Sent, SendError> {
+        self.send_fenced(reqs, Fence::Sole, admit).await
     }
 
     /// [`Self::send`] for what only the leader sends (automatic, periodic,
@@ -355,23 +373,25 @@ impl Hub {
     pub(super) async fn send_as_leader(
         &self,
         reqs: Vec<SignalRequest>,
-    ) -> Result<Vec<SignalRecord>, SendError> {
+        admit: audit::Admission,
+    ) -> Result<Sent, SendError> {
         let fence = self
             .cfg
             .leadership
             .borrow()
             .acting_fence(self.clock.instant())
             .ok_or(SendError::NotLeader)?;
-        self.send_fenced(reqs, fence).await
+        self.send_fenced(reqs, fence, admit).await
     }
 
     async fn send_fenced(
         &self,
-        reqs: Vec<SignalRequest>,
+        mut reqs: Vec<SignalRequest>,
         fence: Fence,
-    ) -> Result<Vec<SignalRecord>, SendError> {
+        admit: audit::Admission,
+    ) -> Result<Sent, SendError> {
         if reqs.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Sent::default());
         }
         let now = self.clock.now();
         let stamp = self.audit_now();
@@ -429,8 +449,36 @@ impl Hub {
         } else {
             &rows
         };
-        if !audit::insert_fenced(&self.db, stored, &fence).await? {
-            return Err(SendError::NotLeader);
+        // Restarts are admitted in the transaction that records them.
+        let left = if rows.iter().any(|r| r.restart) {
+            let _one = self.admission.lock().await;
+            audit::insert_admitting(&self.db, stored, &fence, admit)
+                .await?
+                .ok_or(SendError::NotLeader)?
+        } else {
+            if !audit::insert_fenced(&self.db, stored, &fence).await? {
+                return Err(SendError::NotLeader);
+            }
+            audit::LeftOut::default()
+        };
+        let mut sent = Sent::default();
+        if left != audit::LeftOut::default() {
+            let at_cap: HashSet<i64> = left.at_cap.iter().copied().collect();
+            let paused: HashSet<i64> = left.paused.iter().copied().collect();
+            let mut kept = Vec::with_capacity(rows.len());
+            let mut kept_reqs = Vec::with_capacity(rows.len());
+            for (row, req) in rows.into_iter().zip(reqs) {
+                if at_cap.contains(&row.id) {
+                    sent.at_cap.push(row.agent);
+                } else if paused.contains(&row.id) {
+                    sent.paused.push(row.agent);
+                } else {
+                    kept.push(row);
+                    kept_reqs.push(req);
+                }
+            }
+            rows = kept;
+            reqs = kept_reqs;
         }
         self.fleet
             .send(Command::Signaled {
@@ -508,7 +556,8 @@ impl Hub {
             }
         }
         self.wake(relayed, &mut rows, stamp).await;
-        Ok(rows)
+        sent.rows = rows;
+        Ok(sent)
     }
 
     /// Queues a signal on the agent's stream and awaits its ack; the error

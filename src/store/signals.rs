@@ -150,6 +150,115 @@ pub async fn insert(db: &Db, rows: &[SignalRecord]) -> Result<(), sqlx::Error> {
     insert_fenced(db, rows, &Fence::Sole).await.map(|_| ())
 }
 
+/// What restarts a batch may add, decided inside the transaction that
+/// records them (never from a count read before it).
+#[derive(Clone, Copy, Debug)]
+pub struct Admission {
+    /// Most restarts pending or delivered at once, across replicas.
+    pub limit: usize,
+    /// Automatic: none is admitted while the last `pause_after` answered
+    /// restarts all failed or timed out.
+    pub pause_after: Option<usize>,
+}
+
+/// Why restart rows were left out of a batch.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeftOut {
+    /// Past the cap.
+    pub at_cap: Vec<i64>,
+    /// Automatic restarts, paused after failures.
+    pub paused: Vec<i64>,
+}
+
+/// The key of the PostgreSQL advisory lock that makes admitting restarts
+/// and recording them one step across replicas ("LLrestrt").
+const RESTART_ADMISSION_LOCK: i64 = 0x4c4c_7265_7374_7274;
+
+/// [`insert_fenced`], admitting restart rows (`restart`) under `admit`
+/// in the same transaction: on PostgreSQL under an advisory lock every
+/// replica takes, so two sends at once on two replicas cannot both pass
+/// the cap; on SQLite the caller holds the one process's admission lock
+/// and SQLite's single writer does the rest. The rows left out are not
+/// written. `None`: fenced, nothing written.
+pub async fn insert_admitting(
+    db: &Db,
+    rows: &[SignalRecord],
+    fence: &Fence,
+    admit: Admission,
+) -> Result<Option<LeftOut>, sqlx::Error> {
+    if matches!(fence, Fence::Follower) {
+        return Ok(None);
+    }
+    on_pool!(db, pool => {
+    let mut tx = pool.begin().await?;
+    if matches!(db, Db::Postgres(_)) {
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(RESTART_ADMISSION_LOCK)
+            .execute(&mut *tx)
+            .await?;
+    }
+    let (in_flight,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM signals WHERE restart = 1 AND outcome IN ('pending', 'delivered')",
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    let paused = match admit.pause_after {
+        Some(n) if n > 0 => {
+            let ended: Vec<Outcome> = sqlx::query_scalar(
+                "SELECT outcome FROM signals WHERE restart = 1 AND outcome IN ('acked', 'failed', 'timeout')                  ORDER BY id DESC LIMIT $1",
+            )
+            .bind(i64::try_from(n).unwrap_or(i64::MAX))
+            .fetch_all(&mut *tx)
+            .await?;
+            ended.len() == n && ended.iter().all(|o| *o != Outcome::Acked)
+        }
+        _ => false,
+    };
+    let mut room = admit.limit.saturating_sub(usize::try_from(in_flight).unwrap_or(usize::MAX));
+    let mut left = LeftOut::default();
+    let mut kept = Vec::with_capacity(rows.len());
+    for r in rows {
+        if r.restart && paused {
+            left.paused.push(r.id);
+        } else if r.restart && room == 0 {
+            left.at_cap.push(r.id);
+        } else {
+            if r.restart {
+                room -= 1;
+            }
+            kept.push(r);
+        }
+    }
+    for chunk in kept.chunks(CHUNK) {
+        let mut q = QueryBuilder::new(
+            "INSERT INTO signals (id, kind, agent, proxy, reason, requested_by, created_us, delivered_us, acked_us, outcome, detail, latency_us, restart, deadline_us) ",
+        );
+        q.push_values(chunk, |mut b, r| {
+            b.push_bind(r.id)
+                .push_bind(r.kind)
+                .push_bind(r.agent.clone())
+                .push_bind(r.proxy.clone())
+                .push_bind(r.reason.clone())
+                .push_bind(r.requested_by.clone())
+                .push_bind(r.created.as_micros())
+                .push_bind(r.delivered.map(|t| t.as_micros()))
+                .push_bind(r.acked.map(|t| t.as_micros()))
+                .push_bind(r.outcome)
+                .push_bind(r.detail.clone())
+                .push_bind(r.latency_ms.map(|ms| (ms * 1000.0) as i64))
+                .push_bind(i64::from(r.restart))
+                .push_bind(r.deadline.map(|t| t.as_micros()));
+        });
+        q.build().execute(&mut *tx).await?;
+    }
+    if !tx.holds(fence).await? {
+        return Ok(None);
+    }
+    tx.commit().await?;
+    Ok(Some(left))
+    })
+}
+
 /// Commits new signal rows in one transaction if `fence` still holds at
 /// its end (the leader's automatic, periodic and graceful signals are
 /// fenced like history: a leader whose term has passed records and sends

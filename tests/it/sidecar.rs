@@ -869,3 +869,122 @@ async fn exec_and_teleport_debug_readyz_without_a_diag_address() {
     assert_ne!(t.pid(), before);
     assert_eq!(t.starts(), 2);
 }
+
+/// The cap holds under races: two replicas on one PostgreSQL database,
+/// 60 agents with (simulated) sidecars, and every agent's manual restart
+/// asked of both replicas at once, 120 requests in flight together. The
+/// restarts in flight, sampled from the audit every 50 ms, never exceed
+/// the cap: admission and recording are one transaction under an
+/// advisory lock, not a count read before an await.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_restart_cap_holds_when_replicas_race() {
+    use lifeline::config::{Ratio, RestartLimit};
+    use lifeline::sim::agent::{LifelineAddr, Lifelines};
+    const CAP: usize = 4;
+    let Some(store) = support::Store::postgres("restart_cap_race").await else {
+        return;
+    };
+    let c = Cluster::new()
+        .agents(60)
+        .store(store)
+        .config(|cfg| {
+            cfg.storage.replica = Some("replica-a".into());
+            cfg.signals.auto_reconnect = false;
+            cfg.signals.max_restarts_in_flight = RestartLimit {
+                share: Ratio::ONE,
+                cap: CAP,
+            };
+            cfg.access.manual_reconnect_interval = Duration::from_millis(1);
+        })
+        .start()
+        .await;
+    let mut cfg_b = c.cfg.clone();
+    cfg_b.storage.replica = Some("replica-b".into());
+    let b = lifeline::app::Lifeline::start(&cfg_b, c.clock)
+        .await
+        .expect("a second replica");
+    let stop = CancellationToken::new();
+    let to = Lifelines(vec![
+        LifelineAddr::from(c.ll().grpc_addr),
+        LifelineAddr::from(b.grpc_addr),
+    ]);
+    let sidecars =
+        lifeline::sim::SimAgent::start_sidecars(&c.sim, to, 1.0, Duration::from_secs(2), &stop)
+            .await
+            .expect("sidecars");
+    let db = c.ll().db.clone();
+    c.eventually("every sidecar's stream recorded", || async {
+        support::sql_i64(
+            &db,
+            "SELECT count(*) FROM agent_streams WHERE restart_only = 1",
+        )
+        .await
+            >= sidecars.len() as i64
+    })
+    .await;
+    let most = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let sampling = CancellationToken::new();
+    let sampler = {
+        let (most, db, done) = (most.clone(), db.clone(), sampling.clone());
+        tokio::spawn(async move {
+            while !done.is_cancelled() {
+                let n = support::sql_i64(
+                    &db,
+                    "SELECT count(*) FROM signals WHERE restart = 1 AND outcome IN ('pending', 'delivered')",
+                )
+                .await;
+                most.fetch_max(n, std::sync::atomic::Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    let mut asks = tokio::task::JoinSet::new();
+    for base in [c.ll().base_url(), b.base_url()] {
+        for s in &sidecars {
+            let req = c
+                .http
+                .post(format!("{base}/api/v1/agents/{}/reconnect", s.name))
+                .bearer_auth(support::ADMIN)
+                .json(&serde_json::json!({"reason": "race"}));
+            asks.spawn(async move { req.send().await.map(|r| r.status().as_u16()) });
+        }
+    }
+    let statuses: Vec<u16> = asks
+        .join_all()
+        .await
+        .into_iter()
+        .filter_map(Result::ok)
+        .collect();
+    let admitted = statuses.iter().filter(|s| **s == 202).count();
+    assert!(admitted >= 1, "some were admitted: {statuses:?}");
+    assert!(
+        statuses.iter().all(|s| matches!(s, 202 | 409 | 429)),
+        "admitted or refused, nothing else: {statuses:?}"
+    );
+    // Until every admitted restart is answered.
+    c.eventually("the admitted restarts answered", || async {
+        support::sql_i64(
+            &db,
+            "SELECT count(*) FROM signals WHERE restart = 1 AND outcome IN ('pending', 'delivered')",
+        )
+        .await
+            == 0
+    })
+    .await;
+    sampling.cancel();
+    let _ = sampler.await;
+    let most = most.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(most >= 1, "restarts were in flight");
+    assert!(
+        most <= CAP as i64,
+        "never more than the cap in flight: {most}"
+    );
+    let recorded = support::sql_i64(&db, "SELECT count(*) FROM signals WHERE restart = 1").await;
+    assert!(
+        recorded <= 2 * CAP as i64 + 2,
+        "the rest were refused before a row: {recorded}"
+    );
+    stop.cancel();
+    b.shutdown().await;
+    c.shutdown().await;
+}

@@ -13,7 +13,7 @@ use crate::store::signals as audit;
 /// Restart outcomes remembered.
 const RESTARTS_REMEMBERED: usize = 8;
 /// Automatic restarts pause after this many failed in a row.
-pub(super) const RESTART_FAILURES_PAUSE: usize = 3;
+pub const RESTART_FAILURES_PAUSE: usize = 3;
 
 /// True when the last [`RESTART_FAILURES_PAUSE`] restarts (newest first)
 /// all failed.
