@@ -179,16 +179,23 @@ pub async fn leave(pool: &PgPool, me: &str) -> Result<(), sqlx::Error> {
     tx.commit().await
 }
 
-/// Forgets replicas silent for longer than `keep` (bounds the registry).
+/// Forgets replicas silent for longer than `keep`, and the stream rows
+/// they left (bounds the registry: an agent that moved keeps the dead
+/// replica's row beside its new one until then).
 pub async fn forget_replicas(pool: &PgPool, keep: Duration) -> Result<u64, sqlx::Error> {
+    let mut tx = pool.begin().await?;
     let done = sqlx::query(concat!(
         "DELETE FROM replicas WHERE heartbeat_us < ",
         db_now!(),
         " - $1"
     ))
     .bind(dur_micros(keep))
-    .execute(pool)
+    .execute(&mut *tx)
     .await?;
+    sqlx::query("DELETE FROM agent_streams WHERE replica NOT IN (SELECT id FROM replicas)")
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
     Ok(done.rows_affected())
 }
 
@@ -213,8 +220,10 @@ pub async fn claim_streams(
                 .push_bind(at.as_micros())
                 .push_bind(i64::from(*restart_only));
         });
+        // One row per (agent, replica): a sidecar streams to every
+        // replica, and each keeps its own row.
         q.push(
-            " ON CONFLICT (agent) DO UPDATE SET replica = EXCLUDED.replica, since_us = EXCLUDED.since_us, \
+            " ON CONFLICT (agent, replica) DO UPDATE SET since_us = EXCLUDED.since_us, \
              restart_only = EXCLUDED.restart_only",
         );
         q.build().execute(pool).await?;
@@ -254,20 +263,26 @@ macro_rules! live_streams {
 
 /// Which live replica holds each of `agents`' streams (those held by none,
 /// or by a replica whose heartbeat is older than `lease`, are left out).
+/// An agent streaming to several (a sidecar) is given one holder, the
+/// newest stream: a signal relayed for it reaches exactly one.
 pub async fn owners(
     pool: &PgPool,
     agents: &[String],
     lease: Duration,
 ) -> Result<HashMap<String, Holder>, sqlx::Error> {
-    let rows: Vec<(String, String, i64)> =
-        sqlx::query_as(concat!(live_streams!(), "s.agent = ANY($2)"))
-            .bind(dur_micros(lease))
-            .bind(agents)
-            .fetch_all(pool)
-            .await?;
+    let rows: Vec<(String, String, i64)> = sqlx::query_as(concat!(
+        live_streams!(),
+        "s.agent = ANY($2) ORDER BY s.since_us, s.replica"
+    ))
+    .bind(dur_micros(lease))
+    .bind(agents)
+    .fetch_all(pool)
+    .await?;
     Ok(holders(rows))
 }
 
+/// One holder per agent: the last row of an agent's (rows come oldest
+/// stream first) wins.
 fn holders(rows: Vec<(String, String, i64)>) -> HashMap<String, Holder> {
     rows.into_iter()
         .map(|(agent, replica, restart_only)| {
@@ -288,12 +303,14 @@ pub async fn remote_streams(
     me: &str,
     lease: Duration,
 ) -> Result<HashMap<String, Holder>, sqlx::Error> {
-    let rows: Vec<(String, String, i64)> =
-        sqlx::query_as(concat!(live_streams!(), "s.replica <> $2"))
-            .bind(dur_micros(lease))
-            .bind(me)
-            .fetch_all(pool)
-            .await?;
+    let rows: Vec<(String, String, i64)> = sqlx::query_as(concat!(
+        live_streams!(),
+        "s.replica <> $2 ORDER BY s.since_us, s.replica"
+    ))
+    .bind(dur_micros(lease))
+    .bind(me)
+    .fetch_all(pool)
+    .await?;
     Ok(holders(rows))
 }
 

@@ -189,8 +189,15 @@ pub async fn insert_admitting(
     if matches!(fence, Fence::Follower) {
         return Ok(None);
     }
+    // SQLite: the write lock from the start, so the count below cannot be
+    // overtaken by another writer before the insert (a deferred
+    // transaction would fail its upgrade with `database is locked`).
+    let begin = match db {
+        Db::Sqlite(_) => "BEGIN IMMEDIATE",
+        Db::Postgres(_) => "BEGIN",
+    };
     on_pool!(db, pool => {
-    let mut tx = pool.begin().await?;
+    let mut tx = pool.begin_with(begin).await?;
     if matches!(db, Db::Postgres(_)) {
         sqlx::query("SELECT pg_advisory_xact_lock($1)")
             .bind(RESTART_ADMISSION_LOCK)

@@ -988,3 +988,105 @@ async fn the_restart_cap_holds_when_replicas_race() {
     b.shutdown().await;
     c.shutdown().await;
 }
+
+/// A sidecar on several replicas is one sidecar with several streams:
+/// three replicas, the sidecar streaming to two of them. Each stream has
+/// its own row; the third replica counts the sidecar once and relays a
+/// restart to exactly one stream (one restart, not two); when one of the
+/// two replicas leaves, the other's row stays and the third still reaches
+/// the sidecar through it.
+#[tokio::test]
+async fn a_sidecar_on_several_replicas_is_one_sidecar_with_several_streams() {
+    let Some(store) = support::Store::postgres("sidecar_per_replica").await else {
+        return;
+    };
+    let c = Cluster::new()
+        .agents(2)
+        .tls(false)
+        .store(store)
+        .config(|cfg| {
+            cfg.storage.replica = Some("replica-a".into());
+            cfg.signals.auto_reconnect = false;
+            cfg.access.manual_reconnect_interval = Duration::from_millis(1);
+        })
+        .start()
+        .await;
+    let (mut cfg_b, mut cfg_c) = (c.cfg.clone(), c.cfg.clone());
+    cfg_b.storage.replica = Some("replica-b".into());
+    cfg_c.storage.replica = Some("replica-c".into());
+    let b = lifeline::app::Lifeline::start(&cfg_b, c.clock)
+        .await
+        .expect("replica-b");
+    let third = lifeline::app::Lifeline::start(&cfg_c, c.clock)
+        .await
+        .expect("replica-c");
+    let t = Teleport::started(0.5, false).await;
+    let stop = CancellationToken::new();
+    let cfg = FileConfig {
+        lifeline: List::Many(vec![
+            format!("https://localhost:{}", c.ll().grpc_addr.port()),
+            format!("https://localhost:{}", b.grpc_addr.port()),
+        ]),
+        ..sidecar_file(&c, &t)
+    }
+    .check()
+    .expect("checks");
+    tokio::spawn(session::run(cfg, stop.clone()));
+    let db = c.ll().db.clone();
+    let rows = || {
+        support::sql_i64(
+            &db,
+            "SELECT count(*) FROM agent_streams WHERE agent = 'agent-00001'",
+        )
+    };
+    c.eventually("a row for each stream", || async { rows().await == 2 })
+        .await;
+    let on_third = |path: String, post: bool| {
+        let url = format!("{}{path}", third.base_url());
+        let req = if post {
+            c.http
+                .post(url)
+                .bearer_auth(support::ADMIN)
+                .json(&serde_json::json!({"reason": "test"}))
+        } else {
+            c.http.get(url)
+        };
+        async move {
+            let r = support::bounded("an HTTP call", req.send())
+                .await
+                .expect("answer");
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap_or_default())
+        }
+    };
+    c.eventually("replica-c counts the sidecar once", || async {
+        on_third("/api/v1/summary".into(), false).await.1["signals"]["sidecars"] == 1
+    })
+    .await;
+    let (status, body) = on_third(format!("/api/v1/agents/{HOST}/reconnect"), true).await;
+    assert_eq!(status, 202, "{body}");
+    outcome(&c, body["id"].as_i64().expect("id"), "acked").await;
+    assert_eq!(t.starts(), 2, "one restart, through one stream");
+
+    // replica-b leaves: its row goes, replica-a's stays, and replica-c
+    // still reaches the sidecar (which refuses: it is cooling down).
+    b.shutdown().await;
+    c.eventually("replica-b's row gone, replica-a's kept", || async {
+        rows().await == 1
+    })
+    .await;
+    let (status, body) = on_third(format!("/api/v1/agents/{HOST}/reconnect"), true).await;
+    assert_eq!(status, 202, "still reachable through replica-a: {body}");
+    let row = outcome(&c, body["id"].as_i64().expect("id"), "refused").await;
+    assert!(
+        row["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("cooling down"),
+        "{row}"
+    );
+    assert_eq!(t.starts(), 2);
+    stop.cancel();
+    third.shutdown().await;
+    c.shutdown().await;
+}

@@ -91,9 +91,17 @@ impl Hub {
         v
     }
 
-    /// Replaces what this replica knows of the others' streams.
+    /// Replaces what this replica knows of the others' streams. A sidecar
+    /// streams to every replica: one that also streams here is counted
+    /// among this replica's own, so each sidecar counts once.
     pub fn set_remote(&self, streams: HashMap<String, Holder>) {
-        let sidecars = streams.values().filter(|h| h.restart_only).count();
+        let sidecars = {
+            let conns = lock(&self.conns);
+            streams
+                .iter()
+                .filter(|(a, h)| h.restart_only && !conns.contains_key(a.as_str()))
+                .count()
+        };
         *lock(&self.remote) = streams;
         self.remote_sidecars.store(sidecars, Ordering::Relaxed);
     }
