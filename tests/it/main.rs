@@ -21,6 +21,7 @@ mod incidents;
 mod listeners;
 mod metrics;
 mod openapi;
+mod partition;
 mod reconnect;
 mod replicas;
 mod schema;
