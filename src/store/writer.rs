@@ -248,6 +248,11 @@ async fn commit_with_retry(pool: &Db, opts: &WriterOptions, mut batch: WriteBatc
             .await
         {
             Ok((Committed::Fenced, _)) => {
+                // The database answered: it takes writes again, only not
+                // this replica's history (its term has passed). Without
+                // saying so, a leader cut off mid-write stayed "refusing
+                // writes" as a follower, with nothing left to write.
+                retry.succeeded();
                 Stats::inc(&stats.store_batches_fenced);
                 warn!(
                     events,

@@ -102,7 +102,6 @@ async fn ready_after(http: &reqwest::Client, base: &str, within: Duration) -> Op
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "not yet true: with the production acquire timeout the healed replica's store keeps timing out on its pool (README, Limits); run with --ignored to reproduce"]
 async fn a_replica_is_ready_again_within_10_s_after_a_partition_heals() {
     let Some(url) = support::fresh_postgres("partition").await else {
         return;
@@ -157,7 +156,13 @@ async fn a_replica_is_ready_again_within_10_s_after_a_partition_heals() {
                 Ok(t) => t.await.unwrap_or_default(),
                 Err(e) => e.to_string(),
             };
-            panic!("replica-a, cut off as {role}, not ready within 10 s of the partition healing: {body}");
+            let pool = match &c.ll().db {
+                lifeline::store::Db::Postgres(p) => {
+                    format!("pool size {} idle {}", p.size(), p.num_idle())
+                }
+                _ => String::new(),
+            };
+            panic!("replica-a, cut off as {role}, not ready within 10 s of the partition healing ({pool}): {body}");
         }
     }
     b.shutdown().await;
