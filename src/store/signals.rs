@@ -170,6 +170,37 @@ pub struct LeftOut {
     pub paused: Vec<i64>,
 }
 
+/// Inserts rows in statements of [`CHUNK`] rows, on either engine's
+/// transaction.
+macro_rules! insert_rows_impl {
+    ($tx:expr, $rows:expr) => {{
+        let rows: Vec<&SignalRecord> = $rows.collect();
+        for chunk in rows.chunks(CHUNK) {
+            let mut q = QueryBuilder::new(
+                "INSERT INTO signals (id, kind, agent, proxy, reason, requested_by, created_us, delivered_us, acked_us, outcome, detail, latency_us, restart, deadline_us) ",
+            );
+            q.push_values(chunk, |mut b, r| {
+                b.push_bind(r.id)
+                    .push_bind(r.kind)
+                    .push_bind(r.agent.clone())
+                    .push_bind(r.proxy.clone())
+                    .push_bind(r.reason.clone())
+                    .push_bind(r.requested_by.clone())
+                    .push_bind(r.created.as_micros())
+                    .push_bind(r.delivered.map(|t| t.as_micros()))
+                    .push_bind(r.acked.map(|t| t.as_micros()))
+                    .push_bind(r.outcome)
+                    .push_bind(r.detail.clone())
+                    .push_bind(r.latency_ms.map(|ms| (ms * 1000.0) as i64))
+                    .push_bind(i64::from(r.restart))
+                    .push_bind(r.deadline.map(|t| t.as_micros()));
+            });
+            q.build().execute(&mut **$tx).await?;
+        }
+        Ok::<(), sqlx::Error>(())
+    }};
+}
+
 /// The key of the PostgreSQL advisory lock that makes admitting restarts
 /// and recording them one step across replicas ("LLrestrt").
 const RESTART_ADMISSION_LOCK: i64 = 0x4c4c_7265_7374_7274;
@@ -186,18 +217,37 @@ pub async fn insert_admitting(
     fence: &Fence,
     admit: Admission,
 ) -> Result<Option<LeftOut>, sqlx::Error> {
+    write(db, rows, fence, Some(admit)).await
+}
+
+/// Inserts `rows` in one transaction, those `admit` lets in when given,
+/// and commits if `fence` still holds. `None`: fenced, nothing written.
+async fn write(
+    db: &Db,
+    rows: &[SignalRecord],
+    fence: &Fence,
+    admit: Option<Admission>,
+) -> Result<Option<LeftOut>, sqlx::Error> {
     if matches!(fence, Fence::Follower) {
         return Ok(None);
     }
-    // SQLite: the write lock from the start, so the count below cannot be
-    // overtaken by another writer before the insert (a deferred
+    // SQLite, admitting: the write lock from the start, so the count below
+    // cannot be overtaken by another writer before the insert (a deferred
     // transaction would fail its upgrade with `database is locked`).
-    let begin = match db {
-        Db::Sqlite(_) => "BEGIN IMMEDIATE",
-        Db::Postgres(_) => "BEGIN",
+    let begin = match (db, admit) {
+        (Db::Sqlite(_), Some(_)) => "BEGIN IMMEDIATE",
+        _ => "BEGIN",
     };
     on_pool!(db, pool => {
     let mut tx = pool.begin_with(begin).await?;
+    let Some(admit) = admit else {
+        insert_rows_impl!(&mut tx, rows.iter())?;
+        if !tx.holds(fence).await? {
+            return Ok(None);
+        }
+        tx.commit().await?;
+        return Ok(Some(LeftOut::default()));
+    };
     if matches!(db, Db::Postgres(_)) {
         sqlx::query("SELECT pg_advisory_xact_lock($1)")
             .bind(RESTART_ADMISSION_LOCK)
@@ -236,28 +286,7 @@ pub async fn insert_admitting(
             kept.push(r);
         }
     }
-    for chunk in kept.chunks(CHUNK) {
-        let mut q = QueryBuilder::new(
-            "INSERT INTO signals (id, kind, agent, proxy, reason, requested_by, created_us, delivered_us, acked_us, outcome, detail, latency_us, restart, deadline_us) ",
-        );
-        q.push_values(chunk, |mut b, r| {
-            b.push_bind(r.id)
-                .push_bind(r.kind)
-                .push_bind(r.agent.clone())
-                .push_bind(r.proxy.clone())
-                .push_bind(r.reason.clone())
-                .push_bind(r.requested_by.clone())
-                .push_bind(r.created.as_micros())
-                .push_bind(r.delivered.map(|t| t.as_micros()))
-                .push_bind(r.acked.map(|t| t.as_micros()))
-                .push_bind(r.outcome)
-                .push_bind(r.detail.clone())
-                .push_bind(r.latency_ms.map(|ms| (ms * 1000.0) as i64))
-                .push_bind(i64::from(r.restart))
-                .push_bind(r.deadline.map(|t| t.as_micros()));
-        });
-        q.build().execute(&mut *tx).await?;
-    }
+    insert_rows_impl!(&mut tx, kept.into_iter())?;
     if !tx.holds(fence).await? {
         return Ok(None);
     }
@@ -275,42 +304,10 @@ pub async fn insert_fenced(
     rows: &[SignalRecord],
     fence: &Fence,
 ) -> Result<bool, sqlx::Error> {
-    if matches!(fence, Fence::Follower) {
-        return Ok(false);
-    }
-    on_pool!(db, pool => {
     if rows.is_empty() {
-        return Ok(true);
+        return Ok(!matches!(fence, Fence::Follower));
     }
-    let mut tx = pool.begin().await?;
-    for chunk in rows.chunks(CHUNK) {
-        let mut q = QueryBuilder::new(
-            "INSERT INTO signals (id, kind, agent, proxy, reason, requested_by, created_us, delivered_us, acked_us, outcome, detail, latency_us, restart, deadline_us) ",
-        );
-        q.push_values(chunk, |mut b, r| {
-            b.push_bind(r.id)
-                .push_bind(r.kind)
-                .push_bind(r.agent.clone())
-                .push_bind(r.proxy.clone())
-                .push_bind(r.reason.clone())
-                .push_bind(r.requested_by.clone())
-                .push_bind(r.created.as_micros())
-                .push_bind(r.delivered.map(|t| t.as_micros()))
-                .push_bind(r.acked.map(|t| t.as_micros()))
-                .push_bind(r.outcome)
-                .push_bind(r.detail.clone())
-                .push_bind(r.latency_ms.map(|ms| (ms * 1000.0) as i64))
-                .push_bind(i64::from(r.restart))
-                .push_bind(r.deadline.map(|t| t.as_micros()));
-        });
-        q.build().execute(&mut *tx).await?;
-    }
-    if !tx.holds(fence).await? {
-        return Ok(false);
-    }
-    tx.commit().await?;
-    Ok(true)
-    })
+    Ok(write(db, rows, fence, None).await?.is_some())
 }
 
 /// Applies delivery and outcome updates in one transaction. An outcome never

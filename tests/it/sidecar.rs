@@ -127,6 +127,15 @@ fn standin_exe() -> PathBuf {
     .clone()
 }
 
+/// Another replica named `name` on `c`'s database, configured as `c` is.
+async fn replica(c: &Running, name: &str) -> lifeline::app::Lifeline {
+    let mut cfg = c.cfg.clone();
+    cfg.storage.replica = Some(name.into());
+    lifeline::app::Lifeline::start(&cfg, c.clock)
+        .await
+        .unwrap_or_else(|e| panic!("{name} starts on the same database: {e}"))
+}
+
 /// The sidecar's file configuration for the running Lifeline.
 fn sidecar_file(c: &Running, t: &Teleport) -> FileConfig {
     let dir = t.dir();
@@ -453,11 +462,7 @@ async fn restarts_in_flight_are_capped_across_replicas() {
             == 2
     })
     .await;
-    let mut cfg_b = c.cfg.clone();
-    cfg_b.storage.replica = Some("replica-b".into());
-    let b = lifeline::app::Lifeline::start(&cfg_b, c.clock)
-        .await
-        .expect("a second replica starts on the same database");
+    let b = replica(&c, "replica-b").await;
     let get_b = |path: &'static str| {
         let req = c.http.get(format!("{}{path}", b.base_url()));
         async move {
@@ -898,11 +903,7 @@ async fn the_restart_cap_holds_when_replicas_race() {
         })
         .start()
         .await;
-    let mut cfg_b = c.cfg.clone();
-    cfg_b.storage.replica = Some("replica-b".into());
-    let b = lifeline::app::Lifeline::start(&cfg_b, c.clock)
-        .await
-        .expect("a second replica");
+    let b = replica(&c, "replica-b").await;
     let stop = CancellationToken::new();
     let to = Lifelines(vec![
         LifelineAddr::from(c.ll().grpc_addr),
@@ -1011,15 +1012,8 @@ async fn a_sidecar_on_several_replicas_is_one_sidecar_with_several_streams() {
         })
         .start()
         .await;
-    let (mut cfg_b, mut cfg_c) = (c.cfg.clone(), c.cfg.clone());
-    cfg_b.storage.replica = Some("replica-b".into());
-    cfg_c.storage.replica = Some("replica-c".into());
-    let b = lifeline::app::Lifeline::start(&cfg_b, c.clock)
-        .await
-        .expect("replica-b");
-    let third = lifeline::app::Lifeline::start(&cfg_c, c.clock)
-        .await
-        .expect("replica-c");
+    let b = replica(&c, "replica-b").await;
+    let third = replica(&c, "replica-c").await;
     let t = Teleport::started(0.5, false).await;
     let stop = CancellationToken::new();
     let cfg = FileConfig {
