@@ -1084,3 +1084,49 @@ async fn a_sidecar_on_several_replicas_is_one_sidecar_with_several_streams() {
     third.shutdown().await;
     c.shutdown().await;
 }
+
+/// Done needs evidence of a new process: with no PID for Teleport before
+/// the restart (its `/readyz` does not answer and the PID file is gone), a
+/// "ready" after it could be the old process's, so nothing is tried and
+/// the sidecar says why (`refused`, not `failed`).
+#[tokio::test]
+async fn a_restart_with_no_pid_before_it_is_refused_and_nothing_runs() {
+    let dir = tempfile::tempdir().expect("dir");
+    let calls = dir.path().join("systemctl.calls");
+    let stub = dir.path().join("systemctl");
+    std::fs::write(
+        &stub,
+        format!("#!/bin/sh\necho \"$@\" >> {}\n", calls.display()),
+    )
+    .expect("stub");
+    std::fs::set_permissions(&stub, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let nobody = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let r = Restarter::new(
+        &FileConfig {
+            lifeline: List::One("http://127.0.0.1:1".into()),
+            host_id: Some(HOST.into()),
+            restart: Method::Systemd,
+            systemctl: stub,
+            pid_file: dir.path().join("gone.pid"),
+            diag_addr: Some(nobody.to_string()),
+            ..FileConfig::default()
+        }
+        .check()
+        .expect("checks"),
+    );
+    let done = r.restart("a test").await;
+    assert_eq!(done.verdict, Verdict::Refused, "{done:?}");
+    assert!(
+        done.detail
+            .starts_with("not restarting: no PID for Teleport now"),
+        "{done:?}"
+    );
+    assert!(!calls.exists(), "nothing was run");
+    // Refused, so no cooldown began: the next ask is looked at afresh.
+    let again = r.restart("a test").await;
+    assert_eq!(again.verdict, Verdict::Refused);
+    assert!(!again.detail.contains("cooling down"), "{again:?}");
+}
