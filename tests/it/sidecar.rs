@@ -359,8 +359,12 @@ async fn systemd_reloads_the_unit_and_a_dry_run_only_says_so() {
 
     let before = t.pid();
     let r = Restarter::new(&base.check().expect("checks"));
-    let done = r.restart("a test").await;
+    // Two asks at once: one restarts, the other is refused without harm.
+    let (one, two) = tokio::join!(r.restart("a test"), r.restart("the same, again"));
+    let (done, other) = if one.ok() { (one, two) } else { (two, one) };
     assert!(done.ok(), "{done:?}");
+    assert_eq!(other.verdict, Verdict::Refused, "{other:?}");
+    assert_eq!(other.detail, "a restart is already in progress");
     assert_eq!(
         std::fs::read_to_string(&calls).expect("calls").trim(),
         "reload teleport.service"
@@ -1061,6 +1065,25 @@ async fn a_sidecar_on_several_replicas_is_one_sidecar_with_several_streams() {
     assert_eq!(status, 202, "{body}");
     outcome(&c, body["id"].as_i64().expect("id"), "acked").await;
     assert_eq!(t.starts(), 2, "one restart, through one stream");
+    // Delivered on both streams, the sidecar would have answered twice
+    // (the second "already in progress"): exactly one replica heard one
+    // answer, and the third delivered nothing itself.
+    let answered = |s: &lifeline::stats::Stats| {
+        use lifeline::stats::SignalOutcome as O;
+        [O::Acked, O::Refused, O::Failed]
+            .into_iter()
+            .map(|o| s.signal_total(o))
+            .sum::<u64>()
+    };
+    c.eventually("the sidecar's one answer counted", || async {
+        answered(&c.ll().stats) + answered(&b.stats) == 1
+    })
+    .await;
+    assert_eq!(
+        answered(&third.stats),
+        0,
+        "the third relayed it, delivered nothing"
+    );
 
     // replica-b leaves: its row goes, replica-a's stays, and replica-c
     // still reaches the sidecar (which refuses: it is cooling down).

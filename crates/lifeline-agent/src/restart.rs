@@ -98,6 +98,15 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A restart under way: `busy` until this is dropped.
+struct Busy<'a>(&'a Mutex<State>);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        lock(self.0).busy = false;
+    }
+}
+
 /// What a restart is about to act on: the PID before it, and for SIGHUP
 /// the process proven to be Teleport.
 struct Before {
@@ -154,7 +163,9 @@ impl Restarter {
 
     /// Restarts the agent and waits until a new process is ready.
     pub async fn restart(&self, why: &str) -> Outcome {
-        {
+        // Held from here to the end, however it ends (a refusal, a
+        // failure, the task dropped): two asks cannot both pass.
+        let _busy = {
             let mut st = lock(&self.state);
             if st.busy {
                 return Outcome::refused("a restart is already in progress");
@@ -169,29 +180,24 @@ impl Restarter {
                     ));
                 }
             }
-            // Held while the target is proven, so two asks cannot both
-            // pass; given back if nothing is tried.
             st.busy = true;
-        }
+            Busy(&self.state)
+        };
         let before = match self.before().await {
             Ok(b) => b,
             Err(why_not) => {
-                lock(&self.state).busy = false;
                 warn!(reason = %why_not, "restart refused");
                 return Outcome::refused(why_not);
             }
         };
         if self.dry_run {
-            lock(&self.state).busy = false;
             return Outcome::refused(format!(
                 "dry run: would restart the agent ({}, PID {}) because {why}",
                 self.restart, before.pid
             ));
         }
         lock(&self.state).began = Some(clock::instant());
-        let outcome = self.carry_out(why, before).await;
-        lock(&self.state).busy = false;
-        outcome
+        self.carry_out(why, before).await
     }
 
     /// The PID before the restart, proven where Lifeline signals it itself;
