@@ -54,7 +54,7 @@ impl Lifeline {
         // anything listens.
         let dialers = Dialers::for_cluster(&cfg.cluster, clock.now(), &rt.stats)?;
         let server_tls = tls::ServerTls::start(&cfg.server, &mut rt)?;
-        let db = store::open(&engine, tuning.acquire_timeout).await?;
+        let db = store::open(&engine, tuning.waits).await?;
         let loaded = store::read::load(&db).await.map_err(StoreError::Query)?;
         let settings = Arc::new(Settings::start(db.clone(), cfg, clock).await?);
         let store_health = Arc::new(StoreHealth::default());

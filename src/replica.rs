@@ -25,7 +25,7 @@ pub use peers::Replicas;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::PgPool;
+use crate::store::Pg;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -137,7 +137,7 @@ pub struct Standing {
     /// The other replicas, as the hub sees them ([`Alone`] on SQLite).
     pub peers: Arc<dyn Peers>,
     /// The lease loop's side, among replicas, and the database's clock.
-    lead: Option<(PgPool, watch::Sender<Leadership>, DbTime)>,
+    lead: Option<(Pg, watch::Sender<Leadership>, DbTime)>,
 }
 
 impl Standing {
@@ -210,7 +210,7 @@ pub struct Rooms {
 /// Everything a replica runs besides what a sole process runs.
 struct Parts {
     cfg: ReplicaConfig,
-    pool: PgPool,
+    pool: Pg,
     rooms: Rooms,
     leadership: watch::Sender<Leadership>,
     /// The database's clock, measured by the heartbeat.
@@ -221,7 +221,7 @@ struct Parts {
 
 /// What a replica does on its way out, once its last writes are in.
 pub struct Departure {
-    pool: PgPool,
+    pool: Pg,
     name: String,
     leadership: watch::Receiver<Leadership>,
 }
@@ -254,9 +254,16 @@ impl Departure {
 /// A predecessor whose session is still closing gets a lease to finish.
 async fn hold_name(p: &Parts, stop: CancellationToken) -> Result<(), StoreError> {
     use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect_with(&p.pool.connect_options()).await?;
+    let mut conn = p
+        .pool
+        .bounded(sqlx::PgConnection::connect_with(&p.pool.connect_options()))
+        .await?;
     let give_up = p.clock.deadline_in(p.cfg.lease);
-    while !lease::hold_name(&mut conn, &p.cfg.name).await? {
+    while !p
+        .pool
+        .bounded(lease::hold_name(&mut conn, &p.cfg.name))
+        .await?
+    {
         if p.clock.instant() >= give_up {
             let _ = conn.close().await;
             return Err(StoreError::ReplicaNameTaken {

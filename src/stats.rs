@@ -266,6 +266,9 @@ pub mod metric {
     pub const PROBES_REFUSED_TOTAL: &str = "lifeline_probes_refused_total";
     pub const STORE_BATCHES_TOTAL: &str = "lifeline_store_batches_total";
     pub const STORE_ERRORS_TOTAL: &str = "lifeline_store_errors_total";
+    pub const STORE_QUERIES_TIMED_OUT_TOTAL: &str = "lifeline_store_queries_timed_out_total";
+    pub const STORE_CONNECTIONS_CLOSED_SILENT_TOTAL: &str =
+        "lifeline_store_connections_closed_silent_total";
     pub const STORE_BATCHES_FENCED_TOTAL: &str = "lifeline_store_batches_fenced_total";
     pub const STORE_ROWS_REFUSED_TOTAL: &str = "lifeline_store_rows_refused_total";
     pub const SIGNALS_SWEPT_TOTAL: &str = "lifeline_signals_swept_total";

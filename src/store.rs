@@ -43,6 +43,45 @@ pub use writer::WriterHandle;
 /// own schedule.
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// The server's own bound on one statement (`statement_timeout`).
+const STATEMENT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a PostgreSQL query may go unanswered before the client gives
+/// up on it: a little past the server's own `statement_timeout`, so that a
+/// server that can still speak says why first, and only a silent one (a
+/// dropped route, a peer gone) is cut off here.
+pub const QUERY_DEADLINE: Duration = Duration::from_secs(65);
+
+/// How long a connection returned to the pool may take to answer a ping
+/// before it is closed instead: a query abandoned at its deadline leaves
+/// its connection waiting on the same silent socket.
+const RELEASE_PING: Duration = Duration::from_secs(2);
+
+/// How long the store waits: for a connection, and (PostgreSQL) for a
+/// query's answer. On a paused test clock a real thread's or socket's few
+/// milliseconds can span seconds of virtual time, so tests lengthen both.
+#[derive(Clone, Copy, Debug)]
+pub struct Waits {
+    pub acquire: Duration,
+    pub query: Duration,
+}
+
+impl Waits {
+    /// What a running Lifeline waits.
+    pub const PRODUCTION: Waits = Waits {
+        acquire: ACQUIRE_TIMEOUT,
+        query: QUERY_DEADLINE,
+    };
+
+    /// Both waits `d`: for tests on a paused clock.
+    pub const fn patient(d: Duration) -> Waits {
+        Waits {
+            acquire: d,
+            query: d,
+        }
+    }
+}
+
 /// Connections to a PostgreSQL server per replica: the writer, the signal
 /// audit, settings, the lease, the notification listener and API readers.
 const PG_CONNECTIONS: u32 = 10;
@@ -91,17 +130,73 @@ pub enum StoreError {
 #[derive(Clone, Debug)]
 pub enum Db {
     Sqlite(SqlitePool),
-    Postgres(PgPool),
+    Postgres(Pg),
 }
+
+/// A PostgreSQL pool and how long its queries may go unanswered. SQLite
+/// needs no such bound: its file is local and its locks wait at most its
+/// busy timeout.
+#[derive(Clone, Debug)]
+pub struct Pg {
+    pub pool: PgPool,
+    pub deadline: Duration,
+}
+
+impl std::ops::Deref for Pg {
+    type Target = PgPool;
+    fn deref(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+impl Pg {
+    /// Runs `fut` on this pool's deadline (see [`bounded`]).
+    pub async fn bounded<T, E: From<sqlx::Error>>(
+        &self,
+        fut: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        bounded(self.deadline, fut).await
+    }
+}
+
+/// `fut`, or an I/O `TimedOut` error once `deadline` has passed without
+/// its answer. The abandoned query's connection is closed when the pool
+/// takes it back (see [`RELEASE_PING`]), never handed out again on a socket
+/// that does not answer.
+pub async fn bounded<T, E: From<sqlx::Error>>(
+    deadline: Duration,
+    fut: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    match tokio::time::timeout(deadline, fut).await {
+        Ok(r) => r,
+        Err(_) => {
+            QUERIES_TIMED_OUT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Err(E::from(sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer from the database within {deadline:?}"),
+            ))))
+        }
+    }
+}
+
+/// PostgreSQL queries given up at their deadline, since start.
+pub static QUERIES_TIMED_OUT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Connections closed because they did not answer when taken back.
+pub static CONNECTIONS_CLOSED_SILENT: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(0);
 
 /// Runs `$body` with `$pool` bound to the engine's own pool type: the same
 /// text (placeholders `$1`, `$2`, … in order, which both engines read) is
-/// compiled once per engine, with no dynamic dispatch on the hot path.
+/// compiled once per engine, with no dynamic dispatch on the hot path. On
+/// PostgreSQL the whole body runs on the pool's deadline ([`bounded`]).
 macro_rules! on_pool {
     ($db:expr, $pool:ident => $body:expr) => {
         match $db {
             $crate::store::Db::Sqlite($pool) => $body,
-            $crate::store::Db::Postgres($pool) => $body,
+            $crate::store::Db::Postgres(pg) => {
+                let $pool = &pg.pool;
+                pg.bounded(async { $body }).await
+            }
         }
     };
 }
@@ -118,7 +213,10 @@ impl Db {
 
     /// Closes every connection (waits for those in use).
     pub async fn close(&self) {
-        on_pool!(self, pool => pool.close().await)
+        match self {
+            Db::Sqlite(pool) => pool.close().await,
+            Db::Postgres(pg) => pg.pool.close().await,
+        }
     }
 }
 
@@ -153,9 +251,11 @@ fn is_locked(e: &sqlx::Error) -> bool {
 }
 
 /// Opens (creating a missing SQLite file) and migrates the database;
-/// a caller waits at most `acquire_timeout` for a connection
-/// ([`ACQUIRE_TIMEOUT`] unless a test on a paused clock needs otherwise).
-pub async fn open(engine: &Engine, acquire_timeout: Duration) -> Result<Db, StoreError> {
+/// a caller waits at most `waits.acquire` for a connection and (on
+/// PostgreSQL) `waits.query` for an answer ([`Waits::PRODUCTION`] unless a
+/// test on a paused clock needs otherwise).
+pub async fn open(engine: &Engine, waits: Waits) -> Result<Db, StoreError> {
+    let acquire_timeout = waits.acquire;
     match engine {
         Engine::Sqlite(path) => open_sqlite(path, acquire_timeout).await.map(Db::Sqlite),
         Engine::Postgres(url) => {
@@ -170,12 +270,13 @@ pub async fn open(engine: &Engine, acquire_timeout: Duration) -> Result<Db, Stor
             // server mid-transaction would otherwise keep the leader lease
             // row locked (its writes check their term under a share lock)
             // and hold its successor back.
+            let statement_timeout = format!("{}s", STATEMENT_TIMEOUT.as_secs());
             let opts = PgConnectOptions::from_str(url.expose())
                 .map_err(open_error)?
                 .application_name("lifeline")
                 .options([
                     ("lock_timeout", "2s"),
-                    ("statement_timeout", "60s"),
+                    ("statement_timeout", statement_timeout.as_str()),
                     ("idle_in_transaction_session_timeout", "2s"),
                 ]);
             if let Some(why) = unverified_transport(url.expose()) {
@@ -191,9 +292,28 @@ pub async fn open(engine: &Engine, acquire_timeout: Duration) -> Result<Db, Stor
                 })?
                 .map_err(open_error)?;
             let _ = first.close().await;
+            // Taken back after its query was abandoned, a connection on a
+            // silent socket would answer sqlx's own ping never: pinged here
+            // first, on a deadline, it is closed instead.
+            let ping = RELEASE_PING.max(acquire_timeout);
             let pool = PgPoolOptions::new()
                 .max_connections(PG_CONNECTIONS)
                 .acquire_timeout(acquire_timeout)
+                .after_release(move |conn, _| {
+                    Box::pin(async move {
+                        match tokio::time::timeout(ping, conn.ping()).await {
+                            Ok(r) => r.map(|()| true),
+                            Err(_) => {
+                                CONNECTIONS_CLOSED_SILENT
+                                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                tracing::warn!(
+                                    "closing a database connection that did not answer within {ping:?}"
+                                );
+                                Err(sqlx::Error::Io(std::io::ErrorKind::TimedOut.into()))
+                            }
+                        }
+                    })
+                })
                 .connect_with(opts)
                 .await
                 .map_err(open_error)?;
@@ -204,7 +324,10 @@ pub async fn open(engine: &Engine, acquire_timeout: Duration) -> Result<Db, Stor
                     path: shown.clone(),
                     source,
                 })?;
-            Ok(Db::Postgres(pool))
+            Ok(Db::Postgres(Pg {
+                pool,
+                deadline: waits.query,
+            }))
         }
     }
 }

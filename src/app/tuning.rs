@@ -1,7 +1,6 @@
 //! Knobs beyond the config file.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::store;
 use crate::telemetry::SpanCounters;
@@ -13,10 +12,10 @@ pub struct Tuning {
     pub change_capacity: usize,
     /// Batches that may wait for the store writer.
     pub writer_depth: usize,
-    /// How long anyone waits for a database connection. On a paused test
-    /// clock a real thread's few milliseconds can span seconds of virtual
-    /// time, so tests lengthen it.
-    pub acquire_timeout: Duration,
+    /// How long anyone waits for a database connection and a query's
+    /// answer. On a paused test clock a real thread's few milliseconds can
+    /// span seconds of virtual time, so tests lengthen them.
+    pub waits: store::Waits,
     /// The counters of the trace exporter this process sends spans
     /// through (all zero when it exports none); `/metrics` shows them.
     pub spans: Arc<SpanCounters>,
@@ -27,7 +26,7 @@ impl Default for Tuning {
         Tuning {
             change_capacity: 4096,
             writer_depth: 4,
-            acquire_timeout: store::ACQUIRE_TIMEOUT,
+            waits: store::Waits::PRODUCTION,
             spans: Arc::default(),
         }
     }

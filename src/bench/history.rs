@@ -179,11 +179,12 @@ pub async fn seed(
             q.push(" ON CONFLICT (at_us) DO NOTHING");
             q.build().execute(pool).await?;
         }
-    });
+        Ok::<(), sqlx::Error>(())
+    })?;
     // A database that has run for days has its planner statistics
     // (autovacuum's analyze); one written a moment ago has none yet.
-    if let Db::Postgres(pool) = db {
-        sqlx::query("ANALYZE").execute(pool).await?;
+    if let Db::Postgres(pg) = db {
+        sqlx::query("ANALYZE").execute(&pg.pool).await?;
     }
     Ok(Seeded {
         incidents: n,

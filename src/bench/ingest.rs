@@ -284,7 +284,7 @@ async fn raw_insert(
     events: usize,
     base: Ts,
 ) -> Result<Duration, BenchError> {
-    let db = store::open(engine, store::ACQUIRE_TIMEOUT).await?;
+    let db = store::open(engine, store::Waits::PRODUCTION).await?;
     let now = Clock::system().now();
     let batch_size = 5000;
     let t0 = Instant::now();

@@ -197,7 +197,7 @@ async fn leg(
         Some(url) => crate::store::Engine::Postgres(url.clone()),
         None => crate::store::Engine::Sqlite(cfg.storage.path.clone()),
     };
-    let db = crate::store::open(&engine, crate::store::ACQUIRE_TIMEOUT).await?;
+    let db = crate::store::open(&engine, crate::store::Waits::PRODUCTION).await?;
     let auths = sim.spec().auth_servers;
     let seeded = seed(&db, history, clock.now(), agents, proxies, auths).await?;
     db.close().await;

@@ -309,6 +309,16 @@ fn counters(st: &Stats, spans: &SpanCounters) {
             &st.store_errors,
         ),
         (
+            metric::STORE_QUERIES_TIMED_OUT_TOTAL,
+            "PostgreSQL queries given up at their client-side deadline (no answer at all).",
+            &crate::store::QUERIES_TIMED_OUT,
+        ),
+        (
+            metric::STORE_CONNECTIONS_CLOSED_SILENT_TOTAL,
+            "PostgreSQL connections closed instead of reused because they did not answer a ping when taken back.",
+            &crate::store::CONNECTIONS_CLOSED_SILENT,
+        ),
+        (
             metric::STORE_BATCHES_FENCED_TOTAL,
             "Batches left unwritten because another replica took the leader lease.",
             &st.store_batches_fenced,

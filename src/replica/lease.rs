@@ -9,7 +9,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use sqlx::{PgPool, Postgres, QueryBuilder};
+use sqlx::{Postgres, QueryBuilder};
+
+use crate::store::Pg;
 
 use crate::clock::{dur_micros, Ts};
 use crate::signals::peers::Holder;
@@ -54,11 +56,13 @@ pub enum Attempt {
 /// tenure has read the database. A renewal keeps its term, also when the
 /// lease lapsed meanwhile and nobody took it: nobody else wrote.
 pub async fn try_lead(
-    pool: &PgPool,
+    pg: &Pg,
     me: &str,
     lease: Duration,
     leading: Option<i64>,
 ) -> Result<Attempt, sqlx::Error> {
+    let pool = &pg.pool;
+    pg.bounded(async {
     let ours: Option<(i64, i64)> = sqlx::query_as(concat!(
         "WITH now AS (SELECT ",
         db_now!(),
@@ -98,19 +102,24 @@ pub async fn try_lead(
         }),
         None => Attempt::Nobody,
     })
+}).await
 }
 
 /// Gives the lease up at once (a clean shutdown), so a follower need not
 /// wait for it to lapse. A term that is no longer ours changes nothing.
-pub async fn release(pool: &PgPool, me: &str, term: i64) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "UPDATE leader_lease SET deadline_us = 0 WHERE id = 1 AND holder = $1 AND term = $2",
-    )
-    .bind(me)
-    .bind(term)
-    .execute(pool)
-    .await?;
-    Ok(())
+pub async fn release(pg: &Pg, me: &str, term: i64) -> Result<(), sqlx::Error> {
+    let pool = &pg.pool;
+    pg.bounded(async {
+        sqlx::query(
+            "UPDATE leader_lease SET deadline_us = 0 WHERE id = 1 AND holder = $1 AND term = $2",
+        )
+        .bind(me)
+        .bind(term)
+        .execute(pool)
+        .await?;
+        Ok(())
+    })
+    .await
 }
 
 /// Takes this replica's name for as long as `conn` (a connection of its
@@ -126,77 +135,93 @@ pub async fn hold_name(conn: &mut sqlx::PgConnection, me: &str) -> Result<bool, 
 }
 
 /// Records this replica (at start: its start time is now).
-pub async fn register(pool: &PgPool, me: &str, http: &str, grpc: &str) -> Result<(), sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    sqlx::query(concat!(
-        "INSERT INTO replicas (id, http_addr, grpc_addr, started_us, heartbeat_us) \
+pub async fn register(pg: &Pg, me: &str, http: &str, grpc: &str) -> Result<(), sqlx::Error> {
+    let pool = &pg.pool;
+    pg.bounded(async {
+        let mut tx = pool.begin().await?;
+        sqlx::query(concat!(
+            "INSERT INTO replicas (id, http_addr, grpc_addr, started_us, heartbeat_us) \
          VALUES ($1, $2, $3, ",
-        db_now!(),
-        ", ",
-        db_now!(),
-        ") ON CONFLICT (id) DO UPDATE SET http_addr = EXCLUDED.http_addr, \
+            db_now!(),
+            ", ",
+            db_now!(),
+            ") ON CONFLICT (id) DO UPDATE SET http_addr = EXCLUDED.http_addr, \
          grpc_addr = EXCLUDED.grpc_addr, started_us = EXCLUDED.started_us, \
          heartbeat_us = EXCLUDED.heartbeat_us"
-    ))
-    .bind(me)
-    .bind(http)
-    .bind(grpc)
-    .execute(&mut *tx)
-    .await?;
-    // Streams a previous run of this replica held are gone with it.
-    sqlx::query("DELETE FROM agent_streams WHERE replica = $1")
+        ))
         .bind(me)
+        .bind(http)
+        .bind(grpc)
         .execute(&mut *tx)
         .await?;
-    tx.commit().await
+        // Streams a previous run of this replica held are gone with it.
+        sqlx::query("DELETE FROM agent_streams WHERE replica = $1")
+            .bind(me)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await
+    })
+    .await
 }
 
 /// This replica is alive.
-pub async fn heartbeat(pool: &PgPool, me: &str) -> Result<(), sqlx::Error> {
-    sqlx::query(concat!(
-        "UPDATE replicas SET heartbeat_us = ",
-        db_now!(),
-        " WHERE id = $1"
-    ))
-    .bind(me)
-    .execute(pool)
-    .await?;
-    Ok(())
+pub async fn heartbeat(pg: &Pg, me: &str) -> Result<(), sqlx::Error> {
+    let pool = &pg.pool;
+    pg.bounded(async {
+        sqlx::query(concat!(
+            "UPDATE replicas SET heartbeat_us = ",
+            db_now!(),
+            " WHERE id = $1"
+        ))
+        .bind(me)
+        .execute(pool)
+        .await?;
+        Ok(())
+    })
+    .await
 }
 
 /// A clean shutdown: nobody should wait for this replica's heartbeat to
 /// go stale before treating its streams as gone.
-pub async fn leave(pool: &PgPool, me: &str) -> Result<(), sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    sqlx::query("DELETE FROM agent_streams WHERE replica = $1")
-        .bind(me)
-        .execute(&mut *tx)
-        .await?;
-    sqlx::query("UPDATE replicas SET heartbeat_us = 0 WHERE id = $1")
-        .bind(me)
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await
+pub async fn leave(pg: &Pg, me: &str) -> Result<(), sqlx::Error> {
+    let pool = &pg.pool;
+    pg.bounded(async {
+        let mut tx = pool.begin().await?;
+        sqlx::query("DELETE FROM agent_streams WHERE replica = $1")
+            .bind(me)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("UPDATE replicas SET heartbeat_us = 0 WHERE id = $1")
+            .bind(me)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await
+    })
+    .await
 }
 
 /// Forgets replicas silent for longer than `keep`, and the stream rows
 /// they left (bounds the registry: an agent that moved keeps the dead
 /// replica's row beside its new one until then).
-pub async fn forget_replicas(pool: &PgPool, keep: Duration) -> Result<u64, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    let done = sqlx::query(concat!(
-        "DELETE FROM replicas WHERE heartbeat_us < ",
-        db_now!(),
-        " - $1"
-    ))
-    .bind(dur_micros(keep))
-    .execute(&mut *tx)
-    .await?;
-    sqlx::query("DELETE FROM agent_streams WHERE replica NOT IN (SELECT id FROM replicas)")
+pub async fn forget_replicas(pg: &Pg, keep: Duration) -> Result<u64, sqlx::Error> {
+    let pool = &pg.pool;
+    pg.bounded(async {
+        let mut tx = pool.begin().await?;
+        let done = sqlx::query(concat!(
+            "DELETE FROM replicas WHERE heartbeat_us < ",
+            db_now!(),
+            " - $1"
+        ))
+        .bind(dur_micros(keep))
         .execute(&mut *tx)
         .await?;
-    tx.commit().await?;
-    Ok(done.rows_affected())
+        sqlx::query("DELETE FROM agent_streams WHERE replica NOT IN (SELECT id FROM replicas)")
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected())
+    })
+    .await
 }
 
 /// Rows per statement when claiming or releasing streams.
@@ -205,47 +230,51 @@ const STREAM_CHUNK: usize = 1000;
 /// Records that `me` holds these agents' streams (since `at`), each with
 /// whether its peer is restart-only.
 pub async fn claim_streams(
-    pool: &PgPool,
+    pg: &Pg,
     me: &str,
     agents: &[(String, bool)],
     at: Ts,
 ) -> Result<(), sqlx::Error> {
-    for chunk in agents.chunks(STREAM_CHUNK) {
-        let mut q = QueryBuilder::<Postgres>::new(
-            "INSERT INTO agent_streams (agent, replica, since_us, restart_only) ",
-        );
-        q.push_values(chunk, |mut r, (a, restart_only)| {
-            r.push_bind(a.as_str())
-                .push_bind(me)
-                .push_bind(at.as_micros())
-                .push_bind(i64::from(*restart_only));
-        });
-        // One row per (agent, replica): a sidecar streams to every
-        // replica, and each keeps its own row.
-        q.push(
-            " ON CONFLICT (agent, replica) DO UPDATE SET since_us = EXCLUDED.since_us, \
+    let pool = &pg.pool;
+    pg.bounded(async {
+        for chunk in agents.chunks(STREAM_CHUNK) {
+            let mut q = QueryBuilder::<Postgres>::new(
+                "INSERT INTO agent_streams (agent, replica, since_us, restart_only) ",
+            );
+            q.push_values(chunk, |mut r, (a, restart_only)| {
+                r.push_bind(a.as_str())
+                    .push_bind(me)
+                    .push_bind(at.as_micros())
+                    .push_bind(i64::from(*restart_only));
+            });
+            // One row per (agent, replica): a sidecar streams to every
+            // replica, and each keeps its own row.
+            q.push(
+                " ON CONFLICT (agent, replica) DO UPDATE SET since_us = EXCLUDED.since_us, \
              restart_only = EXCLUDED.restart_only",
-        );
-        q.build().execute(pool).await?;
-    }
-    Ok(())
+            );
+            q.build().execute(pool).await?;
+        }
+        Ok(())
+    })
+    .await
 }
 
 /// Forgets these agents' streams if `me` still holds them (another replica
 /// may have taken one over since).
-pub async fn release_streams(
-    pool: &PgPool,
-    me: &str,
-    agents: &[String],
-) -> Result<(), sqlx::Error> {
-    for chunk in agents.chunks(STREAM_CHUNK) {
-        sqlx::query("DELETE FROM agent_streams WHERE replica = $1 AND agent = ANY($2)")
-            .bind(me)
-            .bind(chunk)
-            .execute(pool)
-            .await?;
-    }
-    Ok(())
+pub async fn release_streams(pg: &Pg, me: &str, agents: &[String]) -> Result<(), sqlx::Error> {
+    let pool = &pg.pool;
+    pg.bounded(async {
+        for chunk in agents.chunks(STREAM_CHUNK) {
+            sqlx::query("DELETE FROM agent_streams WHERE replica = $1 AND agent = ANY($2)")
+                .bind(me)
+                .bind(chunk)
+                .execute(pool)
+                .await?;
+        }
+        Ok(())
+    })
+    .await
 }
 
 /// Agent streams (agent, replica, restart-only) held by replicas whose heartbeat is
@@ -266,19 +295,23 @@ macro_rules! live_streams {
 /// An agent streaming to several (a sidecar) is given one holder, the
 /// newest stream: a signal relayed for it reaches exactly one.
 pub async fn owners(
-    pool: &PgPool,
+    pg: &Pg,
     agents: &[String],
     lease: Duration,
 ) -> Result<HashMap<String, Holder>, sqlx::Error> {
-    let rows: Vec<(String, String, i64)> = sqlx::query_as(concat!(
-        live_streams!(),
-        "s.agent = ANY($2) ORDER BY s.since_us, s.replica"
-    ))
-    .bind(dur_micros(lease))
-    .bind(agents)
-    .fetch_all(pool)
-    .await?;
-    Ok(holders(rows))
+    let pool = &pg.pool;
+    pg.bounded(async {
+        let rows: Vec<(String, String, i64)> = sqlx::query_as(concat!(
+            live_streams!(),
+            "s.agent = ANY($2) ORDER BY s.since_us, s.replica"
+        ))
+        .bind(dur_micros(lease))
+        .bind(agents)
+        .fetch_all(pool)
+        .await?;
+        Ok(holders(rows))
+    })
+    .await
 }
 
 /// One holder per agent: the last row of an agent's (rows come oldest
@@ -299,19 +332,23 @@ fn holders(rows: Vec<(String, String, i64)>) -> HashMap<String, Holder> {
 
 /// Every agent stream held by a live replica other than `me`.
 pub async fn remote_streams(
-    pool: &PgPool,
+    pg: &Pg,
     me: &str,
     lease: Duration,
 ) -> Result<HashMap<String, Holder>, sqlx::Error> {
-    let rows: Vec<(String, String, i64)> = sqlx::query_as(concat!(
-        live_streams!(),
-        "s.replica <> $2 ORDER BY s.since_us, s.replica"
-    ))
-    .bind(dur_micros(lease))
-    .bind(me)
-    .fetch_all(pool)
-    .await?;
-    Ok(holders(rows))
+    let pool = &pg.pool;
+    pg.bounded(async {
+        let rows: Vec<(String, String, i64)> = sqlx::query_as(concat!(
+            live_streams!(),
+            "s.replica <> $2 ORDER BY s.since_us, s.replica"
+        ))
+        .bind(dur_micros(lease))
+        .bind(me)
+        .fetch_all(pool)
+        .await?;
+        Ok(holders(rows))
+    })
+    .await
 }
 
 /// The channel that wakes a replica holding an agent a signal is for.
@@ -321,8 +358,10 @@ pub const SIGNALS_CHANNEL: &str = "lifeline_signals";
 pub const PROBE_CHANNEL: &str = "lifeline_probe";
 
 /// Sends `replica`'s listening connection a probe (see [`PROBE_CHANNEL`]).
-pub async fn notify_probe(pool: &PgPool, replica: &str) -> Result<(), sqlx::Error> {
-    notify(pool, PROBE_CHANNEL, replica).await
+pub async fn notify_probe(pg: &Pg, replica: &str) -> Result<(), sqlx::Error> {
+    let pool = &pg.pool;
+    pg.bounded(async { notify(pool, PROBE_CHANNEL, replica).await })
+        .await
 }
 
 /// Longest payload sent in one notification (PostgreSQL's bound is 8000).
@@ -330,25 +369,29 @@ const MAX_PAYLOAD: usize = 7000;
 
 /// Wakes `replica` for the signals `ids`: payloads `<replica> <id>,<id>…`,
 /// split to fit.
-pub async fn notify_signals(pool: &PgPool, replica: &str, ids: &[i64]) -> Result<(), sqlx::Error> {
-    let mut payload = String::new();
-    for id in ids {
-        if payload.len() > MAX_PAYLOAD {
+pub async fn notify_signals(pg: &Pg, replica: &str, ids: &[i64]) -> Result<(), sqlx::Error> {
+    let pool = &pg.pool;
+    pg.bounded(async {
+        let mut payload = String::new();
+        for id in ids {
+            if payload.len() > MAX_PAYLOAD {
+                notify(pool, SIGNALS_CHANNEL, &payload).await?;
+                payload.clear();
+            }
+            if payload.is_empty() {
+                payload.push_str(replica);
+                payload.push(' ');
+            } else {
+                payload.push(',');
+            }
+            payload.push_str(&id.to_string());
+        }
+        if !payload.is_empty() {
             notify(pool, SIGNALS_CHANNEL, &payload).await?;
-            payload.clear();
         }
-        if payload.is_empty() {
-            payload.push_str(replica);
-            payload.push(' ');
-        } else {
-            payload.push(',');
-        }
-        payload.push_str(&id.to_string());
-    }
-    if !payload.is_empty() {
-        notify(pool, SIGNALS_CHANNEL, &payload).await?;
-    }
-    Ok(())
+        Ok(())
+    })
+    .await
 }
 
 /// Reads a signals notification: the replica it is for and the ids.
@@ -362,7 +405,7 @@ pub fn parse_signals(payload: &str) -> Option<(&str, Vec<i64>)> {
     Some((replica, ids))
 }
 
-async fn notify(pool: &PgPool, channel: &str, payload: &str) -> Result<(), sqlx::Error> {
+async fn notify(pool: &sqlx::PgPool, channel: &str, payload: &str) -> Result<(), sqlx::Error> {
     sqlx::query("SELECT pg_notify($1, $2)")
         .bind(channel)
         .bind(payload)
@@ -378,11 +421,13 @@ async fn notify(pool: &PgPool, channel: &str, payload: &str) -> Result<(), sqlx:
 /// once its own deadline (on the row) is `grace` past `now`. At most
 /// `limit` per call.
 pub async fn sweep_unanswered(
-    pool: &PgPool,
+    pg: &Pg,
     before: Ts,
     (now, grace): (Ts, Duration),
     limit: i64,
 ) -> Result<u64, sqlx::Error> {
+    let pool = &pg.pool;
+    pg.bounded(async {
     let done = sqlx::query(
         "UPDATE signals SET outcome = 'timeout', \
            detail = 'no replica saw an ack before the deadline (the replica holding the agent is gone)' \
@@ -398,6 +443,7 @@ pub async fn sweep_unanswered(
     .execute(pool)
     .await?;
     Ok(done.rows_affected())
+}).await
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use sqlx::PgPool;
+use crate::store::Pg;
 
 use super::lease;
 use crate::clock::Ts;
@@ -18,7 +18,7 @@ use crate::store::db_time::DbTime;
 pub struct Replicas {
     /// This replica's name.
     pub me: Arc<str>,
-    pub pool: PgPool,
+    pub pool: Pg,
     /// A replica silent for longer holds no stream.
     pub lease: Duration,
     /// The database's clock: the audit's times among replicas.

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::PgPool;
+
 
 use crate::clock::{Clock, Ts};
 
@@ -48,13 +48,13 @@ impl DbTime {
     /// Reads the database's clock and keeps the offset to this replica's,
     /// taken at the middle of the round trip. `None` (offset unchanged)
     /// when the round trip took longer than [`MAX_ROUND_TRIP`].
-    pub async fn measure(&self, pool: &PgPool) -> Result<Option<i64>, sqlx::Error> {
+    pub async fn measure(&self, pg: &super::Pg) -> Result<Option<i64>, sqlx::Error> {
         let before = self.clock.now();
         let sent = self.clock.instant();
-        let db_us: i64 =
-            sqlx::query_scalar("SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint")
-                .fetch_one(pool)
-                .await?;
+        let db_us =
+            sqlx::query_scalar::<_, i64>("SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint")
+                .fetch_one(&pg.pool);
+        let db_us = pg.bounded(db_us).await?;
         let trip = self.clock.instant().saturating_duration_since(sent);
         if trip > MAX_ROUND_TRIP {
             return Ok(None);

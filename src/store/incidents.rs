@@ -290,8 +290,8 @@ pub async fn history(
         .bind(from.as_micros())
         .bind(to.as_micros())
         .fetch_all(pool)
-        .await?
-    });
+        .await
+    })?;
     let mut out: Vec<Point> = Vec::new();
     for (at, agents, stranded, degraded) in rows {
         let at = Ts(at).floor_to(step);

@@ -188,9 +188,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("lifeline.db");
         let engine = crate::store::Engine::Sqlite(path.clone());
-        let db = crate::store::open(&engine, Duration::from_secs(5))
-            .await
-            .unwrap();
+        let db = crate::store::open(
+            &engine,
+            crate::store::Waits::patient(Duration::from_secs(5)),
+        )
+        .await
+        .unwrap();
         let mut tx = begin_change(&db).await.unwrap();
         assert_eq!(tx.get("retention").await.unwrap(), None);
 

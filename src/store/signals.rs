@@ -131,13 +131,16 @@ impl SignalIds {
                 let first = self.next.fetch_add(n as i64, Ordering::Relaxed);
                 Ok((first..first + n as i64).collect())
             }
-            Db::Postgres(pool) => {
-                let mut ids: Vec<i64> = sqlx::query_scalar(
-                    "SELECT nextval(pg_get_serial_sequence('signals', 'id')) FROM generate_series(1, $1)",
-                )
-                .bind(n as i64)
-                .fetch_all(pool)
-                .await?;
+            Db::Postgres(pg) => {
+                let mut ids: Vec<i64> = pg
+                    .bounded(
+                        sqlx::query_scalar(
+                            "SELECT nextval(pg_get_serial_sequence('signals', 'id')) FROM generate_series(1, $1)",
+                        )
+                        .bind(n as i64)
+                        .fetch_all(&pg.pool),
+                    )
+                    .await?;
                 ids.sort_unstable();
                 Ok(ids)
             }

@@ -216,7 +216,7 @@ async fn a_request_that_cannot_get_a_database_connection_is_a_clear_503(store) {
     let c = Cluster::new()
         .store(store)
         .quiet()
-        .production_acquire_timeout()
+        .production_waits()
         .start()
         .await;
     c.ready().await;

@@ -3,7 +3,10 @@
 //! through a TCP relay inside the test that stops forwarding for 20 s and
 //! then resumes: the leader steps down and the other replica takes over,
 //! and once the relay forwards again the cut-off replica is ready within
-//! 10 s, whether it led when cut off or followed. Real time, a real
+//! 10 s, whether it led when cut off or followed. And the store's own
+//! bounds behind such a relay: a query that gets no answer is given up at
+//! its deadline, its connection closed rather than handed out again, and
+//! a connection attempt gives up at the acquire timeout. Real time, a real
 //! PostgreSQL.
 
 // A real database behind a real relay: the wall clock, never a paused one.
@@ -76,6 +79,89 @@ async fn pipe(
     }
 }
 
+/// `url` with its host and port replaced by the relay's.
+fn through(url: &str, relay: &Relay) -> String {
+    let (base_url, rest) = url.rsplit_once('@').expect("user@host:port/db");
+    let (_, db) = rest.split_once('/').expect("host:port/db");
+    format!("{base_url}@127.0.0.1:{}/{db}", relay.port)
+}
+
+fn upstream(url: &str) -> String {
+    let (_, rest) = url.rsplit_once('@').expect("user@host:port/db");
+    rest.split_once('/').expect("host:port/db").0.to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_without_an_answer_is_given_up_and_its_connection_closed() {
+    use lifeline::store::{self, Waits};
+    use std::sync::atomic::Ordering;
+    let Some(url) = support::fresh_postgres("query_deadline").await else {
+        return;
+    };
+    let relay = Relay::start(upstream(&url)).await;
+    let engine = store::Engine::Postgres(lifeline::config::DbUrl::new(through(&url, &relay)));
+    let waits = Waits {
+        acquire: Duration::from_secs(2),
+        query: Duration::from_secs(1),
+    };
+    let db = store::open(&engine, waits).await.expect("the store opens");
+    let store::Db::Postgres(pg) = &db else {
+        panic!("a PostgreSQL store")
+    };
+    store::settings::all(&db).await.expect("answered before the partition");
+    let closed_before = store::CONNECTIONS_CLOSED_SILENT.load(Ordering::Relaxed);
+
+    relay.pause(true);
+    let began = Instant::now();
+    let e = store::settings::all(&db)
+        .await
+        .expect_err("no answer through a silent route");
+    let took = began.elapsed();
+    assert!(
+        e.to_string().contains("no answer from the database within 1s"),
+        "the error says why: {e}"
+    );
+    assert!(
+        took < Duration::from_secs(3),
+        "given up at its deadline, not after {took:?}"
+    );
+    // Taken back, the abandoned connection does not answer its ping and
+    // is closed: the pool is not left holding a dead socket.
+    let began = Instant::now();
+    while store::CONNECTIONS_CLOSED_SILENT.load(Ordering::Relaxed) == closed_before {
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "the silent connection was never closed (pool size {})",
+            pg.size()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A new store's first connection attempt gives up at the acquire
+    // timeout and says so.
+    let began = Instant::now();
+    let e = store::open(&engine, waits)
+        .await
+        .expect_err("no connection through a silent route");
+    assert!(
+        began.elapsed() < Duration::from_secs(5),
+        "the connection attempt has a deadline ({:?})",
+        began.elapsed()
+    );
+    assert!(e.to_string().contains("no answer within"), "{e}");
+
+    relay.pause(false);
+    let began = Instant::now();
+    store::settings::all(&db)
+        .await
+        .expect("answered again once the route is back");
+    assert!(
+        began.elapsed() < Duration::from_secs(3),
+        "answered at once on a new connection ({:?})",
+        began.elapsed()
+    );
+    db.close().await;
+}
+
 /// The replica's `/readyz` status.
 async fn readyz(http: &reqwest::Client, base: &str) -> u16 {
     match http
@@ -113,7 +199,7 @@ async fn a_replica_is_ready_again_within_10_s_after_a_partition_heals() {
     let c = Cluster::new()
         .agents(3)
         .store(support::Store::Postgres(via_relay))
-        .production_acquire_timeout()
+        .production_waits()
         .config(|cfg| {
             cfg.storage.replica = Some("replica-a".into());
             cfg.storage.leader_lease = Duration::from_secs(2);

@@ -39,13 +39,13 @@ async fn postgres_store(test: &str) -> Option<Db> {
     Some(store.open(std::path::Path::new("unused-on-postgres")).await)
 }
 
-async fn lead(pool: &sqlx::PgPool, who: &str, lease: Duration) -> Attempt {
+async fn lead(pool: &lifeline::store::Pg, who: &str, lease: Duration) -> Attempt {
     lease::try_lead(pool, who, lease, None)
         .await
         .expect("lease query")
 }
 
-async fn renew(pool: &sqlx::PgPool, who: &str, lease: Duration, term: i64) -> Attempt {
+async fn renew(pool: &lifeline::store::Pg, who: &str, lease: Duration, term: i64) -> Attempt {
     lease::try_lead(pool, who, lease, Some(term))
         .await
         .expect("lease query")
@@ -163,7 +163,7 @@ async fn a_long_write_does_not_keep_the_lease_from_being_renewed() {
          $$ BEGIN PERFORM pg_sleep(3); RETURN NULL; END $$; \
          CREATE TRIGGER slow AFTER INSERT ON events FOR EACH STATEMENT EXECUTE FUNCTION slow_insert();",
     )
-    .execute(pool)
+    .execute(&**pool)
     .await
     .expect("a slow trigger");
     let lease = Duration::from_secs(30);
@@ -269,7 +269,7 @@ async fn record_unnotified(db: &Db, agent: &str, created: lifeline::Ts, reason: 
     .bind(agent)
     .bind(created.as_micros())
     .bind(reason)
-    .fetch_one(pool)
+    .fetch_one(&**pool)
     .await
     .expect("a pending signal")
 }
@@ -315,7 +315,7 @@ async fn two_replicas_share_one_database_and_hand_over_cleanly() {
         &cfg_b,
         c.clock,
         Tuning {
-            acquire_timeout: Duration::from_secs(3600),
+            waits: lifeline::store::Waits::patient(Duration::from_secs(3600)),
             ..Tuning::default()
         },
     )
@@ -492,7 +492,7 @@ async fn signals_nobody_will_answer_time_out_and_only_those() {
         .bind(outcome)
         .bind(restart as i64)
         .bind(deadline.map(|d: i64| d))
-        .execute(pool)
+        .execute(&**pool)
         .await
         .unwrap();
     }
@@ -518,7 +518,7 @@ async fn signals_nobody_will_answer_time_out_and_only_those() {
     );
     let outcomes: Vec<(i64, String)> =
         sqlx::query_as("SELECT id, outcome FROM signals ORDER BY id")
-            .fetch_all(pool)
+            .fetch_all(&**pool)
             .await
             .unwrap();
     let want = [
@@ -550,7 +550,7 @@ async fn a_signal_whose_notification_was_missed_is_delivered_when_the_replica_li
     };
     let agent: String =
         sqlx::query_scalar("SELECT agent FROM agent_streams ORDER BY agent LIMIT 1")
-            .fetch_one(pool)
+            .fetch_one(&**pool)
             .await
             .expect("an agent stream");
     // Recorded elsewhere; the notification that should wake replica-a is
@@ -561,7 +561,7 @@ async fn a_signal_whose_notification_was_missed_is_delivered_when_the_replica_li
         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
          WHERE datname = current_database() AND query LIKE 'LISTEN%'",
     )
-    .fetch_one(pool)
+    .fetch_one(&**pool)
     .await
     .expect("terminate the listener");
     assert_eq!(dropped, 1, "one listening connection");
@@ -627,7 +627,7 @@ async fn a_replica_whose_term_has_passed_sends_no_leaders_signal() {
     };
     // Another replica takes the lease; replica-a has not looked yet.
     sqlx::query("UPDATE leader_lease SET holder = 'replica-b', term = term + 1 WHERE id = 1")
-        .execute(pool)
+        .execute(&**pool)
         .await
         .expect("the lease moves");
     assert!(c.ll().hub.leads(), "replica-a has not noticed yet");
@@ -753,7 +753,7 @@ async fn a_listening_connection_gone_silent_is_found_and_made_again() {
     let listener = "SELECT pid FROM pg_stat_activity \
          WHERE datname = current_database() AND query LIKE 'LISTEN%' ORDER BY backend_start DESC LIMIT 1";
     let silent: i32 = sqlx::query_scalar(listener)
-        .fetch_one(pool)
+        .fetch_one(&**pool)
         .await
         .expect("the listening backend");
     // Resumed however the test ends: a stopped backend holds up every
@@ -787,7 +787,7 @@ async fn a_listening_connection_gone_silent_is_found_and_made_again() {
     }
     until("listening again on another backend", || async {
         sqlx::query_scalar::<_, i32>(listener)
-            .fetch_optional(pool)
+            .fetch_optional(&**pool)
             .await
             .ok()
             .flatten()

@@ -27,7 +27,7 @@ async fn sqlite_schema() -> Schema {
     let dir = tempfile::tempdir().expect("temp dir");
     let engine = lifeline::store::Engine::Sqlite(dir.path().join("s.db"));
     let lifeline::store::Db::Sqlite(pool) =
-        lifeline::store::open(&engine, lifeline::store::ACQUIRE_TIMEOUT)
+        lifeline::store::open(&engine, lifeline::store::Waits::PRODUCTION)
             .await
             .expect("SQLite opens and migrates")
     else {

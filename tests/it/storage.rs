@@ -421,7 +421,10 @@ async fn a_settings_change_on_postgres_waits_for_another_replicas() {
     let a = store.open(std::path::Path::new("")).await;
     // The other replica's pool (store::open admits one Lifeline per
     // database).
-    let b = lifeline::store::Db::Postgres(sqlx::PgPool::connect(&url).await.unwrap());
+    let b = lifeline::store::Db::Postgres(lifeline::store::Pg {
+        pool: sqlx::PgPool::connect(&url).await.unwrap(),
+        deadline: lifeline::store::QUERY_DEADLINE,
+    });
     let mut first = begin_change(&a).await.unwrap();
     assert_eq!(first.get("retention").await.unwrap(), None);
     let second = tokio::spawn(async move {

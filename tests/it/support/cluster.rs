@@ -17,7 +17,7 @@ pub struct Cluster {
     spec: SimSpec,
     grace: Duration,
     max_message_bytes: usize,
-    acquire_timeout: Duration,
+    waits: lifeline::store::Waits,
     spans: Arc<lifeline::telemetry::SpanCounters>,
     lb_policy: String,
     signals: Vec<SignalsEdit>,
@@ -46,7 +46,7 @@ impl Cluster {
             max_message_bytes: 4 * 1024 * 1024,
             // Virtual time outruns real threads here: a connection that
             // takes a few real milliseconds must not time out on it.
-            acquire_timeout: Duration::from_secs(24 * 3600),
+            waits: lifeline::store::Waits::patient(Duration::from_secs(24 * 3600)),
             spans: Arc::default(),
             lb_policy: String::new(),
             signals: Vec::new(),
@@ -209,8 +209,14 @@ impl Cluster {
         self
     }
 
-    pub fn production_acquire_timeout(mut self) -> Self {
-        self.acquire_timeout = lifeline::store::ACQUIRE_TIMEOUT;
+    /// The store's waits of a running Lifeline (for tests on the wall
+    /// clock).
+    pub fn production_waits(mut self) -> Self {
+        self.waits = lifeline::store::Waits::PRODUCTION;
+        self
+    }
+    pub fn waits(mut self, waits: lifeline::store::Waits) -> Self {
+        self.waits = waits;
         self
     }
     pub fn max_message_bytes(mut self, n: usize) -> Self {
@@ -283,7 +289,7 @@ impl Cluster {
         }
         let tuning = Tuning {
             change_capacity: 65_536,
-            acquire_timeout: self.acquire_timeout,
+            waits: self.waits,
             spans: self.spans,
             ..Tuning::default()
         };

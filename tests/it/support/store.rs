@@ -34,7 +34,7 @@ impl Store {
     pub async fn open(&self, dir: &std::path::Path) -> lifeline::store::Db {
         lifeline::store::open(
             &self.engine(&dir.join("lifeline.db")),
-            lifeline::store::ACQUIRE_TIMEOUT,
+            lifeline::store::Waits::PRODUCTION,
         )
         .await
         .expect("the store opens")
@@ -115,7 +115,7 @@ pub async fn sql_i64(db: &lifeline::store::Db, sql: &'static str) -> i64 {
     use lifeline::store::Db;
     let n = match db {
         Db::Sqlite(p) => sqlx::query_scalar(sql).fetch_one(p).await,
-        Db::Postgres(p) => sqlx::query_scalar(sql).fetch_one(p).await,
+        Db::Postgres(p) => sqlx::query_scalar(sql).fetch_one(&p.pool).await,
     };
     n.unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
@@ -125,7 +125,7 @@ pub async fn sql_exec(db: &lifeline::store::Db, sql: &'static str) {
     use lifeline::store::Db;
     let r = match db {
         Db::Sqlite(p) => sqlx::query(sql).execute(p).await.map(drop),
-        Db::Postgres(p) => sqlx::query(sql).execute(p).await.map(drop),
+        Db::Postgres(p) => sqlx::query(sql).execute(&p.pool).await.map(drop),
     };
     r.unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
