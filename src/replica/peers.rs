@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use crate::store::Pg;
+use futures::future::BoxFuture;
 
 use super::lease;
 use crate::clock::Ts;

@@ -192,7 +192,9 @@ impl Auto {
         } else {
             return None;
         };
-        let restarts = self.hub.restart_only_of(std::slice::from_ref(&c.agent));
+        let restarts = self
+            .hub
+            .restarted_by_sidecar(std::slice::from_ref(&c.agent));
         (!restarts.is_empty()).then_some(why)
     }
 
@@ -445,7 +447,7 @@ impl Auto {
                 "no live proxy to move to: waiting for one"
             );
         }
-        let restarting = self.hub.restart_only_of(&sent);
+        let restarting = self.hub.restarted_by_sidecar(&sent);
         for agent in sent {
             if let Some(n) = self.needs.get_mut(&agent) {
                 // The first retry comes after the base (1 s), then doubles;

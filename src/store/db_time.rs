@@ -9,8 +9,6 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-
-
 use crate::clock::{Clock, Ts};
 
 /// A measurement whose round trip took longer says too little.
@@ -51,9 +49,10 @@ impl DbTime {
     pub async fn measure(&self, pg: &super::Pg) -> Result<Option<i64>, sqlx::Error> {
         let before = self.clock.now();
         let sent = self.clock.instant();
-        let db_us =
-            sqlx::query_scalar::<_, i64>("SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint")
-                .fetch_one(&pg.pool);
+        let db_us = sqlx::query_scalar::<_, i64>(
+            "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint",
+        )
+        .fetch_one(&pg.pool);
         let db_us = pg.bounded(db_us).await?;
         let trip = self.clock.instant().saturating_duration_since(sent);
         if trip > MAX_ROUND_TRIP {

@@ -108,7 +108,9 @@ async fn a_query_without_an_answer_is_given_up_and_its_connection_closed() {
     let store::Db::Postgres(pg) = &db else {
         panic!("a PostgreSQL store")
     };
-    store::settings::all(&db).await.expect("answered before the partition");
+    store::settings::all(&db)
+        .await
+        .expect("answered before the partition");
     let closed_before = store::CONNECTIONS_CLOSED_SILENT.load(Ordering::Relaxed);
 
     relay.pause(true);
@@ -118,7 +120,8 @@ async fn a_query_without_an_answer_is_given_up_and_its_connection_closed() {
         .expect_err("no answer through a silent route");
     let took = began.elapsed();
     assert!(
-        e.to_string().contains("no answer from the database within 1s"),
+        e.to_string()
+            .contains("no answer from the database within 1s"),
         "the error says why: {e}"
     );
     assert!(

@@ -94,6 +94,22 @@ impl Hub {
             .cloned()
             .collect()
     }
+
+    /// Which of `agents` have a sidecar on any replica this one knows of:
+    /// here, or in its last read of the other replicas' streams. A
+    /// sidecar that streams to another replica only (its stream here
+    /// lost, or never opened) is restarted through that one.
+    pub fn restarted_by_sidecar(&self, agents: &[String]) -> HashSet<String> {
+        let mut out = self.restart_only_of(agents);
+        let remote = lock(&self.remote);
+        out.extend(
+            agents
+                .iter()
+                .filter(|a| remote.get(a.as_str()).is_some_and(|h| h.restart_only))
+                .cloned(),
+        );
+        out
+    }
 }
 
 #[cfg(test)]
