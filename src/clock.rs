@@ -268,6 +268,40 @@ pub async fn watch_steps(clock: Clock, stop: tokio_util::sync::CancellationToken
 /// Microseconds to probe a time conversion with: both ends of `i64`, both
 /// ends of the valid range and their neighbours, and a deterministic
 /// spread (splitmix64) over the whole range and over the valid one.
+/// Tokio's paused clock, for a benchmark that simulates hours: only in a
+/// build with the `virtual-time` feature (tokio's test utilities), never
+/// in the production one.
+pub mod virtual_time {
+    use std::time::Duration;
+
+    /// A current-thread runtime whose clock starts paused; `None` in a
+    /// build without the `virtual-time` feature.
+    pub fn paused_runtime() -> Option<std::io::Result<tokio::runtime::Runtime>> {
+        #[cfg(feature = "virtual-time")]
+        {
+            Some(
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .start_paused(true)
+                    .build(),
+            )
+        }
+        #[cfg(not(feature = "virtual-time"))]
+        {
+            None
+        }
+    }
+
+    /// Moves a paused clock `d` forward (a no-op in a build without the
+    /// feature, where no clock is ever paused).
+    pub async fn advance(d: Duration) {
+        #[cfg(feature = "virtual-time")]
+        tokio::time::advance(d).await;
+        #[cfg(not(feature = "virtual-time"))]
+        let _ = d;
+    }
+}
+
 #[cfg(test)]
 pub(crate) fn spread() -> Vec<i64> {
     let mut probes = vec![

@@ -1,6 +1,7 @@
 //! Lifeline: finds agents stranded by unhealthy auth servers or proxies, says
 //! why, and keeps the history. See README.md's Architecture section for the
-//! rooms (`ingest` → `fleet` → `store` / `http`) and `sim` for the demo cluster.
+//! rooms (`ingest` → `fleet` → `store` / `http`). The simulator, the benches
+//! and the `lifeline` command are crates of their own (`crates/`).
 
 #![forbid(unsafe_code)]
 // Input from outside never reaches a panic: outside tests, errors are
@@ -10,11 +11,8 @@
 pub mod access;
 pub mod app;
 pub mod backoff;
-pub mod bench;
-pub mod cli;
 pub mod clock;
 pub mod config;
-pub mod demo;
 pub mod fleet;
 pub mod http;
 pub mod ingest;
@@ -23,7 +21,6 @@ pub mod proto;
 pub mod replica;
 pub mod settings;
 pub mod signals;
-pub mod sim;
 pub mod stats;
 pub mod store;
 pub mod supervise;

@@ -275,7 +275,7 @@ async fn a_dead_collector_does_not_stall_ingest() {
 async fn spans_reach_an_https_collector_that_the_ca_file_names() {
     let _one = EXPORTING.lock().await;
     let dir = tempfile::tempdir().expect("temp dir");
-    let ca = lifeline::sim::pki::Ca::new("collector CA").expect("CA");
+    let ca = lifeline_sim::pki::Ca::new("collector CA").expect("CA");
     let cert = ca.issue("collector", &["localhost"]).expect("cert");
     let ca_file = dir.path().join("ca.pem");
     std::fs::write(&ca_file, ca.pem()).expect("write CA");

@@ -31,8 +31,9 @@ use tracing_subscriber::Layer;
 
 use crate::config::TelemetryConfig;
 
-/// Service name of the simulated agents' spans.
-pub use crate::sim::wire::SERVICE as SIM_SERVICE;
+/// Service name of the simulated agents' spans (the demo's and the
+/// benches' agents export through the second provider).
+pub const SIM_SERVICE: &str = "lifeline-sim-agent";
 
 /// What became of one pipeline's finished spans (rendered by `/metrics`).
 #[derive(Debug, Default)]

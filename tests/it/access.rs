@@ -217,7 +217,7 @@ async fn connect(c: &Running, token: Option<&str>, agent: &str) -> Result<(), to
         .expect("queued");
     let stream = ReceiverStream::new(rx);
     let req = match token {
-        Some(t) => lifeline::sim::join_request(stream, t),
+        Some(t) => lifeline_sim::join_request(stream, t),
         None => tonic::Request::new(stream),
     };
     let mut inbound = AgentSignalsClient::new(ch).connect(req).await?.into_inner();
@@ -241,12 +241,12 @@ async fn agents_need_a_join_token_and_messages_are_bounded() {
     let e = connect(&c, Some("guess"), "agent-00001").await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unauthenticated);
     assert!(e.message().contains("not valid"), "{}", e.message());
-    connect(&c, Some(lifeline::sim::SIM_JOIN_TOKEN), "agent-00001")
+    connect(&c, Some(lifeline_sim::SIM_JOIN_TOKEN), "agent-00001")
         .await
         .expect("the join token admits the agent");
 
     let huge = "x".repeat(100 * 1024);
-    let e = connect(&c, Some(lifeline::sim::SIM_JOIN_TOKEN), &huge)
+    let e = connect(&c, Some(lifeline_sim::SIM_JOIN_TOKEN), &huge)
         .await
         .unwrap_err();
     assert!(

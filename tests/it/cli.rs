@@ -75,7 +75,7 @@ fn invalid_config_names_the_field_and_exits_78() {
 #[test]
 fn tls_files_that_cannot_serve_stop_start_up_naming_the_field() {
     let dir = tempfile::tempdir().unwrap();
-    let ca = lifeline::sim::pki::Ca::new("cli CA").unwrap();
+    let ca = lifeline_sim::pki::Ca::new("cli CA").unwrap();
     let a = ca.issue("a", &["localhost"]).unwrap();
     let b = ca.issue("b", &["localhost"]).unwrap();
     let write = |name: &str, text: &str| {
@@ -161,10 +161,7 @@ fn missing_config_file_is_a_clear_error() {
 fn example_config_checks_out() {
     let out = lifeline()
         .args(["check-config", "--config"])
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/lifeline.example.toml"
-        ))
+        .arg(crate::support::repo().join("lifeline.example.toml"))
         .output()
         .unwrap();
     assert!(

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use lifeline::proto::v1 as pb;
 use lifeline::proto::v1::agent_signals_client::AgentSignalsClient;
-use lifeline::sim::AgentEvent;
+use lifeline_sim::AgentEvent;
 use support::{Cluster, Running};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -38,9 +38,9 @@ async fn connect_with(c: &Running, agent: &str, window: Option<u32>) -> Raw {
         .await
         .expect("hello queued");
     let inbound = AgentSignalsClient::new(ch)
-        .connect(lifeline::sim::join_request(
+        .connect(lifeline_sim::join_request(
             ReceiverStream::new(rx),
-            lifeline::sim::SIM_JOIN_TOKEN,
+            lifeline_sim::SIM_JOIN_TOKEN,
         ))
         .await
         .expect("Connect")

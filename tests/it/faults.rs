@@ -23,7 +23,7 @@ struct OwnServer {
 /// `.ci/postgres <args>`: what it printed, once it succeeded (a failure
 /// panics with its stderr, except where `must` is false: the clean-up).
 fn ci_postgres(args: &[&str], must: bool) -> String {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/postgres");
+    let script = crate::support::repo().join(".ci/postgres");
     let out = std::process::Command::new("bash")
         .arg(script)
         .args(args)

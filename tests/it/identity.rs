@@ -5,7 +5,7 @@
 use crate::support::{bounded, Cluster, Running};
 use lifeline::proto::v1 as pb;
 use lifeline::proto::v1::agent_signals_client::AgentSignalsClient;
-use lifeline::sim::agent::{join_request, lifeline_channel, LifelineAddr};
+use lifeline_sim::agent::{join_request, lifeline_channel, LifelineAddr};
 use tokio_stream::wrappers::ReceiverStream;
 
 /// Opens a stream saying `agent` with `token` over `addr`; `Ok` once its
@@ -58,7 +58,7 @@ async fn a_second_stream_cannot_take_a_connected_agents_name() {
     let before = refused(&c).await;
     let (r, _keep) = bounded(
         "a second stream for agent-00001",
-        open(grpc, lifeline::sim::SIM_JOIN_TOKEN, "agent-00001"),
+        open(grpc, lifeline_sim::SIM_JOIN_TOKEN, "agent-00001"),
     )
     .await;
     let e = r.expect_err("a connected agent's name is taken");
@@ -130,10 +130,10 @@ async fn with_certificate_identity_the_name_is_the_certificates() {
         .ca
         .issue("agent-00007", &["agent-00008.agents.test"])
         .expect("cert");
-    let with = |cert: &lifeline::sim::pki::Issued| {
+    let with = |cert: &lifeline_sim::pki::Issued| {
         LifelineAddr::tls(grpc, tls.ca.pem(), Some((&cert.cert_pem, &cert.key_pem)))
     };
-    let token = lifeline::sim::SIM_JOIN_TOKEN;
+    let token = lifeline_sim::SIM_JOIN_TOKEN;
     let (r, _a) = bounded("its CN", open(with(&a7), token, "agent-00007")).await;
     r.expect("the certificate's CN is its name");
     let (r, _b) = bounded("its SAN", open(with(&a7), token, "agent-00008.agents.test")).await;
@@ -165,7 +165,7 @@ async fn grpc_connections_past_the_limit_are_refused_and_counted() {
         .await;
     c.ready().await;
     let grpc = || LifelineAddr::from(c.ll().grpc_addr);
-    let token = lifeline::sim::SIM_JOIN_TOKEN;
+    let token = lifeline_sim::SIM_JOIN_TOKEN;
     let (first, keep_first) = bounded("first", open(grpc(), token, "agent-00001")).await;
     let first = first.expect("the first connection is served");
     let (second, keep_second) = bounded("second", open(grpc(), token, "agent-00002")).await;

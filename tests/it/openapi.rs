@@ -65,7 +65,7 @@ fn documented(doc: &Value) -> BTreeSet<(String, String)> {
 /// Every `"/api/v1…"` string in the source that follows `marker`.
 fn in_source(marker: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/http");
+    let src = crate::support::repo().join("src/http");
     let mut stack = vec![src];
     while let Some(dir) = stack.pop() {
         for e in std::fs::read_dir(&dir).expect("src/http").flatten() {

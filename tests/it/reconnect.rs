@@ -4,7 +4,7 @@
 use crate::support;
 use std::time::Duration;
 
-use lifeline::sim::AgentEvent;
+use lifeline_sim::AgentEvent;
 use serde_json::Value;
 use support::{cli, Cluster, Running, STRANDED as AGENT};
 

@@ -605,7 +605,7 @@ async fn a_signal_read_twice_is_delivered_once() {
         .agent(agent)
         .events()
         .iter()
-        .filter(|e| matches!(e, lifeline::sim::agent::AgentEvent::Acked { id: got, .. } if *got == id as u64))
+        .filter(|e| matches!(e, lifeline_sim::agent::AgentEvent::Acked { id: got, .. } if *got == id as u64))
         .count();
     assert_eq!(acks, 1, "the agent heard it once");
     c.shutdown().await;

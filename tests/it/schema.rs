@@ -77,11 +77,9 @@ async fn sqlite_schema() -> Schema {
 
 async fn postgres_schema(url: &str) -> Schema {
     let mut conn = sqlx::PgConnection::connect(url).await.expect("connects");
-    let migrator = sqlx::migrate::Migrator::new(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/postgres"),
-    )
-    .await
-    .expect("the PostgreSQL migrations read");
+    let migrator = sqlx::migrate::Migrator::new(crate::support::repo().join("migrations/postgres"))
+        .await
+        .expect("the PostgreSQL migrations read");
     migrator.run(&mut conn).await.expect("PostgreSQL migrates");
     let rows = sqlx::query(
         "SELECT c.table_name::text AS t, c.column_name::text AS name, c.data_type::text AS ty, \

@@ -43,8 +43,7 @@ impl Teleport {
             dir,
             first: None,
         };
-        let script =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/standin-teleport.py");
+        let script = support::repo().join("tests/fixtures/standin-teleport.py");
         let mut cmd = std::process::Command::new("python3");
         cmd.arg(script)
             .args(["--pid-file", &t.pid_file.to_string_lossy()])
@@ -141,7 +140,7 @@ fn sidecar_file(c: &Running, t: &Teleport) -> FileConfig {
     let dir = t.dir();
     let tls = c.tls.as_ref().expect("the cluster serves TLS");
     let token = dir.join("join-token");
-    std::fs::write(&token, format!("{}\n", lifeline::sim::SIM_JOIN_TOKEN)).expect("token file");
+    std::fs::write(&token, format!("{}\n", lifeline_sim::SIM_JOIN_TOKEN)).expect("token file");
     FileConfig {
         lifeline: List::One(format!("https://localhost:{}", c.ll().grpc_addr.port())),
         ca_file: Some(tls.ca_file.clone()),
@@ -557,7 +556,7 @@ async fn a_bad_join_token_or_certificate_fails_clearly() {
     // no restart of the sidecar.
     std::fs::write(
         cfg.credentials.token_file.as_ref().expect("a token file"),
-        format!("{}\n", lifeline::sim::SIM_JOIN_TOKEN),
+        format!("{}\n", lifeline_sim::SIM_JOIN_TOKEN),
     )
     .expect("rotate");
     session::once(&addr, &cfg)
@@ -565,7 +564,7 @@ async fn a_bad_join_token_or_certificate_fails_clearly() {
         .expect("the rotated token is read at the next dial");
 
     // Lifeline's certificate from a CA the sidecar does not trust.
-    let other = lifeline::sim::pki::Ca::new("another CA").expect("CA");
+    let other = lifeline_sim::pki::Ca::new("another CA").expect("CA");
     let other_file = t.dir().join("other-ca.pem");
     std::fs::write(&other_file, other.pem()).expect("CA file");
     let cfg = FileConfig {
@@ -932,7 +931,7 @@ async fn reconnect_stranded_cli(base: String, ca_file: Option<PathBuf>) -> Strin
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_restart_cap_holds_when_replicas_race() {
     use lifeline::config::{Ratio, RestartLimit};
-    use lifeline::sim::agent::{LifelineAddr, Lifelines};
+    use lifeline_sim::agent::{LifelineAddr, Lifelines};
     use tonic_health::ServingStatus;
     const CAP: usize = 8;
     let Some(store) = support::Store::postgres("restart_cap_race").await else {
@@ -962,7 +961,7 @@ async fn the_restart_cap_holds_when_replicas_race() {
         LifelineAddr::from(b.grpc_addr),
     ]);
     let sidecars =
-        lifeline::sim::SimAgent::start_sidecars(&c.sim, to, 1.0, Duration::from_millis(500), &stop)
+        lifeline_sim::SimAgent::start_sidecars(&c.sim, to, 1.0, Duration::from_millis(500), &stop)
             .await
             .expect("sidecars");
     assert_eq!(sidecars.len(), 300);
@@ -1289,7 +1288,7 @@ async fn rotated_token_and_client_certificate_are_read_at_the_next_dial() {
     let c = Cluster::new().agents(1).tls(true).start().await;
     let tls = c.tls.as_ref().expect("TLS");
     // The second Lifeline: the new token only, the new CA only.
-    let ca2 = lifeline::sim::pki::Ca::new("rotated CA").expect("CA");
+    let ca2 = lifeline_sim::pki::Ca::new("rotated CA").expect("CA");
     let dir2 = tempfile::tempdir().expect("temp dir");
     let ca2_file = dir2.path().join("client-ca.pem");
     std::fs::write(&ca2_file, ca2.pem()).expect("CA file");

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use lifeline::config::{AlpnUpgrade, SourceKind};
 use lifeline::model::Kind;
-use lifeline::sim::{write_private, SimCluster, SimSpec, TeleportSpec};
 use lifeline::{Clock, Lifeline};
+use lifeline_sim::{write_private, SimCluster, SimSpec, TeleportSpec};
 use serde_json::{json, Value};
 use support::{strs, Cluster};
 use tonic_health::ServingStatus;
@@ -160,7 +160,7 @@ async fn teleport_legacy_init_confirms_every_kind() {
 /// host in `Description`. Each takes its service off its host.
 #[tokio::test(start_paused = true)]
 async fn teleport_deletes_take_teleports_shapes() {
-    use lifeline::sim::{DeleteShape, SimService};
+    use lifeline_sim::{DeleteShape, SimService};
     let c = Cluster::new().teleport(peering()).start().await;
     c.ready().await;
     c.sim.delete_server(Kind::Proxy, "proxy-3").await;
@@ -880,7 +880,7 @@ async fn sidecars_restart_the_agents_an_unserving_auth_strands() {
         .await;
     c.ready().await;
     let stop = tokio_util::sync::CancellationToken::new();
-    let sidecars = lifeline::sim::SimAgent::start_sidecars(
+    let sidecars = lifeline_sim::SimAgent::start_sidecars(
         &c.sim,
         c.ll().grpc_addr,
         0.5,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use lifeline::proto::v1 as pb;
 use lifeline::proto::v1::agent_signals_client::AgentSignalsClient;
-use lifeline::sim::agent::{join_request, lifeline_channel};
+use lifeline_sim::agent::{join_request, lifeline_channel};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName};
 use tokio_stream::wrappers::ReceiverStream;
@@ -158,7 +158,7 @@ async fn an_agent_without_a_client_certificate_is_refused() {
         let r = AgentSignalsClient::new(ch)
             .connect(join_request(
                 ReceiverStream::new(rx),
-                lifeline::sim::SIM_JOIN_TOKEN,
+                lifeline_sim::SIM_JOIN_TOKEN,
             ))
             .await;
         (r, tx)
@@ -184,9 +184,9 @@ async fn an_agent_without_a_client_certificate_is_refused() {
     );
     assert!(metric(&c, "lifeline_agent_join_refused_total").await >= 1.0);
 
-    let other = lifeline::sim::pki::Ca::new("another CA").expect("CA");
+    let other = lifeline_sim::pki::Ca::new("another CA").expect("CA");
     let foreign = other.issue("intruder", &[]).expect("cert");
-    let addr = lifeline::sim::agent::LifelineAddr::tls(
+    let addr = lifeline_sim::agent::LifelineAddr::tls(
         grpc,
         tls.ca.pem(),
         Some((&foreign.cert_pem, &foreign.key_pem)),

@@ -9,7 +9,7 @@ use std::time::Duration;
 use lifeline::model::Kind;
 use lifeline::proto::to_timestamp;
 use lifeline::proto::v1 as pb;
-use lifeline::sim::cluster::server;
+use lifeline_sim::cluster::server;
 use support::{Cluster, Running, STRANDED as AGENT};
 use tonic_health::ServingStatus;
 

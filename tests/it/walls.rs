@@ -41,7 +41,7 @@ fn paths_after<'a>(text: &'a str, prefix: &'a str) -> impl Iterator<Item = &'a s
 }
 
 fn src() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+    crate::support::repo().join("src")
 }
 
 /// The module a file belongs to, `depth` levels below `base`: `fleet` for
@@ -212,33 +212,44 @@ fn the_hub_reaches_other_replicas_only_through_its_seam() {
 /// Guards the simulator's independence: it is the test double that catches
 /// Lifeline's bugs, so it must not reuse Lifeline's rules or helpers (a bug
 /// in them would be mirrored, not caught). It may use the generated wire
-/// types, the injectable clock every part shares, and the names of kinds.
+/// types, the injectable clock every part shares, the names of kinds and
+/// the name its agents' spans export under. Only `demo.rs`, where the demo
+/// starts a Lifeline beside its cluster, reaches further.
 #[test]
 fn the_simulator_speaks_only_the_wire() {
-    const ALLOWED: [&str; 4] = ["proto", "clock", "model::Kind", "model::UnknownKind"];
+    const ALLOWED: [&str; 5] = [
+        "proto",
+        "clock",
+        "model::Kind",
+        "model::UnknownKind",
+        "telemetry::otlp::SIM_SERVICE",
+    ];
+    let sim = crate::support::repo().join("crates/lifeline-sim/src");
     let mut files = Vec::new();
-    rust_files(&src().join("sim"), &mut files);
-    files.push(src().join("sim.rs"));
+    rust_files(&sim, &mut files);
+    files.retain(|f| !f.ends_with("demo.rs"));
+    assert!(files.len() > 10, "the simulator's files: {files:?}");
     let mut found = Vec::new();
     for f in files {
         let text = std::fs::read_to_string(&f).expect("source is readable");
-        // A relative path out of `sim/` is an import as much as `crate::`.
-        if text.contains("super::super") {
-            found.push(format!("{}: super::super", f.display()));
-        }
-        for (i, _) in text.match_indices("crate::") {
-            let rest = &text[i + "crate::".len()..];
+        for (i, _) in text.match_indices("lifeline::") {
+            if text[..i]
+                .chars()
+                .next_back()
+                .is_some_and(|c| c.is_alphanumeric() || c == '_')
+            {
+                continue;
+            }
+            let rest = &text[i + "lifeline::".len()..];
             let path: String = rest
                 .chars()
                 .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
                 .collect();
-            let ok = path == "sim"
-                || path.starts_with("sim::")
-                || ALLOWED
-                    .iter()
-                    .any(|a| path == *a || path.starts_with(&format!("{a}::")));
+            let ok = ALLOWED
+                .iter()
+                .any(|a| path == *a || path.starts_with(&format!("{a}::")));
             if !ok {
-                found.push(format!("{}: crate::{path}", f.display()));
+                found.push(format!("{}: lifeline::{path}", f.display()));
             }
         }
     }
@@ -247,6 +258,36 @@ fn the_simulator_speaks_only_the_wire() {
         "the simulator imports Lifeline's own code:\n{}",
         found.join("\n")
     );
+}
+
+/// The server library builds without the simulator and the benches: its
+/// manifest does not depend on them and its source never names them
+/// (`.ci/run` also builds `cargo build -p lifeline --lib` alone).
+#[test]
+fn the_server_depends_on_neither_the_simulator_nor_the_benches() {
+    let manifest = std::fs::read_to_string(crate::support::repo().join("Cargo.toml"))
+        .expect("Cargo.toml is readable");
+    let deps = manifest
+        .split("\n[")
+        .filter(|section| {
+            section.starts_with("dependencies]") || section.starts_with("dev-dependencies]")
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    for krate in ["lifeline-sim", "lifeline-bench", "lifeline-cli"] {
+        assert!(
+            !deps.contains(krate),
+            "the server's manifest depends on {krate}"
+        );
+    }
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    for f in files {
+        let text = std::fs::read_to_string(&f).expect("source is readable");
+        for krate in ["lifeline_sim", "lifeline_bench"] {
+            assert!(!text.contains(krate), "{} names {krate}", f.display());
+        }
+    }
 }
 
 #[test]

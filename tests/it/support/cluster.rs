@@ -8,7 +8,7 @@ use lifeline::app::{Lifeline, Tuning};
 use lifeline::clock::Clock;
 use lifeline::config::{Config, SignalsConfig};
 use lifeline::model::Kind;
-use lifeline::sim::{AuthFlavor, SimAgent, SimCluster, SimSpec};
+use lifeline_sim::{AuthFlavor, SimAgent, SimCluster, SimSpec};
 
 type SignalsEdit = Box<dyn FnOnce(&mut SignalsConfig)>;
 type ConfigEdit = Box<dyn FnOnce(&mut Config)>;
@@ -141,7 +141,7 @@ impl Cluster {
     }
     /// The simulator plays Teleport's Auth API over mutual TLS and Lifeline
     /// uses the `teleport` source with the identity file it writes.
-    pub fn teleport(mut self, t: lifeline::sim::TeleportSpec) -> Self {
+    pub fn teleport(mut self, t: lifeline_sim::TeleportSpec) -> Self {
         self.spec.teleport = Some(t);
         self
     }

@@ -31,6 +31,12 @@ mod running;
 mod store;
 mod time;
 
+/// The repository's top directory (the tests belong to
+/// `crates/lifeline-cli`, two levels below it).
+pub fn repo() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
 pub use api::*;
 pub use cluster::*;
 pub use pki::*;
@@ -61,7 +67,7 @@ pub fn test_access(cfg: &mut Config) {
         t("updater", UPDATER, &[Role::Read, Role::Update]),
         t("reader", READER, &[Role::Read]),
     ];
-    cfg.access.join_tokens = vec![hash_hex(lifeline::sim::SIM_JOIN_TOKEN).into()];
+    cfg.access.join_tokens = vec![hash_hex(lifeline_sim::SIM_JOIN_TOKEN).into()];
 }
 
 /// One test body, two tests: `<name>::sqlite` and `<name>::postgres`. The

@@ -3,16 +3,16 @@
 /// A TLS test's certificates: a CA made for the test, Lifeline's
 /// certificate and key files it signed, and an agent's client certificate.
 pub struct TestTls {
-    pub ca: lifeline::sim::pki::Ca,
+    pub ca: lifeline_sim::pki::Ca,
     pub ca_file: std::path::PathBuf,
     pub cert: std::path::PathBuf,
     pub key: std::path::PathBuf,
-    pub agent: lifeline::sim::pki::Issued,
+    pub agent: lifeline_sim::pki::Issued,
 }
 
 impl TestTls {
     pub(super) fn make(dir: &std::path::Path) -> TestTls {
-        let ca = lifeline::sim::pki::Ca::new("test CA").expect("CA");
+        let ca = lifeline_sim::pki::Ca::new("test CA").expect("CA");
         let server = ca.issue("lifeline", &["localhost"]).expect("server cert");
         let agent = ca.issue("agent", &[]).expect("agent cert");
         let (ca_file, cert, key) = (dir.join("ca.pem"), dir.join("tls.crt"), dir.join("tls.key"));
@@ -45,9 +45,9 @@ impl TestTls {
         &self,
         grpc: std::net::SocketAddr,
         with_cert: bool,
-    ) -> lifeline::sim::agent::LifelineAddr {
+    ) -> lifeline_sim::agent::LifelineAddr {
         let client =
             with_cert.then_some((self.agent.cert_pem.as_str(), self.agent.key_pem.as_str()));
-        lifeline::sim::agent::LifelineAddr::tls(grpc, self.ca.pem(), client)
+        lifeline_sim::agent::LifelineAddr::tls(grpc, self.ca.pem(), client)
     }
 }

@@ -9,8 +9,8 @@ use lifeline::app::{Lifeline, Tuning};
 use lifeline::clock::{Clock, Ts};
 use lifeline::config::Config;
 use lifeline::model::Kind;
-use lifeline::sim::{SimAgent, SimCluster};
 use lifeline::stats::SourcePhase;
+use lifeline_sim::{SimAgent, SimCluster};
 use serde_json::Value;
 use tempfile::TempDir;
 

@@ -1,0 +1,14 @@
+//! The command line as a room of its own: its arguments ([`args`]), what
+//! each subcommand runs ([`run`]: the server, the demo, a benchmark), and
+//! the clients of a running Lifeline ([`client`] for the REST API,
+//! [`remote`] for the commands that use it). Owns the exit codes and
+//! `anyhow`, the CLI's edge; every other room is reached through its
+//! public face, and no room reaches back here.
+
+mod args;
+pub mod client;
+mod remote;
+mod run;
+
+pub use args::Cli;
+pub use run::main;

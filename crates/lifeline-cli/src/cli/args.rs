@@ -1,0 +1,210 @@
+//! The command line's arguments: subcommands and their options, as clap
+//! reads them.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use lifeline::config::{Role, SourceKind};
+use lifeline::telemetry::LogFormat;
+
+/// Lifeline: finds agents stranded by unhealthy auth servers or proxies.
+#[derive(Parser)]
+#[command(version, about)]
+pub struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+pub enum Cmd {
+    /// Run against a real cluster, configured by a TOML file and LIFELINE_* variables.
+    Serve {
+        /// Config file (see lifeline.example.toml). Optional: defaults apply.
+        #[arg(long, env = "LIFELINE_CONFIG")]
+        config: Option<PathBuf>,
+    },
+    /// Validate a config file (with LIFELINE_* overrides) and print the result.
+    CheckConfig {
+        #[arg(long, env = "LIFELINE_CONFIG")]
+        config: Option<PathBuf>,
+    },
+    /// Run Lifeline with a simulated cluster and chaos; dashboard on localhost.
+    Demo {
+        /// HTTP address (dashboard, API).
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+        /// gRPC address (agent signals, Lifeline's health).
+        #[arg(long, default_value = "127.0.0.1:9090")]
+        grpc_listen: SocketAddr,
+        #[arg(long, default_value_t = 200)]
+        agents: usize,
+        #[arg(long, default_value_t = 3)]
+        proxies: usize,
+        #[arg(long, default_value_t = 2)]
+        auth_servers: usize,
+        /// Announce TTL of proxies, auth servers and agents (e.g. 30s, 1m).
+        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+        ttl: Duration,
+        /// Time between chaos steps; 0 turns chaos off.
+        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+        chaos_period: Duration,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// SQLite file for the demo.
+        #[arg(long, default_value = "lifeline-demo.db")]
+        db: PathBuf,
+        /// The protocol the simulated cluster speaks: Lifeline's
+        /// ClusterEvents, or Teleport's Auth API over mutual TLS.
+        #[arg(long, value_enum, default_value = "lifeline")]
+        source: SourceKind,
+        /// Share of simulated agents that ignore discovery TTLs (they stay
+        /// on a dead proxy until Lifeline signals them).
+        #[arg(long, default_value_t = 0.2)]
+        legacy_share: f64,
+        /// Leave stranded agents for you to reconnect from the dashboard
+        /// (automatic reconnects are on by default).
+        #[arg(long)]
+        no_auto_reconnect: bool,
+        /// The API token to sign in with (all roles); a random one is made
+        /// and printed when not given.
+        #[arg(long, env = "LIFELINE_DEMO_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// Serve the dashboard, API and gRPC over TLS, with a throwaway CA
+        /// made for this run (written next to --db; printed at start).
+        #[arg(long)]
+        tls: bool,
+        /// With --source teleport: the Teleport major version the
+        /// simulated Auth plays. Before 18 it serves no grpc.health.v1
+        /// (Lifeline falls back to each Auth's heartbeat), its INIT carries
+        /// no WatchStatus, and a kind its role cannot read refuses the
+        /// whole watch.
+        #[arg(long, default_value_t = 18)]
+        teleport_version: u32,
+    },
+    /// Ask agents to reconnect through a running Lifeline's REST API, and
+    /// print what became of each signal. Exits non-zero unless every signal
+    /// was acked.
+    Reconnect {
+        /// The agent to move (omit with --stranded).
+        #[arg(required_unless_present = "stranded", conflicts_with = "stranded")]
+        agent: Option<String>,
+        /// Every agent Lifeline currently counts as stranded.
+        #[arg(long)]
+        stranded: bool,
+        /// The proxy whose tunnel the agent should leave (default: its least healthy).
+        #[arg(long, conflicts_with = "stranded")]
+        proxy: Option<String>,
+        /// Why, for the audit log.
+        #[arg(long)]
+        reason: Option<String>,
+        /// Lifeline's HTTP address.
+        #[arg(long, env = "LIFELINE_SERVER", default_value = "http://127.0.0.1:8080")]
+        server: String,
+        /// How long to wait for the agents' acks.
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        wait: Duration,
+        /// API token with the update role.
+        #[arg(long, env = "LIFELINE_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// CA certificates (PEM) to trust for an https:// --server, besides
+        /// the system's.
+        #[arg(long, env = "LIFELINE_CA_FILE")]
+        ca_file: Option<PathBuf>,
+    },
+    /// Read and change the dynamic settings of a running Lifeline (RFD 0016).
+    Settings {
+        #[command(subcommand)]
+        op: SettingsOp,
+        /// Lifeline's HTTP address.
+        #[arg(
+            long,
+            global = true,
+            env = "LIFELINE_SERVER",
+            default_value = "http://127.0.0.1:8080"
+        )]
+        server: String,
+        /// API token (read to get when reads need one; update to set and
+        /// rm; also create with --confirm).
+        #[arg(long, global = true, env = "LIFELINE_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// CA certificates (PEM) to trust for an https:// --server, besides
+        /// the system's.
+        #[arg(long, global = true, env = "LIFELINE_CA_FILE")]
+        ca_file: Option<PathBuf>,
+    },
+    /// Print Prometheus alerting rules (YAML) over Lifeline's metrics.
+    AlertRules {
+        /// Config file, for `server.external_url`.
+        #[arg(long, env = "LIFELINE_CONFIG")]
+        config: Option<PathBuf>,
+        /// Where the dashboard is reached (overrides server.external_url).
+        #[arg(long)]
+        external_url: Option<String>,
+        /// How long a root cause may strand agents before it alerts.
+        #[arg(long, default_value = "5m")]
+        stranded_for: humantime::Duration,
+    },
+    /// Print a Grafana dashboard (JSON, for import) over Lifeline's metrics.
+    GrafanaDashboard {
+        /// Config file, for `server.external_url`.
+        #[arg(long, env = "LIFELINE_CONFIG")]
+        config: Option<PathBuf>,
+        /// Where the dashboard is reached (overrides server.external_url).
+        #[arg(long)]
+        external_url: Option<String>,
+    },
+    /// Make API and join tokens.
+    Token {
+        #[command(subcommand)]
+        op: TokenOp,
+    },
+    /// Run a benchmark and print JSON (use a release build).
+    Bench {
+        #[command(subcommand)]
+        scenario: lifeline_bench::Scenario,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum SettingsOp {
+    /// Show every setting, or one with its history.
+    Get { name: Option<String> },
+    /// Set a setting (origin becomes `dynamic`). The value is JSON when it
+    /// parses as JSON (`true`, `0.3`, `{...}`), a string otherwise (`6h`).
+    Set {
+        name: String,
+        value: String,
+        /// Overwrite a value that is not the default.
+        #[arg(short, long)]
+        force: bool,
+        /// With --force: overwrite a value the config file manages, until
+        /// the next restart (needs the create role).
+        #[arg(long, requires = "force")]
+        confirm: bool,
+    },
+    /// Reset a setting to its default (refused for config-file settings).
+    Rm { name: String },
+}
+
+#[derive(Subcommand)]
+pub enum TokenOp {
+    /// Print a new random token and the config lines that admit it (only
+    /// its SHA-256 goes in the config file).
+    New {
+        /// The name the audit and the dashboard show.
+        #[arg(long, default_value = "operator")]
+        name: String,
+        /// Roles (comma-separated).
+        #[arg(long, value_enum, value_delimiter = ',', default_value = "read,update")]
+        roles: Vec<Role>,
+        /// Make an agents' join token instead of an API token.
+        #[arg(long, conflicts_with_all = ["roles"])]
+        join: bool,
+    },
+}

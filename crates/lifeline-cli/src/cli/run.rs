@@ -1,0 +1,375 @@
+//! Running a subcommand: configuration and telemetry first, then the
+//! server, the demo, a benchmark or a client of a running Lifeline; the
+//! exit codes a supervisor reads.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use super::args::{Cli, Cmd, TokenOp};
+use super::remote;
+use lifeline::app::Tuning;
+use lifeline::config::{Config, SourceKind, TelemetryConfig};
+use lifeline::telemetry::sink::Sink;
+use lifeline::telemetry::{self, OtlpSettings, Pipeline, SpanCounters};
+use lifeline::{Clock, Lifeline};
+use lifeline_bench::Export;
+use lifeline_sim::demo::{Demo, DemoOptions};
+
+/// sysexits' EX_CONFIG: the configuration is at fault.
+const EXIT_CONFIG: u8 = 78;
+/// A critical task stopped (sysexits' EX_SOFTWARE): restart me.
+const EXIT_TASK_FAILED: u8 = 70;
+
+/// Runs until Ctrl-C / SIGTERM (exit 0) or until a critical task stops
+/// (exit 70, so that a process supervisor restarts Lifeline).
+async fn run_until_stopped(failed: lifeline::supervise::FailureWatch) -> ExitCode {
+    tokio::select! {
+        _ = wait_for_signal() => ExitCode::SUCCESS,
+        f = failed.wait() => {
+            eprintln!("lifeline: task {} stopped: {}; exiting", f.task, f.why);
+            ExitCode::from(EXIT_TASK_FAILED)
+        }
+    }
+}
+
+fn load_config(path: Option<&PathBuf>) -> Result<Config, lifeline::config::ConfigError> {
+    Config::load(path.map(|p| p.as_path()), |k| std::env::var(k).ok())
+}
+
+/// The dashboard's external URL: the flag, else the config's; `None`
+/// (said on stderr) when either is wrong.
+fn external_url_of(config: Option<&PathBuf>, flag: Option<String>) -> Option<String> {
+    if let Some(u) = flag {
+        return match lifeline::config::check_external_url(&u) {
+            Ok(()) => Some(u.trim_end_matches('/').to_string()),
+            Err(why) => {
+                eprintln!("lifeline: --external-url: {why}");
+                None
+            }
+        };
+    }
+    match load_config(config) {
+        Ok(c) => Some(c.server.external_url()),
+        Err(e) => {
+            eprintln!("lifeline: {e}");
+            None
+        }
+    }
+}
+
+/// What `lifeline` does with its arguments: sets up logging and trace
+/// export, runs the subcommand, flushes what is still queued, and says how
+/// it ended in the exit code.
+pub async fn main(cli: Cli) -> ExitCode {
+    let quiet = matches!(cli.cmd, Cmd::Bench { .. });
+    // `bench ingest` exports to a local receiver, with export switched off
+    // until the legs that measure it.
+    let bench_sink = match &cli.cmd {
+        Cmd::Bench { scenario } if scenario.wants_export() => match Sink::start(0) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                eprintln!("lifeline: cannot start the local OTLP receiver: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        _ => None,
+    };
+    // `serve` reads its config before logging starts: it configures export.
+    let (telemetry_cfg, serve_cfg) = match &cli.cmd {
+        Cmd::Serve { config } => match load_config(config.as_ref()) {
+            Ok(c) => (Some(c.telemetry.clone()), Some(c)),
+            Err(e) => {
+                eprintln!("lifeline: {e}");
+                return ExitCode::from(EXIT_CONFIG);
+            }
+        },
+        Cmd::Demo { .. } => (Some(TelemetryConfig::default()), None),
+        _ => (None, None),
+    };
+    let settings = match &bench_sink {
+        Some(sink) => {
+            telemetry::otlp::set_enabled(false);
+            Ok(Some(OtlpSettings::to(sink.endpoint())))
+        }
+        None => telemetry_cfg
+            .map(|t| OtlpSettings::resolve(&t, |k| std::env::var(k).ok()))
+            .transpose()
+            .map(Option::flatten),
+    };
+    let pipeline = match settings {
+        Ok(Some(s)) => match Pipeline::start(&s) {
+            Ok(p) => Some(p),
+            Err(e @ telemetry::otlp::TelemetryError::CaFile { .. }) => {
+                eprintln!("lifeline: {e}");
+                return ExitCode::from(EXIT_CONFIG);
+            }
+            Err(e) => {
+                eprintln!("lifeline: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        Ok(None) => None,
+        Err(e) => {
+            eprintln!("lifeline: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    telemetry::init(
+        cli.log_format,
+        if quiet {
+            "warn"
+        } else {
+            telemetry::DEFAULT_FILTER
+        },
+        pipeline.as_ref(),
+    );
+    if let (Some(p), None) = (&pipeline, &bench_sink) {
+        tracing::info!(endpoint = %p.endpoint, "exporting traces over OTLP/gRPC");
+    }
+    let spans = pipeline
+        .as_ref()
+        .map(Pipeline::counters)
+        .unwrap_or_default();
+    let code = match run(cli.cmd, serve_cfg, bench_sink.as_ref(), spans).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("lifeline: {e:#}");
+            ExitCode::FAILURE
+        }
+    };
+    if let Some(p) = pipeline {
+        // Flushes what is still queued; bounded by the export timeout.
+        let _ = tokio::task::spawn_blocking(move || p.shutdown()).await;
+    }
+    code
+}
+
+async fn run(
+    cmd: Cmd,
+    serve_cfg: Option<Config>,
+    bench_sink: Option<&Sink>,
+    spans: Arc<SpanCounters>,
+) -> anyhow::Result<ExitCode> {
+    match cmd {
+        Cmd::Serve { .. } => {
+            let cfg = serve_cfg.context("config not loaded")?;
+            let tuning = Tuning {
+                spans,
+                ..Tuning::default()
+            };
+            let ll = match Lifeline::start_tuned(&cfg, Clock::system(), tuning).await {
+                Ok(ll) => ll,
+                Err(e) if e.is_config() => {
+                    eprintln!("lifeline: start-up failed: {e}");
+                    return Ok(ExitCode::from(EXIT_CONFIG));
+                }
+                Err(e) => return Err(anyhow::Error::new(e).context("start-up failed")),
+            };
+            let base = ll.base_url();
+            let grpc = if ll.tls { "gRPC over TLS" } else { "gRPC" };
+            println!(
+                "Lifeline: API {base}/api/v1/summary, dashboard {base}/, {grpc} {}",
+                ll.grpc_addr
+            );
+            let code = run_until_stopped(ll.failed()).await;
+            ll.shutdown().await;
+            Ok(code)
+        }
+        Cmd::AlertRules {
+            config,
+            external_url,
+            stranded_for,
+        } => {
+            let Some(url) = external_url_of(config.as_ref(), external_url) else {
+                return Ok(ExitCode::from(EXIT_CONFIG));
+            };
+            let s = lifeline::telemetry::alerts::AlertSettings {
+                external_url: url,
+                stranded_for: stranded_for.into(),
+            };
+            print!("{}", lifeline::telemetry::alerts::rules_yaml(&s));
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::GrafanaDashboard {
+            config,
+            external_url,
+        } => {
+            let Some(url) = external_url_of(config.as_ref(), external_url) else {
+                return Ok(ExitCode::from(EXIT_CONFIG));
+            };
+            let d = lifeline::telemetry::grafana::dashboard(&url);
+            println!("{}", serde_json::to_string_pretty(&d)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::CheckConfig { config } => {
+            // The files it names are read as `serve` would: a certificate
+            // that cannot serve is caught before a restart finds it.
+            let checked = load_config(config.as_ref()).and_then(|c| {
+                lifeline::tls::ServerTls::load(&c.server, Clock::system().now(), Arc::default())
+                    .map(|_| c)
+            });
+            match checked {
+                Ok(c) => {
+                    println!("config OK: {c:#?}");
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    eprintln!("lifeline: {e}");
+                    Ok(ExitCode::from(EXIT_CONFIG))
+                }
+            }
+        }
+        Cmd::Demo {
+            listen,
+            grpc_listen,
+            agents,
+            proxies,
+            auth_servers,
+            ttl,
+            chaos_period,
+            seed,
+            db,
+            source,
+            legacy_share,
+            no_auto_reconnect,
+            token,
+            tls,
+            teleport_version,
+        } => {
+            let token = token.unwrap_or_else(lifeline::access::generate);
+            anyhow::ensure!(!ttl.is_zero(), "--ttl must be greater than zero");
+            anyhow::ensure!(
+                (0.0..=1.0).contains(&legacy_share),
+                "--legacy-share must be between 0 and 1"
+            );
+            let opts = DemoOptions {
+                listen,
+                grpc_listen,
+                agents,
+                proxies,
+                auth_servers,
+                ttl,
+                chaos_period: (!chaos_period.is_zero()).then_some(chaos_period),
+                seed,
+                db,
+                legacy_share,
+                auto_reconnect: !no_auto_reconnect,
+                token: token.clone(),
+                spans,
+                source,
+                tls,
+                teleport_version,
+            };
+            let demo = Demo::start(&opts, Clock::system())
+                .await
+                .context("demo start-up failed")?;
+            let base = demo.lifeline.base_url();
+            println!("Lifeline demo is running ({agents} agents, {proxies} proxies, {auth_servers} auth servers, TTL {}).", humantime::format_duration(ttl));
+            println!("  dashboard  {base}/");
+            println!("  API        {base}/api/v1/summary");
+            println!("             {base}/api/v1/agents?state=stranded");
+            println!(
+                "  gRPC       {}{}",
+                demo.lifeline.grpc_addr,
+                if tls {
+                    " (TLS; agents present client certificates)"
+                } else {
+                    ""
+                }
+            );
+            match source {
+                SourceKind::Teleport => println!(
+                    "  cluster    {} (simulated Teleport {teleport_version}: its Auth API over mutual TLS; identity renewed every 5 min)",
+                    demo.sim.addr()
+                ),
+                SourceKind::Lifeline => println!("  cluster    {} (simulated)", demo.sim.uri()),
+            }
+            println!("  database   {}", opts.db.display());
+            println!("  sign in    {base}/signin with token {token}");
+            println!("             (CLI: export LIFELINE_TOKEN={token})");
+            if let Some(ca) = &demo.ca_file {
+                let ca = ca.display();
+                println!("  TLS        a throwaway CA made for this run signed Lifeline's certificate; trust it:");
+                println!("             curl --cacert {ca} {base}/api/v1/summary");
+                println!(
+                    "             lifeline reconnect --server {base} --ca-file {ca} --stranded"
+                );
+                println!("             browsers: import {ca} as an authority, or accept the warning once");
+            }
+            match opts.chaos_period {
+                Some(p) if source == SourceKind::Teleport
+                    && teleport_version < lifeline_sim::demo::TELEPORT_HEALTH_SINCE =>
+                {
+                    println!("Chaos every {}: a proxy stops heartbeating, then heals (this Auth serves no health: its own heartbeat decides).", humantime::format_duration(p))
+                }
+                Some(p) => println!("Chaos every {}: a proxy stops heartbeating, an auth server turns NOT_SERVING, both heal.", humantime::format_duration(p)),
+                None => println!("Chaos is off."),
+            }
+            println!("Press Ctrl-C to stop.");
+            let code = run_until_stopped(demo.lifeline.failed()).await;
+            demo.shutdown().await;
+            Ok(code)
+        }
+        Cmd::Reconnect {
+            agent,
+            stranded,
+            proxy,
+            reason,
+            server,
+            wait,
+            token,
+            ca_file,
+        } => {
+            let client = super::client::Client::new(&server, token, ca_file.as_deref())?;
+            remote::reconnect(&client, agent, stranded, proxy, reason, wait).await
+        }
+        Cmd::Settings {
+            op,
+            server,
+            token,
+            ca_file,
+        } => {
+            let client = super::client::Client::new(&server, token, ca_file.as_deref())?;
+            remote::settings(&client, op).await
+        }
+        Cmd::Token { op } => {
+            let TokenOp::New { name, roles, join } = op;
+            remote::token_new(&name, &roles, join)
+        }
+        Cmd::Bench { scenario } => {
+            let export = bench_sink.map(|sink| Export {
+                sink,
+                spans: &spans,
+            });
+            let report = lifeline_bench::run(scenario, export).await?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
