@@ -7,9 +7,11 @@
 //! flow control). Builds itself from the config ([`start`]; its dialers in
 //! [`connect`]). Must not touch: fleet state or SQLite.
 
+pub mod cluster_events;
 pub mod connect;
 pub mod dial;
 pub mod health;
+pub mod session;
 pub mod teleport;
 pub mod upgrade;
 pub mod validate;
@@ -62,7 +64,7 @@ pub fn start(
                 limits,
                 ingest_span_every: cfg.telemetry.ingest_span_every,
             };
-            let source = watcher::Lifeline {
+            let source = cluster_events::Lifeline {
                 cfg: wcfg,
                 clock,
                 fleet: fleet.clone(),

@@ -220,6 +220,16 @@ impl Db {
     }
 }
 
+/// `open`'s condition on `ended_us` (episodes and incidents alike): only
+/// the open ones, only the ended ones, or both.
+fn push_open<DB: sqlx::Database>(q: &mut sqlx::QueryBuilder<DB>, open: Option<bool>) {
+    match open {
+        Some(true) => q.push(" AND ended_us IS NULL"),
+        Some(false) => q.push(" AND ended_us IS NOT NULL"),
+        None => q,
+    };
+}
+
 /// True when the database refused a statement for what it holds, so that
 /// trying it again can never succeed: PostgreSQL's data exceptions (class
 /// 22: a NUL in text, a number out of range) and integrity violations

@@ -14,6 +14,7 @@
 //! SQLite; never logs key material.
 
 mod auth_of;
+mod call;
 pub mod convert;
 mod heartbeat;
 pub mod hosts;

@@ -14,7 +14,8 @@
 //! accepts and a balancer does not.
 //!
 //! Owns the upgrade handshake and the byte stream over WebSocket
-//! messages; what runs inside (TLS, HTTP/2) belongs to [`super::dial`].
+//! messages; what runs inside (TLS, HTTP/2) belongs to the dialer
+//! (`dial.rs`).
 
 use std::io;
 use std::pin::Pin;

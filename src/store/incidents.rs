@@ -173,7 +173,7 @@ pub async fn list(db: &Db, f: &IncidentFilter) -> Result<Vec<Incident>, sqlx::Er
     on_pool!(db, pool => {
     let mut q = QueryBuilder::new(COLUMNS);
     q.push(" WHERE 1 = 1");
-    super::read::push_open(&mut q, f.open);
+    super::push_open(&mut q, f.open);
     if let Some(c) = f.cause {
         q.push(" AND cause = ").push_bind(c.as_str());
     }

@@ -219,16 +219,6 @@ pub struct EpisodeFilter {
     pub limit: u32,
 }
 
-/// `open`'s condition on `ended_us` (episodes and incidents alike): only
-/// the open ones, only the ended ones, or both.
-pub(super) fn push_open<DB: sqlx::Database>(q: &mut QueryBuilder<DB>, open: Option<bool>) {
-    match open {
-        Some(true) => q.push(" AND ended_us IS NULL"),
-        Some(false) => q.push(" AND ended_us IS NOT NULL"),
-        None => q,
-    };
-}
-
 pub async fn episodes(db: &Db, f: &EpisodeFilter) -> Result<Vec<Episode>, sqlx::Error> {
     on_pool!(db, pool => {
     let mut q = QueryBuilder::new(
@@ -241,7 +231,7 @@ pub async fn episodes(db: &Db, f: &EpisodeFilter) -> Result<Vec<Episode>, sqlx::
     if let Some(s) = f.state {
         q.push(" AND state = ").push_bind(s.as_str());
     }
-    push_open(&mut q, f.open);
+    super::push_open(&mut q, f.open);
     if let Some(r) = &f.cause_resource {
         q.push(" AND cause_resource = ").push_bind(r.as_str());
     }

@@ -290,6 +290,81 @@ fn the_server_depends_on_neither_the_simulator_nor_the_benches() {
     }
 }
 
+/// The modules directly inside `dir` (a room, or a folder within one) →
+/// the siblings they name: `crate::<dir>::x`, or `super::x` from a file
+/// directly inside, `super::super::x` from one a folder further down.
+fn folder_modules(dir: &Path) -> Graph {
+    let rel = dir.strip_prefix(src()).expect("a folder of src/");
+    let crate_path = std::iter::once("crate".to_string())
+        .chain(
+            rel.components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned()),
+        )
+        .collect::<Vec<_>>()
+        .join("::")
+        + "::";
+    let mut files = Vec::new();
+    rust_files(dir, &mut files);
+    let mut g = Graph::new();
+    for f in files {
+        let Some(module) = module_of(&f, dir) else {
+            continue;
+        };
+        let depth = f.strip_prefix(dir).map_or(0, |r| r.components().count());
+        let text = std::fs::read_to_string(&f).expect("source is readable");
+        let deps = g.entry(module.clone()).or_default();
+        let relative = match depth {
+            1 => Some("super::"),
+            2 => Some("super::super::"),
+            _ => None,
+        };
+        let named = paths_after(&text, &crate_path)
+            .chain(relative.into_iter().flat_map(|r| paths_after(&text, r)));
+        for dep in named {
+            if dep != module && (dir.join(format!("{dep}.rs")).exists() || dir.join(dep).is_dir()) {
+                deps.insert(dep.to_string());
+            }
+        }
+    }
+    g
+}
+
+/// Guards every room's inside: within any folder of `src/`, its modules
+/// name each other in one direction only (a circle is one module split in
+/// two files).
+#[test]
+fn no_folder_inside_a_room_has_an_import_circle() {
+    let mut dirs = Vec::new();
+    fn folders(d: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+            if e.path().is_dir() {
+                out.push(e.path());
+                folders(&e.path(), out);
+            }
+        }
+    }
+    folders(&src(), &mut dirs);
+    assert!(
+        dirs.iter().any(|d| d.ends_with("ingest/teleport")),
+        "{dirs:?}"
+    );
+    let mut circles = Vec::new();
+    for d in dirs {
+        if let Some(c) = find_cycle(&folder_modules(&d)) {
+            circles.push(format!(
+                "{}: {}",
+                d.strip_prefix(src()).unwrap_or(&d).display(),
+                c.join(" → ")
+            ));
+        }
+    }
+    assert!(
+        circles.is_empty(),
+        "import circles:\n{}",
+        circles.join("\n")
+    );
+}
+
 #[test]
 fn a_circle_is_found_and_named() {
     let mut g = Graph::new();

@@ -15,7 +15,21 @@ use crate::proto::teleport::{auth, types};
 use crate::proto::v1 as pb;
 
 use super::heartbeat::NodePut;
-use super::hosts::Beat;
+
+/// One service heartbeat, validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Beat {
+    pub service: AgentService,
+    /// The service resource's name (a node's is its host ID; an app
+    /// server's is the app).
+    pub name: String,
+    pub host: String,
+    pub hostname: String,
+    pub version: String,
+    pub expires: Ts,
+    /// Validated proxy names from `ProxyIDs`.
+    pub proxies: Vec<String>,
+}
 
 /// Go's zero `time.Time` on the wire: 0001-01-01T00:00:00Z. Unset.
 pub const GO_ZERO_SECONDS: i64 = -62_135_596_800;

@@ -7,7 +7,7 @@
 //! but the expiry moved. Here the event's bytes are walked once with
 //! prost's wire primitives, and the fields a heartbeat carries are
 //! borrowed from them. The host takes the expiry in place when the rest
-//! matches what it last heard ([`super::hosts::Hosts::node_heartbeat`]).
+//! matches what it last heard (`Hosts::node_heartbeat` in `hosts.rs`).
 //! A `ListResources` page of nodes is read the same way: each node's
 //! fields are borrowed from the page, and only those a host keeps become
 //! strings.
@@ -31,7 +31,7 @@ use smallvec::SmallVec;
 use tonic::codec::{DecodeBuf, Decoder};
 use tonic::Status;
 
-use super::pages::Call;
+use super::call::Call;
 use super::wire::{delimited, key, skip, text, varint};
 use crate::proto::teleport::auth as tp;
 

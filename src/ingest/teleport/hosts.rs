@@ -16,7 +16,7 @@ use crate::clock::Ts;
 use crate::model::{AgentService, Change, Kind, Server, Tunnel};
 use crate::supervise::{joined, scoped};
 
-use super::convert::{self, Seen};
+use super::convert::{self, Beat, Seen};
 use super::heartbeat::NodePut;
 use crate::ingest::validate;
 use crate::model::text;
@@ -27,21 +27,6 @@ use super::interned::{Interned, ProxyList};
 use host::{
     refresh, tunnel, tunnel_name, Host, Out, Said, Touched, AUTH, EVERYTHING, NOTHING, TUNNELS,
 };
-
-/// One service heartbeat, validated.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Beat {
-    pub service: AgentService,
-    /// The service resource's name (a node's is its host ID; an app
-    /// server's is the app).
-    pub name: String,
-    pub host: String,
-    pub hostname: String,
-    pub version: String,
-    pub expires: Ts,
-    /// Validated proxy names from `ProxyIDs`.
-    pub proxies: Vec<String>,
-}
 
 /// Every host's services, the proxies known, and Auth attachments.
 #[derive(Default)]

@@ -14,8 +14,9 @@ use tonic::transport::Channel;
 use tonic::Status;
 use tracing::warn;
 
+use super::call::Call;
 use super::hosts::AuthOf;
-use super::pages::{method, ready_client, undecodable, Call, FromWhole, Whole};
+use super::pages::{method, ready_client, undecodable, FromWhole, Whole};
 use crate::ingest::dial::explain;
 use crate::proto::teleport::types;
 

@@ -16,17 +16,17 @@ use prost::bytes::Bytes;
 use prost::Message;
 use tokio::sync::mpsc;
 use tokio_util::task::AbortOnDropHandle;
-use tonic::codec::{Codec, DecodeBuf, Decoder};
+use tonic::codec::{DecodeBuf, Decoder};
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::Channel;
 use tonic::{GrpcMethod, Request, Status};
 use tracing::{debug, Instrument};
 
+use super::call::Call;
 use super::convert;
 use super::heartbeat::{page_entries, Entry};
 use crate::ingest::watcher::WatchError;
 use crate::model::AgentService;
-use crate::proto::codec::Lean;
 use crate::proto::teleport::auth as tp;
 
 /// One page of an agent kind, or why listing it failed.
@@ -85,38 +85,6 @@ pub(super) fn method<T>(message: T, method: &'static str) -> Request<T> {
     req.extensions_mut()
         .insert(GrpcMethod::new(SERVICE, method));
     req
-}
-
-/// An Auth API call whose request goes as the generated client encodes
-/// it (its codec, `E`), and whose answers are read by Lifeline's own
-/// decoder `D`: the raw page bytes here, the watch's events in
-/// `heartbeat`.
-pub(super) struct Call<E, D>(PhantomData<(E, D)>);
-
-impl<E, D> Default for Call<E, D> {
-    fn default() -> Self {
-        Call(PhantomData)
-    }
-}
-
-impl<E, D> Codec for Call<E, D>
-where
-    E: Message + Default + Send + 'static,
-    D: Decoder<Error = Status> + Default + Send + 'static,
-    D::Item: Send + 'static,
-{
-    type Encode = E;
-    type Decode = D::Item;
-    type Encoder = <Lean<E, E> as Codec>::Encoder;
-    type Decoder = D;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        Lean::<E, E>::default().encoder()
-    }
-
-    fn decoder(&mut self) -> D {
-        D::default()
-    }
 }
 
 /// `ListResources` with each answer kept as its bytes.

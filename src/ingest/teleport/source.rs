@@ -26,8 +26,9 @@ use super::pages::{fetch_agents, list_names, method, ready_client, Lister, Page}
 use crate::clock::Clock;
 use crate::fleet::{Command, FleetHandle, Ingested, Resync, Snapshot};
 use crate::ingest::dial::Dialer;
+use crate::ingest::session::{burst, first_init, hand_over, opened, rejected};
 use crate::ingest::validate::{reject, Limits};
-use crate::ingest::watcher::{burst, first_init, hand_over, opened, rejected, Source, WatchError};
+use crate::ingest::watcher::{Source, WatchError};
 use crate::model::{AgentService, Change, Kind, RejectCode, Server};
 use crate::proto::teleport::auth::{self as tp, event::Resource};
 use crate::proto::teleport::presence::presence_service_client::PresenceServiceClient;
