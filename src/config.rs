@@ -226,7 +226,7 @@ impl Config {
     }
 
     /// The parsed `signals.grpc_client_lb_policy`.
-    pub fn lb_policy(&self) -> Result<crate::model::LbPolicy, ConfigError> {
+    pub fn lb_policy(&self) -> Result<crate::domain::LbPolicy, ConfigError> {
         self.signals.lb_policy()
     }
 
@@ -500,7 +500,10 @@ mod tests {
             "[signals]\ngrpc_client_lb_policy = '{\"loadBalancingConfig\":[{\"teleport_pick_healthy\":{\"mode\":\"reconnect\"}}]}'\n",
         )
         .unwrap();
-        assert_eq!(c.lb_policy().unwrap().mode, crate::model::LbMode::Reconnect);
+        assert_eq!(
+            c.lb_policy().unwrap().mode,
+            crate::domain::LbMode::Reconnect
+        );
         let c = Config::from_toml("[signals]\ngrpc_client_lb_policy = '{nope'\n").unwrap();
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("signals.grpc_client_lb_policy"), "{e}");

@@ -19,8 +19,8 @@ pub mod watcher;
 
 use crate::backoff::Backoff;
 use crate::config::{Config, ConfigError, SourceKind};
+use crate::domain::Kind;
 use crate::fleet::FleetHandle;
-use crate::model::Kind;
 use crate::supervise::Runtime;
 use teleport::source::{Teleport, TeleportConfig};
 use tracing::{info_span, Instrument};

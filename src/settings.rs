@@ -37,7 +37,7 @@ use crate::config::{
     Config, MAX_AUDIT_RETENTION, MAX_RECONNECT_INTERVAL, MAX_RETENTION, MIN_AUDIT_RETENTION,
     MIN_RETENTION,
 };
-use crate::model::{LbPolicy, Origin, SettingAction};
+use crate::domain::{LbPolicy, Origin, SettingAction};
 use crate::store::settings::{self as rows, SettingChange, StoredSetting};
 
 /// A dynamic setting.

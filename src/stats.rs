@@ -11,9 +11,9 @@ use metrics_exporter_prometheus::{
 };
 use serde::Serialize;
 
-use crate::model::RejectCode;
+use crate::domain::RejectCode;
 
-pub use crate::model::SignalKind;
+pub use crate::domain::SignalKind;
 
 /// What became of an audited signal, as `Stats::signals` indexes them.
 /// `sent` counts signals queued on a stream; the others are final outcomes.
@@ -43,7 +43,7 @@ impl SignalOutcome {
     }
 }
 
-crate::model::named_enum! {
+crate::domain::named_enum! {
     "snake_case";
     /// Which rows wait for the store writer, as `Stats::store_pending`
     /// indexes them.
@@ -59,7 +59,7 @@ crate::model::named_enum! {
     }
 }
 
-crate::model::named_enum! {
+crate::domain::named_enum! {
     "snake_case";
     /// Where the cluster source is in its loop (`/readyz` says it): what an
     /// operator watching a resync wants to know, and what a test waits on

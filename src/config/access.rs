@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{invalid, positive, ConfigError};
-use crate::model::named_enum;
+use crate::domain::named_enum;
 
 named_enum! {
     "lowercase";
@@ -179,7 +179,7 @@ impl AccessConfig {
                     format!("access.trusted_proxies[{i}]"),
                     format!(
                         "{:?} is not a CIDR such as 10.0.0.0/8 or 2001:db8::/32 (or one address)",
-                        crate::model::text::excerpt(c)
+                        crate::domain::text::excerpt(c)
                     ),
                 ));
             }
@@ -220,8 +220,8 @@ impl AccessConfig {
                 if names.is_empty()
                     || names.iter().any(|p| {
                         p.is_empty()
-                            || p.len() > crate::model::MAX_NAME_LEN
-                            || crate::model::text::name_problem(p).is_some()
+                            || p.len() > crate::domain::MAX_NAME_LEN
+                            || crate::domain::text::name_problem(p).is_some()
                     })
                 {
                     return Err(invalid(

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::model::AgentService;
+use crate::domain::AgentService;
 
 use super::{backoff_range, host_port, invalid, positive, ConfigError};
 
@@ -127,7 +127,7 @@ impl Default for ClusterConfig {
             addr: "http://127.0.0.1:3025".into(),
             identity_file: None,
             ca_file: None,
-            server_name: crate::model::TELEPORT_SERVER_NAME.into(),
+            server_name: crate::domain::TELEPORT_SERVER_NAME.into(),
             agent_kinds: AgentService::ALL.to_vec(),
             instances_poll: Duration::from_secs(30),
             tls_routing: false,

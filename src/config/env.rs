@@ -7,7 +7,7 @@ use figment::value::{Dict, Map, Value};
 use figment::{Metadata, Profile, Provider};
 
 use super::ConfigError;
-use crate::model::LbPolicy;
+use crate::domain::LbPolicy;
 
 /// How a variable's text is read.
 #[derive(Clone, Copy, Debug)]

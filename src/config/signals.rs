@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{backoff_range, invalid, positive, ConfigError, Ratio};
-use crate::model::LbPolicy;
+use crate::domain::LbPolicy;
 
 /// The longest periodic reconnect interval: thirty days.
 pub const MAX_RECONNECT_INTERVAL: Duration = Duration::from_secs(30 * 86_400);

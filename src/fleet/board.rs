@@ -16,7 +16,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use tokio::sync::watch;
 
 use crate::clock::Ts;
-use crate::model::Server;
+use crate::domain::Server;
 use crate::proto::to_duration;
 use crate::proto::v1 as pb;
 
@@ -264,7 +264,7 @@ impl Board {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{test_server, Kind};
+    use crate::domain::{test_server, Kind};
 
     fn proxy(name: &str, expires: i64) -> Server {
         test_server(Kind::Proxy, name, Ts(expires))

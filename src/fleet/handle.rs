@@ -16,7 +16,7 @@ use super::model::{
 use super::published::{Published, MAX_AGE};
 use super::view::{self, AgentCounts, AgentDetail, AgentFilter, AgentPage, ProxyDetail, TtlPage};
 use crate::clock::Ts;
-use crate::model::Kind;
+use crate::domain::Kind;
 
 /// Where a query's answer goes.
 pub type Reply<T> = oneshot::Sender<T>;

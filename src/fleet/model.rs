@@ -50,7 +50,7 @@ pub use lead::Adopted;
 pub use topology::{Selection, Sizes, Surplus};
 
 use crate::clock::Ts;
-use crate::model::{CauseKind, HistoryEvent, Kind, Subject};
+use crate::domain::{CauseKind, HistoryEvent, Kind, Subject};
 use crate::store::{EventRow, WriteBatch};
 use crate::telemetry::propagate::TraceRef;
 use schedule::Schedule;
@@ -275,7 +275,9 @@ pub(crate) fn test_model(start: Ts) -> Model {
 #[cfg(test)]
 pub(crate) mod fixture {
     use super::*;
-    use crate::model::{test_server, AgentState, Health, HealthMode, HistoryEvent, Server, Tunnel};
+    use crate::domain::{
+        test_server, AgentState, Health, HealthMode, HistoryEvent, Server, Tunnel,
+    };
     use std::time::Duration;
 
     /// The fleet's clock starts here (microseconds of wall time).

@@ -202,7 +202,7 @@ impl Outbox {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{EndReason, Kind, Server};
+    use crate::domain::{EndReason, Kind, Server};
     use crate::store::{EpisodeOp, EventRow};
 
     const T0: Ts = Ts(1_000_000);
@@ -212,7 +212,7 @@ mod tests {
     }
 
     fn proxy(name: &str, expires: i64) -> Server {
-        crate::model::test_server(Kind::Proxy, name, Ts(expires))
+        crate::domain::test_server(Kind::Proxy, name, Ts(expires))
     }
 
     fn close(id: i64) -> EpisodeOp {
@@ -272,9 +272,9 @@ mod tests {
                 b.event(
                     EventRow {
                         at: Ts(i * 10 + j),
-                        kind: crate::model::Subject::Proxy,
+                        kind: crate::domain::Subject::Proxy,
                         name: "p1".into(),
-                        event: crate::model::HistoryEvent::Heartbeat,
+                        event: crate::domain::HistoryEvent::Heartbeat,
                         expires: None,
                         ttl_us: None,
                         detail: String::new(),
@@ -305,7 +305,7 @@ mod tests {
                 ops.push(EpisodeOp::Open {
                     id,
                     agent: "a1".into(),
-                    state: crate::model::AgentState::Stranded,
+                    state: crate::domain::AgentState::Stranded,
                     reasons: String::new(),
                     cause: None,
                     started: Ts(id),

@@ -23,7 +23,7 @@ use super::model::{Model, Readiness};
 use super::view::{self, AgentCounts, AgentFilter, AgentPage, AuthView, ProxyView, Summary};
 use super::view::{ProxyCounts, TtlWindow};
 use crate::clock::Ts;
-use crate::model::AgentState;
+use crate::domain::AgentState;
 
 /// The most often the fleet publishes on its own while it changes.
 pub const PUBLISH_EVERY: Duration = Duration::from_millis(250);

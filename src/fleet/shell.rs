@@ -532,9 +532,9 @@ impl Pacer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::{AgentState, Change, Kind};
     use crate::fleet::model::fixture::{at, ready, server};
     use crate::fleet::model::Ingested;
-    use crate::model::{AgentState, Change, Kind};
 
     /// A shell around `model` on a manual clock at the model's time.
     fn shell(model: Model) -> Shell {

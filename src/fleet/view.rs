@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::model::destination::LiveProxies;
 use super::model::{Model, Readiness, ResEntry, WatchState};
 use crate::clock::{dur_micros, Ts};
-use crate::model::{AgentState, CauseKind, Health, Kind, Reasons};
+use crate::domain::{AgentState, CauseKind, Health, Kind, Reasons};
 
 /// Name cursors are opaque to clients: the hex of the last key of a page,
 /// and the page after it starts after that key. Anything that is not such
@@ -19,7 +19,7 @@ use crate::model::{AgentState, CauseKind, Health, Kind, Reasons};
 /// as "after everything"; hex that is not UTF-8 is still a position.
 pub mod cursor {
     /// The longest key a cursor can hold (`kind:` and a name).
-    pub const MAX_KEY: usize = 16 + crate::model::MAX_NAME_LEN;
+    pub const MAX_KEY: usize = 16 + crate::domain::MAX_NAME_LEN;
 
     pub fn encode(key: &str) -> String {
         hex::encode(key.as_bytes())

@@ -11,9 +11,9 @@ use super::contract::{ReadErrors, ReadOneErrors};
 use super::error::{ApiError, ApiQuery};
 use super::AppState;
 use crate::clock::Ts;
+use crate::domain::Subject;
+use crate::domain::{AgentState, HistoryEvent, Kind};
 use crate::fleet::view::{self, AgentFilter};
-use crate::model::Subject;
-use crate::model::{AgentState, HistoryEvent, Kind};
 use crate::store::read::{self, EpisodeFilter, EventFilter};
 
 enum Since {
@@ -102,7 +102,7 @@ pub(super) fn nonempty(name: &str, v: Option<String>) -> Result<Option<String>, 
         // Lifeline holds (such names are refused where they enter), and
         // PostgreSQL refuses a NUL in text: it is looked up cleaned, which
         // finds nothing, instead of reaching the database raw.
-        Some(s) => Ok(Some(crate::model::text::clean_owned(s))),
+        Some(s) => Ok(Some(crate::domain::text::clean_owned(s))),
         None => Ok(None),
     }
 }
@@ -117,7 +117,7 @@ where
         v.parse::<E>().map_err(|_| {
             ApiError::BadParameter(format!(
                 "{name} must be one of {}, got {v:?}",
-                crate::model::names::<E>().join(", ")
+                crate::domain::names::<E>().join(", ")
             ))
         })
     })

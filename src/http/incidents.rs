@@ -18,7 +18,7 @@ use super::contract::{ReadErrors, ReadOneErrors};
 use super::error::{ApiError, ApiQuery};
 use super::AppState;
 use crate::clock::Ts;
-use crate::model::CauseKind;
+use crate::domain::CauseKind;
 use crate::store::incidents::{self, Incident, IncidentFilter, Point, SignalCount};
 use crate::store::read::{self, Episode, EpisodeFilter};
 use crate::store::signals::SignalRecord;
@@ -284,7 +284,7 @@ pub fn draft(i: &Incident, f: &Facts, now: Ts) -> String {
     for e in &f.episodes {
         let lasted = e.ended_at.unwrap_or(end).since(e.started_at).as_micros() as i64;
         match e.state {
-            crate::model::AgentState::Stranded => stranded_us += lasted,
+            crate::domain::AgentState::Stranded => stranded_us += lasted,
             _ => degraded_us += lasted,
         }
     }

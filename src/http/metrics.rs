@@ -19,9 +19,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::error::ApiError;
 use super::AppState;
+use crate::domain::{Health, Kind, Op, RejectCode};
 use crate::fleet::view::{AuthView, Summary};
 use crate::fleet::WatchState;
-use crate::model::{Health, Kind, Op, RejectCode};
 use crate::stats::{metric, SignalKind, SignalOutcome, Stats};
 use crate::telemetry::SpanCounters;
 

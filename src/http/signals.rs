@@ -14,8 +14,8 @@ use super::caller::Caller;
 use super::contract::{ReadErrors, ReadOneErrors, WriteErrors};
 use super::error::{ApiError, ApiJson, ApiQuery};
 use super::AppState;
+use crate::domain::{AgentState, Outcome, SignalKind};
 use crate::fleet::Selection;
-use crate::model::{AgentState, Outcome, SignalKind};
 use crate::signals::dispatch::{Origin, Refusal};
 use crate::signals::hub::{Ask, SendError, SignalRequest};
 use crate::store::signals::{self as audit, SignalFilter, SignalRecord};
@@ -75,7 +75,7 @@ pub(super) fn reason(r: Option<String>, default: &str) -> Result<String, ApiErro
         ))),
         // Free text: kept, with control characters replaced.
         Some(r) if !r.trim().is_empty() => {
-            Ok(crate::model::text::clean_owned(r.trim().to_string()))
+            Ok(crate::domain::text::clean_owned(r.trim().to_string()))
         }
         _ => Ok(default.to_string()),
     }

@@ -16,9 +16,9 @@ use super::session::{
 use super::validate::{self};
 use super::watcher::{Source, WatchError, WatcherConfig};
 use crate::clock::Clock;
+use crate::domain::Kind;
+use crate::domain::{RejectCode, Rejection};
 use crate::fleet::{Command, FleetHandle, Ingested, Resync, Snapshot};
-use crate::model::Kind;
-use crate::model::{RejectCode, Rejection};
 use crate::proto::v1 as pb;
 use crate::proto::v1::cluster_events_client::ClusterEventsClient;
 use crate::stats::Stats;

@@ -21,7 +21,7 @@ use tonic::transport::{Channel, Endpoint, Uri};
 use tracing::info;
 
 pub use crate::config::AlpnUpgrade;
-pub use crate::model::TELEPORT_SERVER_NAME;
+pub use crate::domain::TELEPORT_SERVER_NAME;
 
 use super::upgrade;
 

@@ -21,8 +21,8 @@ use tonic::Code;
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::backoff::Backoff;
+use crate::domain::{text, Health, HealthMode};
 use crate::fleet::{Command, FleetHandle, HealthUpdate};
-use crate::model::{text, Health, HealthMode};
 use crate::proto::health::health_check_response::ServingStatus;
 use crate::proto::health::health_client::HealthClient;
 use crate::proto::health::HealthCheckRequest;

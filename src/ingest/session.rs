@@ -10,8 +10,8 @@ use tonic::Code;
 use tracing::{info, info_span, warn};
 
 use super::watcher::WatchError;
+use crate::domain::{Change, RejectCode, Rejection};
 use crate::fleet::{Command, FleetHandle, Ingested, Resync, Snapshot};
-use crate::model::{Change, RejectCode, Rejection};
 use crate::stats::{SourcePhase, Stats};
 
 /// Events forwarded to the fleet in one command, at most.

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::clock::{dur_micros, Ts};
-use crate::model::{text, Change, Kind, RejectCode, Rejection, Server, Tunnel, MAX_NAME_LEN};
+use crate::domain::{text, Change, Kind, RejectCode, Rejection, Server, Tunnel, MAX_NAME_LEN};
 use crate::proto::timestamp;
 use crate::proto::v1 as pb;
 

@@ -19,8 +19,8 @@ use tracing::{info_span, warn, Instrument};
 use super::dial::{explain, DialError, Dialer};
 use super::validate::Limits;
 use crate::backoff::Backoff;
+use crate::domain::Kind;
 use crate::fleet::{Command, FleetHandle};
-use crate::model::Kind;
 use crate::stats::{SourcePhase, Stats};
 
 #[derive(Clone, Debug)]

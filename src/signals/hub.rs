@@ -22,10 +22,10 @@ use tracing::{debug, info, info_span, warn, Instrument};
 use super::peers::{Holder, Inbound, Peers};
 use crate::access::AgentGrant;
 use crate::clock::{dur_micros, Clock, Ts};
+use crate::domain::{text, Outcome};
 use crate::fleet::board::{Board, Pending};
 use crate::fleet::{Command, FleetHandle};
 use crate::fleet::{Link, PeerReport, Restarter};
-use crate::model::{text, Outcome};
 use crate::proto::to_timestamp;
 use crate::proto::v1 as pb;
 use crate::proto::v1::agent_signals_server::{AgentSignals, AgentSignalsServer};
@@ -48,7 +48,7 @@ use tasks::{audit_writer, receive, timeouts};
 use wakes::Wakes;
 
 /// Longest agent or proxy name accepted from an agent: a resource name's.
-const MAX_NAME: usize = crate::model::MAX_NAME_LEN;
+const MAX_NAME: usize = crate::domain::MAX_NAME_LEN;
 /// Most characters of an ack's detail kept in the audit.
 const MAX_ACK_DETAIL: usize = 1024;
 /// Most proxies one tunnel report may name.

@@ -36,10 +36,10 @@ use super::dispatch::{Dispatch, Origin, Refusal};
 use super::hub::{Ask, Hub, SendError, SignalRequest};
 use crate::backoff::Backoff;
 use crate::clock::{Clock, Ts};
+use crate::domain::{AgentState, Reason};
 use crate::fleet::model::destination::wants_move;
 use crate::fleet::Surplus;
 use crate::fleet::{FleetHandle, StateChange};
-use crate::model::{AgentState, Reason};
 use crate::telemetry::propagate::TraceRef;
 
 #[derive(Clone, Debug)]

@@ -34,7 +34,7 @@ pub async fn start(
     tls: Option<&ServerTls>,
     hub: &Arc<Hub>,
     access: Arc<Access>,
-    lb_policy: tokio::sync::watch::Receiver<crate::model::LbPolicy>,
+    lb_policy: tokio::sync::watch::Receiver<crate::domain::LbPolicy>,
     rt: &mut Runtime,
 ) {
     let (reporter, health_service) = tonic_health::server::health_reporter();

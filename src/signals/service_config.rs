@@ -7,7 +7,7 @@
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
-use crate::model::{LbMode, LbPolicy};
+use crate::domain::{LbMode, LbPolicy};
 use crate::proto::v1 as pb;
 use crate::proto::v1::service_config_discovery_service_server::{
     ServiceConfigDiscoveryService, ServiceConfigDiscoveryServiceServer,

@@ -7,7 +7,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use super::lease::Fence;
 use crate::clock::Ts;
-use crate::model::{
+use crate::domain::{
     AgentState, Cause, CauseKind, EndReason, Health, HealthMode, HistoryEvent, Kind, Server,
     Subject, Tunnel,
 };
@@ -461,7 +461,7 @@ mod tests {
     use super::*;
 
     fn server(name: &str, expires: i64) -> Server {
-        crate::model::test_server(Kind::Proxy, name, Ts(expires))
+        crate::domain::test_server(Kind::Proxy, name, Ts(expires))
     }
 
     #[test]
@@ -550,7 +550,7 @@ mod tests {
         assert!(b.take_state().is_none(), "nothing to move");
         b.put_server(&server("p1", 1));
         b.replace_kind(Kind::Agent, vec![server("a1", 1)]);
-        b.put_tunnel(&crate::model::Tunnel {
+        b.put_tunnel(&crate::domain::Tunnel {
             name: "t1".into(),
             agent: "a1".into(),
             proxy: "p1".into(),
@@ -579,7 +579,7 @@ mod tests {
             replica: "r1".into(),
             term: 3,
         };
-        let tunnel = |i: usize| crate::model::Tunnel {
+        let tunnel = |i: usize| crate::domain::Tunnel {
             name: format!("t{i}"),
             agent: format!("a{i}"),
             proxy: "p1".into(),

@@ -19,7 +19,7 @@ use sqlx::{Pool, Postgres, QueryBuilder, Sqlite, Transaction};
 
 use super::batch::EventRow;
 use crate::clock::{dur_micros, Ts};
-use crate::model::{Server, Tunnel};
+use crate::domain::{Server, Tunnel};
 
 /// Rows per SQLite statement (well below its 32766 bound parameters). A
 /// power of two: see [`Pieces`].

@@ -10,7 +10,7 @@ use super::batch::IncidentRow;
 use super::signals::SignalRecord;
 use super::{on_pool, Db};
 use crate::clock::Ts;
-use crate::model::{CauseKind, Outcome, SignalKind};
+use crate::domain::{CauseKind, Outcome, SignalKind};
 
 #[derive(sqlx::FromRow)]
 struct Row {

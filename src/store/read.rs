@@ -10,7 +10,7 @@ use sqlx::QueryBuilder;
 use super::{on_pool, Db, IncidentRow};
 
 use crate::clock::Ts;
-use crate::model::{
+use crate::domain::{
     AgentState, CauseKind, EndReason, Health, HealthMode, HistoryEvent, Labels, Server, Subject,
     Tunnel,
 };

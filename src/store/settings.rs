@@ -10,7 +10,7 @@ use sqlx::{Postgres, Sqlite, Transaction};
 use super::{on_pool, Db};
 
 use crate::clock::Ts;
-use crate::model::{Origin, SettingAction};
+use crate::domain::{Origin, SettingAction};
 
 /// A stored setting (value is JSON text).
 #[derive(Clone, Debug, PartialEq, sqlx::FromRow)]

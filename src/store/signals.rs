@@ -13,7 +13,7 @@ use super::writer::CheckFence;
 use super::{on_pool, Db};
 
 use crate::clock::Ts;
-use crate::model::{Outcome, SignalKind};
+use crate::domain::{Outcome, SignalKind};
 
 /// Rows per multi-row statement.
 const CHUNK: usize = 400;
@@ -450,7 +450,7 @@ pub async fn update_isolating(db: &Db, updates: &[SignalUpdate]) -> Result<u64, 
             id: *id,
             at: *at,
             outcome: *outcome,
-            detail: crate::model::text::excerpt(&format!("the database refused this detail: {e}")),
+            detail: crate::domain::text::excerpt(&format!("the database refused this detail: {e}")),
             acked: *acked,
             latency_us: *latency_us,
         };

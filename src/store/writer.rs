@@ -20,7 +20,7 @@ use super::bulk::{dialect, values_pieces};
 use super::lease::Fence;
 use super::{is_permanent, on_pool, Db, StoreError};
 use crate::clock::Ts;
-use crate::model::{text, HistoryEvent, Server, Subject, Tunnel, MAX_NAME_LEN};
+use crate::domain::{text, HistoryEvent, Server, Subject, Tunnel, MAX_NAME_LEN};
 use crate::stats::Stats;
 
 /// Failed attempts after which a batch sheds its heartbeat history.

@@ -107,10 +107,10 @@ async fn discovery_is_full_first_then_coalesced_deltas() {
 
     // Two heartbeats that arrive together: one delta naming both.
     c.sim
-        .heartbeat(lifeline::model::Kind::Proxy, "proxy-1")
+        .heartbeat(lifeline::domain::Kind::Proxy, "proxy-1")
         .await;
     c.sim
-        .heartbeat(lifeline::model::Kind::Proxy, "proxy-3")
+        .heartbeat(lifeline::domain::Kind::Proxy, "proxy-3")
         .await;
     c.quiesce().await;
     let d = next(&mut r).await;
@@ -121,7 +121,7 @@ async fn discovery_is_full_first_then_coalesced_deltas() {
     // A later heartbeat: only that proxy.
     c.advance(Duration::from_secs(5)).await;
     c.sim
-        .heartbeat(lifeline::model::Kind::Proxy, "proxy-2")
+        .heartbeat(lifeline::domain::Kind::Proxy, "proxy-2")
         .await;
     c.quiesce().await;
     let d = next(&mut r).await;
@@ -159,7 +159,7 @@ async fn a_stalled_stream_does_not_delay_the_others() {
     for i in 0..3000 {
         tokio::time::advance(Duration::from_millis(1)).await;
         let proxy = format!("proxy-{}", i % 3 + 1);
-        c.sim.heartbeat(lifeline::model::Kind::Proxy, &proxy).await;
+        c.sim.heartbeat(lifeline::domain::Kind::Proxy, &proxy).await;
         if i % 100 == 99 {
             c.quiesce().await;
             // The live stream keeps up while the other is not read at all.

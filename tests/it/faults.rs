@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use lifeline::model::Kind;
+use lifeline::domain::Kind;
 use lifeline::stats::PendingRows;
 use reqwest::Method;
 use serde_json::Value;

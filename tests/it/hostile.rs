@@ -6,7 +6,7 @@ use crate::support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lifeline::model::{AgentState, HistoryEvent, Kind, Labels, Outcome, Server, Subject};
+use lifeline::domain::{AgentState, HistoryEvent, Kind, Labels, Outcome, Server, Subject};
 use lifeline::proto::v1 as pb;
 use lifeline::store::signals::SignalUpdate;
 use lifeline::store::writer::{self, WriterOptions};
@@ -64,7 +64,7 @@ async fn far_future_expiries_and_nuls_from_the_cluster_neither_crash_nor_wedge(s
         c.get("/readyz").await.0 == 200
     })
     .await;
-    assert!(c.ll().stats.rejected[lifeline::model::RejectCode::BadTimestamp as usize]
+    assert!(c.ll().stats.rejected[lifeline::domain::RejectCode::BadTimestamp as usize]
         .load(std::sync::atomic::Ordering::Relaxed) >= 1);
     assert!(!c.ll().store_health.is_failing());
     c.shutdown().await;
@@ -477,7 +477,7 @@ async fn a_large_snapshot_lands_whole_around_a_poison_row(store) {
         snapshot.put_server(&s);
     }
     for i in 0..2_000 {
-        snapshot.put_tunnel(&lifeline::model::Tunnel {
+        snapshot.put_tunnel(&lifeline::domain::Tunnel {
             name: format!("tunnel-{i:06}"),
             agent: format!("agent-{i:06}"),
             proxy: "proxy-1".into(),

@@ -245,7 +245,7 @@ async fn agents_with_nowhere_to_go_wait_for_a_live_proxy() {
     // proxy-1 heartbeats again: the agents not on it are signalled at once
     // (no virtual time passes), move, and everyone ends healthy.
     c.sim
-        .resume_heartbeats(lifeline::model::Kind::Proxy, "proxy-1")
+        .resume_heartbeats(lifeline::domain::Kind::Proxy, "proxy-1")
         .await;
     c.eventually("waiting agents signalled on the heartbeat", || async {
         c.flush().await;

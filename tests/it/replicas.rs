@@ -20,9 +20,9 @@ fn one_event() -> WriteBatch {
     b.event(
         EventRow {
             at: lifeline::Ts(1),
-            kind: lifeline::model::Subject::Proxy,
+            kind: lifeline::domain::Subject::Proxy,
             name: "p1".into(),
-            event: lifeline::model::HistoryEvent::Heartbeat,
+            event: lifeline::domain::HistoryEvent::Heartbeat,
             expires: None,
             ttl_us: None,
             detail: String::new(),
@@ -594,7 +594,7 @@ async fn a_signal_read_twice_is_delivered_once() {
     let snapshot = lifeline::store::signals::by_ids(&db, &[id])
         .await
         .expect("the row");
-    assert_eq!(snapshot[0].outcome, lifeline::model::Outcome::Pending);
+    assert_eq!(snapshot[0].outcome, lifeline::domain::Outcome::Pending);
     let hub = c.ll().hub.clone();
     assert_eq!(hub.deliver_recorded(snapshot.clone()).await, 1);
     until_acked(&c, id, "the agent acked").await;

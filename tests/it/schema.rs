@@ -171,7 +171,7 @@ where
 /// text column, as on SQLite, and reads back as itself.
 #[tokio::test]
 async fn every_stored_enum_round_trips_through_postgres_text() {
-    use lifeline::model::*;
+    use lifeline::domain::*;
     let Some(url) = fresh_postgres("enum_text").await else {
         return;
     };

@@ -1,7 +1,7 @@
 //! What Lifeline tells agents: `GetServiceConfig` (RFD 0226).
 
 use crate::support;
-use lifeline::model::{LbMode, LbPolicy};
+use lifeline::domain::{LbMode, LbPolicy};
 use lifeline::proto::v1 as pb;
 use lifeline::proto::v1::service_config_discovery_service_client::ServiceConfigDiscoveryServiceClient;
 use lifeline::signals::service_config::from_proto;

@@ -8,7 +8,7 @@ use crate::support;
 use std::str::FromStr;
 use std::time::Duration;
 
-use lifeline::model::Kind;
+use lifeline::domain::Kind;
 use lifeline::{Clock, Config, Lifeline};
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::ConnectOptions;
@@ -157,9 +157,9 @@ async fn pruning_removes_history_past_retention(store) {
         b.event(
             lifeline::store::EventRow {
                 at: lifeline::Ts(*at),
-                kind: lifeline::model::Subject::Proxy,
+                kind: lifeline::domain::Subject::Proxy,
                 name: format!("p{i}"),
-                event: lifeline::model::HistoryEvent::Heartbeat,
+                event: lifeline::domain::HistoryEvent::Heartbeat,
                 expires: None,
                 ttl_us: None,
                 detail: String::new(),
@@ -186,7 +186,7 @@ on_both_engines! {
 /// stays however old it is, and so does anything newer.
 #[tokio::test]
 async fn audit_pruning_never_takes_a_signal_still_waiting_for_its_answer(store) {
-    use lifeline::model::Outcome;
+    use lifeline::domain::Outcome;
     let dir = tempfile::tempdir().unwrap();
     let db = store.open(dir.path()).await;
     let row = |id, created, outcome| support::signal_row(id, lifeline::Ts(created), outcome);
@@ -366,7 +366,7 @@ async fn audit_retention_prunes_closed_history_but_never_pending_or_open(store) 
     let db = c.ll().db.clone();
     lifeline::store::signals::insert(
         &db,
-        &[support::signal_row(9001, now, lifeline::model::Outcome::Acked)],
+        &[support::signal_row(9001, now, lifeline::domain::Outcome::Acked)],
     )
     .await
     .unwrap();
@@ -412,7 +412,7 @@ async fn audit_retention_prunes_closed_history_but_never_pending_or_open(store) 
 /// pool) waits for the commit instead of interleaving with it.
 #[tokio::test]
 async fn a_settings_change_on_postgres_waits_for_another_replicas() {
-    use lifeline::model::{Origin, SettingAction};
+    use lifeline::domain::{Origin, SettingAction};
     use lifeline::store::settings::{begin_change, StoredSetting};
     let Some(url) = support::fresh_postgres("settings_change_lock").await else {
         return;

@@ -4,7 +4,7 @@
 use crate::support;
 use std::time::Duration;
 
-use lifeline::model::{AgentState, CauseKind, Kind};
+use lifeline::domain::{AgentState, CauseKind, Kind};
 use serde_json::json;
 use support::{strs, ts, Cluster};
 use tonic_health::ServingStatus;
@@ -275,7 +275,7 @@ async fn an_auth_without_health_strands_only_when_its_heartbeat_expires() {
     assert_eq!(auth_view(&c, "auth-2").await["strands_agents"], true);
 
     c.sim
-        .resume_heartbeats(lifeline::model::Kind::AuthServer, "auth-2")
+        .resume_heartbeats(lifeline::domain::Kind::AuthServer, "auth-2")
         .await;
     c.eventually("its agents recover", || async {
         c.agents_in("stranded").await.is_empty()

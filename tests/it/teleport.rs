@@ -8,7 +8,7 @@ use crate::support;
 use std::time::Duration;
 
 use lifeline::config::{AlpnUpgrade, SourceKind};
-use lifeline::model::Kind;
+use lifeline::domain::Kind;
 use lifeline::{Clock, Lifeline};
 use lifeline_sim::{write_private, SimCluster, SimSpec, TeleportSpec};
 use serde_json::{json, Value};

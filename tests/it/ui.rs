@@ -6,7 +6,7 @@
 use crate::support;
 use std::time::Duration;
 
-use lifeline::model::Kind;
+use lifeline::domain::Kind;
 use lifeline::proto::to_timestamp;
 use lifeline::proto::v1 as pb;
 use lifeline_sim::cluster::server;

@@ -220,8 +220,8 @@ fn the_simulator_speaks_only_the_wire() {
     const ALLOWED: [&str; 5] = [
         "proto",
         "clock",
-        "model::Kind",
-        "model::UnknownKind",
+        "domain::Kind",
+        "domain::UnknownKind",
         "telemetry::otlp::SIM_SERVICE",
     ];
     let sim = crate::support::repo().join("crates/lifeline-sim/src");

@@ -4,7 +4,7 @@
 use crate::support;
 use std::time::Duration;
 
-use lifeline::model::Kind;
+use lifeline::domain::Kind;
 use lifeline::proto::v1 as pb;
 use lifeline::proto::{to_duration, to_timestamp};
 use support::{strs, Cluster};

@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use super::{BenchError, PgScratch, Scratch};
 use lifeline::clock::{Clock, Ts};
 use lifeline::config::DbUrl;
-use lifeline::model::Kind;
+use lifeline::domain::Kind;
 use lifeline_sim::agent::{LifelineAddr, Lifelines};
 use lifeline_sim::cluster::proxy_name;
 use lifeline_sim::{SimAgent, SimCluster, SimSpec};

@@ -301,7 +301,7 @@ async fn raw_insert(
                     at: now,
                     kind: s.kind.into(),
                     name: s.name.clone(),
-                    event: lifeline::model::HistoryEvent::Heartbeat,
+                    event: lifeline::domain::HistoryEvent::Heartbeat,
                     expires: Some(s.expires),
                     ttl_us: Some(lifeline::clock::dur_micros(s.ttl)),
                     detail: String::new(),

@@ -31,7 +31,7 @@ use lifeline::app::{Lifeline, StartError, Tuning};
 use lifeline::clock::{Clock, Ts};
 use lifeline::config::DbUrl;
 use lifeline::config::{Config, SourceKind};
-use lifeline::model::{AgentState, Kind, Server};
+use lifeline::domain::{AgentState, Kind, Server};
 use lifeline::proto::v1 as pb;
 use lifeline::store::{self, EventRow, StoreError, WriteBatch};
 use lifeline::telemetry::otlp;

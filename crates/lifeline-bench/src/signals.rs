@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use super::{config, percentile, BenchChild, BenchError, Scratch};
 use lifeline::app::{Lifeline, Tuning};
 use lifeline::clock::{Clock, Ts};
-use lifeline::model::{AgentState, Kind};
+use lifeline::domain::{AgentState, Kind};
 use lifeline::proto::v1 as pb;
 use lifeline::proto::v1::agent_signals_client::AgentSignalsClient;
 use lifeline_sim::agent::{join_request, lifeline_channel};

@@ -24,7 +24,7 @@ use super::{
 use lifeline::app::{Lifeline, Tuning};
 use lifeline::clock::Clock;
 use lifeline::config::DbUrl;
-use lifeline::model::Kind;
+use lifeline::domain::Kind;
 use lifeline_sim::cluster::proxy_name;
 use lifeline_sim::SimCluster;
 

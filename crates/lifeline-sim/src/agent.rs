@@ -506,7 +506,7 @@ impl SimAgent {
             c.set_agent_auth(&self.name, &auth).await;
             lock(&self.shared).auth = auth;
         }
-        c.heartbeat(lifeline::model::Kind::Agent, &self.name).await;
+        c.heartbeat(lifeline::domain::Kind::Agent, &self.name).await;
         (
             true,
             format!(

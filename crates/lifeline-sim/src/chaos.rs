@@ -14,7 +14,7 @@ use tonic_health::ServingStatus;
 use tracing::info;
 
 use super::cluster::{auth_name, proxy_name, SimCluster};
-use lifeline::model::Kind;
+use lifeline::domain::Kind;
 
 pub async fn run(sim: SimCluster, period: Duration, stop: CancellationToken) {
     let (proxies, auths) = (sim.spec().proxies, sim.spec().auth_servers);

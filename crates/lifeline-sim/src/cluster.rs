@@ -25,7 +25,7 @@ use super::auth::{AuthFlavor, SimAuth};
 use super::pki::SimPki;
 use super::wire::{duration as to_duration, timestamp as to_timestamp};
 use lifeline::clock::{Clock, Ts};
-use lifeline::model::Kind;
+use lifeline::domain::Kind;
 use lifeline::proto::v1 as pb;
 use lifeline::proto::v1::cluster_events_server::ClusterEventsServer;
 

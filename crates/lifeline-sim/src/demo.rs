@@ -15,7 +15,7 @@ use lifeline::access;
 use lifeline::app::{Lifeline, StartError, Tuning};
 use lifeline::clock::Clock;
 use lifeline::config::{Config, Role, SourceKind, TokenConfig};
-use lifeline::model::LbPolicy;
+use lifeline::domain::LbPolicy;
 use lifeline::telemetry::SpanCounters;
 
 #[derive(Clone, Debug)]

@@ -10,8 +10,8 @@ use super::schedule::TimerKey;
 use super::{AgentEntry, AuthEntry, Link, Model, ResEntry, TunnelEntry};
 use super::{BoardOp, HealthUpdate, Ingested};
 use crate::clock::{dur_micros, Ts};
-use crate::model::Subject;
-use crate::model::{Change, EndReason, Health, HistoryEvent, Kind, Server, Tunnel};
+use crate::domain::Subject;
+use crate::domain::{Change, EndReason, Health, HistoryEvent, Kind, Server, Tunnel};
 use crate::store::{EpisodeOp, EventRow, HealthRow};
 
 impl Model {
@@ -488,10 +488,10 @@ impl Model {
 #[cfg(test)]
 mod tests {
     use super::Ingested;
+    use crate::domain::{Change, HistoryEvent, Kind};
     use crate::fleet::model::fixture::*;
-    use crate::model::{Change, HistoryEvent, Kind};
 
-    fn put(f: &mut super::Model, s: crate::model::Server) {
+    fn put(f: &mut super::Model, s: crate::domain::Server) {
         f.apply(vec![Ingested::Change(Change::PutServer(s))]);
     }
 
@@ -575,7 +575,7 @@ mod tests {
         assert_eq!(f.proxies["p1"].server.expires, at(3), "accepted");
         assert!(f.proxies["p1"].expired);
         f.settle();
-        assert_eq!(f.agents["a1"].state, crate::model::AgentState::Stranded);
+        assert_eq!(f.agents["a1"].state, crate::domain::AgentState::Stranded);
     }
 
     /// Guards the expiry-only heartbeat: it moves a held server's expiry

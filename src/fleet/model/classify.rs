@@ -4,7 +4,7 @@
 //! belongs to. No state, no clock: callers pass `now`.
 
 use crate::clock::Ts;
-use crate::model::{AgentState, Cause, CauseKind, Reason, Reasons};
+use crate::domain::{AgentState, Cause, CauseKind, Reason, Reasons};
 
 /// One tunnel of the agent as the classifier sees it.
 #[derive(Clone, Debug)]

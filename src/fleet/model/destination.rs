@@ -7,7 +7,7 @@
 //! tunnels from the cluster's records merged with the agent's own reports.
 
 use super::{AgentEntry, Model};
-use crate::model::{AgentState, Reason, Reasons};
+use crate::domain::{AgentState, Reason, Reasons};
 
 /// Whether an agent in this state is one automatic reconnects try to move:
 /// it has no live tunnel, or holds a tunnel to an expired proxy.

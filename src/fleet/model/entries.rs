@@ -7,7 +7,7 @@ use std::time::Duration;
 use tracing::debug;
 
 use crate::clock::Ts;
-use crate::model::{
+use crate::domain::{
     AgentState, Cause, CauseKind, Health, HealthMode, HistoryEvent, Reasons, Server, Tunnel,
 };
 use crate::telemetry::propagate::TraceRef;

@@ -6,7 +6,7 @@ use tracing::{debug, info, warn};
 use super::schedule::TimerKey;
 use super::Model;
 use crate::clock::Ts;
-use crate::model::{AgentState, Health, HistoryEvent, Kind};
+use crate::domain::{AgentState, Health, HistoryEvent, Kind};
 use crate::store::{EventRow, SampleRow};
 
 /// How often the agents are counted by state (`history`'s finest step).
@@ -168,8 +168,8 @@ impl Model {
 
 #[cfg(test)]
 mod tests {
+    use crate::domain::{AgentState, Kind};
     use crate::fleet::model::fixture::*;
-    use crate::model::{AgentState, Kind};
 
     /// Guards the exact expiry instant: not a microsecond before.
     #[test]

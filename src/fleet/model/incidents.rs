@@ -13,7 +13,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::quantiles::Recoveries;
 use crate::clock::Ts;
-use crate::model::{AgentState, Cause, CauseKind};
+use crate::domain::{AgentState, Cause, CauseKind};
 use crate::store::IncidentRow;
 
 /// An incident's key: its root cause's kind and resource.

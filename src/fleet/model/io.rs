@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::clock::Ts;
-use crate::model::{named_enum, Change, Rejection};
-use crate::model::{AgentState, CauseKind, Health, HealthMode, Kind, Reasons, Server, Tunnel};
+use crate::domain::{named_enum, Change, Rejection};
+use crate::domain::{AgentState, CauseKind, Health, HealthMode, Kind, Reasons, Server, Tunnel};
 use crate::store::WriteBatch;
 
 named_enum! {

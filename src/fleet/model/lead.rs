@@ -8,7 +8,7 @@ use rustc_hash::FxHashMap as HashMap;
 use tracing::info;
 
 use super::Model;
-use crate::model::{EndReason, Kind};
+use crate::domain::{EndReason, Kind};
 use crate::store::read::Episode;
 use crate::store::{EpisodeOp, IncidentRow};
 
@@ -130,8 +130,8 @@ impl Model {
 mod tests {
     use super::*;
     use crate::clock::Ts;
+    use crate::domain::{AgentState, CauseKind};
     use crate::fleet::model::fixture::*;
-    use crate::model::{AgentState, CauseKind};
     use crate::store::read::Episode;
 
     fn stored(id: i64, agent: &str, state: AgentState) -> Episode {

@@ -10,7 +10,7 @@ use super::tunnel_tables::TunnelTables;
 use super::{AgentEntry, AuthEntry, Model, ResEntry, TunnelEntry};
 use super::{BoardOp, Resync, Snapshot, WatchState};
 use crate::clock::Ts;
-use crate::model::{AgentState, Cause, EndReason, Health, HistoryEvent, Kind, Reasons, Subject};
+use crate::domain::{AgentState, Cause, EndReason, Health, HistoryEvent, Kind, Reasons, Subject};
 use crate::store::read::Loaded;
 use crate::store::EpisodeOp;
 
@@ -413,11 +413,11 @@ impl Snapshot {
 #[cfg(test)]
 mod tests {
     use super::{Resync, Snapshot};
+    use crate::domain::{AgentState, Kind};
     use crate::fleet::model::fixture::*;
     use crate::fleet::model::settle::PARALLEL_AGENTS;
     use crate::fleet::model::tunnel_tables::PARALLEL_TUNNELS;
     use crate::fleet::model::WatchState;
-    use crate::model::{AgentState, Kind};
     use crate::store::EpisodeOp;
 
     /// [`listing`] of `agents` behind two proxies, where the tunnel of
@@ -507,7 +507,7 @@ mod tests {
         let mut f = ready(&[("p1", 10), ("p2", 3600)], &["a1", "a2", "a3", "a4"]);
         for a in ["a1", "a2", "a3", "a4"] {
             f.apply(vec![crate::fleet::model::Ingested::Change(
-                crate::model::Change::DeleteTunnel(format!("{a}.p2")),
+                crate::domain::Change::DeleteTunnel(format!("{a}.p2")),
             )]);
         }
         advance_to(&mut f, at(10));

@@ -11,7 +11,7 @@ use std::collections::BinaryHeap;
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::clock::Ts;
-use crate::model::Kind;
+use crate::domain::Kind;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum TimerKey {

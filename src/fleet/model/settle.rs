@@ -7,7 +7,7 @@ use super::classify::{classify, Inputs, TunnelView, Verdict};
 use super::{Model, TunnelEntry};
 use super::{StateChange, WatchState};
 use crate::clock::Ts;
-use crate::model::{AgentState, CauseKind, EndReason, Kind};
+use crate::domain::{AgentState, CauseKind, EndReason, Kind};
 use crate::store::EpisodeOp;
 use crate::supervise::{joined, scoped};
 use crate::telemetry::propagate::{self};
@@ -256,8 +256,8 @@ impl Model {
 
 #[cfg(test)]
 mod tests {
+    use crate::domain::{Kind, Server};
     use crate::fleet::model::fixture::*;
-    use crate::model::{Kind, Server};
     use crate::store::EpisodeOp;
 
     fn ended_by(f: &super::Model, id: i64) -> Option<Option<i64>> {
@@ -273,7 +273,7 @@ mod tests {
 
     fn heartbeat(f: &mut super::Model, s: Server) {
         f.apply(vec![crate::fleet::Ingested::Change(
-            crate::model::Change::PutServer(s),
+            crate::domain::Change::PutServer(s),
         )]);
         f.settle();
     }
@@ -298,7 +298,7 @@ mod tests {
         assert_eq!(opened, [Some(1), Some(1)], "both in incident 1");
         f.signaled("a1", 7, f.now());
         let row = f.out.writes.incidents[&1].clone();
-        assert_eq!(row.cause, crate::model::CauseKind::ProxyExpired);
+        assert_eq!(row.cause, crate::domain::CauseKind::ProxyExpired);
         assert_eq!(row.resource, "p1");
         assert_eq!((row.agents, row.peak_stranded, row.signals), (2, 2, 1));
         assert_eq!(row.ended, None);

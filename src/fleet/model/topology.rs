@@ -9,7 +9,7 @@
 
 use super::StateChange;
 use super::{AgentEntry, Model, TunnelEntry};
-use crate::model::{AgentState, Tunnel};
+use crate::domain::{AgentState, Tunnel};
 
 /// Which agents a bulk action names.
 #[derive(Clone, Debug)]
@@ -195,10 +195,10 @@ impl Model {
         let Some(a) = self.agents.get(agent) else {
             return false;
         };
-        a.state == crate::model::AgentState::Stranded
-            && (a.reasons.contains(crate::model::Reason::AuthUnhealthy)
-                || a.reasons.contains(crate::model::Reason::AgentExpired)
-                || (a.reasons.contains(crate::model::Reason::NoLiveTunnel)
+        a.state == crate::domain::AgentState::Stranded
+            && (a.reasons.contains(crate::domain::Reason::AuthUnhealthy)
+                || a.reasons.contains(crate::domain::Reason::AgentExpired)
+                || (a.reasons.contains(crate::domain::Reason::NoLiveTunnel)
                     && self.tunnels_of(agent).next().is_some()))
     }
 
@@ -261,9 +261,9 @@ impl Model {
 
 #[cfg(test)]
 mod tests {
+    use crate::domain::{AgentState, Change, Kind};
     use crate::fleet::model::fixture::{advance_to, agent, at, check_indexes, ready, server};
     use crate::fleet::model::{Ingested, Resync, Snapshot};
-    use crate::model::{AgentState, Change, Kind};
 
     fn names(f: &super::Model) -> Vec<&str> {
         f.unhealthy.iter().map(String::as_str).collect()

@@ -8,7 +8,7 @@ use tracing::info_span;
 
 use super::Model;
 use crate::clock::Ts;
-use crate::model::{AgentState, CauseKind};
+use crate::domain::{AgentState, CauseKind};
 use crate::telemetry::propagate::{self, TraceRef};
 
 /// Failure traces remembered for joining.

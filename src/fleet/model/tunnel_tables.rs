@@ -15,7 +15,7 @@ use super::by_name::ByName;
 use super::names::FewNames;
 use super::TunnelEntry;
 use crate::clock::Ts;
-use crate::model::Tunnel;
+use crate::domain::Tunnel;
 use crate::supervise::{joined, scoped};
 
 /// Each agent's tunnel names.

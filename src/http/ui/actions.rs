@@ -15,11 +15,11 @@ use tracing::info;
 
 use super::fmt::agent_href;
 use super::{csrf, wants_json, UiError};
+use crate::domain::AgentState;
 use crate::http::caller::Caller;
 use crate::http::error::ApiError;
 use crate::http::signals::{reason, reconnect_agent, reconnect_selected, select};
 use crate::http::AppState;
-use crate::model::AgentState;
 
 /// A dashboard form: every one carries the browser's CSRF token.
 pub trait CsrfForm: DeserializeOwned {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use crate::clock::Ts;
-use crate::model::{AgentState, Health, Outcome};
+use crate::domain::{AgentState, Health, Outcome};
 
 /// Characters kept as they are in a path segment or query value; the rest
 /// are percent-encoded (names come from the network).

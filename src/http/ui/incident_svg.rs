@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::clock::Ts;
-use crate::model::{AgentState, Outcome};
+use crate::domain::{AgentState, Outcome};
 use crate::store::read::Episode;
 use crate::store::signals::SignalRecord;
 

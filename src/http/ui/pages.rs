@@ -36,6 +36,7 @@ use super::incident_svg::{self, Strip};
 use super::ttl_svg::{self, Svg};
 use super::{Ctx, Layout, UiError, UiQuery};
 use crate::clock::Ts;
+use crate::domain::{AgentState, CauseKind, Kind, Outcome};
 use crate::fleet::published::Published;
 use crate::fleet::view::{self, AgentFilter, AgentItem, RootCause};
 use crate::fleet::AgentList;
@@ -44,7 +45,6 @@ use crate::http::api::{id_cursor, name_cursor};
 use crate::http::error::ApiError;
 use crate::http::signals::{select, signal_filter};
 use crate::http::AppState;
-use crate::model::{AgentState, CauseKind, Kind, Outcome};
 use crate::store::read::{self, EpisodeFilter};
 use crate::store::signals::{self as audit, SignalFilter, SignalRecord};
 

@@ -4,8 +4,8 @@
 //! the picture is testable without a browser and costs one pass to draw.
 
 use crate::clock::Ts;
+use crate::domain::Kind;
 use crate::fleet::view::TtlWindow;
-use crate::model::Kind;
 
 use super::fmt;
 
@@ -199,7 +199,7 @@ pub fn build(windows: &[TtlWindow], now: Ts) -> Svg {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Kind;
+    use crate::domain::Kind;
 
     fn w(name: &str, last_s: i64, ttl_s: i64, expired: bool) -> TtlWindow {
         let now = 1_000_000;

@@ -8,9 +8,9 @@ use rustc_hash::FxHashMap;
 use std::time::Duration;
 
 use crate::clock::Ts;
+use crate::domain::text;
+use crate::domain::{AgentService, Kind, RejectCode, Rejection, Server};
 use crate::ingest::validate::{self, reject, Limits};
-use crate::model::text;
-use crate::model::{AgentService, Kind, RejectCode, Rejection, Server};
 use crate::proto::teleport::{auth, types};
 use crate::proto::v1 as pb;
 

@@ -13,13 +13,13 @@ use indexmap::IndexMap;
 use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
 
 use crate::clock::Ts;
-use crate::model::{AgentService, Change, Kind, Server, Tunnel};
+use crate::domain::{AgentService, Change, Kind, Server, Tunnel};
 use crate::supervise::{joined, scoped};
 
 use super::convert::{self, Beat, Seen};
 use super::heartbeat::NodePut;
+use crate::domain::text;
 use crate::ingest::validate;
-use crate::model::text;
 
 pub use super::auth_of::AuthOf;
 mod host;
@@ -445,7 +445,7 @@ fn attach_part(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{agent_label, Labels};
+    use crate::domain::{agent_label, Labels};
 
     impl Hosts {
         fn is_empty(&self) -> bool {

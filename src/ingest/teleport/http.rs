@@ -12,8 +12,8 @@ use serde::Deserialize;
 
 use super::convert::GO_ZERO_SECONDS;
 use crate::clock::Ts;
+use crate::domain::Kind;
 use crate::ingest::dial::{DialError, Dialer};
-use crate::model::Kind;
 use crate::proto::teleport::types;
 
 #[derive(Debug, thiserror::Error)]

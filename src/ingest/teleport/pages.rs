@@ -25,8 +25,8 @@ use tracing::{debug, Instrument};
 use super::call::Call;
 use super::convert;
 use super::heartbeat::{page_entries, Entry};
+use crate::domain::AgentService;
 use crate::ingest::watcher::WatchError;
-use crate::model::AgentService;
 use crate::proto::teleport::auth as tp;
 
 /// One page of an agent kind, or why listing it failed.

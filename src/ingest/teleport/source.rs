@@ -24,12 +24,12 @@ use super::http;
 use super::instances::poll_instances;
 use super::pages::{fetch_agents, list_names, method, ready_client, Lister, Page};
 use crate::clock::Clock;
+use crate::domain::{AgentService, Change, Kind, RejectCode, Server};
 use crate::fleet::{Command, FleetHandle, Ingested, Resync, Snapshot};
 use crate::ingest::dial::Dialer;
 use crate::ingest::session::{burst, first_init, hand_over, opened, rejected};
 use crate::ingest::validate::{reject, Limits};
 use crate::ingest::watcher::{Source, WatchError};
-use crate::model::{AgentService, Change, Kind, RejectCode, Server};
 use crate::proto::teleport::auth::{self as tp, event::Resource};
 use crate::proto::teleport::presence::presence_service_client::PresenceServiceClient;
 use crate::proto::teleport::presence::{ListAuthServersRequest, ListProxyServersRequest};
@@ -406,7 +406,7 @@ fn apply(src: &mut Teleport, ev: tp::Event, changes: &mut Vec<Change>, batch: &m
     }
 }
 
-fn put(src: &mut Teleport, r: Resource, seen: &Seen) -> Result<Item, crate::model::Rejection> {
+fn put(src: &mut Teleport, r: Resource, seen: &Seen) -> Result<Item, crate::domain::Rejection> {
     let what = match &r {
         Resource::ResourceHeader(_) => "a PUT carries a ResourceHeader",
         _ => "WatchStatus outside the INIT event",
@@ -423,7 +423,7 @@ fn delete(
     src: &mut Teleport,
     r: Resource,
     out: &mut Vec<Change>,
-) -> Result<(), crate::model::Rejection> {
+) -> Result<(), crate::domain::Rejection> {
     let (kind, meta, host_id) = match r {
         Resource::ResourceHeader(h) => (h.kind, h.metadata.unwrap_or_default(), String::new()),
         Resource::Server(s) => (s.kind, s.metadata.unwrap_or_default(), String::new()),
@@ -505,7 +505,7 @@ struct Listed {
     hosts: Hosts,
     /// The hosts' agents and tunnels, for the resync.
     agents: Vec<Server>,
-    tunnels: Vec<crate::model::Tunnel>,
+    tunnels: Vec<crate::domain::Tunnel>,
     rejections: Vec<Ingested>,
 }
 
@@ -553,7 +553,7 @@ async fn list_all(
     };
     let stats = src.stats.clone();
     let (mut proxies, mut auth_servers, mut rejections) = (Vec::new(), Vec::new(), Vec::new());
-    let mut keep = |kind: &'static str, item: Result<Item, crate::model::Rejection>| match item {
+    let mut keep = |kind: &'static str, item: Result<Item, crate::domain::Rejection>| match item {
         Ok(item) if item.kind() == kind => Some(item),
         Ok(item) => {
             let r = reject(

@@ -11,7 +11,7 @@ use tracing::{info_span, warn};
 
 use super::{lock, wire, Ask, Hub, InFlight};
 use crate::clock::Ts;
-use crate::model::Outcome;
+use crate::domain::Outcome;
 use crate::signals::peers::Holder;
 use crate::stats::{SignalKind, SignalOutcome};
 use crate::store::signals::{self as audit, SignalRecord, SignalUpdate};

@@ -7,7 +7,7 @@ use std::time::Duration;
 use lifeline::app::{Lifeline, Tuning};
 use lifeline::clock::Clock;
 use lifeline::config::{Config, SignalsConfig};
-use lifeline::model::Kind;
+use lifeline::domain::Kind;
 use lifeline_sim::{AuthFlavor, SimAgent, SimCluster, SimSpec};
 
 type SignalsEdit = Box<dyn FnOnce(&mut SignalsConfig)>;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use lifeline::app::{Lifeline, Tuning};
 use lifeline::clock::{Clock, Ts};
 use lifeline::config::Config;
-use lifeline::model::Kind;
+use lifeline::domain::Kind;
 use lifeline::stats::SourcePhase;
 use lifeline_sim::{SimAgent, SimCluster};
 use serde_json::Value;

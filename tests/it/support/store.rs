@@ -46,11 +46,11 @@ impl Store {
 pub fn signal_row(
     id: i64,
     created: lifeline::Ts,
-    outcome: lifeline::model::Outcome,
+    outcome: lifeline::domain::Outcome,
 ) -> lifeline::store::signals::SignalRecord {
     lifeline::store::signals::SignalRecord {
         id,
-        kind: lifeline::model::SignalKind::Reconnect,
+        kind: lifeline::domain::SignalKind::Reconnect,
         agent: "agent-00001".into(),
         proxy: String::new(),
         reason: "test".into(),

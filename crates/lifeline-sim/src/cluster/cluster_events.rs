@@ -12,7 +12,7 @@ use tonic::{Request, Response, Status};
 use tracing::debug;
 
 use super::{page_of, Inner, Subscription};
-use lifeline::model::Kind;
+use lifeline::domain::Kind;
 use lifeline::proto::v1 as pb;
 use lifeline::proto::v1::cluster_events_server::ClusterEvents;
 
@@ -144,7 +144,7 @@ impl ClusterEvents for Service {
         let kind: Kind = req
             .kind
             .parse()
-            .map_err(|e: lifeline::model::UnknownKind| Status::invalid_argument(e.to_string()))?;
+            .map_err(|e: lifeline::domain::UnknownKind| Status::invalid_argument(e.to_string()))?;
         let page = req.page_size.clamp(1, 10_000) as usize;
         let st = self.inner.state.lock().await;
         let mut resp = pb::ListResourcesResponse::default();

@@ -26,7 +26,7 @@ use tonic::{Request, Response, Status};
 use tracing::info;
 
 use super::{Inner, SimCluster};
-use lifeline::model::Kind;
+use lifeline::domain::Kind;
 use lifeline::proto::teleport::auth::auth_service_server::{AuthService, AuthServiceServer};
 use lifeline::proto::teleport::auth::{self as tp, event::Resource};
 use lifeline::proto::teleport::presence::presence_service_server::{

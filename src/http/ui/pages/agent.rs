@@ -1,7 +1,7 @@
 //! One agent: its state and why, tunnels, history, episodes and signals.
 
 use super::*;
-use crate::model::{agent_label, CauseKind};
+use crate::domain::{agent_label, CauseKind};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -122,7 +122,7 @@ pub async fn incidents(
             rows: ended.into_iter().map(|i| row(now, i)).collect(),
             cause: cause.clone().unwrap_or_default(),
             resource: resource.clone().unwrap_or_default(),
-            causes: crate::model::names::<CauseKind>(),
+            causes: crate::domain::names::<CauseKind>(),
             next_href: next.map(|c| format!("/incidents{}", pairs(Some(c)))),
             first_href: cursor
                 .as_ref()

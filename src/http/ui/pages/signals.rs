@@ -95,7 +95,7 @@ pub async fn signals(
             outcome: outcome.clone().unwrap_or_default(),
             kind: kind.clone().unwrap_or_default(),
             requested_by: by.clone().unwrap_or_default(),
-            outcomes: crate::model::names::<Outcome>(),
+            outcomes: crate::domain::names::<Outcome>(),
             next_href,
             first_href,
             flash,

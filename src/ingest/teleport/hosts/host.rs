@@ -10,7 +10,7 @@ use std::time::Duration;
 use smallvec::SmallVec;
 
 use crate::clock::Ts;
-use crate::model::{agent_label, AgentService, Change, Kind, LabelText, Labels, Server, Tunnel};
+use crate::domain::{agent_label, AgentService, Change, Kind, LabelText, Labels, Server, Tunnel};
 
 use super::super::convert::Seen;
 use super::super::interned::{no_proxies, Interned, ProxyList};

@@ -10,7 +10,7 @@ use tonic::Status;
 use super::shapes::{agentless, agentless_name, db, node, service_item, SimService};
 use super::TeleportSpec;
 use crate::cluster::State;
-use lifeline::model::Kind;
+use lifeline::domain::Kind;
 use lifeline::proto::teleport::auth::{self as tp, paginated_resource};
 use lifeline::proto::v1 as pb;
 

@@ -6,7 +6,7 @@
 
 use crate::wire::timestamp as to_timestamp;
 use lifeline::clock::Ts;
-use lifeline::model::Kind;
+use lifeline::domain::Kind;
 use lifeline::proto::teleport::auth::{self as tp, event::Resource, paginated_resource};
 use lifeline::proto::teleport::types;
 use lifeline::proto::v1 as pb;

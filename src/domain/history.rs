@@ -84,7 +84,7 @@ named_enum! {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Kind;
+    use crate::domain::Kind;
 
     #[test]
     fn a_resource_kind_is_the_same_name_as_a_subject() {
