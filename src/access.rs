@@ -59,26 +59,36 @@ pub struct AgentGrant {
 
 impl AgentGrant {
     /// Whether `agent` is a name this stream may speak for; why not.
-    pub fn admits(&self, agent: &str) -> Result<(), String> {
+    pub fn admits(&self, agent: &str) -> Result<(), NotAdmitted> {
         if let Some(names) = &self.names {
             if !names.iter().any(|p| glob(p, agent)) {
-                return Err(format!(
-                    "the join token admits only agents named {}",
-                    names.join(", ")
-                ));
+                return Err(NotAdmitted::TokenNames {
+                    patterns: names.join(", "),
+                });
             }
         }
         if let Some(held) = &self.certificate {
             if !held.iter().any(|n| n == agent) {
                 return Err(if held.is_empty() {
-                    "access.agent_identity is \"certificate\" and the client certificate names no agent (no CN, DNS or URI SAN)".into()
+                    NotAdmitted::CertificateNamesNone
                 } else {
-                    "access.agent_identity is \"certificate\" and the client certificate's CN and SANs do not name this agent".into()
+                    NotAdmitted::CertificateNamesOthers
                 });
             }
         }
         Ok(())
     }
+}
+
+/// Why a stream may not speak for the agent it names.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotAdmitted {
+    #[error("the join token admits only agents named {patterns}")]
+    TokenNames { patterns: String },
+    #[error("access.agent_identity is \"certificate\" and the client certificate names no agent (no CN, DNS or URI SAN)")]
+    CertificateNamesNone,
+    #[error("access.agent_identity is \"certificate\" and the client certificate's CN and SANs do not name this agent")]
+    CertificateNamesOthers,
 }
 
 /// `pattern` matches `name` whole, `*` standing for any run of characters.
@@ -591,7 +601,7 @@ mod tests {
         let web = a.join_grant("web-only", None).unwrap();
         assert!(web.admits("web-01").is_ok());
         let why = web.admits("db-01").unwrap_err();
-        assert!(why.contains("web-*"), "{why}");
+        assert!(why.to_string().contains("web-*"), "{why}");
         assert!(a.join_grant("nope", None).is_none());
     }
 

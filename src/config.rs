@@ -35,7 +35,7 @@ pub use access::{
 pub use cluster::{
     AlpnUpgrade, ClusterConfig, FleetConfig, HealthConfig, SourceKind, StaticAuthServer,
 };
-pub use server::{check_external_url, ProbesConfig, ServerConfig};
+pub use server::{check_external_url, BadExternalUrl, ProbesConfig, ServerConfig};
 pub use signals::{RestartLimit, SignalsConfig, MAX_RECONNECT_INTERVAL};
 pub use storage::{
     DbUrl, Engine, StorageConfig, MAX_AUDIT_RETENTION, MAX_REPLICA_NAME, MAX_RETENTION,
@@ -151,8 +151,8 @@ impl Config {
 
     /// Parses TOML text alone (no environment, not validated); the error
     /// text names the offending key.
-    pub fn from_toml(text: &str) -> Result<Config, String> {
-        Config::layered(Some(TomlSource::Text(text)), &|_: &str| None).map_err(|e| e.to_string())
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        Config::layered(Some(TomlSource::Text(text)), &|_: &str| None)
     }
 
     fn layered(
@@ -326,21 +326,29 @@ mod tests {
 
     #[test]
     fn unknown_key_names_the_key() {
-        let err = Config::from_toml("[storage]\nretension = \"1h\"\n").unwrap_err();
+        let err = Config::from_toml("[storage]\nretension = \"1h\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("retension"), "{err}");
     }
 
     #[test]
     fn bad_duration_names_the_field() {
-        let err = Config::from_toml("[health]\nunknown_grace = \"soon\"\n").unwrap_err();
+        let err = Config::from_toml("[health]\nunknown_grace = \"soon\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("unknown_grace"), "{err}");
     }
 
     #[test]
     fn invalid_values_name_the_field() {
-        let e = Config::from_toml("[server]\nlisten = \"localhost\"\n").unwrap_err();
+        let e = Config::from_toml("[server]\nlisten = \"localhost\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("server.listen"), "{e}");
-        let e = Config::from_toml("[telemetry]\nsample_ratio = 1.5\n").unwrap_err();
+        let e = Config::from_toml("[telemetry]\nsample_ratio = 1.5\n")
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("telemetry.sample_ratio") && e.contains("between 0 and 1"),
             "{e}"
@@ -458,7 +466,9 @@ mod tests {
 
     #[test]
     fn signal_settings_are_validated_and_overridable() {
-        let e = Config::from_toml("[signals]\nstorm_share = 1.5\n").unwrap_err();
+        let e = Config::from_toml("[signals]\nstorm_share = 1.5\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("signals.storm_share"), "{e}");
         let c = Config::from_toml("[signals]\nstorm_share = 0.0\n").unwrap();
         let e = c.validate().unwrap_err().to_string();
@@ -565,7 +575,8 @@ mod tests {
         let teleport = |extra: &str| {
             Config::from_toml(&format!(
                 "[cluster]\nsource = \"teleport\"\naddr = \"proxy.example.com:443\"\nidentity_file = \"/x/identity\"\n{extra}"
-            ))?
+            ))
+            .map_err(|e| e.to_string())?
             .validate()
             .map_err(|e| e.to_string())
         };

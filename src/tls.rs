@@ -12,6 +12,7 @@
 //! outbound TLS (`ingest::dial`, `client`, `telemetry`).
 
 pub mod coalesce;
+mod forward;
 pub mod held;
 pub mod limit;
 pub mod listen;

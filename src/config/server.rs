@@ -132,7 +132,7 @@ impl ServerConfig {
             return Err(invalid("server.max_body_bytes", "must be at least 1024"));
         }
         if let Some(u) = &self.external_url {
-            check_external_url(u).map_err(|why| invalid("server.external_url", &why))?;
+            check_external_url(u).map_err(|why| invalid("server.external_url", why.to_string()))?;
         }
         match (&self.tls_cert, &self.tls_key) {
             (Some(_), None) => {
@@ -202,17 +202,32 @@ impl ServerConfig {
     }
 }
 
+/// Why a URL cannot be the dashboard's external URL.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadExternalUrl {
+    #[error("{url:?} is not a URL: {source}")]
+    NotAUrl {
+        url: String,
+        #[source]
+        source: url::ParseError,
+    },
+    #[error("{url:?} must be an http:// or https:// URL with a host")]
+    NotHttp { url: String },
+    #[error("{url:?} must not carry a query or a fragment")]
+    QueryOrFragment { url: String },
+}
+
 /// An external URL is absolute `http(s)://`, with no query or fragment
 /// (paths are appended to it).
-pub fn check_external_url(u: &str) -> Result<(), String> {
-    let parsed = url::Url::parse(u).map_err(|e| format!("{u:?} is not a URL: {e}"))?;
+pub fn check_external_url(u: &str) -> Result<(), BadExternalUrl> {
+    let url = || u.to_string();
+    let parsed =
+        url::Url::parse(u).map_err(|source| BadExternalUrl::NotAUrl { url: url(), source })?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
-        return Err(format!(
-            "{u:?} must be an http:// or https:// URL with a host"
-        ));
+        return Err(BadExternalUrl::NotHttp { url: url() });
     }
     if parsed.query().is_some() || parsed.fragment().is_some() {
-        return Err(format!("{u:?} must not carry a query or a fragment"));
+        return Err(BadExternalUrl::QueryOrFragment { url: url() });
     }
     Ok(())
 }

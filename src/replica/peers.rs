@@ -41,7 +41,7 @@ impl Peers for Replicas {
         Box::pin(async move {
             let mut owners = lease::owners(&self.pool, agents, self.lease)
                 .await
-                .map_err(|e| PeerError(e.to_string()))?;
+                .map_err(|e| PeerError::Unreachable(Box::new(e)))?;
             owners.retain(|_, h| *h.replica != *self.me);
             Ok(owners)
         })
@@ -55,7 +55,7 @@ impl Peers for Replicas {
         Box::pin(async move {
             lease::notify_signals(&self.pool, replica, ids)
                 .await
-                .map_err(|e| PeerError(e.to_string()))
+                .map_err(|e| PeerError::Unreachable(Box::new(e)))
         })
     }
 }

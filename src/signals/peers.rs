@@ -14,8 +14,14 @@ use crate::clock::{Clock, Ts};
 
 /// Why a question to the other replicas went unanswered.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct PeerError(pub String);
+pub enum PeerError {
+    /// This process is alone on its database: there is nobody to ask.
+    #[error("no replica {replica}: this process is alone")]
+    Alone { replica: String },
+    /// What the replicas share (their database) did not answer.
+    #[error("the other replicas cannot be reached: {0}")]
+    Unreachable(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
 
 /// Which replica holds an agent's stream, and whether the peer on it is
 /// restart-only (a sidecar, which a reconnect makes restart its agent).
@@ -71,9 +77,9 @@ impl Peers for Alone {
         _ids: &'a [i64],
     ) -> BoxFuture<'a, Result<(), PeerError>> {
         Box::pin(async move {
-            Err(PeerError(format!(
-                "no replica {replica}: this process is alone"
-            )))
+            Err(PeerError::Alone {
+                replica: replica.to_string(),
+            })
         })
     }
 }

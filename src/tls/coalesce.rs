@@ -19,7 +19,7 @@ use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::AsyncWrite;
 use tonic::transport::server::Connected;
 
 /// Most bytes a connection holds back before writing through.
@@ -98,15 +98,7 @@ impl<T: Connected> Connected for Coalesced<T> {
     }
 }
 
-impl<T: AsyncRead + Unpin> AsyncRead for Coalesced<T> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
+super::forward::forward_read!(Coalesced, inner);
 
 impl<T: AsyncWrite + Unpin> AsyncWrite for Coalesced<T> {
     fn poll_write(

@@ -61,8 +61,13 @@ pub struct Validity {
     pub not_after: Ts,
 }
 
-pub fn validity(der: &CertificateDer<'_>) -> Result<Validity, String> {
-    let (_, cert) = x509_parser::parse_x509_certificate(der).map_err(|e| e.to_string())?;
+/// A certificate that X.509 cannot read.
+#[derive(Debug, thiserror::Error)]
+#[error("not a readable X.509 certificate: {0}")]
+pub struct Unreadable(#[source] x509_parser::nom::Err<x509_parser::error::X509Error>);
+
+pub fn validity(der: &CertificateDer<'_>) -> Result<Validity, Unreadable> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).map_err(Unreadable)?;
     let v = cert.validity();
     let ts = |t: &x509_parser::time::ASN1Time| Ts(t.timestamp().saturating_mul(1_000_000));
     Ok(Validity {

@@ -7,6 +7,7 @@
 
 mod args;
 pub mod client;
+mod demo;
 mod remote;
 mod run;
 

@@ -40,11 +40,12 @@ pub enum IdentityError {
     NoCa { path: PathBuf },
     #[error("CA file {path}: no CERTIFICATE section")]
     EmptyCaFile { path: PathBuf },
-    #[error("identity file {path}: the {what} is not a readable X.509 certificate: {detail}")]
+    #[error("identity file {path}: the {what} is {source}")]
     Certificate {
         path: PathBuf,
         what: &'static str,
-        detail: String,
+        #[source]
+        source: crate::tls::pem::Unreadable,
     },
     #[error("identity file {path}: the private key cannot be used: {detail}")]
     Key { path: PathBuf, detail: String },
@@ -178,16 +179,16 @@ impl Identity {
             return Err(IdentityError::NoCa { path: p() });
         }
         for r in &roots {
-            validity(r).map_err(|detail| IdentityError::Certificate {
+            validity(r).map_err(|source| IdentityError::Certificate {
                 path: p(),
                 what: "CA certificate",
-                detail,
+                source,
             })?;
         }
-        let v = validity(&cert).map_err(|detail| IdentityError::Certificate {
+        let v = validity(&cert).map_err(|source| IdentityError::Certificate {
             path: p(),
             what: "client certificate",
-            detail,
+            source,
         })?;
         let provider = rustls::crypto::ring::default_provider();
         let key = CertifiedKey::from_der(vec![cert], key, &provider).map_err(|e| match e {

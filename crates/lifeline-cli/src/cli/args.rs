@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
 use lifeline::config::{Role, SourceKind};
 use lifeline::telemetry::LogFormat;
@@ -35,58 +35,7 @@ pub enum Cmd {
         config: Option<PathBuf>,
     },
     /// Run Lifeline with a simulated cluster and chaos; dashboard on localhost.
-    Demo {
-        /// HTTP address (dashboard, API).
-        #[arg(long, default_value = "127.0.0.1:8080")]
-        listen: SocketAddr,
-        /// gRPC address (agent signals, Lifeline's health).
-        #[arg(long, default_value = "127.0.0.1:9090")]
-        grpc_listen: SocketAddr,
-        #[arg(long, default_value_t = 200)]
-        agents: usize,
-        #[arg(long, default_value_t = 3)]
-        proxies: usize,
-        #[arg(long, default_value_t = 2)]
-        auth_servers: usize,
-        /// Announce TTL of proxies, auth servers and agents (e.g. 30s, 1m).
-        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
-        ttl: Duration,
-        /// Time between chaos steps; 0 turns chaos off.
-        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
-        chaos_period: Duration,
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// SQLite file for the demo.
-        #[arg(long, default_value = "lifeline-demo.db")]
-        db: PathBuf,
-        /// The protocol the simulated cluster speaks: Lifeline's
-        /// ClusterEvents, or Teleport's Auth API over mutual TLS.
-        #[arg(long, value_enum, default_value = "lifeline")]
-        source: SourceKind,
-        /// Share of simulated agents that ignore discovery TTLs (they stay
-        /// on a dead proxy until Lifeline signals them).
-        #[arg(long, default_value_t = 0.2)]
-        legacy_share: f64,
-        /// Leave stranded agents for you to reconnect from the dashboard
-        /// (automatic reconnects are on by default).
-        #[arg(long)]
-        no_auto_reconnect: bool,
-        /// The API token to sign in with (all roles); a random one is made
-        /// and printed when not given.
-        #[arg(long, env = "LIFELINE_DEMO_TOKEN", hide_env_values = true)]
-        token: Option<String>,
-        /// Serve the dashboard, API and gRPC over TLS, with a throwaway CA
-        /// made for this run (written next to --db; printed at start).
-        #[arg(long)]
-        tls: bool,
-        /// With --source teleport: the Teleport major version the
-        /// simulated Auth plays. Before 18 it serves no grpc.health.v1
-        /// (Lifeline falls back to each Auth's heartbeat), its INIT carries
-        /// no WatchStatus, and a kind its role cannot read refuses the
-        /// whole watch.
-        #[arg(long, default_value_t = 18)]
-        teleport_version: u32,
-    },
+    Demo(DemoArgs),
     /// Ask agents to reconnect through a running Lifeline's REST API, and
     /// print what became of each signal. Exits non-zero unless every signal
     /// was acked.
@@ -207,4 +156,59 @@ pub enum TokenOp {
         #[arg(long, conflicts_with_all = ["roles"])]
         join: bool,
     },
+}
+
+/// `lifeline demo`'s options.
+#[derive(Args)]
+pub struct DemoArgs {
+    /// HTTP address (dashboard, API).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// gRPC address (agent signals, Lifeline's health).
+    #[arg(long, default_value = "127.0.0.1:9090")]
+    pub grpc_listen: SocketAddr,
+    #[arg(long, default_value_t = 200)]
+    pub agents: usize,
+    #[arg(long, default_value_t = 3)]
+    pub proxies: usize,
+    #[arg(long, default_value_t = 2)]
+    pub auth_servers: usize,
+    /// Announce TTL of proxies, auth servers and agents (e.g. 30s, 1m).
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub ttl: Duration,
+    /// Time between chaos steps; 0 turns chaos off.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub chaos_period: Duration,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// SQLite file for the demo.
+    #[arg(long, default_value = "lifeline-demo.db")]
+    pub db: PathBuf,
+    /// The protocol the simulated cluster speaks: Lifeline's
+    /// ClusterEvents, or Teleport's Auth API over mutual TLS.
+    #[arg(long, value_enum, default_value = "lifeline")]
+    pub source: SourceKind,
+    /// Share of simulated agents that ignore discovery TTLs (they stay
+    /// on a dead proxy until Lifeline signals them).
+    #[arg(long, default_value_t = 0.2)]
+    pub legacy_share: f64,
+    /// Leave stranded agents for you to reconnect from the dashboard
+    /// (automatic reconnects are on by default).
+    #[arg(long)]
+    pub no_auto_reconnect: bool,
+    /// The API token to sign in with (all roles); a random one is made
+    /// and printed when not given.
+    #[arg(long, env = "LIFELINE_DEMO_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Serve the dashboard, API and gRPC over TLS, with a throwaway CA
+    /// made for this run (written next to --db; printed at start).
+    #[arg(long)]
+    pub tls: bool,
+    /// With --source teleport: the Teleport major version the
+    /// simulated Auth plays. Before 18 it serves no grpc.health.v1
+    /// (Lifeline falls back to each Auth's heartbeat), its INIT carries
+    /// no WatchStatus, and a kind its role cannot read refuses the
+    /// whole watch.
+    #[arg(long, default_value_t = 18)]
+    pub teleport_version: u32,
 }

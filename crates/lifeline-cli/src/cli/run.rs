@@ -11,12 +11,11 @@ use anyhow::Context;
 use super::args::{Cli, Cmd, TokenOp};
 use super::remote;
 use lifeline::app::Tuning;
-use lifeline::config::{Config, SourceKind, TelemetryConfig};
+use lifeline::config::{Config, TelemetryConfig};
 use lifeline::telemetry::sink::Sink;
 use lifeline::telemetry::{self, OtlpSettings, Pipeline, SpanCounters};
 use lifeline::{Clock, Lifeline};
 use lifeline_bench::Export;
-use lifeline_sim::demo::{Demo, DemoOptions};
 
 /// sysexits' EX_CONFIG: the configuration is at fault.
 const EXIT_CONFIG: u8 = 78;
@@ -25,7 +24,7 @@ const EXIT_TASK_FAILED: u8 = 70;
 
 /// Runs until Ctrl-C / SIGTERM (exit 0) or until a critical task stops
 /// (exit 70, so that a process supervisor restarts Lifeline).
-async fn run_until_stopped(failed: lifeline::supervise::FailureWatch) -> ExitCode {
+pub(super) async fn run_until_stopped(failed: lifeline::supervise::FailureWatch) -> ExitCode {
     tokio::select! {
         _ = wait_for_signal() => ExitCode::SUCCESS,
         f = failed.wait() => {
@@ -222,97 +221,7 @@ async fn run(
                 }
             }
         }
-        Cmd::Demo {
-            listen,
-            grpc_listen,
-            agents,
-            proxies,
-            auth_servers,
-            ttl,
-            chaos_period,
-            seed,
-            db,
-            source,
-            legacy_share,
-            no_auto_reconnect,
-            token,
-            tls,
-            teleport_version,
-        } => {
-            let token = token.unwrap_or_else(lifeline::access::generate);
-            anyhow::ensure!(!ttl.is_zero(), "--ttl must be greater than zero");
-            anyhow::ensure!(
-                (0.0..=1.0).contains(&legacy_share),
-                "--legacy-share must be between 0 and 1"
-            );
-            let opts = DemoOptions {
-                listen,
-                grpc_listen,
-                agents,
-                proxies,
-                auth_servers,
-                ttl,
-                chaos_period: (!chaos_period.is_zero()).then_some(chaos_period),
-                seed,
-                db,
-                legacy_share,
-                auto_reconnect: !no_auto_reconnect,
-                token: token.clone(),
-                spans,
-                source,
-                tls,
-                teleport_version,
-            };
-            let demo = Demo::start(&opts, Clock::system())
-                .await
-                .context("demo start-up failed")?;
-            let base = demo.lifeline.base_url();
-            println!("Lifeline demo is running ({agents} agents, {proxies} proxies, {auth_servers} auth servers, TTL {}).", humantime::format_duration(ttl));
-            println!("  dashboard  {base}/");
-            println!("  API        {base}/api/v1/summary");
-            println!("             {base}/api/v1/agents?state=stranded");
-            println!(
-                "  gRPC       {}{}",
-                demo.lifeline.grpc_addr,
-                if tls {
-                    " (TLS; agents present client certificates)"
-                } else {
-                    ""
-                }
-            );
-            match source {
-                SourceKind::Teleport => println!(
-                    "  cluster    {} (simulated Teleport {teleport_version}: its Auth API over mutual TLS; identity renewed every 5 min)",
-                    demo.sim.addr()
-                ),
-                SourceKind::Lifeline => println!("  cluster    {} (simulated)", demo.sim.uri()),
-            }
-            println!("  database   {}", opts.db.display());
-            println!("  sign in    {base}/signin with token {token}");
-            println!("             (CLI: export LIFELINE_TOKEN={token})");
-            if let Some(ca) = &demo.ca_file {
-                let ca = ca.display();
-                println!("  TLS        a throwaway CA made for this run signed Lifeline's certificate; trust it:");
-                println!("             curl --cacert {ca} {base}/api/v1/summary");
-                println!(
-                    "             lifeline reconnect --server {base} --ca-file {ca} --stranded"
-                );
-                println!("             browsers: import {ca} as an authority, or accept the warning once");
-            }
-            match opts.chaos_period {
-                Some(p) if source == SourceKind::Teleport
-                    && teleport_version < lifeline_sim::demo::TELEPORT_HEALTH_SINCE =>
-                {
-                    println!("Chaos every {}: a proxy stops heartbeating, then heals (this Auth serves no health: its own heartbeat decides).", humantime::format_duration(p))
-                }
-                Some(p) => println!("Chaos every {}: a proxy stops heartbeating, an auth server turns NOT_SERVING, both heal.", humantime::format_duration(p)),
-                None => println!("Chaos is off."),
-            }
-            println!("Press Ctrl-C to stop.");
-            let code = run_until_stopped(demo.lifeline.failed()).await;
-            demo.shutdown().await;
-            Ok(code)
-        }
+        Cmd::Demo(args) => super::demo::run(args, spans).await,
         Cmd::Reconnect {
             agent,
             stranded,
