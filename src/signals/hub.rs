@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -38,12 +38,14 @@ use crate::telemetry::propagate::{self, TraceRef};
 mod relay;
 mod restarts;
 mod stream;
+mod streams;
 mod tasks;
 mod wakes;
 
 pub use relay::Reach;
 pub use restarts::RESTART_FAILURES_PAUSE;
 pub use stream::Service;
+use streams::{Opening, Streams, Undeliverable};
 use tasks::{audit_writer, receive, timeouts};
 use wakes::Wakes;
 
@@ -161,19 +163,6 @@ pub enum SendError {
     Paused(String),
 }
 
-struct Conn {
-    id: u64,
-    /// Boxed: a queue's first block holds 32 slots, and 32 signals
-    /// inline were ~5 KiB on every stream, most of which never gets one.
-    tx: mpsc::Sender<Box<pb::Signal>>,
-    /// Where it comes from, for the log when another claims its name.
-    peer: String,
-    /// A sidecar that restarts its agent instead of moving a tunnel.
-    restart_only: bool,
-    /// A sidecar that only says what it would do.
-    dry_run: bool,
-}
-
 struct InFlight {
     agent: String,
     kind: SignalKind,
@@ -193,7 +182,7 @@ pub struct Hub {
     fleet: FleetHandle,
     db: Db,
     stats: Arc<Stats>,
-    conns: Mutex<HashMap<String, Conn>>,
+    streams: Streams,
     /// Agents whose streams other live replicas hold (agent → holder),
     /// as last read from the database.
     remote: Mutex<HashMap<String, Holder>>,
@@ -202,17 +191,13 @@ pub struct Hub {
     /// Among replicas: the restarts every replica asked for, as last read
     /// from the audit (see `restarts`).
     fleet_restarts: Mutex<audit::Restarts>,
-    next_conn: AtomicU64,
-    /// Grows whenever a stream opens or closes.
-    streams_version: AtomicU64,
     ids: SignalIds,
     in_flight: Mutex<HashMap<i64, InFlight>>,
     /// How the last restarts ended (true: their agent turned ready).
     last_restarts: Mutex<std::collections::VecDeque<bool>>,
-    /// Restarts awaiting their ack, and restart-only streams: counted as
-    /// they change, so the pages read them without a scan.
+    /// Restarts awaiting their ack: counted as they change, so the pages
+    /// read them without a scan.
     restarting: AtomicUsize,
-    sidecars: AtomicUsize,
     updates: mpsc::Sender<SignalUpdate>,
     /// What reaches the hub from outside its streams (see `peers`).
     inbound: mpsc::Sender<Inbound>,
@@ -253,17 +238,14 @@ impl Hub {
             fleet,
             db: db.clone(),
             stats,
-            conns: Mutex::new(HashMap::new()),
+            streams: Streams::new(),
             remote: Mutex::new(HashMap::new()),
             remote_sidecars: AtomicUsize::new(0),
             fleet_restarts: Mutex::default(),
-            next_conn: AtomicU64::new(1),
-            streams_version: AtomicU64::new(0),
             ids,
             in_flight: Mutex::new(HashMap::new()),
             last_restarts: Mutex::default(),
             restarting: AtomicUsize::new(0),
-            sidecars: AtomicUsize::new(0),
             updates,
             inbound,
             wakes: Wakes::default(),
@@ -301,38 +283,33 @@ impl Hub {
     }
 
     pub fn is_connected(&self, agent: &str) -> bool {
-        lock(&self.conns).contains_key(agent)
+        self.streams.contains(agent)
     }
 
     pub fn connected(&self) -> usize {
-        lock(&self.conns).len()
+        self.streams.len()
     }
 
     /// Changes whenever a stream opens or closes: a reader of
     /// [`Self::connected_agents`] need not read again while it stays.
     pub fn streams_version(&self) -> u64 {
-        self.streams_version.load(Ordering::Acquire)
+        self.streams.version()
     }
 
     /// The agents whose streams are here, each with whether its peer is
     /// restart-only (a sidecar).
     pub fn connected_peers(&self) -> HashMap<String, bool> {
-        lock(&self.conns)
-            .iter()
-            .map(|(a, c)| (a.clone(), c.restart_only))
-            .collect()
+        self.streams.peers()
     }
 
     /// The sidecars whose streams are here that only say what they would
     /// do (`dry_run`): their restarts are all refused.
     pub fn dry_run_sidecars(&self) -> usize {
-        lock(&self.conns).values().filter(|c| c.dry_run).count()
+        self.streams.dry_run()
     }
 
     pub fn connected_agents(&self) -> Vec<String> {
-        let mut v: Vec<String> = lock(&self.conns).keys().cloned().collect();
-        v.sort();
-        v
+        self.streams.agents()
     }
 
     /// This replica leads (always, alone on its database) and may act on
@@ -539,7 +516,8 @@ impl Hub {
                     self.stats.signal(kind, SignalOutcome::Sent);
                     span.record("outcome", "sent");
                 }
-                Err(detail) => {
+                Err(why) => {
+                    let detail = why.to_string();
                     self.stats.signal(kind, SignalOutcome::Undeliverable);
                     span.record("outcome", "undeliverable");
                     row.outcome = Outcome::Undeliverable;
@@ -562,25 +540,13 @@ impl Hub {
 
     /// Queues a signal on the agent's stream and awaits its ack; the error
     /// says why it cannot be delivered.
-    fn enqueue(&self, signal: pb::Signal, flight: InFlight) -> Result<(), String> {
+    fn enqueue(&self, signal: pb::Signal, flight: InFlight) -> Result<(), Undeliverable> {
         let id = signal.id as i64;
-        let agent = flight.agent.as_str();
         let mut in_flight = lock(&self.in_flight);
         if in_flight.len() >= MAX_IN_FLIGHT {
-            return Err("too many signals awaiting an ack".into());
+            return Err(Undeliverable::TooManyAwaiting);
         }
-        let conns = lock(&self.conns);
-        let conn = conns
-            .get(agent)
-            .ok_or_else(|| "agent is not connected to Lifeline".to_string())?;
-        conn.tx.try_send(Box::new(signal)).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => format!(
-                "agent's signal queue is full ({} waiting)",
-                self.cfg.signal_queue
-            ),
-            mpsc::error::TrySendError::Closed(_) => "agent's stream is closing".to_string(),
-        })?;
-        drop(conns);
+        self.streams.try_send(&flight.agent, signal)?;
         if flight.restart {
             self.restarting.fetch_add(1, Ordering::Relaxed);
         }
@@ -672,51 +638,28 @@ impl Hub {
     /// holds the name: a second stream never takes a live one's signals
     /// (its peer is only told to wait; the first ends when its agent goes
     /// or its connection fails HTTP/2 keepalive). `None`: refused.
-    fn register(
-        &self,
-        agent: &str,
-        tx: mpsc::Sender<Box<pb::Signal>>,
-        peer: &str,
-        restart_only: bool,
-        dry_run: bool,
-    ) -> Option<u64> {
-        let id = self.next_conn.fetch_add(1, Ordering::Relaxed);
-        let mut conns = lock(&self.conns);
-        if let Some(held) = conns.get(agent).filter(|c| !c.tx.is_closed()) {
-            warn!(
-                agent = %text::excerpt(agent),
-                %peer,
-                holder = %held.peer,
-                "a second signal stream for a connected agent refused"
-            );
-            return None;
+    fn register(&self, agent: &str, s: Opening<'_>) -> Option<u64> {
+        let peer = s.peer.to_string();
+        match self.streams.register(agent, s) {
+            Err(holder) => {
+                warn!(
+                    agent = %text::excerpt(agent),
+                    %peer,
+                    %holder,
+                    "a second signal stream for a connected agent refused"
+                );
+                None
+            }
+            Ok(r) => {
+                if r.replaced {
+                    info!(
+                        agent,
+                        "agent reconnected its signal stream; the old one had ended"
+                    );
+                }
+                Some(r.id)
+            }
         }
-        let old = conns.insert(
-            agent.to_string(),
-            Conn {
-                id,
-                tx,
-                peer: peer.to_string(),
-                restart_only,
-                dry_run,
-            },
-        );
-        let replaced = old.is_some();
-        if old.is_some_and(|c| c.restart_only) {
-            self.sidecars.fetch_sub(1, Ordering::Relaxed);
-        }
-        if restart_only {
-            self.sidecars.fetch_add(1, Ordering::Relaxed);
-        }
-        drop(conns);
-        self.streams_version.fetch_add(1, Ordering::Release);
-        if replaced {
-            info!(
-                agent,
-                "agent reconnected its signal stream; the old one had ended"
-            );
-        }
-        Some(id)
     }
 
     /// How long a signal's ack may take: a restart waits for its agent
@@ -731,16 +674,7 @@ impl Hub {
 
     /// Removes the stream if it is still the agent's current one.
     fn unregister(&self, agent: &str, conn: u64) -> bool {
-        let mut m = lock(&self.conns);
-        if m.get(agent).is_some_and(|c| c.id == conn) {
-            if m.remove(agent).is_some_and(|c| c.restart_only) {
-                self.sidecars.fetch_sub(1, Ordering::Relaxed);
-            }
-            self.streams_version.fetch_add(1, Ordering::Release);
-            true
-        } else {
-            false
-        }
+        self.streams.unregister(agent, conn)
     }
 
     /// Wraps a Discovery for the wire and counts it (by mode, and bytes).

@@ -50,10 +50,9 @@ impl Hub {
             ..Reach::default()
         };
         let mut ask = Vec::new();
-        let here: Vec<bool> = {
-            let conns = lock(&self.conns);
-            agents.iter().map(|a| conns.contains_key(a)).collect()
-        };
+        let here = self
+            .streams
+            .contains_each(agents.iter().map(String::as_str));
         {
             let remote = lock(&self.remote);
             for (a, here) in agents.iter().zip(here) {
@@ -95,13 +94,17 @@ impl Hub {
     /// streams to every replica: one that also streams here is counted
     /// among this replica's own, so each sidecar counts once.
     pub fn set_remote(&self, streams: HashMap<String, Holder>) {
-        let sidecars = {
-            let conns = lock(&self.conns);
-            streams
-                .iter()
-                .filter(|(a, h)| h.restart_only && !conns.contains_key(a.as_str()))
-                .count()
-        };
+        let sidecars = self
+            .streams
+            .contains_each(
+                streams
+                    .iter()
+                    .filter(|(_, h)| h.restart_only)
+                    .map(|(a, _)| a.as_str()),
+            )
+            .into_iter()
+            .filter(|here| !here)
+            .count();
         *lock(&self.remote) = streams;
         self.remote_sidecars.store(sidecars, Ordering::Relaxed);
     }
@@ -223,7 +226,8 @@ impl Hub {
             };
             match self.enqueue(signal, flight) {
                 Ok(()) => sent += 1,
-                Err(detail) => {
+                Err(why) => {
+                    let detail = why.to_string();
                     self.stats.signal(row.kind, SignalOutcome::Undeliverable);
                     self.update(SignalUpdate::Outcome {
                         id: row.id,

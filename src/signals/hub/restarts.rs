@@ -29,7 +29,7 @@ impl Hub {
     /// see [`Self::refresh_restarts`]) and the sidecars here and on the
     /// other live replicas.
     pub fn restarts(&self) -> (usize, usize) {
-        let here = self.sidecars.load(Ordering::Relaxed);
+        let here = self.streams.sidecars();
         if self.cfg.peers.replicated() {
             (
                 lock(&self.fleet_restarts).in_flight,
@@ -87,12 +87,7 @@ impl Hub {
     /// The agents among `agents` whose stream here is a restart-only
     /// peer's.
     pub fn restart_only_of(&self, agents: &[String]) -> HashSet<String> {
-        let conns = lock(&self.conns);
-        agents
-            .iter()
-            .filter(|a| conns.get(a.as_str()).is_some_and(|c| c.restart_only))
-            .cloned()
-            .collect()
+        self.streams.restart_only_of(agents)
     }
 
     /// Which of `agents` have a sidecar on any replica this one knows of:

@@ -69,7 +69,13 @@ impl AgentSignals for Service {
         let restart_only = restart.is_some();
         let (tx, rx) = mpsc::channel(hub.cfg.signal_queue.max(1));
         let dry_run = restart.as_ref().is_some_and(|r| r.dry_run);
-        let Some(conn) = hub.register(&agent, tx, &peer, restart_only, dry_run) else {
+        let opening = super::streams::Opening {
+            tx,
+            peer: &peer,
+            restart_only,
+            dry_run,
+        };
+        let Some(conn) = hub.register(&agent, opening) else {
             Stats::inc(&hub.stats.agent_join_refused);
             return Err(Status::already_exists(format!(
                 "agent {agent:?} already holds a signal stream; a second is refused until that one ends"
