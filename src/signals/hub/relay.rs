@@ -5,7 +5,8 @@
 //! answers that nobody else holds anything.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use tracing::{info_span, warn};
 
@@ -33,10 +34,62 @@ impl Reach {
     }
 }
 
+/// What this replica last read of the other replicas' streams: agent →
+/// holder, and how many of them are sidecars not also streaming here.
+#[derive(Default)]
+pub(super) struct Remote {
+    holders: Mutex<HashMap<String, Holder>>,
+    sidecars: AtomicUsize,
+}
+
+impl Remote {
+    /// Replaces the view; `here` says which agents stream here too (a
+    /// sidecar streams to every replica, and counts once).
+    pub fn set(&self, holders: HashMap<String, Holder>, here: impl FnOnce(&[&str]) -> Vec<bool>) {
+        let sidecars: Vec<&str> = holders
+            .iter()
+            .filter(|(_, h)| h.restart_only)
+            .map(|(a, _)| a.as_str())
+            .collect();
+        let elsewhere_only = here(&sidecars).into_iter().filter(|h| !h).count();
+        *lock(&self.holders) = holders;
+        self.sidecars.store(elsewhere_only, Ordering::Relaxed);
+    }
+
+    pub fn contains(&self, agent: &str) -> bool {
+        lock(&self.holders).contains_key(agent)
+    }
+
+    /// Each of `agents`' holder, in order.
+    pub fn holders_of<'a>(&self, agents: impl Iterator<Item = &'a str>) -> Vec<Option<Holder>> {
+        let m = lock(&self.holders);
+        agents.map(|a| m.get(a).cloned()).collect()
+    }
+
+    pub fn agents(&self) -> Vec<String> {
+        lock(&self.holders).keys().cloned().collect()
+    }
+
+    /// Sidecars on other replicas only.
+    pub fn sidecars(&self) -> usize {
+        self.sidecars.load(Ordering::Relaxed)
+    }
+
+    /// Those of `agents` whose stream elsewhere is a sidecar's.
+    pub fn restart_only_of(&self, agents: &[String]) -> Vec<String> {
+        let m = lock(&self.holders);
+        agents
+            .iter()
+            .filter(|a| m.get(a.as_str()).is_some_and(|h| h.restart_only))
+            .cloned()
+            .collect()
+    }
+}
+
 impl Hub {
     /// The agent's stream is here or on another live replica.
     pub fn reachable(&self, agent: &str) -> bool {
-        self.is_connected(agent) || lock(&self.remote).contains_key(agent)
+        self.is_connected(agent) || self.remote.contains(agent)
     }
 
     /// Which of `agents` have a stream on any live replica, and which of
@@ -53,16 +106,14 @@ impl Hub {
         let here = self
             .streams
             .contains_each(agents.iter().map(String::as_str));
-        {
-            let remote = lock(&self.remote);
-            for (a, here) in agents.iter().zip(here) {
-                if here {
-                    reach.streams.insert(a.clone());
-                } else if let Some(h) = remote.get(a) {
-                    reach.add(a.clone(), h);
-                } else {
-                    ask.push(a.clone());
-                }
+        let elsewhere = self.remote.holders_of(agents.iter().map(String::as_str));
+        for ((a, here), h) in agents.iter().zip(here).zip(elsewhere) {
+            if here {
+                reach.streams.insert(a.clone());
+            } else if let Some(h) = h {
+                reach.add(a.clone(), &h);
+            } else {
+                ask.push(a.clone());
             }
         }
         if ask.is_empty() || !self.cfg.peers.replicated() {
@@ -84,7 +135,7 @@ impl Hub {
     /// Every agent with a stream on any live replica.
     pub fn reachable_agents(&self) -> Vec<String> {
         let mut v = self.connected_agents();
-        v.extend(lock(&self.remote).keys().cloned());
+        v.extend(self.remote.agents());
         v.sort();
         v.dedup();
         v
@@ -94,19 +145,9 @@ impl Hub {
     /// streams to every replica: one that also streams here is counted
     /// among this replica's own, so each sidecar counts once.
     pub fn set_remote(&self, streams: HashMap<String, Holder>) {
-        let sidecars = self
-            .streams
-            .contains_each(
-                streams
-                    .iter()
-                    .filter(|(_, h)| h.restart_only)
-                    .map(|(a, _)| a.as_str()),
-            )
-            .into_iter()
-            .filter(|here| !here)
-            .count();
-        *lock(&self.remote) = streams;
-        self.remote_sidecars.store(sidecars, Ordering::Relaxed);
+        self.remote.set(streams, |sidecars| {
+            self.streams.contains_each(sidecars.iter().copied())
+        });
     }
 
     /// Which of these rows' agents another live replica holds (none
@@ -147,7 +188,7 @@ impl Hub {
                 for row in rows.iter_mut().filter(|r| ids.contains(&r.id)) {
                     row.outcome = Outcome::Undeliverable;
                     row.detail = detail.clone();
-                    self.stats.signal(row.kind, SignalOutcome::Undeliverable);
+                    self.rt.stats.signal(row.kind, SignalOutcome::Undeliverable);
                     self.update(SignalUpdate::Outcome {
                         id: row.id,
                         at: now,
@@ -166,7 +207,7 @@ impl Hub {
     /// [`Self::deliver_recorded`].
     pub async fn deliver_relayed(&self, ids: &[i64]) {
         for chunk in ids.chunks(audit::LOOKUP_CHUNK) {
-            match audit::by_ids(&self.db, chunk).await {
+            match audit::by_ids(&self.audit.db, chunk).await {
                 Ok(rows) => {
                     self.deliver_recorded(rows).await;
                 }
@@ -186,12 +227,12 @@ impl Hub {
     pub async fn deliver_recorded(&self, rows: Vec<SignalRecord>) -> usize {
         let candidates: Vec<i64> = rows
             .iter()
-            .filter(|r| r.outcome == Outcome::Pending && !lock(&self.in_flight).contains_key(&r.id))
+            .filter(|r| r.outcome == Outcome::Pending && !self.flights.contains(r.id))
             .map(|r| r.id)
             .collect();
         let mut claimed = std::collections::HashSet::with_capacity(candidates.len());
         for chunk in candidates.chunks(audit::LOOKUP_CHUNK) {
-            match audit::claim(&self.db, chunk, self.audit_now()).await {
+            match audit::claim(&self.audit.db, chunk, self.audit_now()).await {
                 Ok(ids) => claimed.extend(ids),
                 Err(e) => {
                     warn!(error = %e, signals = chunk.len(), "cannot claim recorded signals for delivery: they time out");
@@ -228,7 +269,7 @@ impl Hub {
                 Ok(()) => sent += 1,
                 Err(why) => {
                     let detail = why.to_string();
-                    self.stats.signal(row.kind, SignalOutcome::Undeliverable);
+                    self.rt.stats.signal(row.kind, SignalOutcome::Undeliverable);
                     self.update(SignalUpdate::Outcome {
                         id: row.id,
                         at: self.audit_now(),

@@ -5,22 +5,9 @@
 //! so a restart counts wherever the sidecar's stream is held.
 
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
 
-use super::{lock, Hub};
+use super::{Hub, RESTART_FAILURES_PAUSE};
 use crate::store::signals as audit;
-
-/// Restart outcomes remembered.
-const RESTARTS_REMEMBERED: usize = 8;
-/// Automatic restarts pause after this many failed in a row.
-pub const RESTART_FAILURES_PAUSE: usize = 3;
-
-/// True when the last [`RESTART_FAILURES_PAUSE`] restarts (newest first)
-/// all failed.
-fn failing(newest_first: impl Iterator<Item = bool>) -> bool {
-    let last: Vec<bool> = newest_first.take(RESTART_FAILURES_PAUSE).collect();
-    last.len() == RESTART_FAILURES_PAUSE && last.iter().all(|ok| !ok)
-}
 
 impl Hub {
     /// Restarts awaiting their ack and the restart-only peers (sidecars)
@@ -32,11 +19,11 @@ impl Hub {
         let here = self.streams.sidecars();
         if self.cfg.peers.replicated() {
             (
-                lock(&self.fleet_restarts).in_flight,
-                here + self.remote_sidecars.load(Ordering::Relaxed),
+                self.flights.fleet_in_flight(),
+                here + self.remote.sidecars(),
             )
         } else {
-            (self.restarting.load(Ordering::Relaxed), here)
+            (self.flights.restarting(), here)
         }
     }
 
@@ -47,8 +34,8 @@ impl Hub {
         if !self.cfg.peers.replicated() {
             return Ok(());
         }
-        let r = audit::restarts(&self.db, RESTART_FAILURES_PAUSE).await?;
-        *lock(&self.fleet_restarts) = r;
+        let r = audit::restarts(&self.audit.db, RESTART_FAILURES_PAUSE).await?;
+        self.flights.set_fleet(r);
         Ok(())
     }
 
@@ -58,13 +45,7 @@ impl Hub {
     /// way, a target it could not prove): that frees its slot but is not
     /// remembered, so it never pauses the fleet's restarts.
     pub(super) fn restart_ended(&self, ok: Option<bool>) {
-        self.restarting.fetch_sub(1, Ordering::Relaxed);
-        let Some(ok) = ok else { return };
-        let mut last = lock(&self.last_restarts);
-        if last.len() == RESTARTS_REMEMBERED {
-            last.pop_front();
-        }
-        last.push_back(ok);
+        self.flights.restart_ended(ok);
     }
 
     /// Why automatic restarts wait: the last few restarts did not bring
@@ -72,11 +53,7 @@ impl Hub {
     /// replicas, anywhere. One that succeeds, or a restart a person asks
     /// for that does, lifts it.
     pub fn restarts_failing(&self) -> Option<String> {
-        let paused = if self.cfg.peers.replicated() {
-            failing(lock(&self.fleet_restarts).last.iter().copied())
-        } else {
-            failing(lock(&self.last_restarts).iter().rev().copied())
-        };
+        let paused = self.flights.failing(self.cfg.peers.replicated());
         paused.then(|| {
             format!(
                 "the last {RESTART_FAILURES_PAUSE} restarts did not bring their agents back: automatic restarts wait until one does"
@@ -96,29 +73,7 @@ impl Hub {
     /// lost, or never opened) is restarted through that one.
     pub fn restarted_by_sidecar(&self, agents: &[String]) -> HashSet<String> {
         let mut out = self.restart_only_of(agents);
-        let remote = lock(&self.remote);
-        out.extend(
-            agents
-                .iter()
-                .filter(|a| remote.get(a.as_str()).is_some_and(|h| h.restart_only))
-                .cloned(),
-        );
+        out.extend(self.remote.restart_only_of(agents));
         out
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn restarts_pause_after_three_failures_in_a_row_only() {
-        assert!(!failing([false, false].into_iter()), "two are not three");
-        assert!(failing([false, false, false, true].into_iter()));
-        assert!(
-            !failing([true, false, false, false].into_iter()),
-            "the newest succeeded"
-        );
-        assert!(!failing(std::iter::empty()));
     }
 }

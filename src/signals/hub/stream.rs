@@ -37,14 +37,14 @@ impl AgentSignals for Service {
         let hello = match first.and_then(|m| m.msg) {
             Some(pb::agent_message::Msg::Hello(h)) => h,
             _ => {
-                Stats::inc(&hub.stats.agent_messages_rejected);
+                Stats::inc(&hub.rt.stats.agent_messages_rejected);
                 return Err(Status::invalid_argument(
                     "the first message on a Connect stream must be Hello",
                 ));
             }
         };
         if !valid_name(&hello.agent) {
-            Stats::inc(&hub.stats.agent_messages_rejected);
+            Stats::inc(&hub.rt.stats.agent_messages_rejected);
             return Err(Status::invalid_argument(format!(
                 "Hello.agent must be 1..={MAX_NAME} printable characters"
             )));
@@ -53,7 +53,7 @@ impl AgentSignals for Service {
         // The name is what the stream says; the join token (and the client
         // certificate, when it is the identity) say which names it may.
         if let Some(why) = grant.as_ref().and_then(|g| g.admits(&agent).err()) {
-            Stats::inc(&hub.stats.agent_join_refused);
+            Stats::inc(&hub.rt.stats.agent_join_refused);
             warn!(%peer, agent = %text::excerpt(&agent), "agent signal stream refused: {why}");
             return Err(Status::permission_denied(format!(
                 "this stream may not speak for agent {agent:?}: {why}"
@@ -62,7 +62,7 @@ impl AgentSignals for Service {
         let restart = match restarter(hello.capabilities.as_ref()) {
             Ok(r) => r,
             Err(why) => {
-                Stats::inc(&hub.stats.agent_messages_rejected);
+                Stats::inc(&hub.rt.stats.agent_messages_rejected);
                 return Err(Status::invalid_argument(why));
             }
         };
@@ -76,13 +76,13 @@ impl AgentSignals for Service {
             dry_run,
         };
         let Some(conn) = hub.register(&agent, opening) else {
-            Stats::inc(&hub.stats.agent_join_refused);
+            Stats::inc(&hub.rt.stats.agent_join_refused);
             return Err(Status::already_exists(format!(
                 "agent {agent:?} already holds a signal stream; a second is refused until that one ends"
             )));
         };
         let link = Link {
-            since: hub.clock.now(),
+            since: hub.rt.clock.now(),
             version: text::bounded(&hello.version, 64),
             desired_tunnels: hello.desired_tunnels,
             auth_server: String::new(),
@@ -123,7 +123,7 @@ async fn read_agent(
 ) {
     loop {
         let msg = tokio::select! {
-            _ = hub.shutdown.cancelled() => break,
+            _ = hub.rt.shutdown.cancelled() => break,
             m = inbound.message() => m,
         };
         match msg {
@@ -134,7 +134,7 @@ async fn read_agent(
                         || r.auth_server.len() > MAX_NAME
                         || r.auth_server.chars().any(text::is_unsafe)
                     {
-                        Stats::inc(&hub.stats.agent_messages_rejected);
+                        Stats::inc(&hub.rt.stats.agent_messages_rejected);
                         warn!(%agent, proxies = r.proxies.len(), "tunnel report refused: bad proxy names or too many");
                         continue;
                     }
@@ -152,8 +152,8 @@ async fn read_agent(
                 }
                 Some(pb::agent_message::Msg::Ack(a)) => hub.ack(&agent, a),
                 Some(pb::agent_message::Msg::Report(r)) => {
-                    let Some(report) = peer_report(&r, hub.clock.now()) else {
-                        Stats::inc(&hub.stats.agent_messages_rejected);
+                    let Some(report) = peer_report(&r, hub.rt.clock.now()) else {
+                        Stats::inc(&hub.rt.stats.agent_messages_rejected);
                         warn!(%agent, "agent report refused: its status is not printable text or its times are out of range");
                         continue;
                     };
@@ -166,7 +166,7 @@ async fn read_agent(
                     }
                 }
                 Some(pb::agent_message::Msg::Hello(_)) | None => {
-                    Stats::inc(&hub.stats.agent_messages_rejected);
+                    Stats::inc(&hub.rt.stats.agent_messages_rejected);
                     debug!(%agent, "ignored a second Hello or an empty message");
                 }
             },
@@ -248,20 +248,20 @@ fn outbound(
         // Seen before the board is read: a change after the read wakes
         // the stream again.
         versions.borrow_and_update();
-        let first = hub.board.full(hub.clock.now());
+        let first = hub.board.full(hub.rt.clock.now());
         let mut sent = first.version;
         if !restart_only {
             yield Ok(hub.discovery(first));
         }
         let mut full_tick = tokio::time::interval_at(
-            hub.clock.deadline_in(hub.cfg.full_discovery_interval),
+            hub.rt.clock.deadline_in(hub.cfg.full_discovery_interval),
             hub.cfg.full_discovery_interval,
         );
         full_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 biased;
-                _ = hub.shutdown.cancelled() => break,
+                _ = hub.rt.shutdown.cancelled() => break,
                 s = rx.recv() => match s {
                     Some(s) => {
                         hub.delivered(s.id as i64);
@@ -274,7 +274,7 @@ fn outbound(
                     if changed.is_err() {
                         break;
                     }
-                    let now = hub.clock.now();
+                    let now = hub.rt.clock.now();
                     let p = if hub.settings.full_discovery() {
                         hub.board.full(now)
                     } else {
@@ -287,7 +287,7 @@ fn outbound(
                 }
                 _ = full_tick.tick() => {
                     if hub.settings.full_discovery() && !restart_only {
-                        let p = hub.board.full(hub.clock.now());
+                        let p = hub.board.full(hub.rt.clock.now());
                         sent = p.version;
                         yield Ok(hub.discovery(p));
                     }

@@ -94,23 +94,12 @@ pub(super) async fn timeouts(hub: Arc<Hub>, stop: CancellationToken) {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
-        let now = hub.clock.now();
-        let expired: Vec<(i64, InFlight)> = {
-            let mut m = lock(&hub.in_flight);
-            let ids: Vec<i64> = m
-                .iter()
-                .filter(|(_, f)| f.deadline <= now)
-                .map(|(id, _)| *id)
-                .collect();
-            ids.into_iter()
-                .filter_map(|id| m.remove(&id).map(|f| (id, f)))
-                .collect()
-        };
-        for (id, f) in expired {
+        let now = hub.rt.clock.now();
+        for (id, f) in hub.flights.expired(now) {
             if f.restart {
                 hub.restart_ended(Some(false));
             }
-            hub.stats.signal(f.kind, SignalOutcome::Timeout);
+            hub.rt.stats.signal(f.kind, SignalOutcome::Timeout);
             let _span = propagate::child(
                 f.trace.as_ref(),
                 || info_span!(parent: None, "signal.timeout", signal.id = id, agent = %f.agent),
