@@ -1,7 +1,8 @@
 //! Retention: the loop that keeps history and the audit within their
 //! retentions, run by the leading replica only. What the retentions are
-//! is the settings' to say (read each round through a function); the
-//! deleting is the writer's.
+//! is the settings' to say (read each round through a function). The
+//! deleting is here too, in small steps, so that neither readers nor the
+//! writer wait long behind it.
 
 use std::time::Duration;
 
@@ -9,8 +10,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::{writer, Db, Leadership};
-use crate::clock::Clock;
+use super::{on_pool, Db, Leadership};
+use crate::clock::{Clock, Ts};
 
 /// How long history and the audit are kept, read each round: both are
 /// dynamic settings.
@@ -61,13 +62,13 @@ pub async fn run(
         }
         let keep = retention();
         let before = clock.now().saturating_sub(keep.history);
-        match writer::prune(&db, before).await {
+        match prune(&db, before).await {
             Ok(0) => {}
             Ok(n) => debug!(rows = n, "pruned history past retention"),
             Err(e) => warn!(error = %e, "pruning history failed; will retry"),
         }
         let before = clock.now().saturating_sub(keep.audit);
-        match writer::prune_audit(&db, before).await {
+        match prune_audit(&db, before).await {
             Ok((0, 0, 0)) => {}
             Ok((signals, episodes, incidents)) => {
                 info!(
@@ -80,4 +81,109 @@ pub async fn run(
             Err(e) => warn!(error = %e, "pruning the audit failed; will retry"),
         }
     }
+}
+
+/// History rows' ids deleted per statement when pruning.
+const PRUNE_STEP: i64 = 5000;
+
+/// Deletes history older than `before`, in small steps so readers and the
+/// writer are never blocked for long. Returns the rows deleted.
+pub async fn prune(db: &Db, before: Ts) -> Result<u64, sqlx::Error> {
+    on_pool!(db, pool => {
+    let mut total = 0;
+    // The old rows' span of ids, then a window of ids at a time: each step
+    // a primary-key range, whatever index the engine keeps on `at_us` (on
+    // PostgreSQL a BRIN, which finds page ranges but gives no order). The
+    // span is found through `at_us`: `id + 0` keeps PostgreSQL from reading
+    // the primary key from its newest end instead, past every row kept.
+    let (lo, hi): (Option<i64>, Option<i64>) =
+        sqlx::query_as("SELECT min(id + 0), max(id + 0) FROM events WHERE at_us < $1")
+            .bind(before.as_micros())
+            .fetch_one(pool)
+            .await?;
+    if let (Some(lo), Some(hi)) = (lo, hi) {
+        let mut from = lo;
+        loop {
+            let to = from.saturating_add(PRUNE_STEP - 1).min(hi);
+            total += sqlx::query("DELETE FROM events WHERE id BETWEEN $1 AND $2 AND at_us < $3")
+                .bind(from)
+                .bind(to)
+                .bind(before.as_micros())
+                .execute(pool)
+                .await?
+                .rows_affected();
+            if to >= hi {
+                break;
+            }
+            from = to + 1;
+            tokio::task::yield_now().await;
+        }
+    }
+    let n = sqlx::query("DELETE FROM health_transitions WHERE at_us < $1")
+        .bind(before.as_micros())
+        .execute(pool)
+        .await?
+        .rows_affected();
+    Ok(total + n)
+    })
+}
+
+/// Rows the audit pruning deletes per statement.
+const AUDIT_PRUNE_STEP: i64 = 1000;
+
+/// Deletes signal audit rows and closed episodes older than `before`, in
+/// small steps. Never a pending signal (not yet delivered, acked, failed or
+/// timed out), never an open episode or incident. Returns (signals,
+/// episodes, incidents).
+pub async fn prune_audit(pool: &Db, before: Ts) -> Result<(u64, u64, u64), sqlx::Error> {
+    let signals = prune_in_steps(
+        pool,
+        "DELETE FROM signals WHERE id IN (SELECT id FROM signals \
+         WHERE created_us < $1 AND outcome NOT IN ('pending', 'delivered') ORDER BY id LIMIT $2)",
+        before,
+    )
+    .await?;
+    let episodes = prune_in_steps(
+        pool,
+        "DELETE FROM episodes WHERE id IN (SELECT id FROM episodes \
+         WHERE ended_us IS NOT NULL AND ended_us < $1 ORDER BY id LIMIT $2)",
+        before,
+    )
+    .await?;
+    let incidents = prune_in_steps(
+        pool,
+        "DELETE FROM incidents WHERE id IN (SELECT id FROM incidents \
+         WHERE ended_us IS NOT NULL AND ended_us < $1 ORDER BY id LIMIT $2)",
+        before,
+    )
+    .await?;
+    prune_in_steps(
+        pool,
+        "DELETE FROM samples WHERE at_us IN (SELECT at_us FROM samples \
+         WHERE at_us < $1 ORDER BY at_us LIMIT $2)",
+        before,
+    )
+    .await?;
+    Ok((signals, episodes, incidents))
+}
+
+/// Runs `sql` (binding `before` and the step size) until it deletes less
+/// than a step, yielding between steps.
+async fn prune_in_steps(db: &Db, sql: &'static str, before: Ts) -> Result<u64, sqlx::Error> {
+    on_pool!(db, pool => {
+    let mut total = 0;
+    loop {
+        let n = sqlx::query(sql)
+            .bind(before.as_micros())
+            .bind(AUDIT_PRUNE_STEP)
+            .execute(pool)
+            .await?
+            .rows_affected();
+        total += n;
+        if n < AUDIT_PRUNE_STEP as u64 {
+            return Ok(total);
+        }
+        tokio::task::yield_now().await;
+    }
+    })
 }

@@ -168,7 +168,7 @@ async fn pruning_removes_history_past_retention(store) {
         );
     }
     lifeline::store::writer::commit(&db, &b).await.unwrap();
-    let n = lifeline::store::writer::prune(&db, lifeline::Ts(2_500_000))
+    let n = lifeline::store::retention::prune(&db, lifeline::Ts(2_500_000))
         .await
         .unwrap();
     assert_eq!(n, 12_002);
@@ -201,7 +201,7 @@ async fn audit_pruning_never_takes_a_signal_still_waiting_for_its_answer(store) 
         row(7, 3_000_000, Outcome::Acked),
     ];
     lifeline::store::signals::insert(&db, &rows).await.unwrap();
-    let (signals, episodes, _) = lifeline::store::writer::prune_audit(&db, lifeline::Ts(2_000_000))
+    let (signals, episodes, _) = lifeline::store::retention::prune_audit(&db, lifeline::Ts(2_000_000))
         .await
         .unwrap();
     assert_eq!((signals, episodes), (4, 0));
