@@ -9,8 +9,10 @@
 //! each by `interned`), listing agent services a page ahead
 //! (`pages`), which Auth saw each host (`instances`, kept in name order by
 //! `auth_of`), prost's wire primitives for reading a message where it lies
-//! (`wire`), the watch session itself (`source`), and reading the identity
-//! file again when it is renewed (`renew`). Must not touch: fleet state or
+//! (`wire`) and the codec of a call whose answers it reads itself
+//! (`call`), the source's state between sessions (`state`), a session's
+//! listing (`listing`), the watch session itself (`source`), and reading
+//! the identity file again when it is renewed (`renew`). Must not touch: fleet state or
 //! SQLite; never logs key material.
 
 mod auth_of;
@@ -22,7 +24,9 @@ pub mod http;
 pub mod identity;
 mod instances;
 mod interned;
+mod listing;
 mod pages;
 pub mod renew;
 pub mod source;
+mod state;
 mod wire;
