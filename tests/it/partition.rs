@@ -113,7 +113,39 @@ async fn a_query_without_an_answer_is_given_up_and_its_connection_closed() {
         .expect("answered before the partition");
     let closed_before = store::CONNECTIONS_CLOSED_SILENT.load(Ordering::Relaxed);
 
+    // A query in flight when the route drops: it is given up at its
+    // deadline, and its connection, taken back by the pool, does not
+    // answer its ping and is closed rather than handed out again.
+    let pool = pg.pool.clone();
+    let in_flight = tokio::spawn(async move {
+        store::bounded(
+            Duration::from_secs(1),
+            sqlx::query("SELECT pg_sleep(3)").execute(&pool),
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
     relay.pause(true);
+    let e = in_flight
+        .await
+        .expect("the query's task")
+        .expect_err("no answer through a silent route");
+    assert!(
+        e.to_string()
+            .contains("no answer from the database within 1s"),
+        "the error says why: {e}"
+    );
+    let began = Instant::now();
+    while store::CONNECTIONS_CLOSED_SILENT.load(Ordering::Relaxed) == closed_before {
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "the silent connection was never closed (pool size {})",
+            pg.size()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // A store query while the route is down says why within its deadline.
     let began = Instant::now();
     let e = store::settings::all(&db)
         .await
@@ -128,17 +160,6 @@ async fn a_query_without_an_answer_is_given_up_and_its_connection_closed() {
         took < Duration::from_secs(3),
         "given up at its deadline, not after {took:?}"
     );
-    // Taken back, the abandoned connection does not answer its ping and
-    // is closed: the pool is not left holding a dead socket.
-    let began = Instant::now();
-    while store::CONNECTIONS_CLOSED_SILENT.load(Ordering::Relaxed) == closed_before {
-        assert!(
-            began.elapsed() < Duration::from_secs(10),
-            "the silent connection was never closed (pool size {})",
-            pg.size()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
     // A new store's first connection attempt gives up at the acquire
     // timeout and says so.
     let began = Instant::now();
