@@ -67,19 +67,19 @@ pub(super) struct Flights {
 }
 
 impl Flights {
-    /// Queues a signal through `send` and keeps it awaiting its ack; a
-    /// restart is counted in the same step.
+    /// Queues a signal through `send` (given its agent) and keeps it
+    /// awaiting its ack; a restart is counted in the same step.
     pub fn send(
         &self,
         id: i64,
         flight: InFlight,
-        send: impl FnOnce() -> Result<(), Undeliverable>,
+        send: impl FnOnce(&str) -> Result<(), Undeliverable>,
     ) -> Result<(), Undeliverable> {
         let mut awaiting = lock(&self.awaiting);
         if awaiting.len() >= MAX_AWAITING {
             return Err(Undeliverable::TooManyAwaiting);
         }
-        send()?;
+        send(&flight.agent)?;
         if flight.restart {
             self.restarting.fetch_add(1, Ordering::Relaxed);
         }
@@ -195,12 +195,13 @@ mod tests {
     #[test]
     fn a_restart_is_counted_when_queued_and_uncounted_when_it_ends() {
         let f = Flights::default();
-        f.send(1, flight("a", true, 10), || Ok(())).expect("queued");
-        f.send(2, flight("b", false, 10), || Ok(()))
+        f.send(1, flight("a", true, 10), |_| Ok(()))
+            .expect("queued");
+        f.send(2, flight("b", false, 10), |_| Ok(()))
             .expect("queued");
         assert_eq!((f.len(), f.restarting()), (2, 1));
         assert_eq!(
-            f.send(3, flight("c", true, 10), || Err(
+            f.send(3, flight("c", true, 10), |_| Err(
                 Undeliverable::NotConnected
             ))
             .err(),
@@ -237,8 +238,9 @@ mod tests {
     #[test]
     fn expired_signals_are_taken_out_once() {
         let f = Flights::default();
-        f.send(1, flight("a", false, 5), || Ok(())).expect("queued");
-        f.send(2, flight("b", false, 50), || Ok(()))
+        f.send(1, flight("a", false, 5), |_| Ok(()))
+            .expect("queued");
+        f.send(2, flight("b", false, 50), |_| Ok(()))
             .expect("queued");
         let gone: Vec<i64> = f.expired(Ts(10)).into_iter().map(|(id, _)| id).collect();
         assert_eq!(gone, vec![1]);

@@ -224,9 +224,8 @@ impl Hub {
         flight: InFlight,
     ) -> Result<(), Undeliverable> {
         let id = signal.id as i64;
-        let agent = flight.agent.clone();
         self.flights
-            .send(id, flight, || self.streams.try_send(&agent, signal))
+            .send(id, flight, |agent| self.streams.try_send(agent, signal))
     }
 
     /// How long a signal's ack may take: a restart waits for its agent
