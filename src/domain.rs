@@ -11,16 +11,23 @@ use crate::clock::Ts;
 
 mod change;
 mod history;
+mod kept;
 mod labels;
 mod lb_policy;
+mod record;
 mod setting;
 mod signal;
 pub mod text;
 
 pub use change::{Change, Op, RejectCode, Rejection, MAX_NAME_LEN};
 pub use history::{EndReason, HistoryEvent, Subject};
+pub use kept::{Episode, LastHealth, Loaded};
 pub use labels::{LabelText, Labels};
 pub use lb_policy::{LbMode, LbPolicy, PolicyError};
+pub use record::{
+    Census, EpisodeChange, HealthTransition, HistoryEntry, IncidentRecord, Record, ResourceChange,
+    MAX_PENDING_EPISODES, MAX_PENDING_HEALTH,
+};
 pub use setting::{Origin, SettingAction};
 pub use signal::{Outcome, SignalKind};
 

@@ -50,9 +50,9 @@ crate::domain::named_enum! {
     pub enum PendingRows {
         /// Heartbeat and event history (bounded by `storage.max_pending_events`).
         History = 0,
-        /// Auth server health transitions (`store::MAX_PENDING_HEALTH`).
+        /// Auth server health transitions (`domain::MAX_PENDING_HEALTH`).
         Health = 1,
-        /// Episode changes (compacted past `store::MAX_PENDING_EPISODES`).
+        /// Episode changes (compacted past `domain::MAX_PENDING_EPISODES`).
         Episodes = 2,
         /// Current-state rows, one per resource at most.
         State = 3,

@@ -31,10 +31,7 @@ use sqlx::Connection;
 use sqlx::{PgPool, SqlitePool};
 
 pub use crate::config::Engine;
-pub use batch::{
-    EpisodeOp, EventRow, HealthRow, IncidentRow, SampleRow, WriteBatch, MAX_PENDING_EPISODES,
-    MAX_PENDING_HEALTH,
-};
+pub use batch::WriteBatch;
 pub use lease::{Fence, Leadership};
 pub use writer::WriterHandle;
 

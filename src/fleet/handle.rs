@@ -55,10 +55,10 @@ pub enum Command {
     /// This replica leads under `fence` (see `model::lead`).
     Lead {
         fence: crate::store::Fence,
-        open: Vec<crate::store::read::Episode>,
+        open: Vec<crate::domain::Episode>,
         next_episode: i64,
         /// The open incidents and the next incident id.
-        incidents: (Vec<crate::store::IncidentRow>, i64),
+        incidents: (Vec<crate::domain::IncidentRecord>, i64),
         reply: Reply<Adopted>,
     },
     /// Another replica leads: nothing this one makes is written.
@@ -264,9 +264,9 @@ impl FleetHandle {
     pub async fn lead(
         &self,
         fence: crate::store::Fence,
-        open: Vec<crate::store::read::Episode>,
+        open: Vec<crate::domain::Episode>,
         next_episode: i64,
-        incidents: (Vec<crate::store::IncidentRow>, i64),
+        incidents: (Vec<crate::domain::IncidentRecord>, i64),
     ) -> Result<Adopted, FleetError> {
         self.ask(|reply| Command::Lead {
             fence,

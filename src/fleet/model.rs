@@ -51,52 +51,52 @@ pub use topology::{Selection, Sizes, Surplus};
 
 use crate::clock::Ts;
 use crate::domain::{CauseKind, HistoryEvent, Kind, Subject};
-use crate::store::{EventRow, WriteBatch};
+use crate::domain::{HistoryEntry, Record};
 use crate::telemetry::propagate::TraceRef;
 use schedule::Schedule;
 
 pub struct Model {
     /// The time of the current step, as the shell said.
-    pub(super) now: Ts,
-    pub(super) rules: Rules,
-    pub(super) kinds: [KindStatus; 4],
+    now: Ts,
+    rules: Rules,
+    kinds: [KindStatus; 4],
     /// Hashed, not ordered: these are looked up for every classification.
-    pub(super) proxies: HashMap<String, ResEntry>,
-    pub(super) auths: BTreeMap<String, AuthEntry>,
+    proxies: HashMap<String, ResEntry>,
+    auths: BTreeMap<String, AuthEntry>,
     /// By the name each agent's server holds (one copy of the name).
-    pub(super) agents: by_name::ByName<AgentEntry>,
+    agents: by_name::ByName<AgentEntry>,
     /// Agent names in order, for paging only.
-    pub(super) agent_order: names::AgentNames,
+    agent_order: names::AgentNames,
     /// Agents not healthy (degraded or stranded), in name order: counts,
     /// root causes and the stranded lists walk these, not every agent.
-    pub(super) unhealthy: BTreeSet<String>,
-    pub(super) tunnels: by_name::ByName<TunnelEntry>,
+    unhealthy: BTreeSet<String>,
+    tunnels: by_name::ByName<TunnelEntry>,
     /// agent → its tunnel names.
-    pub(super) agent_tunnels: tunnel_tables::AgentTunnels,
+    agent_tunnels: tunnel_tables::AgentTunnels,
     /// proxy → agent → number of tunnels.
-    pub(super) proxy_agents: tunnel_tables::ProxyAgents,
+    proxy_agents: tunnel_tables::ProxyAgents,
     /// auth server → agents attached to it.
-    pub(super) auth_agents: HashMap<String, BTreeSet<String>>,
-    pub(super) schedule: Schedule,
+    auth_agents: HashMap<String, BTreeSet<String>>,
+    schedule: Schedule,
     /// Agents to classify at the next settle.
-    pub(super) dirty: HashSet<String>,
+    dirty: HashSet<String>,
     /// Every agent is to be classified at the next settle (after a
     /// resync): walked in storage order instead of listed by name.
-    pub(super) dirty_all: bool,
-    pub(super) next_episode: i64,
+    dirty_all: bool,
+    next_episode: i64,
     /// Open incidents and the agents in them.
-    pub(super) incidents: incidents::Incidents,
+    incidents: incidents::Incidents,
     /// Agents connected to Lifeline's signal stream.
-    pub(super) links: HashMap<String, Link>,
+    links: HashMap<String, Link>,
     /// Failure traces by (cause, resource, since): later agents stranded by
     /// the same failure join its trace. At `MAX_FAILURE_TRACES` it is
     /// emptied: a failure seen again after that starts a new trace.
-    pub(super) failures: HashMap<(Option<CauseKind>, String, Ts), TraceRef>,
+    failures: HashMap<(Option<CauseKind>, String, Ts), TraceRef>,
     /// The pending classification follows a resync: its latencies measure
     /// staleness, not detection, and are not recorded.
-    pub(super) after_resync: bool,
+    after_resync: bool,
     /// What this model produced since the shell last took it.
-    pub(super) out: Effects,
+    out: Effects,
 }
 
 impl Model {
@@ -153,7 +153,7 @@ impl Model {
     /// step's rows coalesce into them (taken back with the effects). Given
     /// back when the model still holds rows of its own (they are newer and
     /// must follow the lent ones: the shell merges them on taking).
-    pub fn lend_writes(&mut self, rows: WriteBatch) -> Option<WriteBatch> {
+    pub fn lend_writes(&mut self, rows: Record) -> Option<Record> {
         if self.out.writes.is_empty() && self.out.writes.dropped_events == 0 {
             self.out.writes = rows;
             None
@@ -235,13 +235,13 @@ impl Model {
     }
 
     /// A history row for the store.
-    pub(super) fn history(&mut self, row: EventRow) {
+    pub(super) fn history(&mut self, row: HistoryEntry) {
         self.out.writes.event(row, self.rules.max_pending_events);
     }
 
     pub(super) fn note(&mut self, kind: Subject, name: &str, event: HistoryEvent, detail: String) {
         let now = self.now();
-        self.history(EventRow {
+        self.history(HistoryEntry {
             at: now,
             kind,
             name: name.to_string(),
@@ -255,6 +255,65 @@ impl Model {
     /// Agents not healthy (degraded or stranded), in name order.
     pub fn unhealthy_count(&self) -> usize {
         self.unhealthy.len()
+    }
+}
+
+/// What the read models see (`fleet::view`): the model's tables, read-only
+/// and by name, never its fields.
+impl Model {
+    pub fn rules(&self) -> &Rules {
+        &self.rules
+    }
+
+    pub fn agent_count(&self) -> usize {
+        self.agents.len()
+    }
+
+    pub fn agent(&self, name: &str) -> Option<&AgentEntry> {
+        self.agents.get(name)
+    }
+
+    /// Agent names in order, for paging.
+    pub fn agent_names(&self) -> &names::AgentNames {
+        &self.agent_order
+    }
+
+    /// Agents not healthy (degraded or stranded), in name order.
+    pub fn unhealthy_names(&self) -> &BTreeSet<String> {
+        &self.unhealthy
+    }
+
+    /// The proxies, in no order.
+    pub fn proxies(&self) -> impl Iterator<Item = &ResEntry> {
+        self.proxies.values()
+    }
+
+    pub fn proxy(&self, name: &str) -> Option<&ResEntry> {
+        self.proxies.get(name)
+    }
+
+    /// The agents holding tunnels to `proxy`, with how many each.
+    pub fn agents_on_proxy(&self, proxy: &str) -> Option<&HashMap<String, u32>> {
+        self.proxy_agents.get(proxy)
+    }
+
+    /// The auth servers, in name order.
+    pub fn auths(&self) -> &BTreeMap<String, AuthEntry> {
+        &self.auths
+    }
+
+    pub fn auth(&self, name: &str) -> Option<&AuthEntry> {
+        self.auths.get(name)
+    }
+
+    /// How many agents are attached to auth server `name`.
+    pub fn agents_on_auth(&self, name: &str) -> usize {
+        self.auth_agents.get(name).map_or(0, BTreeSet::len)
+    }
+
+    /// Agent `name`'s link to Lifeline's signal stream, if it has one.
+    pub fn link_of(&self, name: &str) -> Option<&Link> {
+        self.links.get(name)
     }
 }
 

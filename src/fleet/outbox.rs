@@ -8,8 +8,9 @@
 use std::time::Duration;
 
 use crate::clock::Ts;
+use crate::domain::{Record, MAX_PENDING_EPISODES};
 use crate::stats::Stats;
-use crate::store::{Fence, WriteBatch, MAX_PENDING_EPISODES};
+use crate::store::{Fence, WriteBatch};
 
 /// How often the current-state snapshot is written at most.
 pub const STATE_WRITE_EVERY: Duration = Duration::from_secs(1);
@@ -22,13 +23,13 @@ pub const STATE_WRITE_EVERY: Duration = Duration::from_secs(1);
 pub const STATE_ROWS_PER_SECOND: u64 = 30_000;
 
 pub struct Outbox {
-    pending: WriteBatch,
+    pending: Record,
     /// Whether this replica writes (see `model::lead`).
     fence: Fence,
     /// History rows held while the store is behind.
     max_events: usize,
     /// Waiting episode changes past which they are compacted
-    /// (`WriteBatch::bound_episodes`).
+    /// (`Record::bound_episodes`).
     episode_bound: usize,
     /// When current-state rows last went to the store.
     state_written: Ts,
@@ -39,7 +40,7 @@ pub struct Outbox {
 impl Outbox {
     pub fn new(fence: Fence, max_events: usize, now: Ts) -> Outbox {
         Outbox {
-            pending: WriteBatch::default(),
+            pending: Record::default(),
             fence,
             max_events,
             episode_bound: MAX_PENDING_EPISODES,
@@ -50,7 +51,7 @@ impl Outbox {
 
     /// Gathers what a step of the model produced. A follower's rows are
     /// the leader's to write: they are not even kept.
-    pub fn absorb(&mut self, rows: WriteBatch) {
+    pub fn absorb(&mut self, rows: Record) {
         if self.fence == Fence::Follower || rows.is_empty() && rows.dropped_events == 0 {
             return;
         }
@@ -65,19 +66,19 @@ impl Outbox {
 
     /// Hands the rows gathered so far to the model for one step (see
     /// `shell::Shell::lend`); [`Self::absorb`] takes them back.
-    pub fn lend(&mut self) -> WriteBatch {
+    pub fn lend(&mut self) -> Record {
         std::mem::take(&mut self.pending)
     }
 
     /// Takes back lent rows the model did not take.
-    pub fn put_back(&mut self, rows: WriteBatch) {
+    pub fn put_back(&mut self, rows: Record) {
         self.pending = rows;
     }
 
     /// This replica leads under `fence` from now on: nothing made before
     /// is written (the model's lead writes the state in full).
     pub fn lead(&mut self, fence: Fence) {
-        self.pending = WriteBatch::default();
+        self.pending = Record::default();
         self.fence = fence;
     }
 
@@ -108,9 +109,8 @@ impl Outbox {
     }
 
     /// Marks a batch with who may write it.
-    fn stamped(&self, mut batch: WriteBatch) -> WriteBatch {
-        batch.fence = self.fence.clone();
-        batch
+    fn stamped(&self, rows: Record) -> WriteBatch {
+        WriteBatch::new(rows, self.fence.clone())
     }
 
     /// True when something is due for the store now.
@@ -137,11 +137,11 @@ impl Outbox {
             return;
         }
         let newer = std::mem::take(&mut self.pending);
-        self.pending = self.merged(older, newer);
+        self.pending = self.merged(older.rows, newer);
     }
 
     /// `older` then `newer`: history in order, the newer current state wins.
-    fn merged(&mut self, mut older: WriteBatch, mut newer: WriteBatch) -> WriteBatch {
+    fn merged(&mut self, mut older: Record, mut newer: Record) -> Record {
         if older.has_state() {
             for (k, rows) in newer.replace_servers.drain(..) {
                 older.replace_kind(k, rows);
@@ -203,7 +203,7 @@ impl Outbox {
 mod tests {
     use super::*;
     use crate::domain::{EndReason, Kind, Server};
-    use crate::store::{EpisodeOp, EventRow};
+    use crate::domain::{EpisodeChange, HistoryEntry};
 
     const T0: Ts = Ts(1_000_000);
 
@@ -215,20 +215,20 @@ mod tests {
         crate::domain::test_server(Kind::Proxy, name, Ts(expires))
     }
 
-    fn close(id: i64) -> EpisodeOp {
-        EpisodeOp::close(id, Ts(0), EndReason::Recovered)
+    fn close(id: i64) -> EpisodeChange {
+        EpisodeChange::close(id, Ts(0), EndReason::Recovered)
     }
 
-    fn state(s: &Server) -> WriteBatch {
-        let mut b = WriteBatch::default();
+    fn state(s: &Server) -> Record {
+        let mut b = Record::default();
         b.put_server(s);
         b
     }
 
-    fn episodes(ops: Vec<EpisodeOp>) -> WriteBatch {
-        WriteBatch {
+    fn episodes(ops: Vec<EpisodeChange>) -> Record {
+        Record {
             episodes: ops,
-            ..WriteBatch::default()
+            ..Record::default()
         }
     }
 
@@ -252,7 +252,7 @@ mod tests {
             .episodes
             .iter()
             .map(|e| match e {
-                EpisodeOp::Close { id, .. } => *id,
+                EpisodeChange::Close { id, .. } => *id,
                 _ => 0,
             })
             .collect();
@@ -267,10 +267,10 @@ mod tests {
     fn gathered_history_keeps_its_bound() {
         let mut o = outbox();
         for i in 0..3 {
-            let mut b = WriteBatch::default();
+            let mut b = Record::default();
             for j in 0..6 {
                 b.event(
-                    EventRow {
+                    HistoryEntry {
                         at: Ts(i * 10 + j),
                         kind: crate::domain::Subject::Proxy,
                         name: "p1".into(),
@@ -302,7 +302,7 @@ mod tests {
             let mut ops = Vec::new();
             for _ in 0..per_round {
                 id += 1;
-                ops.push(EpisodeOp::Open {
+                ops.push(EpisodeChange::Open {
                     id,
                     agent: "a1".into(),
                     state: crate::domain::AgentState::Stranded,
@@ -350,7 +350,7 @@ mod tests {
     fn a_large_snapshot_spaces_the_next_in_proportion() {
         let mut o = outbox();
         let rows = 3 * STATE_ROWS_PER_SECOND;
-        let mut b = WriteBatch::default();
+        let mut b = Record::default();
         for i in 0..rows {
             b.put_server(&proxy(&format!("p{i}"), 5));
         }
@@ -394,10 +394,7 @@ mod tests {
         assert_eq!(b.fence, fence);
         assert_eq!(b.episodes.len(), 1);
         // A batch made under the follower's fence is not put back.
-        o.restore(WriteBatch {
-            fence: Fence::Follower,
-            ..episodes(vec![close(3)])
-        });
+        o.restore(WriteBatch::new(episodes(vec![close(3)]), Fence::Follower));
         assert!(!o.has_pending());
     }
 }

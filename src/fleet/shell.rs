@@ -20,8 +20,8 @@ use super::model::{BoardOp, Changes, Effects, Model, Readiness, Rules, Tally};
 use super::outbox::Outbox;
 use super::published::{Published, MAX_AGE, PUBLISH_EVERY};
 use crate::clock::{Clock, Ts};
+use crate::domain::Loaded;
 use crate::stats::Stats;
-use crate::store::read::Loaded;
 use crate::store::writer::WriterMsg;
 use crate::store::{Fence, WriterHandle};
 
@@ -540,7 +540,7 @@ mod tests {
     fn shell(model: Model) -> Shell {
         let opts = FleetOptions {
             clock: Clock::starting_at(model.now()),
-            rules: model.rules,
+            rules: *model.rules(),
             command_queue: 16,
             change_capacity: 16,
             static_auth: Vec::new(),

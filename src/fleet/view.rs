@@ -93,7 +93,7 @@ pub struct RootCause {
 /// that are not healthy (only those can wait for a live proxy).
 pub fn summary_counts(f: &Model) -> (Ts, AgentCounts) {
     let mut agents = AgentCounts {
-        total: f.agents.len(),
+        total: f.agent_count(),
         ..AgentCounts::default()
     };
     let live = f.live_proxies();
@@ -113,7 +113,7 @@ pub fn summary_counts(f: &Model) -> (Ts, AgentCounts) {
 
 fn proxy_counts(f: &Model) -> ProxyCounts {
     let mut proxies = ProxyCounts::default();
-    for p in f.proxies.values() {
+    for p in f.proxies() {
         proxies.total += 1;
         if p.expired {
             proxies.expired += 1;
@@ -126,7 +126,7 @@ fn proxy_counts(f: &Model) -> ProxyCounts {
 
 fn auth_counts(f: &Model) -> BTreeMap<&'static str, usize> {
     let mut auth_servers = BTreeMap::new();
-    for a in f.auths.values() {
+    for a in f.auths().values() {
         *auth_servers.entry(a.health.as_str()).or_default() += 1;
     }
     auth_servers
@@ -164,15 +164,13 @@ pub fn root_causes(f: &Model) -> Vec<RootCause> {
         .map(|((kind, res), (n, min_since))| {
             // Prefer the resource's own moment ("proxy-2 expired 41 s ago").
             let since = match kind {
-                CauseKind::ProxyExpired => f.proxies.get(res).map(|p| p.server.expires),
-                CauseKind::AuthNotServing => f.auths.get(res).map(|a| a.health_since),
+                CauseKind::ProxyExpired => f.proxy(res).map(|p| p.server.expires),
+                CauseKind::AuthNotServing => f.auth(res).map(|a| a.health_since),
                 CauseKind::AuthUnknown => f
-                    .auths
-                    .get(res)
-                    .map(|a| a.health_since.saturating_add(f.rules.unknown_grace)),
+                    .auth(res)
+                    .map(|a| a.health_since.saturating_add(f.rules().unknown_grace)),
                 CauseKind::AuthExpired => f
-                    .auths
-                    .get(res)
+                    .auth(res)
                     .and_then(|a| a.resource.as_ref())
                     .map(|r| r.server.expires),
                 _ => None,
@@ -259,7 +257,7 @@ fn tunnel_items(f: &Model, agent: &str, now: Ts) -> Vec<TunnelItem> {
 
 /// One agent as a list shows it; `live` is counted once per page.
 fn agent_item(f: &Model, name: &str, now: Ts, live: LiveProxies) -> Option<AgentItem> {
-    let a = f.agents.get(name)?;
+    let a = f.agent(name)?;
     let s = &a.res.server;
     Some(AgentItem {
         name: name.to_string(),
@@ -271,7 +269,7 @@ fn agent_item(f: &Model, name: &str, now: Ts, live: LiveProxies) -> Option<Agent
             resource: c.resource.clone(),
         }),
         auth_server: s.auth_server.clone(),
-        auth_health: f.auths.get(&s.auth_server).map(|e| e.health),
+        auth_health: f.auth(&s.auth_server).map(|e| e.health),
         tunnels: tunnel_items(f, name, now),
         last_heartbeat_at: s.last_heartbeat(),
         expires_at: s.expires,
@@ -292,7 +290,7 @@ pub fn agents(f: &Model, filter: &AgentFilter) -> AgentPage {
     let after = filter.after.as_deref();
     // Everything but the substring, which each way of walking checks itself.
     let matches = |name: &str| -> bool {
-        let Some(a) = f.agents.get(name) else {
+        let Some(a) = f.agent(name) else {
             return false;
         };
         if filter.state.is_some_and(|s| s != a.state) {
@@ -304,7 +302,7 @@ pub fn agents(f: &Model, filter: &AgentFilter) -> AgentPage {
             }
         }
         if let Some(p) = &filter.proxy {
-            let on = f.proxy_agents.get(p).is_some_and(|m| m.contains_key(name));
+            let on = f.agents_on_proxy(p).is_some_and(|m| m.contains_key(name));
             if !on {
                 return false;
             }
@@ -328,21 +326,21 @@ pub fn agents(f: &Model, filter: &AgentFilter) -> AgentPage {
     // walk over every name stops at a page.
     let names: Box<dyn Iterator<Item = &str>> = match (filter.state, q) {
         (Some(AgentState::Degraded | AgentState::Stranded), _) => Box::new(
-            f.unhealthy
+            f.unhealthy_names()
                 .range::<str, _>(bounds)
                 .map(String::as_str)
                 .filter(|n| holds_q(n)),
         ),
-        (_, Some(q)) => match f.agent_order.containing(q, after, cap) {
+        (_, Some(q)) => match f.agent_names().containing(q, after, cap) {
             Some(found) => Box::new(found.into_iter()),
             None => Box::new(
-                f.agent_order
+                f.agent_names()
                     .range(bounds)
                     .map(String::as_str)
                     .filter(|n| holds_q(n)),
             ),
         },
-        (_, None) => Box::new(f.agent_order.range(bounds).map(String::as_str)),
+        (_, None) => Box::new(f.agent_names().range(bounds).map(String::as_str)),
     };
     let mut items = Vec::with_capacity(filter.limit.min(1000));
     let mut more = false;
@@ -383,7 +381,7 @@ pub struct AgentDetail {
 pub fn agent(f: &Model, name: &str) -> Option<AgentDetail> {
     let now = f.now();
     let item = agent_item(f, name, now, f.live_proxies())?;
-    let a = f.agents.get(name)?;
+    let a = f.agent(name)?;
     Some(AgentDetail {
         item,
         addr: a.res.server.addr.clone(),
@@ -391,7 +389,7 @@ pub fn agent(f: &Model, name: &str) -> Option<AgentDetail> {
         labels: a.res.server.labels.to_map(),
         ttl_window: ttl_window(f, &a.res, now),
         open_episode: a.episode,
-        link: f.links.get(name).cloned(),
+        link: f.link_of(name).cloned(),
         last_signal: a.last_signal.map(|(id, _)| id),
     })
 }
@@ -461,18 +459,18 @@ pub fn ttl_windows(f: &Model, kind: Option<Kind>, after: Option<&str>, limit: us
             .map(|e| (e.server.name.clone(), e))
     };
     let auths = || {
-        f.auths
+        f.auths()
             .iter()
             .filter_map(|(n, a)| a.resource.as_ref().map(|e| (n.clone(), e)))
     };
     let entries: Vec<(String, &ResEntry)> = match kind {
         Some(Kind::Agent) => f
-            .agent_order
+            .agent_names()
             .range::<(Bound<&str>, Bound<&str>)>((
                 after.map_or(Bound::Unbounded, Bound::Excluded),
                 Bound::Unbounded,
             ))
-            .filter_map(|n| f.agents.get(n).map(|a| (n.clone(), &a.res)))
+            .filter_map(|n| f.agent(n).map(|a| (n.clone(), &a.res)))
             .take(limit + 1)
             .collect(),
         Some(Kind::Proxy) => proxies()
@@ -539,7 +537,7 @@ fn proxy_view(f: &Model, e: &ResEntry, now: Ts) -> ProxyView {
         remaining_ms: w.remaining_ms,
         heartbeats_seen: w.heartbeats_seen,
         heartbeats_missed: w.heartbeats_missed,
-        agents: f.proxy_agents.get(&s.name).map_or(0, |m| m.len()),
+        agents: f.agents_on_proxy(&s.name).map_or(0, |m| m.len()),
     }
 }
 
@@ -553,7 +551,7 @@ pub fn proxies(f: &Model) -> Vec<ProxyView> {
 
 /// Proxies by name (the map is hashed for lookups; lists are small).
 fn sorted_proxies(f: &Model) -> Vec<&ResEntry> {
-    let mut v: Vec<&ResEntry> = f.proxies.values().collect();
+    let mut v: Vec<&ResEntry> = f.proxies().collect();
     v.sort_unstable_by(|a, b| a.server.name.cmp(&b.server.name));
     v
 }
@@ -566,10 +564,10 @@ pub struct ProxyDetail {
 }
 
 pub fn proxy(f: &Model, name: &str) -> Option<ProxyDetail> {
-    let e = f.proxies.get(name)?;
+    let e = f.proxy(name)?;
     let mut agents_by_state = BTreeMap::new();
-    for agent in f.proxy_agents.get(name).into_iter().flat_map(|m| m.keys()) {
-        if let Some(a) = f.agents.get(agent) {
+    for agent in f.agents_on_proxy(name).into_iter().flat_map(|m| m.keys()) {
+        if let Some(a) = f.agent(agent) {
             *agents_by_state.entry(a.state.as_str()).or_default() += 1;
         }
     }
@@ -601,7 +599,7 @@ pub struct AuthView {
 }
 
 pub fn auth_servers(f: &Model) -> Vec<AuthView> {
-    f.auths
+    f.auths()
         .iter()
         .map(|(name, a)| AuthView {
             name: name.clone(),
@@ -612,7 +610,7 @@ pub fn auth_servers(f: &Model) -> Vec<AuthView> {
             evidence: a.evidence(),
             detail: a.detail.clone(),
             strands_agents: a.unhealthy,
-            agents: f.auth_agents.get(name).map_or(0, |s| s.len()),
+            agents: f.agents_on_auth(name),
             source: match (a.resource.is_some(), a.static_addr.is_some()) {
                 (true, true) => "both",
                 (false, true) => "config",
@@ -631,8 +629,7 @@ pub fn agents_with_last_signal(f: &Model, filter: &AgentFilter) -> (AgentPage, V
         .items
         .iter()
         .map(|i| {
-            f.agents
-                .get(&i.name)
+            f.agent(&i.name)
                 .and_then(|a| a.last_signal.map(|(id, _)| id))
         })
         .collect();
@@ -644,9 +641,8 @@ pub fn agents_with_last_signal(f: &Model, filter: &AgentFilter) -> (AgentPage, V
 pub fn ttl_soonest(f: &Model, limit: usize) -> (Vec<TtlWindow>, usize) {
     let now = f.now();
     let mut all: Vec<TtlWindow> = f
-        .proxies
-        .values()
-        .chain(f.auths.values().filter_map(|a| a.resource.as_ref()))
+        .proxies()
+        .chain(f.auths().values().filter_map(|a| a.resource.as_ref()))
         .map(|e| ttl_window(f, e, now))
         .collect();
     let total = all.len();

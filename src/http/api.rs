@@ -267,7 +267,7 @@ async fn agents(
 struct AgentResponse {
     #[serde(flatten)]
     detail: view::AgentDetail,
-    episodes: Vec<read::Episode>,
+    episodes: Vec<crate::domain::Episode>,
 }
 
 /// One agent.
@@ -515,12 +515,12 @@ struct EpisodesQuery {
     operation_id = "list_episodes",
     params(EpisodesQuery),
     security((), ("bearer" = [])),
-    responses((status = 200, description = "A page of episodes.", body = Page<read::Episode>), ReadErrors)
+    responses((status = 200, description = "A page of episodes.", body = Page<crate::domain::Episode>), ReadErrors)
 )]
 async fn episodes(
     State(s): State<AppState>,
     ApiQuery(q): ApiQuery<EpisodesQuery>,
-) -> Result<Json<Page<read::Episode>>, ApiError> {
+) -> Result<Json<Page<crate::domain::Episode>>, ApiError> {
     if q.state == Some(AgentState::Healthy) {
         return Err(ApiError::BadParameter(
             "state must be degraded or stranded (healthy periods are not episodes)".into(),

@@ -19,8 +19,9 @@ use super::error::{ApiError, ApiQuery};
 use super::AppState;
 use crate::clock::Ts;
 use crate::domain::CauseKind;
+use crate::domain::Episode;
 use crate::store::incidents::{self, Incident, IncidentFilter, Point, SignalCount};
-use crate::store::read::{self, Episode, EpisodeFilter};
+use crate::store::read::{self, EpisodeFilter};
 use crate::store::signals::SignalRecord;
 
 /// History's finest step, and the most points one answer holds.

@@ -17,8 +17,8 @@ use std::marker::PhantomData;
 
 use sqlx::{Pool, Postgres, QueryBuilder, Sqlite, Transaction};
 
-use super::batch::EventRow;
 use crate::clock::{dur_micros, Ts};
+use crate::domain::HistoryEntry;
 use crate::domain::{Server, Tunnel};
 
 /// Rows per SQLite statement (well below its 32766 bound parameters). A
@@ -90,7 +90,7 @@ impl Dialect<Sqlite> {
     pub async fn write_events(
         &self,
         tx: &mut Transaction<'static, Sqlite>,
-        rows: &[EventRow],
+        rows: &[HistoryEntry],
     ) -> Result<(), sqlx::Error> {
         for chunk in self.pieces(rows, false) {
             self.insert_events(chunk).build().execute(&mut **tx).await?;
@@ -117,7 +117,7 @@ impl Dialect<Sqlite> {
         Ok(())
     }
 
-    pub fn insert_events(&self, rows: &[EventRow]) -> QueryBuilder<Sqlite> {
+    pub fn insert_events(&self, rows: &[HistoryEntry]) -> QueryBuilder<Sqlite> {
         let mut q = QueryBuilder::new(
             "INSERT INTO events (at_us, kind, name, event, expires_us, ttl_us, detail) ",
         );
@@ -178,7 +178,7 @@ impl Dialect<Postgres> {
     pub async fn write_events(
         &self,
         tx: &mut Transaction<'static, Postgres>,
-        rows: &[EventRow],
+        rows: &[HistoryEntry],
     ) -> Result<(), sqlx::Error> {
         if rows.len() < COPY_MIN_ROWS {
             for chunk in self.pieces(rows, false) {
@@ -271,7 +271,7 @@ impl Dialect<Postgres> {
         q
     }
 
-    pub fn insert_events(&self, rows: &[EventRow]) -> QueryBuilder<Postgres> {
+    pub fn insert_events(&self, rows: &[HistoryEntry]) -> QueryBuilder<Postgres> {
         let mut q = QueryBuilder::new(
             "INSERT INTO events (at_us, kind, name, event, expires_us, ttl_us, detail) \
              SELECT * FROM UNNEST(",

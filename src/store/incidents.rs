@@ -1,15 +1,15 @@
 //! Reading incidents back: the open ones a replica goes on from, the list
 //! and one incident for the API and the dashboard, with the episodes of
 //! its agents and the signals sent to them while they were in it. The
-//! fleet writes them (`IncidentRow`, through the batch writer).
+//! fleet writes them (`IncidentRecord`, through the batch writer).
 
 use serde::Serialize;
 use sqlx::QueryBuilder;
 
-use super::batch::IncidentRow;
 use super::signals::SignalRecord;
 use super::{on_pool, Db};
 use crate::clock::Ts;
+use crate::domain::IncidentRecord;
 use crate::domain::{CauseKind, Outcome, SignalKind};
 
 #[derive(sqlx::FromRow)]
@@ -39,8 +39,8 @@ fn count(n: i64) -> u32 {
 impl Row {
     /// `None` for a cause this build does not know (written by a newer
     /// one): left out rather than misnamed.
-    fn into_row(self) -> Option<IncidentRow> {
-        Some(IncidentRow {
+    fn into_row(self) -> Option<IncidentRecord> {
+        Some(IncidentRecord {
             id: self.id,
             cause: CauseKind::parse(&self.cause)?,
             resource: self.resource,
@@ -59,7 +59,7 @@ impl Row {
 
 /// The incidents still open, and the id the next one takes: what a
 /// replica that starts, or takes the lead, goes on from.
-pub async fn open(db: &Db) -> Result<(Vec<IncidentRow>, i64), sqlx::Error> {
+pub async fn open(db: &Db) -> Result<(Vec<IncidentRecord>, i64), sqlx::Error> {
     on_pool!(db, pool => {
     let mut q = QueryBuilder::new(COLUMNS);
     q.push(" WHERE ended_us IS NULL ORDER BY id");
@@ -134,8 +134,8 @@ fn incidents_of(rows: Vec<Row>) -> Vec<Incident> {
         .collect()
 }
 
-impl From<IncidentRow> for Incident {
-    fn from(r: IncidentRow) -> Self {
+impl From<IncidentRecord> for Incident {
+    fn from(r: IncidentRecord) -> Self {
         let ms = |us: Option<i64>| us.map(|us| us as f64 / 1000.0);
         Incident {
             id: r.id,

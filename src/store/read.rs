@@ -7,7 +7,8 @@ use std::time::Duration;
 use serde::Serialize;
 use sqlx::QueryBuilder;
 
-use super::{on_pool, Db, IncidentRow};
+use super::{on_pool, Db};
+use crate::domain::{Episode, LastHealth, Loaded};
 
 use crate::clock::Ts;
 use crate::domain::{
@@ -53,31 +54,6 @@ struct EpisodeRow {
     incident_id: Option<i64>,
 }
 
-/// One degraded or stranded period of an agent.
-#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
-pub struct Episode {
-    pub id: i64,
-    pub agent: String,
-    pub state: AgentState,
-    pub reasons: Vec<String>,
-    /// The root cause's kind (a `CauseKind` name); `""` when there is
-    /// none (as stored).
-    #[serde(serialize_with = "cause_or_empty")]
-    #[schema(value_type = String)]
-    pub cause: Option<CauseKind>,
-    pub cause_resource: String,
-    pub started_at: Ts,
-    pub ended_at: Option<Ts>,
-    pub ended_by_signal: Option<i64>,
-    pub end_reason: Option<EndReason>,
-    /// The incident of its (latest) cause.
-    pub incident: Option<i64>,
-}
-
-fn cause_or_empty<S: serde::Serializer>(c: &Option<CauseKind>, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(c.map_or("", CauseKind::as_str))
-}
-
 impl From<EpisodeRow> for Episode {
     fn from(r: EpisodeRow) -> Self {
         Episode {
@@ -99,27 +75,6 @@ impl From<EpisodeRow> for Episode {
             incident: r.incident_id,
         }
     }
-}
-
-/// The last known auth health, from the newest transition of each server.
-#[derive(Clone, Debug)]
-pub struct LastHealth {
-    pub auth_server: String,
-    pub addr: String,
-    pub health: Health,
-    pub since: Ts,
-}
-
-/// What Lifeline knew when it last stopped.
-#[derive(Debug, Default)]
-pub struct Loaded {
-    pub servers: Vec<Server>,
-    pub tunnels: Vec<Tunnel>,
-    pub open_episodes: Vec<Episode>,
-    pub next_episode_id: i64,
-    pub open_incidents: Vec<IncidentRow>,
-    pub next_incident_id: i64,
-    pub health: Vec<LastHealth>,
 }
 
 pub async fn load(db: &Db) -> Result<Loaded, sqlx::Error> {

@@ -15,12 +15,13 @@ use sqlx::{Database, Encode, Postgres, QueryBuilder, Sqlite, Transaction, Type};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug_span, error, warn, Instrument};
 
-use super::batch::{EpisodeOp, EventRow, IncidentRow, ServerRow, WriteBatch};
+use super::batch::WriteBatch;
 use super::bulk::{dialect, values_pieces};
 use super::lease::Fence;
 use super::{is_permanent, on_pool, Db, StoreError};
 use crate::clock::Ts;
 use crate::domain::{text, HistoryEvent, Server, Subject, Tunnel, MAX_NAME_LEN};
+use crate::domain::{EpisodeChange, HistoryEntry, IncidentRecord, ResourceChange};
 use crate::stats::Stats;
 
 /// Failed attempts after which a batch sheds its heartbeat history.
@@ -227,9 +228,8 @@ async fn commit_with_retry(pool: &Db, opts: &WriterOptions, mut batch: WriteBatc
             dropped = batch.dropped_events,
             "the database fell behind: history rows dropped (current state is kept)"
         );
-        batch
-            .events
-            .push(gap(opts.clock.now(), batch.dropped_events));
+        let gap = gap(opts.clock.now(), batch.dropped_events);
+        batch.events.push(gap);
     }
     if batch.is_empty() {
         return;
@@ -329,8 +329,8 @@ async fn commit_with_retry(pool: &Db, opts: &WriterOptions, mut batch: WriteBatc
 }
 
 /// The history row that marks a gap: `dropped` rows are missing before it.
-fn gap(at: Ts, dropped: u64) -> EventRow {
-    EventRow {
+fn gap(at: Ts, dropped: u64) -> HistoryEntry {
+    HistoryEntry {
         at,
         kind: Subject::Store,
         name: "history".into(),
@@ -463,11 +463,11 @@ pub async fn commit_batch(
         (Vec::new(), Vec::new(), Vec::new());
     for (key, row) in &b.servers {
         match row {
-            ServerRow::Put(s) => puts.push(s),
+            ResourceChange::Put(s) => puts.push(s),
             // Row by row, each written whole.
-            ServerRow::Expiry(s) if isolate => puts.push(s),
-            ServerRow::Expiry(s) => expiries.push(s),
-            ServerRow::Delete => dels.push(key),
+            ResourceChange::Expiry(s) if isolate => puts.push(s),
+            ResourceChange::Expiry(s) => expiries.push(s),
+            ResourceChange::Delete => dels.push(key),
         }
     }
     for chunk in sql.pieces(&puts, isolate) {
@@ -524,7 +524,7 @@ pub async fn commit_batch(
     }
     for op in &b.episodes {
         match op {
-            EpisodeOp::Open {
+            EpisodeChange::Open {
                 id,
                 agent,
                 state,
@@ -547,7 +547,7 @@ pub async fn commit_batch(
                 .bind(started.as_micros())
                 .bind(*incident));
             }
-            EpisodeOp::Update {
+            EpisodeChange::Update {
                 id,
                 reasons,
                 cause,
@@ -563,7 +563,7 @@ pub async fn commit_batch(
                 .bind(*incident)
                 .bind(id));
             }
-            EpisodeOp::Close {
+            EpisodeChange::Close {
                 id,
                 ended,
                 ended_by_signal,
@@ -594,7 +594,7 @@ pub async fn commit_batch(
         );
         exec!(tx, refused, (Subject::Store, "samples", "samples"), q.build());
     }
-    let incidents: Vec<&IncidentRow> = b.incidents.values().collect();
+    let incidents: Vec<&IncidentRecord> = b.incidents.values().collect();
     for chunk in values_pieces(&incidents, isolate) {
         exec!(tx, refused, (Subject::Store, &format!("incident {}", chunk[0].id), "incidents"),
             upsert_incidents(chunk).build());
@@ -604,7 +604,7 @@ pub async fn commit_batch(
         // What was refused becomes history of its own, in words the
         // database takes (names and errors cleaned and bounded).
         let at = b.events.last().map_or(now, |e| e.at);
-        let rows: Vec<EventRow> = refused.iter().map(|r| r.history_row(at)).collect();
+        let rows: Vec<HistoryEntry> = refused.iter().map(|r| r.history_row(at)).collect();
         sql.write_events(&mut tx, &rows).await?;
     }
     if !tx.holds(&b.fence).await? {
@@ -617,8 +617,8 @@ pub async fn commit_batch(
 
 impl Refused {
     /// The history row that records this refusal.
-    fn history_row(&self, at: Ts) -> EventRow {
-        EventRow {
+    fn history_row(&self, at: Ts) -> HistoryEntry {
+        HistoryEntry {
             at,
             kind: self.subject,
             name: self.name.clone(),
@@ -633,7 +633,7 @@ impl Refused {
     }
 }
 
-fn upsert_incidents<DB: Database>(rows: &[&IncidentRow]) -> QueryBuilder<DB>
+fn upsert_incidents<DB: Database>(rows: &[&IncidentRecord]) -> QueryBuilder<DB>
 where
     DB::Arguments: Default,
     for<'t> &'t str: Encode<'t, DB> + Type<DB>,

@@ -238,11 +238,11 @@ async fn connections_cut_under_load_and_a_restart_lose_nothing() {
     // the process (Lifeline, the simulator and this test) within 1 GiB.
     assert!(peak.rows[PendingRows::History as usize] <= 1000, "{peak:?}");
     assert!(
-        peak.rows[PendingRows::Health as usize] <= lifeline::store::MAX_PENDING_HEALTH as u64,
+        peak.rows[PendingRows::Health as usize] <= lifeline::domain::MAX_PENDING_HEALTH as u64,
         "{peak:?}"
     );
     assert!(
-        peak.rows[PendingRows::Episodes as usize] <= lifeline::store::MAX_PENDING_EPISODES as u64,
+        peak.rows[PendingRows::Episodes as usize] <= lifeline::domain::MAX_PENDING_EPISODES as u64,
         "{peak:?}"
     );
     assert!(

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lifeline::domain::{AgentState, HistoryEvent, Kind, Labels, Outcome, Server, Subject};
+use lifeline::domain::{EpisodeChange, HistoryEntry};
 use lifeline::proto::v1 as pb;
 use lifeline::store::signals::SignalUpdate;
 use lifeline::store::writer::{self, WriterOptions};
-use lifeline::store::{EpisodeOp, EventRow, WriteBatch};
+use lifeline::store::WriteBatch;
 use lifeline::{Clock, Ts};
 use support::Cluster;
 
@@ -110,8 +111,8 @@ fn spawn_writer(
     (handle, stats, health)
 }
 
-fn open_episode(id: i64, agent: &str) -> EpisodeOp {
-    EpisodeOp::Open {
+fn open_episode(id: i64, agent: &str) -> EpisodeChange {
+    EpisodeChange::Open {
         id,
         agent: agent.into(),
         state: AgentState::Stranded,
@@ -122,8 +123,8 @@ fn open_episode(id: i64, agent: &str) -> EpisodeOp {
     }
 }
 
-fn event(name: &str) -> EventRow {
-    EventRow {
+fn event(name: &str) -> HistoryEntry {
+    HistoryEntry {
         at: Ts(2_000_000),
         kind: Subject::Proxy,
         name: name.into(),

@@ -6,9 +6,10 @@
 use std::time::Duration;
 
 use lifeline::app::Tuning;
+use lifeline::domain::HistoryEntry;
 use lifeline::replica::lease::{self, Attempt};
 use lifeline::store::writer::{commit, Committed};
-use lifeline::store::{Db, EventRow, Fence, WriteBatch};
+use lifeline::store::{Db, Fence, WriteBatch};
 use lifeline::Lifeline;
 use reqwest::Method;
 use serde_json::Value;
@@ -18,7 +19,7 @@ use crate::support::{bounded, real_sleep, sql_i64, Cluster, Running, Store, ADMI
 fn one_event() -> WriteBatch {
     let mut b = WriteBatch::default();
     b.event(
-        EventRow {
+        HistoryEntry {
             at: lifeline::Ts(1),
             kind: lifeline::domain::Subject::Proxy,
             name: "p1".into(),

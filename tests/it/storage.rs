@@ -155,7 +155,7 @@ async fn pruning_removes_history_past_retention(store) {
         .collect();
     for (i, at) in times.iter().enumerate() {
         b.event(
-            lifeline::store::EventRow {
+            lifeline::domain::HistoryEntry {
                 at: lifeline::Ts(*at),
                 kind: lifeline::domain::Subject::Proxy,
                 name: format!("p{i}"),

@@ -297,7 +297,7 @@ async fn raw_insert(
             let mut s = rows[j % rows.len()].clone();
             s.expires = Ts(base.as_micros() + j as i64);
             b.event(
-                EventRow {
+                HistoryEntry {
                     at: now,
                     kind: s.kind.into(),
                     name: s.name.clone(),

@@ -12,7 +12,7 @@ use super::{BoardOp, HealthUpdate, Ingested};
 use crate::clock::{dur_micros, Ts};
 use crate::domain::Subject;
 use crate::domain::{Change, EndReason, Health, HistoryEvent, Kind, Server, Tunnel};
-use crate::store::{EpisodeOp, EventRow, HealthRow};
+use crate::domain::{EpisodeChange, HealthTransition, HistoryEntry};
 
 impl Model {
     // ---- changes ----------------------------------------------------------
@@ -43,7 +43,7 @@ impl Model {
                         .kind
                         .parse::<Kind>()
                         .map_or(Subject::Unknown, Subject::from);
-                    self.history(EventRow {
+                    self.history(HistoryEntry {
                         at: now,
                         kind,
                         name: r.name.clone(),
@@ -191,7 +191,7 @@ impl Model {
         if event == HistoryEvent::Heartbeat {
             self.out.tally.heartbeats += 1;
         }
-        self.history(EventRow {
+        self.history(HistoryEntry {
             at: now,
             kind: kind.into(),
             name: name.clone(),
@@ -244,7 +244,7 @@ impl Model {
                     self.unhealthy.remove(name);
                     self.unindex_agent_auth(name, &a.res.server.auth_server);
                     if let Some(id) = a.episode {
-                        self.out.writes.episodes.push(EpisodeOp::close(
+                        self.out.writes.episodes.push(EpisodeChange::close(
                             id,
                             now,
                             EndReason::AgentDeleted,
@@ -298,7 +298,7 @@ impl Model {
                 e,
             );
         }
-        self.history(EventRow {
+        self.history(HistoryEntry {
             at: now,
             kind: Subject::TunnelConnection,
             name: t.name.clone(),
@@ -347,7 +347,7 @@ impl Model {
         let now_unhealthy = entry.unhealthy;
         let arm_grace = matches!(u.health, Health::Unknown | Health::ServiceUnknown);
         info!(auth_server = %u.auth_server, from = from.as_str(), to = u.health.as_str(), detail = %u.detail, "auth health changed");
-        self.out.writes.health_row(HealthRow {
+        self.out.writes.health_row(HealthTransition {
             auth_server: u.auth_server.clone(),
             addr: u.addr.clone(),
             at: now,
@@ -544,7 +544,7 @@ mod tests {
     /// place); one that changed anything else, or a new server, is whole.
     #[test]
     fn a_put_that_moved_only_the_expiry_is_stored_as_an_expiry() {
-        use crate::store::batch::ServerRow;
+        use crate::domain::ResourceChange;
         let mut f = ready(&[("p1", 10)], &["a1"]);
         let stored = |f: &super::Model, n: &str| {
             f.out
@@ -555,14 +555,14 @@ mod tests {
         };
         put(&mut f, server(Kind::Proxy, "p1", at(20)));
         let plain = f.proxies["p1"].server.clone();
-        assert_eq!(stored(&f, "p1"), Some(ServerRow::Expiry(plain)));
+        assert_eq!(stored(&f, "p1"), Some(ResourceChange::Expiry(plain)));
         f.out.writes = Default::default();
         let mut moved = server(Kind::Proxy, "p1", at(30));
         moved.version = "18.0.0".into();
         put(&mut f, moved.clone());
-        assert!(matches!(stored(&f, "p1"), Some(ServerRow::Put(s)) if s.version == "18.0.0"));
+        assert!(matches!(stored(&f, "p1"), Some(ResourceChange::Put(s)) if s.version == "18.0.0"));
         put(&mut f, server(Kind::Proxy, "p9", at(30)));
-        assert!(matches!(stored(&f, "p9"), Some(ServerRow::Put(_))));
+        assert!(matches!(stored(&f, "p9"), Some(ResourceChange::Put(_))));
     }
 
     /// Guards a backwards expiry: it is accepted, and an expiry already
@@ -605,9 +605,7 @@ mod tests {
         let stored = f.out.writes.servers.get(&(Kind::Agent, "a1".to_string()));
         assert_eq!(
             stored,
-            Some(&crate::store::batch::ServerRow::Expiry(
-                after.server.clone()
-            ))
+            Some(&crate::domain::ResourceChange::Expiry(after.server.clone()))
         );
 
         f.apply(vec![expiry(Kind::Proxy, "p1", at(40))]);

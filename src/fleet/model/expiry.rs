@@ -7,7 +7,7 @@ use super::schedule::TimerKey;
 use super::Model;
 use crate::clock::Ts;
 use crate::domain::{AgentState, Health, HistoryEvent, Kind};
-use crate::store::{EventRow, SampleRow};
+use crate::domain::{Census, HistoryEntry};
 
 /// How often the agents are counted by state (`history`'s finest step).
 pub const SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
@@ -53,7 +53,7 @@ impl Model {
                     _ => {}
                 }
             }
-            self.out.writes.samples.push(SampleRow {
+            self.out.writes.samples.push(Census {
                 at: minute.saturating_sub(SAMPLE_EVERY),
                 agents: u32::try_from(self.agents.len()).unwrap_or(u32::MAX),
                 stranded: stranded.max(peak_stranded),
@@ -101,7 +101,7 @@ impl Model {
         }
         *expired = true;
         debug!(%kind, %name, "expired");
-        self.history(EventRow {
+        self.history(HistoryEntry {
             at: expires,
             kind: kind.into(),
             name: name.to_string(),

@@ -13,8 +13,8 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::quantiles::Recoveries;
 use crate::clock::Ts;
+use crate::domain::IncidentRecord;
 use crate::domain::{AgentState, Cause, CauseKind};
-use crate::store::IncidentRow;
 
 /// An incident's key: its root cause's kind and resource.
 pub type Key = (CauseKind, String);
@@ -26,7 +26,7 @@ const MAX_AFFECTED_NAMED: usize = 2_000_000;
 
 #[derive(Debug)]
 struct Open {
-    row: IncidentRow,
+    row: IncidentRecord,
     /// Agents held now, by state.
     stranded: u32,
     degraded: u32,
@@ -127,7 +127,7 @@ impl Incidents {
         state: AgentState,
         cause: Option<&Cause>,
         since: Ts,
-        rows: &mut Vec<IncidentRow>,
+        rows: &mut Vec<IncidentRecord>,
     ) -> Option<i64> {
         let key = match cause {
             Some(c) if state != AgentState::Healthy => key_of(c),
@@ -197,7 +197,7 @@ impl Incidents {
 
     /// `agent` leaves its incident at `at`: recovered (healthy), or gone
     /// or moved on. The incident ends with its last agent.
-    pub fn leave(&mut self, agent: &str, at: Ts, recovered: bool, rows: &mut Vec<IncidentRow>) {
+    pub fn leave(&mut self, agent: &str, at: Ts, recovered: bool, rows: &mut Vec<IncidentRecord>) {
         let Some(m) = self.members.remove(agent) else {
             return;
         };
@@ -224,7 +224,7 @@ impl Incidents {
     }
 
     /// A signal was sent to `agent`: counted on its open incident.
-    pub fn signaled(&mut self, agent: &str, rows: &mut Vec<IncidentRow>) {
+    pub fn signaled(&mut self, agent: &str, rows: &mut Vec<IncidentRecord>) {
         let Some(m) = self.members.get(agent) else {
             return;
         };
@@ -235,7 +235,7 @@ impl Incidents {
     }
 
     /// Every open incident's row, as it stands.
-    pub fn open_rows(&self) -> Vec<IncidentRow> {
+    pub fn open_rows(&self) -> Vec<IncidentRecord> {
         self.open.values().map(|o| o.row.clone()).collect()
     }
 
@@ -244,7 +244,12 @@ impl Incidents {
     /// An open incident this model has too keeps the stored id and start;
     /// a stored one it does not have ends `now`; one only here gets a new
     /// id. Returns every row to write.
-    pub fn adopt(&mut self, stored: Vec<IncidentRow>, next_id: i64, now: Ts) -> Vec<IncidentRow> {
+    pub fn adopt(
+        &mut self,
+        stored: Vec<IncidentRecord>,
+        next_id: i64,
+        now: Ts,
+    ) -> Vec<IncidentRecord> {
         self.next_id = self.next_id.max(next_id);
         let mut rows = Vec::new();
         let mut taken: HashSet<Key> = HashSet::default();
@@ -261,7 +266,7 @@ impl Incidents {
                     o.row.peak_degraded = o.row.peak_degraded.max(s.peak_degraded);
                     taken.insert(key);
                 }
-                _ => rows.push(IncidentRow {
+                _ => rows.push(IncidentRecord {
                     ended: Some(now.max(s.started)),
                     ..s
                 }),
@@ -294,7 +299,7 @@ impl Incidents {
 
     /// Loads the incidents the database has open, before their agents are
     /// restored; returns those left without an agent once all are, ended.
-    pub fn load(&mut self, stored: Vec<IncidentRow>, next_id: i64) {
+    pub fn load(&mut self, stored: Vec<IncidentRecord>, next_id: i64) {
         self.next_id = self.next_id.max(next_id);
         for s in stored {
             let key = (s.cause, s.resource.clone());
@@ -303,7 +308,7 @@ impl Incidents {
     }
 
     /// Ends the loaded incidents no agent was restored into.
-    pub fn end_empty(&mut self, now: Ts) -> Vec<IncidentRow> {
+    pub fn end_empty(&mut self, now: Ts) -> Vec<IncidentRecord> {
         let empty: Vec<Key> = self
             .open
             .iter()
@@ -320,7 +325,7 @@ impl Incidents {
 
 impl Open {
     fn new(id: i64, key: &Key, started: Ts) -> Open {
-        Open::from_row(IncidentRow {
+        Open::from_row(IncidentRecord {
             id,
             cause: key.0,
             resource: key.1.clone(),
@@ -337,7 +342,7 @@ impl Open {
     }
 
     /// An open incident as stored, before its agents are counted back in.
-    fn from_row(row: IncidentRow) -> Open {
+    fn from_row(row: IncidentRecord) -> Open {
         Open {
             row,
             stranded: 0,
@@ -359,7 +364,7 @@ impl Open {
     }
 
     /// The row of the incident ended at `at`, with its recovery figures.
-    fn end(mut self, at: Ts) -> IncidentRow {
+    fn end(mut self, at: Ts) -> IncidentRecord {
         self.row.ended = Some(at.max(self.row.started));
         if let Some(mid) = self.recoveries.p50() {
             self.row.recover_p50_us = Some(mid);
@@ -451,7 +456,7 @@ mod tests {
         let p2 = cause(CauseKind::ProxyExpired, "p2");
         inc.set("a1", AgentState::Stranded, Some(&p1), t(10), &mut rows);
         inc.set("a2", AgentState::Stranded, Some(&p2), t(10), &mut rows);
-        let stored = |id, r: &str| IncidentRow {
+        let stored = |id, r: &str| IncidentRecord {
             ended: None,
             ..Open::new(id, &(CauseKind::ProxyExpired, r.into()), t(3)).row
         };

@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::clock::Ts;
+use crate::domain::Record;
 use crate::domain::{named_enum, Change, Rejection};
 use crate::domain::{AgentState, CauseKind, Health, HealthMode, Kind, Reasons, Server, Tunnel};
-use crate::store::WriteBatch;
 
 named_enum! {
     "snake_case";
@@ -125,7 +125,7 @@ pub struct Tally {
 pub struct Effects {
     /// Rows the store owes: history, health, episode changes and current
     /// state, coalesced per resource.
-    pub writes: WriteBatch,
+    pub writes: Record,
     /// Agents' state changes, in classification order.
     pub changes: Vec<StateChange>,
     /// When the condition began, for each agent that left healthy in a

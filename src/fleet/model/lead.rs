@@ -8,9 +8,9 @@ use rustc_hash::FxHashMap as HashMap;
 use tracing::info;
 
 use super::Model;
+use crate::domain::Episode;
 use crate::domain::{EndReason, Kind};
-use crate::store::read::Episode;
-use crate::store::{EpisodeOp, IncidentRow};
+use crate::domain::{EpisodeChange, IncidentRecord};
 
 /// What the lead changed, for the log and the tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -32,7 +32,7 @@ impl Model {
         &mut self,
         open: Vec<Episode>,
         next_episode: i64,
-        (incidents, next_incident): (Vec<IncidentRow>, i64),
+        (incidents, next_incident): (Vec<IncidentRecord>, i64),
     ) -> Adopted {
         let now = self.now();
         self.next_episode = next_episode.max(1);
@@ -54,9 +54,9 @@ impl Model {
         self.out.writes.replace_tunnels(tunnels);
 
         // Closes go first, then what is kept, then what is opened.
-        let mut closes: Vec<EpisodeOp> = Vec::new();
-        let mut ops: Vec<EpisodeOp> = Vec::new();
-        let mut close = |id: i64, why: EndReason| closes.push(EpisodeOp::close(id, now, why));
+        let mut closes: Vec<EpisodeChange> = Vec::new();
+        let mut ops: Vec<EpisodeChange> = Vec::new();
+        let mut close = |id: i64, why: EndReason| closes.push(EpisodeChange::close(id, now, why));
         let mut stored: HashMap<String, Episode> = HashMap::default();
         for ep in open {
             // Two open episodes of one agent cannot both be right.
@@ -82,7 +82,7 @@ impl Model {
             match theirs {
                 Some(ep) if ep.state == a.state => {
                     a.episode = Some(ep.id);
-                    ops.push(EpisodeOp::Update {
+                    ops.push(EpisodeChange::Update {
                         id: ep.id,
                         reasons: a.reasons.join(),
                         cause: a.cause.clone(),
@@ -97,7 +97,7 @@ impl Model {
                     let id = self.next_episode;
                     self.next_episode += 1;
                     a.episode = Some(id);
-                    ops.push(EpisodeOp::Open {
+                    ops.push(EpisodeChange::Open {
                         id,
                         agent: name.clone(),
                         state: a.state,
@@ -130,9 +130,9 @@ impl Model {
 mod tests {
     use super::*;
     use crate::clock::Ts;
+    use crate::domain::Episode;
     use crate::domain::{AgentState, CauseKind};
     use crate::fleet::model::fixture::*;
-    use crate::store::read::Episode;
 
     fn stored(id: i64, agent: &str, state: AgentState) -> Episode {
         Episode {
@@ -195,7 +195,7 @@ mod tests {
             .episodes
             .iter()
             .filter_map(|e| match e {
-                EpisodeOp::Close { id, end_reason, .. } => Some((*id, *end_reason)),
+                EpisodeChange::Close { id, end_reason, .. } => Some((*id, *end_reason)),
                 _ => None,
             })
             .collect();

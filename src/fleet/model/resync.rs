@@ -10,9 +10,9 @@ use super::tunnel_tables::TunnelTables;
 use super::{AgentEntry, AuthEntry, Model, ResEntry, TunnelEntry};
 use super::{BoardOp, Resync, Snapshot, WatchState};
 use crate::clock::Ts;
+use crate::domain::EpisodeChange;
+use crate::domain::Loaded;
 use crate::domain::{AgentState, Cause, EndReason, Health, HistoryEvent, Kind, Reasons, Subject};
-use crate::store::read::Loaded;
-use crate::store::EpisodeOp;
 
 impl Model {
     // ---- start-up ---------------------------------------------------------
@@ -75,7 +75,7 @@ impl Model {
                             .restore(&ep.agent, ep.state, ep.started_at, incident);
                     }
                 }
-                None => self.out.writes.episodes.push(EpisodeOp::close(
+                None => self.out.writes.episodes.push(EpisodeChange::close(
                     ep.id,
                     now,
                     EndReason::AgentUnknown,
@@ -287,7 +287,7 @@ impl Model {
                             self.left_incident(name, now);
                             self.unhealthy.remove(name);
                             if let Some(id) = gone.episode {
-                                self.out.writes.episodes.push(EpisodeOp::close(
+                                self.out.writes.episodes.push(EpisodeChange::close(
                                     id,
                                     now,
                                     EndReason::AgentDeleted,
@@ -413,12 +413,12 @@ impl Snapshot {
 #[cfg(test)]
 mod tests {
     use super::{Resync, Snapshot};
+    use crate::domain::EpisodeChange;
     use crate::domain::{AgentState, Kind};
     use crate::fleet::model::fixture::*;
     use crate::fleet::model::settle::PARALLEL_AGENTS;
     use crate::fleet::model::tunnel_tables::PARALLEL_TUNNELS;
     use crate::fleet::model::WatchState;
-    use crate::store::EpisodeOp;
 
     /// [`listing`] of `agents` behind two proxies, where the tunnel of
     /// `dying` to p1 expires at 100 s and that of `dead` has expired.
@@ -544,7 +544,7 @@ mod tests {
         assert!(
             closed
                 .iter()
-                .any(|op| matches!(op, EpisodeOp::Close { id, .. } if *id == gone)),
+                .any(|op| matches!(op, EpisodeChange::Close { id, .. } if *id == gone)),
             "a3's episode closed: {closed:?}"
         );
     }

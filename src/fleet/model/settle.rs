@@ -7,8 +7,8 @@ use super::classify::{classify, Inputs, TunnelView, Verdict};
 use super::{Model, TunnelEntry};
 use super::{StateChange, WatchState};
 use crate::clock::Ts;
+use crate::domain::EpisodeChange;
 use crate::domain::{AgentState, CauseKind, EndReason, Kind};
-use crate::store::EpisodeOp;
 use crate::supervise::{joined, scoped};
 use crate::telemetry::propagate::{self};
 
@@ -180,7 +180,7 @@ impl Model {
                         lasted_ms = since.since(started).as_secs_f64() * 1e3,
                     )
                 });
-                self.out.writes.episodes.push(EpisodeOp::Close {
+                self.out.writes.episodes.push(EpisodeChange::Close {
                     id,
                     ended: since,
                     ended_by_signal,
@@ -195,7 +195,7 @@ impl Model {
             if v.state != AgentState::Healthy {
                 a.episode = Some(next_id);
                 self.next_episode += 1;
-                self.out.writes.episodes.push(EpisodeOp::Open {
+                self.out.writes.episodes.push(EpisodeChange::Open {
                     id: next_id,
                     agent: name.to_string(),
                     state: v.state,
@@ -241,7 +241,7 @@ impl Model {
                     self.incidents.of(name)
                 };
                 self.out.writes.incidents(rows);
-                self.out.writes.episodes.push(EpisodeOp::Update {
+                self.out.writes.episodes.push(EpisodeChange::Update {
                     id,
                     reasons: v.reasons.join(),
                     cause: v.cause.clone(),
@@ -256,13 +256,13 @@ impl Model {
 
 #[cfg(test)]
 mod tests {
+    use crate::domain::EpisodeChange;
     use crate::domain::{Kind, Server};
     use crate::fleet::model::fixture::*;
-    use crate::store::EpisodeOp;
 
     fn ended_by(f: &super::Model, id: i64) -> Option<Option<i64>> {
         f.out.writes.episodes.iter().find_map(|e| match e {
-            EpisodeOp::Close {
+            EpisodeChange::Close {
                 id: i,
                 ended_by_signal,
                 ..
@@ -291,7 +291,7 @@ mod tests {
             .episodes
             .iter()
             .filter_map(|e| match e {
-                EpisodeOp::Open { incident, .. } => Some(*incident),
+                EpisodeChange::Open { incident, .. } => Some(*incident),
                 _ => None,
             })
             .collect();

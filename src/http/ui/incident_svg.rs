@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use crate::clock::Ts;
+use crate::domain::Episode;
 use crate::domain::{AgentState, Outcome};
-use crate::store::read::Episode;
 use crate::store::signals::SignalRecord;
 
 use super::fmt;
