@@ -117,27 +117,7 @@ pub(super) async fn list_all(
     while let Some(page) = pages.recv().await {
         let (kind, page) = page?;
         for entry in page {
-            let item = match entry {
-                Entry::Node(node) => match node.read() {
-                    Some(put) => convert::listed_node(&put, &seen),
-                    // Read once already: not met.
-                    None => Err(reject(
-                        RejectCode::StreamProtocol,
-                        kind.as_str(),
-                        "",
-                        "a listed node could not be read again",
-                    )),
-                },
-                Entry::Decoded(r) => match r.resource {
-                    Some(r) => convert::Resource::of_page(r).validate(&seen, &mut src.ttls),
-                    None => Err(reject(
-                        RejectCode::EmptyEvent,
-                        kind.as_str(),
-                        "",
-                        "an empty list entry",
-                    )),
-                },
-            };
+            let item = listed(entry, kind, &seen, &mut src.ttls);
             match keep(kind.as_str(), item) {
                 Some(Item::Beat(b)) => hosts.load(b, &seen, &src.hosts),
                 Some(Item::Agentless(name)) => hosts.put_agentless(name),
@@ -145,10 +125,56 @@ pub(super) async fn list_all(
             }
         }
     }
-    // Each host's Auth before the snapshot is built. The poll started with
-    // the lists and streams while the pages are folded; without an answer
-    // in time, hosts keep the attachments last known (a host new since
-    // starts with no Auth and gains it when the poll answers).
+    let (agents, tunnels) = attach(src, &mut hosts, instances).await;
+    Ok(Listed {
+        proxies,
+        auth_servers,
+        hosts,
+        agents,
+        tunnels,
+        rejections,
+    })
+}
+
+/// One entry of an agent page, read into an item.
+fn listed(
+    entry: Entry,
+    kind: AgentService,
+    seen: &Seen,
+    ttls: &mut convert::Ttls,
+) -> Result<Item, crate::domain::Rejection> {
+    match entry {
+        Entry::Node(node) => match node.read() {
+            Some(put) => convert::listed_node(&put, seen),
+            // Read once already: not met.
+            None => Err(reject(
+                RejectCode::StreamProtocol,
+                kind.as_str(),
+                "",
+                "a listed node could not be read again",
+            )),
+        },
+        Entry::Decoded(r) => match r.resource {
+            Some(r) => convert::Resource::of_page(r).validate(seen, ttls),
+            None => Err(reject(
+                RejectCode::EmptyEvent,
+                kind.as_str(),
+                "",
+                "an empty list entry",
+            )),
+        },
+    }
+}
+
+/// Each host's Auth before the snapshot is built. The poll started with
+/// the lists and streams while the pages are folded; without an answer in
+/// time, hosts keep the attachments last known (a host new since starts
+/// with no Auth and gains it when the poll answers).
+async fn attach(
+    src: &Teleport,
+    hosts: &mut Hosts,
+    instances: &mut mpsc::Receiver<AuthOf>,
+) -> (Vec<Server>, Vec<crate::domain::Tunnel>) {
     #[allow(clippy::disallowed_methods)] // step durations, for the log
     let folded = std::time::Instant::now();
     let auth_of = match tokio::time::timeout(src.cfg.connect_timeout, instances.recv()).await {
@@ -163,14 +189,7 @@ pub(super) async fn list_all(
         attach_ms = folded.elapsed().saturating_sub(waited).as_millis() as u64,
         "listing folded; hosts attached to their Auth"
     );
-    Ok(Listed {
-        proxies,
-        auth_servers,
-        hosts,
-        agents,
-        tunnels,
-        rejections,
-    })
+    (agents, tunnels)
 }
 
 /// Services the watch showed and a listing made since still lacks are

@@ -52,6 +52,10 @@ fn wanted_kinds(cfg: &TeleportConfig) -> Vec<String> {
     kinds
 }
 
+/// One session, in its four phases: the watch opened (`open`), its INIT
+/// read for the kinds Teleport confirmed (`confirm`), everything listed
+/// and handed over as one resync (`list`), then events followed until the
+/// stream ends (`Following`).
 async fn session(
     src: &mut Teleport,
     generation: &mut u64,
@@ -67,29 +71,7 @@ async fn session(
     let max = src.cfg.max_message_bytes;
     let lister = Lister::new(channel.clone(), max);
     let kinds = wanted_kinds(&src.cfg);
-    let mut denied: BTreeSet<String> = BTreeSet::new();
-    let mut stream = match open_watch(&channel, max, &kinds).await {
-        Ok(s) => s,
-        // An older Auth refuses the whole watch for one kind its role
-        // cannot read, partial success or not: find which, a kind at a
-        // time, and watch the rest.
-        Err(s) if s.code() == tonic::Code::PermissionDenied => {
-            denied = probe_denied(&channel, max, &kinds, src.cfg.connect_timeout).await?;
-            if denied.is_empty() {
-                return Err(WatchError::Watch(s));
-            }
-            warn!(denied = ?denied, "the Auth refused the whole watch for kinds its role cannot read (an older Auth); watching the others");
-            let allowed: Vec<String> = kinds
-                .iter()
-                .filter(|k| !denied.contains(*k))
-                .cloned()
-                .collect();
-            open_watch(&channel, max, &allowed)
-                .await
-                .map_err(WatchError::Watch)?
-        }
-        Err(s) => return Err(WatchError::Watch(s)),
-    };
+    let (mut stream, denied) = open(src, &channel, &kinds).await?;
     let generation = opened(&stats, generation);
 
     let first = match first_init(&mut stream, &stats, |w: &Watched| {
@@ -100,8 +82,79 @@ async fn session(
         Watched::Event(e) => e,
         Watched::NodePut(_) => return Err(WatchError::NoInit),
     };
-    // INIT's WatchStatus lists the confirmed kinds; an INIT without one
-    // (an older server) confirms every kind.
+    let confirmed = confirm(src, first, &kinds, &denied);
+
+    #[allow(clippy::disallowed_methods)] // list duration, for the log
+    let list_started = std::time::Instant::now();
+    // Auth attachments alongside the lists, so the agents' first listing
+    // carries them.
+    let (inst_tx, inst_rx) = mpsc::channel::<AuthOf>(1);
+    let _poller = AbortOnDropHandle::new(tokio::spawn(
+        poll_instances(channel.clone(), max, src.cfg.instances_poll, inst_tx)
+            .instrument(info_span!("teleport.instances")),
+    ));
+    let mut following = Following {
+        stream,
+        lister,
+        inst_rx,
+        relist: None,
+        relist_at: None,
+    };
+    let (resync, rejections) = list(src, channel, &mut following, confirmed, generation).await?;
+    hand_over(&src.fleet, &stats, rejections, resync, list_started).await?;
+    *reached_ready = true;
+    src.unlisted.clear();
+    following.follow(src).await
+}
+
+/// Opens the watch on `kinds`. An older Auth refuses the whole watch for
+/// one kind its role cannot read, partial success or not: then which is
+/// found a kind at a time, and the rest are watched. Returns the stream
+/// and the kinds refused that way.
+async fn open(
+    src: &Teleport,
+    channel: &Channel,
+    kinds: &[String],
+) -> Result<(tonic::Streaming<Watched>, BTreeSet<String>), WatchError> {
+    let max = src.cfg.max_message_bytes;
+    match open_watch(channel, max, kinds).await {
+        Ok(s) => Ok((s, BTreeSet::new())),
+        Err(s) if s.code() == tonic::Code::PermissionDenied => {
+            let denied = probe_denied(channel, max, kinds, src.cfg.connect_timeout).await?;
+            if denied.is_empty() {
+                return Err(WatchError::Watch(s));
+            }
+            warn!(denied = ?denied, "the Auth refused the whole watch for kinds its role cannot read (an older Auth); watching the others");
+            let allowed: Vec<String> = kinds
+                .iter()
+                .filter(|k| !denied.contains(*k))
+                .cloned()
+                .collect();
+            let stream = open_watch(channel, max, &allowed)
+                .await
+                .map_err(WatchError::Watch)?;
+            Ok((stream, denied))
+        }
+        Err(s) => Err(WatchError::Watch(s)),
+    }
+}
+
+/// What INIT confirmed: the kinds the fleet will not get (`rejected`)
+/// and the agent services that are watched.
+struct Confirmed {
+    rejected: Vec<Kind>,
+    agents_ok: Vec<AgentService>,
+}
+
+/// Reads INIT's `WatchStatus` for the confirmed kinds (an INIT without
+/// one, from an older server, confirms every kind not `denied`), and says
+/// which are not watched and why (the log and `/readyz`).
+fn confirm(
+    src: &Teleport,
+    first: tp::Event,
+    kinds: &[String],
+    denied: &BTreeSet<String>,
+) -> Confirmed {
     let confirmed: BTreeSet<String> = match first.resource {
         Some(Resource::WatchStatus(ws)) => ws
             .spec
@@ -134,7 +187,7 @@ async fn session(
     if !refused.is_empty() {
         warn!(refused = ?refused, "Teleport did not confirm every watched kind (check the identity's role: it needs list and read on each)");
     }
-    stats.set_unwatched(
+    src.stats.set_unwatched(
         refused
             .iter()
             .map(|k| crate::stats::Unwatched {
@@ -147,16 +200,25 @@ async fn session(
             })
             .collect(),
     );
+    Confirmed {
+        rejected,
+        agents_ok,
+    }
+}
 
-    #[allow(clippy::disallowed_methods)] // list duration, for the log
-    let list_started = std::time::Instant::now();
-    // Auth attachments alongside the lists, so the agents' first listing
-    // carries them.
-    let (inst_tx, mut inst_rx) = mpsc::channel::<AuthOf>(1);
-    let _poller = AbortOnDropHandle::new(tokio::spawn(
-        poll_instances(channel.clone(), max, src.cfg.instances_poll, inst_tx)
-            .instrument(info_span!("teleport.instances")),
-    ));
+/// Lists every confirmed kind and makes the resync of `generation`; the
+/// listing's hosts replace the last one's.
+async fn list(
+    src: &mut Teleport,
+    channel: Channel,
+    following: &mut Following,
+    confirmed: Confirmed,
+    generation: u64,
+) -> Result<(Resync, Vec<Ingested>), WatchError> {
+    let Confirmed {
+        rejected,
+        agents_ok,
+    } = confirmed;
     src.ttls.begin_resync();
     let Listed {
         proxies,
@@ -165,7 +227,15 @@ async fn session(
         agents,
         tunnels,
         rejections,
-    } = list_all(src, channel, &lister, &rejected, &agents_ok, &mut inst_rx).await?;
+    } = list_all(
+        src,
+        channel,
+        &following.lister,
+        &rejected,
+        &agents_ok,
+        &mut following.inst_rx,
+    )
+    .await?;
     // What was not listed is forgotten, so the learned TTLs stay bounded.
     src.ttls.end_resync();
     let mut snapshots = Vec::new();
@@ -184,76 +254,113 @@ async fn session(
     src.stats
         .agentless_nodes
         .store(src.hosts.agentless() as u64, Ordering::Relaxed);
-    let fleet = src.fleet.clone();
     let resync = Resync {
         generation,
         snapshots,
         rejected,
     };
-    hand_over(&fleet, &stats, rejections, resync, list_started).await?;
-    *reached_ready = true;
-    src.unlisted.clear();
+    Ok((resync, rejections))
+}
 
-    let mut changes = Vec::new();
-    // A listing again, once services the listing lacked have shown up.
-    type Names = BTreeSet<(AgentService, String)>;
-    let mut relist: Option<AbortOnDropHandle<Result<Names, WatchError>>> = None;
-    let mut relist_at: Option<tokio::time::Instant> = None;
-    loop {
-        if relist.is_none() && relist_at.is_none() && !src.unlisted.is_empty() {
-            let hiding = src.stats.listing_hidden.load(Ordering::Relaxed) > 0;
-            let wait = if hiding { RELIST_HIDDEN } else { RELIST_AFTER };
-            relist_at = Some(src.clock.deadline_in(wait));
-        }
-        tokio::select! {
-            _ = async { if let Some(at) = relist_at { tokio::time::sleep_until(at).await } }, if relist_at.is_some() && relist.is_none() => {
-                relist_at = None;
-                let kinds: BTreeSet<AgentService> = src.unlisted.iter().map(|(k, _)| *k).collect();
-                relist = Some(AbortOnDropHandle::new(tokio::spawn(
-                    list_names(lister.clone(), kinds, src.cfg.page_size)
-                        .instrument(info_span!("teleport.relist")),
-                )));
+/// Agent services and names, from a listing again.
+type Names = BTreeSet<(AgentService, String)>;
+
+/// The last phase: events followed, each host's Auth as the poller finds
+/// it, and a listing again once services the listing lacked have shown
+/// up (to tell new ones from ones the listing hides).
+struct Following {
+    stream: tonic::Streaming<Watched>,
+    lister: Lister,
+    inst_rx: mpsc::Receiver<AuthOf>,
+    relist: Option<AbortOnDropHandle<Result<Names, WatchError>>>,
+    relist_at: Option<tokio::time::Instant>,
+}
+
+impl Following {
+    /// Runs until the stream ends or the fleet is gone.
+    async fn follow(mut self, src: &mut Teleport) -> Result<(), WatchError> {
+        let mut changes = Vec::new();
+        loop {
+            if self.relist.is_none() && self.relist_at.is_none() && !src.unlisted.is_empty() {
+                let hiding = src.stats.listing_hidden.load(Ordering::Relaxed) > 0;
+                let wait = if hiding { RELIST_HIDDEN } else { RELIST_AFTER };
+                self.relist_at = Some(src.clock.deadline_in(wait));
             }
-            r = async { match relist.as_mut() { Some(t) => t.await, None => std::future::pending().await } }, if relist.is_some() => {
-                relist = None;
-                match r {
-                    Ok(Ok(listed)) => hidden_from_listing(src, &listed),
-                    Ok(Err(e)) => debug!(error = %e, "listing again to tell new services from hidden ones failed; next time"),
-                    Err(e) => debug!(error = %e, "the listing task ended"),
+            let relist_at = self.relist_at;
+            tokio::select! {
+                _ = async { if let Some(at) = relist_at { tokio::time::sleep_until(at).await } }, if relist_at.is_some() && self.relist.is_none() => {
+                    self.relist_at = None;
+                    let kinds: BTreeSet<AgentService> = src.unlisted.iter().map(|(k, _)| *k).collect();
+                    self.relist = Some(AbortOnDropHandle::new(tokio::spawn(
+                        list_names(self.lister.clone(), kinds, src.cfg.page_size)
+                            .instrument(info_span!("teleport.relist")),
+                    )));
                 }
-            }
-            m = inst_rx.recv() => {
-                let Some(m) = m else { continue };
-                let mut changes = Vec::new();
-                src.hosts.set_auth(m, &mut changes);
-                if !changes.is_empty() {
-                    let batch = changes.into_iter().map(Ingested::Change).collect();
-                    fleet.send(Command::Apply(batch)).await.map_err(|_| WatchError::FleetGone)?;
-                }
-            }
-            (events, end) = burst(&mut stream, &stats) => {
-                let n = events.len() as u64;
-                let mut batch = Vec::with_capacity(events.len());
-                for ev in events {
-                    match ev {
-                        Watched::NodePut(node) => apply_node(src, node, &mut changes, &mut batch),
-                        Watched::Event(ev) => apply(src, ev, &mut changes, &mut batch),
+                r = async { match self.relist.as_mut() { Some(t) => t.await, None => std::future::pending().await } }, if self.relist.is_some() => {
+                    self.relist = None;
+                    match r {
+                        Ok(Ok(listed)) => hidden_from_listing(src, &listed),
+                        Ok(Err(e)) => debug!(error = %e, "listing again to tell new services from hidden ones failed; next time"),
+                        Err(e) => debug!(error = %e, "the listing task ended"),
                     }
                 }
-                if !batch.is_empty() {
-                    fleet.send(Command::Apply(batch)).await.map_err(|_| WatchError::FleetGone)?;
+                m = self.inst_rx.recv() => {
+                    let Some(m) = m else { continue };
+                    auth_found(src, m).await?;
                 }
-                Stats::add(&stats.stream_events, n);
-                Stats::add(&stats.session_events, n);
-                // Once per burst, not per event: agentless nodes come and go
-                // rarely.
-                stats.agentless_nodes.store(src.hosts.agentless() as u64, Ordering::Relaxed);
-                if let Some(e) = end {
-                    return Err(e);
+                (events, end) = burst(&mut self.stream, &src.stats) => {
+                    events_arrived(src, events, &mut changes).await?;
+                    if let Some(e) = end {
+                        return Err(e);
+                    }
                 }
             }
         }
     }
+}
+
+/// The poller found each host's Auth: the hosts that moved are sent on.
+async fn auth_found(src: &mut Teleport, m: AuthOf) -> Result<(), WatchError> {
+    let mut changes = Vec::new();
+    src.hosts.set_auth(m, &mut changes);
+    if !changes.is_empty() {
+        let batch = changes.into_iter().map(Ingested::Change).collect();
+        src.fleet
+            .send(Command::Apply(batch))
+            .await
+            .map_err(|_| WatchError::FleetGone)?;
+    }
+    Ok(())
+}
+
+/// A burst of events, applied and sent to the fleet as one batch.
+async fn events_arrived(
+    src: &mut Teleport,
+    events: Vec<Watched>,
+    changes: &mut Vec<Change>,
+) -> Result<(), WatchError> {
+    let n = events.len() as u64;
+    let mut batch = Vec::with_capacity(events.len());
+    for ev in events {
+        match ev {
+            Watched::NodePut(node) => apply_node(src, node, changes, &mut batch),
+            Watched::Event(ev) => apply(src, ev, changes, &mut batch),
+        }
+    }
+    if !batch.is_empty() {
+        src.fleet
+            .send(Command::Apply(batch))
+            .await
+            .map_err(|_| WatchError::FleetGone)?;
+    }
+    let stats = &src.stats;
+    Stats::add(&stats.stream_events, n);
+    Stats::add(&stats.session_events, n);
+    // Once per burst, not per event: agentless nodes come and go rarely.
+    stats
+        .agentless_nodes
+        .store(src.hosts.agentless() as u64, Ordering::Relaxed);
+    Ok(())
 }
 
 /// A node's PUT kept as bytes: its host takes the new expiry in place
