@@ -11,6 +11,7 @@
 
 pub mod batch;
 mod bulk;
+mod commit;
 pub mod db_time;
 pub mod health;
 pub mod incidents;

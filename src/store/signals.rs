@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use sqlx::QueryBuilder;
 
+use super::commit::CheckFence;
 use super::lease::Fence;
-use super::writer::CheckFence;
 use super::{on_pool, Db};
 
 use crate::clock::Ts;
