@@ -1,7 +1,8 @@
 //! One agent: its state and why, tunnels, history, episodes and signals.
 
 use super::*;
-use crate::domain::{agent_label, CauseKind};
+use crate::domain::{agent_label, CauseKind, Episode};
+use crate::fleet::Link;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -110,50 +111,10 @@ pub async fn agent(
     let last = d
         .last_signal
         .and_then(|id| sigs.iter().find(|r| r.id == id).cloned());
-    let tunnels = d
-        .item
-        .tunnels
-        .iter()
-        .map(|t| {
-            let (icon, class) = fmt::proxy_state(t.proxy_state);
-            TunnelLine {
-                name: t.name.clone(),
-                proxy: t.proxy.clone(),
-                state: t.proxy_state,
-                icon,
-                class,
-            }
-        })
-        .collect();
+    let tunnels = d.item.tunnels.iter().map(tunnel_line).collect();
     let history = episodes
         .into_iter()
-        .map(|e| {
-            let state = e.state;
-            let end = e.ended_at.unwrap_or(now);
-            HistoryItem {
-                icon: fmt::state_icon(state),
-                class: fmt::state_class(state),
-                from: fmt::hms(e.started_at),
-                to: match e.ended_at {
-                    Some(t) => fmt::hms(t),
-                    None => "now".into(),
-                },
-                lasted: fmt::compact(end.since(e.started_at)),
-                reasons: e.reasons.join(", "),
-                cause: {
-                    let cause = e.cause.map_or("", CauseKind::as_str);
-                    if e.cause_resource.is_empty() {
-                        cause.to_string()
-                    } else {
-                        format!("{cause} {}", e.cause_resource)
-                    }
-                },
-                ended_by_signal: e.ended_by_signal,
-                open: e.ended_at.is_none(),
-                incident: e.incident,
-                state: e.state.as_str().to_string(),
-            }
-        })
+        .map(|e| history_item(e, now))
         .collect();
     let ttl_line = format!(
         "last heartbeat {} · TTL {} · expires {} ({}) · heartbeats missed {}",
@@ -163,40 +124,7 @@ pub async fn agent(
         fmt::left(now, d.ttl_window.expires_at),
         d.ttl_window.heartbeats_missed
     );
-    let link = d.link.as_ref().map(|l| match &l.restart {
-        None => format!(
-            "connected since {} ({}) · version {} · wants {} tunnel(s) · {} report(s)",
-            fmt::hms(l.since),
-            fmt::ago(now, l.since),
-            l.version,
-            l.desired_tunnels,
-            l.reports
-        ),
-        Some(r) => {
-            let mut line = format!(
-                "sidecar {} · {}{} · connected since {} ({})",
-                l.version,
-                r.method,
-                if r.dry_run { " (dry run)" } else { "" },
-                fmt::hms(l.since),
-                fmt::ago(now, l.since),
-            );
-            if let Some(p) = &l.report {
-                if let Some(at) = p.last_restart {
-                    line.push_str(&format!(" · last restart {}", fmt::hms(at)));
-                    if let Some(ms) = p.last_restart_ready_ms {
-                        line.push_str(&format!(", ready in {:.1} s", ms as f64 / 1000.0));
-                    }
-                }
-                line.push_str(&format!(" · the agent says: {}", p.status));
-                if let Some(pid) = p.pid {
-                    line.push_str(&format!(" (pid {pid})"));
-                }
-                line.push_str(&format!(" at {}", fmt::hms(p.at)));
-            }
-            line
-        }
-    });
+    let link = d.link.as_ref().map(|l| link_line(l, now));
     let auth_health = d
         .item
         .auth_health
@@ -235,4 +163,83 @@ pub async fn agent(
             svg,
         },
     ))
+}
+
+/// One episode as a line of the agent's history.
+fn history_item(e: Episode, now: Ts) -> HistoryItem {
+    let state = e.state;
+    let end = e.ended_at.unwrap_or(now);
+    HistoryItem {
+        icon: fmt::state_icon(state),
+        class: fmt::state_class(state),
+        from: fmt::hms(e.started_at),
+        to: match e.ended_at {
+            Some(t) => fmt::hms(t),
+            None => "now".into(),
+        },
+        lasted: fmt::compact(end.since(e.started_at)),
+        reasons: e.reasons.join(", "),
+        cause: {
+            let cause = e.cause.map_or("", CauseKind::as_str);
+            if e.cause_resource.is_empty() {
+                cause.to_string()
+            } else {
+                format!("{cause} {}", e.cause_resource)
+            }
+        },
+        ended_by_signal: e.ended_by_signal,
+        open: e.ended_at.is_none(),
+        incident: e.incident,
+        state: e.state.as_str().to_string(),
+    }
+}
+
+/// How the agent's sidecar or stream is linked to Lifeline, in one line.
+fn link_line(l: &Link, now: Ts) -> String {
+    match &l.restart {
+        None => format!(
+            "connected since {} ({}) · version {} · wants {} tunnel(s) · {} report(s)",
+            fmt::hms(l.since),
+            fmt::ago(now, l.since),
+            l.version,
+            l.desired_tunnels,
+            l.reports
+        ),
+        Some(r) => {
+            let mut line = format!(
+                "sidecar {} · {}{} · connected since {} ({})",
+                l.version,
+                r.method,
+                if r.dry_run { " (dry run)" } else { "" },
+                fmt::hms(l.since),
+                fmt::ago(now, l.since),
+            );
+            if let Some(p) = &l.report {
+                if let Some(at) = p.last_restart {
+                    line.push_str(&format!(" · last restart {}", fmt::hms(at)));
+                    if let Some(ms) = p.last_restart_ready_ms {
+                        line.push_str(&format!(", ready in {:.1} s", ms as f64 / 1000.0));
+                    }
+                }
+                line.push_str(&format!(" · the agent says: {}", p.status));
+                if let Some(pid) = p.pid {
+                    line.push_str(&format!(" (pid {pid})"));
+                }
+                line.push_str(&format!(" at {}", fmt::hms(p.at)));
+            }
+            line
+        }
+    }
+}
+
+/// One of the agent's tunnels, with its proxy's state.
+fn tunnel_line(t: &crate::fleet::view::TunnelItem) -> TunnelLine {
+    let (icon, class) = fmt::proxy_state(t.proxy_state);
+    TunnelLine {
+        name: t.name.clone(),
+        proxy: t.proxy.clone(),
+        state: t.proxy_state,
+        icon,
+        class,
+    }
 }
