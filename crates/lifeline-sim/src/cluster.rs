@@ -286,49 +286,7 @@ impl SimCluster {
                 SimAuth::start(auth_name(i), spec.auth_flavor, health_tls.clone(), &stop).await?,
             );
         }
-        let now = clock.now();
-        let mut st = State::default();
-        for a in &auths {
-            let s = server(
-                Kind::AuthServer,
-                &a.name,
-                &a.addr.to_string(),
-                "",
-                spec.ttl,
-                now,
-            );
-            st.servers.insert((Kind::AuthServer, a.name.clone()), s);
-            st.auth_status
-                .insert(a.name.clone(), ServingStatus::Serving);
-        }
-        for i in 0..spec.proxies {
-            let name = proxy_name(i);
-            // Proxies have no listener in the simulator; the address is nominal.
-            let addr = format!("127.0.0.1:{}", 30_000 + i);
-            let s = server(Kind::Proxy, &name, &addr, "", spec.ttl, now);
-            st.servers.insert((Kind::Proxy, name), s);
-        }
-        for i in 0..spec.agents {
-            let name = agent_name(i);
-            let auth = if spec.auth_servers > 0 {
-                auth_name(i % spec.auth_servers)
-            } else {
-                String::new()
-            };
-            let s = server(Kind::Agent, &name, "", &auth, spec.agent_ttl, now);
-            st.servers.insert((Kind::Agent, name.clone()), s);
-            for j in 0..spec.tunnels_per_agent.min(spec.proxies) {
-                let proxy = proxy_name((i + j) % spec.proxies);
-                let t = pb::TunnelConnection {
-                    name: format!("{name}.{proxy}"),
-                    agent: name.clone(),
-                    proxy,
-                    last_heartbeat: Some(to_timestamp(now)),
-                    expires: None,
-                };
-                st.put_tunnel(t);
-            }
-        }
+        let st = State::at_start(&spec, &auths, clock.now());
         let (events, _) = broadcast::channel(spec.event_buffer.max(16));
         let (teleport_events, _) = broadcast::channel(spec.event_buffer.max(16));
         let (kill, _) = watch::channel(0u64);
@@ -352,79 +310,7 @@ impl SimCluster {
             teleport_events,
             pki,
         });
-        let stop2 = inner.stop.clone();
-        match (&inner.spec.teleport, &inner.pki) {
-            (Some(t), Some(pki)) => {
-                let auth = pki
-                    .server_config(vec![b"h2".to_vec(), b"http/1.1".to_vec()])
-                    .map_err(std::io::Error::other)?;
-                let front = if t.tls_routing {
-                    // A proxy's TLS routing to Auth, written here from
-                    // Teleport's rule rather than Lifeline's.
-                    let auth_alpn = format!(
-                        "teleport-auth@{}.{}",
-                        hex::encode(t.cluster_name.as_bytes()),
-                        super::pki::AUTH_SERVER_NAME
-                    )
-                    .into_bytes();
-                    let web = pki
-                        .web_config(vec![
-                            b"http/1.1".to_vec(),
-                            b"teleport-reversetunnel".to_vec(),
-                        ])
-                        .map_err(std::io::Error::other)?;
-                    let balancer = if t.behind_balancer {
-                        Some(
-                            pki.web_config(vec![b"h2".to_vec(), b"http/1.1".to_vec()])
-                                .map_err(std::io::Error::other)?,
-                        )
-                    } else {
-                        None
-                    };
-                    super::serve::Front::Routing {
-                        auth,
-                        web,
-                        balancer,
-                        auth_alpn,
-                        upgrades: inner.upgrades.clone(),
-                    }
-                } else {
-                    super::serve::Front::Direct(auth)
-                };
-                let (router, http) = teleport::routers(inner.clone());
-                tokio::spawn(super::serve::serve(
-                    router,
-                    listener,
-                    Some(front),
-                    Some(http),
-                    stop2,
-                    true,
-                ));
-            }
-            (_, pki) => {
-                let tls = match pki {
-                    Some(p) => Some(
-                        p.server_only_config(vec![b"h2".to_vec()])
-                            .map_err(std::io::Error::other)?,
-                    ),
-                    None => None,
-                };
-                let svc = ClusterEventsServer::new(cluster_events::Service {
-                    inner: inner.clone(),
-                })
-                .max_encoding_message_size(inner.spec.max_message_bytes)
-                .max_decoding_message_size(inner.spec.max_message_bytes);
-                let router = tonic::transport::Server::builder().add_service(svc);
-                tokio::spawn(super::serve::serve(
-                    router,
-                    listener,
-                    tls.map(super::serve::Front::Direct),
-                    None,
-                    stop2,
-                    inner.spec.nodelay,
-                ));
-            }
-        }
+        serve(&inner, listener)?;
         let sim = SimCluster { inner, addr };
         if sim.inner.spec.heartbeats {
             sim.start_heartbeats().await;
@@ -516,6 +402,135 @@ pub fn put_server(s: pb::Server) -> pb::Event {
         r#type: pb::EventType::Put as i32,
         resource: Some(pb::event::Resource::Server(s)),
     }
+}
+
+impl State {
+    /// The cluster as `spec` starts it: every auth server serving, every
+    /// resource fresh at `now`, each agent's tunnels to its proxies.
+    fn at_start(spec: &SimSpec, auths: &[SimAuth], now: Ts) -> State {
+        let mut st = State::default();
+        for a in auths {
+            let s = server(
+                Kind::AuthServer,
+                &a.name,
+                &a.addr.to_string(),
+                "",
+                spec.ttl,
+                now,
+            );
+            st.servers.insert((Kind::AuthServer, a.name.clone()), s);
+            st.auth_status
+                .insert(a.name.clone(), ServingStatus::Serving);
+        }
+        for i in 0..spec.proxies {
+            let name = proxy_name(i);
+            // Proxies have no listener in the simulator; the address is nominal.
+            let addr = format!("127.0.0.1:{}", 30_000 + i);
+            let s = server(Kind::Proxy, &name, &addr, "", spec.ttl, now);
+            st.servers.insert((Kind::Proxy, name), s);
+        }
+        for i in 0..spec.agents {
+            let name = agent_name(i);
+            let auth = if spec.auth_servers > 0 {
+                auth_name(i % spec.auth_servers)
+            } else {
+                String::new()
+            };
+            let s = server(Kind::Agent, &name, "", &auth, spec.agent_ttl, now);
+            st.servers.insert((Kind::Agent, name.clone()), s);
+            for j in 0..spec.tunnels_per_agent.min(spec.proxies) {
+                let proxy = proxy_name((i + j) % spec.proxies);
+                let t = pb::TunnelConnection {
+                    name: format!("{name}.{proxy}"),
+                    agent: name.clone(),
+                    proxy,
+                    last_heartbeat: Some(to_timestamp(now)),
+                    expires: None,
+                };
+                st.put_tunnel(t);
+            }
+        }
+        st
+    }
+}
+
+/// Serves the cluster on `listener`: Teleport's Auth API (mutual TLS, and
+/// a proxy's TLS routing when asked) or the `ClusterEvents` protocol.
+fn serve(inner: &Arc<Inner>, listener: TcpListener) -> std::io::Result<()> {
+    let stop2 = inner.stop.clone();
+    match (&inner.spec.teleport, &inner.pki) {
+        (Some(t), Some(pki)) => {
+            let auth = pki
+                .server_config(vec![b"h2".to_vec(), b"http/1.1".to_vec()])
+                .map_err(std::io::Error::other)?;
+            let front = if t.tls_routing {
+                // A proxy's TLS routing to Auth, written here from
+                // Teleport's rule rather than Lifeline's.
+                let auth_alpn = format!(
+                    "teleport-auth@{}.{}",
+                    hex::encode(t.cluster_name.as_bytes()),
+                    super::pki::AUTH_SERVER_NAME
+                )
+                .into_bytes();
+                let web = pki
+                    .web_config(vec![
+                        b"http/1.1".to_vec(),
+                        b"teleport-reversetunnel".to_vec(),
+                    ])
+                    .map_err(std::io::Error::other)?;
+                let balancer = if t.behind_balancer {
+                    Some(
+                        pki.web_config(vec![b"h2".to_vec(), b"http/1.1".to_vec()])
+                            .map_err(std::io::Error::other)?,
+                    )
+                } else {
+                    None
+                };
+                super::serve::Front::Routing {
+                    auth,
+                    web,
+                    balancer,
+                    auth_alpn,
+                    upgrades: inner.upgrades.clone(),
+                }
+            } else {
+                super::serve::Front::Direct(auth)
+            };
+            let (router, http) = teleport::routers(inner.clone());
+            tokio::spawn(super::serve::serve(
+                router,
+                listener,
+                Some(front),
+                Some(http),
+                stop2,
+                true,
+            ));
+        }
+        (_, pki) => {
+            let tls = match pki {
+                Some(p) => Some(
+                    p.server_only_config(vec![b"h2".to_vec()])
+                        .map_err(std::io::Error::other)?,
+                ),
+                None => None,
+            };
+            let svc = ClusterEventsServer::new(cluster_events::Service {
+                inner: inner.clone(),
+            })
+            .max_encoding_message_size(inner.spec.max_message_bytes)
+            .max_decoding_message_size(inner.spec.max_message_bytes);
+            let router = tonic::transport::Server::builder().add_service(svc);
+            tokio::spawn(super::serve::serve(
+                router,
+                listener,
+                tls.map(super::serve::Front::Direct),
+                None,
+                stop2,
+                inner.spec.nodelay,
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
