@@ -299,38 +299,7 @@ async fn scenario(
     .await?;
     let survivors: Vec<&Replica> = reps.iter().filter(|r| r.name != before.holder).collect();
     let live: Vec<String> = survivors.iter().map(|r| r.name.clone()).collect();
-    let (live_ref, sims_ref, live_reps) = (&live, &sims, &survivors);
-    let recovered_us = poll(
-        "every agent recovers",
-        Duration::from_secs(120),
-        || async move {
-            let open = count(
-                pool,
-                "SELECT count(*) FROM episodes WHERE ended_us IS NULL AND state = 'stranded'",
-            )
-            .await?;
-            let mut stranded_in_models = 0;
-            for r in live_reps {
-                let v = r.summary(http).await.unwrap_or_default();
-                stranded_in_models += v["agents"]["stranded"].as_i64().unwrap_or(1);
-            }
-            let moved = sqlx::query_scalar::<_, i64>(
-                "SELECT count(*) FROM agent_streams WHERE replica = ANY($1)",
-            )
-            .bind(live_ref)
-            .fetch_one(pool)
-            .await?;
-            let stranded = sims_ref
-                .iter()
-                .filter(|a| !a.tunnels().iter().any(|p| live_proxy(p)))
-                .count();
-            Ok(
-                (open == 0 && stranded_in_models == 0 && moved >= n_agents && stranded == 0)
-                    .then(wall_us),
-            )
-        },
-    )
-    .await?;
+    let recovered_us = every_agent_recovered(pool, http, &survivors, &sims, n_agents).await?;
     // Rows the killed replica took with it are answered by the new leader's
     // sweep (after the ack timeout and a lease).
     poll(
@@ -366,6 +335,40 @@ async fn scenario(
     let settings = settings(http, from, to).await?;
 
     // 3. Cut-off: the leader loses the database.
+    let cutoff = cutoff(pool, http, reps, lease_for).await?;
+    drop(sims);
+    Ok(json!({
+        "scenario": "failover",
+        "replicas": reps.len(),
+        "agents": agents,
+        "leader_lease_ms": lease_for.as_millis() as u64,
+        "first_leader": first.holder,
+        "kill": {
+            "leader": before.holder,
+            "agent_streams_on_it": on_dead.len(),
+            "new_leader": after.holder,
+            "to_new_lease_ms": ms(after.since_us - killed_us),
+            "to_first_automatic_signal_ms": ms(first_signal - killed_us),
+            "target_ms": ms(lease_us + 1_000_000),
+            "to_every_agent_recovered_ms": ms(recovered_us - killed_us),
+            "agent_streams_moved": streams_moved,
+        },
+        "audit": audit,
+        "episodes": episodes,
+        "manual_cross_replica": manual,
+        "settings_cross_replica": settings,
+        "cutoff": cutoff,
+    }))
+}
+
+/// The leader loses the database (a black hole both ways): when it steps
+/// down, when its lease ends, and who takes over.
+async fn cutoff(
+    pool: &PgPool,
+    http: &reqwest::Client,
+    reps: &mut [Replica],
+    lease_for: Duration,
+) -> Result<Value, BenchError> {
     let leader = lease(pool).await?.ok_or(BenchError::Timeout("a lease"))?;
     let cut = reps
         .iter()
@@ -405,37 +408,60 @@ async fn scenario(
             .await?
         }
     };
-    drop(sims);
     Ok(json!({
-        "scenario": "failover",
-        "replicas": reps.len(),
-        "agents": agents,
-        "leader_lease_ms": lease_for.as_millis() as u64,
-        "first_leader": first.holder,
-        "kill": {
-            "leader": before.holder,
-            "agent_streams_on_it": on_dead.len(),
-            "new_leader": after.holder,
-            "to_new_lease_ms": ms(after.since_us - killed_us),
-            "to_first_automatic_signal_ms": ms(first_signal - killed_us),
-            "target_ms": ms(lease_us + 1_000_000),
-            "to_every_agent_recovered_ms": ms(recovered_us - killed_us),
-            "agent_streams_moved": streams_moved,
-        },
-        "audit": audit,
-        "episodes": episodes,
-        "manual_cross_replica": manual,
-        "settings_cross_replica": settings,
-        "cutoff": {
-            "leader": leader.holder,
-            "lease_end_ms": ms(last.deadline_us - cut_us),
-            "stepped_down_ms": ms(stepped_down_us - cut_us),
-            "stepped_down_before_lease_end": stepped_down_us < last.deadline_us,
-            "new_leader": taken.holder,
-            "taken_over_ms": ms(taken.since_us - cut_us),
-            "taken_over_after_lease_end": taken.since_us >= last.deadline_us,
-        },
+        "leader": leader.holder,
+        "lease_end_ms": ms(last.deadline_us - cut_us),
+        "stepped_down_ms": ms(stepped_down_us - cut_us),
+        "stepped_down_before_lease_end": stepped_down_us < last.deadline_us,
+        "new_leader": taken.holder,
+        "taken_over_ms": ms(taken.since_us - cut_us),
+        "taken_over_after_lease_end": taken.since_us >= last.deadline_us,
     }))
+}
+
+/// Waits until no agent is stranded: no open stranded episode, none in any
+/// survivor's model, every stream on a survivor, and every simulated agent
+/// on a live proxy. Returns when.
+async fn every_agent_recovered(
+    pool: &PgPool,
+    http: &reqwest::Client,
+    survivors: &[&Replica],
+    sims: &[SimAgent],
+    n_agents: i64,
+) -> Result<i64, BenchError> {
+    let live: Vec<String> = survivors.iter().map(|r| r.name.clone()).collect();
+    let (live_ref, sims_ref, live_reps) = (&live, sims, survivors);
+    poll(
+        "every agent recovers",
+        Duration::from_secs(120),
+        || async move {
+            let open = count(
+                pool,
+                "SELECT count(*) FROM episodes WHERE ended_us IS NULL AND state = 'stranded'",
+            )
+            .await?;
+            let mut stranded_in_models = 0;
+            for r in live_reps {
+                let v = r.summary(http).await.unwrap_or_default();
+                stranded_in_models += v["agents"]["stranded"].as_i64().unwrap_or(1);
+            }
+            let moved = sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM agent_streams WHERE replica = ANY($1)",
+            )
+            .bind(live_ref)
+            .fetch_one(pool)
+            .await?;
+            let stranded = sims_ref
+                .iter()
+                .filter(|a| !a.tunnels().iter().any(|p| live_proxy(p)))
+                .count();
+            Ok(
+                (open == 0 && stranded_in_models == 0 && moved >= n_agents && stranded == 0)
+                    .then(wall_us),
+            )
+        },
+    )
+    .await
 }
 
 /// Proxies 0–2 fail; the rest stay.

@@ -50,16 +50,33 @@ pub struct Seeded {
 const ROWS: usize = 500;
 const MINUTE_US: i64 = 60_000_000;
 
-/// Writes `h` ending at `now` for a fleet of `agents` agents, `proxies`
-/// proxies and `auths` auth servers.
-pub async fn seed(
-    db: &Db,
-    h: History,
-    now: Ts,
-    agents: usize,
-    proxies: usize,
-    auths: usize,
-) -> Result<Seeded, BenchError> {
+/// A row of `incidents`: id, cause, resource, started, ended, agents,
+/// stranded time, recovery p50 and max.
+type IncidentRow = (
+    i64,
+    &'static str,
+    String,
+    i64,
+    i64,
+    i64,
+    i64,
+    Option<i64>,
+    Option<i64>,
+);
+/// A row of `episodes` (and of the signal that ended it): incident,
+/// agent, cause, resource, from, to.
+type EpisodeRow = (i64, String, &'static str, String, i64, i64);
+
+/// The rows to write, made without the database.
+struct Plan {
+    start: i64,
+    incidents: Vec<IncidentRow>,
+    episodes: Vec<EpisodeRow>,
+    /// Agents stranded in each minute (and degraded).
+    minutes: Vec<(i64, i64)>,
+}
+
+fn plan(h: &History, now: Ts, agents: usize, proxies: usize, auths: usize) -> Plan {
     let span_us = i64::try_from(Duration::from_secs(h.days * 86_400).as_micros())
         .unwrap_or(i64::MAX)
         .max(MINUTE_US);
@@ -111,7 +128,23 @@ pub async fn seed(
             recoveries.last().copied(),
         ));
     }
-    let sample_incident = (n as i64 / 2).max(1);
+    Plan {
+        start,
+        incidents,
+        episodes,
+        minutes,
+    }
+}
+
+/// Writes the plan's rows, a statement per `ROWS`.
+async fn write(db: &Db, plan: &Plan, agents: usize) -> Result<(), BenchError> {
+    let Plan {
+        start,
+        incidents,
+        episodes,
+        minutes,
+    } = plan;
+    let start = *start;
     on_pool!(db, pool => {
         for chunk in incidents.chunks(ROWS) {
             let mut q = QueryBuilder::new(
@@ -195,6 +228,22 @@ pub async fn seed(
         }
         Ok::<(), sqlx::Error>(())
     })?;
+    Ok(())
+}
+
+/// Writes `h` ending at `now` for a fleet of `agents` agents, `proxies`
+/// proxies and `auths` auth servers.
+pub async fn seed(
+    db: &Db,
+    h: History,
+    now: Ts,
+    agents: usize,
+    proxies: usize,
+    auths: usize,
+) -> Result<Seeded, BenchError> {
+    let n = h.incidents.max(1);
+    let plan = plan(&h, now, agents, proxies, auths);
+    write(db, &plan, agents).await?;
     // A database that has run for days has its planner statistics
     // (autovacuum's analyze); one written a moment ago has none yet.
     if let Db::Postgres(pg) = db {
@@ -202,9 +251,9 @@ pub async fn seed(
     }
     Ok(Seeded {
         incidents: n,
-        episodes: episodes.len(),
-        signals: episodes.len(),
-        samples: minutes.len(),
-        sample_incident,
+        episodes: plan.episodes.len(),
+        signals: plan.episodes.len(),
+        samples: plan.minutes.len(),
+        sample_incident: (n as i64 / 2).max(1),
     })
 }

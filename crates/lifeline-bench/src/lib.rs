@@ -161,17 +161,15 @@ pub async fn run(s: Scenario, export: Option<Export<'_>>) -> Result<Value, Bench
         Scenario::Recovery {
             agents,
             legacy_share,
-            source,
+            source: lifeline::config::SourceKind::Lifeline,
+            ..
+        } => recovery::recovery(agents, legacy_share).await,
+        Scenario::Recovery {
+            agents,
             restart,
             restart_cap,
-        } => match source {
-            lifeline::config::SourceKind::Lifeline => {
-                recovery::recovery(agents, legacy_share).await
-            }
-            lifeline::config::SourceKind::Teleport => {
-                recovery::recovery_by_restart(agents, restart, restart_cap).await
-            }
-        },
+            ..
+        } => recovery::recovery_by_restart(agents, restart, restart_cap).await,
         Scenario::Ui {
             agents,
             proxies,

@@ -177,6 +177,41 @@ pub async fn ui(
     Ok(out)
 }
 
+/// Proxies 1..=`expiring` expire in a second; returns once agents on them
+/// are stranded.
+async fn strand(
+    sim: &SimCluster,
+    ll: &Lifeline,
+    clock: Clock,
+    proxies: usize,
+    expiring: usize,
+) -> Result<(), BenchError> {
+    let at = clock.now().saturating_add(Duration::from_secs(1));
+    let expiring = expiring.min(proxies);
+    for i in 0..expiring {
+        if let Some(mut s) = sim.get_server(Kind::Proxy, &proxy_name(i)).await {
+            s.expires = Some(lifeline::proto::to_timestamp(at));
+            sim.put_server(s).await;
+        }
+    }
+    let fleet = ll.fleet.clone();
+    wait_until_async("agents to strand", Duration::from_secs(30), || {
+        let fleet = fleet.clone();
+        async move {
+            fleet
+                .recent()
+                .await
+                .map(|p| {
+                    let s = &p.summary;
+                    s.proxies.expired >= expiring && s.agents.stranded > 0
+                })
+                .unwrap_or(false)
+        }
+    })
+    .await?;
+    Ok(())
+}
+
 async fn leg(
     agents: usize,
     proxies: usize,
@@ -204,30 +239,7 @@ async fn leg(
     let ll = Lifeline::start_tuned(&cfg, clock, Tuning::default()).await?;
     ll.fleet.wait_ready().await?;
 
-    // Proxies 1..=expiring expire in a second: agents on two of them strand.
-    let at = clock.now().saturating_add(Duration::from_secs(1));
-    let expiring = expiring.min(proxies);
-    for i in 0..expiring {
-        if let Some(mut s) = sim.get_server(Kind::Proxy, &proxy_name(i)).await {
-            s.expires = Some(lifeline::proto::to_timestamp(at));
-            sim.put_server(s).await;
-        }
-    }
-    let fleet = ll.fleet.clone();
-    wait_until_async("agents to strand", Duration::from_secs(30), || {
-        let fleet = fleet.clone();
-        async move {
-            fleet
-                .recent()
-                .await
-                .map(|p| {
-                    let s = &p.summary;
-                    s.proxies.expired >= expiring && s.agents.stranded > 0
-                })
-                .unwrap_or(false)
-        }
-    })
-    .await?;
+    strand(&sim, &ll, clock, proxies, expiring).await?;
     ll.fleet.flush().await?;
     ll.fleet.settled().await?;
     let counts = ll.fleet.published().counts().clone();
