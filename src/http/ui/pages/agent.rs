@@ -112,10 +112,7 @@ pub async fn agent(
         .last_signal
         .and_then(|id| sigs.iter().find(|r| r.id == id).cloned());
     let tunnels = d.item.tunnels.iter().map(tunnel_line).collect();
-    let history = episodes
-        .into_iter()
-        .map(|e| history_item(e, now))
-        .collect();
+    let history = episodes.into_iter().map(|e| history_item(e, now)).collect();
     let ttl_line = format!(
         "last heartbeat {} · TTL {} · expires {} ({}) · heartbeats missed {}",
         fmt::hms(d.ttl_window.last_heartbeat_at),
