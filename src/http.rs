@@ -15,6 +15,7 @@ pub mod error;
 pub mod incidents;
 pub mod metrics;
 pub mod openapi;
+pub mod paged;
 pub mod probes;
 pub mod settings;
 pub mod signals;

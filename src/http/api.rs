@@ -8,7 +8,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::contract::{ReadErrors, ReadOneErrors};
-use super::error::{ApiError, ApiQuery};
+use super::error::ApiError;
+use super::paged::{ById, ByName, IdPage, Listed, NamePage, Page};
 use super::AppState;
 use crate::clock::Ts;
 use crate::domain::Subject;
@@ -228,12 +229,6 @@ struct AgentsQuery {
     auth_server: Option<String>,
     /// Only agents whose name contains this.
     q: Option<String>,
-    /// Page size, 1 to 1000 (default 100).
-    #[param(minimum = 1, maximum = 1000)]
-    limit: Option<u32>,
-    /// `next_cursor` of the previous page.
-    #[param(pattern = "^(?:[0-9a-fA-F]{2})+$", max_length = 538)]
-    cursor: Option<String>,
 }
 
 /// Agents, one page at a time.
@@ -244,21 +239,21 @@ struct AgentsQuery {
     path = "/api/v1/agents",
     tag = "fleet",
     operation_id = "list_agents",
-    params(AgentsQuery),
+    params(AgentsQuery, NamePage),
     security((), ("bearer" = [])),
     responses((status = 200, description = "A page of agents.", body = view::AgentPage), ReadErrors)
 )]
 async fn agents(
     State(s): State<AppState>,
-    ApiQuery(q): ApiQuery<AgentsQuery>,
+    Listed(q, page): Listed<AgentsQuery, ByName>,
 ) -> Result<Json<view::AgentPage>, ApiError> {
     let filter = AgentFilter {
         state: q.state,
         proxy: nonempty("proxy", q.proxy)?,
         auth_server: nonempty("auth_server", q.auth_server)?,
         q: q.q.filter(|s| !s.is_empty()),
-        after: name_cursor(q.cursor)?,
-        limit: limit(q.limit)? as usize,
+        after: page.cursor,
+        limit: page.limit as usize,
     };
     Ok(Json(s.fleet.agents(filter).await?))
 }
@@ -429,12 +424,6 @@ struct TtlQuery {
     /// proxy, auth_server or agent; none: proxies and auth servers.
     #[param(schema_with = super::contract::ttl_kind)]
     kind: Option<Kind>,
-    /// Page size, 1 to 1000 (default 100).
-    #[param(minimum = 1, maximum = 1000)]
-    limit: Option<u32>,
-    /// `next_cursor` of the previous page.
-    #[param(pattern = "^(?:[0-9a-fA-F]{2})+$", max_length = 538)]
-    cursor: Option<String>,
 }
 
 /// TTL windows, one page at a time.
@@ -446,36 +435,23 @@ struct TtlQuery {
     path = "/api/v1/ttl-windows",
     tag = "fleet",
     operation_id = "list_ttl_windows",
-    params(TtlQuery),
+    params(TtlQuery, NamePage),
     security((), ("bearer" = [])),
     responses((status = 200, description = "A page of TTL windows.", body = view::TtlPage), ReadErrors)
 )]
 async fn ttl_windows(
     State(s): State<AppState>,
-    ApiQuery(q): ApiQuery<TtlQuery>,
+    Listed(q, page): Listed<TtlQuery, ByName>,
 ) -> Result<Json<view::TtlPage>, ApiError> {
     if q.kind == Some(Kind::TunnelConnection) {
         return Err(ApiError::BadParameter(
             "kind must be proxy, auth_server or agent (tunnels have no announce TTL)".into(),
         ));
     }
-    let limit = limit(q.limit)? as usize;
-    let cursor = name_cursor(q.cursor)?;
-    let kind = q.kind;
-    Ok(Json(s.fleet.ttl_windows(kind, cursor, limit).await?.0))
-}
-
-#[derive(Serialize, utoipa::ToSchema)]
-pub(super) struct Page<T> {
-    pub items: Vec<T>,
-    pub next_cursor: Option<String>,
-}
-
-pub(super) fn page<T>(items: Vec<T>, limit: u32, id: impl Fn(&T) -> i64) -> Page<T> {
-    let next_cursor = (items.len() == limit as usize)
-        .then(|| items.last().map(|i| id(i).to_string()))
-        .flatten();
-    Page { items, next_cursor }
+    let limit = page.limit as usize;
+    Ok(Json(
+        s.fleet.ttl_windows(q.kind, page.cursor, limit).await?.0,
+    ))
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -496,12 +472,6 @@ struct EpisodesQuery {
     /// Only the episodes of this incident.
     #[param(minimum = 1)]
     incident: Option<i64>,
-    /// Page size, 1 to 1000 (default 100).
-    #[param(minimum = 1, maximum = 1000)]
-    limit: Option<u32>,
-    /// `next_cursor` of the previous page.
-    #[param(pattern = "^[1-9][0-9]{0,17}$")]
-    cursor: Option<String>,
 }
 
 /// Episodes, newest first.
@@ -513,13 +483,13 @@ struct EpisodesQuery {
     path = "/api/v1/episodes",
     tag = "history",
     operation_id = "list_episodes",
-    params(EpisodesQuery),
+    params(EpisodesQuery, IdPage),
     security((), ("bearer" = [])),
     responses((status = 200, description = "A page of episodes.", body = Page<crate::domain::Episode>), ReadErrors)
 )]
 async fn episodes(
     State(s): State<AppState>,
-    ApiQuery(q): ApiQuery<EpisodesQuery>,
+    Listed(q, page): Listed<EpisodesQuery, ById>,
 ) -> Result<Json<Page<crate::domain::Episode>>, ApiError> {
     if q.state == Some(AgentState::Healthy) {
         return Err(ApiError::BadParameter(
@@ -537,11 +507,11 @@ async fn episodes(
         open: q.open,
         cause_resource: nonempty("cause_resource", q.cause_resource)?,
         incident: q.incident,
-        before: id_cursor(q.cursor)?,
-        limit: limit(q.limit)?,
+        before: page.cursor,
+        limit: page.limit,
     };
     let items = read::episodes(&s.db, &f).await?;
-    Ok(Json(page(items, f.limit, |e| e.id)))
+    Ok(Json(Page::by_id(items, f.limit, |e| e.id)))
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -560,12 +530,6 @@ struct EventsQuery {
     /// Only events of this type.
     #[param(value_type = Option<HistoryEvent>)]
     event: Option<String>,
-    /// Page size, 1 to 1000 (default 100).
-    #[param(minimum = 1, maximum = 1000)]
-    limit: Option<u32>,
-    /// `next_cursor` of the previous page.
-    #[param(pattern = "^[1-9][0-9]{0,17}$")]
-    cursor: Option<String>,
 }
 
 /// History events, newest first.
@@ -576,13 +540,13 @@ struct EventsQuery {
     path = "/api/v1/events",
     tag = "history",
     operation_id = "list_events",
-    params(EventsQuery),
+    params(EventsQuery, IdPage),
     security((), ("bearer" = [])),
     responses((status = 200, description = "A page of events.", body = Page<read::EventView>), ReadErrors)
 )]
 async fn events(
     State(s): State<AppState>,
-    ApiQuery(q): ApiQuery<EventsQuery>,
+    Listed(q, page): Listed<EventsQuery, ById>,
 ) -> Result<Json<Page<read::EventView>>, ApiError> {
     let since = since_param(&s, "since", q.since.as_deref()).await?;
     let f = EventFilter {
@@ -590,9 +554,9 @@ async fn events(
         kind: choice::<Subject>("kind", q.kind.as_deref())?,
         name: nonempty("name", q.name)?,
         event: choice::<HistoryEvent>("event", nonempty("event", q.event)?.as_deref())?,
-        before: id_cursor(q.cursor)?,
-        limit: limit(q.limit)?,
+        before: page.cursor,
+        limit: page.limit,
     };
     let items = read::events(&s.db, &f).await?;
-    Ok(Json(page(items, f.limit, |e| e.id)))
+    Ok(Json(Page::by_id(items, f.limit, |e| e.id)))
 }

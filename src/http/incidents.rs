@@ -13,9 +13,10 @@ use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::api::{choice, duration_param, id_cursor, limit, nonempty, page, since_param, Page};
+use super::api::{choice, duration_param, id_cursor, limit, nonempty, since_param};
 use super::contract::{ReadErrors, ReadOneErrors};
 use super::error::{ApiError, ApiQuery};
+use super::paged::{ById, IdPage, Listed, Page};
 use super::AppState;
 use crate::clock::Ts;
 use crate::domain::CauseKind;
@@ -52,12 +53,6 @@ struct ListQuery {
     /// from now ("24h").
     #[param(schema_with = super::contract::since)]
     since: Option<String>,
-    /// Page size, 1 to 1000 (default 100).
-    #[param(minimum = 1, maximum = 1000)]
-    limit: Option<u32>,
-    /// `next_cursor` of the previous page.
-    #[param(pattern = "^[1-9][0-9]{0,17}$")]
-    cursor: Option<String>,
 }
 
 /// Incidents, newest first.
@@ -69,24 +64,24 @@ struct ListQuery {
     path = "/api/v1/incidents",
     tag = "history",
     operation_id = "list_incidents",
-    params(ListQuery),
+    params(ListQuery, IdPage),
     security((), ("bearer" = [])),
     responses((status = 200, description = "A page of incidents.", body = Page<Incident>), ReadErrors)
 )]
 async fn list(
     State(s): State<AppState>,
-    ApiQuery(q): ApiQuery<ListQuery>,
+    Listed(q, page): Listed<ListQuery, ById>,
 ) -> Result<Json<Page<Incident>>, ApiError> {
     let f = IncidentFilter {
         open: q.open,
         cause: choice::<CauseKind>("cause", nonempty("cause", q.cause)?.as_deref())?,
         resource: nonempty("resource", q.resource)?,
         since: since_param(&s, "since", q.since.as_deref()).await?,
-        before: id_cursor(q.cursor)?,
-        limit: limit(q.limit)?,
+        before: page.cursor,
+        limit: page.limit,
     };
     let items = incidents::list(&s.db, &f).await?;
-    Ok(Json(page(items, f.limit, |i| i.id)))
+    Ok(Json(Page::by_id(items, f.limit, |i| i.id)))
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -170,8 +165,8 @@ async fn one(
     Ok(Json(IncidentResponse {
         incident,
         signal_counts,
-        episodes: page(episodes, limit, |e| e.id),
-        signals: page(signals, limit, |r| r.id),
+        episodes: Page::by_id(episodes, limit, |e| e.id),
+        signals: Page::by_id(signals, limit, |r| r.id),
     }))
 }
 

@@ -9,10 +9,11 @@ use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::api::{choice, id_cursor, limit, nonempty};
+use super::api::{choice, nonempty};
 use super::caller::Caller;
 use super::contract::{ReadErrors, ReadOneErrors, WriteErrors};
-use super::error::{ApiError, ApiJson, ApiQuery};
+use super::error::{ApiError, ApiJson};
+use super::paged::{ById, IdPage, Listed};
 use super::AppState;
 use crate::domain::{AgentState, Outcome, SignalKind};
 use crate::fleet::Selection;
@@ -444,12 +445,6 @@ struct ListQuery {
     /// Only signals asked for by this (`auto`, `api:ops`, `cli:ops`, …).
     #[param(min_length = 1)]
     requested_by: Option<String>,
-    /// Page size, 1 to 1000 (default 100).
-    #[param(minimum = 1, maximum = 1000)]
-    limit: Option<u32>,
-    /// `next_cursor` of the previous page.
-    #[param(pattern = "^[1-9][0-9]{0,17}$")]
-    cursor: Option<String>,
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -476,17 +471,17 @@ pub(super) fn signal_filter(
     path = "/api/v1/signals",
     tag = "signals",
     operation_id = "list_signals",
-    params(ListQuery),
+    params(ListQuery, IdPage),
     security((), ("bearer" = [])),
     responses((status = 200, description = "A page of signals.", body = SignalPage), ReadErrors)
 )]
 async fn list(
     State(s): State<AppState>,
-    ApiQuery(q): ApiQuery<ListQuery>,
+    Listed(q, page): Listed<ListQuery, ById>,
 ) -> Result<Json<SignalPage>, ApiError> {
     let (outcome, kind) = signal_filter(q.outcome.as_deref(), q.kind.as_deref())?;
-    let limit = limit(q.limit)?;
-    let before_id = id_cursor(q.cursor)?;
+    let limit = page.limit;
+    let before_id = page.cursor;
     let items = audit::list(
         &s.db,
         &SignalFilter {
