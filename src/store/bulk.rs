@@ -171,6 +171,10 @@ impl Dialect<Sqlite> {
     }
 }
 
+/// Joins by index alone, until the transaction ends (see
+/// [`Dialect::write_expiries`]).
+const NO_HASH_JOIN: &str = "SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off";
+
 impl Dialect<Postgres> {
     /// History rows: many by one binary `COPY` (no statement to plan, no
     /// executor per row; a row the database refuses fails the whole COPY
@@ -230,11 +234,22 @@ impl Dialect<Postgres> {
     /// upsert locks the row it conflicts with, then updates it). A piece
     /// that finds fewer rows than it names (one the database refused
     /// before, say) is written whole.
+    ///
+    /// Each piece finds its rows through the primary key. Left to itself,
+    /// the planner hashes the whole table for every piece (a piece of
+    /// 5 000 rows against 100 k resources: a sequential scan and a hash
+    /// of every row, 80 ms where the index takes 30), so hash and merge
+    /// joins are off for the rest of this transaction, whose other
+    /// statements join nothing.
     pub async fn write_expiries(
         &self,
         tx: &mut Transaction<'static, Postgres>,
         rows: &[&Server],
     ) -> Result<(), sqlx::Error> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        sqlx::raw_sql(NO_HASH_JOIN).execute(&mut **tx).await?;
         for chunk in self.pieces(rows, false) {
             let updated = self
                 .update_expiries(chunk)
