@@ -187,6 +187,8 @@ pub static CONNECTIONS_CLOSED_SILENT: std::sync::atomic::AtomicU64 =
 /// text (placeholders `$1`, `$2`, … in order, which both engines read) is
 /// compiled once per engine, with no dynamic dispatch on the hot path. On
 /// PostgreSQL the whole body runs on the pool's deadline ([`bounded`]).
+/// Exported for the benches, which write their seed rows the same way.
+#[macro_export]
 macro_rules! on_pool {
     ($db:expr, $pool:ident => $body:expr) => {
         match $db {
@@ -198,7 +200,7 @@ macro_rules! on_pool {
         }
     };
 }
-pub(crate) use on_pool;
+pub use crate::on_pool;
 
 impl Db {
     /// `sqlite` or `postgres`.

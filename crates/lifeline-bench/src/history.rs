@@ -13,20 +13,6 @@ use lifeline::clock::Ts;
 use lifeline::store::Db;
 use lifeline_sim::cluster::{agent_name, auth_name, proxy_name};
 
-/// `$body` once per engine, with `$pool` its own pool type (the store's
-/// queries are written the same way).
-macro_rules! on_pool {
-    ($db:expr, $pool:ident => $body:expr) => {
-        match $db {
-            Db::Sqlite($pool) => $body,
-            Db::Postgres(pg) => {
-                let $pool = &pg.pool;
-                $body
-            }
-        }
-    };
-}
-
 /// How much history to write.
 #[derive(Clone, Copy, Debug)]
 pub struct History {
@@ -145,7 +131,7 @@ async fn write(db: &Db, plan: &Plan, agents: usize) -> Result<(), BenchError> {
         minutes,
     } = plan;
     let start = *start;
-    on_pool!(db, pool => {
+    lifeline::on_pool!(db, pool => {
         for chunk in incidents.chunks(ROWS) {
             let mut q = QueryBuilder::new(
                 "INSERT INTO incidents (id, cause, resource, started_us, ended_us, peak_stranded, peak_degraded, \
