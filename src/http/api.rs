@@ -67,9 +67,6 @@ pub(super) fn duration_param(
     })
 }
 
-pub const DEFAULT_LIMIT: u32 = 100;
-pub const MAX_LIMIT: u32 = 1000;
-
 /// The reads of `/api/v1`, each documented by its `#[utoipa::path]`.
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -83,17 +80,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(ttl_windows))
         .routes(routes!(episodes))
         .routes(routes!(events))
-}
-
-pub(super) fn limit(l: Option<u32>) -> Result<u32, ApiError> {
-    let l = l.unwrap_or(DEFAULT_LIMIT);
-    if (1..=MAX_LIMIT).contains(&l) {
-        Ok(l)
-    } else {
-        Err(ApiError::BadParameter(format!(
-            "limit must be between 1 and {MAX_LIMIT}, got {l}"
-        )))
-    }
 }
 
 pub(super) fn nonempty(name: &str, v: Option<String>) -> Result<Option<String>, ApiError> {
@@ -123,30 +109,6 @@ where
         })
     })
     .transpose()
-}
-
-/// A name cursor (`next_cursor` of an agents or TTL page), decoded.
-pub(crate) fn name_cursor(c: Option<String>) -> Result<Option<String>, ApiError> {
-    c.map(|c| view::cursor::decode(&c).ok_or_else(|| bad_cursor(&c)))
-        .transpose()
-}
-
-/// An id cursor (`next_cursor` of an episodes or signals page).
-pub(crate) fn id_cursor(c: Option<String>) -> Result<Option<i64>, ApiError> {
-    c.map(|c| {
-        c.parse::<i64>()
-            .ok()
-            .filter(|v| *v > 0)
-            .ok_or_else(|| bad_cursor(&c))
-    })
-    .transpose()
-}
-
-fn bad_cursor(c: &str) -> ApiError {
-    ApiError::BadParameter(format!(
-        "cursor {:?} is not a valid cursor: pass the next_cursor of an earlier page",
-        crate::http::error::clip(c)
-    ))
 }
 
 #[derive(Serialize, utoipa::ToSchema)]

@@ -13,10 +13,10 @@ use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::api::{choice, duration_param, id_cursor, limit, nonempty, since_param};
+use super::api::{choice, duration_param, nonempty, since_param};
 use super::contract::{ReadErrors, ReadOneErrors};
 use super::error::{ApiError, ApiQuery};
-use super::paged::{ById, IdPage, Listed, Page};
+use super::paged::{id_cursor, limit, ById, IdPage, Listed, Page};
 use super::AppState;
 use crate::clock::Ts;
 use crate::domain::CauseKind;

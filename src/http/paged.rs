@@ -11,8 +11,48 @@ use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::api::{id_cursor, name_cursor, DEFAULT_LIMIT, MAX_LIMIT};
 use super::error::ApiError;
+use crate::fleet::view;
+
+pub const DEFAULT_LIMIT: u32 = 100;
+pub const MAX_LIMIT: u32 = 1000;
+
+/// A page size given alone (one incident's two pages): 1 to
+/// [`MAX_LIMIT`], default [`DEFAULT_LIMIT`].
+pub(super) fn limit(l: Option<u32>) -> Result<u32, ApiError> {
+    let l = l.unwrap_or(DEFAULT_LIMIT);
+    if (1..=MAX_LIMIT).contains(&l) {
+        Ok(l)
+    } else {
+        Err(ApiError::BadParameter(format!(
+            "limit must be between 1 and {MAX_LIMIT}, got {l}"
+        )))
+    }
+}
+
+/// A name cursor (`next_cursor` of an agents or TTL page), decoded.
+pub(crate) fn name_cursor(c: Option<String>) -> Result<Option<String>, ApiError> {
+    c.map(|c| view::cursor::decode(&c).ok_or_else(|| bad_cursor(&c)))
+        .transpose()
+}
+
+/// An id cursor (`next_cursor` of an episodes or signals page).
+pub(crate) fn id_cursor(c: Option<String>) -> Result<Option<i64>, ApiError> {
+    c.map(|c| {
+        c.parse::<i64>()
+            .ok()
+            .filter(|v| *v > 0)
+            .ok_or_else(|| bad_cursor(&c))
+    })
+    .transpose()
+}
+
+fn bad_cursor(c: &str) -> ApiError {
+    ApiError::BadParameter(format!(
+        "cursor {:?} is not a valid cursor: pass the next_cursor of an earlier page",
+        crate::http::error::clip(c)
+    ))
+}
 
 /// How a list's cursor is written: the id of the last item (newest first)
 /// or the hex of the last name (in name order).
@@ -129,17 +169,11 @@ fn split<F: DeserializeOwned, C: Cursor>(query: &str) -> Result<(F, Paging<C>), 
             )))
         }
     };
-    let limit = match limit {
-        None => DEFAULT_LIMIT,
-        Some(l) => l
-            .parse::<u32>()
-            .map_err(|e| invalid(format!("limit: {e}")))?,
-    };
-    if !(1..=MAX_LIMIT).contains(&limit) {
-        return Err(ApiError::BadParameter(format!(
-            "limit must be between 1 and {MAX_LIMIT}, got {limit}"
-        )));
-    }
+    let limit = limit
+        .map(|l| l.parse::<u32>())
+        .transpose()
+        .map_err(|e| invalid(format!("limit: {e}")))
+        .and_then(self::limit)?;
     let cursor = C::decode(cursor)?;
     Ok((filters, Paging { limit, cursor }))
 }
