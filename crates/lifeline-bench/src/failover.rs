@@ -224,34 +224,12 @@ async fn scenario(
         .await
         .map_err(other)?;
     let n_agents = agents as i64;
-    poll(
-        "every agent's stream is known",
-        Duration::from_secs(60),
-        || async move {
-            let c = count(pool, "SELECT count(*) FROM agent_streams").await?;
-            Ok((c >= n_agents).then_some(()))
-        },
-    )
-    .await?;
+    streams_known(pool, n_agents).await?;
     // Let discovery settle before the incident.
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     // 1. Kill. The first wave: the leader reconnects its agents.
-    let wave1 = fail_proxy(sim, 0).await.max(fail_proxy(sim, 1).await);
-    poll(
-        "the leader reconnects the first wave",
-        Duration::from_secs(30),
-        || async move {
-            let c = sqlx::query_scalar::<_, i64>(
-                "SELECT count(*) FROM signals WHERE requested_by = 'auto' AND created_us >= $1",
-            )
-            .bind(wave1)
-            .fetch_one(pool)
-            .await?;
-            Ok((c > 0).then_some(()))
-        },
-    )
-    .await?;
+    first_wave(pool, sim).await?;
     // The second wave strands as the leader dies.
     let wave2 = fail_proxy(sim, 2).await;
     let wait = (wave2 - wall_us() - 20_000).max(0);
@@ -300,21 +278,7 @@ async fn scenario(
     let survivors: Vec<&Replica> = reps.iter().filter(|r| r.name != before.holder).collect();
     let live: Vec<String> = survivors.iter().map(|r| r.name.clone()).collect();
     let recovered_us = every_agent_recovered(pool, http, &survivors, &sims, n_agents).await?;
-    // Rows the killed replica took with it are answered by the new leader's
-    // sweep (after the ack timeout and a lease).
-    poll(
-        "every signal is answered",
-        Duration::from_secs(60) + lease_for * 2,
-        || async move {
-            let open = count(
-                pool,
-                "SELECT count(*) FROM signals WHERE outcome IN ('pending', 'delivered')",
-            )
-            .await?;
-            Ok((open == 0).then_some(()))
-        },
-    )
-    .await?;
+    every_signal_answered(pool, lease_for).await?;
     let streams_moved = sqlx::query_scalar::<_, i64>(
         "SELECT count(*) FROM agent_streams WHERE agent = ANY($1) AND replica = ANY($2)",
     )
@@ -359,6 +323,58 @@ async fn scenario(
         "settings_cross_replica": settings,
         "cutoff": cutoff,
     }))
+}
+
+/// Waits until every agent's stream is known to the database.
+async fn streams_known(pool: &PgPool, n_agents: i64) -> Result<(), BenchError> {
+    poll(
+        "every agent's stream is known",
+        Duration::from_secs(60),
+        || async move {
+            let c = count(pool, "SELECT count(*) FROM agent_streams").await?;
+            Ok((c >= n_agents).then_some(()))
+        },
+    )
+    .await
+}
+
+/// The first wave: two proxies fail; returns once the leader reconnects
+/// their agents.
+async fn first_wave(pool: &PgPool, sim: &SimCluster) -> Result<(), BenchError> {
+    let wave1 = fail_proxy(sim, 0).await.max(fail_proxy(sim, 1).await);
+    poll(
+        "the leader reconnects the first wave",
+        Duration::from_secs(30),
+        || async move {
+            let c = sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM signals WHERE requested_by = 'auto' AND created_us >= $1",
+            )
+            .bind(wave1)
+            .fetch_one(pool)
+            .await?;
+            Ok((c > 0).then_some(()))
+        },
+    )
+    .await
+}
+
+/// Waits until every signal is answered: rows the killed replica took with
+/// it are answered by the new leader's sweep (after the ack timeout and a
+/// lease).
+async fn every_signal_answered(pool: &PgPool, lease_for: Duration) -> Result<(), BenchError> {
+    poll(
+        "every signal is answered",
+        Duration::from_secs(60) + lease_for * 2,
+        || async move {
+            let open = count(
+                pool,
+                "SELECT count(*) FROM signals WHERE outcome IN ('pending', 'delivered')",
+            )
+            .await?;
+            Ok((open == 0).then_some(()))
+        },
+    )
+    .await
 }
 
 /// The leader loses the database (a black hole both ways): when it steps

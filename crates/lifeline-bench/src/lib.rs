@@ -185,16 +185,8 @@ pub async fn run(s: Scenario, export: Option<Export<'_>>) -> Result<Value, Bench
                 incidents,
                 agents_each: incident_agents,
             };
-            let postgres = postgres.map(DbUrl::new);
-            ui::ui(
-                agents,
-                proxies,
-                expiring,
-                requests,
-                history,
-                postgres.as_ref(),
-            )
-            .await
+            let db = postgres.map(DbUrl::new);
+            ui::ui(agents, proxies, expiring, requests, history, db.as_ref()).await
         }
         Scenario::Failover {
             postgres,
