@@ -163,10 +163,16 @@ fn split<F: DeserializeOwned, C: Cursor>(query: &str) -> Result<(F, Paging<C>), 
     let filters = match axum::extract::Query::<F>::try_from_uri(&uri) {
         Ok(axum::extract::Query(f)) => f,
         Err(e) => {
-            return Err(ApiError::BadParameter(e.body_text().replace(
-                "Failed to deserialize query string: ",
-                "invalid query: ",
-            )))
+            // serde names the filters it expected; the page's two are
+            // expected too.
+            let text = e
+                .body_text()
+                .replace("Failed to deserialize query string: ", "invalid query: ");
+            let text = match text.contains("unknown field") && text.contains(", expected") {
+                true => format!("{text}, `limit`, `cursor`"),
+                false => text,
+            };
+            return Err(ApiError::BadParameter(text));
         }
     };
     let limit = limit
@@ -231,7 +237,10 @@ mod tests {
             ("cursor=0", "is not a valid cursor"),
             ("cursor=abc", "is not a valid cursor"),
             ("cursor=1&cursor=2", "duplicate field `cursor`"),
-            ("nope=1", "unknown field `nope`"),
+            (
+                "nope=1",
+                "unknown field `nope`, expected `agent`, `limit`, `cursor`",
+            ),
         ] {
             let e = read(q).err().unwrap_or_default();
             assert!(e.contains(says), "{q}: {e}");
