@@ -116,7 +116,6 @@ pub async fn commit_batch(
             tx: pool.begin().await?,
             sql: dialect(pool),
             refused: isolate.then(Vec::new),
-            isolate,
         };
         tx.resources(b).await?;
         tx.tunnels(b).await?;
@@ -131,9 +130,15 @@ pub async fn commit_batch(
 struct Phases<DB: Database> {
     tx: Transaction<'static, DB>,
     sql: Dialect<DB>,
-    /// `Some` while isolating: what the database refused so far.
+    /// `Some` while isolating (row by row, each in a savepoint): what the
+    /// database refused so far.
     refused: Option<Vec<Refused>>,
-    isolate: bool,
+}
+
+impl<DB: Database> Phases<DB> {
+    fn isolating(&self) -> bool {
+        self.refused.is_some()
+    }
 }
 
 /// Runs one statement on the transaction. Isolating (`refused` is
@@ -171,7 +176,7 @@ macro_rules! phases {
             /// whole, its expiry alone (in place where the engine can), or
             /// deleted.
             async fn resources(&mut self, b: &WriteBatch) -> Result<(), sqlx::Error> {
-                let isolate = self.isolate;
+                let isolate = self.isolating();
                 for (kind, rows) in &b.replace_servers {
                     sqlx::query("DELETE FROM resources WHERE kind = $1")
                         .bind(kind.as_str())
@@ -209,7 +214,7 @@ macro_rules! phases {
 
             /// The tunnels' replacement, then each tunnel's latest row.
             async fn tunnels(&mut self, b: &WriteBatch) -> Result<(), sqlx::Error> {
-                let isolate = self.isolate;
+                let isolate = self.isolating();
                 if let Some(rows) = &b.replace_tunnels {
                     sqlx::query("DELETE FROM tunnels").execute(&mut *self.tx).await?;
                     for chunk in self.sql.pieces(rows, isolate) {
@@ -233,7 +238,7 @@ macro_rules! phases {
 
             /// History rows, health transitions and the minute's censuses.
             async fn history(&mut self, b: &WriteBatch) -> Result<(), sqlx::Error> {
-                let isolate = self.isolate;
+                let isolate = self.isolating();
                 if isolate {
                     for chunk in self.sql.pieces(&b.events, true) {
                         exec!(self, (chunk[0].kind, &chunk[0].name, "events"),
@@ -342,7 +347,7 @@ macro_rules! phases {
             /// Each incident's latest record.
             async fn incidents(&mut self, b: &WriteBatch) -> Result<(), sqlx::Error> {
                 let incidents: Vec<&IncidentRecord> = b.incidents.values().collect();
-                for chunk in values_pieces(&incidents, self.isolate) {
+                for chunk in values_pieces(&incidents, self.isolating()) {
                     exec!(self, (Subject::Store, &format!("incident {}", chunk[0].id), "incidents"),
                         upsert_incidents(chunk).build());
                 }

@@ -277,7 +277,8 @@ async fn scenario(
     .await?;
     let survivors: Vec<&Replica> = reps.iter().filter(|r| r.name != before.holder).collect();
     let live: Vec<String> = survivors.iter().map(|r| r.name.clone()).collect();
-    let recovered_us = every_agent_recovered(pool, http, &survivors, &sims, n_agents).await?;
+    let recovered_us =
+        every_agent_recovered(pool, http, &survivors, &live, &sims, n_agents).await?;
     every_signal_answered(pool, lease_for).await?;
     let streams_moved = sqlx::query_scalar::<_, i64>(
         "SELECT count(*) FROM agent_streams WHERE agent = ANY($1) AND replica = ANY($2)",
@@ -436,17 +437,18 @@ async fn cutoff(
 }
 
 /// Waits until no agent is stranded: no open stranded episode, none in any
-/// survivor's model, every stream on a survivor, and every simulated agent
+/// survivor's model (`live` are their names), every stream on a survivor,
+/// and every simulated agent
 /// on a live proxy. Returns when.
 async fn every_agent_recovered(
     pool: &PgPool,
     http: &reqwest::Client,
     survivors: &[&Replica],
+    live: &[String],
     sims: &[SimAgent],
     n_agents: i64,
 ) -> Result<i64, BenchError> {
-    let live: Vec<String> = survivors.iter().map(|r| r.name.clone()).collect();
-    let (live_ref, sims_ref, live_reps) = (&live, sims, survivors);
+    let (live_ref, sims_ref, live_reps) = (live, sims, survivors);
     poll(
         "every agent recovers",
         Duration::from_secs(120),
