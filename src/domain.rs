@@ -14,6 +14,7 @@ mod history;
 mod kept;
 mod labels;
 mod lb_policy;
+mod notice;
 mod record;
 mod setting;
 mod signal;
@@ -24,6 +25,7 @@ pub use history::{EndReason, HistoryEvent, Subject};
 pub use kept::{Episode, LastHealth, Loaded};
 pub use labels::{LabelText, Labels};
 pub use lb_policy::{LbMode, LbPolicy, PolicyError};
+pub use notice::{IncidentMark, NoticeKind};
 pub use record::{
     Census, EpisodeChange, HealthTransition, HistoryEntry, IncidentRecord, Record, ResourceChange,
     MAX_PENDING_EPISODES, MAX_PENDING_HEALTH,

@@ -6,15 +6,21 @@
 //! batch. The writer's loop (retries, shedding, the split snapshot) is
 //! `writer.rs`'s; this file only turns one batch into statements.
 
+use std::collections::HashMap;
+
 use sqlx::{Database, Encode, Postgres, QueryBuilder, Sqlite, Transaction, Type};
 
 use super::batch::WriteBatch;
 use super::bulk::{dialect, values_pieces, Dialect};
-use super::lease::Fence;
+use super::lease::{CheckFence, Fence};
+use super::outbox;
 use super::{is_permanent, on_pool, Db};
 use crate::clock::Ts;
 use crate::domain::{text, HistoryEvent, Server, Subject, Tunnel, MAX_NAME_LEN};
 use crate::domain::{EpisodeChange, HistoryEntry, IncidentRecord, ResourceChange};
+
+/// Incidents whose previous rows one statement reads.
+const MARKS_PER_READ: usize = 500;
 
 /// What became of a batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,30 +29,6 @@ pub enum Committed {
     /// Made under a lease this replica no longer holds: the new leader
     /// writes history now, and this batch is not committed.
     Fenced,
-}
-
-/// Checks a batch's [`Fence`] inside the transaction that writes it.
-pub(super) trait CheckFence {
-    async fn holds(&mut self, fence: &Fence) -> Result<bool, sqlx::Error>;
-}
-
-impl CheckFence for Transaction<'static, Sqlite> {
-    async fn holds(&mut self, fence: &Fence) -> Result<bool, sqlx::Error> {
-        // One process per SQLite file: only `Sole` is ever made for it.
-        Ok(*fence == Fence::Sole)
-    }
-}
-
-impl CheckFence for Transaction<'static, Postgres> {
-    async fn holds(&mut self, fence: &Fence) -> Result<bool, sqlx::Error> {
-        match fence {
-            Fence::Sole => Ok(true),
-            Fence::Follower => Ok(false),
-            Fence::Leader { replica, term } => {
-                super::lease::still_leads(self, replica, *term).await
-            }
-        }
-    }
 }
 
 /// Commits one batch in one transaction, if its fence still holds.
@@ -344,12 +326,30 @@ macro_rules! phases {
                 Ok(())
             }
 
-            /// Each incident's latest record.
+            /// Each incident's latest record, and the events its change
+            /// tells (opened, updated, resolved) into the outbox, in this
+            /// same transaction: what was written is told, and nothing
+            /// else.
             async fn incidents(&mut self, b: &WriteBatch) -> Result<(), sqlx::Error> {
                 let incidents: Vec<&IncidentRecord> = b.incidents.values().collect();
+                if incidents.is_empty() {
+                    return Ok(());
+                }
+                let mut before = HashMap::new();
+                let ids: Vec<i64> = incidents.iter().map(|r| r.id).collect();
+                for part in ids.chunks(MARKS_PER_READ) {
+                    let rows: Vec<outbox::MarkRow> =
+                        outbox::marks_query(part).build_query_as().fetch_all(&mut *self.tx).await?;
+                    before.extend(rows.into_iter().map(outbox::MarkRow::into_mark));
+                }
                 for chunk in values_pieces(&incidents, self.isolating()) {
                     exec!(self, (Subject::Store, &format!("incident {}", chunk[0].id), "incidents"),
                         upsert_incidents(chunk).build());
+                }
+                let events = outbox::incident_events(&before, &incidents, b.events.last().map(|e| e.at));
+                for chunk in values_pieces(&events, self.isolating()) {
+                    exec!(self, (Subject::Store, &format!("{} event", chunk[0].kind), "notify_events"),
+                        outbox::insert_events(chunk).build());
                 }
                 Ok(())
             }

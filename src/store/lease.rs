@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use serde::Serialize;
-use sqlx::{Postgres, Transaction};
+use sqlx::{Postgres, Sqlite, Transaction};
 
 use crate::clock::Ts;
 
@@ -120,6 +120,28 @@ pub async fn still_leads(
 
 /// The channel that tells every replica a setting changed.
 pub const SETTINGS_CHANNEL: &str = "lifeline_settings";
+
+/// Checks a batch's [`Fence`] inside the transaction that writes it.
+pub(super) trait CheckFence {
+    async fn holds(&mut self, fence: &Fence) -> Result<bool, sqlx::Error>;
+}
+
+impl CheckFence for Transaction<'static, Sqlite> {
+    async fn holds(&mut self, fence: &Fence) -> Result<bool, sqlx::Error> {
+        // One process per SQLite file: only `Sole` is ever made for it.
+        Ok(*fence == Fence::Sole)
+    }
+}
+
+impl CheckFence for Transaction<'static, Postgres> {
+    async fn holds(&mut self, fence: &Fence) -> Result<bool, sqlx::Error> {
+        match fence {
+            Fence::Sole => Ok(true),
+            Fence::Follower => Ok(false),
+            Fence::Leader { replica, term } => still_leads(self, replica, *term).await,
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -164,6 +164,21 @@ pub async fn prune_audit(pool: &Db, before: Ts) -> Result<(u64, u64, u64), sqlx:
         before,
     )
     .await?;
+    // The notification outbox and the webhooks' delivery log.
+    prune_in_steps(
+        pool,
+        "DELETE FROM notify_events WHERE id IN (SELECT id FROM notify_events \
+         WHERE at_us < $1 ORDER BY id LIMIT $2)",
+        before,
+    )
+    .await?;
+    prune_in_steps(
+        pool,
+        "DELETE FROM webhook_deliveries WHERE (webhook, event_id) IN (SELECT webhook, event_id \
+         FROM webhook_deliveries WHERE at_us < $1 ORDER BY at_us LIMIT $2)",
+        before,
+    )
+    .await?;
     Ok((signals, episodes, incidents))
 }
 

@@ -8,8 +8,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use sqlx::QueryBuilder;
 
-use super::commit::CheckFence;
-use super::lease::Fence;
+use super::lease::{CheckFence, Fence};
 use super::{on_pool, Db};
 
 use crate::clock::Ts;

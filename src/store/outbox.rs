@@ -1,0 +1,354 @@
+//! The notification outbox: events written in the same transaction as the
+//! change that caused them (`commit.rs` writes an incident's), each
+//! webhook's place in them, and its delivery log. The `notify` room reads
+//! and advances them; what an event says and where it goes is its own.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+use sqlx::{Database, Encode, QueryBuilder, Type};
+
+use super::incidents::Incident;
+use super::{on_pool, Db};
+use crate::clock::Ts;
+use crate::domain::{IncidentMark, IncidentRecord, NoticeKind};
+
+/// Events read per page by a webhook's loop.
+pub const PAGE: i64 = 100;
+/// Delivery-log rows shown at most.
+pub const MAX_LOG: u32 = 1000;
+
+/// One event as written: the body is the JSON of what it is about (an
+/// incident as the API shows it), without the envelope (id, kind, time)
+/// the deliverer adds.
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct Event {
+    pub id: i64,
+    pub at_us: i64,
+    pub kind: String,
+    pub incident_id: Option<i64>,
+    pub body: String,
+}
+
+/// An event about to be written.
+#[derive(Clone, Debug)]
+pub(super) struct NewEvent {
+    pub at: Ts,
+    pub kind: NoticeKind,
+    pub incident: Option<i64>,
+    pub body: String,
+}
+
+/// What the incidents of a batch tell, from their rows before (`marks`,
+/// read in the same transaction) and as written now. `at` is the batch's
+/// last history row's time, for an update (an opening and an end carry
+/// their own).
+pub(super) fn incident_events(
+    before: &HashMap<i64, IncidentMark>,
+    rows: &[&IncidentRecord],
+    at: Option<Ts>,
+) -> Vec<NewEvent> {
+    let mut out = Vec::new();
+    let mut rows = rows.to_vec();
+    rows.sort_by_key(|r| r.id);
+    for r in rows {
+        let after = mark(r);
+        let kinds = NoticeKind::of_incident(before.get(&r.id).copied(), after);
+        if kinds.is_empty() {
+            continue;
+        }
+        let body = match serde_json::to_string(&Incident::from(r.clone())) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(incident = r.id, error = %e, "an incident event could not be written as JSON; not told");
+                continue;
+            }
+        };
+        for kind in kinds {
+            let when = match kind {
+                NoticeKind::IncidentOpened => r.started,
+                NoticeKind::IncidentResolved => r.ended.unwrap_or(r.started),
+                _ => at.unwrap_or(r.started).max(r.started),
+            };
+            out.push(NewEvent {
+                at: when,
+                kind,
+                incident: Some(r.id),
+                body: body.clone(),
+            });
+        }
+    }
+    out
+}
+
+pub(super) fn mark(r: &IncidentRecord) -> IncidentMark {
+    IncidentMark {
+        agents: r.agents,
+        peak_stranded: r.peak_stranded,
+        ended: r.ended.is_some(),
+    }
+}
+
+/// The statement that reads what decides the incidents' events, before
+/// they are written.
+pub(super) fn marks_query<DB: Database>(ids: &[i64]) -> QueryBuilder<DB>
+where
+    DB::Arguments: Default,
+    for<'t> i64: Encode<'t, DB> + Type<DB>,
+{
+    let mut q = QueryBuilder::new(
+        "SELECT id, agents, peak_stranded, ended_us IS NOT NULL AS ended FROM incidents WHERE id IN (",
+    );
+    let mut sep = q.separated(", ");
+    for id in ids {
+        sep.push_bind(*id);
+    }
+    q.push(")");
+    q
+}
+
+/// A row of [`marks_query`].
+#[derive(sqlx::FromRow)]
+pub(super) struct MarkRow {
+    id: i64,
+    agents: i64,
+    peak_stranded: i64,
+    ended: bool,
+}
+
+impl MarkRow {
+    pub(super) fn into_mark(self) -> (i64, IncidentMark) {
+        let n = |v: i64| u32::try_from(v.max(0)).unwrap_or(u32::MAX);
+        (
+            self.id,
+            IncidentMark {
+                agents: n(self.agents),
+                peak_stranded: n(self.peak_stranded),
+                ended: self.ended,
+            },
+        )
+    }
+}
+
+pub(super) fn insert_events<DB: Database>(rows: &[NewEvent]) -> QueryBuilder<DB>
+where
+    DB::Arguments: Default,
+    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
+    for<'t> i64: Encode<'t, DB> + Type<DB>,
+    for<'t> Option<i64>: Encode<'t, DB> + Type<DB>,
+{
+    let mut q = QueryBuilder::new("INSERT INTO notify_events (at_us, kind, incident_id, body) ");
+    q.push_values(rows, |mut r, e| {
+        r.push_bind(e.at.as_micros())
+            .push_bind(e.kind.as_str())
+            .push_bind(e.incident)
+            .push_bind(e.body.as_str());
+    });
+    q
+}
+
+/// Writes one event on its own (a change that is not a batch's: the
+/// storm guard pausing restarts).
+pub async fn append(
+    db: &Db,
+    at: Ts,
+    kind: NoticeKind,
+    body: &serde_json::Value,
+) -> Result<i64, sqlx::Error> {
+    let body = body.to_string();
+    on_pool!(db, pool => {
+        let (id,): (i64,) = sqlx::query_as(
+            "INSERT INTO notify_events (at_us, kind, incident_id, body) VALUES ($1, $2, NULL, $3) RETURNING id",
+        )
+        .bind(at.as_micros())
+        .bind(kind.as_str())
+        .bind(body.as_str())
+        .fetch_one(pool)
+        .await?;
+        Ok(id)
+    })
+}
+
+/// Up to `limit` events after `after`, oldest first.
+pub async fn after(db: &Db, after: i64, limit: i64) -> Result<Vec<Event>, sqlx::Error> {
+    on_pool!(db, pool => {
+        sqlx::query_as(
+            "SELECT id, at_us, kind, incident_id, body FROM notify_events WHERE id > $1 ORDER BY id LIMIT $2",
+        )
+        .bind(after)
+        .bind(limit.clamp(1, 1000))
+        .fetch_all(pool)
+        .await
+    })
+}
+
+/// The newest event's id (0 with none).
+pub async fn newest(db: &Db) -> Result<i64, sqlx::Error> {
+    on_pool!(db, pool => {
+        let (n,): (Option<i64>,) = sqlx::query_as("SELECT max(id) FROM notify_events")
+            .fetch_one(pool)
+            .await?;
+        Ok(n.unwrap_or(0))
+    })
+}
+
+/// `webhook`'s place in the events: the last one it was given. A webhook
+/// seen for the first time starts after `start`.
+pub async fn cursor(db: &Db, webhook: &str, start: i64) -> Result<i64, sqlx::Error> {
+    on_pool!(db, pool => {
+        sqlx::query("INSERT INTO webhook_cursors (webhook, last_event) VALUES ($1, $2) ON CONFLICT (webhook) DO NOTHING")
+            .bind(webhook)
+            .bind(start)
+            .execute(pool)
+            .await?;
+        let (n,): (i64,) = sqlx::query_as("SELECT last_event FROM webhook_cursors WHERE webhook = $1")
+            .bind(webhook)
+            .fetch_one(pool)
+            .await?;
+        Ok(n)
+    })
+}
+
+/// Where one delivery stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryOutcome {
+    Delivered,
+    /// Failed so far; tried again after a backoff.
+    Retrying,
+    /// Failed for longer than the webhook's `max_age`: given up on.
+    Dropped,
+}
+
+impl DeliveryOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryOutcome::Delivered => "delivered",
+            DeliveryOutcome::Retrying => "retrying",
+            DeliveryOutcome::Dropped => "dropped",
+        }
+    }
+
+    fn parse(s: &str) -> DeliveryOutcome {
+        match s {
+            "delivered" => DeliveryOutcome::Delivered,
+            "dropped" => DeliveryOutcome::Dropped,
+            _ => DeliveryOutcome::Retrying,
+        }
+    }
+
+    /// Final: the webhook goes on to its next event.
+    pub fn is_final(self) -> bool {
+        !matches!(self, DeliveryOutcome::Retrying)
+    }
+}
+
+/// One webhook's delivery of one event, as the log shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Delivery {
+    pub webhook: String,
+    pub event_id: i64,
+    pub kind: String,
+    /// The last attempt.
+    pub at: Ts,
+    pub outcome: DeliveryOutcome,
+    /// The receiver's HTTP status, if it answered.
+    pub status: Option<u16>,
+    pub latency_ms: Option<f64>,
+    pub attempts: u32,
+    /// Why the last attempt failed (no secret, no URL).
+    pub error: Option<String>,
+}
+
+/// Records an attempt; a final one also moves the webhook's cursor past
+/// the event, in the same transaction.
+pub async fn record(db: &Db, d: &Delivery) -> Result<(), sqlx::Error> {
+    on_pool!(db, pool => {
+        let mut tx = pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO webhook_deliveries (webhook, event_id, kind, at_us, outcome, status, latency_us, attempts, error) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+             ON CONFLICT (webhook, event_id) DO UPDATE SET at_us = excluded.at_us, outcome = excluded.outcome, \
+             status = excluded.status, latency_us = excluded.latency_us, attempts = excluded.attempts, error = excluded.error",
+        )
+        .bind(d.webhook.as_str())
+        .bind(d.event_id)
+        .bind(d.kind.as_str())
+        .bind(d.at.as_micros())
+        .bind(d.outcome.as_str())
+        .bind(d.status.map(i64::from))
+        .bind(d.latency_ms.map(|ms| (ms * 1000.0) as i64))
+        .bind(i64::from(d.attempts))
+        .bind(d.error.as_deref())
+        .execute(&mut *tx)
+        .await?;
+        if d.outcome.is_final() {
+            sqlx::query("UPDATE webhook_cursors SET last_event = $1 WHERE webhook = $2 AND last_event < $1")
+                .bind(d.event_id)
+                .bind(d.webhook.as_str())
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await
+    })
+}
+
+#[derive(sqlx::FromRow)]
+struct DeliveryRow {
+    webhook: String,
+    event_id: i64,
+    kind: String,
+    at_us: i64,
+    outcome: String,
+    status: Option<i64>,
+    latency_us: Option<i64>,
+    attempts: i64,
+    error: Option<String>,
+}
+
+/// `webhook`'s deliveries of events before `before` (all: `None`),
+/// newest event first.
+pub async fn deliveries(
+    db: &Db,
+    webhook: &str,
+    before: Option<i64>,
+    limit: u32,
+) -> Result<Vec<Delivery>, sqlx::Error> {
+    on_pool!(db, pool => {
+        let rows: Vec<DeliveryRow> = sqlx::query_as(
+            "SELECT webhook, event_id, kind, at_us, outcome, status, latency_us, attempts, error \
+             FROM webhook_deliveries WHERE webhook = $1 AND event_id < $2 ORDER BY event_id DESC LIMIT $3",
+        )
+        .bind(webhook)
+        .bind(before.unwrap_or(i64::MAX))
+        .bind(i64::from(limit.min(MAX_LOG)))
+        .fetch_all(pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| Delivery {
+                webhook: r.webhook,
+                event_id: r.event_id,
+                kind: r.kind,
+                at: Ts(r.at_us),
+                outcome: DeliveryOutcome::parse(&r.outcome),
+                status: r.status.and_then(|s| u16::try_from(s).ok()),
+                latency_ms: r.latency_us.map(|us| us as f64 / 1000.0),
+                attempts: u32::try_from(r.attempts.max(0)).unwrap_or(u32::MAX),
+                error: r.error,
+            })
+            .collect())
+    })
+}
+
+/// Moves `webhook`'s place to `last` (events it is not sent).
+pub async fn skip(db: &Db, webhook: &str, last: i64) -> Result<(), sqlx::Error> {
+    on_pool!(db, pool => {
+        sqlx::query("UPDATE webhook_cursors SET last_event = $1 WHERE webhook = $2 AND last_event < $1")
+            .bind(last)
+            .bind(webhook)
+            .execute(pool)
+            .await?;
+        Ok(())
+    })
+}
