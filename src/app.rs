@@ -66,6 +66,8 @@ impl Lifeline {
         // the lease says otherwise.
         let standing = replica::Standing::new(&db, &replica.name, replica.lease, clock);
         let leadership = standing.leadership.clone();
+        // Its files are read now: a bad one stops start-up before ingest.
+        crate::notify::start(cfg, &db, leadership.clone(), &mut rt)?;
         let board = Board::new(cfg.signals.discovery_backlog, clock.now());
         let fence = standing.fence.clone();
         let fleet = fleet::start(

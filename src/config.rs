@@ -15,6 +15,7 @@
 mod access;
 mod cluster;
 mod env;
+mod notify;
 mod server;
 mod signals;
 mod storage;
@@ -34,6 +35,9 @@ pub use access::{
 };
 pub use cluster::{
     AlpnUpgrade, ClusterConfig, FleetConfig, HealthConfig, SourceKind, StaticAuthServer,
+};
+pub use notify::{
+    AlertmanagerConfig, NotifyConfig, WebhookConfig, WebhookFormat, MAX_ALERTMANAGERS, MAX_WEBHOOKS,
 };
 pub use server::{check_external_url, BadExternalUrl, ProbesConfig, ServerConfig};
 pub use signals::{RestartLimit, SignalsConfig, MAX_RECONNECT_INTERVAL};
@@ -58,6 +62,8 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     pub access: AccessConfig,
     pub probes: ProbesConfig,
+    /// Whom incidents are told to: Alertmanagers and webhooks.
+    pub notify: NotifyConfig,
     /// `section.key` paths the file or a `LIFELINE_*` variable set, and
     /// where each came from (`TOML file /etc/lifeline.toml`, `environment
     /// variable LIFELINE_DB`), so the dynamic settings can tell "written in
@@ -222,6 +228,7 @@ impl Config {
         self.health.validate()?;
         self.storage.validate()?;
         self.fleet.validate()?;
+        self.notify.validate()?;
         self.signals.validate()
     }
 

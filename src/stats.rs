@@ -212,8 +212,36 @@ pub struct Stats {
     pub tls_reloads_refused: AtomicU64,
     /// When the served certificate expires, Unix seconds (0: no TLS).
     pub tls_not_after: AtomicU64,
+    /// Notifications by channel ([`Channel`]) and outcome
+    /// ([`NotifyOutcome`]).
+    pub notify: [[AtomicU64; 3]; 2],
     /// Latency and size distributions.
     pub hist: Histograms,
+}
+
+/// Where a notification goes, as `Stats::notify` indexes them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum Channel {
+    Alertmanager = 0,
+    Webhook = 1,
+}
+
+/// What became of one notification: accepted, an attempt that failed
+/// (retried), or given up on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum NotifyOutcome {
+    Delivered = 0,
+    Failed = 1,
+    Dropped = 2,
+}
+
+impl Stats {
+    /// Counts one notification.
+    pub fn notified(&self, channel: Channel, outcome: NotifyOutcome) {
+        self.notify[channel as usize][outcome as usize].fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// The histograms `/metrics` shows, recorded into this instance's own
@@ -295,6 +323,7 @@ pub mod metric {
         "lifeline_http_connections_idle_closed_total";
     pub const TLS_HANDSHAKE_FAILURES_TOTAL: &str = "lifeline_tls_handshake_failures_total";
     pub const TLS_RELOADS_TOTAL: &str = "lifeline_tls_reloads_total";
+    pub const NOTIFICATIONS_TOTAL: &str = "lifeline_notifications_total";
     pub const TLS_CERTIFICATE_EXPIRY: &str = "lifeline_tls_certificate_expiry_timestamp_seconds";
     // Labelled with resource names, rendered from the read model.
     pub const ROOT_CAUSE_AGENTS: &str = "lifeline_root_cause_agents";

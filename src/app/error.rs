@@ -19,6 +19,8 @@ pub enum StartError {
     Settings(#[from] SettingsError),
     #[error(transparent)]
     Dialers(#[from] DialersError),
+    #[error(transparent)]
+    Notify(#[from] crate::notify::NotifyError),
     #[error("cannot listen for {what} on {addr}: {source}")]
     Bind {
         what: &'static str,
@@ -35,6 +37,7 @@ impl StartError {
             self,
             StartError::Config(_)
                 | StartError::Dialers(_)
+                | StartError::Notify(_)
                 | StartError::Store(StoreError::ReplicaNameTaken { .. })
         )
     }

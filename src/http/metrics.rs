@@ -22,7 +22,7 @@ use super::AppState;
 use crate::domain::{Health, Kind, Op, RejectCode};
 use crate::fleet::view::{AuthView, Summary};
 use crate::fleet::WatchState;
-use crate::stats::{metric, SignalKind, SignalOutcome, Stats};
+use crate::stats::{metric, Channel, NotifyOutcome, SignalKind, SignalOutcome, Stats};
 use crate::telemetry::SpanCounters;
 
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -478,6 +478,28 @@ fn counters(st: &Stats, spans: &SpanCounters) {
     );
     f.total(&[("outcome", "loaded")], &st.tls_reloads_loaded);
     f.total(&[("outcome", "refused")], &st.tls_reloads_refused);
+    let f = counter(
+        metric::NOTIFICATIONS_TOTAL,
+        "Incidents and events told: by channel (alertmanager, webhook) and outcome (delivered; failed, to be retried; dropped, given up on).",
+    );
+    for (c, channel) in [Channel::Alertmanager, Channel::Webhook]
+        .into_iter()
+        .enumerate()
+    {
+        for (o, outcome) in [
+            NotifyOutcome::Delivered,
+            NotifyOutcome::Failed,
+            NotifyOutcome::Dropped,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            f.total(
+                &[("channel", channel.into()), ("outcome", outcome.into())],
+                &st.notify[c][o],
+            );
+        }
+    }
     gauge(
         metric::TLS_CERTIFICATE_EXPIRY,
         "When the certificate Lifeline serves expires, Unix seconds (0 without TLS).",

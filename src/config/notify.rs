@@ -1,0 +1,194 @@
+//! `[notify]`: whom Lifeline tells about incidents, and how: Alertmanagers
+//! (`[notify.alertmanager]`) and signed webhooks (`[[notify.webhooks]]`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{invalid, positive, ConfigError};
+use crate::domain::NoticeKind;
+
+/// The most webhooks one Lifeline delivers to.
+pub const MAX_WEBHOOKS: usize = 32;
+/// The most Alertmanagers (an HA cluster's members).
+pub const MAX_ALERTMANAGERS: usize = 16;
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NotifyConfig {
+    /// The `cluster` label on alerts and in webhook bodies; empty: the
+    /// cluster's address as `[cluster] addr` names it.
+    pub cluster: String,
+    /// The `runbook_url` annotation: what on-call does about an incident;
+    /// empty: the incident's own page (its postmortem and what Lifeline
+    /// did).
+    pub runbook_url: String,
+    pub alertmanager: AlertmanagerConfig,
+    pub webhooks: Vec<WebhookConfig>,
+}
+
+/// Alertmanager's v2 API. Every URL gets every alert (an HA cluster
+/// deduplicates them itself).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AlertmanagerConfig {
+    /// Base URLs, e.g. `https://alertmanager-0:9093`; empty: none.
+    pub urls: Vec<String>,
+    /// CA certificates (PEM) to trust for `https://`, besides the system's.
+    pub ca_file: Option<PathBuf>,
+    /// A bearer token, read from this file at each post (so it can rotate).
+    pub bearer_token_file: Option<PathBuf>,
+    /// HTTP basic auth: the user, and a file holding the password.
+    pub basic_auth_user: Option<String>,
+    pub basic_auth_password_file: Option<PathBuf>,
+    /// How often open incidents are posted again (Alertmanager's
+    /// convention: a minute).
+    #[serde(with = "humantime_serde")]
+    pub resend: Duration,
+    /// How far ahead each post's `endsAt` lies: an alert a gone Lifeline
+    /// no longer posts resolves on its own after this.
+    #[serde(with = "humantime_serde")]
+    pub ends_after: Duration,
+    /// One post's limit.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+}
+
+impl Default for AlertmanagerConfig {
+    fn default() -> Self {
+        AlertmanagerConfig {
+            urls: Vec::new(),
+            ca_file: None,
+            bearer_token_file: None,
+            basic_auth_user: None,
+            basic_auth_password_file: None,
+            resend: Duration::from_secs(60),
+            ends_after: Duration::from_secs(300),
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A webhook body's shape.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WebhookFormat {
+    /// The event as JSON, signed (`X-Lifeline-Signature`).
+    #[default]
+    Json,
+    /// `{"text": …}` for a Slack incoming-webhook URL (signed too).
+    Slack,
+}
+
+/// One webhook.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookConfig {
+    /// Its name in the delivery log and metrics (the URL is never shown:
+    /// a Slack URL is itself a secret).
+    pub name: String,
+    pub url: String,
+    /// The signing secret, read from this file at each delivery.
+    pub secret_file: PathBuf,
+    /// The events it is sent; empty: every kind.
+    #[serde(default)]
+    pub events: Vec<NoticeKind>,
+    #[serde(default)]
+    pub format: WebhookFormat,
+    /// CA certificates (PEM) to trust for `https://`, besides the system's.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// One attempt's limit.
+    #[serde(default = "default_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+    /// How long an event is retried before it is dropped (and counted).
+    #[serde(default = "default_max_age", with = "humantime_serde")]
+    pub max_age: Duration,
+}
+
+fn default_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn default_max_age() -> Duration {
+    Duration::from_secs(24 * 3600)
+}
+
+impl WebhookConfig {
+    /// Whether it is sent events of `kind`.
+    pub fn wants(&self, kind: NoticeKind) -> bool {
+        self.events.is_empty() || self.events.contains(&kind)
+    }
+}
+
+fn http_url(field: &str, u: &str) -> Result<(), ConfigError> {
+    match url::Url::parse(u) {
+        Ok(p) if matches!(p.scheme(), "http" | "https") && p.host().is_some() => Ok(()),
+        // The URL itself is not repeated: it may hold a secret.
+        _ => Err(invalid(field, "is not an http(s):// URL with a host")),
+    }
+}
+
+impl NotifyConfig {
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        let am = &self.alertmanager;
+        if am.urls.len() > MAX_ALERTMANAGERS {
+            return Err(invalid(
+                "notify.alertmanager.urls",
+                format!("at most {MAX_ALERTMANAGERS}"),
+            ));
+        }
+        for (i, u) in am.urls.iter().enumerate() {
+            http_url(&format!("notify.alertmanager.urls[{i}]"), u)?;
+        }
+        positive("notify.alertmanager.resend", am.resend)?;
+        positive("notify.alertmanager.timeout", am.timeout)?;
+        if am.ends_after <= am.resend {
+            return Err(invalid(
+                "notify.alertmanager.ends_after",
+                "must be longer than resend, or alerts would resolve between posts",
+            ));
+        }
+        if am.basic_auth_user.is_some() != am.basic_auth_password_file.is_some() {
+            return Err(invalid(
+                "notify.alertmanager.basic_auth_user",
+                "basic auth needs both basic_auth_user and basic_auth_password_file",
+            ));
+        }
+        if am.basic_auth_user.is_some() && am.bearer_token_file.is_some() {
+            return Err(invalid(
+                "notify.alertmanager.bearer_token_file",
+                "use either a bearer token or basic auth, not both",
+            ));
+        }
+        if self.webhooks.len() > MAX_WEBHOOKS {
+            return Err(invalid(
+                "notify.webhooks",
+                format!("at most {MAX_WEBHOOKS}"),
+            ));
+        }
+        let mut names = std::collections::HashSet::new();
+        for (i, w) in self.webhooks.iter().enumerate() {
+            let field = |k: &str| format!("notify.webhooks[{i}].{k}");
+            if !super::valid_token_name(&w.name) {
+                return Err(invalid(field("name"), super::TOKEN_NAME_RULE));
+            }
+            if !names.insert(w.name.as_str()) {
+                return Err(invalid(
+                    field("name"),
+                    format!("{:?} is used twice", w.name),
+                ));
+            }
+            http_url(&field("url"), &w.url)?;
+            positive(&field("timeout"), w.timeout)?;
+            positive(&field("max_age"), w.max_age)?;
+        }
+        Ok(())
+    }
+
+    /// Whether anyone is told anything.
+    pub fn any(&self) -> bool {
+        !self.alertmanager.urls.is_empty() || !self.webhooks.is_empty()
+    }
+}

@@ -1,0 +1,192 @@
+//! An incident as an Alertmanager v2 alert (`POST /api/v2/alerts`): its
+//! labels name it (one alert per incident and severity), its annotations
+//! say what it is and what Lifeline did, and `endsAt` says how long it
+//! holds without another post.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::clock::Ts;
+use crate::store::incidents::Incident;
+
+/// `alertname` of every incident alert.
+pub const ALERT_NAME: &str = "LifelineIncident";
+
+/// One alert of Alertmanager's v2 API (`postableAlert`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Alert {
+    pub labels: BTreeMap<&'static str, String>,
+    pub annotations: BTreeMap<&'static str, String>,
+    pub starts_at: String,
+    pub ends_at: String,
+    #[serde(rename = "generatorURL")]
+    pub generator_url: String,
+}
+
+/// An incident's severity: `critical` once it has stranded an agent,
+/// `warning` while it has only degraded them. It only rises, so an
+/// incident's alert changes labels at most once.
+pub fn severity(i: &Incident) -> &'static str {
+    severity_of(u64::from(i.peak_stranded))
+}
+
+/// The severity of an incident that stranded at most `peak_stranded`
+/// agents at once.
+pub fn severity_of(peak_stranded: u64) -> &'static str {
+    if peak_stranded > 0 {
+        "critical"
+    } else {
+        "warning"
+    }
+}
+
+/// Where the alert points: the cluster it is about, Lifeline's external
+/// URL and the runbook (empty: the incident's own page).
+#[derive(Clone, Debug)]
+pub struct Context {
+    pub cluster: String,
+    pub external_url: String,
+    pub runbook_url: String,
+}
+
+impl Context {
+    /// The incident's page on the dashboard.
+    pub fn page(&self, id: i64) -> String {
+        format!("{}/incidents/{id}", self.external_url)
+    }
+}
+
+/// The incident's alert as of `now`: open, it ends `ends_after` from now
+/// unless posted again; ended, it ends when the incident did. `severity`
+/// names the labels' severity (an earlier one, to resolve it).
+pub fn alert(i: &Incident, cx: &Context, now: Ts, ends_after: Duration, severity: &str) -> Alert {
+    let ends = match i.ended {
+        Some(e) => e,
+        None => now.saturating_add(ends_after),
+    };
+    let labels = BTreeMap::from([
+        ("alertname", ALERT_NAME.to_string()),
+        ("cause", i.cause.as_str().to_string()),
+        ("resource", i.resource.clone()),
+        ("severity", severity.to_string()),
+        ("cluster", cx.cluster.clone()),
+        ("lifeline_incident", i.id.to_string()),
+    ]);
+    let page = cx.page(i.id);
+    let runbook = if cx.runbook_url.is_empty() {
+        page.clone()
+    } else {
+        cx.runbook_url.clone()
+    };
+    let annotations = BTreeMap::from([
+        ("summary", format!("Incident {}: {}", i.id, i.title)),
+        ("description", description(i)),
+        ("runbook_url", runbook),
+    ]);
+    Alert {
+        labels,
+        annotations,
+        starts_at: i.started.rfc3339(),
+        ends_at: ends.rfc3339(),
+        generator_url: page,
+    }
+}
+
+/// Agents, peak, and what Lifeline did, in one sentence or two.
+pub fn description(i: &Incident) -> String {
+    let mut s = format!(
+        "{} agent{} held (peak {} stranded, {} degraded). Lifeline sent {} signal{} to them.",
+        i.agents,
+        plural(i.agents),
+        i.peak_stranded,
+        i.peak_degraded,
+        i.signals_sent,
+        plural(i.signals_sent),
+    );
+    if i.ended.is_some() {
+        s.push_str(" Every agent recovered or moved on.");
+    }
+    s
+}
+
+fn plural(n: u32) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{CauseKind, IncidentRecord};
+
+    fn incident(peak_stranded: u32, ended: Option<Ts>) -> Incident {
+        Incident::from(IncidentRecord {
+            id: 7,
+            cause: CauseKind::ProxyExpired,
+            resource: "proxy-1".into(),
+            started: Ts(1_700_000_000_000_000),
+            ended,
+            peak_stranded,
+            peak_degraded: 3,
+            agents: 12,
+            signals: 4,
+            stranded_us: 0,
+            recover_p50_us: None,
+            recover_max_us: None,
+        })
+    }
+
+    fn cx() -> Context {
+        Context {
+            cluster: "prod".into(),
+            external_url: "https://lifeline.example.com".into(),
+            runbook_url: String::new(),
+        }
+    }
+
+    #[test]
+    fn an_open_incident_is_an_alert_with_its_labels_and_a_horizon() {
+        let i = incident(5, None);
+        let now = Ts(1_700_000_060_000_000);
+        let a = alert(&i, &cx(), now, Duration::from_secs(300), severity(&i));
+        let v = serde_json::to_value(&a).expect("json");
+        assert_eq!(v["labels"]["alertname"], "LifelineIncident");
+        assert_eq!(v["labels"]["cause"], "proxy_expired");
+        assert_eq!(v["labels"]["resource"], "proxy-1");
+        assert_eq!(v["labels"]["severity"], "critical");
+        assert_eq!(v["labels"]["cluster"], "prod");
+        assert_eq!(v["labels"]["lifeline_incident"], "7");
+        assert_eq!(v["annotations"]["summary"], "Incident 7: proxy-1 expired");
+        assert!(v["annotations"]["description"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("12 agents held (peak 5 stranded, 3 degraded)")));
+        assert_eq!(
+            v["generatorURL"],
+            "https://lifeline.example.com/incidents/7"
+        );
+        assert_eq!(v["annotations"]["runbook_url"], v["generatorURL"]);
+        assert_eq!(v["startsAt"], i.started.rfc3339());
+        assert_eq!(v["endsAt"], Ts(1_700_000_360_000_000).rfc3339());
+    }
+
+    #[test]
+    fn an_ended_incident_resolves_at_its_end_and_degraded_only_is_a_warning() {
+        let end = Ts(1_700_000_100_000_000);
+        let i = incident(0, Some(end));
+        assert_eq!(severity(&i), "warning");
+        let a = alert(
+            &i,
+            &cx(),
+            Ts(1_700_000_200_000_000),
+            Duration::from_secs(300),
+            "warning",
+        );
+        assert_eq!(a.ends_at, end.rfc3339());
+    }
+}

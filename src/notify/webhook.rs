@@ -1,0 +1,362 @@
+//! One webhook: the outbox's events, in order, each signed and posted
+//! until the receiver answers 2xx or the event is older than the
+//! webhook's `max_age` (then dropped, logged and counted). Delivery is at
+//! least once: an event is marked delivered after its answer, so a leader
+//! that dies between the two leaves it to the next one to send again;
+//! each body carries the event's id for the receiver to deduplicate.
+//! A receiver that hangs holds only its own webhook: each has a task of
+//! its own, and every attempt has a timeout.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, info_span, warn, Instrument};
+
+use super::alert::{self, Context};
+use super::{client, sign, NotifyError};
+use crate::backoff::Backoff;
+use crate::clock::{Clock, Ts};
+use crate::config::{WebhookConfig, WebhookFormat};
+use crate::domain::{text, NoticeKind};
+use crate::stats::{Channel, NotifyOutcome, Stats};
+use crate::store::outbox::{self, Delivery, DeliveryOutcome, Event};
+use crate::store::{Db, Leadership};
+
+/// Retries: from a second, doubling, to five minutes, full jitter.
+const RETRY: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(300));
+/// How long the loop waits after the database failed it.
+const DB_RETRY: Duration = Duration::from_secs(5);
+/// How long an idle webhook sleeps between looks (it is woken sooner when
+/// an event is written).
+const IDLE: Duration = Duration::from_secs(5);
+
+pub struct Webhook {
+    cfg: WebhookConfig,
+    client: reqwest::Client,
+    cx: Context,
+    db: Db,
+    clock: Clock,
+    stats: Arc<Stats>,
+}
+
+/// How one event's delivery ended, for the loop.
+enum Ended {
+    /// Delivered or dropped: on to the next.
+    Done,
+    /// This replica stopped leading, or Lifeline is stopping.
+    Interrupted,
+}
+
+impl Webhook {
+    pub fn new(
+        cfg: WebhookConfig,
+        cx: Context,
+        db: Db,
+        rt: &crate::supervise::Runtime,
+    ) -> Result<Webhook, NotifyError> {
+        // The secret is read at each delivery (it can rotate), but a file
+        // that cannot be read stops start-up, where an operator sees it.
+        client::secret(&cfg.secret_file)?;
+        let client = client::build(cfg.ca_file.as_deref(), cfg.timeout)?;
+        Ok(Webhook {
+            cfg,
+            client,
+            cx,
+            db,
+            clock: rt.clock,
+            stats: rt.stats.clone(),
+        })
+    }
+
+    pub async fn run(
+        self,
+        mut leadership: watch::Receiver<Leadership>,
+        mut newest: watch::Receiver<i64>,
+        stop: CancellationToken,
+    ) {
+        let span = info_span!("notify.webhook", webhook = %self.cfg.name);
+        async move {
+            'lead: loop {
+                while !leadership.borrow_and_update().leading {
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = super::standing_changed(&mut leadership) => {}
+                    }
+                }
+                let mut cursor = match self.place().await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        warn!(error = %e, "reading the webhook's place in the events failed; will retry");
+                        if pause(&stop, DB_RETRY).await {
+                            return;
+                        }
+                        continue;
+                    }
+                };
+                loop {
+                    if !leadership.borrow().leading {
+                        continue 'lead;
+                    }
+                    let events = match outbox::after(&self.db, cursor, outbox::PAGE).await {
+                        Ok(e) => e,
+                        Err(e) => {
+                            warn!(error = %e, "reading events to deliver failed; will retry");
+                            if pause(&stop, DB_RETRY).await {
+                                return;
+                            }
+                            continue;
+                        }
+                    };
+                    if events.is_empty() {
+                        tokio::select! {
+                            _ = stop.cancelled() => return,
+                            _ = super::written(&mut newest) => {}
+                            _ = super::standing_changed(&mut leadership) => {}
+                            _ = tokio::time::sleep(IDLE) => {}
+                        }
+                        continue;
+                    }
+                    for ev in &events {
+                        let wanted = ev.kind.parse::<NoticeKind>().is_ok_and(|k| self.cfg.wants(k));
+                        if wanted {
+                            match self.deliver(ev, &mut leadership, &stop).await {
+                                Ended::Done => {}
+                                // Stopping, or no longer leading.
+                                Ended::Interrupted if stop.is_cancelled() => return,
+                                Ended::Interrupted => continue 'lead,
+                            }
+                        }
+                        cursor = ev.id;
+                    }
+                    // Events it is not sent move its place too.
+                    if let Err(e) = outbox::skip(&self.db, &self.cfg.name, cursor).await {
+                        warn!(error = %e, "recording the webhook's place failed; events may be looked at again");
+                    }
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Where this webhook is in the events (a new one starts after the
+    /// newest).
+    async fn place(&self) -> Result<i64, sqlx::Error> {
+        let start = outbox::newest(&self.db).await?;
+        outbox::cursor(&self.db, &self.cfg.name, start).await
+    }
+
+    /// Sends `ev` until it is answered 2xx, dropped, or interrupted.
+    async fn deliver(
+        &self,
+        ev: &Event,
+        leadership: &mut watch::Receiver<Leadership>,
+        stop: &CancellationToken,
+    ) -> Ended {
+        let first = self.clock.now();
+        let body = match self.body(ev) {
+            Some(b) => b,
+            None => {
+                warn!(event = ev.id, kind = %ev.kind, "an event's stored body is not JSON; dropped");
+                self.stats
+                    .notified(Channel::Webhook, NotifyOutcome::Dropped);
+                return self
+                    .finish(
+                        ev,
+                        DeliveryOutcome::Dropped,
+                        0,
+                        None,
+                        None,
+                        Some("the stored body is not JSON".into()),
+                    )
+                    .await;
+            }
+        };
+        let mut attempts: u32 = 0;
+        loop {
+            attempts = attempts.saturating_add(1);
+            let (status, latency, error) = tokio::select! {
+                _ = stop.cancelled() => return Ended::Interrupted,
+                r = self.attempt(ev, &body) => r,
+            };
+            let delivered = status.is_some_and(|s| (200..300).contains(&s));
+            let outcome = if delivered {
+                self.stats
+                    .notified(Channel::Webhook, NotifyOutcome::Delivered);
+                DeliveryOutcome::Delivered
+            } else if self.clock.now().since(first) >= self.cfg.max_age {
+                self.stats
+                    .notified(Channel::Webhook, NotifyOutcome::Dropped);
+                warn!(event = ev.id, kind = %ev.kind, attempts, error = error.as_deref().unwrap_or(""),
+                      "a webhook event failed for longer than max_age; dropped");
+                DeliveryOutcome::Dropped
+            } else {
+                self.stats.notified(Channel::Webhook, NotifyOutcome::Failed);
+                if attempts == 1 {
+                    warn!(event = ev.id, kind = %ev.kind, status, error = error.as_deref().unwrap_or(""),
+                          "a webhook delivery failed; retrying with backoff");
+                }
+                DeliveryOutcome::Retrying
+            };
+            let ended = self
+                .finish(ev, outcome, attempts, status, Some(latency), error)
+                .await;
+            if outcome.is_final() {
+                if attempts > 1 && delivered {
+                    info!(
+                        event = ev.id,
+                        attempts, "a webhook delivery succeeded after retries"
+                    );
+                }
+                return ended;
+            }
+            let wait = RETRY.delay(attempts.saturating_sub(1));
+            tokio::select! {
+                _ = stop.cancelled() => return Ended::Interrupted,
+                _ = tokio::time::sleep(wait) => {}
+                _ = super::standing_changed(leadership) => {
+                    if !leadership.borrow().leading {
+                        return Ended::Interrupted;
+                    }
+                }
+            }
+            if !leadership.borrow().leading {
+                return Ended::Interrupted;
+            }
+        }
+    }
+
+    /// One POST: the receiver's status (if it answered), the time it
+    /// took, and why it failed (never the URL or the secret).
+    async fn attempt(&self, ev: &Event, body: &[u8]) -> (Option<u16>, Duration, Option<String>) {
+        let secret = match client::secret(&self.cfg.secret_file) {
+            Ok(s) => s,
+            Err(e) => return (None, Duration::ZERO, Some(e.to_string())),
+        };
+        let unix = self.clock.now().as_micros().div_euclid(1_000_000);
+        let started = self.clock.instant();
+        let sent = self
+            .client
+            .post(&self.cfg.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header(sign::HEADER, sign::signature(&secret, unix, body))
+            .header("X-Lifeline-Event", ev.kind.as_str())
+            .header("X-Lifeline-Delivery", ev.id.to_string())
+            .body(body.to_vec())
+            .send()
+            .await;
+        let latency = self.clock.instant().saturating_duration_since(started);
+        match sent {
+            Ok(r) => {
+                let s = r.status();
+                let why = (!s.is_success()).then(|| format!("answered {s}"));
+                (Some(s.as_u16()), latency, why)
+            }
+            // reqwest's errors name the URL; only the kind is kept.
+            Err(e) => (None, latency, Some(kind_of(&e).into())),
+        }
+    }
+
+    async fn finish(
+        &self,
+        ev: &Event,
+        outcome: DeliveryOutcome,
+        attempts: u32,
+        status: Option<u16>,
+        latency: Option<Duration>,
+        error: Option<String>,
+    ) -> Ended {
+        let d = Delivery {
+            webhook: self.cfg.name.clone(),
+            event_id: ev.id,
+            kind: ev.kind.clone(),
+            at: self.clock.now(),
+            outcome,
+            status,
+            latency_ms: latency.map(|l| l.as_secs_f64() * 1000.0),
+            attempts,
+            error: error.map(|e| text::excerpt(&e)),
+        };
+        if let Err(e) = outbox::record(&self.db, &d).await {
+            // Delivered but not recorded: sent again later (at least once).
+            warn!(event = ev.id, error = %e, "recording a webhook delivery failed");
+        }
+        Ended::Done
+    }
+
+    /// The body sent for `ev`, in this webhook's format.
+    fn body(&self, ev: &Event) -> Option<Vec<u8>> {
+        let v = envelope(ev, &self.cx)?;
+        let out = match self.cfg.format {
+            WebhookFormat::Json => v,
+            WebhookFormat::Slack => json!({ "text": slack_text(&v) }),
+        };
+        serde_json::to_vec(&out).ok()
+    }
+}
+
+/// The event as a webhook receives it: `{id, type, created, cluster,
+/// data}`; an incident's `data.incident` is the API's incident with its
+/// severity and page.
+pub fn envelope(ev: &Event, cx: &Context) -> Option<Value> {
+    let stored: Value = serde_json::from_str(&ev.body).ok()?;
+    let data = match ev.incident_id {
+        Some(id) if stored.is_object() => {
+            let mut inc = stored;
+            let stranded = inc["peak_stranded"].as_u64().unwrap_or(0);
+            inc["severity"] = json!(alert::severity_of(stranded));
+            inc["url"] = json!(cx.page(id));
+            json!({ "incident": inc })
+        }
+        _ => stored,
+    };
+    Some(json!({
+        "id": ev.id,
+        "type": ev.kind,
+        "created": Ts(ev.at_us).rfc3339(),
+        "cluster": cx.cluster,
+        "data": data,
+    }))
+}
+
+/// One line for Slack: the cluster, what happened and a link.
+fn slack_text(v: &Value) -> String {
+    let kind = v["type"].as_str().unwrap_or("event");
+    let cluster = v["cluster"].as_str().unwrap_or("");
+    let i = &v["data"]["incident"];
+    if i.is_object() {
+        let verb = kind.strip_prefix("incident.").unwrap_or(kind);
+        format!(
+            "[{cluster}] Incident {} {verb}: {} ({}). {} agents, peak {} stranded; {} signals sent. <{}|Open in Lifeline>",
+            i["id"], i["title"].as_str().unwrap_or(""), i["severity"].as_str().unwrap_or(""),
+            i["agents"], i["peak_stranded"], i["signals_sent"], i["url"].as_str().unwrap_or(""),
+        )
+    } else {
+        format!("[{cluster}] {kind}: {}", v["data"])
+    }
+}
+
+fn kind_of(e: &reqwest::Error) -> &'static str {
+    if e.is_timeout() {
+        "timed out"
+    } else if e.is_connect() {
+        "could not connect"
+    } else if e.is_redirect() {
+        "redirected (not followed)"
+    } else if e.is_body() || e.is_decode() {
+        "the answer broke off"
+    } else {
+        "the request failed"
+    }
+}
+
+/// Waits `d`; true if Lifeline is stopping.
+async fn pause(stop: &CancellationToken, d: Duration) -> bool {
+    tokio::select! {
+        _ = stop.cancelled() => true,
+        _ = tokio::time::sleep(d) => false,
+    }
+}
