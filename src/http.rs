@@ -14,6 +14,7 @@ pub mod contract;
 pub mod error;
 pub mod incidents;
 pub mod metrics;
+pub mod notify;
 pub mod openapi;
 pub mod paged;
 pub mod probes;
@@ -69,6 +70,8 @@ pub struct AppState {
     pub spans: Arc<crate::telemetry::SpanCounters>,
     /// Served over TLS: every response carries HSTS, every cookie `Secure`.
     pub tls: bool,
+    /// The webhooks configured, as the API and the dashboard show them.
+    pub webhooks: Arc<[notify::WebhookInfo]>,
 }
 
 /// The rooms the HTTP edge reads and acts through.
@@ -114,6 +117,12 @@ pub fn start(
         store_health: rooms.store_health,
         spans: rooms.spans,
         tls: tls.is_some(),
+        webhooks: cfg
+            .notify
+            .webhooks
+            .iter()
+            .map(notify::WebhookInfo::from)
+            .collect(),
     };
     rt.tasks
         .track("live overview", ui::live::spawn(state.clone()));

@@ -33,12 +33,18 @@ pub const PATH: &str = "/api/v1/openapi.json";
     ),
     modifiers(&Bearer),
     // What only parameters name (the derive registers bodies' schemas).
-    components(schemas(ErrorBody, super::error::ErrorDetail, crate::settings::Name)),
+    components(schemas(
+        ErrorBody,
+        super::error::ErrorDetail,
+        crate::settings::Name,
+        super::notify::WebhookEvent
+    )),
     tags(
         (name = "fleet", description = "Current state: agents, proxies, auth servers, TTL windows."),
         (name = "history", description = "What happened: episodes and heartbeat, health and rejection events."),
         (name = "signals", description = "Manual reconnects and the audit of every signal."),
         (name = "settings", description = "Dynamic settings (RFD 0016), with their origin and history."),
+        (name = "notify", description = "Webhooks and their delivery logs; the bodies Lifeline posts to them are under `webhooks`."),
         (name = "meta", description = "This document."),
     )
 )]
@@ -75,6 +81,7 @@ fn api() -> (axum::Router<AppState>, Document) {
         .merge(super::settings::router())
         .merge(super::signals::router())
         .merge(super::incidents::router())
+        .merge(super::notify::router())
         .routes(routes!(document))
         .split_for_parts()
 }
@@ -85,6 +92,7 @@ pub fn router() -> axum::Router<AppState> {
     DOC.get_or_init(|| {
         let mut doc = serde_json::to_value(&doc).unwrap_or_default();
         per_setting(&mut doc);
+        super::notify::document_webhooks(&mut doc);
         serde_json::to_string_pretty(&doc).unwrap_or_else(|_| "{}".into())
     });
     router

@@ -30,6 +30,8 @@ const OPERATIONS: &[(&str, &str)] = &[
     ("get", "/api/v1/signals/{id}"),
     ("get", "/api/v1/settings"),
     ("get", "/api/v1/openapi.json"),
+    ("get", "/api/v1/webhooks"),
+    ("get", "/api/v1/webhooks/{name}/deliveries"),
 ];
 
 /// Served at `/api/v1/settings/{name}`, documented at each setting's own
