@@ -20,6 +20,7 @@ mod identity;
 mod incidents;
 mod listeners;
 mod metrics;
+mod notify;
 mod openapi;
 mod partition;
 mod reconnect;

@@ -4,7 +4,9 @@
 //! Owns: a `ClusterEvents` server (watch + paged list, Teleport's INIT
 //! semantics, optional rejected kinds), auth servers serving
 //! `grpc.health.v1` (tonic-health, or a Check-only flavour), proxies, agents
-//! and their tunnels heartbeating at TTL/2 + random(TTL/10), and a chaos loop.
+//! and their tunnels heartbeating at TTL/2 + random(TTL/10), a chaos loop,
+//! and a webhook receiver (`receiver`: what sits behind a webhook or an
+//! Alertmanager's `webhook_configs`).
 //! Must not touch: anything of Lifeline's but its public gRPC contracts.
 
 pub mod agent;
@@ -13,6 +15,7 @@ pub mod chaos;
 pub mod cluster;
 pub mod demo;
 pub mod pki;
+pub mod receiver;
 mod serve;
 pub mod wire;
 

@@ -1,0 +1,469 @@
+//! Telling people: incidents through signed webhooks (in order, retried,
+//! across a restart, one hung receiver holding up nothing else) and
+//! through a real Alertmanager (`prometheus-alertmanager`), its silences
+//! included.
+
+use crate::support;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use lifeline::clock::Clock;
+use lifeline::config::{WebhookConfig, WebhookFormat};
+use lifeline::notify::sign;
+use lifeline::store::outbox;
+use lifeline_sim::receiver::{Answer, Received, Receiver};
+use support::{Cluster, Running, Store};
+
+const SECRET: &str = "whsec_test_secret";
+
+fn webhook(name: &str, url: String, secret: &Path) -> WebhookConfig {
+    WebhookConfig {
+        name: name.into(),
+        url,
+        secret_file: secret.to_path_buf(),
+        events: Vec::new(),
+        format: WebhookFormat::Json,
+        ca_file: None,
+        timeout: Duration::from_secs(10),
+        max_age: Duration::from_secs(24 * 3600),
+    }
+}
+
+fn secret_file(dir: &Path) -> PathBuf {
+    let p = dir.join("webhook-secret");
+    std::fs::write(&p, format!("{SECRET}\n")).expect("secret written");
+    p
+}
+
+/// Six legacy agents on `store`, telling `hooks` (name, URL).
+async fn cluster(store: Store, dir: &Path, hooks: Vec<(&str, String)>) -> Running {
+    let secret = secret_file(dir);
+    let hooks: Vec<WebhookConfig> = hooks
+        .into_iter()
+        .map(|(n, u)| webhook(n, u, &secret))
+        .collect();
+    let c = Cluster::six_legacy()
+        .store(store)
+        .config(move |cfg| cfg.notify.webhooks = hooks)
+        .start()
+        .await;
+    c.ready().await;
+    c
+}
+
+/// Every event the outbox holds, by id.
+async fn written(c: &Running) -> Vec<outbox::Event> {
+    outbox::after(&c.ll().db, 0, 1000)
+        .await
+        .expect("events read")
+}
+
+/// The ids of the requests answered 2xx, in the order they came.
+fn delivered(got: &[Received]) -> Vec<i64> {
+    got.iter()
+        .filter(|r| r.status == Some(200))
+        .filter_map(|r| r.json()["id"].as_i64())
+        .collect()
+}
+
+fn assert_signed(got: &[Received]) {
+    for r in got {
+        let h = r.header(sign::HEADER).expect("signed");
+        let now = r.at.as_micros() / 1_000_000;
+        assert_eq!(
+            sign::verify(SECRET.as_bytes(), h, &r.body, now, 300),
+            Ok(()),
+            "{h}"
+        );
+        assert_eq!(
+            sign::verify(b"another secret", h, &r.body, now, 300),
+            Err(sign::Refusal::Mismatch)
+        );
+        assert_eq!(
+            r.header("X-Lifeline-Delivery").map(str::to_string),
+            r.json()["id"].as_i64().map(|i| i.to_string())
+        );
+    }
+}
+
+on_both_engines! {
+/// A receiver that answers 500 for two minutes, then 200, gets every
+/// event the outbox holds, in order, each signed; the log says how many
+/// attempts each took.
+#[tokio::test(start_paused = true)]
+async fn a_receiver_failing_for_two_minutes_gets_every_event_in_order(store) {
+    let rx = Receiver::start(Clock::manual()).await.expect("receiver");
+    let dir = tempfile::tempdir().expect("dir");
+    let c = cluster(store, dir.path(), vec![("oncall", rx.url("/hook"))]).await;
+    let failing_until = c.clock.now().saturating_add(Duration::from_secs(120));
+    rx.answer(Answer::FailUntil(failing_until));
+    c.strand_two().await;
+    c.advance_until("every agent healthy", Duration::from_secs(60), || async {
+        c.agents_in("healthy").await.len() == 6
+    })
+    .await;
+    c.flush().await;
+    let events = written(&c).await;
+    let kinds: BTreeSet<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    assert!(kinds.contains("incident.opened") && kinds.contains("incident.resolved"), "{kinds:?}");
+    let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
+    c.advance_until("every event delivered", Duration::from_secs(900), || async {
+        delivered(&rx.got()) == ids
+    })
+    .await;
+    let got = rx.got();
+    assert!(got.iter().any(|r| r.status == Some(500)), "it failed first");
+    assert!(got
+        .iter()
+        .filter(|r| r.status == Some(200))
+        .all(|r| r.at >= failing_until));
+    // In order: no event is tried before the one before it was taken.
+    let tried: Vec<i64> = got.iter().filter_map(|r| r.json()["id"].as_i64()).collect();
+    assert!(tried.windows(2).all(|w| w[0] <= w[1]), "{tried:?}");
+    assert_signed(&got);
+    let body = got.last().expect("one").json();
+    assert_eq!(body["cluster"], c.cfg.cluster.addr);
+    assert!(body["data"]["incident"]["url"].as_str().is_some_and(|u| u.contains("/incidents/")), "{body}");
+    assert!(["critical", "warning"].contains(&body["data"]["incident"]["severity"].as_str().unwrap_or("")));
+
+    // The last answer may come before Lifeline records it.
+    c.advance_until("every delivery logged", Duration::from_secs(5), || async {
+        c.ok("/api/v1/webhooks/oncall/deliveries").await["items"]
+            .as_array()
+            .is_some_and(|v| v.len() == ids.len())
+    })
+    .await;
+    let log = c.ok("/api/v1/webhooks/oncall/deliveries").await;
+    let items = log["items"].as_array().expect("items");
+    assert!(items.iter().all(|d| d["outcome"] == "delivered" && d["status"] == 200), "{log}");
+    let first = items.last().expect("the first event");
+    assert!(first["attempts"].as_u64() > Some(1), "{first}");
+    assert!(first["latency_ms"].is_number(), "{first}");
+    let hooks = c.ok("/api/v1/webhooks").await;
+    assert_eq!(hooks["items"][0]["name"], "oncall");
+    assert!(!hooks.to_string().contains(&rx.addr.to_string()), "the URL is never shown: {hooks}");
+    let (status, unknown) = c.get("/api/v1/webhooks/nobody/deliveries").await;
+    assert_eq!(status, 404, "{unknown}");
+    c.shutdown().await;
+}
+}
+
+on_both_engines! {
+/// Lifeline stops while a delivery hangs; the next one delivers that
+/// event and the rest (at least once: the receiver saw it twice).
+#[tokio::test(start_paused = true)]
+async fn the_next_lifeline_delivers_what_the_last_one_left_mid_delivery(store) {
+    let rx = Receiver::start(Clock::manual()).await.expect("receiver");
+    let dir = tempfile::tempdir().expect("dir");
+    let mut c = cluster(store, dir.path(), vec![("oncall", rx.url("/hook"))]).await;
+    rx.answer(Answer::Hang);
+    c.strand_two().await;
+    c.flush().await;
+    c.advance_until("the first delivery in flight", Duration::from_secs(5), || async {
+        !rx.got().is_empty()
+    })
+    .await;
+    let first = rx.got()[0].json()["id"].as_i64().expect("an id");
+    let left: Vec<i64> = written(&c).await.iter().map(|e| e.id).collect();
+    assert_eq!(left.first(), Some(&first));
+    // The simulated agents know the first Lifeline's port only: the next
+    // one goes on from the database alone.
+    c.restart_lifeline().await;
+    rx.answer(Answer::Ok);
+    c.eventually("the next Lifeline leads", || async { c.ll().hub.leads() }).await;
+    c.advance_until("what the first left is delivered", Duration::from_secs(60), || async {
+        let got = delivered(&rx.got());
+        left.iter().all(|id| got.contains(id))
+    })
+    .await;
+    c.flush().await;
+    let ids: Vec<i64> = written(&c).await.iter().map(|e| e.id).collect();
+    c.advance_until("every event delivered, in order", Duration::from_secs(60), || async {
+        delivered(&rx.got()) == ids
+    })
+    .await;
+    let tries = rx.got().iter().filter(|r| r.json()["id"].as_i64() == Some(first)).count();
+    assert_eq!(tries, 2, "once hung, once delivered");
+    c.shutdown().await;
+}
+}
+
+/// A receiver that never answers holds up only its own webhook: the
+/// other gets each event as it is written, and ingest goes on.
+#[tokio::test(start_paused = true)]
+async fn a_hung_receiver_slows_neither_ingest_nor_the_other_webhooks() {
+    let hung = Receiver::start(Clock::manual()).await.expect("receiver");
+    hung.answer(Answer::Hang);
+    let fine = Receiver::start(Clock::manual()).await.expect("receiver");
+    let dir = tempfile::tempdir().expect("dir");
+    let c = cluster(
+        Store::Sqlite,
+        dir.path(),
+        vec![("hung", hung.url("/h")), ("fine", fine.url("/f"))],
+    )
+    .await;
+    let heartbeats = c
+        .ll()
+        .stats
+        .heartbeats
+        .load(std::sync::atomic::Ordering::Relaxed);
+    c.strand_two().await;
+    c.flush().await;
+    let opened: Vec<i64> = written(&c).await.iter().map(|e| e.id).collect();
+    assert!(!opened.is_empty());
+    c.advance(Duration::from_secs(1)).await;
+    c.eventually("the other webhook has every event", || async {
+        delivered(&fine.got()) == opened
+    })
+    .await;
+    assert_eq!(hung.got().len(), 1, "one attempt, hanging");
+    c.advance_until("every agent healthy", Duration::from_secs(60), || async {
+        c.agents_in("healthy").await.len() == 6
+    })
+    .await;
+    c.flush().await;
+    let all: Vec<i64> = written(&c).await.iter().map(|e| e.id).collect();
+    c.advance(Duration::from_secs(1)).await;
+    c.eventually("the other webhook has the ends too", || async {
+        delivered(&fine.got()) == all
+    })
+    .await;
+    assert!(
+        c.ll()
+            .stats
+            .heartbeats
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > heartbeats
+    );
+    assert!(delivered(&hung.got()).is_empty());
+    c.shutdown().await;
+}
+
+/// Debian's Alertmanager (`prometheus-alertmanager`, which `.ci/run`
+/// installs): `None` skips the test, except under `CI=true`, where a
+/// missing binary fails it.
+fn alertmanager_binary() -> Option<PathBuf> {
+    let found = ["prometheus-alertmanager", "alertmanager"]
+        .iter()
+        .find_map(|name| {
+            std::env::var_os("PATH").and_then(|paths| {
+                std::env::split_paths(&paths)
+                    .map(|d| d.join(name))
+                    .find(|p| p.is_file())
+            })
+        });
+    if found.is_none() {
+        assert!(
+            std::env::var("CI").ok().as_deref() != Some("true"),
+            "CI=true and no prometheus-alertmanager on PATH (apt-get install prometheus-alertmanager)"
+        );
+        eprintln!("skipped: no prometheus-alertmanager on PATH");
+    }
+    found
+}
+
+/// A real Alertmanager on a free port, its one route sending every
+/// alert (grouped per incident, at once) to `receiver`, resolved ones too.
+struct Alertmanager {
+    child: std::process::Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Alertmanager {
+    async fn start(bin: &Path, receiver: &str) -> Alertmanager {
+        let dir = tempfile::tempdir().expect("dir");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let config = dir.path().join("alertmanager.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "route:\n  receiver: test\n  group_by: ['lifeline_incident', 'severity']\n  \
+                 group_wait: 0s\n  group_interval: 1s\n  repeat_interval: 1h\n\
+                 receivers:\n  - name: test\n    webhook_configs:\n      - url: '{receiver}'\n        send_resolved: true\n"
+            ),
+        )
+        .expect("config written");
+        let child = std::process::Command::new(bin)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg("--cluster.listen-address=")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("alertmanager starts");
+        let am = Alertmanager {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            _dir: dir,
+        };
+        let http = reqwest::Client::new();
+        for _ in 0..200 {
+            if let Ok(r) = http.get(format!("{}/-/ready", am.url)).send().await {
+                if r.status().is_success() {
+                    return am;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("alertmanager not ready within 20 s");
+    }
+
+    async fn alerts(&self, filter: &str) -> serde_json::Value {
+        reqwest::Client::new()
+            .get(format!("{}/api/v2/alerts", self.url))
+            .query(&[("filter", filter)])
+            .send()
+            .await
+            .expect("alerts read")
+            .json()
+            .await
+            .expect("json")
+    }
+}
+
+impl Drop for Alertmanager {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The alerts of every notification Alertmanager sent the receiver, with
+/// each notification's status.
+fn notified(rx: &Receiver) -> Vec<serde_json::Value> {
+    rx.got()
+        .iter()
+        .flat_map(|r| r.json()["alerts"].as_array().cloned().unwrap_or_default())
+        .collect()
+}
+
+/// Real time, a real Alertmanager: an incident arrives at its receiver
+/// with Lifeline's labels and annotations, then resolved after recovery;
+/// a silence for `cause="proxy_expired"` made through Alertmanager's API
+/// holds back exactly those, and an auth server's incident still arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn incidents_reach_a_real_alertmanager_resolve_and_obey_its_silences() {
+    let Some(bin) = alertmanager_binary() else {
+        return;
+    };
+    let rx = Receiver::start(Clock::system()).await.expect("receiver");
+    let am = Alertmanager::start(&bin, &rx.url("/am")).await;
+    let am_url = am.url.clone();
+    // Without automatic reconnects an incident lasts until its proxy is
+    // back (with them, it can end before its first post, and Alertmanager
+    // does not notify an alert that arrives resolved).
+    let c = Cluster::six_legacy()
+        .ttl(Duration::from_secs(3))
+        .signals(|s| s.auto_reconnect = false)
+        .config(move |cfg| {
+            cfg.notify.cluster = "test-cluster".into();
+            cfg.notify.alertmanager.urls = vec![am_url];
+            cfg.notify.alertmanager.resend = Duration::from_secs(2);
+            cfg.notify.alertmanager.ends_after = Duration::from_secs(30);
+            cfg.server.external_url = Some("https://lifeline.example.com".into());
+        })
+        .start()
+        .await;
+    c.ready().await;
+    c.sim.pause_heartbeats("proxy-1").await;
+    c.eventually("a firing proxy-1 notification", || async {
+        notified(&rx)
+            .iter()
+            .any(|a| a["status"] == "firing" && a["labels"]["resource"] == "proxy-1")
+    })
+    .await;
+    let alert = notified(&rx)
+        .into_iter()
+        .find(|a| a["labels"]["resource"] == "proxy-1")
+        .expect("one");
+    let l = &alert["labels"];
+    assert_eq!(l["alertname"], "LifelineIncident", "{alert}");
+    assert_eq!(l["cause"], "proxy_expired");
+    assert_eq!(l["cluster"], "test-cluster");
+    assert!(
+        ["critical", "warning"].contains(&l["severity"].as_str().unwrap_or("")),
+        "{alert}"
+    );
+    let id = l["lifeline_incident"]
+        .as_str()
+        .expect("the incident's id")
+        .to_string();
+    let a = &alert["annotations"];
+    assert_eq!(a["summary"], format!("Incident {id}: proxy-1 expired"));
+    assert!(
+        a["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("agent")),
+        "{alert}"
+    );
+    let page = format!("https://lifeline.example.com/incidents/{id}");
+    assert_eq!(alert["generatorURL"], page);
+    assert_eq!(a["runbook_url"], page);
+
+    // proxy-1 heartbeats again: its agents recover and the incident ends.
+    c.sim
+        .resume_heartbeats(lifeline::domain::Kind::Proxy, "proxy-1")
+        .await;
+    c.eventually("the proxy-1 incident notified resolved", || async {
+        notified(&rx).iter().any(|a| {
+            a["status"] == "resolved" && a["labels"]["lifeline_incident"].as_str() == Some(&id)
+        })
+    })
+    .await;
+
+    // A silence for every proxy_expired alert, made through Alertmanager.
+    let now = Clock::system().now();
+    let silence = serde_json::json!({
+        "matchers": [{"name": "cause", "value": "proxy_expired", "isRegex": false, "isEqual": true}],
+        "startsAt": now.rfc3339(),
+        "endsAt": now.saturating_add(Duration::from_secs(3600)).rfc3339(),
+        "createdBy": "notify test",
+        "comment": "proxy-2 is being drained"
+    });
+    let r = reqwest::Client::new()
+        .post(format!("{}/api/v2/silences", am.url))
+        .json(&silence)
+        .send()
+        .await
+        .expect("silence posted");
+    assert!(r.status().is_success(), "{}", r.status());
+    let before = rx.got().len();
+    c.sim.pause_heartbeats("proxy-2").await;
+    c.sim
+        .set_auth_status("auth-1", tonic_health::ServingStatus::NotServing)
+        .await;
+    c.eventually("auth-1's incident notified", || async {
+        notified(&rx)
+            .iter()
+            .any(|a| a["labels"]["cause"] == "auth_not_serving")
+    })
+    .await;
+    c.eventually("proxy-2's alert in Alertmanager, silenced", || async {
+        let got = am.alerts("resource=\"proxy-2\"").await;
+        got.as_array().is_some_and(|v| {
+            !v.is_empty() && v.iter().all(|a| a["status"]["state"] == "suppressed")
+        })
+    })
+    .await;
+    // Three of the route's group intervals: a notification of it would
+    // have been sent by now.
+    support::real_sleep(Duration::from_secs(3)).await;
+    let after: Vec<Received> = rx.got().split_off(before);
+    assert!(
+        after.iter().all(|r| !r.json()["alerts"]
+            .as_array()
+            .is_some_and(|v| v.iter().any(|a| a["labels"]["cause"] == "proxy_expired"))),
+        "the silence held back proxy_expired"
+    );
+    drop(am);
+    c.shutdown().await;
+}
