@@ -74,6 +74,7 @@ pub fn router() -> Router<AppState> {
         .route("/signals", get(pages::signals))
         .route("/incidents", get(pages::incidents))
         .route("/incidents/{id}", get(pages::incident))
+        .route("/webhooks", get(pages::webhooks))
         .route("/settings", get(pages::settings))
         .route("/settings/{name}", post(actions::put_setting))
         .route("/settings/{name}/reset", post(actions::reset_setting))

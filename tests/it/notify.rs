@@ -87,6 +87,32 @@ fn assert_signed(got: &[Received]) {
     }
 }
 
+/// Runs the verification recipe README gives (Python) on one delivery,
+/// with the receiver's clock at `now` (Unix seconds).
+fn readme_recipe(secret: &str, header: &str, body: &[u8], now: i64) -> bool {
+    let readme = std::fs::read_to_string(support::repo().join("README.md")).expect("README");
+    let start = readme.find("def verify(").expect("README's recipe");
+    let head = &readme[..start];
+    let from = head.rfind("```python\n").expect("its code block") + "```python\n".len();
+    let to = start + readme[start..].find("```").expect("its end");
+    let dir = tempfile::tempdir().expect("dir");
+    let body_file = dir.path().join("body");
+    std::fs::write(&body_file, body).expect("body written");
+    let script = format!(
+        "{}\ntime.time = lambda: {now}\nprint(verify({secret:?}.encode(), {header:?}, open({:?}, 'rb').read()))\n",
+        &readme[from..to],
+        body_file.display().to_string(),
+    );
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(&script)
+        .output()
+        .expect("python3 runs");
+    let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(said == "True" || said == "False", "{said} {}", String::from_utf8_lossy(&out.stderr));
+    said == "True"
+}
+
 on_both_engines! {
 /// A receiver that answers 500 for two minutes, then 200, gets every
 /// event the outbox holds, in order, each signed; the log says how many
@@ -145,6 +171,19 @@ async fn a_receiver_failing_for_two_minutes_gets_every_event_in_order(store) {
     assert!(!hooks.to_string().contains(&rx.addr.to_string()), "the URL is never shown: {hooks}");
     let (status, unknown) = c.get("/api/v1/webhooks/nobody/deliveries").await;
     assert_eq!(status, 404, "{unknown}");
+    let (status, page) = c.get_text("/webhooks").await;
+    assert_eq!(status, 200);
+    assert!(page.contains("oncall") && page.contains("incident.opened") && page.contains("delivered"));
+    assert!(!page.contains(&rx.addr.to_string()), "the URL is never shown");
+
+    // README's recipe tells a good delivery from a forged or replayed one.
+    let r = got.last().expect("one");
+    let header = r.header(sign::HEADER).expect("signed");
+    let now = r.at.as_micros() / 1_000_000;
+    assert!(readme_recipe(SECRET, header, &r.body, now));
+    assert!(!readme_recipe("a wrong secret", header, &r.body, now));
+    assert!(!readme_recipe(SECRET, header, b"{\"id\":999}", now), "a changed body");
+    assert!(!readme_recipe(SECRET, header, &r.body, now + 3600), "a replay an hour later");
     c.shutdown().await;
 }
 }

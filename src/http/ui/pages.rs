@@ -12,6 +12,7 @@ mod overview;
 mod settings;
 mod signals;
 mod ttl;
+mod webhooks;
 
 pub use agent::agent;
 pub use agents::agents;
@@ -22,6 +23,7 @@ pub use overview::{overview, overview_model, OverviewLive};
 pub use settings::settings;
 pub use signals::signals;
 pub use ttl::ttl;
+pub use webhooks::webhooks;
 
 use std::collections::HashMap;
 
