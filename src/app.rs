@@ -109,6 +109,12 @@ impl Lifeline {
             restarts,
         );
         reconnect::start(&cfg.signals, &dispatch, &fleet, &mut rt);
+        crate::notify::tell_pauses(
+            &db,
+            leadership.clone(),
+            dispatch.guard().subscribe(),
+            &mut rt,
+        );
         let rooms = http::Rooms {
             fleet: fleet.clone(),
             db: db.clone(),

@@ -3,7 +3,8 @@
 //! Owns: posting open incidents to Alertmanagers (`alertmanager.rs`, the
 //! alert's shape in `alert.rs`), delivering the outbox's events to signed
 //! webhooks in order with retries (`webhook.rs`, signatures in
-//! `sign.rs`), and the HTTP clients both use (`client.rs`).
+//! `sign.rs`), the pause and resume of automatic signals as events
+//! (`pauses.rs`), and the HTTP clients both use (`client.rs`).
 //!
 //! Must not touch: incidents or their events. The fleet decides
 //! incidents; the store writes each with the events it tells, in one
@@ -15,6 +16,7 @@
 pub mod alert;
 mod alertmanager;
 mod client;
+mod pauses;
 pub mod sign;
 pub mod webhook;
 
@@ -81,6 +83,19 @@ pub fn start(
         );
     }
     Ok(())
+}
+
+/// Tells when automatic signals pause and resume (the storm guard, held
+/// restarts), as outbox events; runs whether or not anyone listens, as the
+/// incidents' events are written.
+pub fn tell_pauses(
+    db: &Db,
+    leadership: watch::Receiver<Leadership>,
+    guard: watch::Receiver<crate::signals::dispatch::Guard>,
+    rt: &mut Runtime,
+) {
+    let run = pauses::run(db.clone(), rt.clock, leadership, guard, rt.shutdown.clone());
+    rt.spawn("notify: pauses", run);
 }
 
 /// Returns when this replica's standing changes. Alone on SQLite it

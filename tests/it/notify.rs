@@ -109,7 +109,11 @@ fn readme_recipe(secret: &str, header: &str, body: &[u8], now: i64) -> bool {
         .output()
         .expect("python3 runs");
     let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    assert!(said == "True" || said == "False", "{said} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        said == "True" || said == "False",
+        "{said} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     said == "True"
 }
 
@@ -276,6 +280,51 @@ async fn a_hung_receiver_slows_neither_ingest_nor_the_other_webhooks() {
             > heartbeats
     );
     assert!(delivered(&hung.got()).is_empty());
+    c.shutdown().await;
+}
+
+/// The storm guard pausing automatic reconnects is `restarts.paused`,
+/// its window passing `restarts.resumed`; a webhook that takes only those
+/// is sent nothing else.
+#[tokio::test(start_paused = true)]
+async fn the_storm_guard_pausing_and_resuming_is_told() {
+    let rx = Receiver::start(Clock::manual()).await.expect("receiver");
+    let dir = tempfile::tempdir().expect("dir");
+    let secret = secret_file(dir.path());
+    let mut hook = webhook("pauses", rx.url("/p"), &secret);
+    hook.events = vec![
+        lifeline::domain::NoticeKind::RestartsPaused,
+        lifeline::domain::NoticeKind::RestartsResumed,
+    ];
+    let c = Cluster::storm()
+        .config(move |cfg| cfg.notify.webhooks = vec![hook])
+        .start()
+        .await;
+    c.ready().await;
+    c.strand_everyone().await;
+    let kinds = |rx: &Receiver| -> Vec<String> {
+        rx.got()
+            .iter()
+            .filter(|r| r.status == Some(200))
+            .filter_map(|r| r.json()["type"].as_str().map(str::to_string))
+            .collect()
+    };
+    c.advance_until("the pause told", Duration::from_secs(5), || async {
+        kinds(&rx) == ["restarts.paused"]
+    })
+    .await;
+    let body = rx.got()[0].json();
+    assert_eq!(body["data"]["reconnects_paused"], true, "{body}");
+    assert!(
+        body["data"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("storm guard")),
+        "{body}"
+    );
+    c.advance_until("the resume told", Duration::from_secs(600), || async {
+        kinds(&rx) == ["restarts.paused", "restarts.resumed"]
+    })
+    .await;
     c.shutdown().await;
 }
 

@@ -1,0 +1,70 @@
+//! `restarts.paused` and `restarts.resumed`: when the storm guard pauses
+//! automatic reconnects, or restarts wait because the last ones did not
+//! bring their agents back, and when that ends. Written to the outbox by
+//! the leader, each as it happens (no batch carries it).
+
+use serde_json::json;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use crate::clock::Clock;
+use crate::domain::NoticeKind;
+use crate::signals::dispatch::Guard;
+use crate::store::{outbox, Db, Leadership};
+
+/// Whether automatic signals are held back now.
+fn paused(g: &Guard) -> bool {
+    g.paused || g.restarts_paused.is_some()
+}
+
+/// Appends an event each time the guard pauses or resumes, while this
+/// replica leads.
+pub async fn run(
+    db: Db,
+    clock: Clock,
+    leadership: watch::Receiver<Leadership>,
+    mut guard: watch::Receiver<Guard>,
+    stop: CancellationToken,
+) {
+    let mut was = paused(&guard.borrow_and_update());
+    // At start automatic signals wait for the first listing: that is no
+    // news. Changes are told once they have run freely (a change to
+    // unpaused seen; the value before any change is a default).
+    let mut armed = false;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            r = guard.changed() => if r.is_err() { return },
+        }
+        let g = guard.borrow_and_update().clone();
+        let now = paused(&g);
+        if !armed {
+            armed = !now;
+            was = now;
+            continue;
+        }
+        if now == was {
+            continue;
+        }
+        was = now;
+        if !leadership.borrow().leading {
+            continue;
+        }
+        let kind = if now {
+            NoticeKind::RestartsPaused
+        } else {
+            NoticeKind::RestartsResumed
+        };
+        let body = json!({
+            "reconnects_paused": g.paused,
+            "restarts_paused": g.restarts_paused.is_some(),
+            "reason": g.reason.clone().or(g.restarts_paused.clone()),
+            "stranded_in_window": g.stranded_in_window,
+            "agents": g.agents,
+        });
+        if let Err(e) = outbox::append(&db, clock.now(), kind, &body).await {
+            warn!(error = %e, kind = %kind, "recording a pause event failed; it is not told");
+        }
+    }
+}
