@@ -284,6 +284,30 @@ fn bench_detect_sees_every_stranded_agent() {
 }
 
 #[test]
+fn bench_notify_tells_every_incident_both_ways() {
+    let v = bench(&[
+        "notify",
+        "--incidents",
+        "3",
+        "--per-hour",
+        "36000",
+        "--agents",
+        "200",
+        "--events",
+        "2000",
+        "--rounds",
+        "1",
+    ]);
+    assert_eq!(at(&v, "scenario"), "notify");
+    let opened = positive(&v, "incidents_opened");
+    latency(&v, "webhook_opened_ms", Some(opened));
+    latency(&v, "alertmanager_first_post_ms", Some(opened));
+    positive(&v, "ingest/ratio");
+    positive(&v, "ingest/off_events_per_s/0");
+    positive(&v, "ingest/on_events_per_s/0");
+}
+
+#[test]
 fn bench_fanout_delivers_every_heartbeat_to_every_agent() {
     let v = bench(&[
         "fanout",

@@ -9,7 +9,7 @@ use std::sync::Arc;
 /// heartbeats streamed, timed until applied and until committed.
 pub(super) struct IngestLeg {
     applied_at: Duration,
-    pipeline: Duration,
+    pub(super) pipeline: Duration,
     dropped: u64,
     templates: Vec<pb::Server>,
     base: Ts,
@@ -22,7 +22,7 @@ pub(super) async fn ingest_leg(
     scratch: &Scratch,
     db: &str,
     source: SourceKind,
-    postgres: Option<&DbUrl>,
+    edit: impl FnOnce(&mut Config),
 ) -> Result<IngestLeg, BenchError> {
     let clock = Clock::system();
     let mut spec = spec(agents, proxies, 2, events + 1024);
@@ -31,7 +31,7 @@ pub(super) async fn ingest_leg(
         .await
         .map_err(BenchError::Sim)?;
     let mut cfg = config(&sim, scratch.db(db), 5000);
-    cfg.storage.url = postgres.cloned();
+    edit(&mut cfg);
     lifeline_sim::demo::watch_sim(&mut cfg, &sim, &scratch.db(&format!("{db}.identity")))
         .map_err(BenchError::Sim)?;
     let ll = Lifeline::start_tuned(&cfg, clock, Tuning::default()).await?;
@@ -139,7 +139,7 @@ pub(super) async fn ingest_export(
                 scratch,
                 &format!("export-{export}-{round}.db"),
                 SourceKind::Lifeline,
-                None,
+                |_| {},
             )
             .await;
             otlp::set_enabled(false);
@@ -200,7 +200,7 @@ pub(super) async fn ingest(
         &scratch,
         "pipeline.db",
         SourceKind::Lifeline,
-        None,
+        |_| {},
     )
     .await?;
     let rows = validated(&templates);
@@ -234,7 +234,7 @@ pub(super) async fn ingest(
                 let scratch = &scratch;
                 async move {
                     let leg =
-                        ingest_leg(agents, proxies, events, scratch, &db, source, None).await?;
+                        ingest_leg(agents, proxies, events, scratch, &db, source, |_| {}).await?;
                     Ok((events as f64 / leg.pipeline.as_secs_f64()).into())
                 }
             })
@@ -358,7 +358,7 @@ async fn on_postgres(
                 scratch,
                 &db,
                 SourceKind::Lifeline,
-                url,
+                |c| c.storage.url = url.cloned(),
             )
             .await;
             if let Some(d) = pg_db {

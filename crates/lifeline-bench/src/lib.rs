@@ -16,6 +16,7 @@ mod cpu;
 mod failover;
 mod history;
 mod ingest;
+mod notify;
 mod recovery;
 mod resync;
 mod scenario;
@@ -145,6 +146,13 @@ pub async fn run(s: Scenario, export: Option<Export<'_>>) -> Result<Value, Bench
             expiring,
             spacing,
         } => detect(agents, proxies, expiring, spacing).await,
+        Scenario::Notify {
+            incidents,
+            per_hour,
+            agents,
+            events,
+            rounds,
+        } => notify::notify(incidents, per_hour, agents, events, rounds).await,
         Scenario::Fanout {
             agents,
             rounds,

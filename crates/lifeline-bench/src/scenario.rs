@@ -64,6 +64,26 @@ pub enum Scenario {
     /// Cold resyncs at several fleet sizes in one run: time per agent
     /// against the smallest size's.
     ResyncScale(resync::Scale),
+    /// How soon an incident is told (webhook `incident.opened`, first
+    /// Alertmanager post; receivers in-process), and ingest's rate with a
+    /// webhook and an Alertmanager configured against without.
+    Notify {
+        /// Incidents, each a proxy that stops heartbeating.
+        #[arg(long, default_value_t = 100)]
+        incidents: usize,
+        /// The rate they open at.
+        #[arg(long, default_value_t = 3600)]
+        per_hour: u32,
+        /// Agents of the ingest comparison.
+        #[arg(long, default_value_t = 100_000)]
+        agents: usize,
+        /// Heartbeat events per ingest leg.
+        #[arg(long, default_value_t = 500_000)]
+        events: usize,
+        /// Rounds of the ingest comparison (an off and an on leg each).
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+    },
     /// Latency from an expiry instant to the agents it strands being flagged.
     Detect {
         #[arg(long, default_value_t = 100_000)]

@@ -1,0 +1,224 @@
+//! `bench notify`: how soon an incident is told, from its start (the
+//! expiry instant) to the webhook's `incident.opened` and to the first
+//! Alertmanager post naming it, both receivers in-process; and what
+//! configured notifications cost ingest (`bench ingest`'s leg, off and on).
+
+use super::*;
+use lifeline::config::{WebhookConfig, WebhookFormat};
+use lifeline_sim::receiver::Receiver;
+use std::collections::HashMap;
+
+use ingest::ingest_leg;
+
+/// One incident every `3600 / per_hour` s: a proxy stops heartbeating.
+pub(super) async fn notify(
+    incidents: usize,
+    per_hour: u32,
+    agents: usize,
+    events: usize,
+    rounds: usize,
+) -> Result<Value, BenchError> {
+    if incidents == 0 || rounds == 0 || events == 0 || agents == 0 {
+        return Err(BenchError::Usage(
+            "--incidents, --rounds, --agents and --events must be at least 1".into(),
+        ));
+    }
+    let scratch = Scratch::new("notify");
+    let hook = Receiver::start(Clock::system())
+        .await
+        .map_err(BenchError::Sim)?;
+    let am = Receiver::start(Clock::system())
+        .await
+        .map_err(BenchError::Sim)?;
+    let secret = scratch.db("webhook-secret");
+    std::fs::write(&secret, "bench-secret\n").map_err(BenchError::Sim)?;
+    let told = |cfg: &mut Config| {
+        cfg.notify.webhooks = vec![WebhookConfig {
+            name: "bench".into(),
+            url: hook.url("/hook"),
+            secret_file: secret.clone(),
+            events: Vec::new(),
+            format: WebhookFormat::Json,
+            ca_file: None,
+            timeout: Duration::from_secs(10),
+            max_age: Duration::from_secs(3600),
+        }];
+        cfg.notify.alertmanager.urls = vec![am.url("")];
+    };
+    let latency = latency_leg(incidents, per_hour, &scratch, told, &hook, &am).await?;
+
+    // Ingest with and without both configured: rounds of an off and an on
+    // leg, order alternating; the ratio is the median of the rounds'.
+    let (mut off, mut on, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let order = if round % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        let mut pair = [0f64; 2];
+        for with in order {
+            let db = format!("ingest-{with}-{round}.db");
+            let leg = if with {
+                ingest_leg(
+                    agents,
+                    agents / 100 + 1,
+                    events,
+                    &scratch,
+                    &db,
+                    SourceKind::Lifeline,
+                    told,
+                )
+                .await?
+            } else {
+                ingest_leg(
+                    agents,
+                    agents / 100 + 1,
+                    events,
+                    &scratch,
+                    &db,
+                    SourceKind::Lifeline,
+                    |_| {},
+                )
+                .await?
+            };
+            pair[usize::from(with)] = events as f64 / leg.pipeline.as_secs_f64();
+        }
+        off.push(pair[0].round());
+        on.push(pair[1].round());
+        ratios.push(thousandths(pair[1] / pair[0]));
+    }
+    Ok(json!({
+        "scenario": "notify",
+        "incidents": incidents,
+        "incidents_per_hour": per_hour,
+        "incidents_opened": latency.opened,
+        "webhook_opened_ms": latency.webhook,
+        "alertmanager_first_post_ms": latency.alertmanager,
+        "ingest": {
+            "agents": agents,
+            "events": events,
+            "off_events_per_s": off,
+            "on_events_per_s": on,
+            "ratio": median(&ratios),
+            "round_ratios": ratios,
+            "method": "rounds of a leg without and a leg with a webhook and an Alertmanager configured, order alternating; ratio = median of the rounds' on/off",
+        },
+        "target": {"p99_ms": 2000, "ingest_ratio": 0.95},
+    }))
+}
+
+struct Latency {
+    opened: usize,
+    webhook: Value,
+    alertmanager: Value,
+}
+
+/// Incidents one after the other: each a proxy of its own stopping, its
+/// agents on it and on a proxy that stays.
+async fn latency_leg(
+    incidents: usize,
+    per_hour: u32,
+    scratch: &Scratch,
+    told: impl FnOnce(&mut Config),
+    hook: &Receiver,
+    am: &Receiver,
+) -> Result<Latency, BenchError> {
+    let clock = Clock::system();
+    let proxies = incidents + 1;
+    let spec = SimSpec {
+        agents: proxies * 2,
+        proxies,
+        auth_servers: 2,
+        ttl: Duration::from_secs(2),
+        agent_ttl: Duration::from_secs(600),
+        tunnels_per_agent: 2,
+        heartbeats: true,
+        ..SimSpec::default()
+    };
+    let sim = SimCluster::start(spec, clock)
+        .await
+        .map_err(BenchError::Sim)?;
+    let mut cfg = config(&sim, scratch.db("latency.db"), 5000);
+    told(&mut cfg);
+    let ll = Lifeline::start_tuned(&cfg, clock, Tuning::default()).await?;
+    ll.fleet.wait_ready().await?;
+    let every = Duration::from_secs_f64(3600.0 / f64::from(per_hour.max(1)));
+    for k in 0..incidents {
+        sim.pause_heartbeats(&proxy_name(k)).await;
+        tokio::time::sleep(every).await;
+    }
+    let opened = |got: &[lifeline_sim::receiver::Received]| -> HashMap<i64, f64> {
+        let mut first = HashMap::new();
+        for r in got {
+            let v = r.json();
+            if v["type"] != "incident.opened" {
+                continue;
+            }
+            let i = &v["data"]["incident"];
+            if let (Some(id), Some(start)) = (
+                i["id"].as_i64(),
+                i["started"].as_str().and_then(Ts::parse_rfc3339),
+            ) {
+                first
+                    .entry(id)
+                    .or_insert(r.at.since(start).as_secs_f64() * 1000.0);
+            }
+        }
+        first
+    };
+    let posted = |got: &[lifeline_sim::receiver::Received]| -> HashMap<i64, f64> {
+        let mut first = HashMap::new();
+        for r in got {
+            // `POST /api/v2/alerts` takes an array of alerts.
+            for a in r.json().as_array().into_iter().flatten() {
+                if let (Some(id), Some(start)) = (
+                    a["labels"]["lifeline_incident"]
+                        .as_str()
+                        .and_then(|s| s.parse::<i64>().ok()),
+                    a["startsAt"].as_str().and_then(Ts::parse_rfc3339),
+                ) {
+                    first
+                        .entry(id)
+                        .or_insert(r.at.since(start).as_secs_f64() * 1000.0);
+                }
+            }
+        }
+        first
+    };
+    // The last proxy expires within its TTL; then every incident opened
+    // (a proxy's agents can be stranded by an earlier one's) is told.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    ll.fleet.flush().await?;
+    let filter = lifeline::store::incidents::IncidentFilter {
+        limit: 10_000,
+        ..Default::default()
+    };
+    let opened_n = lifeline::store::incidents::list(&ll.db, &filter)
+        .await?
+        .len();
+    if opened_n == 0 {
+        return Err(BenchError::Timeout("no incident opened"));
+    }
+    wait_until("every incident told", Duration::from_secs(120), || {
+        opened(&hook.got()).len() >= opened_n && posted(&am.got()).len() >= opened_n
+    })
+    .await?;
+    ll.shutdown().await;
+    sim.shutdown();
+    Ok(Latency {
+        opened: opened_n,
+        webhook: summary(opened(&hook.got()).into_values().collect()),
+        alertmanager: summary(posted(&am.got()).into_values().collect()),
+    })
+}
+
+fn summary(mut ms: Vec<f64>) -> Value {
+    ms.sort_by(f64::total_cmp);
+    json!({
+        "n": ms.len(),
+        "p50": thousandths(percentile(&ms, 0.50)),
+        "p99": thousandths(percentile(&ms, 0.99)),
+        "max": thousandths(ms.last().copied().unwrap_or(0.0)),
+    })
+}
