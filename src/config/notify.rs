@@ -192,3 +192,67 @@ impl NotifyConfig {
         !self.alertmanager.urls.is_empty() || !self.webhooks.is_empty()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    fn err(toml: &str) -> String {
+        match Config::from_toml(toml).map(|c| c.validate()) {
+            Ok(Ok(())) => panic!("accepted: {toml}"),
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn each_bad_notify_setting_is_named_and_no_url_is_repeated() {
+        let hook = |name: &str, url: &str| {
+            format!(
+                "[[notify.webhooks]]\nname = \"{name}\"\nurl = \"{url}\"\nsecret_file = \"/s\"\n"
+            )
+        };
+        let e = err("[notify.alertmanager]\nurls = [\"ftp://am:9093\"]\n");
+        assert!(e.contains("notify.alertmanager.urls[0]"), "{e}");
+        let e = err("[notify.alertmanager]\nurls = [\"http://am:9093\"]\nresend = \"5m\"\nends_after = \"1m\"\n");
+        assert!(e.contains("ends_after"), "{e}");
+        let e = err("[notify.alertmanager]\nbasic_auth_user = \"x\"\n");
+        assert!(e.contains("basic_auth_password_file"), "{e}");
+        let e = err(&hook("a b", "https://h.example.com/x"));
+        assert!(e.contains("notify.webhooks[0].name"), "{e}");
+        let e = err(&format!(
+            "{}{}",
+            hook("a", "https://h/1"),
+            hook("a", "https://h/2")
+        ));
+        assert!(e.contains("used twice"), "{e}");
+        let secret_url = "https://hooks.slack.com:99999/services/T0/B0/SECRETPART";
+        let e = err(&hook("slack", secret_url));
+        assert!(
+            e.contains("notify.webhooks[0].url") && !e.contains("SECRETPART"),
+            "{e}"
+        );
+        let e = err(&format!(
+            "{}events = [\"incident.closed\"]\n",
+            hook("a", "https://h/1")
+        ));
+        assert!(e.contains("incident.closed"), "{e}");
+        let e = err(&format!("{}timeout = \"0s\"\n", hook("a", "https://h/1")));
+        assert!(e.contains("notify.webhooks[0].timeout"), "{e}");
+    }
+
+    #[test]
+    fn a_webhook_takes_every_event_unless_it_names_some() {
+        let cfg = Config::from_toml(
+            "[[notify.webhooks]]\nname = \"a\"\nurl = \"https://h/1\"\nsecret_file = \"/s\"\n\
+             [[notify.webhooks]]\nname = \"b\"\nurl = \"https://h/2\"\nsecret_file = \"/s\"\nevents = [\"incident.opened\"]\nformat = \"slack\"\n",
+        )
+        .expect("parses");
+        cfg.validate().expect("valid");
+        use crate::domain::NoticeKind;
+        let (a, b) = (&cfg.notify.webhooks[0], &cfg.notify.webhooks[1]);
+        assert!(NoticeKind::ALL.iter().all(|k| a.wants(*k)));
+        assert!(b.wants(NoticeKind::IncidentOpened) && !b.wants(NoticeKind::IncidentResolved));
+        assert_eq!(b.format, super::WebhookFormat::Slack);
+    }
+}
