@@ -44,7 +44,11 @@ pub async fn webhooks(State(st): State<AppState>, ctx: Ctx) -> Result<Response, 
             events: if all {
                 "every event".into()
             } else {
-                w.events.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ")
+                w.events
+                    .iter()
+                    .map(|k| k.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             },
             rows: log
                 .into_iter()
