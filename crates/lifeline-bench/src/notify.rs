@@ -5,7 +5,7 @@
 
 use super::*;
 use lifeline::config::{WebhookConfig, WebhookFormat};
-use lifeline_sim::receiver::Receiver;
+use lifeline_sim::receiver::{Received, Receiver};
 use std::collections::HashMap;
 
 use ingest::ingest_leg;
@@ -59,29 +59,22 @@ pub(super) async fn notify(
         let mut pair = [0f64; 2];
         for with in order {
             let db = format!("ingest-{with}-{round}.db");
-            let leg = if with {
-                ingest_leg(
-                    agents,
-                    agents / 100 + 1,
-                    events,
-                    &scratch,
-                    &db,
-                    SourceKind::Lifeline,
-                    told,
-                )
-                .await?
-            } else {
-                ingest_leg(
-                    agents,
-                    agents / 100 + 1,
-                    events,
-                    &scratch,
-                    &db,
-                    SourceKind::Lifeline,
-                    |_| {},
-                )
-                .await?
+            let edit = |c: &mut Config| {
+                if with {
+                    told(c);
+                }
             };
+            let proxies = agents / 100 + 1;
+            let leg = ingest_leg(
+                agents,
+                proxies,
+                events,
+                &scratch,
+                &db,
+                SourceKind::Lifeline,
+                edit,
+            )
+            .await?;
             pair[usize::from(with)] = events as f64 / leg.pipeline.as_secs_f64();
         }
         off.push(pair[0].round());
@@ -148,43 +141,30 @@ async fn latency_leg(
         sim.pause_heartbeats(&proxy_name(k)).await;
         tokio::time::sleep(every).await;
     }
-    let opened = |got: &[lifeline_sim::receiver::Received]| -> HashMap<i64, f64> {
-        let mut first = HashMap::new();
-        for r in got {
-            let v = r.json();
-            if v["type"] != "incident.opened" {
-                continue;
-            }
+    // Each incident's first telling, from its start: the webhook's
+    // `incident.opened`, and the first alert naming it (`POST
+    // /api/v2/alerts` takes an array of alerts).
+    let opened = |got: &[Received]| {
+        first_told(got, |v| {
             let i = &v["data"]["incident"];
-            if let (Some(id), Some(start)) = (
-                i["id"].as_i64(),
-                i["started"].as_str().and_then(Ts::parse_rfc3339),
-            ) {
-                first
-                    .entry(id)
-                    .or_insert(r.at.since(start).as_secs_f64() * 1000.0);
-            }
-        }
-        first
+            let opened = v["type"] == "incident.opened";
+            opened
+                .then(|| (i["id"].as_i64(), i["started"].as_str()))
+                .into_iter()
+                .collect()
+        })
     };
-    let posted = |got: &[lifeline_sim::receiver::Received]| -> HashMap<i64, f64> {
-        let mut first = HashMap::new();
-        for r in got {
-            // `POST /api/v2/alerts` takes an array of alerts.
-            for a in r.json().as_array().into_iter().flatten() {
-                if let (Some(id), Some(start)) = (
-                    a["labels"]["lifeline_incident"]
-                        .as_str()
-                        .and_then(|s| s.parse::<i64>().ok()),
-                    a["startsAt"].as_str().and_then(Ts::parse_rfc3339),
-                ) {
-                    first
-                        .entry(id)
-                        .or_insert(r.at.since(start).as_secs_f64() * 1000.0);
-                }
-            }
-        }
-        first
+    let posted = |got: &[Received]| {
+        first_told(got, |v| {
+            v.as_array()
+                .into_iter()
+                .flatten()
+                .map(|a| {
+                    let id = a["labels"]["lifeline_incident"].as_str();
+                    (id.and_then(|s| s.parse().ok()), a["startsAt"].as_str())
+                })
+                .collect()
+        })
     };
     // The last proxy expires within its TTL; then every incident opened
     // (a proxy's agents can be stranded by an earlier one's) is told.
@@ -211,6 +191,27 @@ async fn latency_leg(
         webhook: summary(opened(&hook.got()).into_values().collect()),
         alertmanager: summary(posted(&am.got()).into_values().collect()),
     })
+}
+
+/// For each incident id the requests name (`named` reads a body's (id,
+/// start) pairs), the time from its start to the first request naming it,
+/// in ms.
+fn first_told(
+    got: &[Received],
+    named: impl Fn(&Value) -> Vec<(Option<i64>, Option<&str>)>,
+) -> HashMap<i64, f64> {
+    let mut first = HashMap::new();
+    for r in got {
+        let v = r.json();
+        for (id, start) in named(&v) {
+            if let (Some(id), Some(start)) = (id, start.and_then(Ts::parse_rfc3339)) {
+                first
+                    .entry(id)
+                    .or_insert(r.at.since(start).as_secs_f64() * 1000.0);
+            }
+        }
+    }
+    first
 }
 
 fn summary(mut ms: Vec<f64>) -> Value {
