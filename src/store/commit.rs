@@ -93,9 +93,17 @@ pub async fn commit_batch(
     if matches!(b.fence, Fence::Follower) {
         return Ok((Committed::Fenced, Vec::new()));
     }
+    // SQLite: the write lock from the start. A batch whose first statement
+    // reads (the incidents' rows before, for their events) would otherwise
+    // fail its upgrade to a writer with `database is locked` whenever
+    // another connection (a webhook's delivery log) wrote in between.
+    let begin = match db {
+        Db::Sqlite(_) => "BEGIN IMMEDIATE",
+        Db::Postgres(_) => "BEGIN",
+    };
     on_pool!(db, pool => {
         let mut tx = Phases {
-            tx: pool.begin().await?,
+            tx: pool.begin_with(begin).await?,
             sql: dialect(pool),
             refused: isolate.then(Vec::new),
         };
