@@ -79,6 +79,13 @@ impl Lifeline {
             writer,
             &mut rt,
         );
+        let maintenance = crate::maintenance::Maintenance::start(
+            db.clone(),
+            fleet.clone(),
+            leadership.clone(),
+            &mut rt,
+        )
+        .await;
         let hub_cfg = HubConfig::new(&cfg.signals, standing.peers.clone(), leadership.clone());
         let live = settings.live();
         let hub = Hub::start(
@@ -97,6 +104,7 @@ impl Lifeline {
             fleet: fleet.clone(),
             hub: hub.clone(),
             settings: settings.clone(),
+            maintenance: maintenance.clone(),
         };
         let departure = standing.start(replica, rooms, &mut rt).await?;
         let access = Access::start(&cfg.access, clock);
@@ -123,6 +131,7 @@ impl Lifeline {
             settings: settings.clone(),
             store_health: store_health.clone(),
             spans: tuning.spans.clone(),
+            maintenance,
         };
         http::start(
             cfg,

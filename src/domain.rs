@@ -14,6 +14,7 @@ mod history;
 mod kept;
 mod labels;
 mod lb_policy;
+pub mod maintenance;
 mod notice;
 mod record;
 mod setting;
@@ -25,6 +26,7 @@ pub use history::{EndReason, HistoryEvent, Subject};
 pub use kept::{Episode, LastHealth, Loaded};
 pub use labels::{LabelText, Labels};
 pub use lb_policy::{LbMode, LbPolicy, PolicyError};
+pub use maintenance::{Plan, Planned, Target, TargetError, TargetKind, Window, Windows};
 pub use notice::{IncidentMark, NoticeKind};
 pub use record::{
     Census, EpisodeChange, HealthTransition, HistoryEntry, IncidentRecord, Record, ResourceChange,
@@ -408,6 +410,8 @@ pub struct Cause {
     pub kind: CauseKind,
     /// The resource behind the cause (proxy or auth server name; may be empty).
     pub resource: String,
+    /// Why it is planned, when it is: shown, not acted on, not notified.
+    pub planned: Option<Plan>,
 }
 
 /// A minimal server for unit tests elsewhere in the crate.

@@ -13,6 +13,7 @@ pub mod caller;
 pub mod contract;
 pub mod error;
 pub mod incidents;
+pub mod maintenance;
 pub mod metrics;
 pub mod notify;
 pub mod openapi;
@@ -72,6 +73,7 @@ pub struct AppState {
     pub tls: bool,
     /// The webhooks configured, as the API and the dashboard show them.
     pub webhooks: Arc<[notify::WebhookInfo]>,
+    pub maintenance: Arc<crate::maintenance::Maintenance>,
 }
 
 /// The rooms the HTTP edge reads and acts through.
@@ -83,6 +85,7 @@ pub struct Rooms {
     pub settings: Arc<Settings>,
     pub store_health: Arc<crate::store::health::StoreHealth>,
     pub spans: Arc<crate::telemetry::SpanCounters>,
+    pub maintenance: Arc<crate::maintenance::Maintenance>,
 }
 
 /// Serves the API, the dashboard, the probes and `/metrics` on `listener`
@@ -123,6 +126,7 @@ pub fn start(
             .iter()
             .map(notify::WebhookInfo::from)
             .collect(),
+        maintenance: rooms.maintenance,
     };
     rt.tasks
         .track("live overview", ui::live::spawn(state.clone()));

@@ -17,6 +17,7 @@ pub mod domain;
 pub mod fleet;
 pub mod http;
 pub mod ingest;
+pub mod maintenance;
 pub mod notify;
 pub mod proto;
 pub mod replica;

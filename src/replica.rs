@@ -205,6 +205,7 @@ pub struct Rooms {
     pub fleet: FleetHandle,
     pub hub: Arc<Hub>,
     pub settings: Arc<Settings>,
+    pub maintenance: Arc<crate::maintenance::Maintenance>,
 }
 
 /// Everything a replica runs besides what a sole process runs.

@@ -16,6 +16,7 @@ pub mod db_time;
 pub mod health;
 pub mod incidents;
 pub mod lease;
+pub mod maintenance;
 pub mod outbox;
 pub mod read;
 pub mod retention;

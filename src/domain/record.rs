@@ -61,6 +61,9 @@ pub struct IncidentRecord {
     /// it has ended).
     pub recover_p50_us: Option<i64>,
     pub recover_max_us: Option<i64>,
+    /// Planned (a maintenance window, a rollout): its agents are shown,
+    /// not acted on or notified, and its minutes are not counted.
+    pub planned: Option<super::Plan>,
 }
 
 /// The agents by state at the start of a minute (`history`).

@@ -63,6 +63,8 @@ pub enum Command {
     },
     /// Another replica leads: nothing this one makes is written.
     Follow(Reply<()>),
+    /// The maintenance windows not yet over.
+    Windows(crate::domain::Windows),
     /// A question, answered on settled state.
     Query(Query),
     /// Answers once every write produced so far is committed.
@@ -284,6 +286,13 @@ impl FleetHandle {
     }
 
     /// Waits until everything applied so far is committed to the store.
+    /// Hands the fleet the maintenance windows not yet over: the
+    /// strandings they explain turn planned, those they no longer do turn
+    /// unplanned. A stopped fleet has nothing to judge.
+    pub async fn set_windows(&self, windows: crate::domain::Windows) {
+        let _ = self.send(Command::Windows(windows)).await;
+    }
+
     pub async fn flush(&self) -> Result<(), FleetError> {
         let (tx, rx) = oneshot::channel();
         self.send(Command::Flush(tx)).await?;

@@ -50,7 +50,7 @@ pub use lead::Adopted;
 pub use topology::{Selection, Sizes, Surplus};
 
 use crate::clock::Ts;
-use crate::domain::{CauseKind, HistoryEvent, Kind, Subject};
+use crate::domain::{CauseKind, HistoryEvent, Kind, Subject, Windows};
 use crate::domain::{HistoryEntry, Record};
 use crate::telemetry::propagate::TraceRef;
 use schedule::Schedule;
@@ -86,6 +86,8 @@ pub struct Model {
     next_episode: i64,
     /// Open incidents and the agents in them.
     incidents: incidents::Incidents,
+    /// The maintenance windows not yet over: which strandings are planned.
+    windows: Windows,
     /// Agents connected to Lifeline's signal stream.
     links: HashMap<String, Link>,
     /// Failure traces by (cause, resource, since): later agents stranded by
@@ -124,6 +126,7 @@ impl Model {
             dirty_all: false,
             next_episode: 1,
             incidents: incidents::Incidents::default(),
+            windows: Windows::default(),
             links: HashMap::default(),
             failures: HashMap::default(),
             after_resync: false,
@@ -147,6 +150,22 @@ impl Model {
     pub fn at(&mut self, now: Ts) {
         self.now = now;
         self.incidents.at(now);
+    }
+
+    /// The maintenance windows are now `windows`: every agent not healthy
+    /// is judged again (a window may explain it, or no longer).
+    pub fn set_windows(&mut self, windows: Windows) {
+        self.windows = windows;
+        self.windows_turned(self.now);
+    }
+
+    /// A window started or ended (or the list changed): judges again every
+    /// agent not healthy, and arms the next start or end.
+    pub(super) fn windows_turned(&mut self, now: Ts) {
+        self.dirty.extend(self.unhealthy.iter().cloned());
+        if let Some(at) = self.windows.next_change(now) {
+            self.schedule.arm(schedule::TimerKey::Windows, at);
+        }
     }
 
     /// Rows the shell gathered for the store, lent for one step: this

@@ -281,6 +281,7 @@ impl Shell {
                 return None;
             }
             Command::Health(u) => m.health(u),
+            Command::Windows(w) => m.set_windows(w),
             Command::Link { agent, link } => m.link(&agent, link),
             Command::Report {
                 agent,

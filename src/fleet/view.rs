@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::model::destination::LiveProxies;
 use super::model::{Model, Readiness, ResEntry, WatchState};
 use crate::clock::{dur_micros, Ts};
-use crate::domain::{AgentState, CauseKind, Health, Kind, Reasons};
+use crate::domain::{AgentState, CauseKind, Health, Kind, Plan, Planned, Reasons};
 
 /// Name cursors are opaque to clients: the hex of the last key of a page,
 /// and the page after it starts after that key. Anything that is not such
@@ -71,6 +71,9 @@ pub struct AgentCounts {
     /// live proxy they are not already on. They are signalled as soon as one
     /// turns live.
     pub waiting_for_live_proxy: usize,
+    /// Degraded or stranded agents whose stranding is planned (a
+    /// maintenance window, a rollout): counted above too.
+    pub planned: usize,
 }
 
 #[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
@@ -85,6 +88,8 @@ pub struct ProxyCounts {
 pub struct RootCause {
     pub cause: CauseKind,
     pub resource: String,
+    /// Planned: its agents are shown, not acted on or notified.
+    pub planned: Option<Planned>,
     pub agents: usize,
     pub since: Ts,
 }
@@ -105,6 +110,9 @@ pub fn summary_counts(f: &Model) -> (Ts, AgentCounts) {
         }
         if f.waiting_for_live_proxy(name, a, live) {
             agents.waiting_for_live_proxy += 1;
+        }
+        if a.cause.as_ref().is_some_and(|c| c.planned.is_some()) {
+            agents.planned += 1;
         }
     }
     agents.healthy = agents.total - agents.degraded - agents.stranded;
@@ -146,22 +154,22 @@ pub fn summary(f: &Model) -> Summary {
 }
 
 pub fn root_causes(f: &Model) -> Vec<RootCause> {
-    let mut groups: BTreeMap<(CauseKind, &str), (usize, Ts)> = BTreeMap::new();
+    let mut groups: BTreeMap<(CauseKind, &str, Option<Plan>), (usize, Ts)> = BTreeMap::new();
     for (_, a) in f.unhealthy_agents() {
         if a.state != AgentState::Stranded {
             continue;
         }
-        let (kind, res) = match &a.cause {
-            Some(c) => (c.kind, c.resource.as_str()),
-            None => (CauseKind::NoTunnels, ""),
+        let (kind, res, plan) = match &a.cause {
+            Some(c) => (c.kind, c.resource.as_str(), c.planned),
+            None => (CauseKind::NoTunnels, "", None),
         };
-        let g = groups.entry((kind, res)).or_insert((0, a.since));
+        let g = groups.entry((kind, res, plan)).or_insert((0, a.since));
         g.0 += 1;
         g.1 = g.1.min(a.since);
     }
     let mut out: Vec<RootCause> = groups
         .into_iter()
-        .map(|((kind, res), (n, min_since))| {
+        .map(|((kind, res, plan), (n, min_since))| {
             // Prefer the resource's own moment ("proxy-2 expired 41 s ago").
             let since = match kind {
                 CauseKind::ProxyExpired => f.proxy(res).map(|p| p.server.expires),
@@ -179,6 +187,7 @@ pub fn root_causes(f: &Model) -> Vec<RootCause> {
             RootCause {
                 cause: kind,
                 resource: res.to_string(),
+                planned: plan.map(Planned::from),
                 agents: n,
                 since,
             }
@@ -200,6 +209,8 @@ pub struct TunnelItem {
 pub struct CauseView {
     pub kind: &'static str,
     pub resource: String,
+    /// Planned (a maintenance window, a rollout): shown, not acted on.
+    pub planned: Option<Planned>,
 }
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -267,6 +278,7 @@ fn agent_item(f: &Model, name: &str, now: Ts, live: LiveProxies) -> Option<Agent
         cause: a.cause.as_ref().map(|c| CauseView {
             kind: c.kind.as_str(),
             resource: c.resource.clone(),
+            planned: c.planned.map(Planned::from),
         }),
         auth_server: s.auth_server.clone(),
         auth_health: f.auth(&s.auth_server).map(|e| e.health),

@@ -121,6 +121,8 @@ pub struct WebhookEvent {
 struct WebhookData {
     /// With `incident.*` events.
     incident: Option<IncidentEvent>,
+    /// With `maintenance.*` events: the window as it was then.
+    window: Option<crate::store::maintenance::WindowView>,
 }
 
 /// An incident as the API shows it, with its severity and its page.

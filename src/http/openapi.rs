@@ -44,6 +44,7 @@ pub const PATH: &str = "/api/v1/openapi.json";
         (name = "history", description = "What happened: episodes and heartbeat, health and rejection events."),
         (name = "signals", description = "Manual reconnects and the audit of every signal."),
         (name = "settings", description = "Dynamic settings (RFD 0016), with their origin and history."),
+        (name = "maintenance", description = "Maintenance windows: what is planned, so the strandings it explains are shown, not acted on or notified."),
         (name = "notify", description = "Webhooks and their delivery logs; the bodies Lifeline posts to them are under `webhooks`."),
         (name = "meta", description = "This document."),
     )
@@ -82,6 +83,7 @@ fn api() -> (axum::Router<AppState>, Document) {
         .merge(super::signals::router())
         .merge(super::incidents::router())
         .merge(super::notify::router())
+        .merge(super::maintenance::router())
         .routes(routes!(document))
         .split_for_parts()
 }

@@ -108,7 +108,7 @@ struct ReconnectBody {
     request_body(content = Option<ReconnectBody>, content_type = "application/json", description = "Optional: none means any proxy and the default reason."),
     security(("bearer" = [])),
     responses(
-        (status = 202, description = "The signal, sent and audited.", body = SignalRecord,
+        (status = 202, description = "The signal, sent and audited; the maintenance window the agent is in, if any.", body = ManualReconnect,
             links(("signal" = (operation_id = "get_signal", parameters(("id" = "$response.body#/id")), description = "What became of the signal.")))),
         WriteErrors,
     )
@@ -119,7 +119,7 @@ async fn reconnect_one(
     headers: HeaderMap,
     caller: Caller,
     body: axum::body::Bytes,
-) -> Result<(StatusCode, Json<SignalRecord>), ApiError> {
+) -> Result<(StatusCode, Json<ManualReconnect>), ApiError> {
     // The body is optional: none (or `null`) means "any proxy, default
     // reason".
     let body: ReconnectBody = if body.iter().all(u8::is_ascii_whitespace) {
@@ -135,7 +135,24 @@ async fn reconnect_one(
     let proxy = nonempty("proxy", body.proxy).map_err(|e| ApiError::BadBody(e.to_string()))?;
     let reason = reason(body.reason, "manual reconnect")?;
     let row = reconnect_agent(&s, name, proxy, reason, requested_by(&headers, &caller)).await?;
-    Ok((StatusCode::ACCEPTED, Json(row)))
+    let maintenance = super::maintenance::window_of(&s, &row.agent).await;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(ManualReconnect {
+            signal: row,
+            maintenance,
+        }),
+    ))
+}
+
+/// A manual reconnect's answer: the signal, and the maintenance window
+/// the agent is in (planned strandings are not acted on automatically; a
+/// manual reconnect still goes).
+#[derive(Serialize, utoipa::ToSchema)]
+struct ManualReconnect {
+    #[serde(flatten)]
+    signal: SignalRecord,
+    maintenance: Option<super::maintenance::WindowNote>,
 }
 
 /// One manual Reconnect: checks the agent is known, connected and (when a

@@ -139,6 +139,7 @@ mod tests {
             stranded_us: 0,
             recover_p50_us: None,
             recover_max_us: None,
+            planned: None,
         })
     }
 

@@ -111,7 +111,8 @@ impl Poster {
         let mut alerts: Vec<Alert> = Vec::new();
         let mut resolving = Vec::new();
         let mut severities = Vec::new();
-        for i in &list {
+        // Planned incidents are shown, never told.
+        for i in list.iter().filter(|i| i.planned.is_none()) {
             let severity = alert::severity(i);
             let earlier = self.told.get(&i.id).copied();
             if let Some(old) = earlier.filter(|old| *old != severity) {

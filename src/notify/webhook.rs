@@ -334,6 +334,21 @@ fn slack_text(v: &Value) -> String {
             i["id"], i["title"].as_str().unwrap_or(""), i["severity"].as_str().unwrap_or(""),
             i["agents"], i["peak_stranded"], i["signals_sent"], i["url"].as_str().unwrap_or(""),
         )
+    } else if v["data"]["window"].is_object() {
+        let w = &v["data"]["window"];
+        let targets: Vec<&str> = w["targets"]
+            .as_array()
+            .map(|t| t.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        format!(
+            "[{cluster}] Maintenance window {} {}: {} ({} to {}): {}",
+            w["id"],
+            kind.strip_prefix("maintenance.").unwrap_or(kind),
+            targets.join(", "),
+            w["from"].as_str().unwrap_or(""),
+            w["until"].as_str().unwrap_or(""),
+            w["reason"].as_str().unwrap_or(""),
+        )
     } else {
         format!("[{cluster}] {kind}: {}", v["data"])
     }

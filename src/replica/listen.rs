@@ -1,5 +1,5 @@
 //! The listening connection: signals other replicas relay to this one,
-//! settings they changed, and making up for whatever was missed while it
+//! settings and maintenance windows they changed, and making up for whatever was missed while it
 //! could not hear.
 
 use std::sync::Arc;
@@ -117,6 +117,7 @@ pub(super) async fn listen(p: Arc<Parts>, stop: CancellationToken) {
 /// is either heard or found here.
 async fn make_up(p: &Parts) {
     p.rooms.settings.reload_all().await;
+    p.rooms.maintenance.reload().await;
     let since = p.db_time.now().saturating_sub(p.cfg.ack_timeout);
     let found = match audit::pending_for_streams_of(&p.pool, &p.cfg.name, since, CATCH_UP_LIMIT)
         .await
@@ -149,6 +150,7 @@ async fn listener(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
     l.listen_all([
         lease::SIGNALS_CHANNEL,
         SETTINGS_CHANNEL,
+        crate::store::maintenance::CHANNEL,
         lease::PROBE_CHANNEL,
     ])
     .await?;
@@ -174,6 +176,12 @@ async fn dispatch(p: &Parts, channel: &str, payload: &str) {
             Some(_) => {}
             None => warn!(payload, "a signals notification that does not parse"),
         }
+    } else if channel == crate::store::maintenance::CHANNEL {
+        p.rooms.maintenance.reload().await;
+        info!(
+            window = payload,
+            "maintenance windows changed on another replica: read again"
+        );
     } else if channel == SETTINGS_CHANNEL {
         match Settings::name(payload) {
             Ok(name) => match p.rooms.settings.reload(name).await {

@@ -199,6 +199,11 @@ impl Auto {
     }
 
     fn note(&mut self, c: &StateChange) {
+        // Planned: shown, never acted on, and no part of a storm.
+        if c.planned.is_some() {
+            self.forget(&c.agent);
+            return;
+        }
         if c.to == AgentState::Stranded && c.from != AgentState::Stranded {
             self.recent.push_back(self.clock.now());
         }

@@ -17,7 +17,7 @@ use super::outbox;
 use super::{is_permanent, on_pool, Db};
 use crate::clock::Ts;
 use crate::domain::{text, HistoryEvent, Server, Subject, Tunnel, MAX_NAME_LEN};
-use crate::domain::{EpisodeChange, HistoryEntry, IncidentRecord, ResourceChange};
+use crate::domain::{EpisodeChange, HistoryEntry, IncidentRecord, Plan, ResourceChange};
 
 /// Incidents whose previous rows one statement reads.
 const MARKS_PER_READ: usize = 500;
@@ -395,10 +395,11 @@ where
     for<'t> &'t str: Encode<'t, DB> + Type<DB>,
     for<'t> i64: Encode<'t, DB> + Type<DB>,
     for<'t> Option<i64>: Encode<'t, DB> + Type<DB>,
+    for<'t> Option<&'t str>: Encode<'t, DB> + Type<DB>,
 {
     let mut q = QueryBuilder::new(
         "INSERT INTO incidents (id, cause, resource, started_us, ended_us, peak_stranded, peak_degraded, \
-         agents, signals, stranded_us, recover_p50_us, recover_max_us) ",
+         agents, signals, stranded_us, recover_p50_us, recover_max_us, planned, window_id) ",
     );
     q.push_values(rows, |mut r, i| {
         r.push_bind(i.id)
@@ -412,14 +413,17 @@ where
             .push_bind(i64::from(i.signals))
             .push_bind(i.stranded_us)
             .push_bind(i.recover_p50_us)
-            .push_bind(i.recover_max_us);
+            .push_bind(i.recover_max_us)
+            .push_bind(i.planned.map(Plan::kind))
+            .push_bind(i.planned.and_then(Plan::window));
     });
     q.push(
         " ON CONFLICT (id) DO UPDATE SET cause = excluded.cause, resource = excluded.resource, \
          started_us = excluded.started_us, ended_us = excluded.ended_us, \
          peak_stranded = excluded.peak_stranded, peak_degraded = excluded.peak_degraded, \
          agents = excluded.agents, signals = excluded.signals, stranded_us = excluded.stranded_us, \
-         recover_p50_us = excluded.recover_p50_us, recover_max_us = excluded.recover_max_us",
+         recover_p50_us = excluded.recover_p50_us, recover_max_us = excluded.recover_max_us, \
+         planned = excluded.planned, window_id = excluded.window_id",
     );
     q
 }

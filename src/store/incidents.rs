@@ -10,7 +10,7 @@ use super::signals::SignalRecord;
 use super::{on_pool, Db};
 use crate::clock::Ts;
 use crate::domain::IncidentRecord;
-use crate::domain::{CauseKind, Outcome, SignalKind};
+use crate::domain::{CauseKind, Outcome, Plan, Planned, SignalKind};
 
 #[derive(sqlx::FromRow)]
 struct Row {
@@ -26,11 +26,13 @@ struct Row {
     stranded_us: i64,
     recover_p50_us: Option<i64>,
     recover_max_us: Option<i64>,
+    planned: Option<String>,
+    window_id: Option<i64>,
 }
 
 const COLUMNS: &str =
     "SELECT id, cause, resource, started_us, ended_us, peak_stranded, peak_degraded, \
-     agents, signals, stranded_us, recover_p50_us, recover_max_us FROM incidents";
+     agents, signals, stranded_us, recover_p50_us, recover_max_us, planned, window_id FROM incidents";
 
 fn count(n: i64) -> u32 {
     u32::try_from(n.max(0)).unwrap_or(u32::MAX)
@@ -53,6 +55,7 @@ impl Row {
             stranded_us: self.stranded_us.max(0),
             recover_p50_us: self.recover_p50_us,
             recover_max_us: self.recover_max_us,
+            planned: Plan::from_stored(self.planned.as_deref(), self.window_id),
         })
     }
 }
@@ -108,6 +111,9 @@ pub struct Incident {
     /// and longest, in milliseconds (once it has ended).
     pub recover_p50_ms: Option<f64>,
     pub recover_max_ms: Option<f64>,
+    /// Why it is planned, when it is (`null` otherwise): its agents were
+    /// not acted on and it was not notified; its minutes are not counted.
+    pub planned: Option<Planned>,
 }
 
 /// What an incident's cause and resource say, in words.
@@ -140,7 +146,10 @@ impl From<IncidentRecord> for Incident {
         Incident {
             id: r.id,
             cause: r.cause,
-            title: title(r.cause, &r.resource),
+            title: match r.planned {
+                Some(p) => format!("{} ({})", title(r.cause, &r.resource), p.words()),
+                None => title(r.cause, &r.resource),
+            },
             resource: r.resource,
             started: r.started,
             ended: r.ended,
@@ -152,6 +161,7 @@ impl From<IncidentRecord> for Incident {
             agent_minutes_stranded: r.stranded_us as f64 / 60e6,
             recover_p50_ms: ms(r.recover_p50_us),
             recover_max_ms: ms(r.recover_max_us),
+            planned: r.planned.map(Planned::from),
         }
     }
 }
@@ -327,7 +337,8 @@ pub async fn overlapping(db: &Db, since: Ts, limit: u32) -> Result<Vec<Incident>
     })
 }
 
-/// Minutes `agent` spent stranded since `recent` and since `earlier`
+/// Minutes `agent` spent stranded (planned strandings left out) since
+/// `recent` and since `earlier`
 /// (`earlier` ≤ `recent` ≤ `now`): its stranded episodes cut to each
 /// window, in one read.
 pub async fn agent_minutes_stranded(
@@ -345,7 +356,9 @@ pub async fn agent_minutes_stranded(
          CAST(SUM((CASE WHEN ended_us IS NULL OR ended_us > $4 THEN $4 ELSE ended_us END) \
               - (CASE WHEN started_us < $3 THEN $3 ELSE started_us END)) AS BIGINT) \
          FROM episodes WHERE agent = $1 AND state = 'stranded' \
-         AND (ended_us IS NULL OR ended_us > $3) AND started_us < $4",
+         AND (ended_us IS NULL OR ended_us > $3) AND started_us < $4 \
+         AND (incident_id IS NULL OR incident_id NOT IN \
+              (SELECT id FROM incidents WHERE planned IS NOT NULL))",
     )
     .bind(agent)
     .bind(recent.as_micros())
@@ -362,7 +375,8 @@ fn minutes(us: Option<i64>) -> f64 {
 }
 
 /// Agent-minutes stranded by incidents of `resource` (a proxy or auth
-/// server) that started since `recent` and since `earlier`, in one read.
+/// server) that started since `recent` and since `earlier`, in one read;
+/// planned incidents are not counted.
 pub async fn caused_minutes_stranded(
     db: &Db,
     resource: &str,
@@ -371,7 +385,8 @@ pub async fn caused_minutes_stranded(
     on_pool!(db, pool => {
     let (a, b): (Option<i64>, Option<i64>) = sqlx::query_as(
         "SELECT CAST(SUM(CASE WHEN started_us >= $2 THEN stranded_us ELSE 0 END) AS BIGINT), \
-         CAST(SUM(stranded_us) AS BIGINT) FROM incidents WHERE resource = $1 AND started_us >= $3",
+         CAST(SUM(stranded_us) AS BIGINT) FROM incidents WHERE resource = $1 AND started_us >= $3 \
+         AND planned IS NULL",
     )
     .bind(resource)
     .bind(recent.as_micros())

@@ -52,6 +52,11 @@ pub(super) fn incident_events(
     let mut rows = rows.to_vec();
     rows.sort_by_key(|r| r.id);
     for r in rows {
+        // Planned: shown, never told. An agent still stranded when its
+        // window ends opens an unplanned incident, which is.
+        if r.planned.is_some() {
+            continue;
+        }
         let after = mark(r);
         let kinds = NoticeKind::of_incident(before.get(&r.id).copied(), after);
         if kinds.is_empty() {

@@ -50,6 +50,7 @@ pub fn classify(i: &Inputs<'_>) -> Verdict {
         cause = Some(Cause {
             kind,
             resource: i.auth_server.to_string(),
+            planned: None,
         });
     }
 
@@ -70,6 +71,7 @@ pub fn classify(i: &Inputs<'_>) -> Verdict {
                     Cause {
                         kind,
                         resource: proxy.to_string(),
+                        planned: None,
                     },
                 ),
                 None => (
@@ -77,6 +79,7 @@ pub fn classify(i: &Inputs<'_>) -> Verdict {
                     Cause {
                         kind: CauseKind::NoTunnels,
                         resource: String::new(),
+                        planned: None,
                     },
                 ),
             };
@@ -90,6 +93,7 @@ pub fn classify(i: &Inputs<'_>) -> Verdict {
                     Cause {
                         kind,
                         resource: dead.proxy.to_string(),
+                        planned: None,
                     },
                 ));
             }
@@ -102,6 +106,7 @@ pub fn classify(i: &Inputs<'_>) -> Verdict {
         cause.get_or_insert(Cause {
             kind: CauseKind::AgentExpired,
             resource: i.auth_server.to_string(),
+            planned: None,
         });
     }
 

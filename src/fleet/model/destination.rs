@@ -22,17 +22,32 @@ pub fn wants_move(state: AgentState, reasons: Reasons) -> bool {
 pub struct LiveProxies(usize);
 
 impl Model {
-    pub fn live_proxies(&self) -> LiveProxies {
-        LiveProxies(self.proxies.values().filter(|p| !p.expired).count())
+    /// A proxy in a maintenance window is no destination: nothing
+    /// automatic sends an agent towards it.
+    fn destination(&self, name: &str, p: &super::ResEntry) -> bool {
+        !p.expired && (self.windows.is_empty() || !self.windows.covers_proxy(name, self.now))
     }
 
-    /// True when `agent` holds no tunnel to at least one live proxy.
+    pub fn live_proxies(&self) -> LiveProxies {
+        LiveProxies(
+            self.proxies
+                .iter()
+                .filter(|(n, p)| self.destination(n, p))
+                .count(),
+        )
+    }
+
+    /// True when `agent` holds no tunnel to at least one live proxy (one
+    /// outside every maintenance window).
     pub fn has_destination(&self, agent: &str, live: LiveProxies) -> bool {
         // Distinct live proxies the agent is on; an agent holds a handful.
         let mut on: Vec<&str> = Vec::new();
         for t in self.tunnels_of(agent) {
             let proxy = t.tunnel.proxy.as_str();
-            let live_proxy = self.proxies.get(proxy).is_some_and(|p| !p.expired);
+            let live_proxy = self
+                .proxies
+                .get(proxy)
+                .is_some_and(|p| self.destination(proxy, p));
             if live_proxy && !on.contains(&proxy) {
                 on.push(proxy);
             }

@@ -24,19 +24,24 @@ impl Model {
         let now = self.now();
         let due = self.schedule.pop_due(now);
         // The minute's count is not an expiry: not counted as one.
-        let n = due.iter().filter(|(_, k)| *k != TimerKey::Sample).count();
+        let n = due
+            .iter()
+            .filter(|(_, k)| !matches!(k, TimerKey::Sample | TimerKey::Windows))
+            .count();
         self.out.tally.timers_fired += n as u64;
         for (_, key) in due {
             match key {
                 TimerKey::Expiry(kind, name) => self.expire(kind, name, now),
                 TimerKey::AuthGrace(name) => self.grace_over(name, now),
                 TimerKey::Sample => self.sample(now),
+                TimerKey::Windows => self.windows_turned(now),
             }
         }
         n
     }
 
-    /// Counts the agents by state for the minute that just ended: the most
+    /// Counts the agents by state (planned strandings left out) for the
+    /// minute that just ended: the most
     /// at once within it (as the incidents counted them) or at its end,
     /// whichever is more; and arms the next minute's count. Only once the
     /// agents are known: a count made before the first listing would say
@@ -47,7 +52,10 @@ impl Model {
         if self.classification_enabled() {
             let (mut stranded, mut degraded) = (0u32, 0u32);
             for name in &self.unhealthy {
-                match self.agents.get(name).map(|a| a.state) {
+                // Planned strandings are shown, not counted as harm.
+                let unplanned =
+                    |a: &&super::AgentEntry| a.cause.as_ref().is_none_or(|c| c.planned.is_none());
+                match self.agents.get(name).filter(unplanned).map(|a| a.state) {
                     Some(AgentState::Stranded) => stranded += 1,
                     Some(AgentState::Degraded) => degraded += 1,
                     _ => {}

@@ -14,10 +14,12 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use super::quantiles::Recoveries;
 use crate::clock::Ts;
 use crate::domain::IncidentRecord;
-use crate::domain::{AgentState, Cause, CauseKind};
+use crate::domain::{AgentState, Cause, CauseKind, Plan};
 
-/// An incident's key: its root cause's kind and resource.
-pub type Key = (CauseKind, String);
+/// An incident's key: its root cause's kind and resource, and its plan: a
+/// planned stranding and an unplanned one of the same cause are two
+/// incidents (the window that explained one may end while it lasts).
+pub type Key = (CauseKind, String, Option<Plan>);
 
 /// The agents an open incident keeps for its figures past which it keeps
 /// counting but no longer names them (a fleet far larger than this is
@@ -50,8 +52,8 @@ pub struct Incidents {
     next_id: i64,
     open: HashMap<Key, Open>,
     members: HashMap<String, Member>,
-    /// Agents in incidents now, stranded and degraded, and the most of
-    /// each at once since [`Self::take_peaks`].
+    /// Agents in unplanned incidents now, stranded and degraded, and the
+    /// most of each at once since [`Self::take_peaks`].
     now: [u32; 2],
     peaks: [u32; 2],
     /// The model's time: a stranded period ends no earlier (a verdict's
@@ -83,11 +85,20 @@ fn slot(state: AgentState) -> Option<usize> {
 /// The key of a cause: agents whose own heartbeats expired are grouped by
 /// their auth server, as the cause already names it.
 fn key_of(cause: &Cause) -> Key {
-    (cause.kind, cause.resource.clone())
+    (cause.kind, cause.resource.clone(), cause.planned)
+}
+
+fn key_of_row(row: &IncidentRecord) -> Key {
+    (row.cause, row.resource.clone(), row.planned)
 }
 
 impl Incidents {
-    fn tally(&mut self, state: AgentState, by: i32) {
+    /// Counts an agent of incident `key` into (or out of) the fleet's
+    /// figures: planned ones are not counted.
+    fn tally(&mut self, key: &Key, state: AgentState, by: i32) {
+        if key.2.is_some() {
+            return;
+        }
         if let Some(i) = slot(state) {
             self.now[i] = self.now[i].saturating_add_signed(by);
             self.peaks[i] = self.peaks[i].max(self.now[i]);
@@ -148,8 +159,8 @@ impl Incidents {
                 AgentState::Stranded => since.max(self.clock).since(state_since).as_micros() as i64,
                 _ => 0,
             };
-            self.tally(was, -1);
-            self.tally(state, 1);
+            self.tally(&key, was, -1);
+            self.tally(&key, state, 1);
             let o = self.open.get_mut(&key)?;
             o.row.stranded_us = o.row.stranded_us.saturating_add(stranded_us);
             o.count(was, -1);
@@ -177,7 +188,7 @@ impl Incidents {
     /// `since`. True the first time it is among the incident's agents
     /// while it is open (past the bound, every time).
     fn join(&mut self, agent: &str, key: Key, state: AgentState, since: Ts) -> bool {
-        self.tally(state, 1);
+        self.tally(&key, state, 1);
         let Some(o) = self.open.get_mut(&key) else {
             return false;
         };
@@ -201,7 +212,7 @@ impl Incidents {
         let Some(m) = self.members.remove(agent) else {
             return;
         };
-        self.tally(m.state, -1);
+        self.tally(&m.key, m.state, -1);
         let Some(o) = self.open.get_mut(&m.key) else {
             return;
         };
@@ -254,7 +265,7 @@ impl Incidents {
         let mut rows = Vec::new();
         let mut taken: HashSet<Key> = HashSet::default();
         for s in stored {
-            let key = (s.cause, s.resource.clone());
+            let key = key_of_row(&s);
             match self.open.get_mut(&key) {
                 Some(o) if !taken.contains(&key) => {
                     o.row.id = s.id;
@@ -283,18 +294,23 @@ impl Incidents {
     }
 
     /// Takes an agent back into the open incident `id` (loaded from the
-    /// database: its open episode names it).
-    pub fn restore(&mut self, agent: &str, state: AgentState, since: Ts, incident: i64) {
-        let Some(key) = self
+    /// database: its open episode names it). Returns the incident's plan.
+    pub fn restore(
+        &mut self,
+        agent: &str,
+        state: AgentState,
+        since: Ts,
+        incident: i64,
+    ) -> Option<Plan> {
+        let key = self
             .open
             .iter()
             .find(|(_, o)| o.row.id == incident)
-            .map(|(k, _)| k.clone())
-        else {
-            return;
-        };
+            .map(|(k, _)| k.clone())?;
+        let plan = key.2;
         // Its stored row already counts it among the agents.
         self.join(agent, key, state, since);
+        plan
     }
 
     /// Loads the incidents the database has open, before their agents are
@@ -302,7 +318,7 @@ impl Incidents {
     pub fn load(&mut self, stored: Vec<IncidentRecord>, next_id: i64) {
         self.next_id = self.next_id.max(next_id);
         for s in stored {
-            let key = (s.cause, s.resource.clone());
+            let key = key_of_row(&s);
             self.open.entry(key).or_insert_with(|| Open::from_row(s));
         }
     }
@@ -338,6 +354,7 @@ impl Open {
             stranded_us: 0,
             recover_p50_us: None,
             recover_max_us: None,
+            planned: key.2,
         })
     }
 
@@ -383,6 +400,7 @@ mod tests {
         Cause {
             kind,
             resource: r.into(),
+            planned: None,
         }
     }
 
@@ -458,7 +476,7 @@ mod tests {
         inc.set("a2", AgentState::Stranded, Some(&p2), t(10), &mut rows);
         let stored = |id, r: &str| IncidentRecord {
             ended: None,
-            ..Open::new(id, &(CauseKind::ProxyExpired, r.into()), t(3)).row
+            ..Open::new(id, &(CauseKind::ProxyExpired, r.into(), None), t(3)).row
         };
         let rows = inc.adopt(vec![stored(40, "p1"), stored(41, "p9")], 50, t(20));
         let by = |id: i64| rows.iter().find(|r| r.id == id).cloned();

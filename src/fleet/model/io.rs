@@ -90,6 +90,10 @@ pub struct StateChange {
     /// shell stamps the moment the pass ended.
     pub detected_at: Ts,
     pub episode: Option<i64>,
+    /// Planned (a maintenance window, a rollout): shown, never acted on.
+    /// A change of plan alone is a change (`from == to`).
+    #[serde(skip)]
+    pub planned: Option<crate::domain::Plan>,
     /// The failure trace this change belongs to (while exporting traces).
     #[serde(skip)]
     pub trace: Option<crate::telemetry::propagate::TraceRef>,

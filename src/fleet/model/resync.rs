@@ -65,15 +65,18 @@ impl Model {
                     }
                     a.reasons = Reasons::parse_joined(&ep.reasons.join(","));
                     a.since = ep.started_at;
+                    // Planned as its incident is: the next settle judges
+                    // afresh against the windows then in force.
+                    let planned = ep.incident.and_then(|incident| {
+                        self.incidents
+                            .restore(&ep.agent, ep.state, ep.started_at, incident)
+                    });
                     a.cause = ep.cause.map(|kind| Cause {
                         kind,
                         resource: ep.cause_resource.clone(),
+                        planned,
                     });
                     a.episode = Some(ep.id);
-                    if let Some(incident) = ep.incident {
-                        self.incidents
-                            .restore(&ep.agent, ep.state, ep.started_at, incident);
-                    }
                 }
                 None => self.out.writes.episodes.push(EpisodeChange::close(
                     ep.id,

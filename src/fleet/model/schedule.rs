@@ -23,6 +23,9 @@ pub enum TimerKey {
     AuthGrace(String),
     /// The next minute's count of agents by state (`history`).
     Sample,
+    /// A maintenance window starts or ends: the strandings it explains
+    /// are judged again.
+    Windows,
 }
 
 #[derive(Default, Debug)]

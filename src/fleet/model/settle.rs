@@ -8,7 +8,7 @@ use super::{Model, TunnelEntry};
 use super::{StateChange, WatchState};
 use crate::clock::Ts;
 use crate::domain::EpisodeChange;
-use crate::domain::{AgentState, CauseKind, EndReason, Kind};
+use crate::domain::{AgentState, CauseKind, EndReason, Kind, Plan};
 use crate::supervise::{joined, scoped};
 use crate::telemetry::propagate::{self};
 
@@ -123,7 +123,7 @@ impl Model {
                 dead: self.tunnel_dead(t, now),
             })
             .collect();
-        classify(&Inputs {
+        let mut v = classify(&Inputs {
             now,
             agent_expired: (a.res.expired && self.kind(Kind::Agent).state == WatchState::Ready)
                 .then_some(a.res.server.expires),
@@ -131,7 +131,16 @@ impl Model {
             auth_unhealthy,
             tunnels_known,
             tunnels,
-        })
+        });
+        if !self.windows.is_empty() {
+            if let Some(c) = v.cause.as_mut() {
+                c.planned = self
+                    .windows
+                    .explains(name, Some(c), now)
+                    .map(Plan::Maintenance);
+            }
+        }
+        v
     }
 
     /// Why (and since when) a tunnel is dead, or `None` when live.
@@ -216,6 +225,7 @@ impl Model {
                 cause_resource: v.cause.as_ref().map(|c| c.resource.clone()),
                 since,
                 episode: a.episode,
+                planned: v.cause.as_ref().and_then(|c| c.planned),
                 trace: None,
             };
             debug!(agent = %name, from = a.state.as_str(), to = v.state.as_str(), reasons = %v.reasons.join(), "agent state changed");
@@ -232,6 +242,24 @@ impl Model {
             self.out.tally.state_changes += 1;
             self.out.changes.push(change);
         } else {
+            let plan = |c: &Option<crate::domain::Cause>| c.as_ref().and_then(|c| c.planned);
+            if plan(&v.cause) != plan(&a.cause) {
+                // Planned no longer (or now): whoever acts on agents hears
+                // of it, with the state unchanged.
+                self.out.changes.push(StateChange {
+                    agent: name.to_string(),
+                    detected_at: now,
+                    from: a.state,
+                    to: a.state,
+                    reasons: v.reasons,
+                    cause: v.cause.as_ref().map(|c| c.kind),
+                    cause_resource: v.cause.as_ref().map(|c| c.resource.clone()),
+                    since: a.since,
+                    episode: a.episode,
+                    planned: plan(&v.cause),
+                    trace: None,
+                });
+            }
             if let Some(id) = a.episode {
                 let mut rows = Vec::new();
                 let incident = if v.cause != a.cause {

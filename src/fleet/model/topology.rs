@@ -231,6 +231,7 @@ impl Model {
                 since: a.since,
                 detected_at: a.since,
                 episode: a.episode,
+                planned: a.cause.as_ref().and_then(|c| c.planned),
                 trace: a.trace.clone(),
             })
             .collect()

@@ -212,6 +212,8 @@ pub struct Band {
     pub href: String,
     pub tip: String,
     pub open: bool,
+    /// Planned: drawn apart, never as severe.
+    pub planned: bool,
 }
 
 const STRIP_H: f64 = 90.0;
@@ -266,14 +268,21 @@ pub fn strip(
                         .map_or_else(|| ", open".to_string(), |e| format!(" to {}", fmt::hms(e)))
                 ),
                 open: i.open,
+                planned: i.planned.is_some(),
             }
         })
         .collect::<Vec<_>>();
     let ticks = ticks(from, to, STRIP_H - 6.0, x);
     let most = points.iter().map(|p| p.stranded).max().unwrap_or(0);
+    let planned = bands.iter().filter(|b| b.planned).count();
     let summary = format!(
-        "The last 24 hours: at most {most} agents stranded at once; {} incidents.",
-        bands.len()
+        "The last 24 hours: at most {most} agents stranded at once; {} incidents{}.",
+        bands.len() - planned,
+        if planned > 0 {
+            format!(", and {planned} planned")
+        } else {
+            String::new()
+        }
     );
     Strip {
         width: WIDTH,

@@ -1,0 +1,365 @@
+//! What is planned: maintenance windows an operator declares, the targets
+//! they name, and the rule that says which stranding a window explains.
+//! A stranding so explained carries a [`Plan`]: it is shown, not acted on
+//! and not notified.
+//!
+//! Pure values and rules; the store keeps the windows, the fleet applies
+//! the rule, the API validates what operators send with [`Target::parse`].
+
+use crate::clock::Ts;
+use crate::domain::{Cause, CauseKind};
+
+use super::named_enum;
+
+/// The most targets one window names.
+pub const MAX_TARGETS: usize = 100;
+/// The longest target pattern, in bytes.
+pub const MAX_PATTERN: usize = 253;
+/// The longest reason, in characters.
+pub const MAX_REASON: usize = 1000;
+
+named_enum! {
+    "snake_case";
+    /// What a window's target names.
+    pub enum TargetKind {
+        Proxy,
+        AuthServer,
+        Agent,
+    }
+}
+
+/// One target: a kind and a name or glob (`*`, `?`, `[a-z]`), written
+/// `proxy/proxy-2`, `auth_server/auth-*`, `agent/node-1?`.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub kind: TargetKind,
+    text: String,
+    pattern: glob::Pattern,
+}
+
+impl PartialEq for Target {
+    fn eq(&self, o: &Target) -> bool {
+        self.kind == o.kind && self.text == o.text
+    }
+}
+
+impl Eq for Target {}
+
+/// Why a target does not parse.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TargetError {
+    #[error("a target is written kind/name (proxy/…, auth_server/…, agent/…)")]
+    NoKind,
+    #[error("unknown target kind {0:?}: one of proxy, auth_server, agent")]
+    Kind(String),
+    #[error("a target's name is empty")]
+    Empty,
+    #[error("a target's name is longer than {MAX_PATTERN} bytes")]
+    TooLong,
+    #[error("a target's name {0}")]
+    Unsafe(String),
+    #[error("a target's glob does not parse: {0}")]
+    Glob(String),
+}
+
+impl Target {
+    pub fn parse(s: &str) -> Result<Target, TargetError> {
+        let (kind, name) = s.split_once('/').ok_or(TargetError::NoKind)?;
+        let kind = kind
+            .parse::<TargetKind>()
+            .map_err(|_| TargetError::Kind(super::text::bounded(kind, 64)))?;
+        if name.is_empty() {
+            return Err(TargetError::Empty);
+        }
+        if name.len() > MAX_PATTERN {
+            return Err(TargetError::TooLong);
+        }
+        if let Some(p) = super::text::name_problem(name) {
+            return Err(TargetError::Unsafe(p));
+        }
+        let pattern = glob::Pattern::new(name).map_err(|e| TargetError::Glob(e.msg.to_string()))?;
+        Ok(Target {
+            kind,
+            text: s.to_string(),
+            pattern,
+        })
+    }
+
+    /// As written: `proxy/proxy-2`.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    pub fn matches(&self, kind: TargetKind, name: &str) -> bool {
+        self.kind == kind && self.pattern.matches(name)
+    }
+}
+
+/// Why a stranding is planned. Stored as its kind (`maintenance`,
+/// `rollout`) and, for a window, its id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Plan {
+    /// A maintenance window (its id) explains it.
+    Maintenance(i64),
+    /// The cluster's own rollout: a proxy that left by its own delete, or
+    /// a proxy group's new generation.
+    Rollout,
+}
+
+impl Plan {
+    pub fn kind(self) -> &'static str {
+        match self {
+            Plan::Maintenance(_) => "maintenance",
+            Plan::Rollout => "rollout",
+        }
+    }
+
+    pub fn window(self) -> Option<i64> {
+        match self {
+            Plan::Maintenance(id) => Some(id),
+            Plan::Rollout => None,
+        }
+    }
+
+    /// From its stored columns; `None` for none, or for a kind this build
+    /// does not know.
+    pub fn from_stored(kind: Option<&str>, window: Option<i64>) -> Option<Plan> {
+        match (kind?, window) {
+            ("maintenance", Some(id)) => Some(Plan::Maintenance(id)),
+            ("rollout", _) => Some(Plan::Rollout),
+            _ => None,
+        }
+    }
+
+    /// In words, for titles: "planned: maintenance window 3".
+    pub fn words(self) -> String {
+        match self {
+            Plan::Maintenance(id) => format!("planned: maintenance window {id}"),
+            Plan::Rollout => "planned: rollout".to_string(),
+        }
+    }
+}
+
+/// Why an incident (or a stranding) is planned.
+#[derive(Clone, Copy, Debug, serde::Serialize, PartialEq, Eq, utoipa::ToSchema)]
+pub struct Planned {
+    /// `maintenance` (a window explains it) or `rollout` (the cluster's
+    /// own: a proxy's departure, a group's new generation).
+    pub kind: &'static str,
+    /// The maintenance window, for `maintenance`.
+    pub window: Option<i64>,
+}
+
+impl From<Plan> for Planned {
+    fn from(p: Plan) -> Planned {
+        Planned {
+            kind: p.kind(),
+            window: p.window(),
+        }
+    }
+}
+
+/// A maintenance window as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Window {
+    pub id: i64,
+    pub targets: Vec<Target>,
+    pub from: Ts,
+    pub until: Ts,
+    pub reason: String,
+    pub created_by: String,
+    pub created_at: Ts,
+    /// Ended early: by whom, when.
+    pub ended_by: Option<String>,
+    pub ended_at: Option<Ts>,
+}
+
+impl Window {
+    /// When it stops explaining strandings: `until`, or earlier when
+    /// ended early.
+    pub fn end(&self) -> Ts {
+        self.ended_at.map_or(self.until, |e| e.min(self.until))
+    }
+
+    pub fn active(&self, now: Ts) -> bool {
+        self.from <= now && now < self.end()
+    }
+
+    /// Whether it names `name` of `kind` among its targets.
+    pub fn covers(&self, kind: TargetKind, name: &str) -> bool {
+        self.targets.iter().any(|t| t.matches(kind, name))
+    }
+}
+
+/// The kind of resource a cause names, when a window may name it.
+fn resource_kind(cause: CauseKind) -> Option<TargetKind> {
+    match cause {
+        CauseKind::ProxyExpired | CauseKind::ProxyMissing => Some(TargetKind::Proxy),
+        CauseKind::AuthNotServing
+        | CauseKind::AuthUnknown
+        | CauseKind::AuthExpired
+        | CauseKind::AgentExpired => Some(TargetKind::AuthServer),
+        CauseKind::TunnelExpired | CauseKind::NoTunnels => None,
+    }
+}
+
+/// The windows not yet over, as the fleet holds them: which one explains
+/// a stranding now, and when that can next change.
+#[derive(Clone, Debug, Default)]
+pub struct Windows {
+    /// By id: the oldest window that explains a stranding names it.
+    list: Vec<Window>,
+}
+
+impl Windows {
+    pub fn new(mut list: Vec<Window>) -> Windows {
+        list.sort_by_key(|w| w.id);
+        Windows { list }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// The window that explains `agent` being stranded for `cause` at
+    /// `now`: one active now that names the agent, or the proxy or auth
+    /// server behind its cause.
+    pub fn explains(&self, agent: &str, cause: Option<&Cause>, now: Ts) -> Option<i64> {
+        let behind = cause.and_then(|c| Some((resource_kind(c.kind)?, c.resource.as_str())));
+        self.list
+            .iter()
+            .filter(|w| w.active(now))
+            .find(|w| {
+                w.covers(TargetKind::Agent, agent)
+                    || behind.is_some_and(|(k, r)| !r.is_empty() && w.covers(k, r))
+            })
+            .map(|w| w.id)
+    }
+
+    /// The windows active at `now` that name proxy `name`.
+    pub fn covers_proxy(&self, name: &str, now: Ts) -> bool {
+        self.list
+            .iter()
+            .any(|w| w.active(now) && w.covers(TargetKind::Proxy, name))
+    }
+
+    /// The next moment after `now` a window starts or ends.
+    pub fn next_change(&self, now: Ts) -> Option<Ts> {
+        self.list
+            .iter()
+            .flat_map(|w| [w.from, w.end()])
+            .filter(|t| *t > now)
+            .min()
+    }
+
+    /// Active at `now`.
+    pub fn active(&self, now: Ts) -> impl Iterator<Item = &Window> {
+        self.list.iter().filter(move |w| w.active(now))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn t(s: u64) -> Ts {
+        Ts::ZERO.saturating_add(Duration::from_secs(s))
+    }
+
+    fn window(id: i64, targets: &[&str], from: u64, until: u64) -> Window {
+        Window {
+            id,
+            targets: targets.iter().map(|s| Target::parse(s).unwrap()).collect(),
+            from: t(from),
+            until: t(until),
+            reason: "patching".into(),
+            created_by: "ops".into(),
+            created_at: t(0),
+            ended_by: None,
+            ended_at: None,
+        }
+    }
+
+    fn cause(kind: CauseKind, r: &str) -> Cause {
+        Cause {
+            kind,
+            resource: r.into(),
+            planned: None,
+        }
+    }
+
+    #[test]
+    fn targets_parse_or_say_why_not() {
+        let ok = Target::parse("proxy/proxy-*").unwrap();
+        assert!(ok.matches(TargetKind::Proxy, "proxy-12"));
+        assert!(!ok.matches(TargetKind::Agent, "proxy-12"));
+        assert!(!ok.matches(TargetKind::Proxy, "edge-1"));
+        assert_eq!(ok.as_str(), "proxy/proxy-*");
+        let long = format!("agent/{}", "a".repeat(MAX_PATTERN + 1));
+        let cases: [(&str, TargetError); 6] = [
+            ("proxy-1", TargetError::NoKind),
+            ("node/a", TargetError::Kind("node".into())),
+            ("agent/", TargetError::Empty),
+            (&long, TargetError::TooLong),
+            (
+                "agent/a\0b",
+                TargetError::Unsafe("holds the control character U+0000 at byte 1".into()),
+            ),
+            (
+                "agent/[a",
+                TargetError::Glob("invalid range pattern".into()),
+            ),
+        ];
+        for (s, want) in cases {
+            assert_eq!(Target::parse(s).err(), Some(want), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn a_window_explains_strandings_behind_its_targets_while_active() {
+        let w = Windows::new(vec![
+            window(2, &["agent/node-*"], 10, 100),
+            window(1, &["proxy/p1", "auth_server/auth-?"], 10, 100),
+        ]);
+        let p1 = cause(CauseKind::ProxyExpired, "p1");
+        let p2 = cause(CauseKind::ProxyExpired, "p2");
+        let auth = cause(CauseKind::AgentExpired, "auth-1");
+        let none = cause(CauseKind::NoTunnels, "");
+        assert_eq!(w.explains("a", Some(&p1), t(9)), None, "not yet");
+        assert_eq!(w.explains("a", Some(&p1), t(10)), Some(1));
+        assert_eq!(w.explains("a", Some(&p2), t(50)), None);
+        assert_eq!(w.explains("a", Some(&auth), t(50)), Some(1));
+        assert_eq!(w.explains("node-3", Some(&p2), t(50)), Some(2));
+        assert_eq!(
+            w.explains("node-3", Some(&p1), t(50)),
+            Some(1),
+            "oldest first"
+        );
+        assert_eq!(w.explains("a", Some(&none), t(50)), None);
+        assert_eq!(w.explains("a", Some(&p1), t(100)), None, "over");
+        assert_eq!(w.next_change(t(0)), Some(t(10)));
+        assert_eq!(w.next_change(t(10)), Some(t(100)));
+        assert_eq!(w.next_change(t(100)), None);
+    }
+
+    #[test]
+    fn a_window_ended_early_stops_then() {
+        let mut w = window(1, &["proxy/p1"], 10, 100);
+        w.ended_at = Some(t(40));
+        assert_eq!(w.end(), t(40));
+        let ws = Windows::new(vec![w]);
+        let p1 = cause(CauseKind::ProxyExpired, "p1");
+        assert_eq!(ws.explains("a", Some(&p1), t(39)), Some(1));
+        assert_eq!(ws.explains("a", Some(&p1), t(40)), None);
+    }
+
+    #[test]
+    fn plans_round_trip_through_their_columns() {
+        for p in [Plan::Maintenance(7), Plan::Rollout] {
+            assert_eq!(Plan::from_stored(Some(p.kind()), p.window()), Some(p));
+        }
+        assert_eq!(Plan::from_stored(None, Some(3)), None);
+        assert_eq!(Plan::from_stored(Some("later"), None), None);
+    }
+}

@@ -1,0 +1,415 @@
+//! The maintenance room: windows operators declare (`targets`, `from`,
+//! `until`, `reason`) so the strandings they explain are *planned*:
+//! shown, not acted on, not notified.
+//!
+//! Owns: validating a window request, creating, ending and deleting
+//! windows (each with its audit row, through `store::maintenance`), the
+//! windows in force as every replica's fleet judges them (loaded at start,
+//! after each change, and when another replica announces one), and, on
+//! the leader, telling each window's start and end to the outbox.
+//! Must not touch: the rule of what a window explains (`domain`), the
+//! fleet's model (it is handed the windows), HTTP (roles are the caller's).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, info_span, warn, Instrument};
+
+use crate::clock::{Clock, Ts};
+use crate::domain::maintenance::{MAX_REASON, MAX_TARGETS};
+use crate::domain::{text, Target, TargetError, Window, Windows};
+use crate::fleet::FleetHandle;
+use crate::store::maintenance::{self as rows, Ended, NewWindow};
+use crate::store::{Db, Leadership};
+
+/// The longest window: one planned for longer is a mistake.
+pub const MAX_LENGTH: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// How often the leader looks for starts and ends to tell, at the least
+/// (it also wakes at the next one it knows of, and after every change).
+const TELL_EVERY: Duration = Duration::from_secs(30);
+
+/// What an operator asks for.
+#[derive(Clone, Debug, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WindowRequest {
+    /// `kind/name-or-glob`: `proxy/proxy-2`, `auth_server/auth-*`,
+    /// `agent/node-1?` (globs: `*`, `?`, `[a-z]`).
+    pub targets: Vec<String>,
+    /// RFC 3339; now when left out.
+    #[serde(default)]
+    pub from: Option<String>,
+    /// RFC 3339.
+    pub until: String,
+    pub reason: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MaintenanceError {
+    #[error("targets: {0}")]
+    Targets(String),
+    #[error("target {index}: {error}")]
+    Target { index: usize, error: TargetError },
+    #[error("{field}: not an RFC 3339 time between 1970 and 9999")]
+    Time { field: &'static str },
+    #[error("until must be after from")]
+    Order,
+    #[error("until is already past")]
+    Past,
+    #[error("a window may last at most 366 days")]
+    TooLong,
+    #[error("reason: {0}")]
+    Reason(String),
+    #[error("no maintenance window {0}")]
+    Missing(i64),
+    #[error("maintenance window {0} is already over")]
+    AlreadyOver(i64),
+    #[error("the store: {0}")]
+    Store(#[from] sqlx::Error),
+}
+
+impl MaintenanceError {
+    /// The request itself is wrong (400), not the store (503).
+    pub fn is_bad_request(&self) -> bool {
+        !matches!(
+            self,
+            MaintenanceError::Missing(_)
+                | MaintenanceError::AlreadyOver(_)
+                | MaintenanceError::Store(_)
+        )
+    }
+}
+
+fn time(field: &'static str, s: &str) -> Result<Ts, MaintenanceError> {
+    Ts::parse_rfc3339(s)
+        .filter(|t| t.in_range())
+        .ok_or(MaintenanceError::Time { field })
+}
+
+/// Checks a request against the rules, at `now`.
+pub fn validate(req: &WindowRequest, now: Ts) -> Result<NewWindow, MaintenanceError> {
+    if req.targets.is_empty() {
+        return Err(MaintenanceError::Targets("at least one is needed".into()));
+    }
+    if req.targets.len() > MAX_TARGETS {
+        return Err(MaintenanceError::Targets(format!("at most {MAX_TARGETS}")));
+    }
+    let mut targets: Vec<Target> = Vec::with_capacity(req.targets.len());
+    for (index, t) in req.targets.iter().enumerate() {
+        let t = Target::parse(t).map_err(|error| MaintenanceError::Target { index, error })?;
+        if !targets.contains(&t) {
+            targets.push(t);
+        }
+    }
+    let from = match &req.from {
+        Some(f) => time("from", f)?,
+        None => now,
+    };
+    let until = time("until", &req.until)?;
+    if until <= from {
+        return Err(MaintenanceError::Order);
+    }
+    if until <= now {
+        return Err(MaintenanceError::Past);
+    }
+    if until.since(from) > MAX_LENGTH {
+        return Err(MaintenanceError::TooLong);
+    }
+    let reason = req.reason.trim();
+    if reason.is_empty() {
+        return Err(MaintenanceError::Reason(
+            "say why (it is shown and audited)".into(),
+        ));
+    }
+    if reason.chars().count() > MAX_REASON {
+        return Err(MaintenanceError::Reason(format!(
+            "at most {MAX_REASON} characters"
+        )));
+    }
+    Ok(NewWindow {
+        targets,
+        from,
+        until,
+        reason: text::clean(reason).into_owned(),
+    })
+}
+
+/// The room's front, shared by the API and the replica room.
+pub struct Maintenance {
+    db: Db,
+    clock: Clock,
+    fleet: FleetHandle,
+    /// The windows not over, as last read: the fleet's, and the banner's.
+    in_force: watch::Sender<Arc<Vec<Window>>>,
+    /// Wakes the teller after a change.
+    changed: Notify,
+}
+
+impl Maintenance {
+    /// Loads the windows in force, hands them to the fleet, and starts the
+    /// leader's teller on `rt`.
+    pub async fn start(
+        db: Db,
+        fleet: FleetHandle,
+        leadership: watch::Receiver<Leadership>,
+        rt: &mut crate::supervise::Runtime,
+    ) -> Arc<Maintenance> {
+        let m = Arc::new(Maintenance {
+            db,
+            clock: rt.clock,
+            fleet,
+            in_force: watch::Sender::new(Arc::new(Vec::new())),
+            changed: Notify::new(),
+        });
+        m.reload().await;
+        let teller = m.clone();
+        let stop = rt.shutdown.clone();
+        rt.tasks.track(
+            "maintenance teller",
+            tokio::spawn(
+                async move { teller.tell(leadership, stop).await }
+                    .instrument(info_span!("maintenance.tell")),
+            ),
+        );
+        m
+    }
+
+    /// Reads the windows in force again and hands them to the fleet (after
+    /// a change here, or one another replica announced).
+    pub async fn reload(&self) {
+        let now = self.clock.now();
+        match rows::in_force(&self.db, now).await {
+            Ok(list) => {
+                self.fleet.set_windows(Windows::new(list.clone())).await;
+                self.in_force.send_replace(Arc::new(list));
+                self.changed.notify_one();
+            }
+            Err(e) => {
+                warn!(error = %e, "reading the maintenance windows failed; the last ones read stay in force")
+            }
+        }
+    }
+
+    /// The windows not over, as last read.
+    pub fn in_force(&self) -> Arc<Vec<Window>> {
+        self.in_force.borrow().clone()
+    }
+
+    /// Active now, as last read.
+    pub fn active(&self) -> Vec<Window> {
+        let now = self.clock.now();
+        self.in_force()
+            .iter()
+            .filter(|w| w.active(now))
+            .cloned()
+            .collect()
+    }
+
+    pub fn now(&self) -> Ts {
+        self.clock.now()
+    }
+
+    pub async fn create(
+        &self,
+        req: &WindowRequest,
+        actor: &str,
+    ) -> Result<Window, MaintenanceError> {
+        let now = self.clock.now();
+        let new = validate(req, now)?;
+        let w = rows::create(&self.db, &new, actor, now).await?;
+        info!(
+            window = w.id,
+            actor,
+            targets = w.targets.len(),
+            from = %w.from,
+            until = %w.until,
+            "maintenance window created"
+        );
+        self.reload().await;
+        Ok(w)
+    }
+
+    pub async fn end(&self, id: i64, actor: &str) -> Result<Window, MaintenanceError> {
+        let now = self.clock.now();
+        match rows::end(&self.db, id, actor, now).await? {
+            Ended::Done(w) => {
+                info!(window = id, actor, "maintenance window ended early");
+                self.reload().await;
+                Ok(w)
+            }
+            Ended::Missing => Err(MaintenanceError::Missing(id)),
+            Ended::AlreadyOver(_) => Err(MaintenanceError::AlreadyOver(id)),
+        }
+    }
+
+    pub async fn delete(&self, id: i64, actor: &str) -> Result<Window, MaintenanceError> {
+        let now = self.clock.now();
+        match rows::delete(&self.db, id, actor, now).await? {
+            Some(w) => {
+                info!(window = id, actor, "maintenance window deleted");
+                self.reload().await;
+                Ok(w)
+            }
+            None => Err(MaintenanceError::Missing(id)),
+        }
+    }
+
+    pub async fn get(&self, id: i64) -> Result<Window, MaintenanceError> {
+        rows::get(&self.db, id)
+            .await?
+            .ok_or(MaintenanceError::Missing(id))
+    }
+
+    pub async fn list(
+        &self,
+        before: Option<i64>,
+        over: bool,
+        limit: u32,
+    ) -> Result<Vec<Window>, MaintenanceError> {
+        Ok(rows::list(&self.db, before, over, self.clock.now(), limit).await?)
+    }
+
+    pub async fn audit(&self, id: i64) -> Result<Vec<rows::AuditRow>, MaintenanceError> {
+        Ok(rows::audit_of(&self.db, id).await?)
+    }
+
+    /// While leading, tells each window's start and end as it comes (and
+    /// any a previous leader left untold); every replica also reads the
+    /// windows again when one ends, so the list it shows stays current.
+    async fn tell(&self, leadership: watch::Receiver<Leadership>, stop: CancellationToken) {
+        loop {
+            let now = self.clock.now();
+            if leadership.borrow().leading {
+                match rows::tell_due(&self.db, now).await {
+                    Ok(0) => {}
+                    Ok(n) => info!(events = n, "maintenance windows' starts and ends told"),
+                    Err(e) => {
+                        warn!(error = %e, "telling maintenance windows' starts and ends failed; will retry")
+                    }
+                }
+            }
+            let next = Windows::new(self.in_force().to_vec()).next_change(now);
+            let wait = next.map_or(TELL_EVERY, |t| t.since(now).min(TELL_EVERY));
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = self.changed.notified() => {}
+                _ = tokio::time::sleep_until(self.clock.deadline_in(wait.max(Duration::from_millis(10)))) => {
+                    if next.is_some_and(|t| t <= self.clock.now()) {
+                        // One ended (or started): read the list again.
+                        self.reload().await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(targets: &[&str], from: Option<&str>, until: &str, reason: &str) -> WindowRequest {
+        WindowRequest {
+            targets: targets.iter().map(|s| s.to_string()).collect(),
+            from: from.map(str::to_string),
+            until: until.into(),
+            reason: reason.into(),
+        }
+    }
+
+    #[test]
+    fn a_request_is_refused_with_what_is_wrong() {
+        let now = Ts::parse_rfc3339("2026-11-28T12:00:00Z").unwrap();
+        let ok = validate(
+            &req(
+                &["proxy/p1", "proxy/p1"],
+                None,
+                "2026-11-28T13:00:00Z",
+                " patching ",
+            ),
+            now,
+        )
+        .unwrap();
+        assert_eq!(
+            (ok.targets.len(), ok.from, ok.reason.as_str()),
+            (1, now, "patching")
+        );
+        let many: Vec<String> = (0..=MAX_TARGETS).map(|i| format!("agent/a{i}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        let cases: Vec<(WindowRequest, &str)> = vec![
+            (
+                req(&[], None, "2026-11-28T13:00:00Z", "x"),
+                "targets: at least one",
+            ),
+            (
+                req(&many, None, "2026-11-28T13:00:00Z", "x"),
+                "targets: at most 100",
+            ),
+            (
+                req(&["node/a"], None, "2026-11-28T13:00:00Z", "x"),
+                "target 0: unknown target kind",
+            ),
+            (
+                req(&["agent/a"], None, "tomorrow", "x"),
+                "until: not an RFC 3339",
+            ),
+            (
+                req(
+                    &["agent/a"],
+                    Some("0000-01-01T00:00:00Z"),
+                    "2026-11-28T13:00:00Z",
+                    "x",
+                ),
+                "from: not an RFC 3339",
+            ),
+            (
+                req(
+                    &["agent/a"],
+                    Some("2026-11-28T14:00:00Z"),
+                    "2026-11-28T13:00:00Z",
+                    "x",
+                ),
+                "until must be after from",
+            ),
+            (
+                req(
+                    &["agent/a"],
+                    Some("2026-11-28T10:00:00Z"),
+                    "2026-11-28T11:00:00Z",
+                    "x",
+                ),
+                "already past",
+            ),
+            (
+                req(&["agent/a"], None, "2030-11-28T13:00:00Z", "x"),
+                "at most 366 days",
+            ),
+            (
+                req(&["agent/a"], None, "2026-11-28T13:00:00Z", "  "),
+                "reason: say why",
+            ),
+            (
+                req(
+                    &["agent/a"],
+                    None,
+                    "2026-11-28T13:00:00Z",
+                    &"x".repeat(MAX_REASON + 1),
+                ),
+                "reason: at most",
+            ),
+        ];
+        for (r, want) in cases {
+            let e = validate(&r, now).expect_err(want);
+            assert!(e.to_string().contains(want), "{e} does not say {want:?}");
+            assert!(e.is_bad_request());
+        }
+        let ctl = validate(
+            &req(&["agent/a"], None, "2026-11-28T13:00:00Z", "a\u{7}b"),
+            now,
+        )
+        .unwrap();
+        assert_eq!(ctl.reason, "a\u{FFFD}b", "control characters replaced");
+    }
+}

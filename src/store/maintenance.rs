@@ -1,0 +1,461 @@
+//! Maintenance windows' rows and their audit. Written directly, not
+//! through the batch writer: a window is committed, with its audit row in
+//! the same transaction, before the API answers for it. Telling a window's
+//! start and end writes the outbox event and the mark that it was told in
+//! one transaction, so each is told once, by whichever replica leads.
+//! The rules (what a window explains) live in `domain`; this file only
+//! reads and writes rows.
+
+use serde::Serialize;
+use sqlx::{Postgres, Sqlite, Transaction};
+use tracing::warn;
+
+use super::Db;
+use crate::clock::Ts;
+use crate::domain::{NoticeKind, Target, Window};
+
+/// The PostgreSQL channel a change of windows is announced on.
+pub const CHANNEL: &str = "lifeline_maintenance";
+
+/// The most windows read for the fleet at once: more not yet over than
+/// this is a mistake, and the oldest are the ones kept.
+pub const MAX_IN_FORCE: i64 = 1000;
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    id: i64,
+    targets: String,
+    from_us: i64,
+    until_us: i64,
+    reason: String,
+    created_by: String,
+    created_us: i64,
+    ended_by: Option<String>,
+    ended_us: Option<i64>,
+}
+
+const COLUMNS: &str = "SELECT id, targets, from_us, until_us, reason, created_by, created_us, \
+     ended_by, ended_us FROM maintenance_windows";
+
+impl Row {
+    /// `None` for a row whose targets do not parse (written by another
+    /// build): left out, and said once here.
+    fn into_window(self) -> Option<Window> {
+        let texts: Vec<String> = match serde_json::from_str(&self.targets) {
+            Ok(t) => t,
+            Err(e) => {
+                warn!(window = self.id, error = %e, "a maintenance window's targets do not parse; left out");
+                return None;
+            }
+        };
+        let mut targets = Vec::with_capacity(texts.len());
+        for t in &texts {
+            match Target::parse(t) {
+                Ok(t) => targets.push(t),
+                Err(e) => {
+                    warn!(window = self.id, error = %e, "a maintenance window's target does not parse; left out");
+                    return None;
+                }
+            }
+        }
+        Some(Window {
+            id: self.id,
+            targets,
+            from: Ts(self.from_us),
+            until: Ts(self.until_us),
+            reason: self.reason,
+            created_by: self.created_by,
+            created_at: Ts(self.created_us),
+            ended_by: self.ended_by,
+            ended_at: self.ended_us.map(Ts),
+        })
+    }
+}
+
+/// A window as the API, the audit and a webhook show it.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq, utoipa::ToSchema)]
+pub struct WindowView {
+    pub id: i64,
+    /// `kind/name-or-glob`: `proxy/proxy-2`, `auth_server/auth-*`,
+    /// `agent/node-1?`.
+    pub targets: Vec<String>,
+    pub from: Ts,
+    pub until: Ts,
+    pub reason: String,
+    pub created_by: String,
+    pub created_at: Ts,
+    /// Ended early: by whom and when (`null` otherwise).
+    pub ended_by: Option<String>,
+    pub ended_at: Option<Ts>,
+    /// `scheduled`, `active` or `over`, at the time it was read.
+    pub status: &'static str,
+}
+
+impl WindowView {
+    pub fn of(w: &Window, now: Ts) -> WindowView {
+        WindowView {
+            id: w.id,
+            targets: w.targets.iter().map(|t| t.as_str().to_string()).collect(),
+            from: w.from,
+            until: w.until,
+            reason: w.reason.clone(),
+            created_by: w.created_by.clone(),
+            created_at: w.created_at,
+            ended_by: w.ended_by.clone(),
+            ended_at: w.ended_at,
+            status: if w.active(now) {
+                "active"
+            } else if now < w.from {
+                "scheduled"
+            } else {
+                "over"
+            },
+        }
+    }
+}
+
+/// One audited action on a window.
+#[derive(Clone, Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct AuditRow {
+    pub id: i64,
+    pub window_id: i64,
+    /// `created`, `ended` or `deleted`.
+    pub action: String,
+    pub actor: String,
+    #[serde(skip)]
+    pub at_us: i64,
+    /// The window as it was after the action, JSON.
+    pub detail: String,
+}
+
+/// A window about to be created.
+#[derive(Clone, Debug)]
+pub struct NewWindow {
+    pub targets: Vec<Target>,
+    pub from: Ts,
+    pub until: Ts,
+    pub reason: String,
+}
+
+/// Runs `$body` inside a transaction that holds the write lock from its
+/// start (SQLite: `BEGIN IMMEDIATE`, so a read-then-write never fails its
+/// upgrade; PostgreSQL: row locks where it reads to write), committed
+/// when `$body` returns `Ok`.
+macro_rules! in_tx {
+    ($db:expr, $tx:ident => $body:expr) => {
+        match $db {
+            Db::Sqlite(pool) => {
+                let mut $tx: Transaction<'static, Sqlite> =
+                    pool.begin_with("BEGIN IMMEDIATE").await?;
+                let out = $body;
+                $tx.commit().await?;
+                out
+            }
+            Db::Postgres(pg) => {
+                pg.bounded(async {
+                    let mut $tx: Transaction<'static, Postgres> = pg.pool.begin().await?;
+                    let out = $body;
+                    $tx.commit().await?;
+                    Ok::<_, sqlx::Error>(out)
+                })
+                .await?
+            }
+        }
+    };
+}
+
+/// The audit row of `action` on `w`, in transaction `tx`.
+macro_rules! audit {
+    ($tx:ident, $w:expr, $action:expr, $actor:expr, $now:expr) => {{
+        let detail = serde_json::to_string(&WindowView::of($w, $now)).unwrap_or_default();
+        sqlx::query(
+            "INSERT INTO maintenance_audit (window_id, action, actor, at_us, detail) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind($w.id)
+        .bind($action)
+        .bind($actor)
+        .bind($now.as_micros())
+        .bind(detail)
+        .execute(&mut *$tx)
+        .await?;
+    }};
+}
+
+/// The outbox event telling `kind` of `w`, in transaction `tx`.
+macro_rules! event {
+    ($tx:ident, $w:expr, $kind:expr, $at:expr) => {{
+        let body = serde_json::json!({ "window": WindowView::of($w, $at) }).to_string();
+        sqlx::query("INSERT INTO notify_events (at_us, kind, incident_id, body) VALUES ($1, $2, NULL, $3)")
+            .bind($at.as_micros())
+            .bind(NoticeKind::as_str($kind))
+            .bind(body)
+            .execute(&mut *$tx)
+            .await?;
+    }};
+}
+
+/// Tells the other replicas (PostgreSQL) that the windows changed: heard
+/// at commit.
+macro_rules! announce {
+    ($db:expr, $tx:ident, $id:expr) => {{
+        if matches!($db, Db::Postgres(_)) {
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(CHANNEL)
+                .bind($id.to_string())
+                .execute(&mut *$tx)
+                .await?;
+        }
+    }};
+}
+
+/// Creates a window and its audit row; returns it as stored.
+pub async fn create(db: &Db, new: &NewWindow, actor: &str, now: Ts) -> Result<Window, sqlx::Error> {
+    let texts: Vec<&str> = new.targets.iter().map(Target::as_str).collect();
+    let targets = serde_json::Value::from(texts).to_string();
+    let window = in_tx!(db, tx => {
+        let (id,): (i64,) = sqlx::query_as(
+            "INSERT INTO maintenance_windows (targets, from_us, until_us, reason, created_by, created_us) \
+             VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+        )
+        .bind(&targets)
+        .bind(new.from.as_micros())
+        .bind(new.until.as_micros())
+        .bind(&new.reason)
+        .bind(actor)
+        .bind(now.as_micros())
+        .fetch_one(&mut *tx)
+        .await?;
+        let w = Window {
+            id,
+            targets: new.targets.clone(),
+            from: new.from,
+            until: new.until,
+            reason: new.reason.clone(),
+            created_by: actor.to_string(),
+            created_at: now,
+            ended_by: None,
+            ended_at: None,
+        };
+        audit!(tx, &w, "created", actor, now);
+        announce!(db, tx, id);
+        w
+    });
+    Ok(window)
+}
+
+/// What became of a window asked to end or be deleted.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ended {
+    Done(Window),
+    /// No such window.
+    Missing,
+    /// It was already over (ended, or past its `until`).
+    AlreadyOver(Window),
+}
+
+/// Ends a window early, now (one not yet started ends before it starts).
+pub async fn end(db: &Db, id: i64, actor: &str, now: Ts) -> Result<Ended, sqlx::Error> {
+    let out = in_tx!(db, tx => {
+        let mut q = sqlx::QueryBuilder::new(COLUMNS);
+        q.push(" WHERE id = ").push_bind(id);
+        if matches!(db, Db::Postgres(_)) {
+            q.push(" FOR UPDATE");
+        }
+        let row: Option<Row> = q.build_query_as().fetch_optional(&mut *tx).await?;
+        match row.and_then(Row::into_window) {
+            None => Ended::Missing,
+            Some(w) if w.end() <= now => Ended::AlreadyOver(w),
+            Some(mut w) => {
+                sqlx::query("UPDATE maintenance_windows SET ended_by = $1, ended_us = $2 WHERE id = $3")
+                    .bind(actor)
+                    .bind(now.as_micros())
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                w.ended_by = Some(actor.to_string());
+                w.ended_at = Some(now);
+                audit!(tx, &w, "ended", actor, now);
+                announce!(db, tx, id);
+                Ended::Done(w)
+            }
+        }
+    });
+    Ok(out)
+}
+
+/// Deletes a window (its audit stays). One that had started and was not
+/// yet told to have ended is told so now.
+pub async fn delete(db: &Db, id: i64, actor: &str, now: Ts) -> Result<Option<Window>, sqlx::Error> {
+    let out = in_tx!(db, tx => {
+        let mut q = sqlx::QueryBuilder::new(
+            "SELECT id, targets, from_us, until_us, reason, created_by, created_us, ended_by, ended_us, \
+             told_start, told_end FROM maintenance_windows",
+        );
+        q.push(" WHERE id = ").push_bind(id);
+        if matches!(db, Db::Postgres(_)) {
+            q.push(" FOR UPDATE");
+        }
+        let row: Option<(i64, String, i64, i64, String, String, i64, Option<String>, Option<i64>, bool, bool)> =
+            q.build_query_as().fetch_optional(&mut *tx).await?;
+        match row {
+            None => None,
+            Some((id, targets, from_us, until_us, reason, created_by, created_us, ended_by, ended_us, told_start, told_end)) => {
+                let w = Row { id, targets, from_us, until_us, reason, created_by, created_us, ended_by, ended_us }.into_window();
+                sqlx::query("DELETE FROM maintenance_windows WHERE id = $1")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                if let Some(w) = &w {
+                    audit!(tx, w, "deleted", actor, now);
+                    if told_start && !told_end {
+                        let mut ended = w.clone();
+                        ended.ended_at = Some(ended.end().min(now));
+                        event!(tx, &ended, NoticeKind::MaintenanceEnded, now);
+                    }
+                }
+                announce!(db, tx, id);
+                // A row that no longer parses is deleted all the same.
+                Some(w.unwrap_or(Window {
+                    id,
+                    targets: Vec::new(),
+                    from: Ts(0),
+                    until: Ts(0),
+                    reason: String::new(),
+                    created_by: String::new(),
+                    created_at: Ts(0),
+                    ended_by: None,
+                    ended_at: None,
+                }))
+            }
+        }
+    });
+    Ok(out)
+}
+
+pub async fn get(db: &Db, id: i64) -> Result<Option<Window>, sqlx::Error> {
+    super::on_pool!(db, pool => {
+        let mut q = sqlx::QueryBuilder::new(COLUMNS);
+        q.push(" WHERE id = ").push_bind(id);
+        let row: Option<Row> = q.build_query_as().fetch_optional(pool).await?;
+        Ok(row.and_then(Row::into_window))
+    })
+}
+
+/// Windows, newest first, below id `before`; with `over` false, only
+/// those not over at `now`.
+pub async fn list(
+    db: &Db,
+    before: Option<i64>,
+    over: bool,
+    now: Ts,
+    limit: u32,
+) -> Result<Vec<Window>, sqlx::Error> {
+    super::on_pool!(db, pool => {
+        let mut q = sqlx::QueryBuilder::new(COLUMNS);
+        q.push(" WHERE 1 = 1");
+        if let Some(b) = before {
+            q.push(" AND id < ").push_bind(b);
+        }
+        if !over {
+            push_not_over(&mut q, now);
+        }
+        q.push(" ORDER BY id DESC LIMIT ").push_bind(i64::from(limit));
+        let rows: Vec<Row> = q.build_query_as().fetch_all(pool).await?;
+        Ok(rows.into_iter().filter_map(Row::into_window).collect())
+    })
+}
+
+fn push_not_over<DB: sqlx::Database>(q: &mut sqlx::QueryBuilder<DB>, now: Ts)
+where
+    for<'t> i64: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+{
+    q.push(" AND until_us > ")
+        .push_bind(now.as_micros())
+        .push(" AND (ended_us IS NULL OR ended_us > ")
+        .push_bind(now.as_micros())
+        .push(")");
+}
+
+/// The windows not over at `now` (scheduled or active), oldest first: what
+/// the fleet judges strandings against.
+pub async fn in_force(db: &Db, now: Ts) -> Result<Vec<Window>, sqlx::Error> {
+    super::on_pool!(db, pool => {
+        let mut q = sqlx::QueryBuilder::new(COLUMNS);
+        q.push(" WHERE 1 = 1");
+        push_not_over(&mut q, now);
+        q.push(" ORDER BY id LIMIT ").push_bind(MAX_IN_FORCE);
+        let rows: Vec<Row> = q.build_query_as().fetch_all(pool).await?;
+        Ok(rows.into_iter().filter_map(Row::into_window).collect())
+    })
+}
+
+/// A window's audit, oldest first (it outlives the window).
+pub async fn audit_of(db: &Db, id: i64) -> Result<Vec<AuditRow>, sqlx::Error> {
+    super::on_pool!(db, pool => {
+        sqlx::query_as(
+            "SELECT id, window_id, action, actor, at_us, detail FROM maintenance_audit \
+             WHERE window_id = $1 ORDER BY id LIMIT 1000",
+        )
+        .bind(id)
+        .fetch_all(pool)
+        .await
+    })
+}
+
+/// Tells every start and end due by `now` that was not told yet: each as
+/// a `maintenance.started` or `maintenance.ended` event, written with the
+/// mark that it was told. Returns how many were told.
+pub async fn tell_due(db: &Db, now: Ts) -> Result<usize, sqlx::Error> {
+    let n = in_tx!(db, tx => {
+        let at = now.as_micros();
+        let mut q = sqlx::QueryBuilder::new(COLUMNS);
+        q.push(" WHERE (NOT told_start AND from_us <= ")
+            .push_bind(at)
+            .push(") OR (NOT told_end AND (until_us <= ")
+            .push_bind(at)
+            .push(" OR ended_us <= ")
+            .push_bind(at)
+            .push(")) ORDER BY id LIMIT 100");
+        let rows: Vec<Row> = q.build_query_as().fetch_all(&mut *tx).await?;
+        let mut told = 0usize;
+        for row in rows {
+            let id = row.id;
+            let Some(w) = row.into_window() else {
+                // Never told, never asked again.
+                sqlx::query("UPDATE maintenance_windows SET told_start = TRUE, told_end = TRUE WHERE id = $1")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                continue;
+            };
+            // A window that started is told so before it is told over,
+            // however late this runs; one ended before it began is told
+            // neither.
+            let began = w.from < w.end();
+            let started: Option<bool> = sqlx::query_scalar("SELECT told_start FROM maintenance_windows WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?;
+            if started == Some(false) && w.from <= now && began {
+                event!(tx, &w, NoticeKind::MaintenanceStarted, w.from);
+                told += 1;
+            }
+            let over = w.end() <= now;
+            if over && began {
+                event!(tx, &w, NoticeKind::MaintenanceEnded, w.end());
+                told += 1;
+            }
+            sqlx::query(
+                "UPDATE maintenance_windows SET told_start = (told_start OR from_us <= $1), \
+                 told_end = $2 WHERE id = $3",
+            )
+            .bind(at)
+            .bind(over)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        told
+    });
+    Ok(n)
+}
