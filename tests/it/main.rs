@@ -19,6 +19,7 @@ mod hostile;
 mod identity;
 mod incidents;
 mod listeners;
+mod maintenance;
 mod metrics;
 mod notify;
 mod openapi;

@@ -364,4 +364,86 @@ mod tests {
             );
         }
     }
+
+    /// Guards maintenance windows: in one fleet, an agent stranded by a
+    /// proxy in a window is planned (its own incident, no unplanned
+    /// count), one stranded by another proxy is not; when the window ends
+    /// with the first still stranded it turns unplanned, in a new
+    /// incident, and whoever acts hears of it.
+    #[test]
+    fn a_window_plans_the_strandings_it_explains_until_it_ends() {
+        use crate::domain::{Plan, Target, Window, Windows};
+        let mut f = crate::fleet::model::test_model(START);
+        let mut listing = listing(&[("p1", 10), ("p2", 10)], &["a1", "a2"]);
+        listing.pop();
+        listing.push(crate::fleet::Snapshot::Tunnels(vec![
+            tunnel("a1", "p1"),
+            tunnel("a2", "p2"),
+        ]));
+        f.resync(crate::fleet::Resync {
+            generation: 1,
+            snapshots: listing,
+            rejected: Vec::new(),
+        });
+        f.settle();
+        f.set_windows(Windows::new(vec![Window {
+            id: 4,
+            targets: vec![Target::parse("proxy/p1").unwrap()],
+            from: at(0),
+            until: at(100),
+            reason: "patching".into(),
+            created_by: "ops".into(),
+            created_at: at(0),
+            ended_by: None,
+            ended_at: None,
+        }]));
+        advance_to(&mut f, at(10));
+        let planned =
+            |f: &super::Model, a: &str| f.agents[a].cause.as_ref().and_then(|c| c.planned);
+        assert_eq!(planned(&f, "a1"), Some(Plan::Maintenance(4)));
+        assert_eq!(planned(&f, "a2"), None);
+        let changes = f.take_effects();
+        let by_agent = |a: &str| {
+            changes
+                .changes
+                .iter()
+                .find(|c| c.agent == a)
+                .map(|c| c.planned)
+        };
+        assert_eq!(by_agent("a1"), Some(Some(Plan::Maintenance(4))));
+        assert_eq!(by_agent("a2"), Some(None));
+        let rows: Vec<_> = changes.writes.incidents.values().cloned().collect();
+        assert_eq!(rows.len(), 2, "two incidents: {rows:?}");
+        let planned_row = rows.iter().find(|r| r.resource == "p1").unwrap();
+        assert_eq!(planned_row.planned, Some(Plan::Maintenance(4)));
+        assert_eq!(
+            rows.iter().find(|r| r.resource == "p2").unwrap().planned,
+            None
+        );
+        // Only the unplanned agent counts in the minute's figures.
+        assert_eq!(f.incidents.take_peaks(), (1, 0));
+
+        advance_to(&mut f, at(100));
+        assert_eq!(planned(&f, "a1"), None, "the window is over");
+        let after = f.take_effects();
+        let c = after
+            .changes
+            .iter()
+            .find(|c| c.agent == "a1")
+            .expect("a1 is told");
+        assert_eq!(
+            (c.from, c.to, c.planned),
+            (c.to, crate::domain::AgentState::Stranded, None)
+        );
+        let ended = &after.writes.incidents[&planned_row.id];
+        assert!(ended.ended.is_some(), "the planned incident ends");
+        let new = after
+            .writes
+            .incidents
+            .values()
+            .find(|r| r.resource == "p1" && r.ended.is_none())
+            .expect("an unplanned incident opens");
+        assert_eq!(new.planned, None);
+        assert_ne!(new.id, planned_row.id);
+    }
 }

@@ -1,0 +1,243 @@
+//! Maintenance windows: planned and unplanned strandings side by side in
+//! one fleet, each window audited, and a window that ends with its agents
+//! still down turning them unplanned (acted on, told).
+
+use crate::support;
+use std::time::Duration;
+
+use lifeline::store::outbox;
+use serde_json::{json, Value};
+use support::{Cluster, Running, Store, STRANDED};
+
+/// The other agent [`Running::strand_two`] strands.
+const OTHER: &str = "agent-00005";
+
+async fn auto_signals(c: &Running, agent: &str) -> usize {
+    c.flush().await;
+    let sigs = c
+        .ok(&format!("/api/v1/signals?agent={agent}&requested_by=auto"))
+        .await;
+    sigs["items"].as_array().map_or(0, Vec::len)
+}
+
+async fn agent(c: &Running, name: &str) -> Value {
+    c.ok(&format!("/api/v1/agents/{name}")).await
+}
+
+async fn incidents(c: &Running) -> Vec<Value> {
+    c.flush().await;
+    c.ok("/api/v1/incidents?limit=100").await["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+on_both_engines! {
+/// One window names agent-00001 (and a healthy agent); proxy-1 and
+/// proxy-2 stop, stranding agent-00001 and agent-00005. The planned one
+/// is shown as planned, in an incident of its own, gets no automatic
+/// signal and is told to no one; the unplanned one is reconnected and
+/// told. A manual reconnect of a target still goes and names the
+/// window. When the window ends, agent-00001 (still down) turns
+/// unplanned: it is reconnected, and its new incident is told.
+#[tokio::test(start_paused = true)]
+async fn planned_and_unplanned_strandings_side_by_side_then_the_window_ends(store) {
+    let c = Cluster::six_legacy().store(store).start().await;
+    c.ready().await;
+    let until = c.clock.now().saturating_add(Duration::from_secs(90));
+    let body = json!({
+        "targets": [format!("agent/{STRANDED}"), "agent/agent-00003"],
+        "until": until.rfc3339(),
+        "reason": "kernel patch",
+    });
+    let (status, w) = c.post("/api/v1/maintenance", &body.to_string()).await;
+    assert_eq!(status, 201, "{w}");
+    assert_eq!(w["status"], "active");
+    assert_eq!(w["created_by"], "admin");
+    let id = w["id"].as_i64().expect("an id");
+
+    c.strand_two().await;
+    c.advance_until("the unplanned agent recovers", Duration::from_secs(40), || async {
+        c.state(OTHER).await == "healthy"
+    })
+    .await;
+    // Side by side: one recovered through automatic signals, one left be.
+    assert!(auto_signals(&c, OTHER).await > 0, "the unplanned agent is acted on");
+    assert_eq!(auto_signals(&c, STRANDED).await, 0, "nothing automatic for a planned stranding");
+    let a = agent(&c, STRANDED).await;
+    assert_eq!(a["state"], "stranded", "{a}");
+    assert_eq!(a["cause"]["planned"], json!({"kind": "maintenance", "window": id}), "{a}");
+    let summary = c.summary().await;
+    assert_eq!(summary["agents"]["planned"], 1, "{summary}");
+    let planned_cause = summary["root_causes"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["planned"].is_object()).cloned());
+    assert!(planned_cause.is_some(), "its own root-cause line: {summary}");
+
+    let list = incidents(&c).await;
+    let planned: Vec<&Value> = list.iter().filter(|i| i["planned"].is_object()).collect();
+    let unplanned: Vec<&Value> = list.iter().filter(|i| i["planned"].is_null()).collect();
+    assert_eq!(planned.len(), 1, "{list:?}");
+    assert!(!unplanned.is_empty(), "{list:?}");
+    let planned_id = planned[0]["id"].as_i64().expect("id");
+    assert!(planned[0]["title"].as_str().unwrap_or("").contains(&format!("maintenance window {id}")));
+    assert_eq!(planned[0]["open"], true);
+
+    // A manual reconnect of a target goes, and names the window.
+    let (status, r) = c.post("/api/v1/agents/agent-00003/reconnect", "").await;
+    assert_eq!(status, 202, "{r}");
+    assert_eq!(r["maintenance"]["id"], id, "{r}");
+    assert_eq!(r["maintenance"]["reason"], "kernel patch");
+
+    // The window ends with agent-00001 still down: unplanned, acted on.
+    c.advance_to(until).await;
+    c.advance_until("the once-planned agent recovers", Duration::from_secs(40), || async {
+        c.state(STRANDED).await == "healthy"
+    })
+    .await;
+    assert!(auto_signals(&c, STRANDED).await > 0, "acted on once unplanned");
+    let list = incidents(&c).await;
+    let old = list.iter().find(|i| i["id"] == planned_id).expect("still listed");
+    assert_eq!(old["open"], false, "the planned incident ended with the window: {old}");
+    let (status, w) = c.get(&format!("/api/v1/maintenance/{id}")).await;
+    assert_eq!((status, w["status"].as_str()), (200, Some("over")), "{w}");
+    assert_eq!(w["audit"][0]["action"], "created");
+    assert_eq!(w["audit"][0]["actor"], "admin");
+
+    // Told: the window's start and end, and the unplanned incidents only.
+    c.advance(Duration::from_secs(1)).await;
+    c.flush().await;
+    let events = outbox::after(&c.ll().db, 0, 1000).await.expect("events");
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    assert!(kinds.contains(&"maintenance.started"), "{kinds:?}");
+    assert!(kinds.contains(&"maintenance.ended"), "{kinds:?}");
+    assert!(
+        events.iter().all(|e| e.incident_id != Some(planned_id)),
+        "the planned incident is never told: {events:?}"
+    );
+    let after_window = list
+        .iter()
+        .find(|i| i["planned"].is_null() && i["id"].as_i64() > Some(planned_id))
+        .expect("an unplanned incident for the once-planned agent");
+    let told = after_window["id"].as_i64();
+    assert!(
+        events.iter().any(|e| e.incident_id == told && e.kind == "incident.opened"),
+        "{events:?}"
+    );
+    c.shutdown().await;
+}
+}
+
+/// Every kind of bad request is a clear JSON error that stores nothing;
+/// a window can be ended early once, deleted, and each step is audited
+/// (who and when), the deletion outliving the window.
+#[tokio::test(start_paused = true)]
+async fn windows_are_checked_ended_deleted_and_audited() {
+    let c = Cluster::six_legacy().store(Store::Sqlite).start().await;
+    c.ready().await;
+    let until = c.clock.now().saturating_add(Duration::from_secs(3600));
+    let bad: Vec<(Value, &str)> = vec![
+        (
+            json!({"targets": [], "until": until.rfc3339(), "reason": "x"}),
+            "targets: at least one",
+        ),
+        (
+            json!({"targets": ["node/a"], "until": until.rfc3339(), "reason": "x"}),
+            "unknown target kind",
+        ),
+        (
+            json!({"targets": ["agent/a\u{0}"], "until": until.rfc3339(), "reason": "x"}),
+            "control character",
+        ),
+        (
+            json!({"targets": ["agent/a"], "until": "99999-01-01T00:00:00Z", "reason": "x"}),
+            "until: not an RFC 3339",
+        ),
+        (
+            json!({"targets": ["agent/a"], "until": until.rfc3339(), "reason": ""}),
+            "reason",
+        ),
+        (
+            json!({"targets": ["agent/a"], "until": until.rfc3339(), "reason": "x", "extra": 1}),
+            "unknown field",
+        ),
+        (
+            json!({"targets": ["agent/a"], "from": until.rfc3339(), "until": until.rfc3339(), "reason": "x"}),
+            "after from",
+        ),
+    ];
+    for (body, says) in bad {
+        let (status, e) = c.post("/api/v1/maintenance", &body.to_string()).await;
+        assert_eq!(status, 400, "{body} → {e}");
+        let msg = e["error"]["message"].as_str().unwrap_or_default();
+        assert!(msg.contains(says), "{body}: {msg:?} does not say {says:?}");
+    }
+    let (_, list) = c.get("/api/v1/maintenance").await;
+    assert_eq!(list["items"], json!([]), "nothing stored");
+    let (status, e) = c
+        .call(
+            reqwest::Method::POST,
+            "/api/v1/maintenance",
+            None,
+            Some("{}"),
+        )
+        .await;
+    assert_eq!(status, 401, "a mutation needs a token: {e}");
+
+    let body = json!({"targets": ["proxy/proxy-*"], "until": until.rfc3339(), "reason": "rolling upgrade"});
+    let (status, w) = c.post("/api/v1/maintenance", &body.to_string()).await;
+    assert_eq!(status, 201, "{w}");
+    let id = w["id"].as_i64().expect("id");
+    let (status, ended) = c.post(&format!("/api/v1/maintenance/{id}/end"), "").await;
+    assert_eq!(
+        (status, ended["status"].as_str()),
+        (200, Some("over")),
+        "{ended}"
+    );
+    assert_eq!(ended["ended_by"], "admin");
+    let (status, again) = c.post(&format!("/api/v1/maintenance/{id}/end"), "").await;
+    assert_eq!(
+        (status, again["error"]["code"].as_str()),
+        (409, Some("already_over")),
+        "{again}"
+    );
+    let (status, gone) = c
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/api/v1/maintenance/{id}"),
+            Some(support::ADMIN),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{gone}");
+    let (status, e) = c.get(&format!("/api/v1/maintenance/{id}")).await;
+    assert_eq!(
+        (status, e["error"]["code"].as_str()),
+        (404, Some("not_found")),
+        "{e}"
+    );
+    for path in [
+        "/api/v1/maintenance/abc",
+        "/api/v1/maintenance/-1",
+        "/api/v1/maintenance/99999999999999999999",
+    ] {
+        let (status, e) = c.get(path).await;
+        assert_eq!(status, 400, "{path}: {e}");
+    }
+    let audit = lifeline::store::maintenance::audit_of(&c.ll().db, id)
+        .await
+        .expect("audit");
+    let actions: Vec<(&str, &str)> = audit
+        .iter()
+        .map(|a| (a.action.as_str(), a.actor.as_str()))
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            ("created", "admin"),
+            ("ended", "admin"),
+            ("deleted", "admin")
+        ]
+    );
+    c.shutdown().await;
+}
