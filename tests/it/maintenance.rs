@@ -241,3 +241,75 @@ async fn windows_are_checked_ended_deleted_and_audited() {
     );
     c.shutdown().await;
 }
+
+/// `lifeline maintenance start|list|end|delete` as an operator types
+/// them; a refusal is the API's message and a non-zero exit.
+#[tokio::test(start_paused = true)]
+async fn the_cli_starts_lists_ends_and_deletes_windows() {
+    use support::cli;
+    let c = Cluster::six_legacy().store(Store::Sqlite).start().await;
+    c.ready().await;
+    let (code, out, err) = cli(
+        &c,
+        &[
+            "maintenance",
+            "start",
+            "--target",
+            "proxy/proxy-1",
+            "--target",
+            "agent/agent-0000?",
+            "--for",
+            "2h",
+            "--reason",
+            "kernel upgrade",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("active") && out.contains("proxy/proxy-1 agent/agent-0000?"),
+        "{out}"
+    );
+    assert!(out.contains("kernel upgrade, by updater"), "{out}");
+    let (code, out, _) = cli(&c, &["maintenance", "list"]).await;
+    assert_eq!(code, 0);
+    assert!(out.trim_start().starts_with("1  active"), "{out}");
+    let (code, _, err) = cli(
+        &c,
+        &[
+            "maintenance",
+            "start",
+            "--target",
+            "node/x",
+            "--for",
+            "1h",
+            "--reason",
+            "x",
+        ],
+    )
+    .await;
+    assert_ne!(code, 0);
+    assert!(err.contains("unknown target kind"), "{err}");
+    let (code, out, err) = cli(&c, &["maintenance", "end", "1"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("over") && out.contains("ended by updater"),
+        "{out}"
+    );
+    let (_, out, _) = cli(&c, &["maintenance", "list"]).await;
+    assert!(
+        out.contains("no maintenance windows scheduled or active"),
+        "{out}"
+    );
+    let (_, out, _) = cli(&c, &["maintenance", "list", "--all"]).await;
+    assert!(out.contains("over"), "{out}");
+    let (code, _, err) = cli(&c, &["maintenance", "end", "1"]).await;
+    assert_ne!(code, 0);
+    assert!(err.contains("already over"), "{err}");
+    let (code, _, err) = cli(&c, &["maintenance", "delete", "1"]).await;
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = cli(&c, &["maintenance", "delete", "1"]).await;
+    assert_ne!(code, 0);
+    assert!(err.contains("not found"), "{err}");
+    c.shutdown().await;
+}

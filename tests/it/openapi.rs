@@ -32,6 +32,11 @@ const OPERATIONS: &[(&str, &str)] = &[
     ("get", "/api/v1/openapi.json"),
     ("get", "/api/v1/webhooks"),
     ("get", "/api/v1/webhooks/{name}/deliveries"),
+    ("get", "/api/v1/maintenance"),
+    ("post", "/api/v1/maintenance"),
+    ("get", "/api/v1/maintenance/{id}"),
+    ("delete", "/api/v1/maintenance/{id}"),
+    ("post", "/api/v1/maintenance/{id}/end"),
 ];
 
 /// Served at `/api/v1/settings/{name}`, documented at each setting's own

@@ -87,6 +87,29 @@ pub enum Cmd {
         #[arg(long, global = true, env = "LIFELINE_CA_FILE")]
         ca_file: Option<PathBuf>,
     },
+    /// Declare, end and list maintenance windows of a running Lifeline:
+    /// while one is active, the strandings it explains are planned (shown,
+    /// not acted on automatically, not notified).
+    Maintenance {
+        #[command(subcommand)]
+        op: MaintenanceOp,
+        /// Lifeline's HTTP address.
+        #[arg(
+            long,
+            global = true,
+            env = "LIFELINE_SERVER",
+            default_value = "http://127.0.0.1:8080"
+        )]
+        server: String,
+        /// API token (update to start and end; read to list when reads
+        /// need one).
+        #[arg(long, global = true, env = "LIFELINE_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// CA certificates (PEM) to trust for an https:// --server, besides
+        /// the system's.
+        #[arg(long, global = true, env = "LIFELINE_CA_FILE")]
+        ca_file: Option<PathBuf>,
+    },
     /// Print Prometheus alerting rules (YAML) over Lifeline's metrics.
     AlertRules {
         /// Config file, for `server.external_url`.
@@ -117,6 +140,38 @@ pub enum Cmd {
     Bench {
         #[command(subcommand)]
         scenario: lifeline_bench::Scenario,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum MaintenanceOp {
+    /// Start a window (now, or at --from) for --for or until --until.
+    Start {
+        /// `proxy/NAME`, `auth_server/NAME` or `agent/NAME`; globs (`*`,
+        /// `?`, `[a-z]`) allowed. Repeat for several.
+        #[arg(long = "target", required = true)]
+        targets: Vec<String>,
+        /// How long it lasts from its start (`2h`, `30m`).
+        #[arg(long = "for", value_parser = humantime::parse_duration, conflicts_with = "until", required_unless_present = "until")]
+        length: Option<Duration>,
+        /// When it ends (RFC 3339).
+        #[arg(long)]
+        until: Option<String>,
+        /// When it starts (RFC 3339; default now).
+        #[arg(long)]
+        from: Option<String>,
+        /// Why: shown on the dashboard and audited.
+        #[arg(long)]
+        reason: String,
+    },
+    /// End a window now.
+    End { id: i64 },
+    /// Delete a window (its audit stays).
+    Delete { id: i64 },
+    /// List windows, newest first (only those not over, unless --all).
+    List {
+        #[arg(long)]
+        all: bool,
     },
 }
 

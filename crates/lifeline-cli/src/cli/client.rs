@@ -247,6 +247,30 @@ impl Client {
         self.call(self.http.delete(&url), &url).await
     }
 
+    /// `POST /api/v1/maintenance`.
+    pub async fn maintenance_start(&self, body: &Value) -> Result<Value, ClientError> {
+        let url = format!("{}/api/v1/maintenance", self.base);
+        self.call(self.http.post(&url).json(body), &url).await
+    }
+
+    /// `POST /api/v1/maintenance/{id}/end`.
+    pub async fn maintenance_end(&self, id: i64) -> Result<Value, ClientError> {
+        let url = format!("{}/api/v1/maintenance/{id}/end", self.base);
+        self.call(self.http.post(&url), &url).await
+    }
+
+    /// `DELETE /api/v1/maintenance/{id}`.
+    pub async fn maintenance_delete(&self, id: i64) -> Result<Value, ClientError> {
+        let url = format!("{}/api/v1/maintenance/{id}", self.base);
+        self.call(self.http.delete(&url), &url).await
+    }
+
+    /// `GET /api/v1/maintenance` (one page of up to 1000).
+    pub async fn maintenance_list(&self, all: bool) -> Result<Value, ClientError> {
+        let url = format!("{}/api/v1/maintenance?over={all}&limit=1000", self.base);
+        self.call(self.http.get(&url), &url).await
+    }
+
     pub async fn signal(&self, id: i64) -> Result<SignalRecordIn, ClientError> {
         let url = format!("{}/api/v1/signals/{id}", self.base);
         let v = self.call(self.http.get(&url), &url).await?;

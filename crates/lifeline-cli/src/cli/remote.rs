@@ -1,5 +1,5 @@
 //! The commands that act on a running Lifeline through its REST API
-//! (`reconnect`, `settings`), and `token new`, which makes a token and the
+//! (`reconnect`, `settings`, `maintenance`), and `token new`, which makes a token and the
 //! config lines that admit it.
 
 use std::process::ExitCode;
@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use super::args::SettingsOp;
+use super::args::{MaintenanceOp, SettingsOp};
 use lifeline::config::Role;
 
 fn describe(s: &super::client::SignalRecordIn) -> String {
@@ -80,6 +80,87 @@ pub(super) async fn settings(
         SettingsOp::Rm { name } => client.settings_rm(&name).await?,
     };
     println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One window in a line: `3  active  2026-11-28T12:00:00Z → …  proxy/p1  (why)`.
+fn window_line(w: &serde_json::Value) -> String {
+    let s = |k: &str| w[k].as_str().unwrap_or("").to_string();
+    let targets: Vec<&str> = w["targets"]
+        .as_array()
+        .map(|t| t.iter().filter_map(|t| t.as_str()).collect())
+        .unwrap_or_default();
+    let ended = match w["ended_by"].as_str() {
+        Some(by) => format!(" [ended by {by} at {}]", s("ended_at")),
+        None => String::new(),
+    };
+    format!(
+        "{:>4}  {:<9}  {} → {}  {}  ({}, by {}){ended}",
+        w["id"],
+        s("status"),
+        s("from"),
+        s("until"),
+        targets.join(" "),
+        s("reason"),
+        s("created_by"),
+    )
+}
+
+pub(super) async fn maintenance(
+    client: &super::client::Client,
+    op: MaintenanceOp,
+) -> anyhow::Result<ExitCode> {
+    match op {
+        MaintenanceOp::Start {
+            targets,
+            length,
+            until,
+            from,
+            reason,
+        } => {
+            let until = match (until, length) {
+                (Some(u), _) => u,
+                (None, Some(d)) => {
+                    let start = match &from {
+                        Some(f) => lifeline::clock::Ts::parse_rfc3339(f)
+                            .with_context(|| format!("--from {f:?} is not an RFC 3339 time"))?,
+                        None => lifeline::clock::Clock::system().now(),
+                    };
+                    start.saturating_add(d).rfc3339()
+                }
+                (None, None) => anyhow::bail!("give --for or --until"),
+            };
+            let body = serde_json::json!({
+                "targets": targets,
+                "from": from,
+                "until": until,
+                "reason": reason,
+            });
+            let w = client.maintenance_start(&body).await?;
+            println!("maintenance window started:\n{}", window_line(&w));
+        }
+        MaintenanceOp::End { id } => {
+            let w = client.maintenance_end(id).await?;
+            println!("maintenance window ended:\n{}", window_line(&w));
+        }
+        MaintenanceOp::Delete { id } => {
+            let w = client.maintenance_delete(id).await?;
+            println!("maintenance window deleted:\n{}", window_line(&w));
+        }
+        MaintenanceOp::List { all } => {
+            let page = client.maintenance_list(all).await?;
+            let items = page["items"].as_array().cloned().unwrap_or_default();
+            if items.is_empty() {
+                println!(
+                    "no maintenance windows{}",
+                    if all { "" } else { " scheduled or active" }
+                );
+            }
+            for w in &items {
+                println!("{}", window_line(w));
+            }
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -244,6 +244,15 @@ async fn run(
             let client = super::client::Client::new(&server, token, ca_file.as_deref())?;
             remote::settings(&client, op).await
         }
+        Cmd::Maintenance {
+            op,
+            server,
+            token,
+            ca_file,
+        } => {
+            let client = super::client::Client::new(&server, token, ca_file.as_deref())?;
+            remote::maintenance(&client, op).await
+        }
         Cmd::Token { op } => {
             let TokenOp::New { name, roles, join } = op;
             remote::token_new(&name, &roles, join)
