@@ -75,6 +75,11 @@ pub fn router() -> Router<AppState> {
         .route("/incidents", get(pages::incidents))
         .route("/incidents/{id}", get(pages::incident))
         .route("/webhooks", get(pages::webhooks))
+        .route(
+            "/maintenance",
+            get(pages::maintenance).post(actions::start_maintenance),
+        )
+        .route("/maintenance/{id}/end", post(actions::end_maintenance))
         .route("/settings", get(pages::settings))
         .route("/settings/{name}", post(actions::put_setting))
         .route("/settings/{name}/reset", post(actions::reset_setting))
@@ -129,6 +134,26 @@ pub struct Layout {
     /// "not watching windows_desktop_service (…)": kinds the cluster
     /// refused; `None` when everything asked for is watched.
     pub unwatched: Option<String>,
+    /// The maintenance windows active now, in one line for the banner.
+    pub maintenance: Option<String>,
+}
+
+/// The active maintenance windows, in one line for the banner.
+fn maintenance_line(active: &[crate::domain::Window]) -> Option<String> {
+    let first = active.first()?;
+    let targets: Vec<&str> = first.targets.iter().take(3).map(|t| t.as_str()).collect();
+    let more = if first.targets.len() > 3 { " …" } else { "" };
+    let others = match active.len() {
+        1 => String::new(),
+        n => format!(" (and {} more)", n - 1),
+    };
+    Some(format!(
+        "Maintenance window {} active until {}: {}{more} ({}){others}",
+        first.id,
+        first.end().rfc3339(),
+        targets.join(" "),
+        crate::domain::text::bounded(&first.reason, 120),
+    ))
 }
 
 /// The kinds the cluster refused, in one line for the header.
@@ -201,6 +226,7 @@ impl Ctx {
             user: self.caller.0.as_ref().map(|p| p.name.clone()),
             replica: replica_line(&st.hub.leadership().borrow()),
             unwatched: unwatched_line(&st.stats.unwatched()),
+            maintenance: maintenance_line(&st.maintenance.active()),
         }
     }
 
@@ -315,6 +341,7 @@ impl IntoResponse for UiError {
                 user: None,
                 replica: None,
                 unwatched: None,
+                maintenance: None,
             },
             status: status.as_u16(),
             reason,

@@ -67,6 +67,8 @@ async fn planned_and_unplanned_strandings_side_by_side_then_the_window_ends(stor
     let a = agent(&c, STRANDED).await;
     assert_eq!(a["state"], "stranded", "{a}");
     assert_eq!(a["cause"]["planned"], json!({"kind": "maintenance", "window": id}), "{a}");
+    let (_, page) = c.get_text(&format!("/agents/{STRANDED}")).await;
+    assert!(page.contains(&format!("planned: maintenance window {id}")), "the agent's page says so");
     let summary = c.summary().await;
     assert_eq!(summary["agents"]["planned"], 1, "{summary}");
     let planned_cause = summary["root_causes"]

@@ -682,3 +682,74 @@ async fn every_live_page_hears_the_fleet_change() {
     assert!(text.starts_with("event: change\n"), "{text}");
     c.shutdown().await;
 }
+
+/// Guards the maintenance page: a window declared through its form (CSRF
+/// checked) is listed, named in every page's banner while active, and
+/// ended through its button; a bad form says what is wrong.
+#[tokio::test(start_paused = true)]
+async fn maintenance_windows_are_declared_shown_and_ended_from_the_dashboard() {
+    let c = fleet().start().await;
+    c.ready().await;
+    let (cookie, token) = form_token(&c, "/maintenance").await;
+    let fields = [
+        ("csrf", token.as_str()),
+        ("targets", "proxy/proxy-1, agent/<b>x</b>"),
+        ("length", "2h"),
+        ("reason", "kernel <script>alert(1)</script>"),
+    ];
+    let (status, _, html) =
+        post_form(&c, "/maintenance", &fields[..3], Form::cookie(&cookie)).await;
+    assert_eq!(status, 400, "a form without its reason: {html}");
+    let (status, _, _) = post_form(&c, "/maintenance", &fields, Form::default()).await;
+    assert_eq!(status, 403, "no CSRF cookie");
+    let (status, headers, html) =
+        post_form(&c, "/maintenance", &fields, Form::cookie(&cookie)).await;
+    assert_eq!(status, 303, "{html}");
+    assert_eq!(
+        headers["location"],
+        "/maintenance?done=window+1+started#window-1"
+    );
+    let (_, page) = c.get_text("/maintenance?done=window+1+started").await;
+    assert!(page.contains("window 1 started"), "{page}");
+    assert!(
+        page.contains("proxy/proxy-1 agent/&#60;b&#62;x&#60;/b&#62;")
+            || page.contains("agent/&lt;b&gt;"),
+        "escaped: {page}"
+    );
+    assert!(!page.contains("<script>alert"), "the reason is escaped");
+    let (_, overview) = c.get_text("/").await;
+    assert!(
+        overview.contains("Maintenance window 1 active until"),
+        "the banner: {overview}"
+    );
+    let (status, _, html) = post_form(
+        &c,
+        "/maintenance",
+        &[
+            ("csrf", &token),
+            ("targets", "node/x"),
+            ("length", "1h"),
+            ("reason", "x"),
+        ],
+        Form::cookie(&cookie),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(html.contains("unknown target kind"), "{html}");
+    let (status, _, html) = post_form(
+        &c,
+        "/maintenance/1/end",
+        &[("csrf", &token)],
+        Form::cookie(&cookie),
+    )
+    .await;
+    assert_eq!(status, 303, "{html}");
+    let (_, overview) = c.get_text("/").await;
+    assert!(
+        !overview.contains("Maintenance window 1 active"),
+        "no banner once ended"
+    );
+    let (_, page) = c.get_text("/maintenance").await;
+    assert!(page.contains("ended by admin"), "{page}");
+    c.shutdown().await;
+}

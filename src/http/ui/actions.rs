@@ -1,5 +1,6 @@
 //! The dashboard's forms (POST): reconnect one agent, reconnect every
-//! stranded agent, change or reset a setting. Every form goes through [`Checked`]: parsed, then
+//! stranded agent, change or reset a setting, start or end a maintenance
+//! window. Every form goes through [`Checked`]: parsed, then
 //! CSRF-checked, before a handler sees it. Without JS they answer 303 to a
 //! page that shows the result; with JS (`Accept: application/json`) they
 //! answer the API's JSON so the page can follow the signal in place.
@@ -245,6 +246,87 @@ pub async fn reset_setting(
         Json(view).into_response()
     } else {
         see_other(&format!("/settings?saved={0}#setting-{0}", name.as_str()))
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MaintenanceForm {
+    csrf: String,
+    targets: String,
+    length: String,
+    reason: String,
+}
+
+impl CsrfForm for MaintenanceForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
+/// Declares a window as `POST /api/v1/maintenance` does, from now for
+/// the length typed (`2h`).
+pub async fn start_maintenance(
+    State(st): State<AppState>,
+    caller: Caller,
+    Checked { form, json }: Checked<MaintenanceForm>,
+) -> Result<Response, UiError> {
+    let with = |err: ApiError| UiError { err, json };
+    let m = &st.maintenance;
+    let length = humantime::parse_duration(form.length.trim()).map_err(|e| {
+        with(ApiError::BadBody(format!(
+            "for: {e} (write a length such as 30m or 2h)"
+        )))
+    })?;
+    let req = crate::maintenance::WindowRequest {
+        targets: form
+            .targets
+            .split(|c: char| c.is_whitespace() || c == ',')
+            .filter(|t| !t.is_empty())
+            .map(str::to_string)
+            .collect(),
+        from: None,
+        until: m.now().saturating_add(length).rfc3339(),
+        reason: form.reason,
+    };
+    let w = m
+        .create(&req, &caller.actor())
+        .await
+        .map_err(|e| with(e.into()))?;
+    info!(window = w.id, actor = %caller.actor(), "maintenance window started from the dashboard");
+    Ok(if json {
+        Json(crate::store::maintenance::WindowView::of(&w, m.now())).into_response()
+    } else {
+        see_other(&format!(
+            "/maintenance?done=window+{}+started#window-{0}",
+            w.id
+        ))
+    })
+}
+
+/// Ends a window now, as `POST /api/v1/maintenance/{id}/end` does.
+pub async fn end_maintenance(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    caller: Caller,
+    Checked { json, .. }: Checked<CsrfOnly>,
+) -> Result<Response, UiError> {
+    let with = |err: ApiError| UiError { err, json };
+    let id = id
+        .parse::<i64>()
+        .ok()
+        .filter(|id| *id > 0)
+        .ok_or_else(|| with(ApiError::BadParameter("not a maintenance window id".into())))?;
+    let m = &st.maintenance;
+    let w = m
+        .end(id, &caller.actor())
+        .await
+        .map_err(|e| with(e.into()))?;
+    info!(window = id, actor = %caller.actor(), "maintenance window ended from the dashboard");
+    Ok(if json {
+        Json(crate::store::maintenance::WindowView::of(&w, m.now())).into_response()
+    } else {
+        see_other(&format!("/maintenance?done=window+{id}+ended#window-{id}"))
     })
 }
 

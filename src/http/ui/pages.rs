@@ -8,6 +8,7 @@ mod agents;
 mod auth;
 mod confirm;
 mod incidents;
+mod maintenance;
 mod overview;
 mod settings;
 mod signals;
@@ -19,6 +20,7 @@ pub use agents::agents;
 pub use auth::auth;
 pub use confirm::confirm_stranded;
 pub use incidents::{incident, incidents};
+pub use maintenance::maintenance;
 pub use overview::{overview, overview_model, OverviewLive};
 pub use settings::settings;
 pub use signals::signals;
@@ -159,6 +161,14 @@ pub fn signal_row(now: Ts, r: SignalRecord) -> SignalRow {
     }
 }
 
+/// A plan in words: "planned: maintenance window 3".
+pub(super) fn planned_words(p: crate::domain::Planned) -> String {
+    match p.window {
+        Some(id) => format!("planned: maintenance window {id}"),
+        None => format!("planned: {}", p.kind),
+    }
+}
+
 fn agent_row(now: Ts, a: AgentItem, last: Option<&SignalRecord>, connected: bool) -> AgentRow {
     AgentRow {
         waiting: a.waiting_for_live_proxy,
@@ -166,7 +176,13 @@ fn agent_row(now: Ts, a: AgentItem, last: Option<&SignalRecord>, connected: bool
         state: a.state.as_str(),
         icon: fmt::state_icon(a.state),
         class: fmt::state_class(a.state),
-        reasons: a.reasons.join().replace(',', ", "),
+        reasons: {
+            let r = a.reasons.join().replace(',', ", ");
+            match a.cause.as_ref().and_then(|c| c.planned) {
+                Some(p) => format!("{r} · {}", planned_words(p)),
+                None => r,
+            }
+        },
         since: if a.state == AgentState::Healthy {
             String::new()
         } else {

@@ -106,6 +106,10 @@ fn cause_line(now: Ts, c: &RootCause) -> CauseLine {
             "/agents?state=stranded".to_string(),
         ),
     };
+    let rest = match c.planned {
+        Some(p) => format!("{rest} ({})", super::planned_words(p)),
+        None => rest,
+    };
     CauseLine {
         lead,
         rest,

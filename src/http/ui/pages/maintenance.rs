@@ -1,0 +1,94 @@
+//! Maintenance windows: those scheduled or active first, then the newest
+//! that are over; a form to declare one and a button to end each.
+
+use super::*;
+use crate::domain::Window;
+
+/// Windows shown (the API pages through the rest).
+const ROWS: u32 = 100;
+
+pub struct WindowRow {
+    pub id: i64,
+    pub status: &'static str,
+    pub class: &'static str,
+    pub targets: String,
+    pub from: String,
+    pub until: String,
+    pub reason: String,
+    pub by: String,
+    pub ended: String,
+    pub open: bool,
+}
+
+fn row(w: &Window, now: Ts) -> WindowRow {
+    let status = if w.active(now) {
+        "active"
+    } else if now < w.from {
+        "scheduled"
+    } else {
+        "over"
+    };
+    WindowRow {
+        id: w.id,
+        status,
+        class: match status {
+            "active" => "warn",
+            "scheduled" => "",
+            _ => "muted",
+        },
+        targets: w
+            .targets
+            .iter()
+            .map(|t| t.as_str())
+            .collect::<Vec<_>>()
+            .join(" "),
+        from: w.from.rfc3339(),
+        until: w.until.rfc3339(),
+        reason: w.reason.clone(),
+        by: w.created_by.clone(),
+        ended: match (&w.ended_by, w.ended_at) {
+            (Some(by), Some(at)) => format!("ended by {by} at {}", at.rfc3339()),
+            _ => String::new(),
+        },
+        open: status != "over",
+    }
+}
+
+#[derive(Template)]
+#[template(path = "maintenance.html")]
+pub struct MaintenancePage {
+    layout: Layout,
+    rows: Vec<WindowRow>,
+    /// What the last form did ("window 3 started").
+    done: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+pub struct MaintenanceQuery {
+    done: Option<String>,
+}
+
+pub async fn maintenance(
+    State(st): State<AppState>,
+    ctx: Ctx,
+    UiQuery(q): UiQuery<MaintenanceQuery>,
+) -> Result<Response, UiError> {
+    let m = &st.maintenance;
+    let now = m.now();
+    let mut list = m.list(None, true, ROWS).await.map_err(ApiError::from)?;
+    // Scheduled and active first (soonest end first), then the rest.
+    list.sort_by_key(|w| {
+        (
+            !(w.end() > now),
+            if w.end() > now { w.end() } else { Ts(-w.id) },
+        )
+    });
+    Ok(ctx.render(
+        StatusCode::OK,
+        &MaintenancePage {
+            layout: ctx.layout(&st, "maintenance", "Maintenance · Lifeline".into()),
+            rows: list.iter().map(|w| row(w, now)).collect(),
+            done: q.done.map(|d| crate::domain::text::bounded(&d, 200)),
+        },
+    ))
+}
