@@ -12,8 +12,8 @@ CREATE TABLE maintenance_windows (
     ended_by    TEXT,
     ended_us    BIGINT,
     -- Whether its start and end were told (`maintenance.started`/`ended`).
-    told_start  BOOLEAN NOT NULL DEFAULT FALSE,
-    told_end    BOOLEAN NOT NULL DEFAULT FALSE
+    told_start  BIGINT NOT NULL DEFAULT 0, -- 1 once told
+    told_end    BIGINT NOT NULL DEFAULT 0
 );
 CREATE INDEX maintenance_windows_until ON maintenance_windows (until_us);
 

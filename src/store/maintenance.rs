@@ -295,7 +295,7 @@ pub async fn delete(db: &Db, id: i64, actor: &str, now: Ts) -> Result<Option<Win
         if matches!(db, Db::Postgres(_)) {
             q.push(" FOR UPDATE");
         }
-        let row: Option<(i64, String, i64, i64, String, String, i64, Option<String>, Option<i64>, bool, bool)> =
+        let row: Option<(i64, String, i64, i64, String, String, i64, Option<String>, Option<i64>, i64, i64)> =
             q.build_query_as().fetch_optional(&mut *tx).await?;
         match row {
             None => None,
@@ -307,7 +307,7 @@ pub async fn delete(db: &Db, id: i64, actor: &str, now: Ts) -> Result<Option<Win
                     .await?;
                 if let Some(w) = &w {
                     audit!(tx, w, "deleted", actor, now);
-                    if told_start && !told_end {
+                    if told_start != 0 && told_end == 0 {
                         let mut ended = w.clone();
                         ended.ended_at = Some(ended.end().min(now));
                         event!(tx, &ended, NoticeKind::MaintenanceEnded, now);
@@ -409,9 +409,9 @@ pub async fn tell_due(db: &Db, now: Ts) -> Result<usize, sqlx::Error> {
     let n = in_tx!(db, tx => {
         let at = now.as_micros();
         let mut q = sqlx::QueryBuilder::new(COLUMNS);
-        q.push(" WHERE (NOT told_start AND from_us <= ")
+        q.push(" WHERE (told_start = 0 AND from_us <= ")
             .push_bind(at)
-            .push(") OR (NOT told_end AND (until_us <= ")
+            .push(") OR (told_end = 0 AND (until_us <= ")
             .push_bind(at)
             .push(" OR ended_us <= ")
             .push_bind(at)
@@ -422,7 +422,7 @@ pub async fn tell_due(db: &Db, now: Ts) -> Result<usize, sqlx::Error> {
             let id = row.id;
             let Some(w) = row.into_window() else {
                 // Never told, never asked again.
-                sqlx::query("UPDATE maintenance_windows SET told_start = TRUE, told_end = TRUE WHERE id = $1")
+                sqlx::query("UPDATE maintenance_windows SET told_start = 1, told_end = 1 WHERE id = $1")
                     .bind(id)
                     .execute(&mut *tx)
                     .await?;
@@ -432,11 +432,11 @@ pub async fn tell_due(db: &Db, now: Ts) -> Result<usize, sqlx::Error> {
             // however late this runs; one ended before it began is told
             // neither.
             let began = w.from < w.end();
-            let started: Option<bool> = sqlx::query_scalar("SELECT told_start FROM maintenance_windows WHERE id = $1")
+            let started: Option<i64> = sqlx::query_scalar("SELECT told_start FROM maintenance_windows WHERE id = $1")
                 .bind(id)
                 .fetch_optional(&mut *tx)
                 .await?;
-            if started == Some(false) && w.from <= now && began {
+            if started == Some(0) && w.from <= now && began {
                 event!(tx, &w, NoticeKind::MaintenanceStarted, w.from);
                 told += 1;
             }
@@ -446,11 +446,12 @@ pub async fn tell_due(db: &Db, now: Ts) -> Result<usize, sqlx::Error> {
                 told += 1;
             }
             sqlx::query(
-                "UPDATE maintenance_windows SET told_start = (told_start OR from_us <= $1), \
+                "UPDATE maintenance_windows SET \
+                 told_start = CASE WHEN from_us <= $1 THEN 1 ELSE told_start END, \
                  told_end = $2 WHERE id = $3",
             )
             .bind(at)
-            .bind(over)
+            .bind(i64::from(over))
             .bind(id)
             .execute(&mut *tx)
             .await?;

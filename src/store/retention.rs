@@ -179,6 +179,21 @@ pub async fn prune_audit(pool: &Db, before: Ts) -> Result<(u64, u64, u64), sqlx:
         before,
     )
     .await?;
+    // Maintenance windows over before the cutoff, and their audit.
+    prune_in_steps(
+        pool,
+        "DELETE FROM maintenance_windows WHERE id IN (SELECT id FROM maintenance_windows \
+         WHERE until_us < $1 OR ended_us < $1 ORDER BY id LIMIT $2)",
+        before,
+    )
+    .await?;
+    prune_in_steps(
+        pool,
+        "DELETE FROM maintenance_audit WHERE id IN (SELECT id FROM maintenance_audit \
+         WHERE at_us < $1 ORDER BY id LIMIT $2)",
+        before,
+    )
+    .await?;
     Ok((signals, episodes, incidents))
 }
 
