@@ -66,6 +66,18 @@ pub struct IncidentRecord {
     pub planned: Option<super::Plan>,
 }
 
+/// An agent whose open episode left incident `from` for incident `to` at
+/// `at` (its cause changed while its state did not): the figures of `from`
+/// count it until then, those of `to` from then.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IncidentMove {
+    pub episode: i64,
+    pub agent: String,
+    pub from: i64,
+    pub to: i64,
+    pub at: Ts,
+}
+
 /// The agents by state at the start of a minute (`history`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Census {
@@ -164,6 +176,8 @@ pub struct Record {
     pub incidents: HashMap<i64, IncidentRecord>,
     /// Counts of agents by state, a minute apart.
     pub samples: Vec<Census>,
+    /// Agents whose open episode moved from one incident to another.
+    pub moves: Vec<IncidentMove>,
     /// History rows dropped while this record waited.
     pub dropped_events: u64,
 }
@@ -196,7 +210,8 @@ impl Record {
             && self.health.is_empty()
             && self.episodes.is_empty()
             && self.incidents.is_empty()
-            && self.samples.is_empty())
+            && self.samples.is_empty()
+            && self.moves.is_empty())
     }
 
     pub fn put_server(&mut self, s: &Server) {
@@ -307,6 +322,7 @@ impl Record {
             episodes: std::mem::take(&mut self.episodes),
             incidents: std::mem::take(&mut self.incidents),
             samples: std::mem::take(&mut self.samples),
+            moves: std::mem::take(&mut self.moves),
             dropped_events: std::mem::take(&mut self.dropped_events),
             ..Record::default()
         }

@@ -168,6 +168,8 @@ impl Outbox {
         newer.incidents = older.incidents;
         older.samples.append(&mut newer.samples);
         newer.samples = older.samples;
+        older.moves.append(&mut newer.moves);
+        newer.moves = older.moves;
         newer.dropped_events += older.dropped_events;
         newer.cap_events(self.max_events);
         // Compacted to half past the bound; what compaction cannot drop

@@ -110,6 +110,10 @@ struct IncidentResponse {
     episodes: Page<Episode>,
     /// The signals sent to its agents while it lasted, newest first.
     signals: Page<SignalRecord>,
+    /// Agents that left it for another incident (their cause changed
+    /// while they stayed stranded or degraded), by where they went: its
+    /// `agents` and peaks count them until they left.
+    moved_out: Vec<incidents::MovedOut>,
 }
 
 /// The incident a path names: a positive id (400 otherwise), found (404).
@@ -162,11 +166,13 @@ async fn one(
     .await?;
     let signals = incidents::signals(&s.db, &incident, now, signals_before, limit).await?;
     let signal_counts = incidents::signal_counts(&s.db, &incident, now).await?;
+    let moved_out = incidents::moved_out(&s.db, id).await?;
     Ok(Json(IncidentResponse {
         incident,
         signal_counts,
         episodes: Page::by_id(episodes, limit, |e| e.id),
         signals: Page::by_id(signals, limit, |r| r.id),
+        moved_out,
     }))
 }
 
@@ -212,6 +218,8 @@ const REPORT_EPISODES: u32 = 10_000;
 /// What a report says beyond the incident's row.
 pub struct Facts {
     pub episodes: Vec<Episode>,
+    /// Where agents that left it went.
+    pub moved_out: Vec<incidents::MovedOut>,
     /// More episodes than [`REPORT_EPISODES`] exist.
     pub more: bool,
     pub signals: Vec<SignalCount>,
@@ -221,20 +229,20 @@ pub struct Facts {
 
 impl Facts {
     pub async fn read(s: &AppState, i: &Incident, now: Ts) -> Result<Facts, ApiError> {
-        let mut episodes = read::episodes(
-            &s.db,
-            &EpisodeFilter {
-                incident: Some(i.id),
-                limit: REPORT_EPISODES + 1,
-                ..Default::default()
-            },
-        )
-        .await?;
+        let mut episodes = read::episodes_of_incident(&s.db, i.id, REPORT_EPISODES + 1).await?;
         let more = episodes.len() > REPORT_EPISODES as usize;
         episodes.truncate(REPORT_EPISODES as usize);
+        // Each agent's time in this incident: moved-in agents from their
+        // move, moved-out ones until it.
+        let moves = incidents::moves_of(&s.db, i.id).await?;
+        let episodes = incidents::spans_in(i.id, &episodes, &moves)
+            .into_iter()
+            .map(|(e, _)| e)
+            .collect();
         let signals = incidents::signal_counts(&s.db, i, now).await?;
         Ok(Facts {
             episodes,
+            moved_out: incidents::moved_out(&s.db, i.id).await?,
             more,
             first_signal: signals.iter().map(|c| c.first).min(),
             signals,
@@ -322,6 +330,15 @@ pub fn draft(i: &Incident, f: &Facts, now: Ts) -> String {
     }
     let _ = writeln!(md, "\n## Impact\n");
     let _ = writeln!(md, "- **Agents affected:** {}", i.agents);
+    for mv in &f.moved_out {
+        let _ = writeln!(
+            md,
+            "  - {} moved to incident {} ({}) when their cause changed",
+            mv.agents,
+            mv.incident,
+            esc(&mv.title)
+        );
+    }
     let _ = writeln!(
         md,
         "- **Peak at once:** {} stranded, {} degraded",

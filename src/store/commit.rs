@@ -226,7 +226,8 @@ macro_rules! phases {
                 Ok(())
             }
 
-            /// History rows, health transitions and the minute's censuses.
+            /// History rows, health transitions, the minute's censuses and the
+            /// agents that moved between incidents.
             async fn history(&mut self, b: &WriteBatch) -> Result<(), sqlx::Error> {
                 let isolate = self.isolating();
                 if isolate {
@@ -267,6 +268,19 @@ macro_rules! phases {
                          stranded = excluded.stranded, degraded = excluded.degraded",
                     );
                     exec!(self, (Subject::Store, "samples", "samples"), q.build());
+                }
+                for chunk in values_pieces(&b.moves, isolate) {
+                    let mut q = QueryBuilder::new(
+                        "INSERT INTO incident_moves (episode_id, agent, from_incident, to_incident, at_us) ",
+                    );
+                    q.push_values(chunk, |mut r, m| {
+                        r.push_bind(m.episode)
+                            .push_bind(m.agent.as_str())
+                            .push_bind(m.from)
+                            .push_bind(m.to)
+                            .push_bind(m.at.as_micros());
+                    });
+                    exec!(self, (Subject::Agent, &chunk[0].agent, "incident_moves"), q.build());
                 }
                 Ok(())
             }

@@ -252,7 +252,8 @@ pub async fn signal_counts(
     on_pool!(db, pool => {
     let rows: Vec<(SignalKind, Outcome, i64, i64)> = sqlx::query_as(
         "SELECT kind, outcome, count(*), MIN(created_us) FROM signals \
-         WHERE agent IN (SELECT agent FROM episodes WHERE incident_id = $1) \
+         WHERE agent IN (SELECT agent FROM episodes WHERE incident_id = $1 \
+           UNION SELECT agent FROM incident_moves WHERE from_incident = $1) \
          AND created_us >= $2 AND created_us <= $3 GROUP BY kind, outcome ORDER BY kind, outcome",
     )
     .bind(i.id)
@@ -395,4 +396,106 @@ pub async fn caused_minutes_stranded(
     .await?;
     Ok((minutes(a), minutes(b)))
     })
+}
+
+/// Agents that left an incident for another, by where they went.
+#[derive(Clone, Debug, Serialize, PartialEq, utoipa::ToSchema)]
+pub struct MovedOut {
+    /// The incident they moved to.
+    pub incident: i64,
+    /// Its title ("agents' own heartbeats expired (auth server auth-1)").
+    pub title: String,
+    pub agents: u32,
+}
+
+/// Where incident `id`'s agents went when they moved out, most first.
+pub async fn moved_out(db: &Db, id: i64) -> Result<Vec<MovedOut>, sqlx::Error> {
+    on_pool!(db, pool => {
+    let rows: Vec<(i64, i64, Option<String>, Option<String>, Option<String>, Option<i64>)> = sqlx::query_as(
+        "SELECT m.to_incident, COUNT(DISTINCT m.agent), i.cause, i.resource, i.planned, i.window_id \
+         FROM incident_moves m LEFT JOIN incidents i ON i.id = m.to_incident \
+         WHERE m.from_incident = $1 GROUP BY m.to_incident, i.cause, i.resource, i.planned, i.window_id \
+         ORDER BY 2 DESC, 1 LIMIT 100",
+    )
+    .bind(id)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(to, n, cause, resource, planned, window)| {
+            let base = match cause.as_deref().and_then(CauseKind::parse) {
+                Some(c) => title(c, resource.as_deref().unwrap_or("")),
+                None => format!("incident {to}"),
+            };
+            MovedOut {
+                incident: to,
+                title: match Plan::from_stored(planned.as_deref(), window) {
+                    Some(p) => format!("{base} ({})", p.words()),
+                    None => base,
+                },
+                agents: count(n),
+            }
+        })
+        .collect())
+    })
+}
+
+/// One move of an episode between incidents.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct Move {
+    pub episode_id: i64,
+    pub from_incident: i64,
+    pub to_incident: i64,
+    pub at_us: i64,
+}
+
+/// Every move into or out of incident `id`, oldest first.
+pub async fn moves_of(db: &Db, id: i64) -> Result<Vec<Move>, sqlx::Error> {
+    on_pool!(db, pool => {
+    sqlx::query_as(
+        "SELECT episode_id, from_incident, to_incident, at_us FROM incident_moves \
+         WHERE from_incident = $1 OR to_incident = $1 ORDER BY at_us, id LIMIT 100000",
+    )
+    .bind(id)
+    .fetch_all(pool)
+    .await
+    })
+}
+
+/// The parts of `episodes` spent in incident `id`, given the `moves` into
+/// and out of it: an episode that moved out ends (here) when it left, and
+/// names where it went; one that moved in starts (here) when it came. What
+/// the incident's page, timeline and figures count, so they agree with
+/// the incident's own peak and agents.
+pub fn spans_in(
+    id: i64,
+    episodes: &[crate::domain::Episode],
+    moves: &[Move],
+) -> Vec<(crate::domain::Episode, Option<i64>)> {
+    let mut out = Vec::with_capacity(episodes.len());
+    for e in episodes {
+        let mine: Vec<&Move> = moves.iter().filter(|m| m.episode_id == e.id).collect();
+        let mut here = mine.first().map_or(e.incident, |m| Some(m.from_incident));
+        let mut start = e.started_at;
+        for m in &mine {
+            let at = Ts(m.at_us).max(start);
+            if here == Some(id) {
+                let mut part = e.clone();
+                part.started_at = start;
+                part.ended_at = Some(at);
+                part.end_reason = None;
+                part.ended_by_signal = None;
+                part.incident = Some(id);
+                out.push((part, Some(m.to_incident)));
+            }
+            here = Some(m.to_incident);
+            start = at;
+        }
+        if here == Some(id) {
+            let mut part = e.clone();
+            part.started_at = start;
+            out.push((part, None));
+        }
+    }
+    out
 }

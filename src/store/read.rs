@@ -203,6 +203,28 @@ pub async fn episodes(db: &Db, f: &EpisodeFilter) -> Result<Vec<Episode>, sqlx::
     })
 }
 
+/// The episodes that were ever in incident `id`: those it holds now and
+/// those that moved in or out of it, newest first.
+pub async fn episodes_of_incident(
+    db: &Db,
+    id: i64,
+    limit: u32,
+) -> Result<Vec<Episode>, sqlx::Error> {
+    on_pool!(db, pool => {
+    let rows: Vec<EpisodeRow> = sqlx::query_as(
+        "SELECT id, agent, state, reasons, cause, cause_resource, started_us, ended_us, ended_by_signal, end_reason, incident_id \
+         FROM episodes WHERE incident_id = $1 OR id IN \
+         (SELECT episode_id FROM incident_moves WHERE from_incident = $1 OR to_incident = $1) \
+         ORDER BY id DESC LIMIT $2",
+    )
+    .bind(id)
+    .bind(i64::from(limit))
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(Episode::from).collect())
+    })
+}
+
 #[derive(sqlx::FromRow)]
 struct EventDbRow {
     id: i64,

@@ -179,6 +179,14 @@ pub async fn prune_audit(pool: &Db, before: Ts) -> Result<(u64, u64, u64), sqlx:
         before,
     )
     .await?;
+    // Moves between incidents, kept as long as the incidents they join.
+    prune_in_steps(
+        pool,
+        "DELETE FROM incident_moves WHERE id IN (SELECT id FROM incident_moves \
+         WHERE at_us < $1 ORDER BY id LIMIT $2)",
+        before,
+    )
+    .await?;
     // Maintenance windows over before the cutoff, and their audit.
     prune_in_steps(
         pool,

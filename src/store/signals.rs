@@ -507,7 +507,10 @@ pub async fn list(db: &Db, f: &SignalFilter) -> Result<Vec<SignalRecord>, sqlx::
         q.push(" AND id < ").push_bind(b);
     }
     if let Some((incident, from, to)) = f.incident {
+        // Its agents: those it holds and those that moved out of it.
         q.push(" AND agent IN (SELECT agent FROM episodes WHERE incident_id = ")
+            .push_bind(incident)
+            .push(" UNION SELECT agent FROM incident_moves WHERE from_incident = ")
             .push_bind(incident)
             .push(") AND created_us >= ")
             .push_bind(from.as_micros())

@@ -149,3 +149,86 @@ async fn proxies_expiring_are_incidents_from_stranding_to_recovery(store) {
     c.shutdown().await;
 }
 }
+
+/// The number after `before` in `text` (the first such).
+fn number_after(text: &str, before: &str) -> u64 {
+    let at = text
+        .find(before)
+        .unwrap_or_else(|| panic!("{before:?} in {text}"))
+        + before.len();
+    text[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .unwrap_or_else(|_| panic!("a number after {before:?}"))
+}
+
+on_both_engines! {
+/// Guards figures that agree: two agents stranded by a proxy move to
+/// another incident when their auth server stops serving (their cause
+/// changes, their state does not; the proxy's degraded agents on another
+/// auth server stay). The proxy's incident still counts
+/// them (peak, agents); its page's timeline peaks at the same number, its
+/// table lists the same agents until they left, and it says where they
+/// went, with a link; the API says so too.
+#[tokio::test(start_paused = true)]
+async fn an_incident_whose_agents_changed_cause_says_where_they_went(store) {
+    let c = Cluster::six_legacy()
+        .store(store)
+        .signals(|s| s.auto_reconnect = false)
+        .start()
+        .await;
+    c.ready().await;
+    c.strand_two().await;
+    c.flush().await;
+    let list = c.ok("/api/v1/incidents?cause=proxy_expired").await;
+    let x = list["items"]
+        .as_array()
+        .and_then(|l| l.iter().find(|i| i["peak_stranded"] == 2))
+        .and_then(|i| i["id"].as_i64())
+        .unwrap_or_else(|| panic!("the proxy incident stranding two: {list}"));
+    c.sim
+        .set_auth_status("auth-1", tonic_health::ServingStatus::NotServing)
+        .await;
+    // Its agents on auth-1 move; those on auth-2 stay, degraded.
+    c.advance_until("the stranded agents move", Duration::from_secs(30), || async {
+        c.flush().await;
+        c.ok(&format!("/api/v1/incidents/{x}")).await["moved_out"]
+            .as_array()
+            .is_some_and(|m| !m.is_empty())
+    })
+    .await;
+    let api = c.ok(&format!("/api/v1/incidents/{x}")).await;
+    let moved = api["moved_out"].as_array().expect("moved_out").clone();
+    assert_eq!(moved.len(), 1, "{api}");
+    assert_eq!(moved[0]["agents"], 2, "{api}");
+    let y = moved[0]["incident"].as_i64().expect("where they went");
+    let to = c.ok(&format!("/api/v1/incidents/{y}")).await;
+    assert_eq!(to["cause"], "auth_not_serving", "{to}");
+    assert!(moved[0]["title"].as_str().unwrap_or("").contains("NOT_SERVING"), "{api}");
+
+    let (status, html) = c.get_text(&format!("/incidents/{x}")).await;
+    assert_eq!(status, 200);
+    let peak = api["peak_stranded"].as_u64().expect("peak");
+    assert_eq!(number_after(&html, "<dt>Peak at once</dt><dd>"), peak, "the page's peak");
+    assert_eq!(number_after(&html, "at most "), peak, "the timeline's peak");
+    assert_eq!(number_after(&html, "<dt>Agents</dt><dd>"), api["agents"].as_u64().expect("agents"));
+    let table = &html[html.find("<table class=\"agents\">").expect("the agents table")..];
+    let table = &table[..table.find("</table>").expect("its end")];
+    let listed: std::collections::BTreeSet<&str> = table
+        .split("<td><a href=\"/agents/")
+        .skip(1)
+        .filter_map(|r| r.split('"').next())
+        .collect();
+    assert_eq!(listed.len() as u64, api["agents"].as_u64().unwrap_or(0), "{table}");
+    assert!(table.contains(&format!("moved to #{y}")), "{table}");
+    assert!(
+        html.contains(&format!("2 agents moved to <a href=\"/incidents/{y}\">incident {y}</a>")),
+        "the page says where they went"
+    );
+    let (_, md) = c.get_text(&format!("/api/v1/incidents/{x}/report")).await;
+    assert!(md.contains(&format!("2 moved to incident {y}")), "{md}");
+    c.shutdown().await;
+}
+}

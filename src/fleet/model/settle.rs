@@ -7,8 +7,8 @@ use super::classify::{classify, Inputs, TunnelView, Verdict};
 use super::{Model, TunnelEntry};
 use super::{StateChange, WatchState};
 use crate::clock::Ts;
-use crate::domain::EpisodeChange;
 use crate::domain::{AgentState, CauseKind, EndReason, Kind, Plan};
+use crate::domain::{EpisodeChange, IncidentMove};
 use crate::supervise::{joined, scoped};
 use crate::telemetry::propagate::{self};
 
@@ -263,8 +263,22 @@ impl Model {
             if let Some(id) = a.episode {
                 let mut rows = Vec::new();
                 let incident = if v.cause != a.cause {
-                    self.incidents
-                        .set(name, a.state, v.cause.as_ref(), now, &mut rows)
+                    let was = self.incidents.of(name);
+                    let to = self
+                        .incidents
+                        .set(name, a.state, v.cause.as_ref(), now, &mut rows);
+                    if let (Some(from), Some(to)) = (was, to) {
+                        if from != to {
+                            self.out.writes.moves.push(IncidentMove {
+                                episode: id,
+                                agent: name.to_string(),
+                                from,
+                                to,
+                                at: now,
+                            });
+                        }
+                    }
+                    to
                 } else {
                     self.incidents.of(name)
                 };

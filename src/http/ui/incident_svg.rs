@@ -106,13 +106,14 @@ pub fn timeline(
     }
     steps.sort_by_key(|s| (s.0, s.2));
     let mut counts = [0i64; 2];
-    let mut peak = 1i64;
+    let mut peaks = [0i64; 2];
     let mut series: [Vec<(Ts, i64)>; 2] = [vec![(from, 0)], vec![(from, 0)]];
     for (t, slot, d) in steps {
         counts[slot] += i64::from(d);
-        peak = peak.max(counts[slot]);
+        peaks[slot] = peaks[slot].max(counts[slot]);
         series[slot].push((t, counts[slot].max(0)));
     }
+    let peak = peaks[0].max(peaks[1]).max(1);
     let last = ended.map_or(now, |e| e.max(now)).min(to);
     for s in &mut series {
         let v = s.last().map_or(0, |p| p.1);
@@ -163,10 +164,11 @@ pub fn timeline(
         })
         .collect();
     let summary = format!(
-        "Timeline from {} to {}: at most {} agents stranded or degraded at once; {} signals marked.",
+        "Timeline from {} to {}: at most {} agents stranded and {} degraded at once; {} signals marked.",
         fmt::hms(started),
         ended.map_or_else(|| "now (still open)".to_string(), fmt::hms),
-        peak,
+        peaks[0],
+        peaks[1],
         marks.len()
     );
     Timeline {

@@ -157,6 +157,8 @@ pub struct IncidentPage {
     counts: Vec<SignalCount>,
     agents: Vec<AgentLine>,
     agents_more: bool,
+    /// "88 agents moved to incident 3 (…)".
+    moved_out: Vec<inc::MovedOut>,
     signals: Vec<SignalRow>,
     signals_more: bool,
 }
@@ -177,25 +179,23 @@ pub async fn incident(
     let n: i64 = id.parse().ok().filter(|v| *v > 0).ok_or_else(not_found)?;
     let i = inc::get(&st.db, n).await?.ok_or_else(not_found)?;
     let now = st.fleet.published().at();
-    let mut episodes = read::episodes(
-        &st.db,
-        &EpisodeFilter {
-            incident: Some(n),
-            limit: PAGE_EPISODES + 1,
-            ..EpisodeFilter::default()
-        },
-    )
-    .await?;
+    let mut episodes = read::episodes_of_incident(&st.db, n, PAGE_EPISODES + 1).await?;
     let agents_more = episodes.len() > PAGE_EPISODES as usize;
     episodes.truncate(PAGE_EPISODES as usize);
+    // Agents that moved in count from their move, those that moved out
+    // until it: the table, the timeline and the figures agree.
+    let moves = inc::moves_of(&st.db, n).await?;
+    let spans = inc::spans_in(n, &episodes, &moves);
+    let moved_out = inc::moved_out(&st.db, n).await?;
+    let episodes: Vec<_> = spans.iter().map(|(e, _)| e.clone()).collect();
     let mut signals = inc::signals(&st.db, &i, now, None, PAGE_SIGNALS + 1).await?;
     let signals_more = signals.len() > PAGE_SIGNALS as usize;
     signals.truncate(PAGE_SIGNALS as usize);
     let counts = inc::signal_counts(&st.db, &i, now).await?;
     let svg = incident_svg::timeline(i.started, i.ended, now, &episodes, &signals);
-    let agents = episodes
+    let agents = spans
         .iter()
-        .map(|e| AgentLine {
+        .map(|(e, moved)| AgentLine {
             agent: e.agent.clone(),
             href: agent_href(&e.agent),
             state: e.state.as_str(),
@@ -204,7 +204,10 @@ pub async fn incident(
             from: fmt::hms(e.started_at),
             to: e.ended_at.map_or_else(|| "now".into(), fmt::hms),
             lasted: fmt::compact(e.ended_at.unwrap_or(now).since(e.started_at)),
-            end: e.end_reason.map_or("", |r| r.as_str()).to_string(),
+            end: match moved {
+                Some(to) => format!("moved to #{to}"),
+                None => e.end_reason.map_or("", |r| r.as_str()).to_string(),
+            },
         })
         .collect();
     let resource_href = match i.cause {
@@ -231,6 +234,7 @@ pub async fn incident(
             counts,
             agents,
             agents_more,
+            moved_out,
             signals: signals.into_iter().map(|r| signal_row(now, r)).collect(),
             signals_more,
             i: row(now, i),
