@@ -390,6 +390,9 @@ named_enum! {
         ProxyExpired,
         /// Its tunnels point at proxies Lifeline does not know (deleted).
         ProxyMissing,
+        /// Its last live proxy left by its own delete (Teleport's graceful
+        /// shutdown): a departure, planned by the cluster's own account.
+        ProxyDeparted,
         /// Its tunnel records themselves expired.
         TunnelExpired,
         /// It has no tunnels at all.

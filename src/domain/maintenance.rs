@@ -194,7 +194,9 @@ impl Window {
 /// The kind of resource a cause names, when a window may name it.
 fn resource_kind(cause: CauseKind) -> Option<TargetKind> {
     match cause {
-        CauseKind::ProxyExpired | CauseKind::ProxyMissing => Some(TargetKind::Proxy),
+        CauseKind::ProxyExpired | CauseKind::ProxyMissing | CauseKind::ProxyDeparted => {
+            Some(TargetKind::Proxy)
+        }
         CauseKind::AuthNotServing
         | CauseKind::AuthUnknown
         | CauseKind::AuthExpired

@@ -28,6 +28,7 @@ mod lead;
 mod names;
 mod quantiles;
 mod resync;
+mod rollout;
 pub mod schedule;
 mod settle;
 mod topology;
@@ -88,6 +89,12 @@ pub struct Model {
     incidents: incidents::Incidents,
     /// The maintenance windows not yet over: which strandings are planned.
     windows: Windows,
+    /// Proxies that left by their own delete, and when (a departure, not
+    /// an expiry); forgotten when they return, oldest first past a bound.
+    departed: HashMap<String, Ts>,
+    /// Each proxy group's newest generation with a live proxy, as of the
+    /// last settle: a proxy of an older one that expires is a rollout's.
+    live_generations: HashMap<String, u64>,
     /// Agents connected to Lifeline's signal stream.
     links: HashMap<String, Link>,
     /// Failure traces by (cause, resource, since): later agents stranded by
@@ -127,6 +134,8 @@ impl Model {
             next_episode: 1,
             incidents: incidents::Incidents::default(),
             windows: Windows::default(),
+            departed: HashMap::default(),
+            live_generations: HashMap::default(),
             links: HashMap::default(),
             failures: HashMap::default(),
             after_resync: false,

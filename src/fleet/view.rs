@@ -260,6 +260,7 @@ fn tunnel_items(f: &Model, agent: &str, now: Ts) -> Vec<TunnelItem> {
                 None => "live",
                 Some((CauseKind::TunnelExpired, _)) => "tunnel_expired",
                 Some((CauseKind::ProxyMissing, _)) => "missing",
+                Some((CauseKind::ProxyDeparted, _)) => "departed",
                 Some(_) => "expired",
             },
         })

@@ -67,7 +67,7 @@ pub fn alert(i: &Incident, cx: &Context, now: Ts, ends_after: Duration, severity
         Some(e) => e,
         None => now.saturating_add(ends_after),
     };
-    let labels = BTreeMap::from([
+    let mut labels = BTreeMap::from([
         ("alertname", ALERT_NAME.to_string()),
         ("cause", i.cause.as_str().to_string()),
         ("resource", i.resource.clone()),
@@ -75,6 +75,11 @@ pub fn alert(i: &Incident, cx: &Context, now: Ts, ends_after: Duration, severity
         ("cluster", cx.cluster.clone()),
         ("lifeline_incident", i.id.to_string()),
     ]);
+    // A rollout's incident is told as such: route or inhibit it on
+    // `planned="rollout"`.
+    if let Some(p) = &i.planned {
+        labels.insert("planned", p.kind.to_string());
+    }
     let page = cx.page(i.id);
     let runbook = if cx.runbook_url.is_empty() {
         page.clone()
@@ -149,6 +154,38 @@ mod tests {
             external_url: "https://lifeline.example.com".into(),
             runbook_url: String::new(),
         }
+    }
+
+    #[test]
+    fn a_rollouts_incident_is_labelled_planned_and_says_so() {
+        let mut i = incident(5, None);
+        assert!(
+            serde_json::to_value(alert(
+                &i,
+                &cx(),
+                i.started,
+                Duration::from_secs(300),
+                "critical"
+            ))
+            .expect("json")["labels"]
+                .get("planned")
+                .is_none(),
+            "an unplanned incident has no planned label"
+        );
+        i.planned = Some(crate::domain::Plan::Rollout.into());
+        i.title = "proxy-1 departed (shut down gracefully) (planned: rollout)".into();
+        let v = serde_json::to_value(alert(
+            &i,
+            &cx(),
+            i.started,
+            Duration::from_secs(300),
+            "critical",
+        ))
+        .expect("json");
+        assert_eq!(v["labels"]["planned"], "rollout");
+        assert!(v["annotations"]["summary"]
+            .as_str()
+            .is_some_and(|s| s.ends_with("(planned: rollout)")));
     }
 
     #[test]

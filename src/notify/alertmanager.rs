@@ -111,8 +111,11 @@ impl Poster {
         let mut alerts: Vec<Alert> = Vec::new();
         let mut resolving = Vec::new();
         let mut severities = Vec::new();
-        // Planned incidents are shown, never told.
-        for i in list.iter().filter(|i| i.planned.is_none()) {
+        // A maintenance window's incidents are shown, never told.
+        for i in list
+            .iter()
+            .filter(|i| i.planned.is_none_or(|p| p.kind != "maintenance"))
+        {
             let severity = alert::severity(i);
             let earlier = self.told.get(&i.id).copied();
             if let Some(old) = earlier.filter(|old| *old != severity) {

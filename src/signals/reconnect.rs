@@ -36,7 +36,7 @@ use super::dispatch::{Dispatch, Origin, Refusal};
 use super::hub::{Ask, Hub, SendError, SignalRequest};
 use crate::backoff::Backoff;
 use crate::clock::{Clock, Ts};
-use crate::domain::{AgentState, Reason};
+use crate::domain::{AgentState, Plan, Reason};
 use crate::fleet::model::destination::wants_move;
 use crate::fleet::Surplus;
 use crate::fleet::{FleetHandle, StateChange};
@@ -199,12 +199,28 @@ impl Auto {
     }
 
     fn note(&mut self, c: &StateChange) {
-        // Planned: shown, never acted on, and no part of a storm.
-        if c.planned.is_some() {
-            self.forget(&c.agent);
-            return;
+        match c.planned {
+            // An operator's window: shown, never acted on automatically.
+            Some(Plan::Maintenance(_)) => {
+                self.forget(&c.agent);
+                return;
+            }
+            // A rollout: Teleport's agents find the new proxies on their
+            // own, so a sidecar's agent is not restarted for it; an agent
+            // that moves its own tunnels is still moved.
+            Some(Plan::Rollout) => {
+                let restarts = self
+                    .hub
+                    .restarted_by_sidecar(std::slice::from_ref(&c.agent));
+                if !restarts.is_empty() {
+                    self.forget(&c.agent);
+                    return;
+                }
+            }
+            None => {}
         }
-        if c.to == AgentState::Stranded && c.from != AgentState::Stranded {
+        // A planned stranding is no part of a storm.
+        if c.planned.is_none() && c.to == AgentState::Stranded && c.from != AgentState::Stranded {
             self.recent.push_back(self.clock.now());
         }
         // A restart's own reason first: it is what the restart is for.

@@ -122,6 +122,7 @@ pub fn title(cause: CauseKind, r: &str) -> String {
     match cause {
         CauseKind::ProxyExpired => format!("{r} expired"),
         CauseKind::ProxyMissing => format!("{r} missing (tunnels point at a deleted proxy)"),
+        CauseKind::ProxyDeparted => format!("{r} departed (shut down gracefully)"),
         CauseKind::AuthNotServing => format!("{r} NOT_SERVING"),
         CauseKind::AuthUnknown => format!("{r} health UNKNOWN"),
         CauseKind::AuthExpired => format!("{r} stopped heartbeating"),

@@ -52,9 +52,10 @@ pub(super) fn incident_events(
     let mut rows = rows.to_vec();
     rows.sort_by_key(|r| r.id);
     for r in rows {
-        // Planned: shown, never told. An agent still stranded when its
-        // window ends opens an unplanned incident, which is.
-        if r.planned.is_some() {
+        // An operator's window: shown, never told. An agent still
+        // stranded when it ends opens an unplanned incident, which is. A
+        // rollout's is told, and says so.
+        if matches!(r.planned, Some(crate::domain::Plan::Maintenance(_))) {
             continue;
         }
         let after = mark(r);

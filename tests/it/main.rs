@@ -26,6 +26,7 @@ mod openapi;
 mod partition;
 mod reconnect;
 mod replicas;
+mod rollout;
 mod schema;
 mod settings;
 mod sidecar;

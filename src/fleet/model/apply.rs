@@ -78,6 +78,7 @@ impl Model {
                     let (e, r) = ResEntry::added(s, now);
                     self.out.board.push(BoardOp::Put(e.server.clone()));
                     self.proxies.insert(name.clone(), e);
+                    self.returned(&name);
                     r
                 }
             },
@@ -221,6 +222,9 @@ impl Model {
         let existed = match kind {
             Kind::Proxy => {
                 let r = self.proxies.remove(name).is_some();
+                if r {
+                    self.departed_now(name, now);
+                }
                 self.out.board.push(BoardOp::Remove(name.to_string()));
                 self.dirty_proxy_agents(name);
                 r

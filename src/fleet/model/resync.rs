@@ -224,6 +224,9 @@ impl Model {
                         }
                         let listed = self.proxies.values().map(|e| e.server.clone()).collect();
                         self.out.board.push(BoardOp::Replace(listed));
+                        // A departed proxy listed again is back.
+                        let proxies = &self.proxies;
+                        self.departed.retain(|n, _| !proxies.contains_key(n));
                     }
                     Kind::AuthServer => {
                         let listed: HashSet<String> = list.iter().map(|s| s.name.clone()).collect();

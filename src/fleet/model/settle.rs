@@ -27,6 +27,11 @@ impl Model {
 
     /// Reclassifies every agent touched since the last call.
     pub fn settle(&mut self) {
+        if self.refresh_live_generations() {
+            // A group's newest live generation moved: strandings by its
+            // older proxies turn a rollout's, or no longer.
+            self.dirty.extend(self.unhealthy.iter().cloned());
+        }
         if (self.dirty.is_empty() && !self.dirty_all) || !self.classification_enabled() {
             return;
         }
@@ -132,12 +137,16 @@ impl Model {
             tunnels_known,
             tunnels,
         });
-        if !self.windows.is_empty() {
-            if let Some(c) = v.cause.as_mut() {
+        if let Some(c) = v.cause.as_mut() {
+            // An operator's window first: it says more than the cluster.
+            if !self.windows.is_empty() {
                 c.planned = self
                     .windows
                     .explains(name, Some(c), now)
                     .map(Plan::Maintenance);
+            }
+            if c.planned.is_none() {
+                c.planned = self.rollout(c);
             }
         }
         v
@@ -149,7 +158,10 @@ impl Model {
             return Some((CauseKind::TunnelExpired, t.tunnel.expires.unwrap_or(now)));
         }
         match self.proxies.get(&t.tunnel.proxy) {
-            None => Some((CauseKind::ProxyMissing, now)),
+            None => match self.departed_at(&t.tunnel.proxy) {
+                Some(at) => Some((CauseKind::ProxyDeparted, at)),
+                None => Some((CauseKind::ProxyMissing, now)),
+            },
             Some(p) if p.expired => Some((CauseKind::ProxyExpired, p.server.expires)),
             Some(_) => None,
         }
@@ -459,5 +471,80 @@ mod tests {
             .expect("an unplanned incident opens");
         assert_eq!(new.planned, None);
         assert_ne!(new.id, planned_row.id);
+    }
+
+    /// Guards rollouts: a proxy that leaves by its own delete is a
+    /// departure, and an older generation's proxy expiring while a newer
+    /// one of its group is live is the rollout's; strandings by either are
+    /// planned as a rollout. Once no newer proxy is live, an old one's
+    /// expiry is an outage again.
+    #[test]
+    fn departures_and_older_generations_expiring_are_a_rollout() {
+        use crate::domain::{AgentState, CauseKind, Change, Kind, Plan};
+        let proxy = |name: &str, generation: u64, expires: u64| {
+            let mut p = server(Kind::Proxy, name, at(expires));
+            p.group_id = "g".into();
+            p.group_generation = generation;
+            p
+        };
+        let mut f = crate::fleet::model::test_model(START);
+        let mut listing = listing(&[("p1", 100), ("p2", 20)], &["a1", "a2"]);
+        listing[0] = crate::fleet::Snapshot::Servers(
+            Kind::Proxy,
+            vec![proxy("p1", 1, 100), proxy("p2", 1, 20)],
+        );
+        listing.pop();
+        listing.push(crate::fleet::Snapshot::Tunnels(vec![
+            tunnel("a1", "p1"),
+            tunnel("a2", "p2"),
+        ]));
+        f.resync(crate::fleet::Resync {
+            generation: 1,
+            snapshots: listing,
+            rejected: Vec::new(),
+        });
+        f.settle();
+        let apply = |f: &mut super::Model, c: Change| {
+            f.apply(vec![crate::fleet::Ingested::Change(c)]);
+            f.settle();
+        };
+        apply(&mut f, Change::PutServer(proxy("p3", 2, 30)));
+        advance_to(&mut f, at(5));
+        apply(&mut f, Change::DeleteServer(Kind::Proxy, "p1".into()));
+        let cause =
+            |f: &super::Model, a: &str| f.agents[a].cause.clone().map(|c| (c.kind, c.planned));
+        assert_eq!(f.agents["a1"].state, AgentState::Stranded);
+        assert_eq!(
+            cause(&f, "a1"),
+            Some((CauseKind::ProxyDeparted, Some(Plan::Rollout)))
+        );
+        advance_to(&mut f, at(20));
+        assert_eq!(
+            cause(&f, "a2"),
+            Some((CauseKind::ProxyExpired, Some(Plan::Rollout))),
+            "p2 is gen 1, p3 gen 2 is live"
+        );
+        f.take_effects();
+        advance_to(&mut f, at(30));
+        assert_eq!(
+            cause(&f, "a2"),
+            Some((CauseKind::ProxyExpired, None)),
+            "no newer proxy is live: an outage"
+        );
+        let told = f.take_effects();
+        assert!(
+            told.changes
+                .iter()
+                .any(|c| c.agent == "a2" && c.planned.is_none()),
+            "whoever acts hears of it"
+        );
+        assert_eq!(
+            cause(&f, "a1"),
+            Some((CauseKind::ProxyDeparted, Some(Plan::Rollout))),
+            "a departure stays one"
+        );
+        // The departed proxy returns: it is no longer departed.
+        apply(&mut f, Change::PutServer(proxy("p1", 2, 100)));
+        assert_eq!(f.agents["a1"].state, AgentState::Healthy);
     }
 }

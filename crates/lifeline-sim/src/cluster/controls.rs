@@ -1,7 +1,8 @@
 //! What a test, the demo's chaos or a simulated agent does to a running
 //! cluster: heartbeats paused and resumed, an auth server's health set or
 //! stopped, streams killed or refused, servers and tunnels put and
-//! deleted, agents moved; and the counters the tests read.
+//! deleted, proxies upgraded one by one, agents moved; and the counters
+//! the tests read.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -37,20 +38,63 @@ impl SimCluster {
                 .collect()
         };
         for (i, (kind, name, ttl)) in keys.into_iter().enumerate() {
-            let sim = self.clone();
             let seed = self.inner.spec.seed.wrapping_add(i as u64);
-            tokio::spawn(async move {
-                let mut rng = SmallRng::seed_from_u64(seed);
-                loop {
-                    let interval = heartbeat_interval(ttl, &mut rng);
-                    tokio::select! {
-                        _ = sim.inner.stop.cancelled() => return,
-                        _ = tokio::time::sleep(interval) => {}
-                    }
-                    sim.heartbeat(kind, &name).await;
-                }
-            });
+            self.heartbeat_from_now(kind, name, ttl, seed);
         }
+    }
+
+    /// Heartbeats `name` every TTL/2 (plus jitter) until the cluster stops
+    /// or the server is gone.
+    fn heartbeat_from_now(&self, kind: Kind, name: String, ttl: Duration, seed: u64) {
+        let sim = self.clone();
+        tokio::spawn(async move {
+            let mut rng = SmallRng::seed_from_u64(seed);
+            loop {
+                let interval = heartbeat_interval(ttl, &mut rng);
+                tokio::select! {
+                    _ = sim.inner.stop.cancelled() => return,
+                    _ = tokio::time::sleep(interval) => {}
+                }
+                if sim.get_server(kind, &name).await.is_none() {
+                    return;
+                }
+                sim.heartbeat(kind, &name).await;
+            }
+        });
+    }
+
+    /// A rolling upgrade of `proxies`, one after another, as Teleport's
+    /// goes: each is joined by `<name>-g<generation>`, its group's next
+    /// generation, heartbeating from now, then leaves by its own delete
+    /// (a graceful shutdown). Returns the new proxies' names.
+    pub async fn rolling_upgrade(&self, proxies: &[&str]) -> Vec<String> {
+        let mut out = Vec::with_capacity(proxies.len());
+        for (i, old) in proxies.iter().enumerate() {
+            let Some(o) = self.get_server(Kind::Proxy, old).await else {
+                continue;
+            };
+            let generation = o.group_generation.saturating_add(1);
+            let name = format!("{old}-g{generation}");
+            let ttl = o
+                .ttl
+                .as_ref()
+                .map(lifeline::proto::std_duration)
+                .unwrap_or(self.inner.spec.ttl);
+            let now = self.inner.clock.now();
+            let new = pb::Server {
+                name: name.clone(),
+                group_generation: generation,
+                expires: Some(to_timestamp(now.saturating_add(ttl))),
+                ..o
+            };
+            self.put_server(new).await;
+            let seed = self.inner.spec.seed.wrapping_add(10_000 + i as u64);
+            self.heartbeat_from_now(Kind::Proxy, name.clone(), ttl, seed);
+            self.delete_server(Kind::Proxy, old).await;
+            info!(old, new = %name, generation, "proxy upgraded");
+            out.push(name);
+        }
+        out
     }
 
     /// One heartbeat now: `expires = now + ttl`, published as a PUT. Skipped

@@ -212,7 +212,7 @@ pub async fn incident(
         .collect();
     let resource_href = match i.cause {
         _ if i.resource.is_empty() => None,
-        CauseKind::ProxyExpired | CauseKind::ProxyMissing => {
+        CauseKind::ProxyExpired | CauseKind::ProxyMissing | CauseKind::ProxyDeparted => {
             Some(format!("/agents?proxy={}", enc(&i.resource)))
         }
         _ => Some(format!("/agents?auth_server={}", enc(&i.resource))),

@@ -86,6 +86,14 @@ fn cause_line(now: Ts, c: &RootCause) -> CauseLine {
             format!("their tunnels point at {r}, a proxy Lifeline no longer knows"),
             format!("/agents?state=stranded&proxy={}", enc(r)),
         ),
+        CauseKind::ProxyDeparted => (
+            format!("{n} {agents} stranded:"),
+            format!(
+                "{r} departed (shut down gracefully) {}",
+                fmt::ago(now, c.since)
+            ),
+            format!("/agents?state=stranded&proxy={}", enc(r)),
+        ),
         CauseKind::TunnelExpired => (
             format!("{n} {agents} stranded:"),
             "their tunnel records expired".to_string(),
