@@ -409,11 +409,22 @@ pub struct MovedOut {
     pub agents: u32,
 }
 
+#[derive(sqlx::FromRow)]
+struct MovedRow {
+    to: i64,
+    n: i64,
+    cause: Option<String>,
+    resource: Option<String>,
+    planned: Option<String>,
+    window: Option<i64>,
+}
+
 /// Where incident `id`'s agents went when they moved out, most first.
 pub async fn moved_out(db: &Db, id: i64) -> Result<Vec<MovedOut>, sqlx::Error> {
     on_pool!(db, pool => {
-    let rows: Vec<(i64, i64, Option<String>, Option<String>, Option<String>, Option<i64>)> = sqlx::query_as(
-        "SELECT m.to_incident, COUNT(DISTINCT m.agent), i.cause, i.resource, i.planned, i.window_id \
+    let rows: Vec<MovedRow> = sqlx::query_as(
+        "SELECT m.to_incident AS \"to\", COUNT(DISTINCT m.agent) AS n, i.cause, i.resource, i.planned, \
+         i.window_id AS \"window\" \
          FROM incident_moves m LEFT JOIN incidents i ON i.id = m.to_incident \
          WHERE m.from_incident = $1 GROUP BY m.to_incident, i.cause, i.resource, i.planned, i.window_id \
          ORDER BY 2 DESC, 1 LIMIT 100",
@@ -423,7 +434,7 @@ pub async fn moved_out(db: &Db, id: i64) -> Result<Vec<MovedOut>, sqlx::Error> {
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(to, n, cause, resource, planned, window)| {
+        .map(|MovedRow { to, n, cause, resource, planned, window }| {
             let base = match cause.as_deref().and_then(CauseKind::parse) {
                 Some(c) => title(c, resource.as_deref().unwrap_or("")),
                 None => format!("incident {to}"),

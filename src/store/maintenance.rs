@@ -72,6 +72,15 @@ impl Row {
     }
 }
 
+/// A row with whether its start and end were told.
+#[derive(sqlx::FromRow)]
+struct ToldRow {
+    #[sqlx(flatten)]
+    row: Row,
+    told_start: i64,
+    told_end: i64,
+}
+
 /// A window as the API, the audit and a webhook show it.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq, utoipa::ToSchema)]
 pub struct WindowView {
@@ -295,12 +304,12 @@ pub async fn delete(db: &Db, id: i64, actor: &str, now: Ts) -> Result<Option<Win
         if matches!(db, Db::Postgres(_)) {
             q.push(" FOR UPDATE");
         }
-        let row: Option<(i64, String, i64, i64, String, String, i64, Option<String>, Option<i64>, i64, i64)> =
-            q.build_query_as().fetch_optional(&mut *tx).await?;
+        let row: Option<ToldRow> = q.build_query_as().fetch_optional(&mut *tx).await?;
         match row {
             None => None,
-            Some((id, targets, from_us, until_us, reason, created_by, created_us, ended_by, ended_us, told_start, told_end)) => {
-                let w = Row { id, targets, from_us, until_us, reason, created_by, created_us, ended_by, ended_us }.into_window();
+            Some(ToldRow { row, told_start, told_end }) => {
+                let id = row.id;
+                let w = row.into_window();
                 sqlx::query("DELETE FROM maintenance_windows WHERE id = $1")
                     .bind(id)
                     .execute(&mut *tx)

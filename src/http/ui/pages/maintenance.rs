@@ -78,10 +78,8 @@ pub async fn maintenance(
     let mut list = m.list(None, true, ROWS).await.map_err(ApiError::from)?;
     // Scheduled and active first (soonest end first), then the rest.
     list.sort_by_key(|w| {
-        (
-            !(w.end() > now),
-            if w.end() > now { w.end() } else { Ts(-w.id) },
-        )
+        let over = w.end() <= now;
+        (over, if over { Ts(-w.id) } else { w.end() })
     });
     Ok(ctx.render(
         StatusCode::OK,
