@@ -278,11 +278,16 @@ impl Maintenance {
     /// While leading, tells each window's start and end as it comes (and
     /// any a previous leader left untold); every replica also reads the
     /// windows again when one ends, so the list it shows stays current.
-    async fn tell(&self, leadership: watch::Receiver<Leadership>, stop: CancellationToken) {
+    async fn tell(&self, mut leadership: watch::Receiver<Leadership>, stop: CancellationToken) {
+        // Whether to look for starts and ends to tell now: at start, after
+        // a change, at each window's moment and every `TELL_EVERY`.
+        let mut due = true;
+        // The moment the next look is for (the clock may wake earlier).
+        let mut at = self.clock.now();
+        let mut watching = true;
         loop {
-            let now = self.clock.now();
-            if leadership.borrow().leading {
-                match rows::tell_due(&self.db, now).await {
+            if due && leadership.borrow().leading {
+                match rows::tell_due(&self.db, self.clock.now()).await {
                     Ok(0) => {}
                     Ok(n) => info!(events = n, "maintenance windows' starts and ends told"),
                     Err(e) => {
@@ -290,14 +295,29 @@ impl Maintenance {
                     }
                 }
             }
-            let next = Windows::new(self.in_force().to_vec()).next_change(now);
-            let wait = next.map_or(TELL_EVERY, |t| t.since(now).min(TELL_EVERY));
+            if due {
+                // Read after telling: the deadline is the window's own
+                // moment, however long telling took.
+                let now = self.clock.now();
+                let latest = now.saturating_add(TELL_EVERY);
+                at = Windows::new(self.in_force().to_vec())
+                    .next_change(now)
+                    .map_or(latest, |t| t.min(latest));
+            }
             tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = self.changed.notified() => {}
-                _ = tokio::time::sleep_until(self.clock.deadline_in(wait.max(Duration::from_millis(10)))) => {
-                    if next.is_some_and(|t| t <= self.clock.now()) {
-                        // One ended (or started): read the list again.
+                _ = self.changed.notified() => due = true,
+                // A new leader tells at once what the last one left.
+                r = leadership.changed(), if watching => {
+                    // A closed watch (a process alone, which always leads)
+                    // has no news.
+                    watching = r.is_ok();
+                    due = watching;
+                }
+                _ = tokio::time::sleep_until(self.clock.instant_at(at)) => {
+                    due = self.clock.now() >= at;
+                    if due {
+                        // One may have started or ended: read the list again.
                         self.reload().await;
                     }
                 }

@@ -95,6 +95,8 @@ pub struct Model {
     /// Each proxy group's newest generation with a live proxy, as of the
     /// last settle: a proxy of an older one that expires is a rollout's.
     live_generations: HashMap<String, u64>,
+    /// A proxy turned live or expired, came or went since that was read.
+    generations_dirty: bool,
     /// Agents connected to Lifeline's signal stream.
     links: HashMap<String, Link>,
     /// Failure traces by (cause, resource, since): later agents stranded by
@@ -136,6 +138,7 @@ impl Model {
             windows: Windows::default(),
             departed: HashMap::default(),
             live_generations: HashMap::default(),
+            generations_dirty: true,
             links: HashMap::default(),
             failures: HashMap::default(),
             after_resync: false,

@@ -107,7 +107,11 @@ async fn planned_and_unplanned_strandings_side_by_side_then_the_window_ends(stor
     assert_eq!(w["audit"][0]["actor"], "admin");
 
     // Told: the window's start and end, and the unplanned incidents only.
-    c.advance(Duration::from_secs(1)).await;
+    c.advance_until("the window's end is told", Duration::from_secs(40), || async {
+        let events = outbox::after(&c.ll().db, 0, 1000).await.expect("events");
+        events.iter().any(|e| e.kind == "maintenance.ended")
+    })
+    .await;
     c.flush().await;
     let events = outbox::after(&c.ll().db, 0, 1000).await.expect("events");
     let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();

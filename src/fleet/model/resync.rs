@@ -224,6 +224,7 @@ impl Model {
                         }
                         let listed = self.proxies.values().map(|e| e.server.clone()).collect();
                         self.out.board.push(BoardOp::Replace(listed));
+                        self.generations_dirty = true;
                         // A departed proxy listed again is back.
                         let proxies = &self.proxies;
                         self.departed.retain(|n, _| !proxies.contains_key(n));

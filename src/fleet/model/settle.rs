@@ -27,7 +27,7 @@ impl Model {
 
     /// Reclassifies every agent touched since the last call.
     pub fn settle(&mut self) {
-        if self.refresh_live_generations() {
+        if std::mem::take(&mut self.generations_dirty) && self.refresh_live_generations() {
             // A group's newest live generation moved: strandings by its
             // older proxies turn a rollout's, or no longer.
             self.dirty.extend(self.unhealthy.iter().cloned());

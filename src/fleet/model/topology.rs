@@ -105,6 +105,8 @@ impl Model {
     }
 
     pub(super) fn dirty_proxy_agents(&mut self, proxy: &str) {
+        // Its group's newest live generation may have moved.
+        self.generations_dirty = true;
         if let Some(m) = self.proxy_agents.get(proxy) {
             self.dirty.extend(m.keys().cloned());
         }
