@@ -42,19 +42,26 @@ impl Model {
     /// Reads each group's newest generation with a live proxy again; true
     /// when that changed (every agent not healthy is judged again).
     pub(super) fn refresh_live_generations(&mut self) -> bool {
-        let mut now: HashMap<String, u64> = HashMap::default();
+        // Borrowed names: an expiry's settle allocates nothing unless a
+        // group's newest live generation moved.
+        let mut now: HashMap<&str, u64> = HashMap::default();
         for p in self.proxies.values().filter(|p| !p.expired) {
-            let g = &p.server.group_id;
+            let g = p.server.group_id.as_str();
             if g.is_empty() {
                 continue;
             }
-            let e = now.entry(g.clone()).or_insert(0);
+            let e = now.entry(g).or_insert(0);
             *e = (*e).max(p.server.group_generation);
         }
-        if now == self.live_generations {
+        let same = now.len() == self.live_generations.len()
+            && now
+                .iter()
+                .all(|(g, n)| self.live_generations.get(*g) == Some(n));
+        if same {
             return false;
         }
-        self.live_generations = now;
+        let owned = now.into_iter().map(|(g, n)| (g.to_string(), n)).collect();
+        self.live_generations = owned;
         true
     }
 
