@@ -6,16 +6,17 @@
 use serde_json::json;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
+use tracing::{debug, warn};
 
 use crate::clock::Clock;
 use crate::domain::NoticeKind;
 use crate::signals::dispatch::Guard;
 use crate::store::{outbox, Db, Leadership};
 
-/// Whether automatic signals are held back now.
+/// Whether automatic signals are held back now, for a reason worth
+/// telling (not the wait for the first listing at start).
 fn paused(g: &Guard) -> bool {
-    g.paused || g.restarts_paused.is_some()
+    (g.paused && !g.waiting_for_listing) || g.restarts_paused.is_some()
 }
 
 /// Appends an event each time the guard pauses or resumes, while this
@@ -27,11 +28,10 @@ pub async fn run(
     mut guard: watch::Receiver<Guard>,
     stop: CancellationToken,
 ) {
+    // The guard says itself whether a pause is only the start-up wait, so
+    // no change has to be seen in between to tell the two apart (a watch
+    // keeps only the latest value).
     let mut was = paused(&guard.borrow_and_update());
-    // At start automatic signals wait for the first listing: that is no
-    // news. Changes are told once they have run freely (a change to
-    // unpaused seen; the value before any change is a default).
-    let mut armed = false;
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
@@ -39,11 +39,6 @@ pub async fn run(
         }
         let g = guard.borrow_and_update().clone();
         let now = paused(&g);
-        if !armed {
-            armed = !now;
-            was = now;
-            continue;
-        }
         if now == was {
             continue;
         }
@@ -63,8 +58,11 @@ pub async fn run(
             "stranded_in_window": g.stranded_in_window,
             "agents": g.agents,
         });
-        if let Err(e) = outbox::append(&db, clock.now(), kind, &body).await {
-            warn!(error = %e, kind = %kind, "recording a pause event failed; it is not told");
+        match outbox::append(&db, clock.now(), kind, &body).await {
+            Ok(id) => debug!(event = id, kind = %kind, "pause event written"),
+            Err(e) => {
+                warn!(error = %e, kind = %kind, "recording a pause event failed; it is not told")
+            }
         }
     }
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, info_span, warn, Instrument};
+use tracing::{debug, info, info_span, warn, Instrument};
 
 use super::alert::{self, Context};
 use super::{client, sign, NotifyError};
@@ -146,7 +146,12 @@ impl Webhook {
     /// newest).
     async fn place(&self) -> Result<i64, sqlx::Error> {
         let start = outbox::newest(&self.db).await?;
-        outbox::cursor(&self.db, &self.cfg.name, start).await
+        let place = outbox::cursor(&self.db, &self.cfg.name, start).await?;
+        debug!(
+            after = place,
+            "the webhook delivers the events after this one"
+        );
+        Ok(place)
     }
 
     /// Sends `ev` until it is answered 2xx, dropped, or interrupted.

@@ -114,6 +114,9 @@ pub struct Dispatched {
 pub struct Guard {
     /// Automatic reconnects are paused.
     pub paused: bool,
+    /// The pause is only the wait for the cluster's first listing (at
+    /// start): no news to anyone.
+    pub waiting_for_listing: bool,
     /// Why, in words an operator can act on.
     pub reason: Option<String>,
     pub since: Option<Ts>,

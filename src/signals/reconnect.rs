@@ -335,11 +335,13 @@ impl Auto {
             })
             .map(|(k, _)| *k)
             .collect();
-        // Still listing for the first time: expected, not worth a warning.
-        let starting = readiness
-            .kinds
-            .values()
-            .all(|s| s.state != crate::fleet::WatchState::Stale);
+        // Still listing for the first time (some kind initialising, none
+        // gone stale): expected, not worth a warning or a notification.
+        let listing = !stale.is_empty()
+            && readiness
+                .kinds
+                .values()
+                .all(|s| s.state != crate::fleet::WatchState::Stale);
         let limit = (share * self.agents as f64).floor() as usize;
         let reason = if !stale.is_empty() {
             Some(format!(
@@ -368,7 +370,7 @@ impl Auto {
         self.dispatch.guard().send_if_modified(|g| {
             let flipped = g.paused != paused || g.reason.is_some() != reason.is_some();
             if flipped {
-                if paused && starting {
+                if paused && listing {
                     info!("automatic reconnects wait until the cluster data is listed");
                 } else if paused {
                     warn!(
@@ -382,6 +384,7 @@ impl Auto {
             }
             let next = Guard {
                 paused,
+                waiting_for_listing: paused && listing,
                 reason: reason.clone(),
                 since: g.since,
                 stranded_in_window,

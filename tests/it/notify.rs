@@ -309,8 +309,13 @@ async fn the_storm_guard_pausing_and_resuming_is_told() {
             .filter_map(|r| r.json()["type"].as_str().map(str::to_string))
             .collect()
     };
-    c.advance_until("the pause told", Duration::from_secs(5), || async {
-        kinds(&rx) == ["restarts.paused"]
+    // The resume may follow before this looks (the storm's window can
+    // pass while the agents strand): the pause is told first.
+    // Delivery crosses a real socket: each look gives it a moment of real
+    // time, so a busy machine cannot spend the virtual budget first.
+    c.advance_until("the pause told", Duration::from_secs(60), || async {
+        support::real_sleep(Duration::from_millis(5)).await;
+        kinds(&rx).first().map(String::as_str) == Some("restarts.paused")
     })
     .await;
     let body = rx.got()[0].json();
@@ -322,6 +327,7 @@ async fn the_storm_guard_pausing_and_resuming_is_told() {
         "{body}"
     );
     c.advance_until("the resume told", Duration::from_secs(600), || async {
+        support::real_sleep(Duration::from_millis(5)).await;
         kinds(&rx) == ["restarts.paused", "restarts.resumed"]
     })
     .await;
