@@ -99,7 +99,7 @@ async fn list(
     tag = "maintenance",
     operation_id = "create_maintenance",
     request_body(content = WindowRequest, content_type = "application/json",
-        example = json!({"targets": ["proxy/proxy-2"], "until": "2026-11-28T18:00:00Z", "reason": "kernel upgrade"})),
+        example = json!({"targets": ["proxy/proxy-2"], "from": "2099-01-01T02:00:00Z", "until": "2099-01-01T04:00:00Z", "reason": "kernel upgrade"})),
     security(("bearer" = [])),
     responses((status = 201, description = "The window, stored and audited.", body = WindowView), WriteErrors)
 )]
@@ -135,7 +135,7 @@ struct AuditView {
     path = "/api/v1/maintenance/{id}",
     tag = "maintenance",
     operation_id = "get_maintenance",
-    params(("id" = i64, Path, description = "The window's id.")),
+    params(("id" = i64, Path, description = "The window's id.", minimum = 1)),
     security((), ("bearer" = [])),
     responses((status = 200, description = "The window.", body = OneResponse), ReadOneErrors)
 )]
@@ -170,7 +170,7 @@ async fn one(
     path = "/api/v1/maintenance/{id}/end",
     tag = "maintenance",
     operation_id = "end_maintenance",
-    params(("id" = i64, Path, description = "The window's id.")),
+    params(("id" = i64, Path, description = "The window's id.", minimum = 1)),
     security(("bearer" = [])),
     responses((status = 200, description = "The window, ended.", body = WindowView), WriteErrors)
 )]
@@ -194,7 +194,7 @@ async fn end(
     path = "/api/v1/maintenance/{id}",
     tag = "maintenance",
     operation_id = "delete_maintenance",
-    params(("id" = i64, Path, description = "The window's id.")),
+    params(("id" = i64, Path, description = "The window's id.", minimum = 1)),
     security(("bearer" = [])),
     responses((status = 200, description = "The window as it was.", body = WindowView), WriteErrors)
 )]
