@@ -185,6 +185,17 @@ impl Window {
         self.from <= now && now < self.end()
     }
 
+    /// `scheduled`, `active` or `over` at `now`.
+    pub fn status(&self, now: Ts) -> &'static str {
+        if self.active(now) {
+            "active"
+        } else if now < self.from {
+            "scheduled"
+        } else {
+            "over"
+        }
+    }
+
     /// Whether it names `name` of `kind` among its targets.
     pub fn covers(&self, kind: TargetKind, name: &str) -> bool {
         self.targets.iter().any(|t| t.matches(kind, name))

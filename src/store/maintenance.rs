@@ -112,13 +112,7 @@ impl WindowView {
             created_at: w.created_at,
             ended_by: w.ended_by.clone(),
             ended_at: w.ended_at,
-            status: if w.active(now) {
-                "active"
-            } else if now < w.from {
-                "scheduled"
-            } else {
-                "over"
-            },
+            status: w.status(now),
         }
     }
 }

@@ -21,13 +21,7 @@ pub struct WindowRow {
 }
 
 fn row(w: &Window, now: Ts) -> WindowRow {
-    let status = if w.active(now) {
-        "active"
-    } else if now < w.from {
-        "scheduled"
-    } else {
-        "over"
-    };
+    let status = w.status(now);
     WindowRow {
         id: w.id,
         status,
