@@ -37,12 +37,18 @@ const TELL_EVERY: Duration = Duration::from_secs(30);
 pub struct WindowRequest {
     /// `kind/name-or-glob`: `proxy/proxy-2`, `auth_server/auth-*`,
     /// `agent/node-1?` (globs: `*`, `?`, `[a-z]`).
+    #[schema(min_items = 1, max_items = 100)]
     pub targets: Vec<String>,
     /// RFC 3339; now when left out.
     #[serde(default)]
+    #[schema(format = DateTime)]
     pub from: Option<String>,
-    /// RFC 3339.
+    /// RFC 3339, after `from` and not yet past; at most 366 days after
+    /// `from`.
+    #[schema(format = DateTime)]
     pub until: String,
+    /// Why: shown on the dashboard and in the audit.
+    #[schema(min_length = 1, max_length = 1000)]
     pub reason: String,
 }
 

@@ -115,7 +115,7 @@ async fn create(
 
 /// A window with its audit.
 #[derive(Serialize, utoipa::ToSchema)]
-struct OneResponse {
+struct WindowDetail {
     #[serde(flatten)]
     window: WindowView,
     /// Who created, ended or deleted it, and when, oldest first.
@@ -137,12 +137,12 @@ struct AuditView {
     operation_id = "get_maintenance",
     params(("id" = i64, Path, description = "The window's id.", minimum = 1)),
     security((), ("bearer" = [])),
-    responses((status = 200, description = "The window.", body = OneResponse), ReadOneErrors)
+    responses((status = 200, description = "The window.", body = WindowDetail), ReadOneErrors)
 )]
 async fn one(
     State(s): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<OneResponse>, ApiError> {
+) -> Result<Json<WindowDetail>, ApiError> {
     let id = window_id(&id)?;
     let m = &s.maintenance;
     let w = m.get(id).await?;
@@ -155,7 +155,7 @@ async fn one(
             row,
         })
         .collect();
-    Ok(Json(OneResponse {
+    Ok(Json(WindowDetail {
         window: WindowView::of(&w, m.now()),
         audit,
     }))
