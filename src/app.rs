@@ -174,6 +174,7 @@ impl Lifeline {
             departure,
             shutdown: rt.shutdown,
             tasks: rt.tasks,
+            reread: rt.reread,
         })
     }
 }

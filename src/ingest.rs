@@ -39,7 +39,13 @@ pub fn start(
 ) -> Result<(), ConfigError> {
     let (clock, stats, shutdown) = (rt.clock, &rt.stats.clone(), &rt.shutdown.clone());
     if let Some(r) = dialers.renewal.take() {
-        let watch = teleport::renew::watch(r, clock, stats.clone(), shutdown.clone());
+        let watch = teleport::renew::watch(
+            r,
+            clock,
+            stats.clone(),
+            rt.reread.subscribe(),
+            shutdown.clone(),
+        );
         rt.spawn(
             "identity renewal",
             watch.instrument(info_span!("identity.watch")),

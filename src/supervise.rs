@@ -25,12 +25,24 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::error;
 
+/// Resolves when the watched files are to be read again now
+/// ([`Runtime::reread`]); never once nobody can ask any more.
+pub async fn reread_asked(rx: &mut watch::Receiver<u64>) {
+    if rx.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
 /// What every room is built from.
 pub struct Runtime {
     pub clock: crate::clock::Clock,
     pub stats: Arc<crate::stats::Stats>,
     pub shutdown: CancellationToken,
     pub tasks: Tasks,
+    /// Bumped when the files Lifeline watches (its TLS certificate, the
+    /// cluster identity) are to be read again now (`SIGHUP`), not at their
+    /// next look.
+    pub reread: Arc<watch::Sender<u64>>,
 }
 
 impl Runtime {
@@ -41,6 +53,7 @@ impl Runtime {
             stats,
             tasks: Tasks::new(shutdown.clone()),
             shutdown,
+            reread: Arc::new(watch::channel(0).0),
         }
     }
 

@@ -65,9 +65,7 @@ impl ServerTls {
     ) -> Result<Option<ServerTls>, ConfigError> {
         let tls = Self::load(cfg, rt.clock.now(), rt.stats.clone())?;
         if let Some(t) = &tls {
-            let reload =
-                t.certs
-                    .spawn_watch(cfg.tls_reload_interval, rt.clock, rt.shutdown.clone());
+            let reload = t.certs.spawn_watch(cfg.tls_reload_interval, rt);
             rt.tasks.track("tls reload", reload);
         }
         Ok(tls)

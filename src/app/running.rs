@@ -41,6 +41,7 @@ pub struct Lifeline {
     pub(super) departure: Option<replica::Departure>,
     pub(super) shutdown: CancellationToken,
     pub(super) tasks: Tasks,
+    pub(super) reread: Arc<watch::Sender<u64>>,
 }
 
 impl Lifeline {
@@ -48,6 +49,14 @@ impl Lifeline {
     pub fn base_url(&self) -> String {
         let scheme = if self.tls { "https" } else { "http" };
         format!("{scheme}://{}", self.http_addr)
+    }
+
+    /// Reads the TLS certificate and the cluster identity again now, as
+    /// their watches do every few seconds anyway (`SIGHUP`, systemd's
+    /// `ExecReload`). A file that changed and is wrong is refused and
+    /// logged; the previous one stays in use.
+    pub fn reread_files(&self) {
+        self.reread.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// A token that fires when Lifeline is shutting down.

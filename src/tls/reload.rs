@@ -13,6 +13,7 @@ use std::time::Duration;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use sha2::{Digest, Sha256};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, info_span, warn, Instrument};
 
@@ -155,8 +156,15 @@ impl CertStore {
         }
     }
 
-    /// Looks every `every` until `stop`; each change is logged once.
-    pub async fn watch(self: Arc<Self>, every: Duration, clock: Clock, stop: CancellationToken) {
+    /// Looks every `every`, and whenever `reread` changes, until `stop`;
+    /// each change is logged once.
+    pub async fn watch(
+        self: Arc<Self>,
+        every: Duration,
+        clock: Clock,
+        mut reread: watch::Receiver<u64>,
+        stop: CancellationToken,
+    ) {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
@@ -164,6 +172,7 @@ impl CertStore {
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = tick.tick() => {}
+                _ = crate::supervise::reread_asked(&mut reread) => {}
             }
             let span = info_span!("tls.reload", cert = %self.cert_path.display());
             let _e = span.enter();
@@ -187,12 +196,11 @@ impl CertStore {
     pub fn spawn_watch(
         self: &Arc<Self>,
         every: Duration,
-        clock: Clock,
-        stop: CancellationToken,
+        rt: &crate::supervise::Runtime,
     ) -> tokio::task::JoinHandle<()> {
         let me = self.clone();
         tokio::spawn(
-            me.watch(every, clock, stop)
+            me.watch(every, rt.clock, rt.reread.subscribe(), rt.shutdown.clone())
                 .instrument(info_span!("tls.watch")),
         )
     }

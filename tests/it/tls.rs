@@ -245,6 +245,30 @@ async fn new_certificate_files_are_served_without_a_restart() {
     c.shutdown().await;
 }
 
+/// Guards `systemctl reload` (SIGHUP): asked to, Lifeline reads new
+/// certificate files at once, not at its next look.
+#[tokio::test(start_paused = true)]
+async fn new_certificate_files_are_served_at_once_when_asked_to_read_them() {
+    let c = Cluster::new().quiet().tls(false).start().await;
+    c.ready().await;
+    let tls = c.tls.as_ref().expect("TLS");
+    let renewed = tls
+        .ca
+        .issue("lifeline reread", &["localhost"])
+        .expect("cert");
+    std::fs::write(&tls.cert, &renewed.cert_pem).expect("write cert");
+    std::fs::write(&tls.key, &renewed.key_pem).expect("write key");
+    // Virtual time stands still: only the request can bring the new pair in.
+    let _hold = crate::support::hold_clock();
+    c.ll().reread_files();
+    c.eventually("the new pair loaded", || async {
+        metric(&c, "lifeline_tls_reloads_total{outcome=\"loaded\"}").await == 1.0
+    })
+    .await;
+    assert!(served_subject(&c).await.contains("lifeline reread"));
+    c.shutdown().await;
+}
+
 /// Guards the CLI over https: with `--ca-file` it reaches the API; without
 /// it the error says the certificate was not trusted; a CA file that is
 /// not PEM is named.

@@ -60,7 +60,13 @@ pub fn warn_if_readable(path: &Path) {
 
 /// Looks at the identity file until `stop`, renewing every dialer when it
 /// changed and parses.
-pub async fn watch(r: Renewal, clock: Clock, stats: Arc<Stats>, stop: CancellationToken) {
+pub async fn watch(
+    r: Renewal,
+    clock: Clock,
+    stats: Arc<Stats>,
+    mut reread: tokio::sync::watch::Receiver<u64>,
+    stop: CancellationToken,
+) {
     let failures: Vec<Arc<tokio::sync::Notify>> =
         r.dialers.iter().filter_map(Dialer::tls_failures).collect();
     let mut last = r.loaded.clone();
@@ -75,6 +81,7 @@ pub async fn watch(r: Renewal, clock: Clock, stats: Arc<Stats>, stop: Cancellati
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(RECHECK) => {}
             _ = failed => {}
+            _ = crate::supervise::reread_asked(&mut reread) => {}
         }
         let bytes = match Identity::read(&r.path) {
             Ok(b) => b,
