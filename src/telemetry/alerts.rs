@@ -204,6 +204,25 @@ pub fn rules_yaml(s: &AlertSettings) -> String {
     out
 }
 
+/// The same rules as a Prometheus Operator `PrometheusRule`, as YAML
+/// (`lifeline alert-rules --kubernetes`; deploy/kubernetes/base holds it).
+pub fn prometheus_rule_yaml(s: &AlertSettings) -> String {
+    let rule = json!({
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {
+            "name": "lifeline",
+            "labels": {"app.kubernetes.io/name": "lifeline"},
+        },
+        "spec": rule_groups(s),
+    });
+    let mut out = String::from(
+        "# Lifeline's alerting rules for the Prometheus Operator: `lifeline alert-rules\n# --kubernetes` writes this file.\n",
+    );
+    yaml(&rule, 0, &mut out);
+    out
+}
+
 /// Every expression of the rules.
 pub fn expressions(s: &AlertSettings) -> Vec<String> {
     rules(s).into_iter().map(|r| r.expr).collect()
@@ -235,7 +254,10 @@ pub fn metrics_in(expr: &str) -> Vec<String> {
 /// YAML in block style, every string a double-quoted scalar written as a
 /// JSON string (a JSON string is a valid YAML double-quoted scalar), so
 /// nothing in an expression or a template needs YAML's own quoting rules.
-fn yaml(v: &Value, indent: usize, out: &mut String) {
+/// `v` as block YAML; keys are written bare (Lifeline's own, never
+/// input), scalars as JSON (which YAML reads), and a string of several
+/// lines as a literal block.
+pub(crate) fn yaml(v: &Value, indent: usize, out: &mut String) {
     let pad = " ".repeat(indent);
     match v {
         Value::Object(m) => {
@@ -246,6 +268,16 @@ fn yaml(v: &Value, indent: usize, out: &mut String) {
                 if is_block(v) {
                     out.push('\n');
                     yaml(v, indent + 2, out);
+                } else if let Some(text) = v.as_str().filter(|t| is_literal(t)) {
+                    out.push_str(" |-\n");
+                    for line in text.lines() {
+                        if !line.is_empty() {
+                            out.push_str(&pad);
+                            out.push_str("  ");
+                            out.push_str(line);
+                        }
+                        out.push('\n');
+                    }
                 } else {
                     out.push(' ');
                     out.push_str(&v.to_string());
@@ -274,6 +306,17 @@ fn yaml(v: &Value, indent: usize, out: &mut String) {
             out.push('\n');
         }
     }
+}
+
+/// A string YAML's literal block keeps exactly: several lines, each
+/// without trailing blanks, tabs or other control characters, and no
+/// leading blank on its first line (which would set the indentation).
+fn is_literal(t: &str) -> bool {
+    t.contains('\n')
+        && !t.ends_with('\n')
+        && !t.starts_with([' ', '\n'])
+        && t.lines().all(|l| !l.ends_with(' '))
+        && !t.chars().any(|c| c.is_control() && c != '\n')
 }
 
 fn is_block(v: &Value) -> bool {

@@ -367,6 +367,27 @@ fn rows() -> Vec<(&'static str, Vec<Panel>)> {
     ]
 }
 
+/// The dashboard as a ConfigMap that Grafana's dashboard sidecar loads
+/// (label `grafana_dashboard: "1"`), as YAML (`lifeline grafana-dashboard
+/// --kubernetes`; deploy/kubernetes/base holds it).
+pub fn configmap_yaml(external_url: &str) -> String {
+    let body = serde_json::to_string_pretty(&dashboard(external_url)).unwrap_or_default();
+    let map = json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "lifeline-grafana-dashboard",
+            "labels": {"app.kubernetes.io/name": "lifeline", "grafana_dashboard": "1"},
+        },
+        "data": {"lifeline.json": body},
+    });
+    let mut out = String::from(
+        "# Lifeline's Grafana dashboard for Grafana's dashboard sidecar: `lifeline\n# grafana-dashboard --kubernetes` writes this file.\n",
+    );
+    super::alerts::yaml(&map, 0, &mut out);
+    out
+}
+
 /// The dashboard, for Grafana's import (datasource chosen at import).
 /// `external_url` is where Lifeline's own dashboard is linked from it.
 pub fn dashboard(external_url: &str) -> Value {

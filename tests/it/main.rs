@@ -13,6 +13,8 @@ mod api;
 mod bench;
 mod browser;
 mod cli;
+mod config_keys;
+mod deploy;
 mod discovery;
 mod faults;
 mod hostile;

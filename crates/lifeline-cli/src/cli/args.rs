@@ -121,6 +121,9 @@ pub enum Cmd {
         /// How long a root cause may strand agents before it alerts.
         #[arg(long, default_value = "5m")]
         stranded_for: humantime::Duration,
+        /// Print a Prometheus Operator PrometheusRule instead of a rules file.
+        #[arg(long)]
+        kubernetes: bool,
     },
     /// Print a Grafana dashboard (JSON, for import) over Lifeline's metrics.
     GrafanaDashboard {
@@ -130,6 +133,9 @@ pub enum Cmd {
         /// Where the dashboard is reached (overrides server.external_url).
         #[arg(long)]
         external_url: Option<String>,
+        /// Print a ConfigMap for Grafana's dashboard sidecar instead.
+        #[arg(long)]
+        kubernetes: bool,
     },
     /// Make API and join tokens.
     Token {

@@ -34,8 +34,36 @@ pub(super) async fn run_until_stopped(failed: lifeline::supervise::FailureWatch)
     }
 }
 
+/// Each SIGHUP has the TLS certificate and the cluster identity read again
+/// now (systemd's `ExecReload`); never returns.
+async fn reread_on_hangup(ll: &Lifeline) {
+    #[cfg(unix)]
+    if let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        while hup.recv().await.is_some() {
+            tracing::info!("SIGHUP: reading the TLS certificate and the cluster identity again");
+            ll.reread_files();
+        }
+    }
+    std::future::pending::<()>().await
+}
+
 fn load_config(path: Option<&PathBuf>) -> Result<Config, lifeline::config::ConfigError> {
     Config::load(path.map(|p| p.as_path()), |k| std::env::var(k).ok())
+}
+
+/// Writes `text` to stdout. A reader that went away (`| head`) ends the
+/// command quietly, as it does any Unix filter; another failure says so.
+fn emit(text: &str) -> ExitCode {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("lifeline: writing to stdout: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// The dashboard's external URL: the flag, else the config's; `None`
@@ -173,7 +201,10 @@ async fn run(
                 "Lifeline: API {base}/api/v1/summary, dashboard {base}/, {grpc} {}",
                 ll.grpc_addr
             );
-            let code = run_until_stopped(ll.failed()).await;
+            let code = tokio::select! {
+                code = run_until_stopped(ll.failed()) => code,
+                () = reread_on_hangup(&ll) => ExitCode::SUCCESS,
+            };
             ll.shutdown().await;
             Ok(code)
         }
@@ -181,6 +212,7 @@ async fn run(
             config,
             external_url,
             stranded_for,
+            kubernetes,
         } => {
             let Some(url) = external_url_of(config.as_ref(), external_url) else {
                 return Ok(ExitCode::from(EXIT_CONFIG));
@@ -189,19 +221,28 @@ async fn run(
                 external_url: url,
                 stranded_for: stranded_for.into(),
             };
-            print!("{}", lifeline::telemetry::alerts::rules_yaml(&s));
-            Ok(ExitCode::SUCCESS)
+            let out = if kubernetes {
+                lifeline::telemetry::alerts::prometheus_rule_yaml(&s)
+            } else {
+                lifeline::telemetry::alerts::rules_yaml(&s)
+            };
+            Ok(emit(&out))
         }
         Cmd::GrafanaDashboard {
             config,
             external_url,
+            kubernetes,
         } => {
             let Some(url) = external_url_of(config.as_ref(), external_url) else {
                 return Ok(ExitCode::from(EXIT_CONFIG));
             };
-            let d = lifeline::telemetry::grafana::dashboard(&url);
-            println!("{}", serde_json::to_string_pretty(&d)?);
-            Ok(ExitCode::SUCCESS)
+            let out = if kubernetes {
+                lifeline::telemetry::grafana::configmap_yaml(&url)
+            } else {
+                let d = lifeline::telemetry::grafana::dashboard(&url);
+                format!("{}\n", serde_json::to_string_pretty(&d)?)
+            };
+            Ok(emit(&out))
         }
         Cmd::CheckConfig { config } => {
             // The files it names are read as `serve` would: a certificate
@@ -211,10 +252,7 @@ async fn run(
                     .map(|_| c)
             });
             match checked {
-                Ok(c) => {
-                    println!("config OK: {c:#?}");
-                    Ok(ExitCode::SUCCESS)
-                }
+                Ok(c) => Ok(emit(&format!("config OK: {c:#?}\n"))),
                 Err(e) => {
                     eprintln!("lifeline: {e}");
                     Ok(ExitCode::from(EXIT_CONFIG))
