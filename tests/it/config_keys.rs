@@ -252,6 +252,18 @@ fn every_key_of_the_sidecar_is_in_its_example_and_none_else() {
     );
 }
 
+/// The kube agents' sidecar config names only keys the sidecar takes.
+#[test]
+fn the_kube_agent_config_names_only_real_keys() {
+    let taken = keys_of::<lifeline_agent::config::FileConfig>();
+    let rel = "deploy/kubernetes/kube-agent/lifeline-agent.toml";
+    let unknown: Vec<String> = keys_named_in(&file(rel))
+        .difference(&taken)
+        .cloned()
+        .collect();
+    assert!(unknown.is_empty(), "{rel} names {unknown:?}");
+}
+
 /// The configs the package and the Kubernetes base install name only keys
 /// Lifeline takes (and load).
 #[test]

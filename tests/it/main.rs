@@ -20,6 +20,7 @@ mod faults;
 mod hostile;
 mod identity;
 mod incidents;
+mod kube_agent;
 mod listeners;
 mod maintenance;
 mod metrics;

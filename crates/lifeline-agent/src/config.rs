@@ -48,6 +48,8 @@ pub enum Method {
     Pidfile,
     /// A command of the operator's (`exec`).
     Exec,
+    /// Eviction of each pod of a StatefulSet (Teleport's kube agents).
+    Kubernetes,
 }
 
 /// One list or one comma-separated string (how an environment variable
@@ -122,6 +124,18 @@ pub struct FileConfig {
     pub report_interval: Duration,
     /// Only say what a restart would do.
     pub dry_run: bool,
+    /// `restart = "kubernetes"`: the agents' StatefulSet (the
+    /// `teleport-kube-agent` chart's release name).
+    pub statefulset: String,
+    /// Its namespace; unset: this pod's own.
+    pub namespace: Option<String>,
+    /// The API server; unset: this pod's service account (or KUBECONFIG).
+    pub kube_api: Option<String>,
+    /// The Teleport container in each pod.
+    pub container: String,
+    /// Teleport's diagnostic port in each pod (`/readyz`); 0: only the
+    /// pod's Ready condition.
+    pub diag_port: u16,
 }
 
 impl Default for FileConfig {
@@ -145,6 +159,11 @@ impl Default for FileConfig {
             cooldown: Duration::from_secs(600),
             report_interval: Duration::from_secs(30),
             dry_run: false,
+            statefulset: String::new(),
+            namespace: None,
+            kube_api: None,
+            container: "teleport".into(),
+            diag_port: 3000,
         }
     }
 }
@@ -285,6 +304,38 @@ pub enum Restart {
     Systemd { unit: String, systemctl: PathBuf },
     Pidfile,
     Exec { argv: Vec<String> },
+    Kubernetes(KubeTarget),
+}
+
+/// The StatefulSet whose pods `restart = "kubernetes"` evicts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KubeTarget {
+    pub statefulset: String,
+    pub namespace: Option<String>,
+    pub api: Option<String>,
+    pub container: String,
+    pub diag_port: u16,
+}
+
+/// A Kubernetes object name (RFC 1123 label or subdomain: lowercase
+/// letters, digits, `-` and `.`, at most 253).
+fn object_name(field: &'static str, s: &str) -> Result<(), ConfigError> {
+    let ok = !s.is_empty()
+        && s.len() <= 253
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        && !s.starts_with(['-', '.'])
+        && !s.ends_with(['-', '.']);
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            field,
+            format!(
+                "{s:?} is not a Kubernetes name (lowercase letters, digits, '-', '.'; at most 253)"
+            ),
+        ))
+    }
 }
 
 impl std::fmt::Display for Restart {
@@ -293,6 +344,7 @@ impl std::fmt::Display for Restart {
             Restart::Systemd { unit, .. } => write!(f, "systemd reload {unit}"),
             Restart::Pidfile => write!(f, "SIGHUP to the PID in its PID file"),
             Restart::Exec { argv } => write!(f, "exec {}", argv.join(" ")),
+            Restart::Kubernetes(k) => write!(f, "eviction of StatefulSet {}'s pods", k.statefulset),
         }
     }
 }
@@ -360,8 +412,17 @@ impl FileConfig {
         // Read once now, so a fault is named at start; read again at
         // every dial.
         credentials.load()?;
+        let kube = self.restart == Method::Kubernetes;
         let host_id = match self.host_id.filter(|h| !h.trim().is_empty()) {
+            Some(_) if kube => {
+                return Err(invalid(
+                    "host_id",
+                    "restart = \"kubernetes\" reads each pod's host ID from its state Secret: leave host_id out",
+                ))
+            }
             Some(h) => h.trim().to_string(),
+            // Each pod's, read when its stream opens.
+            None if kube => String::from("-"),
             None => {
                 let p = self.teleport_data_dir.join("host_uuid");
                 let raw = std::fs::read_to_string(&p).map_err(|e| {
@@ -387,6 +448,41 @@ impl FileConfig {
                 }
             }
             Method::Pidfile => Restart::Pidfile,
+            Method::Kubernetes => {
+                object_name("statefulset", &self.statefulset)?;
+                if let Some(ns) = &self.namespace {
+                    object_name("namespace", ns)?;
+                }
+                if let Some(api) = &self.kube_api {
+                    let uri: tonic::transport::Uri = api
+                        .parse()
+                        .map_err(|e| invalid("kube_api", format!("{api:?} is not a URL: {e}")))?;
+                    if !matches!(uri.scheme_str(), Some("https" | "http")) || uri.host().is_none() {
+                        return Err(invalid(
+                            "kube_api",
+                            format!("{api:?} must be https://host:port"),
+                        ));
+                    }
+                    if uri.scheme_str() == Some("http") && !uri.host().is_some_and(loopback) {
+                        return Err(invalid(
+                            "kube_api",
+                            format!("{api:?}: http:// only to this machine (kubectl proxy, tests)"),
+                        ));
+                    }
+                }
+                if self.container.trim().is_empty()
+                    || self.container.chars().any(|c| c.is_control())
+                {
+                    return Err(invalid("container", "name the Teleport container"));
+                }
+                Restart::Kubernetes(KubeTarget {
+                    statefulset: self.statefulset,
+                    namespace: self.namespace,
+                    api: self.kube_api,
+                    container: self.container,
+                    diag_port: self.diag_port,
+                })
+            }
             Method::Exec => {
                 let argv = self.exec.items();
                 if argv.is_empty() {
@@ -405,7 +501,7 @@ impl FileConfig {
         }
         // A restart is done only when a new PID turns ready: something
         // must name the PID.
-        if self.diag_addr.is_none() && self.pid_file.as_os_str().is_empty() {
+        if !kube && self.diag_addr.is_none() && self.pid_file.as_os_str().is_empty() {
             return Err(invalid(
                 "pid_file",
                 "without diag_addr, the PID file is the only way to tell the restarted process from the old one: name it (or set diag_addr)",

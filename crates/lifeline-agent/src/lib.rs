@@ -9,7 +9,9 @@
 //! - `session`: the streams to every Lifeline replica, with backoff;
 //! - `restart`: the restart and the wait for a new, ready process;
 //! - `probe`: what the agent says of itself (`/readyz`, the PID file);
-//! - `target`: the process a SIGHUP goes to, proven to be Teleport.
+//! - `target`: the process a SIGHUP goes to, proven to be Teleport;
+//! - `kube`: Teleport's kube agents, a StatefulSet's pods, restarted by
+//!   eviction.
 //!
 //! Must not touch: anything of the server's. It shares only the generated
 //! wire code (`lifeline-proto`).
@@ -20,6 +22,7 @@
 
 pub mod clock;
 pub mod config;
+pub mod kube;
 pub mod probe;
 pub mod restart;
 pub mod session;

@@ -49,6 +49,16 @@ fn main() {
         }
     };
     if args.check {
+        if let lifeline_agent::config::Restart::Kubernetes(k) = &cfg.restart {
+            println!(
+                "StatefulSet {} (namespace {}) · each pod's host ID from its state Secret · lifeline {} · {}",
+                k.statefulset,
+                k.namespace.as_deref().unwrap_or("this pod's"),
+                cfg.lifeline.join(", "),
+                if cfg.dry_run { "dry run" } else { "acting" }
+            );
+            return;
+        }
         println!(
             "host {} · lifeline {} · restart: {} · {}",
             cfg.host_id,

@@ -55,21 +55,7 @@ pub async fn read_pid(path: &Path) -> Option<u32> {
 impl Probe {
     pub async fn look(&self) -> Seen {
         let mut seen = match &self.diag_addr {
-            Some(addr) => match tokio::time::timeout(LOOK_TIMEOUT, readyz(addr)).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => Seen {
-                    ready: false,
-                    status: clean(&format!("diag {addr} unreachable: {e}")),
-                    pid: None,
-                    readyz_pid: None,
-                },
-                Err(_) => Seen {
-                    ready: false,
-                    status: format!("diag {addr} did not answer within {LOOK_TIMEOUT:?}"),
-                    pid: None,
-                    readyz_pid: None,
-                },
-            },
+            Some(addr) => readyz_at(addr).await,
             None => self.debug_readyz().await,
         };
         seen.readyz_pid = seen.pid;
@@ -117,6 +103,26 @@ impl Probe {
                 readyz_pid: None,
             },
         }
+    }
+}
+
+/// Teleport's `/readyz` at `addr` (a kube agent pod's diagnostic
+/// address), bounded as [`Probe::look`] is.
+pub async fn readyz_at(addr: &str) -> Seen {
+    match tokio::time::timeout(LOOK_TIMEOUT, readyz(addr)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => Seen {
+            ready: false,
+            status: clean(&format!("diag {addr} unreachable: {e}")),
+            pid: None,
+            readyz_pid: None,
+        },
+        Err(_) => Seen {
+            ready: false,
+            status: format!("diag {addr} did not answer within {LOOK_TIMEOUT:?}"),
+            pid: None,
+            readyz_pid: None,
+        },
     }
 }
 

@@ -15,6 +15,7 @@ use tracing::{info, warn};
 
 use crate::clock;
 use crate::config::{AgentConfig, Restart};
+use crate::kube::{Evicted, PodTarget};
 use crate::probe::{Probe, Seen};
 use crate::target::{self, Target, Wanted};
 
@@ -88,6 +89,8 @@ pub struct Restarter {
     ready_timeout: Duration,
     cooldown: Duration,
     dry_run: bool,
+    /// `restart = "kubernetes"`: the pod this restarter evicts.
+    pod: Option<PodTarget>,
     state: Mutex<State>,
     /// The last look at the agent, and when: the streams to every replica
     /// report it without each asking the agent again.
@@ -127,14 +130,27 @@ impl Restarter {
             ready_timeout: cfg.ready_timeout,
             cooldown: cfg.cooldown,
             dry_run: cfg.dry_run,
+            pod: None,
             state: Mutex::new(State::default()),
             seen: Mutex::new(None),
         }
     }
 
+    /// The restarter of one kube agent pod: eviction, with the same
+    /// one-at-a-time, cooldown and dry run as the other methods.
+    pub fn for_pod(cfg: &AgentConfig, pod: PodTarget) -> Restarter {
+        Restarter {
+            pod: Some(pod),
+            ..Restarter::new(cfg)
+        }
+    }
+
     /// How this sidecar restarts its agent, in words.
     pub fn method(&self) -> String {
-        self.restart.to_string()
+        match &self.pod {
+            Some(p) => p.method(),
+            None => self.restart.to_string(),
+        }
     }
 
     pub fn dry_run(&self) -> bool {
@@ -147,7 +163,10 @@ impl Restarter {
 
     /// What the agent says of itself now.
     pub async fn look(&self) -> Seen {
-        let seen = self.probe.look().await;
+        let seen = match &self.pod {
+            Some(p) => p.look().await,
+            None => self.probe.look().await,
+        };
         *lock(&self.seen) = Some((clock::instant(), seen.clone()));
         seen
     }
@@ -183,6 +202,9 @@ impl Restarter {
             st.busy = true;
             Busy(&self.state)
         };
+        if let Some(pod) = &self.pod {
+            return self.evict(pod, why).await;
+        }
         let before = match self.before().await {
             Ok(b) => b,
             Err(why_not) => {
@@ -200,6 +222,76 @@ impl Restarter {
         self.carry_out(why, before).await
     }
 
+    /// Evicts the pod, then waits for the StatefulSet's replacement to be
+    /// Ready with a new container. A PodDisruptionBudget's 429, a pod
+    /// replaced or gone, or one that no longer runs this agent, is
+    /// refused: nothing was evicted.
+    async fn evict(&self, pod: &PodTarget, why: &str) -> Outcome {
+        let old = match pod.before().await {
+            Ok(i) => i,
+            Err(why_not) => {
+                warn!(reason = %why_not, "restart refused");
+                return Outcome::refused(why_not);
+            }
+        };
+        if self.dry_run {
+            return Outcome::refused(format!(
+                "dry run: would {} ({old}) because {why}",
+                pod.method()
+            ));
+        }
+        let began = clock::instant();
+        let at = clock::wall();
+        info!(pod = %old, why, "evicting the agent's pod");
+        match pod.evict(&old).await {
+            Ok(()) => {}
+            Err(Evicted::Refused(r)) => {
+                warn!(reason = %r, "eviction refused; nothing was evicted");
+                return Outcome::refused(r);
+            }
+            Err(Evicted::Failed(f)) => {
+                // Perhaps evicted after all: no second try within the
+                // cooldown.
+                lock(&self.state).began = Some(began);
+                warn!(error = %f, "the eviction failed");
+                return Outcome::failed(f);
+            }
+        }
+        {
+            let mut st = lock(&self.state);
+            st.began = Some(began);
+            st.last = Last {
+                at: Some(at),
+                ready_after: None,
+            };
+        }
+        match pod.replaced(&old, began + self.ready_timeout).await {
+            Ok((new, seen)) => {
+                let took = began.elapsed();
+                lock(&self.state).last.ready_after = Some(took);
+                info!(old = %old, new = %new, ready_after = ?took, "the replacement pod is ready");
+                let pid = seen
+                    .pid
+                    .map(|p| format!(", /readyz pid {p}"))
+                    .unwrap_or_default();
+                Outcome {
+                    verdict: Verdict::Ready,
+                    detail: format!(
+                        "evicted {old} → {new} Ready{pid}, after {:.1} s",
+                        took.as_secs_f64()
+                    ),
+                }
+            }
+            Err(last) => {
+                warn!(timeout = ?self.ready_timeout, last = %last, "no replacement pod turned ready");
+                Outcome::failed(format!(
+                    "evicted {old}, but no replacement was Ready with a new container within {} (last seen: {last})",
+                    humantime::format_duration(self.ready_timeout)
+                ))
+            }
+        }
+    }
+
     /// The PID before the restart, proven where Lifeline signals it itself;
     /// an error is why nothing may be tried.
     async fn before(&self) -> Result<Before, String> {
@@ -214,6 +306,7 @@ impl Restarter {
                     target: Some(t),
                 })
             }
+            Restart::Kubernetes(_) => Err("not evicting: this restarter has no pod".into()),
             Restart::Systemd { .. } | Restart::Exec { .. } => {
                 let pid = seen.pid.and_then(|p| i32::try_from(p).ok()).ok_or_else(|| {
                     format!(
@@ -284,6 +377,7 @@ impl Restarter {
                 Some(t) => t.hang_up(),
                 None => Err("no proven process to signal".into()),
             },
+            Restart::Kubernetes(_) => Err("a pod is evicted, never signalled".into()),
         }
     }
 }

@@ -45,8 +45,15 @@ pub enum SessionError {
     Closed,
 }
 
-/// Holds a stream to every configured address until `stop`.
+/// Holds a stream to every configured address until `stop`; with
+/// `restart = "kubernetes"`, one per pod of the StatefulSet (`kube`).
 pub async fn run(cfg: AgentConfig, stop: CancellationToken) {
+    if matches!(cfg.restart, crate::config::Restart::Kubernetes(_)) {
+        if let Err(e) = crate::kube::run(cfg, stop).await {
+            warn!(error = %e, "cannot speak for the StatefulSet's pods");
+        }
+        return;
+    }
     let cfg = Arc::new(cfg);
     let restarter = Arc::new(Restarter::new(&cfg));
     info!(
@@ -56,6 +63,12 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) {
         dry_run = cfg.dry_run,
         "lifeline-agent started"
     );
+    hold_all(cfg, restarter, stop).await;
+}
+
+/// Holds a stream to every configured address for the agent `cfg.host_id`,
+/// restarted by `restarter`, until `stop`.
+pub async fn hold_all(cfg: Arc<AgentConfig>, restarter: Arc<Restarter>, stop: CancellationToken) {
     let mut tasks = Vec::new();
     for addr in cfg.lifeline.clone() {
         let span = info_span!("agent.stream", lifeline = %addr);

@@ -26,6 +26,7 @@ use lifeline::config::Config;
 
 mod api;
 mod cluster;
+pub mod kube_api;
 mod pki;
 mod running;
 mod store;
