@@ -448,6 +448,12 @@ impl FileConfig {
                 }
             }
             Method::Pidfile => Restart::Pidfile,
+            Method::Kubernetes if !cfg!(feature = "kubernetes") => {
+                return Err(invalid(
+                    "restart",
+                    "\"kubernetes\" needs a lifeline-agent built with its kubernetes feature (the kube agents' image is; the Debian package is not)",
+                ))
+            }
             Method::Kubernetes => {
                 object_name("statefulset", &self.statefulset)?;
                 if let Some(ns) = &self.namespace {

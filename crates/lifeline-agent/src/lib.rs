@@ -22,6 +22,7 @@
 
 pub mod clock;
 pub mod config;
+#[cfg(feature = "kubernetes")]
 pub mod kube;
 pub mod probe;
 pub mod restart;

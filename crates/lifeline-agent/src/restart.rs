@@ -15,6 +15,7 @@ use tracing::{info, warn};
 
 use crate::clock;
 use crate::config::{AgentConfig, Restart};
+#[cfg(feature = "kubernetes")]
 use crate::kube::{Evicted, PodTarget};
 use crate::probe::{Probe, Seen};
 use crate::target::{self, Target, Wanted};
@@ -90,6 +91,7 @@ pub struct Restarter {
     cooldown: Duration,
     dry_run: bool,
     /// `restart = "kubernetes"`: the pod this restarter evicts.
+    #[cfg(feature = "kubernetes")]
     pod: Option<PodTarget>,
     state: Mutex<State>,
     /// The last look at the agent, and when: the streams to every replica
@@ -130,6 +132,7 @@ impl Restarter {
             ready_timeout: cfg.ready_timeout,
             cooldown: cfg.cooldown,
             dry_run: cfg.dry_run,
+            #[cfg(feature = "kubernetes")]
             pod: None,
             state: Mutex::new(State::default()),
             seen: Mutex::new(None),
@@ -138,6 +141,7 @@ impl Restarter {
 
     /// The restarter of one kube agent pod: eviction, with the same
     /// one-at-a-time, cooldown and dry run as the other methods.
+    #[cfg(feature = "kubernetes")]
     pub fn for_pod(cfg: &AgentConfig, pod: PodTarget) -> Restarter {
         Restarter {
             pod: Some(pod),
@@ -147,10 +151,11 @@ impl Restarter {
 
     /// How this sidecar restarts its agent, in words.
     pub fn method(&self) -> String {
-        match &self.pod {
-            Some(p) => p.method(),
-            None => self.restart.to_string(),
+        #[cfg(feature = "kubernetes")]
+        if let Some(p) = &self.pod {
+            return p.method();
         }
+        self.restart.to_string()
     }
 
     pub fn dry_run(&self) -> bool {
@@ -163,10 +168,13 @@ impl Restarter {
 
     /// What the agent says of itself now.
     pub async fn look(&self) -> Seen {
+        #[cfg(feature = "kubernetes")]
         let seen = match &self.pod {
             Some(p) => p.look().await,
             None => self.probe.look().await,
         };
+        #[cfg(not(feature = "kubernetes"))]
+        let seen = self.probe.look().await;
         *lock(&self.seen) = Some((clock::instant(), seen.clone()));
         seen
     }
@@ -202,6 +210,7 @@ impl Restarter {
             st.busy = true;
             Busy(&self.state)
         };
+        #[cfg(feature = "kubernetes")]
         if let Some(pod) = &self.pod {
             return self.evict(pod, why).await;
         }
@@ -226,6 +235,7 @@ impl Restarter {
     /// Ready with a new container. A PodDisruptionBudget's 429, a pod
     /// replaced or gone, or one that no longer runs this agent, is
     /// refused: nothing was evicted.
+    #[cfg(feature = "kubernetes")]
     async fn evict(&self, pod: &PodTarget, why: &str) -> Outcome {
         let old = match pod.before().await {
             Ok(i) => i,

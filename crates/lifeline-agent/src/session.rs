@@ -48,6 +48,7 @@ pub enum SessionError {
 /// Holds a stream to every configured address until `stop`; with
 /// `restart = "kubernetes"`, one per pod of the StatefulSet (`kube`).
 pub async fn run(cfg: AgentConfig, stop: CancellationToken) {
+    #[cfg(feature = "kubernetes")]
     if matches!(cfg.restart, crate::config::Restart::Kubernetes(_)) {
         if let Err(e) = crate::kube::run(cfg, stop).await {
             warn!(error = %e, "cannot speak for the StatefulSet's pods");
