@@ -179,6 +179,52 @@ async fn a_replacement_that_never_turns_ready_fails_after_the_timeout() {
     stop.cancel();
 }
 
+/// Before an eviction the target is proven: a pod that now runs another
+/// agent (its state Secret names another host), one already terminating,
+/// and one the StatefulSet replaced between the proof and the eviction
+/// (the eviction's UID precondition: 409) are each refused, and nothing
+/// is evicted.
+#[tokio::test]
+async fn a_pod_that_is_not_the_one_proven_is_never_evicted() {
+    let quick = Replacement {
+        ready_after: Duration::from_millis(200),
+        never_ready: false,
+    };
+    let (c, kube, stop, _dir) = setup(quick, |_| {}).await;
+
+    kube.set_host(POD, "agent-00002");
+    let id = reconnect(&c).await;
+    let said = detail(&outcome(&c, id, "refused").await);
+    assert!(
+        said.contains("now runs host agent-00002, not agent-00001"),
+        "{said}"
+    );
+    kube.set_host(POD, HOST);
+
+    kube.terminating(POD);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let id = reconnect(&c).await;
+    let said = detail(&outcome(&c, id, "refused").await);
+    assert!(said.contains("already terminating"), "{said}");
+    assert!(kube.evictions().is_empty());
+    stop.cancel();
+
+    // A fresh pod, replaced as the eviction arrives.
+    let (c, kube, stop, _dir) = setup(quick, |_| {}).await;
+    kube.replace_on_evict();
+    let id = reconnect(&c).await;
+    let said = detail(&outcome(&c, id, "refused").await);
+    assert!(
+        said.contains("was replaced before the eviction") && said.contains("409"),
+        "{said}"
+    );
+    assert!(
+        kube.evictions().is_empty(),
+        "the replacement was not evicted"
+    );
+    stop.cancel();
+}
+
 /// A dry run evicts nothing and says what it would have evicted.
 #[tokio::test]
 async fn a_dry_run_says_which_pod_it_would_evict() {

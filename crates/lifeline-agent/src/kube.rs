@@ -21,9 +21,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::api::{
-    Api, DeleteParams, EvictParams, ListParams, Preconditions, WatchEvent, WatchParams,
-};
+use k8s_openapi::api::policy::v1::Eviction;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, Preconditions};
+use kube::api::{Api, ListParams, WatchEvent, WatchParams};
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
@@ -38,6 +38,8 @@ use crate::restart::Restarter;
 pub const HOST_ID_KEY: &str = ".host_uuid";
 /// How often the StatefulSet's pods are listed again (scaled up or down).
 const MEMBERS_EVERY: Duration = Duration::from_secs(30);
+/// How often a replacement is looked at again while its watch is quiet.
+const RELOOK: Duration = Duration::from_secs(2);
 /// Longest one call to the API server may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(15);
 /// Longest host ID taken from a Secret.
@@ -104,6 +106,7 @@ async fn call<T>(
 
 /// The StatefulSet's pods, through the API server.
 pub struct Members {
+    client: kube::Client,
     pods: Api<Pod>,
     secrets: Api<Secret>,
     target: KubeTarget,
@@ -186,6 +189,7 @@ impl Members {
         let client =
             kube::Client::try_from(config).map_err(|e| KubeError::Client(words(&e.to_string())))?;
         Ok(Members {
+            client: client.clone(),
             pods: Api::namespaced(client.clone(), &namespace),
             secrets: Api::namespaced(client, &namespace),
             target: target.clone(),
@@ -365,19 +369,31 @@ impl PodTarget {
         Ok(inc)
     }
 
-    /// Evicts exactly `inc` (its UID a precondition).
+    /// Evicts exactly `inc` (its UID a precondition). The Eviction is
+    /// k8s-openapi's own object, posted as is: kube's `Api::evict` writes
+    /// its delete options under a key the API server does not read
+    /// (`delete_options`), which would drop the precondition unseen.
     pub async fn evict(&self, inc: &Incarnation) -> Result<(), Evicted> {
-        let params = EvictParams {
-            delete_options: Some(DeleteParams {
+        let eviction = Eviction {
+            metadata: ObjectMeta {
+                name: Some(inc.name.clone()),
+                namespace: Some(self.members.namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            delete_options: Some(DeleteOptions {
                 preconditions: Some(Preconditions {
                     uid: Some(inc.uid.clone()),
                     resource_version: None,
                 }),
-                ..DeleteParams::default()
+                ..DeleteOptions::default()
             }),
-            ..EvictParams::default()
         };
-        let asked = tokio::time::timeout(CALL_TIMEOUT, self.members.pods.evict(&inc.name, &params));
+        let request = eviction_request(&self.members.namespace, &inc.name, &eviction)
+            .map_err(Evicted::Refused)?;
+        let asked = tokio::time::timeout(
+            CALL_TIMEOUT,
+            self.members.client.request::<kube::core::Status>(request),
+        );
         match asked.await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => match code_of(&e) {
@@ -434,14 +450,12 @@ impl PodTarget {
             }
             let left = deadline.saturating_duration_since(crate::clock::instant());
             let secs = u32::try_from(left.as_secs().clamp(1, 290)).unwrap_or(290);
-            let stream = match self
-                .members
-                .pods
-                .watch(&params.clone().timeout(secs), "0")
-                .await
-            {
-                Ok(s) => s,
-                Err(e) => {
+            let this_watch = params.clone().timeout(secs);
+            let asked = self.members.pods.watch(&this_watch, "0");
+            let stream = match tokio::time::timeout_at(deadline, asked).await {
+                Err(_) => return Err(last),
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
                     last = format!("watching pod {}: {}", old.name, said(&e));
                     tokio::time::sleep_until(
                         deadline.min(crate::clock::instant() + Duration::from_secs(1)),
@@ -452,9 +466,12 @@ impl PodTarget {
             };
             let mut stream = std::pin::pin!(stream);
             loop {
-                let next = tokio::time::timeout_at(deadline, stream.next()).await;
+                // A replacement Ready before its /readyz says so sends no
+                // further event: it is looked at again now and then.
+                let wake = deadline.min(crate::clock::instant() + RELOOK);
+                let next = tokio::time::timeout_at(wake, stream.next()).await;
                 let p = match next {
-                    Err(_) => return Err(last),
+                    Err(_) => break,
                     Ok(None) | Ok(Some(Err(_))) => break,
                     Ok(Some(Ok(WatchEvent::Added(p) | WatchEvent::Modified(p)))) => p,
                     Ok(Some(Ok(WatchEvent::Deleted(_)))) => {
@@ -494,6 +511,40 @@ impl PodTarget {
         }
         Ok(seen)
     }
+}
+
+/// A Kubernetes object name: lowercase letters, digits, `-` and `.`, at
+/// most 253 (what may go into an API path unescaped).
+fn is_object_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+}
+
+/// `POST /api/v1/namespaces/{ns}/pods/{name}/eviction` with `eviction`;
+/// a name that is no Kubernetes name never reaches the path.
+fn eviction_request(
+    namespace: &str,
+    pod: &str,
+    eviction: &Eviction,
+) -> Result<hyper::http::Request<Vec<u8>>, String> {
+    use k8s_openapi::Resource;
+    for name in [namespace, pod] {
+        if !is_object_name(name) {
+            return Err(format!("not evicting: {name:?} is not a Kubernetes name"));
+        }
+    }
+    let mut body = serde_json::to_value(eviction).map_err(|e| format!("the eviction: {e}"))?;
+    body["apiVersion"] = Eviction::API_VERSION.into();
+    body["kind"] = Eviction::KIND.into();
+    let body = serde_json::to_vec(&body).map_err(|e| format!("the eviction: {e}"))?;
+    hyper::http::Request::post(format!(
+        "/api/v1/namespaces/{namespace}/pods/{pod}/eviction"
+    ))
+    .header(hyper::http::header::CONTENT_TYPE, "application/json")
+    .body(body)
+    .map_err(|e| format!("the eviction request: {e}"))
 }
 
 /// Speaks for every pod of the StatefulSet until `stop`: lists its pods
@@ -568,6 +619,38 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), KubeEr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_eviction_names_the_pod_and_its_uid_as_the_api_reads_them() {
+        let e = Eviction {
+            metadata: ObjectMeta {
+                name: Some("teleport-kube-agent-0".into()),
+                ..ObjectMeta::default()
+            },
+            delete_options: Some(DeleteOptions {
+                preconditions: Some(Preconditions {
+                    uid: Some("u-1".into()),
+                    resource_version: None,
+                }),
+                ..DeleteOptions::default()
+            }),
+        };
+        let r = eviction_request("teleport", "teleport-kube-agent-0", &e).expect("request");
+        assert_eq!(
+            r.uri().path(),
+            "/api/v1/namespaces/teleport/pods/teleport-kube-agent-0/eviction"
+        );
+        let body: serde_json::Value = serde_json::from_slice(r.body()).expect("json");
+        assert_eq!(
+            body["deleteOptions"]["preconditions"]["uid"], "u-1",
+            "{body}"
+        );
+        assert_eq!(body["kind"], "Eviction");
+        assert_eq!(body["apiVersion"], "policy/v1");
+        for bad in ["", "a/b", "../x", "A", "a b", "a%2Fb"] {
+            assert!(eviction_request("teleport", bad, &e).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn a_host_id_from_a_secret_is_checked() {

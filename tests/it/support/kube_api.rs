@@ -47,6 +47,9 @@ struct World {
     generation: u64,
     resource_version: u64,
     evictions: Vec<String>,
+    /// The StatefulSet replaces the pod just as an eviction arrives: the
+    /// race the eviction's UID precondition closes.
+    replaced_on_evict: bool,
 }
 
 #[derive(Clone)]
@@ -144,6 +147,7 @@ impl KubeApi {
             generation: 1,
             resource_version: 1,
             evictions: Vec::new(),
+            replaced_on_evict: false,
         };
         for (name, host) in pods {
             world
@@ -194,6 +198,35 @@ impl KubeApi {
     /// Whether a PodDisruptionBudget lets a pod go now.
     pub fn pdb_allows(&self, allows: bool) {
         lock(&self.shared.world).pdb_allows = allows;
+    }
+
+    /// The pod's state Secret now names `host` (the pod runs another
+    /// agent than the one a stream was opened for).
+    pub fn set_host(&self, pod: &str, host: &str) {
+        let mut w = lock(&self.shared.world);
+        if let Some(data) = w
+            .secrets
+            .get_mut(&format!("{pod}-state"))
+            .and_then(|s| s.data.as_mut())
+        {
+            data.insert(".host_uuid".into(), ByteString(host.as_bytes().to_vec()));
+        }
+    }
+
+    /// The pod is being deleted (it has a deletion timestamp).
+    pub fn terminating(&self, pod: &str) {
+        let mut w = lock(&self.shared.world);
+        if let Some((p, _)) = w.pods.get_mut(pod) {
+            p.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::chrono::DateTime::UNIX_EPOCH,
+                ));
+        }
+    }
+
+    /// The next eviction finds the pod already replaced by a new one.
+    pub fn replace_on_evict(&self) {
+        lock(&self.shared.world).replaced_on_evict = true;
     }
 
     /// The pods evicted so far, in order.
@@ -334,6 +367,13 @@ async fn evict(
         .map(str::to_string);
     let replacement = {
         let mut w = lock(&s.world);
+        if std::mem::take(&mut w.replaced_on_evict) {
+            w.generation += 1;
+            let g = w.generation;
+            if let Some(entry) = w.pods.get_mut(&name) {
+                entry.0 = pod(&name, g, true);
+            }
+        }
         let Some((p, _)) = w.pods.get(&name).filter(|_| ns == NAMESPACE) else {
             return status(404, "NotFound", &format!("pods \"{name}\" not found"));
         };
