@@ -19,13 +19,7 @@ const POD: &str = "teleport-kube-agent-0";
 
 /// The sidecar's configuration for the running Lifeline and the stand-in.
 fn sidecar(c: &Running, kube: &KubeApi, dir: &std::path::Path) -> FileConfig {
-    let tls = c.tls.as_ref().expect("the cluster serves TLS");
-    let token = dir.join("join-token");
-    std::fs::write(&token, format!("{}\n", lifeline_sim::SIM_JOIN_TOKEN)).expect("token file");
     FileConfig {
-        lifeline: List::One(format!("https://localhost:{}", c.ll().grpc_addr.port())),
-        ca_file: Some(tls.ca_file.clone()),
-        token_file: Some(token),
         restart: Method::Kubernetes,
         statefulset: STATEFULSET.into(),
         namespace: Some(NAMESPACE.into()),
@@ -33,7 +27,7 @@ fn sidecar(c: &Running, kube: &KubeApi, dir: &std::path::Path) -> FileConfig {
         diag_port: kube.diag_port,
         ready_timeout: Duration::from_secs(20),
         report_interval: Duration::from_millis(500),
-        ..FileConfig::default()
+        ..crate::sidecar::joining(c, dir)
     }
 }
 
@@ -93,11 +87,7 @@ fn detail(row: &Value) -> String {
 /// both pods. A second within the cooldown is refused, nothing evicted.
 #[tokio::test]
 async fn a_reconnect_evicts_the_pod_and_is_acked_when_its_replacement_is_ready() {
-    let ready_after = Replacement {
-        ready_after: Duration::from_millis(500),
-        never_ready: false,
-    };
-    let (c, kube, stop, _dir) = setup(ready_after, |_| {}).await;
+    let (c, kube, stop, _dir) = setup(Replacement::after(500), |_| {}).await;
     let old = kube.uid(POD).expect("the pod");
 
     let id = reconnect(&c).await;
@@ -135,10 +125,7 @@ async fn a_reconnect_evicts_the_pod_and_is_acked_when_its_replacement_is_ready()
 /// starts (the next try, once the budget allows, goes).
 #[tokio::test]
 async fn a_disruption_budget_429_is_refused_with_its_reason() {
-    let quick = Replacement {
-        ready_after: Duration::from_millis(200),
-        never_ready: false,
-    };
+    let quick = Replacement::after(200);
     let (c, kube, stop, _dir) = setup(quick, |_| {}).await;
     kube.pdb_allows(false);
     let id = reconnect(&c).await;
@@ -162,11 +149,10 @@ async fn a_disruption_budget_429_is_refused_with_its_reason() {
 /// `ready_timeout` has passed, saying what it last saw.
 #[tokio::test]
 async fn a_replacement_that_never_turns_ready_fails_after_the_timeout() {
-    let never = Replacement {
-        ready_after: Duration::ZERO,
-        never_ready: true,
-    };
-    let (c, kube, stop, _dir) = setup(never, |f| f.ready_timeout = Duration::from_secs(2)).await;
+    let (c, kube, stop, _dir) = setup(Replacement::NEVER, |f| {
+        f.ready_timeout = Duration::from_secs(2)
+    })
+    .await;
     let id = reconnect(&c).await;
     let row = outcome(&c, id, "failed").await;
     let said = detail(&row);
@@ -186,10 +172,7 @@ async fn a_replacement_that_never_turns_ready_fails_after_the_timeout() {
 /// is evicted.
 #[tokio::test]
 async fn a_pod_that_is_not_the_one_proven_is_never_evicted() {
-    let quick = Replacement {
-        ready_after: Duration::from_millis(200),
-        never_ready: false,
-    };
+    let quick = Replacement::after(200);
     let (c, kube, stop, _dir) = setup(quick, |_| {}).await;
 
     kube.set_host(POD, "agent-00002");
@@ -228,10 +211,7 @@ async fn a_pod_that_is_not_the_one_proven_is_never_evicted() {
 /// A dry run evicts nothing and says what it would have evicted.
 #[tokio::test]
 async fn a_dry_run_says_which_pod_it_would_evict() {
-    let quick = Replacement {
-        ready_after: Duration::from_millis(200),
-        never_ready: false,
-    };
+    let quick = Replacement::after(200);
     let (c, kube, stop, _dir) = setup(quick, |f| f.dry_run = true).await;
     let id = reconnect(&c).await;
     let row = outcome(&c, id, "refused").await;
@@ -249,10 +229,7 @@ async fn a_dry_run_says_which_pod_it_would_evict() {
 #[tokio::test]
 async fn a_pod_without_a_host_id_is_not_spoken_for() {
     let c = Cluster::new().agents(2).tls(false).start().await;
-    let quick = Replacement {
-        ready_after: Duration::from_millis(200),
-        never_ready: false,
-    };
+    let quick = Replacement::after(200);
     let kube = KubeApi::start(&[(POD, Some(HOST)), ("teleport-kube-agent-1", None)], quick).await;
     let dir = tempfile::tempdir().expect("dir");
     let cfg = sidecar(&c, &kube, dir.path()).check().expect("checks");
@@ -262,7 +239,14 @@ async fn a_pod_without_a_host_id_is_not_spoken_for() {
         c.ll().hub.reachable(HOST)
     })
     .await;
+    // No stream under any other name: not the second host, and not a
+    // name made up for the pod without one (its own name, say).
     assert!(!c.ll().hub.reachable("agent-00002"));
+    let names = c.ll().hub.connected_agents();
+    assert!(
+        !names.iter().any(|n| n.starts_with("teleport-kube-agent")),
+        "{names:?}"
+    );
     stop.cancel();
 }
 

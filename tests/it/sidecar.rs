@@ -135,9 +135,9 @@ async fn replica(c: &Running, name: &str) -> lifeline::app::Lifeline {
         .unwrap_or_else(|e| panic!("{name} starts on the same database: {e}"))
 }
 
-/// The sidecar's file configuration for the running Lifeline.
-fn sidecar_file(c: &Running, t: &Teleport) -> FileConfig {
-    let dir = t.dir();
+/// What any sidecar needs to join the running Lifeline: its gRPC address
+/// over TLS, the CA, and the simulator's join token in a file under `dir`.
+pub(crate) fn joining(c: &Running, dir: &Path) -> FileConfig {
     let tls = c.tls.as_ref().expect("the cluster serves TLS");
     let token = dir.join("join-token");
     std::fs::write(&token, format!("{}\n", lifeline_sim::SIM_JOIN_TOKEN)).expect("token file");
@@ -145,6 +145,13 @@ fn sidecar_file(c: &Running, t: &Teleport) -> FileConfig {
         lifeline: List::One(format!("https://localhost:{}", c.ll().grpc_addr.port())),
         ca_file: Some(tls.ca_file.clone()),
         token_file: Some(token),
+        ..FileConfig::default()
+    }
+}
+
+/// The sidecar's file configuration for the running Lifeline.
+fn sidecar_file(c: &Running, t: &Teleport) -> FileConfig {
+    FileConfig {
         host_id: Some(HOST.into()),
         restart: Method::Pidfile,
         pid_file: t.pid_file.clone(),
@@ -152,7 +159,7 @@ fn sidecar_file(c: &Running, t: &Teleport) -> FileConfig {
         diag_addr: Some(t.diag()),
         ready_timeout: Duration::from_secs(20),
         report_interval: Duration::from_millis(500),
-        ..FileConfig::default()
+        ..joining(c, t.dir())
     }
 }
 

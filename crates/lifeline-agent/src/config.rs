@@ -317,16 +317,52 @@ pub struct KubeTarget {
     pub diag_port: u16,
 }
 
-/// A Kubernetes object name (RFC 1123 label or subdomain: lowercase
-/// letters, digits, `-` and `.`, at most 253).
-fn object_name(field: &'static str, s: &str) -> Result<(), ConfigError> {
-    let ok = !s.is_empty()
+/// Whether `s` is a Kubernetes object name (RFC 1123 subdomain: lowercase
+/// letters, digits, `-` and `.`, neither first nor last, at most 253): the
+/// config's names and the API's own, before either reaches an API path.
+pub fn is_object_name(s: &str) -> bool {
+    !s.is_empty()
         && s.len() <= 253
         && s.chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
         && !s.starts_with(['-', '.'])
-        && !s.ends_with(['-', '.']);
-    if ok {
+        && !s.ends_with(['-', '.'])
+}
+
+/// Longest host ID (a DNS name's length).
+pub const MAX_HOST_ID: usize = 253;
+
+/// Whether `s` may be a Teleport host ID: 1..=253 bytes, no control
+/// characters (the config's `host_id`, a `host_uuid` file, a pod's Secret).
+pub fn is_host_id(s: &str) -> bool {
+    !s.is_empty() && s.len() <= MAX_HOST_ID && !s.chars().any(char::is_control)
+}
+
+/// `s` as an `http(s)://host` URL for `field`; plain `http://` only to
+/// this machine (`why_https` says what needs the TLS elsewhere).
+fn check_url(field: &'static str, s: &str, why_https: &str) -> Result<(), ConfigError> {
+    let uri: tonic::transport::Uri = s
+        .parse()
+        .map_err(|e| invalid(field, format!("{s:?} is not an address: {e}")))?;
+    if !matches!(uri.scheme_str(), Some("https" | "http")) || uri.host().is_none() {
+        return Err(invalid(
+            field,
+            format!("{s:?} must be https://host:port (http:// only on loopback)"),
+        ));
+    }
+    if uri.scheme_str() == Some("http") && !uri.host().is_some_and(loopback) {
+        return Err(invalid(
+            field,
+            format!("{s:?}: http:// only to this machine (localhost, 127.0.0.1, ::1); {why_https}"),
+        ));
+    }
+    Ok(())
+}
+
+/// A Kubernetes object name (RFC 1123 label or subdomain: lowercase
+/// letters, digits, `-` and `.`, at most 253).
+fn object_name(field: &'static str, s: &str) -> Result<(), ConfigError> {
+    if is_object_name(s) {
         Ok(())
     } else {
         Err(invalid(
@@ -374,23 +410,11 @@ impl FileConfig {
             ));
         }
         for a in &lifeline {
-            let uri: tonic::transport::Uri = a
-                .parse()
-                .map_err(|e| invalid("lifeline", format!("{a:?} is not an address: {e}")))?;
-            if !matches!(uri.scheme_str(), Some("https" | "http")) || uri.host().is_none() {
-                return Err(invalid(
-                    "lifeline",
-                    format!("{a:?} must be https://host:port (http:// only on loopback tests)"),
-                ));
-            }
-            if uri.scheme_str() == Some("http") && !uri.host().is_some_and(loopback) {
-                return Err(invalid(
-                    "lifeline",
-                    format!(
-                        "{a:?}: http:// only to this machine (localhost, 127.0.0.1, ::1); across a network the join token needs https://"
-                    ),
-                ));
-            }
+            check_url(
+                "lifeline",
+                a,
+                "across a network the join token needs https://",
+            )?;
         }
         if self.ca_file.is_none() && lifeline.iter().any(|a| a.starts_with("https://")) {
             return Err(invalid(
@@ -434,8 +458,11 @@ impl FileConfig {
                 raw.trim().to_string()
             }
         };
-        if host_id.is_empty() || host_id.len() > 253 || host_id.chars().any(|c| c.is_control()) {
-            return Err(invalid("host_id", "must be 1..=253 printable characters"));
+        if !is_host_id(&host_id) {
+            return Err(invalid(
+                "host_id",
+                format!("must be 1..={MAX_HOST_ID} printable characters"),
+            ));
         }
         let restart = match self.restart {
             Method::Systemd => {
@@ -460,21 +487,7 @@ impl FileConfig {
                     object_name("namespace", ns)?;
                 }
                 if let Some(api) = &self.kube_api {
-                    let uri: tonic::transport::Uri = api
-                        .parse()
-                        .map_err(|e| invalid("kube_api", format!("{api:?} is not a URL: {e}")))?;
-                    if !matches!(uri.scheme_str(), Some("https" | "http")) || uri.host().is_none() {
-                        return Err(invalid(
-                            "kube_api",
-                            format!("{api:?} must be https://host:port"),
-                        ));
-                    }
-                    if uri.scheme_str() == Some("http") && !uri.host().is_some_and(loopback) {
-                        return Err(invalid(
-                            "kube_api",
-                            format!("{api:?}: http:// only to this machine (kubectl proxy, tests)"),
-                        ));
-                    }
+                    check_url("kube_api", api, "use https://, or kubectl proxy here")?;
                 }
                 if self.container.trim().is_empty()
                     || self.container.chars().any(|c| c.is_control())

@@ -29,7 +29,7 @@ use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, info_span, warn, Instrument};
 
-use crate::config::{AgentConfig, KubeTarget, Restart};
+use crate::config::{is_object_name, AgentConfig, KubeTarget, Restart, MAX_HOST_ID};
 use crate::probe::Seen;
 use crate::restart::Restarter;
 
@@ -42,8 +42,6 @@ const MEMBERS_EVERY: Duration = Duration::from_secs(30);
 const RELOOK: Duration = Duration::from_secs(2);
 /// Longest one call to the API server may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(15);
-/// Longest host ID taken from a Secret.
-const MAX_HOST_ID: usize = 253;
 /// Longest text kept from the API server's answers.
 const MAX_WORDS: usize = 300;
 
@@ -160,7 +158,7 @@ fn incarnation(p: &Pod, container: &str) -> Incarnation {
 pub fn host_id_from(raw: &[u8]) -> Result<String, String> {
     let s = std::str::from_utf8(raw).map_err(|_| "is not UTF-8 text".to_string())?;
     let s = s.trim();
-    if s.is_empty() || s.len() > MAX_HOST_ID || s.chars().any(char::is_control) {
+    if !crate::config::is_host_id(s) {
         return Err(format!("must be 1..={MAX_HOST_ID} printable characters"));
     }
     Ok(s.to_string())
@@ -434,20 +432,17 @@ impl PodTarget {
     ) -> Result<(Incarnation, Seen), String> {
         let container = self.members.target.container.clone();
         let mut last = format!("pod {} not seen again", old.name);
+        // The pod as last seen: a quiet watch looks at it again, since a
+        // replacement Ready before its /readyz says so sends no further
+        // event.
+        let mut seen_last: Option<Incarnation> = None;
         let params = WatchParams::default().fields(&format!("metadata.name={}", old.name));
         loop {
             if crate::clock::instant() >= deadline {
                 return Err(last);
             }
-            // The pod as it is now, then its changes: a change missed
-            // between the two is in the first.
-            if let Ok(Some(p)) = self.members.pod(&old.name).await {
-                let inc = incarnation(&p, &container);
-                match self.is_new(old, &inc).await {
-                    Ok(seen) => return Ok((inc, seen)),
-                    Err(why) => last = why,
-                }
-            }
+            // A watch from "0" starts with the pod as it is now (a
+            // synthetic ADDED), then its changes: nothing falls between.
             let left = deadline.saturating_duration_since(crate::clock::instant());
             let secs = u32::try_from(left.as_secs().clamp(1, 290)).unwrap_or(290);
             let this_watch = params.clone().timeout(secs);
@@ -466,25 +461,30 @@ impl PodTarget {
             };
             let mut stream = std::pin::pin!(stream);
             loop {
-                // A replacement Ready before its /readyz says so sends no
-                // further event: it is looked at again now and then.
                 let wake = deadline.min(crate::clock::instant() + RELOOK);
-                let next = tokio::time::timeout_at(wake, stream.next()).await;
-                let p = match next {
-                    Err(_) => break,
+                let inc = match tokio::time::timeout_at(wake, stream.next()).await {
+                    Err(_) if crate::clock::instant() >= deadline => return Err(last),
+                    Err(_) => match &seen_last {
+                        Some(inc) => inc.clone(),
+                        None => continue,
+                    },
+                    // Ended (its timeout, or the server's): watched again.
                     Ok(None) | Ok(Some(Err(_))) => break,
-                    Ok(Some(Ok(WatchEvent::Added(p) | WatchEvent::Modified(p)))) => p,
+                    Ok(Some(Ok(WatchEvent::Added(p) | WatchEvent::Modified(p)))) => {
+                        incarnation(&p, &container)
+                    }
                     Ok(Some(Ok(WatchEvent::Deleted(_)))) => {
                         last = format!("pod {} deleted; its replacement not yet created", old.name);
+                        seen_last = None;
                         continue;
                     }
                     Ok(Some(Ok(_))) => continue,
                 };
-                let inc = incarnation(&p, &container);
                 match self.is_new(old, &inc).await {
                     Ok(seen) => return Ok((inc, seen)),
                     Err(why) => last = why,
                 }
+                seen_last = Some(inc);
             }
         }
     }
@@ -511,15 +511,6 @@ impl PodTarget {
         }
         Ok(seen)
     }
-}
-
-/// A Kubernetes object name: lowercase letters, digits, `-` and `.`, at
-/// most 253 (what may go into an API path unescaped).
-fn is_object_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
 }
 
 /// `POST /api/v1/namespaces/{ns}/pods/{name}/eviction` with `eviction`;

@@ -38,6 +38,22 @@ pub struct Replacement {
     pub never_ready: bool,
 }
 
+impl Replacement {
+    /// Ready `ms` milliseconds after it is created.
+    pub fn after(ms: u64) -> Replacement {
+        Replacement {
+            ready_after: Duration::from_millis(ms),
+            never_ready: false,
+        }
+    }
+
+    /// Created, never Ready.
+    pub const NEVER: Replacement = Replacement {
+        ready_after: Duration::ZERO,
+        never_ready: true,
+    };
+}
+
 struct World {
     /// Pod name → (pod, its Teleport PID).
     pods: BTreeMap<String, (Pod, u32)>,
