@@ -61,6 +61,11 @@ impl Lifeline {
         let writer = store::writer::start(&db, &store_health, tuning.writer_depth, &mut rt);
         let (http_listener, http_addr) = bind("HTTP", cfg.server.listen).await?;
         let (grpc_listener, grpc_addr) = bind("gRPC", cfg.server.grpc_listen).await?;
+        let admin = match cfg.server.admin_listen {
+            Some(a) => Some(bind("admin", a).await?),
+            None => None,
+        };
+        let admin_addr = admin.as_ref().map(|(_, a)| *a);
         let replica = replica::ReplicaConfig::new(cfg, http_addr, grpc_addr);
         // Alone on SQLite it always leads; among replicas it follows until
         // the lease says otherwise.
@@ -135,8 +140,8 @@ impl Lifeline {
         };
         http::start(
             cfg,
-            http_listener,
-            http_addr,
+            (http_listener, http_addr),
+            admin,
             server_tls.as_ref(),
             rooms,
             &mut rt,
@@ -157,10 +162,11 @@ impl Lifeline {
         let prune_every = cfg.storage.prune_interval;
         store::retention::start(&db, leadership.clone(), policy, prune_every, &mut rt);
         rt.spawn_upkeep();
-        info!(%http_addr, %grpc_addr, cluster = %cfg.cluster.addr, db = %engine, engine = engine.name(), "Lifeline started");
+        info!(%http_addr, %grpc_addr, admin_addr = ?admin_addr, cluster = %cfg.cluster.addr, db = %engine, engine = engine.name(), "Lifeline started");
         Ok(Lifeline {
             http_addr,
             grpc_addr,
+            admin_addr,
             tls: cfg.server.tls(),
             fleet,
             db,

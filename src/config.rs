@@ -16,6 +16,7 @@ mod access;
 mod cluster;
 mod env;
 mod notify;
+mod redact;
 mod server;
 mod signals;
 mod storage;
@@ -48,7 +49,7 @@ pub use storage::{
 pub use telemetry::TelemetryConfig;
 
 /// Everything Lifeline needs to start. Defaults make `lifeline demo` need none.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub server: ServerConfig,
@@ -136,6 +137,13 @@ enum TomlSource<'a> {
 }
 
 impl Config {
+    /// The effective configuration as TOML (`lifeline check-config`):
+    /// every key with its value, defaults included; what may be a secret
+    /// (a database password, a webhook's path) redacted.
+    pub fn to_toml(&self) -> Result<String, toml::ser::Error> {
+        toml::to_string_pretty(self)
+    }
+
     /// Reads `path` (when given), applies `LIFELINE_*` overrides from `env`,
     /// and validates.
     pub fn load(

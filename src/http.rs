@@ -90,11 +90,13 @@ pub struct Rooms {
 
 /// Serves the API, the dashboard, the probes and `/metrics` on `listener`
 /// as `[server]` says (TLS with `tls`), a critical task on `rt`, with the
-/// live overview's feed beside it.
+/// live overview's feed beside it; and, on `admin` (`server.admin_listen`),
+/// the probes and `/metrics` alone, under a cap of their own, so that
+/// kubelet and Prometheus are answered whatever holds the main port.
 pub fn start(
     cfg: &crate::config::Config,
-    listener: tokio::net::TcpListener,
-    addr: std::net::SocketAddr,
+    (listener, addr): (tokio::net::TcpListener, std::net::SocketAddr),
+    admin: Option<(tokio::net::TcpListener, std::net::SocketAddr)>,
     tls: Option<&crate::tls::ServerTls>,
     rooms: Rooms,
     rt: &mut crate::supervise::Runtime,
@@ -130,19 +132,58 @@ pub fn start(
     };
     rt.tasks
         .track("live overview", ui::live::spawn(state.clone()));
+    use crate::tls::held::{Bounds, Listener};
     let (stats, stop) = (rt.stats.clone(), rt.shutdown.clone());
-    let bounds = crate::tls::held::Bounds::of(&cfg.server);
-    let served = crate::tls::serve::http(listener, addr, tls, router(state), bounds, stats, stop);
+    if let Some((listener, addr)) = admin {
+        let served = crate::tls::serve::http(
+            listener,
+            addr,
+            tls,
+            admin_router(state.clone()),
+            Bounds::admin(&cfg.server),
+            Listener::Admin,
+            stats.clone(),
+            stop.clone(),
+        );
+        rt.tasks.critical("admin server", served);
+    }
+    let served = crate::tls::serve::http(
+        listener,
+        addr,
+        tls,
+        router(state),
+        Bounds::of(&cfg.server),
+        Listener::Http,
+        stats,
+        stop,
+    );
     rt.tasks.critical("http server", served);
 }
 
+/// Everything: the API, the dashboard, the probes and `/metrics`.
 pub fn router(state: AppState) -> Router {
-    let max_body_bytes = state.max_body_bytes;
-    Router::new()
+    let routes = Router::new()
         .merge(openapi::router())
         .merge(probes::router())
         .merge(metrics::router())
-        .merge(ui::router())
+        .merge(ui::router());
+    edge(routes, state)
+}
+
+/// The admin listener's: `/healthz`, `/readyz` and `/metrics`, behind the
+/// same door (`/metrics` asks for a token where reads do).
+pub fn admin_router(state: AppState) -> Router {
+    let routes = Router::new()
+        .merge(probes::health_router())
+        .merge(metrics::router());
+    edge(routes, state)
+}
+
+/// `routes` behind the layers every listener puts in front: access, the
+/// body limit, RFD 0226's close, HSTS, compression and tracing.
+fn edge(routes: Router<AppState>, state: AppState) -> Router {
+    let max_body_bytes = state.max_body_bytes;
+    routes
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), auth::guard))

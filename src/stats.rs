@@ -192,13 +192,10 @@ pub struct Stats {
     /// `server.grpc_max_connections`.
     pub grpc_connections: AtomicU64,
     pub grpc_connections_refused: AtomicU64,
-    /// HTTP connections held now, and those closed for
-    /// `server.max_http_connections` (refused, or evicted before sending a
-    /// request), or for `http_idle_timeout`.
-    pub http_connections: AtomicU64,
-    pub http_connections_refused: AtomicU64,
-    pub http_connections_evicted: AtomicU64,
-    pub http_connections_idle_closed: AtomicU64,
+    /// The HTTP listener's connections (API, dashboard, probes, metrics).
+    pub http: HeldCounters,
+    /// The admin listener's (`server.admin_listen`: probes and metrics).
+    pub admin: HeldCounters,
     /// Accepts that failed on Lifeline's own listeners (out of file
     /// descriptors, most often), each followed by a wait.
     pub accept_errors: AtomicU64,
@@ -235,6 +232,24 @@ pub enum NotifyOutcome {
     Delivered = 0,
     Failed = 1,
     Dropped = 2,
+}
+
+/// One HTTP listener's connections: held now, and each way one ended
+/// early (`tls::held`).
+#[derive(Debug, Default)]
+pub struct HeldCounters {
+    pub open: AtomicU64,
+    /// Refused at accept: at the cap, every held connection serving.
+    pub refused: AtomicU64,
+    /// Closed to make room at the cap: the one that had held no whole
+    /// request for longest.
+    pub evicted: AtomicU64,
+    /// No byte either way for `http_idle_timeout`.
+    pub idle: AtomicU64,
+    /// A request not whole (headers and body) by `http_request_timeout`.
+    pub request_deadline: AtomicU64,
+    /// A request arriving slower than `http_min_rate`.
+    pub too_slow: AtomicU64,
 }
 
 impl Stats {
@@ -319,8 +334,9 @@ pub mod metric {
     pub const HTTP_CONNECTIONS: &str = "lifeline_http_connections";
     pub const ACCEPT_ERRORS_TOTAL: &str = "lifeline_accept_errors_total";
     pub const HTTP_CONNECTIONS_REFUSED_TOTAL: &str = "lifeline_http_connections_refused_total";
-    pub const HTTP_CONNECTIONS_IDLE_CLOSED_TOTAL: &str =
-        "lifeline_http_connections_idle_closed_total";
+    pub const HTTP_CONNECTIONS_CLOSED_TOTAL: &str = "lifeline_http_connections_closed_total";
+    pub const ADMIN_CONNECTIONS: &str = "lifeline_admin_connections";
+    pub const ADMIN_CONNECTIONS_CLOSED_TOTAL: &str = "lifeline_admin_connections_closed_total";
     pub const TLS_HANDSHAKE_FAILURES_TOTAL: &str = "lifeline_tls_handshake_failures_total";
     pub const TLS_RELOADS_TOTAL: &str = "lifeline_tls_reloads_total";
     pub const NOTIFICATIONS_TOTAL: &str = "lifeline_notifications_total";

@@ -22,6 +22,8 @@ use crate::supervise::{FailureWatch, Tasks};
 pub struct Lifeline {
     pub http_addr: SocketAddr,
     pub grpc_addr: SocketAddr,
+    /// The admin listener's (`server.admin_listen`): probes and metrics.
+    pub admin_addr: Option<SocketAddr>,
     /// Both listeners serve TLS (`server.tls_cert`).
     pub tls: bool,
     pub fleet: FleetHandle,

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{invalid, positive, ConfigError};
 use crate::domain::named_enum;
@@ -40,7 +40,7 @@ named_enum! {
 /// One entry of `access.join_tokens`: a hash alone admits any agent name;
 /// a table may list the names (`*` matches any run of characters) its
 /// token admits.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(untagged)]
 pub enum JoinToken {
     /// Hex SHA-256 of the token.
@@ -50,7 +50,7 @@ pub enum JoinToken {
 }
 
 /// One name pattern or several.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(untagged)]
 pub enum AgentNames {
     One(String),
@@ -88,7 +88,7 @@ impl From<String> for JoinToken {
 
 /// One API token. Only its SHA-256 is kept (`lifeline token new` prints
 /// both); the token itself never touches the disk on Lifeline's side.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TokenConfig {
     /// Shown in the audit and the dashboard ("signed in as").
@@ -99,7 +99,7 @@ pub struct TokenConfig {
 }
 
 /// Who may do what: API tokens, agents' join tokens, rate limits.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AccessConfig {
     pub tokens: Vec<TokenConfig>,

@@ -6,14 +6,14 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::domain::AgentService;
 
 use super::{backoff_range, host_port, invalid, positive, ConfigError};
 
 /// Which protocol the cluster speaks.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum SourceKind {
     /// Lifeline's open `ClusterEvents` protocol (plaintext, or `https://`).
@@ -25,7 +25,7 @@ pub enum SourceKind {
 
 /// How a proxy's TLS routing is reached when a layer-7 load balancer in
 /// front of the proxy strips ALPN: Teleport's ALPN connection upgrade.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum AlpnUpgrade {
     /// Probe the proxy as Teleport's clients do and upgrade when needed.
@@ -37,7 +37,7 @@ pub enum AlpnUpgrade {
     Never,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClusterConfig {
     /// `lifeline` or `teleport`. Env: `LIFELINE_CLUSTER_SOURCE`.
@@ -91,7 +91,7 @@ pub struct ClusterConfig {
     pub backoff_cap: Duration,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct StaticAuthServer {
     pub name: String,
@@ -99,7 +99,7 @@ pub struct StaticAuthServer {
     pub addr: String,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HealthConfig {
     /// grpc.health.v1 service name to watch ("" is the whole server).
@@ -157,7 +157,7 @@ impl Default for HealthConfig {
     }
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FleetConfig {
     /// TTL assumed for a server that announces none (Teleport's 10 min).

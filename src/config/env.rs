@@ -29,6 +29,7 @@ enum Form {
 const TABLE: &[(&str, &str, Form)] = &[
     ("LIFELINE_LISTEN", "server.listen", Form::Text),
     ("LIFELINE_GRPC_LISTEN", "server.grpc_listen", Form::Text),
+    ("LIFELINE_ADMIN_LISTEN", "server.admin_listen", Form::Text),
     (
         "LIFELINE_HTTP_CLOSE_UNHEALTHY",
         "server.http_close_unhealthy",

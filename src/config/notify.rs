@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{invalid, positive, ConfigError};
 use crate::domain::NoticeKind;
@@ -14,7 +14,7 @@ pub const MAX_WEBHOOKS: usize = 32;
 /// The most Alertmanagers (an HA cluster's members).
 pub const MAX_ALERTMANAGERS: usize = 16;
 
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct NotifyConfig {
     /// The `cluster` label on alerts and in webhook bodies; empty: the
@@ -30,10 +30,11 @@ pub struct NotifyConfig {
 
 /// Alertmanager's v2 API. Every URL gets every alert (an HA cluster
 /// deduplicates them itself).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AlertmanagerConfig {
     /// Base URLs, e.g. `https://alertmanager-0:9093`; empty: none.
+    #[serde(serialize_with = "super::redact::urls")]
     pub urls: Vec<String>,
     /// CA certificates (PEM) to trust for `https://`, besides the system's.
     pub ca_file: Option<PathBuf>,
@@ -71,7 +72,7 @@ impl Default for AlertmanagerConfig {
 }
 
 /// A webhook body's shape.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WebhookFormat {
     /// The event as JSON, signed (`X-Lifeline-Signature`).
@@ -82,12 +83,13 @@ pub enum WebhookFormat {
 }
 
 /// One webhook.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct WebhookConfig {
     /// Its name in the delivery log and metrics (the URL is never shown:
     /// a Slack URL is itself a secret).
     pub name: String,
+    #[serde(serialize_with = "super::redact::url")]
     pub url: String,
     /// The signing secret, read from this file at each delivery.
     pub secret_file: PathBuf,

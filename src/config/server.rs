@@ -5,11 +5,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{host_port, invalid, positive, ConfigError};
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
     /// HTTP (API, dashboard, probes). Env: `LIFELINE_LISTEN`.
@@ -67,6 +67,24 @@ pub struct ServerConfig {
     /// (a live dashboard's stream sends a keep-alive more often).
     #[serde(with = "humantime_serde")]
     pub http_idle_timeout: Duration,
+    /// The most a whole request, headers and body, may take to arrive,
+    /// from its first byte. 1 s to 1 h, and at least
+    /// `http_header_timeout`.
+    #[serde(with = "humantime_serde")]
+    pub http_request_timeout: Duration,
+    /// The least rate, in bytes a second, a request must keep past
+    /// `http_header_timeout`: each `http_min_rate` bytes it sends buys it
+    /// one more second (up to `http_request_timeout`), so a client that
+    /// sends one byte every few seconds is closed in seconds. 0: no floor.
+    pub http_min_rate: u32,
+    /// A listener of its own for `/healthz`, `/readyz` and `/metrics`
+    /// (they stay on `listen` too), with its own small cap: kubelet and
+    /// Prometheus are answered whatever holds the main port. Served as
+    /// `listen` is (TLS with `tls_cert`). Unset: none. Env:
+    /// `LIFELINE_ADMIN_LISTEN`.
+    pub admin_listen: Option<SocketAddr>,
+    /// Most connections the admin listener holds at once (1 to 1024).
+    pub admin_max_connections: usize,
 }
 
 /// Room for a large fleet's agents on one replica, each connection's
@@ -92,12 +110,16 @@ impl Default for ServerConfig {
             max_http_connections: 1024,
             http_header_timeout: Duration::from_secs(10),
             http_idle_timeout: Duration::from_secs(60),
+            http_request_timeout: Duration::from_secs(30),
+            http_min_rate: 500,
+            admin_listen: None,
+            admin_max_connections: 64,
         }
     }
 }
 
 /// Virtual probes (`/probes/grpc/{host:port}`, `/probes/tcp/{host:port}`).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ProbesConfig {
     /// `host:port` targets allowed beyond the cluster's own known auth
@@ -174,6 +196,45 @@ impl ServerConfig {
         ] {
             if !(Duration::from_millis(100)..=Duration::from_secs(3600)).contains(&d) {
                 return Err(invalid(field, "must be between 100ms and 1h"));
+            }
+        }
+        if !(Duration::from_secs(1)..=Duration::from_secs(3600))
+            .contains(&self.http_request_timeout)
+        {
+            return Err(invalid(
+                "server.http_request_timeout",
+                "must be between 1s and 1h",
+            ));
+        }
+        if self.http_request_timeout < self.http_header_timeout {
+            return Err(invalid(
+                "server.http_request_timeout",
+                "must be at least server.http_header_timeout (a whole request includes its headers)",
+            ));
+        }
+        if self.http_min_rate > 1_000_000_000 {
+            return Err(invalid(
+                "server.http_min_rate",
+                "must be at most 1000000000 bytes a second (0: no floor)",
+            ));
+        }
+        if !(1..=1024).contains(&self.admin_max_connections) {
+            return Err(invalid(
+                "server.admin_max_connections",
+                "must be between 1 and 1024",
+            ));
+        }
+        if let Some(a) = self.admin_listen {
+            for (field, other) in [
+                ("server.listen", self.listen),
+                ("server.grpc_listen", self.grpc_listen),
+            ] {
+                if a.port() != 0 && a == other {
+                    return Err(invalid(
+                        "server.admin_listen",
+                        format!("{a} is {field} already: the admin listener needs an address of its own"),
+                    ));
+                }
             }
         }
         if let Some(k) = self.grpc_keepalive {

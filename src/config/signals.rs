@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{backoff_range, invalid, positive, ConfigError, Ratio};
 use crate::domain::LbPolicy;
@@ -11,7 +11,7 @@ use crate::domain::LbPolicy;
 /// The longest periodic reconnect interval: thirty days.
 pub const MAX_RECONNECT_INTERVAL: Duration = Duration::from_secs(30 * 86_400);
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SignalsConfig {
     /// The client load-balancing policy served by `GetServiceConfig`, in
@@ -43,7 +43,10 @@ pub struct SignalsConfig {
     pub storm_window: Duration,
     /// Send every agent a Reconnect at this interval plus jitter; off when
     /// unset or `"off"`. Env: `LIFELINE_RECONNECT_INTERVAL`.
-    #[serde(deserialize_with = "duration_or_off")]
+    #[serde(
+        deserialize_with = "duration_or_off",
+        serialize_with = "super::redact::duration_or_off"
+    )]
     pub reconnect_interval: Option<Duration>,
     /// At most this many periodic reconnects per second.
     pub periodic_max_per_second: u32,
@@ -79,7 +82,7 @@ pub struct SignalsConfig {
 }
 
 /// `signals.max_restarts_in_flight`.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct RestartLimit {
     /// The share of connected sidecars whose agents may be restarting.

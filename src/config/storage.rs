@@ -6,11 +6,11 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{invalid, positive, ConfigError};
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StorageConfig {
     /// SQLite file; created when missing. Env: `LIFELINE_DB`. Ignored
@@ -176,6 +176,13 @@ impl fmt::Debug for Engine {
 #[derive(Clone, PartialEq, Eq, Deserialize)]
 #[serde(transparent)]
 pub struct DbUrl(String);
+
+/// Shown (`check-config`) as it displays: without its password.
+impl Serialize for DbUrl {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
 
 impl DbUrl {
     pub fn new(url: impl Into<String>) -> DbUrl {

@@ -3,13 +3,13 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{invalid, positive, ConfigError, Ratio};
 
 /// Trace export and self-observation. The standard `OTEL_*` variables win
 /// over this section (see `telemetry::OtlpSettings::resolve`).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TelemetryConfig {
     /// OTLP/gRPC collector, e.g. `http://127.0.0.1:4317`; empty: no export.

@@ -69,6 +69,13 @@ impl Family {
     }
 }
 
+/// A listener's connections closed by their deadlines, by reason.
+fn closed_by_reason(f: &Family, c: &crate::stats::HeldCounters) {
+    f.total(&[("reason", "idle")], &c.idle);
+    f.total(&[("reason", "request_deadline")], &c.request_deadline);
+    f.total(&[("reason", "too_slow")], &c.too_slow);
+}
+
 fn flag(on: bool) -> f64 {
     f64::from(u8::from(on))
 }
@@ -441,27 +448,40 @@ fn counters(st: &Stats, spans: &SpanCounters) {
         "gRPC connections closed as soon as accepted: server.grpc_max_connections were open.",
     )
     .total(&[], &st.grpc_connections_refused);
+    let http = &st.http;
     gauge(
         metric::HTTP_CONNECTIONS,
         "HTTP connections (API, dashboard, probes, metrics) held now.",
     )
-    .set(&[], st.http_connections.load(Ordering::Relaxed) as f64);
+    .set(&[], http.open.load(Ordering::Relaxed) as f64);
     let refused = counter(
         metric::HTTP_CONNECTIONS_REFUSED_TOTAL,
-        "HTTP connections closed for server.max_http_connections, by reason: refused at accept (every held one was serving), or evicted (the oldest that had not sent a whole request).",
+        "HTTP connections closed for server.max_http_connections, by reason: refused at accept (every held one was serving a whole request), or evicted (the one that had held no whole request for longest: silent, slow or idle between requests).",
     );
-    refused.total(&[("reason", "at_limit")], &st.http_connections_refused);
-    refused.total(&[("reason", "evicted")], &st.http_connections_evicted);
+    refused.total(&[("reason", "at_limit")], &http.refused);
+    refused.total(&[("reason", "evicted")], &http.evicted);
     counter(
         metric::ACCEPT_ERRORS_TOTAL,
         "Accepts that failed on Lifeline's own gRPC listener (out of file descriptors, most often); each is followed by a wait, up to 1 s.",
     )
     .total(&[], &st.accept_errors);
-    counter(
-        metric::HTTP_CONNECTIONS_IDLE_CLOSED_TOTAL,
-        "HTTP connections closed after server.http_idle_timeout without a byte.",
+    let closed = counter(
+        metric::HTTP_CONNECTIONS_CLOSED_TOTAL,
+        "HTTP connections closed by their deadlines, by reason: idle (no byte either way for server.http_idle_timeout), request_deadline (a request not whole by server.http_request_timeout), too_slow (a request arriving slower than server.http_min_rate).",
+    );
+    closed_by_reason(&closed, http);
+    gauge(
+        metric::ADMIN_CONNECTIONS,
+        "Connections held now on the admin listener (server.admin_listen: probes and metrics).",
     )
-    .total(&[], &st.http_connections_idle_closed);
+    .set(&[], st.admin.open.load(Ordering::Relaxed) as f64);
+    let admin = counter(
+        metric::ADMIN_CONNECTIONS_CLOSED_TOTAL,
+        "Admin listener connections closed early, by reason: at_limit and evicted (its own cap), idle, request_deadline, too_slow (as for the HTTP listener).",
+    );
+    admin.total(&[("reason", "at_limit")], &st.admin.refused);
+    admin.total(&[("reason", "evicted")], &st.admin.evicted);
+    closed_by_reason(&admin, &st.admin);
     let f = counter(
         metric::TLS_HANDSHAKE_FAILURES_TOTAL,
         "TLS handshakes on Lifeline's own listeners that failed or timed out, by listener.",

@@ -33,11 +33,16 @@ use super::AppState;
 use crate::stats::Stats;
 
 pub fn router() -> Router<AppState> {
+    health_router()
+        .route("/probes/grpc/{target}", get(grpc))
+        .route("/probes/tcp/{target}", get(tcp))
+}
+
+/// `/healthz` and `/readyz` alone (the admin listener serves these).
+pub fn health_router() -> Router<AppState> {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/probes/grpc/{target}", get(grpc))
-        .route("/probes/tcp/{target}", get(tcp))
 }
 
 async fn healthz() -> impl IntoResponse {

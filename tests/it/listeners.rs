@@ -57,7 +57,8 @@ async fn the_http_listener_holds_its_cap_and_closes_slow_and_idle_clients() {
     let addr = ll.http_addr;
     let held = || {
         ll.stats
-            .http_connections
+            .http
+            .open
             .load(std::sync::atomic::Ordering::Relaxed)
     };
     let most = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -65,9 +66,7 @@ async fn the_http_listener_holds_its_cap_and_closes_slow_and_idle_clients() {
         let (most, stats) = (most.clone(), ll.stats.clone());
         tokio::spawn(async move {
             loop {
-                let n = stats
-                    .http_connections
-                    .load(std::sync::atomic::Ordering::Relaxed);
+                let n = stats.http.open.load(std::sync::atomic::Ordering::Relaxed);
                 most.fetch_max(n, std::sync::atomic::Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
@@ -327,4 +326,292 @@ async fn under_a_low_descriptor_limit_the_agent_cap_is_clamped_and_the_api_answe
         "no accept or dial ran out: {said}"
     );
     let _ = child.kill().await;
+}
+
+/// One attacker's socket: from its own loopback address (so no
+/// per-address limit helps), it opens `POST /signin` with a body of
+/// 60 000 bytes and sends one body byte every 5 s; when closed, it opens
+/// again at its next turn. Returns how many times it was closed.
+async fn slow_sender(
+    from: std::net::IpAddr,
+    to: std::net::SocketAddr,
+    until: tokio::time::Instant,
+    offset: Duration,
+) -> u32 {
+    tokio::time::sleep(offset).await;
+    let mut closed = 0;
+    let mut turn = tokio::time::interval(Duration::from_secs(5));
+    turn.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    'connect: while tokio::time::Instant::now() < until {
+        turn.tick().await;
+        let sock = tokio::net::TcpSocket::new_v4().expect("socket");
+        if sock.bind(std::net::SocketAddr::new(from, 0)).is_err() {
+            continue;
+        }
+        let Ok(mut s) = sock.connect(to).await else {
+            closed += 1;
+            continue;
+        };
+        let head = "POST /signin HTTP/1.1\r\nHost: lifeline\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 60000\r\n\r\ncsrf=";
+        if s.write_all(head.as_bytes()).await.is_err() {
+            closed += 1;
+            continue;
+        }
+        let mut buf = [0u8; 2048];
+        while tokio::time::Instant::now() < until {
+            tokio::select! {
+                _ = turn.tick() => {
+                    if s.write_all(b"a").await.is_err() {
+                        closed += 1;
+                        continue 'connect;
+                    }
+                }
+                r = s.read(&mut buf) => {
+                    if matches!(r, Ok(0) | Err(_)) {
+                        closed += 1;
+                        continue 'connect;
+                    }
+                }
+            }
+        }
+    }
+    closed
+}
+
+/// A socket that connects and never speaks; when closed, it connects
+/// again at its next turn (every 5 s).
+async fn silent(to: std::net::SocketAddr, until: tokio::time::Instant, offset: Duration) {
+    tokio::time::sleep(offset).await;
+    let mut turn = tokio::time::interval(Duration::from_secs(5));
+    turn.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut buf = [0u8; 256];
+    while tokio::time::Instant::now() < until {
+        turn.tick().await;
+        let Ok(mut s) = TcpStream::connect(to).await else {
+            continue;
+        };
+        while tokio::time::Instant::now() < until {
+            tokio::select! {
+                _ = turn.tick() => {}
+                r = s.read(&mut buf) => if matches!(r, Ok(0) | Err(_)) { break },
+            }
+        }
+    }
+}
+
+/// The lock-out attack, without a token: at the default cap (1 024),
+/// 1 100 connections each sending a sign-in body one byte every 5 s, each
+/// from its own address and opening again whenever closed, plus 3 000
+/// sockets that never speak (also opening again). For 90 s, a request
+/// with a token (`GET /api/v1/summary`, on a new connection each time)
+/// answers within 2 s every second, and the admin listener's `/healthz`
+/// within 100 ms; `/metrics` says which connections were closed and why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_senders_and_silent_sockets_never_lock_out_the_api_or_the_admin_port() {
+    let (_, soft, _) = lifeline::app::fds::raise();
+    assert!(
+        soft.is_none_or(|s| s >= 12_000),
+        "this test needs 12000 file descriptors; the limit is {soft:?}"
+    );
+    let c = Cluster::new()
+        .agents(3)
+        .config(|cfg| {
+            cfg.access.read_requires_token = true;
+            cfg.server.admin_listen = Some("127.0.0.1:0".parse().expect("addr"));
+        })
+        .start()
+        .await;
+    let ll = c.ll();
+    assert_eq!(
+        ll.stats.descriptors.get().map(|d| d.max_http_connections),
+        Some(1024),
+        "the cap at its default"
+    );
+    let (addr, admin) = (ll.http_addr, ll.admin_addr.expect("the admin listener"));
+    let run = Duration::from_secs(90);
+    let until = tokio::time::Instant::now() + run;
+    let mut attack = tokio::task::JoinSet::new();
+    for i in 0..1_100u32 {
+        // 127.1.x.y: a loopback address of its own.
+        let from = std::net::IpAddr::from([127, 1, (i / 250) as u8, (i % 250 + 1) as u8]);
+        let offset = Duration::from_millis(u64::from(i * 5_000 / 1_100));
+        attack.spawn(slow_sender(from, addr, until, offset));
+    }
+    for i in 0..3_000u32 {
+        let offset = Duration::from_millis(u64::from(i * 5_000 / 3_000));
+        attack.spawn(async move {
+            silent(addr, until, offset).await;
+            0
+        });
+    }
+    // Each second: the API on a new connection, with a token, and the
+    // admin listener's /healthz.
+    let api = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("client");
+    let mut slowest_api = Duration::ZERO;
+    let mut slowest_admin = Duration::ZERO;
+    let mut failures = Vec::new();
+    let mut second = tokio::time::interval(Duration::from_secs(1));
+    let mut asked = 0;
+    while tokio::time::Instant::now() < until {
+        second.tick().await;
+        asked += 1;
+        let began = std::time::Instant::now();
+        let r = api
+            .get(format!("http://{addr}/api/v1/summary"))
+            .bearer_auth(crate::support::READER)
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await;
+        let took = began.elapsed();
+        slowest_api = slowest_api.max(took);
+        match r {
+            Ok(r) if r.status() == 200 => {}
+            Ok(r) => failures.push(format!("second {asked}: API answered {}", r.status())),
+            Err(e) => failures.push(format!("second {asked}: API: {e} after {took:?}")),
+        }
+        let began = std::time::Instant::now();
+        let r = api
+            .get(format!("http://{admin}/healthz"))
+            .timeout(Duration::from_millis(100))
+            .send()
+            .await;
+        let took = began.elapsed();
+        slowest_admin = slowest_admin.max(took);
+        match r {
+            Ok(r) if r.status() == 200 => {}
+            Ok(r) => failures.push(format!("second {asked}: admin answered {}", r.status())),
+            Err(e) => failures.push(format!("second {asked}: admin: {e} after {took:?}")),
+        }
+    }
+    let closed: u32 = attack.join_all().await.into_iter().sum();
+    assert!(
+        failures.is_empty(),
+        "every second answered ({} of {asked} did not; slowest API {slowest_api:?}, admin {slowest_admin:?}):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(asked >= 85, "asked every second: {asked}");
+    let (_, m) = c.get_text_as("/metrics", crate::support::READER).await;
+    let total = |series: &str| {
+        m.lines()
+            .find_map(|l| {
+                l.strip_prefix(series)?
+                    .strip_prefix(' ')?
+                    .parse::<f64>()
+                    .ok()
+            })
+            .unwrap_or(0.0)
+    };
+    let too_slow = total(r#"lifeline_http_connections_closed_total{reason="too_slow"}"#);
+    let evicted = total(r#"lifeline_http_connections_refused_total{reason="evicted"}"#);
+    eprintln!(
+        "lock-out run: {asked} s, slowest API {slowest_api:?}, slowest admin {slowest_admin:?}, slow senders closed {closed} times; closed by Lifeline: evicted {evicted}, too_slow {too_slow}, request_deadline {}, idle {}, at_limit {}",
+        total(r#"lifeline_http_connections_closed_total{reason="request_deadline"}"#),
+        total(r#"lifeline_http_connections_closed_total{reason="idle"}"#),
+        total(r#"lifeline_http_connections_refused_total{reason="at_limit"}"#),
+    );
+    assert!(
+        closed >= 1_100,
+        "every slow sender was closed at least once: {closed}"
+    );
+    // Past the cap, each slow sender is closed to make room before its
+    // floor closes it; either way it is counted with its reason.
+    assert!(
+        evicted + too_slow >= f64::from(closed),
+        "every closing of a slow sender counted: evicted {evicted} + too_slow {too_slow} < {closed}\n{m}"
+    );
+    c.shutdown().await;
+}
+
+/// Opens `POST /signin` from `from` with a `Content-Length` of 60 000 and
+/// `first` bytes of the body.
+async fn sign_in_from(from: std::net::IpAddr, to: std::net::SocketAddr, first: &[u8]) -> TcpStream {
+    let sock = tokio::net::TcpSocket::new_v4().expect("socket");
+    sock.bind(std::net::SocketAddr::new(from, 0))
+        .expect("bind a loopback address");
+    let mut s = sock.connect(to).await.expect("connect");
+    let head = "POST /signin HTTP/1.1\r\nHost: lifeline\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 60000\r\n\r\n";
+    s.write_all(head.as_bytes()).await.expect("headers");
+    s.write_all(first).await.expect("body");
+    s
+}
+
+/// Below the cap: a request whose body comes one byte a second is closed
+/// as too slow just past the header timeout; one that keeps above the
+/// floor but would take 30 s is closed at the request deadline; both are
+/// counted by reason. A sign-in the per-address limit holds back is
+/// answered 429 at once, its body never waited for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_below_the_floor_or_past_its_deadline_is_closed_and_counted() {
+    let c = Cluster::new()
+        .agents(1)
+        .config(|cfg| {
+            cfg.server.http_header_timeout = Duration::from_secs(2);
+            cfg.server.http_request_timeout = Duration::from_secs(4);
+            cfg.server.http_min_rate = 500;
+        })
+        .start()
+        .await;
+    let addr = c.ll().http_addr;
+    let timed = |mut s: TcpStream, every: Duration, chunk: usize| async move {
+        let began = std::time::Instant::now();
+        let mut buf = [0u8; 4096];
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {
+                    if s.write_all(&vec![b'a'; chunk]).await.is_err() {
+                        return began.elapsed();
+                    }
+                }
+                r = s.read(&mut buf) => if matches!(r, Ok(0) | Err(_)) { return began.elapsed() },
+            }
+            assert!(began.elapsed() < Duration::from_secs(20), "never closed");
+        }
+    };
+    let slow = sign_in_from([127, 3, 0, 1].into(), addr, b"csrf=").await;
+    let steady = sign_in_from([127, 3, 0, 2].into(), addr, b"csrf=").await;
+    let (slow, steady) = tokio::join!(
+        timed(slow, Duration::from_secs(1), 1),
+        // 2 000 bytes a second: above the floor, 30 s for the whole body.
+        timed(steady, Duration::from_millis(250), 500),
+    );
+    assert!(
+        slow >= Duration::from_millis(1_900) && slow < Duration::from_millis(3_800),
+        "one byte a second: closed just past the 2 s header timeout, after {slow:?}"
+    );
+    assert!(
+        steady >= Duration::from_millis(3_900) && steady < Duration::from_millis(6_000),
+        "above the floor, closed at the 4 s request deadline, after {steady:?}"
+    );
+    let m = c.get_text("/metrics").await.1;
+    for reason in ["too_slow", "request_deadline"] {
+        let series = format!(r#"lifeline_http_connections_closed_total{{reason="{reason}"}} 1"#);
+        assert!(m.contains(&series), "{series} in\n{m}");
+    }
+
+    // The sign-in limit answers before the body: ten attempts, then the
+    // eleventh (its body never sent) is refused at once.
+    let from = std::net::IpAddr::from([127, 3, 0, 3]);
+    for _ in 0..10 {
+        let mut s = sign_in_from(from, addr, &[b'a'; 0]).await;
+        s.shutdown().await.ok();
+    }
+    let began = std::time::Instant::now();
+    let mut s = sign_in_from(from, addr, b"").await;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        match tokio::time::timeout(Duration::from_secs(1), s.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => got.extend_from_slice(&buf[..n]),
+            other => panic!("no answer within 1 s, body unsent: {other:?}"),
+        }
+    }
+    let head = String::from_utf8_lossy(&got);
+    assert!(head.starts_with("HTTP/1.1 429"), "{head}");
+    assert!(head.to_ascii_lowercase().contains("retry-after:"), "{head}");
+    assert!(began.elapsed() < Duration::from_secs(1));
+    c.shutdown().await;
 }

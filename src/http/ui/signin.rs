@@ -121,29 +121,53 @@ impl CsrfForm for SigninForm {
     }
 }
 
-pub async fn sign_in(
-    State(st): State<AppState>,
-    ClientIp(client): ClientIp,
-    ctx: Ctx,
-    Checked { form, .. }: Checked<SigninForm>,
-) -> Response {
-    let next = safe_next(Some(&form.next));
-    if let Err(wait) = st.access.admit_sign_in(client) {
+/// A sign-in attempt's turn under the per-address limit, taken before
+/// the form's body is read: a client held back is answered 429 at once,
+/// and its body (however slowly it comes) is never waited for.
+pub struct SignInTurn;
+
+impl axum::extract::FromRequestParts<AppState> for SignInTurn {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        st: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let Ok(ClientIp(client)) = ClientIp::from_request_parts(parts, st).await;
+        let Err(wait) = st.access.admit_sign_in(client) else {
+            return Ok(SignInTurn);
+        };
         Stats::inc(&st.stats.http_rate_limited);
         warn!(peer = %client, "sign-in attempts from this address are held back");
+        let Ok(ctx) = Ctx::from_request_parts(parts, st).await;
         let secs = wait.as_secs().max(1);
         let mut r = render(
-            &st,
+            st,
             &ctx,
             StatusCode::TOO_MANY_REQUESTS,
-            next,
+            "/".into(),
             format!("Too many sign-in attempts from this address: try again in {secs} s."),
         );
         if let Ok(v) = secs.to_string().parse() {
             r.headers_mut().insert(header::RETRY_AFTER, v);
         }
-        return r;
+        // The body is not read: the connection cannot be reused for
+        // another request.
+        r.headers_mut().insert(
+            header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+        Err(r)
     }
+}
+
+pub async fn sign_in(
+    State(st): State<AppState>,
+    ctx: Ctx,
+    _turn: SignInTurn,
+    Checked { form, .. }: Checked<SigninForm>,
+) -> Response {
+    let next = safe_next(Some(&form.next));
     let Some(p) = st.access.authenticate(form.token.trim()) else {
         Stats::inc(&st.stats.http_unauthorized);
         return render(

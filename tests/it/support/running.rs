@@ -234,6 +234,19 @@ impl Running {
         (status, resp.text().await.unwrap_or_default())
     }
 
+    /// [`Running::get_text`] with a bearer token.
+    pub async fn get_text_as(&self, path: &str, token: &str) -> (u16, String) {
+        let url = format!("{}{}", self.ll().base_url(), path);
+        let resp = bounded(
+            &format!("GET {path}"),
+            self.http.get(&url).bearer_auth(token).send(),
+        )
+        .await
+        .expect("HTTP request");
+        let status = resp.status().as_u16();
+        (status, resp.text().await.unwrap_or_default())
+    }
+
     pub async fn ok(&self, path: &str) -> Value {
         let (status, body) = self.get(path).await;
         assert_eq!(status, 200, "GET {path} → {status}: {body}");

@@ -252,7 +252,12 @@ async fn run(
                     .map(|_| c)
             });
             match checked {
-                Ok(c) => Ok(emit(&format!("config OK: {c:#?}\n"))),
+                Ok(c) => {
+                    let shown = c.to_toml().context("showing the configuration as TOML")?;
+                    Ok(emit(&format!(
+                        "# config OK: the effective configuration, defaults included, secrets redacted\n{shown}"
+                    )))
+                }
                 Err(e) => {
                     eprintln!("lifeline: {e}");
                     Ok(ExitCode::from(EXIT_CONFIG))
