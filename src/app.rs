@@ -49,6 +49,10 @@ impl Lifeline {
         let engine = cfg.storage.engine()?;
         let (cfg, descriptors) = &fds::planned(cfg, store::descriptors(&engine));
         let mut rt = Runtime::new(clock, Arc::new(Stats::default()));
+        // A start that fails part way stops what it had started: its
+        // tasks end as on shutdown, not as failures after the cause was
+        // already told.
+        let unwind = rt.shutdown.clone().drop_guard();
         let _ = rt.stats.descriptors.set(descriptors.clone());
         // Identity and CA files first: a bad one stops start-up before
         // anything listens.
@@ -163,6 +167,7 @@ impl Lifeline {
         store::retention::start(&db, leadership.clone(), policy, prune_every, &mut rt);
         rt.spawn_upkeep();
         info!(%http_addr, %grpc_addr, admin_addr = ?admin_addr, cluster = %cfg.cluster.addr, db = %engine, engine = engine.name(), "Lifeline started");
+        unwind.disarm();
         Ok(Lifeline {
             http_addr,
             grpc_addr,

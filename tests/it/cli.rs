@@ -337,3 +337,91 @@ tests:
               description: "Over ten minutes, more than one signal in ten ended failed, undeliverable or timed out: agents are not acting on reconnects (Lifeline ll:8080)."
               dashboard: "https://ll.example.com/signals"
 "#;
+
+/// A start-up that fails says its cause once: no error repeated after
+/// its own message, and no task reported stopped after the cause.
+#[test]
+fn a_failed_start_says_its_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let out = lifeline()
+        .args(["serve"])
+        .env("LIFELINE_DB", dir.path().join("x.db"))
+        .env("LIFELINE_LISTEN", held.local_addr().unwrap().to_string())
+        .env("LIFELINE_GRPC_LISTEN", "127.0.0.1:0")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert_eq!(
+        err.matches("Address already in use").count(),
+        1,
+        "the cause once:\n{err}"
+    );
+    assert!(err.contains("cannot listen for HTTP"), "{err}");
+    assert!(
+        !err.contains("task"),
+        "no task said to stop after it:\n{err}"
+    );
+}
+
+/// `check-config` prints the effective configuration as TOML: every
+/// section, defaults included, that reads back as the same configuration;
+/// a database password and a webhook's path (its secret) never shown.
+#[test]
+fn check_config_prints_the_effective_configuration_as_toml_with_secrets_redacted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("secrets.toml");
+    std::fs::write(
+        &path,
+        "[storage]\nurl = \"postgres://lifeline:hunter2@db.example.com:5432/lifeline\"\n\n[[notify.webhooks]]\nname = \"ops\"\nurl = \"https://hooks.slack.com/services/T0/B0/XXXXsecret\"\nsecret_file = \"/etc/lifeline/ops.secret\"\nformat = \"slack\"\n",
+    )
+    .unwrap();
+    let out = lifeline()
+        .args(["check-config", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for secret in ["hunter2", "XXXXsecret", "services/T0"] {
+        assert!(!text.contains(secret), "{secret} shown:\n{text}");
+    }
+    assert!(text.contains("db.example.com:5432"), "{text}");
+    assert!(!text.contains("Config {"), "not a Debug dump:\n{text}");
+    let doc: toml::Table = text.parse().expect("the output is TOML");
+    for section in [
+        "server", "cluster", "storage", "signals", "access", "notify",
+    ] {
+        assert!(doc.contains_key(section), "[{section}] in\n{text}");
+    }
+    // The example config, printed and read back, prints the same again.
+    let example = crate::support::repo().join("lifeline.example.toml");
+    let first = lifeline()
+        .args(["check-config", "--config"])
+        .arg(&example)
+        .output()
+        .unwrap();
+    assert!(first.status.success());
+    let again = dir.path().join("again.toml");
+    std::fs::write(&again, &first.stdout).unwrap();
+    let second = lifeline()
+        .args(["check-config", "--config"])
+        .arg(&again)
+        .output()
+        .unwrap();
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&first.stdout),
+        String::from_utf8_lossy(&second.stdout),
+        "the printed configuration reads back as itself"
+    );
+}

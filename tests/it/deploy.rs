@@ -43,3 +43,114 @@ fn the_dashboard_configmap_is_what_grafana_dashboard_prints() {
         &format!("lifeline grafana-dashboard --kubernetes --external-url {URL}"),
     );
 }
+
+/// The lines of `text` from the one that contains `start` to the next
+/// that is indented no deeper (the YAML block it opens).
+fn block<'a>(text: &'a str, start: &str) -> Vec<&'a str> {
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.contains(start))
+        .unwrap_or_else(|| panic!("no line with {start:?}"));
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let depth = indent(lines[at]);
+    let mut out = vec![lines[at]];
+    for l in &lines[at + 1..] {
+        if !l.trim().is_empty() && indent(l) <= depth {
+            break;
+        }
+        out.push(l);
+    }
+    out
+}
+
+/// kubelet probes the admin port, whose container port is the one the
+/// config's `server.admin_listen` names; Prometheus scrapes it through
+/// its own Service; the NetworkPolicy lets only the monitoring
+/// namespace's Prometheus reach it, while the main ports stay open.
+#[test]
+fn the_manifests_probe_and_scrape_the_admin_port_and_only_prometheus_reaches_it() {
+    let cfg = lifeline::config::Config::load(
+        Some(&crate::support::repo().join("deploy/kubernetes/base/lifeline.toml")),
+        |_| None,
+    )
+    .expect("the base config loads");
+    let admin = cfg
+        .server
+        .admin_listen
+        .expect("server.admin_listen is set")
+        .port();
+    let deployment = committed("deploy/kubernetes/base/deployment.yaml");
+    let port = block(&deployment, "- name: admin").join("\n");
+    assert!(port.contains(&format!("containerPort: {admin}")), "{port}");
+    for probe in ["readinessProbe:", "livenessProbe:", "startupProbe:"] {
+        let b = block(&deployment, probe).join("\n");
+        assert!(
+            b.contains("port: admin"),
+            "{probe} probes the admin port:\n{b}"
+        );
+    }
+    let monitor = committed("deploy/kubernetes/base/servicemonitor.yaml");
+    assert!(monitor.contains("- port: admin"), "{monitor}");
+    assert!(
+        monitor.contains("app.kubernetes.io/component: admin"),
+        "{monitor}"
+    );
+    let services = committed("deploy/kubernetes/base/services.yaml");
+    let svc = services
+        .split("\n---\n")
+        .find(|d| d.contains("name: lifeline-admin"))
+        .expect("the admin Service");
+    assert!(
+        svc.contains("component: admin") && svc.contains("targetPort: admin"),
+        "{svc}"
+    );
+    let policy = committed("deploy/kubernetes/base/networkpolicy.yaml");
+    let ingress = block(&policy, "  ingress:");
+    // Each rule of the ingress list: the admin port's has a `from`, the
+    // main ports' none (any source).
+    let rules: Vec<String> = ingress[1..]
+        .join("\n")
+        .split("\n    - ")
+        .map(str::to_string)
+        .collect();
+    let admin_rule = rules
+        .iter()
+        .find(|r| r.contains(&format!("port: {admin}")))
+        .expect("a rule for the admin port");
+    assert!(
+        admin_rule.contains("from:") && admin_rule.contains("namespaceSelector"),
+        "the admin port only from where the manifests say:\n{admin_rule}"
+    );
+    let main = rules
+        .iter()
+        .find(|r| r.contains("port: 8080"))
+        .expect("a rule for 8080");
+    assert!(!main.contains(&format!("port: {admin}")), "{main}");
+}
+
+/// The sidecar configs `deploy/` ships name Lifeline's own default gRPC
+/// port, where a packaged Lifeline listens for them.
+#[test]
+fn the_shipped_sidecar_configs_name_lifelines_default_grpc_port() {
+    let port = lifeline::config::ServerConfig::default().grpc_listen.port();
+    for rel in [
+        "deploy/lifeline-agent.toml",
+        "deploy/kubernetes/kube-agent/lifeline-agent.toml",
+    ] {
+        let doc: toml::Table = committed(rel).parse().expect("TOML");
+        let urls: Vec<String> = match &doc["lifeline"] {
+            toml::Value::String(s) => vec![s.clone()],
+            toml::Value::Array(a) => a
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect(),
+            other => panic!("{rel}: lifeline = {other}"),
+        };
+        assert!(!urls.is_empty(), "{rel}");
+        for u in urls {
+            let parsed = url::Url::parse(&u).expect("a URL");
+            assert_eq!(parsed.port_or_known_default(), Some(port), "{rel}: {u}");
+        }
+    }
+}

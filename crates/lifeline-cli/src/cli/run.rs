@@ -51,6 +51,23 @@ fn load_config(path: Option<&PathBuf>) -> Result<Config, lifeline::config::Confi
     Config::load(path.map(|p| p.as_path()), |k| std::env::var(k).ok())
 }
 
+/// An error and its causes, each said once: a cause whose words its
+/// error already says (a message that ends with `: {source}`) is not
+/// repeated.
+fn causes(e: &anyhow::Error) -> String {
+    let mut said = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if said.is_empty() {
+            said = text;
+        } else if !said.contains(&text) {
+            said.push_str(": ");
+            said.push_str(&text);
+        }
+    }
+    said
+}
+
 /// Writes `text` to stdout. A reader that went away (`| head`) ends the
 /// command quietly, as it does any Unix filter; another failure says so.
 fn emit(text: &str) -> ExitCode {
@@ -163,7 +180,7 @@ pub async fn main(cli: Cli) -> ExitCode {
     let code = match run(cli.cmd, serve_cfg, bench_sink.as_ref(), spans).await {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("lifeline: {e:#}");
+            eprintln!("lifeline: {}", causes(&e));
             ExitCode::FAILURE
         }
     };
@@ -190,7 +207,8 @@ async fn run(
             let ll = match Lifeline::start_tuned(&cfg, Clock::system(), tuning).await {
                 Ok(ll) => ll,
                 Err(e) if e.is_config() => {
-                    eprintln!("lifeline: start-up failed: {e}");
+                    let e = anyhow::Error::new(e);
+                    eprintln!("lifeline: start-up failed: {}", causes(&e));
                     return Ok(ExitCode::from(EXIT_CONFIG));
                 }
                 Err(e) => return Err(anyhow::Error::new(e).context("start-up failed")),
