@@ -11,6 +11,8 @@
 //! Must not touch: HTTP framing (the `http` room calls in here), settings,
 //! the fleet.
 
+pub mod teleport;
+
 use std::num::NonZeroU32;
 use std::time::Duration;
 
@@ -216,6 +218,8 @@ pub struct Access {
     sign_ins: KeyedLimiter,
     /// `access.trusted_proxies`: whose `X-Forwarded-For` is read.
     trusted_proxies: Vec<ipnet::IpNet>,
+    /// `[access.teleport]`: sign-in through Teleport's app proxy.
+    pub teleport: Option<teleport::TeleportJwt>,
 }
 
 /// Sign-in attempts one client address may make in a row, and how often
@@ -269,9 +273,21 @@ impl Access {
     /// [`Self::new`], saying what an operator should know: without API
     /// tokens everything is read-only, without join tokens no agent can
     /// connect.
-    pub fn start(cfg: &AccessConfig, clock: Clock) -> std::sync::Arc<Access> {
-        let access = Access::new(cfg, clock);
-        if !access.has_tokens() {
+    pub fn start(
+        cfg: &AccessConfig,
+        clock: Clock,
+    ) -> Result<std::sync::Arc<Access>, teleport::SetupError> {
+        let mut access = Access::new(cfg, clock);
+        if let Some(t) = &cfg.teleport {
+            access.teleport = Some(teleport::TeleportJwt::new(t, clock)?);
+            tracing::info!(
+                cluster = %t.cluster_name,
+                audience = %t.audience,
+                jwks = %t.jwks_url,
+                "signing in through Teleport: requests carrying its app-access JWT are taken as its user"
+            );
+        }
+        if !access.has_tokens() && access.teleport.is_none() {
             tracing::warn!(
                 "no API tokens configured ([[access.tokens]]): the API and dashboard are read-only"
             );
@@ -281,7 +297,7 @@ impl Access {
                 "no join tokens configured (access.join_tokens): no agent can connect for signals"
             );
         }
-        std::sync::Arc::new(access)
+        Ok(std::sync::Arc::new(access))
     }
 
     pub fn new(cfg: &AccessConfig, clock: Clock) -> Access {
@@ -311,6 +327,7 @@ impl Access {
                 .collect(),
             identity: cfg.agent_identity,
             trusted_proxies: cfg.trusted_proxies(),
+            teleport: None,
             read_requires_token: cfg.read_requires_token,
             session_key,
             session_ttl: cfg.session_ttl,

@@ -116,7 +116,7 @@ impl Lifeline {
             maintenance: maintenance.clone(),
         };
         let departure = standing.start(replica, rooms, &mut rt).await?;
-        let access = Access::start(&cfg.access, clock);
+        let access = Access::start(&cfg.access, clock)?;
         let restarts = cfg.signals.max_restarts_in_flight;
         let dispatch = Dispatch::new(
             hub.clone(),

@@ -31,8 +31,8 @@ use figment::{Figment, Provider};
 use serde::{Deserialize, Serialize};
 
 pub use access::{
-    valid_token_name, AccessConfig, AgentIdentity, AgentNames, JoinToken, Role, TokenConfig,
-    TOKEN_NAME_RULE,
+    valid_token_name, AccessConfig, AgentIdentity, AgentNames, JoinToken, Role,
+    TeleportAccessConfig, TokenConfig, TraitGrant, TOKEN_NAME_RULE,
 };
 pub use cluster::{
     AlpnUpgrade, ClusterConfig, FleetConfig, HealthConfig, SourceKind, StaticAuthServer,

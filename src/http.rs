@@ -132,7 +132,7 @@ pub fn start(
     };
     rt.tasks
         .track("live overview", ui::live::spawn(state.clone()));
-    use crate::tls::held::{Bounds, Listener};
+    use crate::tls::held::Bounds;
     let (stats, stop) = (rt.stats.clone(), rt.shutdown.clone());
     if let Some((listener, addr)) = admin {
         let served = crate::tls::serve::http(
@@ -141,7 +141,6 @@ pub fn start(
             tls,
             admin_router(state.clone()),
             Bounds::admin(&cfg.server),
-            Listener::Admin,
             stats.clone(),
             stop.clone(),
         );
@@ -153,7 +152,6 @@ pub fn start(
         tls,
         router(state),
         Bounds::of(&cfg.server),
-        Listener::Http,
         stats,
         stop,
     );

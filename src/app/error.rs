@@ -21,6 +21,8 @@ pub enum StartError {
     Dialers(#[from] DialersError),
     #[error(transparent)]
     Notify(#[from] crate::notify::NotifyError),
+    #[error(transparent)]
+    Access(#[from] crate::access::teleport::SetupError),
     #[error("cannot listen for {what} on {addr}: {source}")]
     Bind {
         what: &'static str,
@@ -38,6 +40,7 @@ impl StartError {
             StartError::Config(_)
                 | StartError::Dialers(_)
                 | StartError::Notify(_)
+                | StartError::Access(_)
                 | StartError::Store(StoreError::ReplicaNameTaken { .. })
         )
     }

@@ -127,6 +127,143 @@ pub struct AccessConfig {
     /// (sign-in attempts, live streams). Empty (the default): the
     /// connection's own address always, so no client can claim another's.
     pub trusted_proxies: Vec<String>,
+    /// Sign-in through Teleport's Application Access: the JWT its app
+    /// proxy adds to every request (`Teleport-Jwt-Assertion`) names the
+    /// user and their roles. Unset: the header is ignored.
+    pub teleport: Option<TeleportAccessConfig>,
+}
+
+/// `[access.teleport]`: which cluster's app-access JWTs Lifeline trusts,
+/// and what Teleport's roles (and traits) may do here.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TeleportAccessConfig {
+    /// The cluster's JWT keys: `https://<proxy>/.well-known/jwks.json`.
+    /// Fetched when first needed, cached, and fetched again when a token
+    /// names a key it does not hold (a CA rotation). `https://`, or
+    /// `http://` to a loopback address.
+    pub jwks_url: String,
+    /// CA certificates (PEM) for the proxy's certificate, beside the
+    /// system's roots.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// The app's URI as the `app_service` entry names it (`uri:`): the
+    /// token's `aud` must be it.
+    pub audience: String,
+    /// The Teleport cluster's name: the token's `iss` must be it.
+    pub cluster_name: String,
+    /// Teleport role → Lifeline roles (`read`, `update`, `create`). A user
+    /// holds every Lifeline role any of their Teleport roles maps to.
+    #[serde(default)]
+    pub roles_map: std::collections::BTreeMap<String, Vec<Role>>,
+    /// Traits that grant Lifeline roles too: a user with `value` among
+    /// their `trait` values holds `roles`.
+    #[serde(default)]
+    pub traits_map: Vec<TraitGrant>,
+    /// Slack allowed on `exp` and `nbf`, for clocks apart. At most 5 min.
+    #[serde(default = "default_leeway", with = "humantime_serde")]
+    pub leeway: Duration,
+    /// Least time between two fetches of the key set asked for by tokens
+    /// naming an unknown key.
+    #[serde(default = "default_refresh_every", with = "humantime_serde")]
+    pub refresh_min_interval: Duration,
+    /// How long a fetch of the key set may take; a request waits for one
+    /// no longer than this.
+    #[serde(default = "default_jwks_timeout", with = "humantime_serde")]
+    pub jwks_timeout: Duration,
+}
+
+/// One `[[access.teleport.traits_map]]` entry.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraitGrant {
+    #[serde(rename = "trait")]
+    pub name: String,
+    pub value: String,
+    pub roles: Vec<Role>,
+}
+
+fn default_leeway() -> Duration {
+    Duration::from_secs(30)
+}
+
+fn default_refresh_every() -> Duration {
+    Duration::from_secs(30)
+}
+
+fn default_jwks_timeout() -> Duration {
+    Duration::from_secs(3)
+}
+
+impl TeleportAccessConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let field = "access.teleport.jwks_url";
+        let u = url::Url::parse(&self.jwks_url)
+            .map_err(|e| invalid(field, format!("{:?} is not a URL: {e}", self.jwks_url)))?;
+        let loopback = match u.host() {
+            Some(url::Host::Ipv4(a)) => a.is_loopback(),
+            Some(url::Host::Ipv6(a)) => a.is_loopback(),
+            Some(url::Host::Domain(d)) => d == "localhost",
+            None => false,
+        };
+        match u.scheme() {
+            "https" => {}
+            "http" if loopback => {}
+            _ => {
+                return Err(invalid(
+                    field,
+                    "must be an https:// URL (http:// only to a loopback address): the keys decide who signs in",
+                ))
+            }
+        }
+        if self.audience.trim().is_empty() {
+            return Err(invalid(
+                "access.teleport.audience",
+                "must be the app's URI as its app_service entry names it (the JWT's aud)",
+            ));
+        }
+        if self.cluster_name.trim().is_empty() {
+            return Err(invalid(
+                "access.teleport.cluster_name",
+                "must be the Teleport cluster's name (the JWT's iss)",
+            ));
+        }
+        if self.roles_map.is_empty() && self.traits_map.is_empty() {
+            return Err(invalid(
+                "access.teleport.roles_map",
+                "must map at least one Teleport role (or trait, traits_map) to Lifeline roles",
+            ));
+        }
+        for (role, grants) in &self.roles_map {
+            if role.is_empty() || grants.is_empty() {
+                return Err(invalid(
+                    format!("access.teleport.roles_map.{role}"),
+                    "must name a Teleport role and at least one of read, update, create",
+                ));
+            }
+        }
+        for (i, t) in self.traits_map.iter().enumerate() {
+            if t.name.is_empty() || t.roles.is_empty() {
+                return Err(invalid(
+                    format!("access.teleport.traits_map[{i}]"),
+                    "must name a trait, a value and at least one of read, update, create",
+                ));
+            }
+        }
+        if self.leeway > Duration::from_secs(300) {
+            return Err(invalid("access.teleport.leeway", "must be at most 5m"));
+        }
+        positive(
+            "access.teleport.refresh_min_interval",
+            self.refresh_min_interval,
+        )?;
+        if !(Duration::from_millis(100)..=Duration::from_secs(60)).contains(&self.jwks_timeout) {
+            return Err(invalid(
+                "access.teleport.jwks_timeout",
+                "must be between 100ms and 1m",
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Default for AccessConfig {
@@ -139,6 +276,7 @@ impl Default for AccessConfig {
             manual_reconnect_interval: Duration::from_secs(10),
             session_ttl: Duration::from_secs(12 * 3600),
             trusted_proxies: Vec::new(),
+            teleport: None,
         }
     }
 }
@@ -236,6 +374,9 @@ impl AccessConfig {
             self.manual_reconnect_interval,
         )?;
         positive("access.session_ttl", self.session_ttl)?;
+        if let Some(t) = &self.teleport {
+            t.validate()?;
+        }
         Ok(())
     }
 }

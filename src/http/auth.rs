@@ -71,6 +71,64 @@ fn refuse(st: &AppState, err: ApiError, req: &Request, api: bool) -> Response {
     UiError { err, json: false }.into_response()
 }
 
+/// The `Teleport-Jwt-Assertion` header's value, when `[access.teleport]`
+/// is set (otherwise the header means nothing here). A value that is not
+/// text is handed on as it is, to be refused as malformed.
+fn teleport_jwt(st: &AppState, h: &HeaderMap) -> Option<String> {
+    st.access.teleport.as_ref()?;
+    let v = h.get(crate::access::teleport::HEADER)?;
+    Some(String::from_utf8_lossy(v.as_bytes()).into_owned())
+}
+
+/// The Teleport user a JWT names, or the refusal to answer with: a 401
+/// naming what is wrong with the token (an error page, never the sign-in
+/// page, which could not help). A request that changes something and
+/// comes from another site is refused too: Teleport's app proxy adds the
+/// JWT to whatever the browser sends it.
+async fn signed_in_through_teleport(
+    st: &AppState,
+    token: &str,
+    req: (&Method, &str, &HeaderMap),
+) -> Result<crate::access::Principal, Response> {
+    let (method, path, headers) = req;
+    let Some(t) = st.access.teleport.as_ref() else {
+        return Err(ApiError::Unauthorized {
+            code: "invalid_teleport_jwt",
+            message: "signing in through Teleport is not configured ([access.teleport])".into(),
+        }
+        .into_response());
+    };
+    let reading = matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS);
+    let cross_site = headers
+        .get("sec-fetch-site")
+        .is_some_and(|v| v.as_bytes() == b"cross-site");
+    if !reading && cross_site {
+        Stats::inc(&st.stats.http_forbidden);
+        return Err(ApiError::Forbidden {
+            code: "cross_site",
+            message: "a change asked for by another site is refused".into(),
+        }
+        .into_response());
+    }
+    match t.verify(token).await {
+        Ok(p) => Ok(p),
+        Err(r) => {
+            Stats::inc(&st.stats.http_unauthorized);
+            debug!(%path, reason = r.code(), "Teleport JWT refused");
+            let err = ApiError::Unauthorized {
+                code: "invalid_teleport_jwt",
+                message: format!("Teleport's JWT (Teleport-Jwt-Assertion) is refused: {r}"),
+            };
+            let api = path.starts_with("/api/") || wants_json(headers);
+            Err(if api {
+                err.into_response()
+            } else {
+                UiError { err, json: false }.into_response()
+            })
+        }
+    }
+}
+
 /// The middleware: finds the caller, checks the role the request needs,
 /// and leaves a [`Caller`] in the request's extensions.
 pub async fn guard(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
@@ -81,10 +139,21 @@ pub async fn guard(State(st): State<AppState>, mut req: Request, next: Next) -> 
     }
     // Machine surfaces: bearer tokens only, JSON refusals, no redirects.
     let api = path.starts_with("/api/") || path == "/metrics" || path.starts_with("/probes/");
+    let jwt = teleport_jwt(&st, req.headers());
     let principal = match bearer(req.headers()) {
         Err(e) => return refuse(&st, e, &req, api),
         Ok(Some(token)) => match st.access.authenticate(&token) {
             Some(p) => Some(p),
+            // `Authorization: Bearer {{internal.jwt}}` in the app's
+            // definition puts Teleport's JWT here.
+            None if st.access.teleport.is_some() && token.split('.').count() == 3 => {
+                match signed_in_through_teleport(&st, &token, (req.method(), &path, req.headers()))
+                    .await
+                {
+                    Ok(p) => Some(p),
+                    Err(r) => return r,
+                }
+            }
             None => {
                 let e = ApiError::Unauthorized {
                     code: "invalid_token",
@@ -94,6 +163,15 @@ pub async fn guard(State(st): State<AppState>, mut req: Request, next: Next) -> 
                 return refuse(&st, e, &req, api);
             }
         },
+        Ok(None) if jwt.is_some() => {
+            let token = jwt.unwrap_or_default();
+            match signed_in_through_teleport(&st, &token, (req.method(), &path, req.headers()))
+                .await
+            {
+                Ok(p) => Some(p),
+                Err(r) => return r,
+            }
+        }
         Ok(None) if !api => {
             super::cookie(req.headers(), SESSION_COOKIE).and_then(|v| st.access.session(&v))
         }

@@ -57,6 +57,8 @@ pub struct Bounds {
     /// Bytes a second a request must average past `header_timeout`; 0:
     /// no floor.
     pub min_rate: u32,
+    /// Which listener they bound (its counters, its log lines).
+    pub which: Listener,
 }
 
 impl Bounds {
@@ -68,6 +70,7 @@ impl Bounds {
             idle_timeout: s.http_idle_timeout,
             request_timeout: s.http_request_timeout,
             min_rate: s.http_min_rate,
+            which: Listener::Http,
         }
     }
 
@@ -75,6 +78,7 @@ impl Bounds {
     pub fn admin(s: &crate::config::ServerConfig) -> Bounds {
         Bounds {
             max_connections: s.admin_max_connections,
+            which: Listener::Admin,
             ..Bounds::of(s)
         }
     }
@@ -213,7 +217,6 @@ pub async fn serve<L>(
     mut listener: L,
     app: axum::Router,
     bounds: Bounds,
-    which: Listener,
     stats: Arc<Stats>,
     stop: CancellationToken,
 ) where
@@ -224,7 +227,7 @@ pub async fn serve<L>(
         places: Arc::new(Semaphore::new(bounds.max_connections)),
         evictable: Evictable::default(),
         counters: stats,
-        which,
+        which: bounds.which,
         full: AtomicBool::new(false),
         // A timing site: how long a socket has been quiet, on tokio's
         // clock as hyper's header timer is.
@@ -687,6 +690,7 @@ mod tests {
             idle_timeout: Duration::from_secs(60),
             request_timeout: Duration::from_secs(30),
             min_rate: 500,
+            which: Listener::Http,
         }
     }
 

@@ -33,7 +33,6 @@ pub fn http(
     tls: Option<&ServerTls>,
     app: axum::Router,
     bounds: held::Bounds,
-    which: held::Listener,
     stats: Arc<Stats>,
     stop: CancellationToken,
 ) -> JoinHandle<()> {
@@ -44,7 +43,7 @@ pub fn http(
             let listener = listener.tap_io(|tcp| {
                 let _ = tcp.set_nodelay(true);
             });
-            tokio::spawn(held::serve(listener, app, bounds, which, stats, stop))
+            tokio::spawn(held::serve(listener, app, bounds, stats, stop))
         }
         Some(t) => {
             let ready = listen::accept(
@@ -55,7 +54,7 @@ pub fn http(
                 stop.clone(),
             );
             let listener = listen::HttpsListener::new(ready, local);
-            tokio::spawn(held::serve(listener, app, bounds, which, stats, stop))
+            tokio::spawn(held::serve(listener, app, bounds, stats, stop))
         }
     }
 }

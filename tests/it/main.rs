@@ -34,6 +34,7 @@ mod schema;
 mod settings;
 mod sidecar;
 mod signals;
+mod signin_teleport;
 mod storage;
 mod stranded;
 mod teleport;
