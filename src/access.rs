@@ -222,6 +222,81 @@ pub struct Access {
     pub teleport: Option<teleport::TeleportJwt>,
 }
 
+/// The keys the dashboard signs with: session cookies and CSRF tokens.
+/// The same on every replica (from the shared store, or derived from
+/// `access.session_secret_file`), so a sign-in on one holds on any.
+#[derive(Clone)]
+pub struct SigningKeys {
+    pub session: [u8; 32],
+    pub csrf: [u8; 32],
+}
+
+impl std::fmt::Debug for SigningKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SigningKeys(redacted)")
+    }
+}
+
+/// Why `access.session_secret_file` cannot give the keys.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretFileError {
+    #[error("access.session_secret_file {path}: {why}")]
+    Unreadable { path: String, why: String },
+    #[error("access.session_secret_file {path} holds {len} bytes: at least 32 are needed (e.g. `head -c 32 /dev/urandom | base64 > {path}`)")]
+    TooShort { path: String, len: usize },
+}
+
+/// Least secret taken from `access.session_secret_file`.
+const MIN_SECRET: usize = 32;
+/// Largest secret file read.
+const MAX_SECRET: u64 = 64 * 1024;
+
+impl SigningKeys {
+    /// Fresh random keys: one process's own (tests, and `Access::new`).
+    pub fn random() -> SigningKeys {
+        let mut k = SigningKeys {
+            session: [0; 32],
+            csrf: [0; 32],
+        };
+        rand::rng().fill_bytes(&mut k.session);
+        rand::rng().fill_bytes(&mut k.csrf);
+        k
+    }
+
+    /// Derived from the secret in `path` (HMAC-SHA256 of a label for each
+    /// key), so the secret itself signs nothing.
+    pub fn from_secret_file(path: &std::path::Path) -> Result<SigningKeys, SecretFileError> {
+        use std::io::Read;
+        let shown = path.display().to_string();
+        let unreadable = |why: String| SecretFileError::Unreadable {
+            path: shown.clone(),
+            why,
+        };
+        let f = std::fs::File::open(path).map_err(|e| unreadable(e.to_string()))?;
+        let mut raw = Vec::new();
+        f.take(MAX_SECRET)
+            .read_to_end(&mut raw)
+            .map_err(|e| unreadable(e.to_string()))?;
+        let secret = raw.trim_ascii();
+        if secret.len() < MIN_SECRET {
+            return Err(SecretFileError::TooShort {
+                path: shown,
+                len: secret.len(),
+            });
+        }
+        let derive = |label: &[u8]| -> [u8; 32] {
+            let mut m = <Hmac<Sha256> as KeyInit>::new_from_slice(secret)
+                .unwrap_or_else(|_| unreachable!("HMAC accepts any key length"));
+            m.update(label);
+            m.finalize().into_bytes().into()
+        };
+        Ok(SigningKeys {
+            session: derive(b"lifeline session cookie v1"),
+            csrf: derive(b"lifeline csrf token v1"),
+        })
+    }
+}
+
 /// Sign-in attempts one client address may make in a row, and how often
 /// it earns one more: ten at once, then one every six seconds.
 pub const SIGN_IN_BURST: u32 = 10;
@@ -276,8 +351,10 @@ impl Access {
     pub fn start(
         cfg: &AccessConfig,
         clock: Clock,
+        keys: &SigningKeys,
     ) -> Result<std::sync::Arc<Access>, teleport::SetupError> {
         let mut access = Access::new(cfg, clock);
+        access.session_key = keys.session;
         if let Some(t) = &cfg.teleport {
             access.teleport = Some(teleport::TeleportJwt::new(t, clock)?);
             tracing::info!(
@@ -301,8 +378,7 @@ impl Access {
     }
 
     pub fn new(cfg: &AccessConfig, clock: Clock) -> Access {
-        let mut session_key = [0u8; 32];
-        rand::rng().fill_bytes(&mut session_key);
+        let session_key = SigningKeys::random().session;
         Access {
             tokens: cfg
                 .tokens
@@ -407,8 +483,7 @@ impl Access {
     }
 
     /// A session cookie value for `p` (who just signed in with a token):
-    /// `name.expires_us.hmac`. Signed with a per-process key, so a restart
-    /// signs everyone out.
+    /// `name.expires_us.hmac`, signed with the key every replica shares.
     pub fn session_value(&self, p: &Principal) -> Option<String> {
         let t = self.tokens.iter().find(|t| t.name == p.name)?;
         let expires = self.clock.now().saturating_add(self.session_ttl);
@@ -691,5 +766,24 @@ mod tests {
         assert_eq!(wait, a.reconnect_every());
         tokio::time::advance(a.reconnect_every()).await;
         a.admit_reconnect("a").unwrap();
+    }
+
+    #[test]
+    fn keys_from_a_secret_file_are_the_same_everywhere_and_a_short_secret_is_refused() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("secret");
+        std::fs::write(&path, "0123456789abcdef0123456789abcdef\n").expect("write");
+        let (a, b) = (
+            SigningKeys::from_secret_file(&path).expect("keys"),
+            SigningKeys::from_secret_file(&path).expect("keys"),
+        );
+        assert_eq!((a.session, a.csrf), (b.session, b.csrf));
+        assert_ne!(a.session, a.csrf, "one key for each use");
+        std::fs::write(&path, "too short").expect("write");
+        let e = SigningKeys::from_secret_file(&path).expect_err("short");
+        assert!(e.to_string().contains("at least 32"), "{e}");
+        let e = SigningKeys::from_secret_file(&dir.path().join("absent")).expect_err("absent");
+        assert!(e.to_string().contains("access.session_secret_file"), "{e}");
+        assert_eq!(format!("{a:?}"), "SigningKeys(redacted)");
     }
 }

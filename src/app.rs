@@ -116,7 +116,14 @@ impl Lifeline {
             maintenance: maintenance.clone(),
         };
         let departure = standing.start(replica, rooms, &mut rt).await?;
-        let access = Access::start(&cfg.access, clock)?;
+        let keys = match &cfg.access.session_secret_file {
+            Some(path) => crate::access::SigningKeys::from_secret_file(path)?,
+            None => crate::access::SigningKeys {
+                session: store::keys::shared_key(&db, "session", clock.now()).await?,
+                csrf: store::keys::shared_key(&db, "csrf", clock.now()).await?,
+            },
+        };
+        let access = Access::start(&cfg.access, clock, &keys)?;
         let restarts = cfg.signals.max_restarts_in_flight;
         let dispatch = Dispatch::new(
             hub.clone(),
@@ -141,6 +148,7 @@ impl Lifeline {
             store_health: store_health.clone(),
             spans: tuning.spans.clone(),
             maintenance,
+            keys,
         };
         http::start(
             cfg,

@@ -86,6 +86,8 @@ pub struct Rooms {
     pub store_health: Arc<crate::store::health::StoreHealth>,
     pub spans: Arc<crate::telemetry::SpanCounters>,
     pub maintenance: Arc<crate::maintenance::Maintenance>,
+    /// What the dashboard signs its forms with.
+    pub keys: crate::access::SigningKeys,
 }
 
 /// Serves the API, the dashboard, the probes and `/metrics` on `listener`
@@ -106,6 +108,7 @@ pub fn start(
         ui: Arc::new(ui::UiShared::new(
             cfg.server.max_live_streams,
             cfg.server.max_live_streams_per_ip,
+            rooms.keys.csrf,
         )),
         access: rooms.access,
         settings: rooms.settings,

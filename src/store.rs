@@ -15,6 +15,7 @@ mod commit;
 pub mod db_time;
 pub mod health;
 pub mod incidents;
+pub mod keys;
 pub mod lease;
 pub mod maintenance;
 pub mod outbox;

@@ -23,6 +23,10 @@ pub enum StartError {
     Notify(#[from] crate::notify::NotifyError),
     #[error(transparent)]
     Access(#[from] crate::access::teleport::SetupError),
+    #[error(transparent)]
+    SecretFile(#[from] crate::access::SecretFileError),
+    #[error(transparent)]
+    Keys(#[from] crate::store::keys::KeyError),
     #[error("cannot listen for {what} on {addr}: {source}")]
     Bind {
         what: &'static str,
@@ -41,6 +45,7 @@ impl StartError {
                 | StartError::Dialers(_)
                 | StartError::Notify(_)
                 | StartError::Access(_)
+                | StartError::SecretFile(_)
                 | StartError::Store(StoreError::ReplicaNameTaken { .. })
         )
     }

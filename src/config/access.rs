@@ -121,6 +121,11 @@ pub struct AccessConfig {
     /// How long a dashboard sign-in lasts.
     #[serde(with = "humantime_serde")]
     pub session_ttl: Duration,
+    /// A file holding a secret (at least 32 bytes) the dashboard's session
+    /// cookies and CSRF tokens are signed with, derived from it. Unset:
+    /// keys made once and kept in the database, shared by every replica.
+    /// Either way a sign-in holds on every replica and across restarts.
+    pub session_secret_file: Option<std::path::PathBuf>,
     /// The reverse proxies and load balancers in front of Lifeline, as
     /// CIDRs (`10.0.0.0/8`, `192.0.2.7/32`). Only a request from one of
     /// them has its `X-Forwarded-For` read, for the per-address limits
@@ -275,6 +280,7 @@ impl Default for AccessConfig {
             read_requires_token: false,
             manual_reconnect_interval: Duration::from_secs(10),
             session_ttl: Duration::from_secs(12 * 3600),
+            session_secret_file: None,
             trusted_proxies: Vec::new(),
             teleport: None,
         }

@@ -46,9 +46,9 @@ pub struct UiShared {
 }
 
 impl UiShared {
-    pub fn new(max_live_streams: usize, max_per_ip: usize) -> Self {
+    pub fn new(max_live_streams: usize, max_per_ip: usize, csrf_key: [u8; 32]) -> Self {
         UiShared {
-            csrf: csrf::Csrf::default(),
+            csrf: csrf::Csrf::with_key(csrf_key),
             live: live::Live::new(max_live_streams, max_per_ip),
             strip: std::sync::Mutex::new(None),
         }

@@ -879,3 +879,89 @@ async fn db_time_measures_a_clock_off_the_databases_and_gives_the_databases_time
     same.measure(pool).await.unwrap();
     assert!(same.offset_us().abs() < 5_000_000, "{}", same.offset_us());
 }
+
+/// A sign-in on one replica holds on another: replica-b takes the
+/// session cookie and the form tokens replica-a signed (one pair of keys,
+/// made once in the shared store), so forms posted through a balancer to
+/// any replica work.
+#[tokio::test(start_paused = true)]
+async fn a_sign_in_on_one_replica_holds_for_a_form_posted_to_another() {
+    let Some(c) = replica_a("sessions").await else {
+        return;
+    };
+    let mut cfg_b = c.cfg.clone();
+    cfg_b.storage.replica = Some("replica-b".into());
+    let b = Lifeline::start_tuned(
+        &cfg_b,
+        c.clock,
+        Tuning {
+            waits: lifeline::store::Waits::patient(Duration::from_secs(3600)),
+            ..Tuning::default()
+        },
+    )
+    .await
+    .expect("a second replica starts on the same database");
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    let (base_a, base_b) = (c.ll().base_url(), b.base_url());
+    let (csrf_cookie, csrf) = crate::support::signin_csrf(&client, &base_a).await;
+    let signed = bounded(
+        "sign-in on replica-a",
+        client
+            .post(format!("{base_a}/signin"))
+            .header("cookie", &csrf_cookie)
+            .form(&[
+                ("csrf", csrf.as_str()),
+                ("token", ADMIN),
+                ("next", "/agents"),
+            ])
+            .send(),
+    )
+    .await
+    .expect("answer");
+    assert_eq!(signed.status().as_u16(), 303);
+    let session = signed.headers()["set-cookie"]
+        .to_str()
+        .expect("cookie")
+        .split(';')
+        .next()
+        .expect("pair")
+        .to_string();
+    let both = format!("{csrf_cookie}; {session}");
+    // replica-b knows who signed in on replica-a ...
+    let page = bounded(
+        "a page on replica-b",
+        client
+            .get(format!("{base_b}/agents"))
+            .header("cookie", &both)
+            .send(),
+    )
+    .await
+    .expect("page")
+    .text()
+    .await
+    .expect("html");
+    assert!(
+        page.contains("<span>admin</span>"),
+        "signed in on replica-b too"
+    );
+    // ... and takes a form replica-a's page carried.
+    let token = crate::support::page_csrf(&client, &base_a, &both).await;
+    let posted = bounded(
+        "a form posted to replica-b",
+        client
+            .post(format!("{base_b}/signout"))
+            .header("cookie", &both)
+            .header("accept", "application/json")
+            .form(&[("csrf", token.as_str())])
+            .send(),
+    )
+    .await
+    .expect("answer");
+    let status = posted.status().as_u16();
+    assert_eq!(status, 303, "{}", posted.text().await.unwrap_or_default());
+    b.shutdown().await;
+    c.shutdown().await;
+}

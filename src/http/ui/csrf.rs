@@ -10,8 +10,8 @@
 //! or before signing in, is not one for this session. Another site can
 //! neither read the cookies nor compute the token, and SameSite=Strict
 //! keeps them off its requests anyway; a `Sec-Fetch-Site: cross-site`
-//! request is refused outright. The key is per process: a restart makes
-//! open forms stale, and the refusal says to reload.
+//! request is refused outright. The key is the one every replica shares
+//! (`access::SigningKeys`), so a form made on one replica posts to any.
 
 use axum::http::{HeaderMap, HeaderValue};
 use hmac::{Hmac, KeyInit, Mac};
@@ -39,6 +39,13 @@ impl Default for Csrf {
     fn default() -> Self {
         let mut key = [0u8; 32];
         rand::rng().fill_bytes(&mut key);
+        Csrf { key }
+    }
+}
+
+impl Csrf {
+    /// Signing with `key`: the one every replica shares.
+    pub fn with_key(key: [u8; 32]) -> Csrf {
         Csrf { key }
     }
 }
