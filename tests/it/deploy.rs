@@ -154,3 +154,65 @@ fn the_shipped_sidecar_configs_name_lifelines_default_grpc_port() {
         }
     }
 }
+
+/// The kube agents' Role evicts, gets and watches only the StatefulSet's
+/// own pods, by name, and reads only their state Secrets: one name per
+/// replica the chart values run, under the StatefulSet's name the
+/// sidecar's config gives. Nothing in it reaches the namespace's other
+/// pods (Teleport's auth and proxy often live there).
+#[test]
+fn the_kube_agent_role_names_exactly_the_statefulsets_pods() {
+    let cfg: toml::Table = committed("deploy/kubernetes/kube-agent/lifeline-agent.toml")
+        .parse()
+        .expect("TOML");
+    let sts = cfg["statefulset"].as_str().expect("statefulset");
+    let values = committed("deploy/kubernetes/kube-agent/values-patch.yaml");
+    let replicas: usize = values
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("replicaCount:"))
+        .expect("replicaCount")
+        .trim()
+        .parse()
+        .expect("a number");
+    let pods: Vec<String> = (0..replicas).map(|i| format!("{sts}-{i}")).collect();
+    let secrets: Vec<String> = pods.iter().map(|p| format!("{p}-state")).collect();
+    let role = committed("deploy/kubernetes/kube-agent/role.yaml");
+    let role = role.split("\n---\n").next().expect("the Role");
+    let rules: Vec<&str> = role.split("\n  - apiGroups:").skip(1).collect();
+    let names = |rule: &str| -> Vec<String> {
+        rule.lines()
+            .filter_map(|l| l.trim().strip_prefix("- "))
+            .map(str::to_string)
+            .collect()
+    };
+    let mut seen = Vec::new();
+    for rule in &rules {
+        let verbs = rule
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("verbs:"))
+            .expect("verbs");
+        let resources = rule
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("resources:"))
+            .expect("resources");
+        seen.push((resources.trim().to_string(), verbs.trim().to_string()));
+        match (resources.trim(), verbs.trim()) {
+            (r#"["pods"]"#, r#"["list"]"#) => assert!(!rule.contains("resourceNames")),
+            (r#"["pods"]"#, _) | (r#"["pods/eviction"]"#, _) => {
+                assert!(!verbs.contains("list"), "list cannot be held to names");
+                assert_eq!(
+                    names(rule),
+                    pods,
+                    "{resources} {verbs}: the StatefulSet's pods only"
+                );
+            }
+            (r#"["secrets"]"#, r#"["get"]"#) => assert_eq!(names(rule), secrets),
+            other => panic!("a rule the sidecar does not need: {other:?}"),
+        }
+    }
+    assert!(
+        seen.iter()
+            .any(|(r, v)| r.contains("pods/eviction") && v.contains("create")),
+        "evictions: {seen:?}"
+    );
+}

@@ -15,3 +15,18 @@ pub fn instant() -> Instant {
 pub fn wall() -> SystemTime {
     SystemTime::now()
 }
+
+/// Full-jitter exponential backoff: a random wait up to base × 2^attempt,
+/// at most `cap`.
+pub fn backoff(
+    base: std::time::Duration,
+    cap: std::time::Duration,
+    attempt: u32,
+) -> std::time::Duration {
+    use rand::Rng;
+    let ceiling = base
+        .saturating_mul(1u32.checked_shl(attempt.min(16)).unwrap_or(u32::MAX))
+        .min(cap);
+    let ms = u64::try_from(ceiling.as_millis()).unwrap_or(u64::MAX);
+    std::time::Duration::from_millis(rand::rng().random_range(0..=ms.max(1)))
+}

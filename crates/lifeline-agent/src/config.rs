@@ -95,7 +95,9 @@ pub struct FileConfig {
     /// The file holding the join token Lifeline gave this host.
     pub token_file: Option<PathBuf>,
     /// The name this sidecar speaks for: the Teleport host ID. Read from
-    /// `<teleport_data_dir>/host_uuid` when not given.
+    /// When not given: systemd's credential `host_uuid`
+    /// (`$CREDENTIALS_DIRECTORY/host_uuid`, `LoadCredential=` in the unit),
+    /// else `<teleport_data_dir>/host_uuid`.
     pub host_id: Option<String>,
     pub teleport_data_dir: PathBuf,
     pub restart: Method,
@@ -334,6 +336,59 @@ pub const MAX_HOST_ID: usize = 253;
 
 /// Whether `s` may be a Teleport host ID: 1..=253 bytes, no control
 /// characters (the config's `host_id`, a `host_uuid` file, a pod's Secret).
+/// Most bytes read of a `host_uuid` file.
+const MAX_HOST_ID_FILE: u64 = 4096;
+
+/// The host ID when the config gives none: systemd's credential
+/// (`LoadCredential=host_uuid:/var/lib/teleport/host_uuid`, read by the
+/// service manager as root and handed to this unprivileged service under
+/// `$CREDENTIALS_DIRECTORY`), else Teleport's own file, which Teleport
+/// writes 0400 as root.
+pub fn host_id_from_files(
+    credentials: Option<&std::path::Path>,
+    data_dir: &std::path::Path,
+) -> Result<String, ConfigError> {
+    let read = |p: &std::path::Path| -> std::io::Result<String> {
+        use std::io::Read;
+        let mut text = String::new();
+        std::fs::File::open(p)?
+            .take(MAX_HOST_ID_FILE)
+            .read_to_string(&mut text)?;
+        Ok(text.trim().to_string())
+    };
+    if let Some(dir) = credentials {
+        let p = dir.join("host_uuid");
+        match read(&p) {
+            Ok(id) => return Ok(id),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(invalid(
+                    "host_id",
+                    format!(
+                        "not given, and systemd's credential {} cannot be read: {e}",
+                        p.display()
+                    ),
+                ))
+            }
+        }
+    }
+    let p = data_dir.join("host_uuid");
+    read(&p).map_err(|e| {
+        let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
+            " (Teleport writes it 0400 as root: give it to this service with LoadCredential=host_uuid:"
+                .to_string()
+                + &p.display().to_string()
+                + " in its unit, as the package's does, or set host_id)"
+        } else {
+            String::new()
+        };
+        invalid(
+            "host_id",
+            format!("not given, and cannot read Teleport's {}: {e}{hint}", p.display()),
+        )
+    })
+}
+
 pub fn is_host_id(s: &str) -> bool {
     !s.is_empty() && s.len() <= MAX_HOST_ID && !s.chars().any(char::is_control)
 }
@@ -447,16 +502,10 @@ impl FileConfig {
             Some(h) => h.trim().to_string(),
             // Each pod's, read when its stream opens.
             None if kube => String::from("-"),
-            None => {
-                let p = self.teleport_data_dir.join("host_uuid");
-                let raw = std::fs::read_to_string(&p).map_err(|e| {
-                    invalid(
-                        "host_id",
-                        format!("not given, and cannot read Teleport's {}: {e}", p.display()),
-                    )
-                })?;
-                raw.trim().to_string()
-            }
+            None => host_id_from_files(
+                std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from).as_deref(),
+                &self.teleport_data_dir,
+            )?,
         };
         if !is_host_id(&host_id) {
             return Err(invalid(
@@ -557,9 +606,50 @@ mod tests {
 
     fn base() -> FileConfig {
         FileConfig {
-            lifeline: List::One("http://127.0.0.1:50051".into()),
+            lifeline: List::One("http://127.0.0.1:9090".into()),
             host_id: Some("host-1".into()),
             ..FileConfig::default()
+        }
+    }
+
+    /// systemd's credential comes first; without one, Teleport's own file;
+    /// a file this user may not read names the way out.
+    #[test]
+    fn the_host_id_comes_from_systemds_credential_before_teleports_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let data = tempfile::tempdir().expect("dir");
+        let creds = tempfile::tempdir().expect("dir");
+        std::fs::write(data.path().join("host_uuid"), "from-teleport\n").expect("write");
+        std::fs::write(creds.path().join("host_uuid"), "from-credential\n").expect("write");
+        assert_eq!(
+            host_id_from_files(Some(creds.path()), data.path()).expect("id"),
+            "from-credential"
+        );
+        // A credentials directory without it (another unit's credentials).
+        let empty = tempfile::tempdir().expect("dir");
+        assert_eq!(
+            host_id_from_files(Some(empty.path()), data.path()).expect("id"),
+            "from-teleport"
+        );
+        assert_eq!(
+            host_id_from_files(None, data.path()).expect("id"),
+            "from-teleport"
+        );
+        // Neither: the message says where it looked.
+        let none = tempfile::tempdir().expect("dir");
+        let e = host_id_from_files(None, none.path()).expect_err("nothing to read");
+        assert!(e.to_string().contains("host_uuid"), "{e}");
+        // A huge file is read only so far (and is then no host ID).
+        std::fs::write(none.path().join("host_uuid"), "x".repeat(1 << 20)).expect("write");
+        let id = host_id_from_files(None, none.path()).expect("read");
+        assert_eq!(id.len(), MAX_HOST_ID_FILE as usize);
+        assert!(!is_host_id(&id));
+        // Unreadable (root reads anything, so only where not root).
+        let locked = data.path().join("host_uuid");
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).expect("chmod");
+        if std::fs::read(&locked).is_err() {
+            let e = host_id_from_files(None, data.path()).expect_err("unreadable");
+            assert!(e.to_string().contains("LoadCredential=host_uuid:"), "{e}");
         }
     }
 

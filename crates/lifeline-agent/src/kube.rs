@@ -437,6 +437,8 @@ impl PodTarget {
         // event.
         let mut seen_last: Option<Incarnation> = None;
         let params = WatchParams::default().fields(&format!("metadata.name={}", old.name));
+        // Watches in a row that failed or ended without an event.
+        let mut failed = 0u32;
         loop {
             if crate::clock::instant() >= deadline {
                 return Err(last);
@@ -452,14 +454,16 @@ impl PodTarget {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
                     last = format!("watching pod {}: {}", old.name, said(&e));
+                    failed = failed.saturating_add(1);
                     tokio::time::sleep_until(
-                        deadline.min(crate::clock::instant() + Duration::from_secs(1)),
+                        deadline.min(crate::clock::instant() + watch_backoff(failed)),
                     )
                     .await;
                     continue;
                 }
             };
             let mut stream = std::pin::pin!(stream);
+            let mut heard = false;
             loop {
                 let wake = deadline.min(crate::clock::instant() + RELOOK);
                 let inc = match tokio::time::timeout_at(wake, stream.next()).await {
@@ -471,6 +475,7 @@ impl PodTarget {
                     // Ended (its timeout, or the server's): watched again.
                     Ok(None) | Ok(Some(Err(_))) => break,
                     Ok(Some(Ok(WatchEvent::Added(p) | WatchEvent::Modified(p)))) => {
+                        heard = true;
                         incarnation(&p, &container)
                     }
                     Ok(Some(Ok(WatchEvent::Deleted(_)))) => {
@@ -485,6 +490,18 @@ impl PodTarget {
                     Err(why) => last = why,
                 }
                 seen_last = Some(inc);
+            }
+            // A watch that ended without a word (an API server that
+            // closes them at once, a proxy in between) is asked again
+            // after a backoff, never in a hot loop.
+            if heard {
+                failed = 0;
+            } else {
+                failed = failed.saturating_add(1);
+                tokio::time::sleep_until(
+                    deadline.min(crate::clock::instant() + watch_backoff(failed)),
+                )
+                .await;
             }
         }
     }
@@ -538,9 +555,16 @@ fn eviction_request(
     .map_err(|e| format!("the eviction request: {e}"))
 }
 
+/// The wait before watching a pod again after `failed` watches in a row
+/// failed or ended without an event: full jitter, 250 ms doubling to 8 s.
+fn watch_backoff(failed: u32) -> Duration {
+    crate::clock::backoff(Duration::from_millis(250), Duration::from_secs(8), failed)
+}
+
 /// Speaks for every pod of the StatefulSet until `stop`: lists its pods
 /// now and every [`MEMBERS_EVERY`], starts a session for each pod whose
-/// host ID it can read, and ends the session of a pod that is gone.
+/// host ID it can read, ends the session of a pod that is gone, and
+/// starts again under the new ID a pod whose state Secret changed.
 pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), KubeError> {
     let Restart::Kubernetes(target) = &cfg.restart else {
         return Err(KubeError::Client("restart is not \"kubernetes\"".into()));
@@ -569,10 +593,21 @@ pub async fn run(cfg: AgentConfig, stop: CancellationToken) -> Result<(), KubeEr
                     keep
                 });
                 for pod in pods {
-                    if held.contains_key(&pod) {
-                        continue;
+                    let id = members.host_id(&pod).await;
+                    if let Some((host, token)) = held.get(&pod) {
+                        // The Secret is read again each round: a pod whose
+                        // host ID changed (its state was reset) is spoken
+                        // for under the new one, never the old.
+                        match &id {
+                            Ok(now) if now != host => {
+                                info!(pod, was = %host, now = %now, "pod's host ID changed: its streams end and open again under the new one");
+                                token.cancel();
+                                held.remove(&pod);
+                            }
+                            _ => continue,
+                        }
                     }
-                    match members.host_id(&pod).await {
+                    match id {
                         Ok(host) => {
                             why_not.remove(&pod);
                             let token = stop.child_token();

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use lifeline_proto::v1 as pb;
 use lifeline_proto::v1::agent_signals_client::AgentSignalsClient;
-use rand::Rng;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
@@ -82,14 +81,8 @@ pub async fn hold_all(cfg: Arc<AgentConfig>, restarter: Arc<Restarter>, stop: Ca
     }
 }
 
-/// Full-jitter exponential backoff: a random wait up to base × 2^attempt,
-/// at most the cap.
 fn backoff(attempt: u32) -> Duration {
-    let ceiling = BACKOFF_BASE
-        .saturating_mul(1u32.checked_shl(attempt.min(16)).unwrap_or(u32::MAX))
-        .min(BACKOFF_CAP);
-    let ms = ceiling.as_millis() as u64;
-    Duration::from_millis(rand::rng().random_range(0..=ms.max(1)))
+    clock::backoff(BACKOFF_BASE, BACKOFF_CAP, attempt)
 }
 
 async fn hold(
