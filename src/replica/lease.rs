@@ -232,26 +232,27 @@ const STREAM_CHUNK: usize = 1000;
 pub async fn claim_streams(
     pg: &Pg,
     me: &str,
-    agents: &[(String, bool)],
+    agents: &[(String, crate::signals::peers::PeerKind)],
     at: Ts,
 ) -> Result<(), sqlx::Error> {
     let pool = &pg.pool;
     pg.bounded(async {
         for chunk in agents.chunks(STREAM_CHUNK) {
             let mut q = QueryBuilder::<Postgres>::new(
-                "INSERT INTO agent_streams (agent, replica, since_us, restart_only) ",
+                "INSERT INTO agent_streams (agent, replica, since_us, restart_only, restart_wait_ms) ",
             );
-            q.push_values(chunk, |mut r, (a, restart_only)| {
+            q.push_values(chunk, |mut r, (a, kind)| {
                 r.push_bind(a.as_str())
                     .push_bind(me)
                     .push_bind(at.as_micros())
-                    .push_bind(i64::from(*restart_only));
+                    .push_bind(i64::from(kind.restart_only))
+                    .push_bind(i64::try_from(kind.restart_wait.as_millis()).unwrap_or(i64::MAX));
             });
             // One row per (agent, replica): a sidecar streams to every
             // replica, and each keeps its own row.
             q.push(
                 " ON CONFLICT (agent, replica) DO UPDATE SET since_us = EXCLUDED.since_us, \
-             restart_only = EXCLUDED.restart_only",
+             restart_only = EXCLUDED.restart_only, restart_wait_ms = EXCLUDED.restart_wait_ms",
             );
             q.build().execute(pool).await?;
         }
@@ -277,12 +278,12 @@ pub async fn release_streams(pg: &Pg, me: &str, agents: &[String]) -> Result<(),
     .await
 }
 
-/// Agent streams (agent, replica, restart-only) held by replicas whose heartbeat is
+/// Agent streams (agent, replica, restart-only, restart wait) held by replicas whose heartbeat is
 /// younger than `$1` µs, and that pass the condition that follows.
 macro_rules! live_streams {
     () => {
         concat!(
-            "SELECT s.agent, s.replica, s.restart_only FROM agent_streams s JOIN replicas r ON r.id = s.replica \
+            "SELECT s.agent, s.replica, s.restart_only, s.restart_wait_ms FROM agent_streams s JOIN replicas r ON r.id = s.replica \
              WHERE r.heartbeat_us > ",
             db_now!(),
             " - $1 AND "
@@ -301,7 +302,7 @@ pub async fn owners(
 ) -> Result<HashMap<String, Holder>, sqlx::Error> {
     let pool = &pg.pool;
     pg.bounded(async {
-        let rows: Vec<(String, String, i64)> = sqlx::query_as(concat!(
+        let rows: Vec<(String, String, i64, i64)> = sqlx::query_as(concat!(
             live_streams!(),
             "s.agent = ANY($2) ORDER BY s.since_us, s.replica"
         ))
@@ -316,14 +317,17 @@ pub async fn owners(
 
 /// One holder per agent: the last row of an agent's (rows come oldest
 /// stream first) wins.
-fn holders(rows: Vec<(String, String, i64)>) -> HashMap<String, Holder> {
+fn holders(rows: Vec<(String, String, i64, i64)>) -> HashMap<String, Holder> {
     rows.into_iter()
-        .map(|(agent, replica, restart_only)| {
+        .map(|(agent, replica, restart_only, wait_ms)| {
             (
                 agent,
                 Holder {
                     replica,
                     restart_only: restart_only != 0,
+                    // Another replica's word, bounded as this one's is.
+                    restart_wait: std::time::Duration::from_millis(wait_ms.max(0) as u64)
+                        .min(crate::signals::hub::MAX_RESTART_WAIT),
                 },
             )
         })
@@ -338,7 +342,7 @@ pub async fn remote_streams(
 ) -> Result<HashMap<String, Holder>, sqlx::Error> {
     let pool = &pg.pool;
     pg.bounded(async {
-        let rows: Vec<(String, String, i64)> = sqlx::query_as(concat!(
+        let rows: Vec<(String, String, i64, i64)> = sqlx::query_as(concat!(
             live_streams!(),
             "s.replica <> $2 ORDER BY s.since_us, s.replica"
         ))

@@ -20,8 +20,8 @@ use crate::stats::Stats;
 /// to relay signals), and reads which the others hold.
 pub(super) async fn streams(p: Arc<Parts>, stop: CancellationToken) {
     let hub = &p.rooms.hub;
-    // Agent → whether its peer is restart-only, as last written.
-    let mut written: HashMap<String, bool> = HashMap::new();
+    // Agent → what its peer is, as last written.
+    let mut written: HashMap<String, crate::signals::peers::PeerKind> = HashMap::new();
     // The hub's streams as last written in full (`None`: write again).
     let mut in_sync: Option<u64> = None;
     let mut last_remote = Ts::ZERO;
@@ -37,7 +37,7 @@ pub(super) async fn streams(p: Arc<Parts>, stop: CancellationToken) {
             let now = hub.connected_peers();
             // New, or back with other capabilities (a sidecar in place of
             // an agent): written again.
-            let opened: Vec<(String, bool)> = now
+            let opened: Vec<(String, crate::signals::peers::PeerKind)> = now
                 .iter()
                 .filter(|(a, r)| written.get(*a) != Some(*r))
                 .map(|(a, r)| (a.clone(), *r))

@@ -48,7 +48,7 @@ use flights::{Flights, InFlight};
 pub use relay::Reach;
 use relay::Remote;
 use send::wire;
-pub use stream::Service;
+pub use stream::{Service, MAX_RESTART_WAIT};
 use streams::{Opening, Streams};
 use tasks::{audit_writer, receive, timeouts};
 use wakes::Wakes;
@@ -285,7 +285,7 @@ impl Hub {
 
     /// The agents whose streams are here, each with whether its peer is
     /// restart-only (a sidecar).
-    pub fn connected_peers(&self) -> HashMap<String, bool> {
+    pub fn connected_peers(&self) -> HashMap<String, crate::signals::peers::PeerKind> {
         self.streams.peers()
     }
 

@@ -29,6 +29,17 @@ pub enum PeerError {
 pub struct Holder {
     pub replica: String,
     pub restart_only: bool,
+    /// What the sidecar said its restart may take before the ack (zero:
+    /// not said).
+    pub restart_wait: std::time::Duration,
+}
+
+/// What a stream's peer is, as the replicas record it: a sidecar or not,
+/// and how long its restart may take before the ack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct PeerKind {
+    pub restart_only: bool,
+    pub restart_wait: std::time::Duration,
 }
 
 /// The other Lifelines, as the hub sees them.

@@ -956,3 +956,74 @@ async fn sidecars_restart_the_agents_an_unserving_auth_strands() {
     stop.cancel();
     c.shutdown().await;
 }
+
+/// A sidecar whose restarts take five minutes (a Kubernetes eviction:
+/// Teleport's drain, then the replacement's readiness) says so when its
+/// stream opens. Lifeline waits that long for the ack rather than its own
+/// three-minute `signals.restart_ack_timeout`: the restart is acked, never
+/// counted as timed out, and holds its place under the cap until then.
+#[tokio::test(start_paused = true)]
+async fn a_restart_its_sidecar_says_takes_five_minutes_is_acked_not_timed_out() {
+    use lifeline::config::Ratio;
+    let c = Cluster::new()
+        .teleport(peering())
+        .signals(|s| {
+            s.storm_share = Ratio::ONE;
+            s.auto_reconnect = false;
+        })
+        .start()
+        .await;
+    c.ready().await;
+    assert_eq!(c.cfg.signals.restart_ack_timeout, Duration::from_secs(180));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let restart = Duration::from_secs(300);
+    let sidecars =
+        lifeline_sim::SimAgent::start_sidecars(&c.sim, c.ll().grpc_addr, 1.0, restart, &stop)
+            .await
+            .expect("sidecars start");
+    c.eventually("every sidecar connected", || async {
+        c.ll().hub.connected() == sidecars.len()
+    })
+    .await;
+    let agent = sidecars[0].name.clone();
+    let (status, body) = c
+        .post(
+            &format!("/api/v1/agents/{agent}/reconnect"),
+            r#"{"reason":"slow eviction"}"#,
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let id = body["id"].as_i64().expect("id");
+    let row = c.ok(&format!("/api/v1/signals/{id}")).await;
+    assert_eq!(row["restart"], true, "{row}");
+    let (created, deadline) = (
+        lifeline::Ts::parse_rfc3339(row["created"].as_str().expect("created")).expect("time"),
+        lifeline::Ts::parse_rfc3339(row["deadline"].as_str().expect("deadline")).expect("time"),
+    );
+    assert_eq!(
+        deadline.since(created),
+        restart + Duration::from_secs(30),
+        "the sidecar's own wait, past restart_ack_timeout: {row}"
+    );
+    // Past Lifeline's own 180 s, still awaited.
+    c.advance(Duration::from_secs(200)).await;
+    let row = c.ok(&format!("/api/v1/signals/{id}")).await;
+    assert_eq!(row["outcome"], "delivered", "still awaited at 200 s: {row}");
+    c.advance_until(
+        "the five-minute restart acked",
+        Duration::from_secs(150),
+        || async { c.ok(&format!("/api/v1/signals/{id}")).await["outcome"] == "acked" },
+    )
+    .await;
+    let m = c.get_text("/metrics").await.1;
+    assert!(
+        m.contains(r#"lifeline_signals_total{kind="reconnect",outcome="timeout"} 0"#),
+        "no timeout counted:\n{}",
+        m.lines()
+            .filter(|l| l.contains("outcome="))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    stop.cancel();
+    c.shutdown().await;
+}

@@ -83,6 +83,10 @@ struct State {
     last: Last,
 }
 
+/// What a restart takes beyond its wait for the agent: the restart
+/// command or the eviction, and the ack's way to Lifeline.
+pub const ACK_MARGIN: Duration = Duration::from_secs(30);
+
 pub struct Restarter {
     restart: Restart,
     probe: Probe,
@@ -160,6 +164,15 @@ impl Restarter {
 
     pub fn dry_run(&self) -> bool {
         self.dry_run
+    }
+
+    /// The longest a restart of this sidecar's may take before its ack,
+    /// as Lifeline is told at the stream's start: the wait for the
+    /// restarted agent (`ready_timeout`; for an eviction, the drain and
+    /// the replacement's readiness both fall in it) and a margin for the
+    /// restart itself and the ack's way back.
+    pub fn ack_within(&self) -> Duration {
+        self.ready_timeout.saturating_add(ACK_MARGIN)
     }
 
     pub fn last(&self) -> Last {

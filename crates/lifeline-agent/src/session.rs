@@ -192,6 +192,7 @@ async fn open(
         concat!("lifeline-agent/", env!("CARGO_PKG_VERSION")),
         &restarter.method(),
         restarter.dry_run(),
+        restarter.ack_within(),
     );
     let _ = tx.send(hello).await;
     let _ = tx.send(report(restarter, cfg.report_interval).await).await;

@@ -52,7 +52,14 @@ impl v1::AgentMessage {
 
     /// The Hello of a restart-only peer (a sidecar beside an agent that
     /// speaks none of this protocol).
-    pub fn hello_restart_only(agent: &str, version: &str, method: &str, dry_run: bool) -> Self {
+    /// `restart_wait`: the longest its restart may take before its ack.
+    pub fn hello_restart_only(
+        agent: &str,
+        version: &str,
+        method: &str,
+        dry_run: bool,
+        restart_wait: std::time::Duration,
+    ) -> Self {
         v1::AgentMessage {
             msg: Some(v1::agent_message::Msg::Hello(v1::Hello {
                 agent: agent.to_string(),
@@ -62,6 +69,7 @@ impl v1::AgentMessage {
                     restart_only: true,
                     restart_method: method.to_string(),
                     dry_run,
+                    restart_wait_seconds: u32::try_from(restart_wait.as_secs()).unwrap_or(u32::MAX),
                 }),
             })),
         }

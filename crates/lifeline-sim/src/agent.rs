@@ -427,11 +427,14 @@ impl SimAgent {
             let channel = upstream.current().clone();
             let (tx, rx) = mpsc::channel(16);
             let hello = match opts.sidecar {
-                Some(_) => pb::AgentMessage::hello_restart_only(
+                // Like lifeline-agent, it says how long its restart may
+                // take before the ack: the restart and a margin.
+                Some(restart) => pb::AgentMessage::hello_restart_only(
                     &self.name,
                     "sim-sidecar",
                     "simulated graceful restart",
                     false,
+                    restart.saturating_add(std::time::Duration::from_secs(30)),
                 ),
                 None => pb::AgentMessage::hello(&self.name, "sim", opts.desired_tunnels),
             };

@@ -251,7 +251,8 @@ impl Hub {
             // A sidecar here restarts its agent whatever the replica that
             // recorded the signal knew of it.
             let restart = row.restart || restarting.contains(&row.agent);
-            let deadline = row.created.saturating_add(self.ack_wait(restart));
+            let said = self.streams.restart_wait_of(&row.agent);
+            let deadline = row.created.saturating_add(self.ack_wait(restart, said));
             let ask = match row.kind {
                 SignalKind::Reconnect => Ask::Reconnect { proxy: row.proxy },
                 SignalKind::CloseTunnel => Ask::CloseTunnel { proxy: row.proxy },

@@ -113,9 +113,14 @@ impl Hub {
         let agents: Vec<String> = rows.iter().map(|r| r.agent.clone()).collect();
         let here = self.restart_only_of(&agents);
         for r in rows {
-            r.restart =
-                here.contains(&r.agent) || elsewhere.get(&r.agent).is_some_and(|h| h.restart_only);
-            r.deadline = Some(stamp.saturating_add(self.ack_wait(r.restart)));
+            let there = elsewhere.get(&r.agent).filter(|h| h.restart_only);
+            r.restart = here.contains(&r.agent) || there.is_some();
+            let said = if here.contains(&r.agent) {
+                self.streams.restart_wait_of(&r.agent)
+            } else {
+                there.map_or(Duration::ZERO, |h| h.restart_wait)
+            };
+            r.deadline = Some(stamp.saturating_add(self.ack_wait(r.restart, said)));
         }
     }
 
@@ -176,7 +181,8 @@ impl Hub {
         let trace = TraceRef::of(&span);
         let kind = row.kind;
         let restart = row.restart;
-        let deadline = now.saturating_add(self.ack_wait(restart));
+        let said = self.streams.restart_wait_of(&row.agent);
+        let deadline = now.saturating_add(self.ack_wait(restart, said));
         let signal = wire(
             row.id,
             req.ask,
@@ -229,10 +235,14 @@ impl Hub {
     }
 
     /// How long a signal's ack may take: a restart waits for its agent
-    /// to turn ready first.
-    pub(super) fn ack_wait(&self, restart: bool) -> Duration {
+    /// to turn ready first, at least `signals.restart_ack_timeout`, and as
+    /// long as its sidecar said its restart may take (`said`: the drain of
+    /// an eviction and the replacement's readiness, say), so a slow but
+    /// sound restart is acked, never recorded as timed out, and keeps its
+    /// place under the cap until then.
+    pub(super) fn ack_wait(&self, restart: bool, said: Duration) -> Duration {
         if restart {
-            self.cfg.restart_ack_timeout
+            self.cfg.restart_ack_timeout.max(said)
         } else {
             self.cfg.ack_timeout
         }

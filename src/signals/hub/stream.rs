@@ -69,11 +69,13 @@ impl AgentSignals for Service {
         let restart_only = restart.is_some();
         let (tx, rx) = mpsc::channel(hub.cfg.signal_queue.max(1));
         let dry_run = restart.as_ref().is_some_and(|r| r.dry_run);
+        let restart_wait = restart_wait_of(hello.capabilities.as_ref());
         let opening = super::streams::Opening {
             tx,
             peer: &peer,
             restart_only,
             dry_run,
+            restart_wait,
         };
         let Some(conn) = hub.register(&agent, opening) else {
             Stats::inc(&hub.rt.stats.agent_join_refused);
@@ -188,6 +190,19 @@ const MAX_METHOD: usize = 200;
 /// Longest agent status a report may carry.
 const MAX_STATUS: usize = 200;
 
+/// The longest a sidecar may say its restart takes before the ack.
+pub const MAX_RESTART_WAIT: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// What a sidecar said its restart may take, at most [`MAX_RESTART_WAIT`]
+/// (a huge or hostile figure waits no longer than that); zero when not
+/// said or not a sidecar.
+fn restart_wait_of(c: Option<&pb::Capabilities>) -> std::time::Duration {
+    c.filter(|c| c.restart_only)
+        .map_or(std::time::Duration::ZERO, |c| {
+            std::time::Duration::from_secs(u64::from(c.restart_wait_seconds)).min(MAX_RESTART_WAIT)
+        })
+}
+
 /// What a Hello's capabilities say of its peer: `None` for an agent that
 /// holds its own tunnels; the error names what is wrong.
 fn restarter(c: Option<&pb::Capabilities>) -> Result<Option<Restarter>, String> {
@@ -294,5 +309,33 @@ fn outbound(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sidecars_restart_wait_is_taken_up_to_an_hour_and_only_from_a_sidecar() {
+        let caps = |restart_only, secs| pb::Capabilities {
+            restart_only,
+            restart_method: "systemd reload teleport.service".into(),
+            dry_run: false,
+            restart_wait_seconds: secs,
+        };
+        let s = std::time::Duration::from_secs;
+        assert_eq!(restart_wait_of(Some(&caps(true, 330))), s(330));
+        assert_eq!(restart_wait_of(Some(&caps(true, 0))), s(0));
+        assert_eq!(
+            restart_wait_of(Some(&caps(true, u32::MAX))),
+            MAX_RESTART_WAIT
+        );
+        assert_eq!(
+            restart_wait_of(Some(&caps(false, 330))),
+            s(0),
+            "not a sidecar"
+        );
+        assert_eq!(restart_wait_of(None), s(0));
     }
 }

@@ -26,6 +26,8 @@ struct Conn {
     restart_only: bool,
     /// A sidecar that only says what it would do.
     dry_run: bool,
+    /// What the sidecar said its restart may take before the ack.
+    restart_wait: std::time::Duration,
 }
 
 /// What a new stream is.
@@ -34,6 +36,7 @@ pub(super) struct Opening<'a> {
     pub peer: &'a str,
     pub restart_only: bool,
     pub dry_run: bool,
+    pub restart_wait: std::time::Duration,
 }
 
 /// A stream registered: its id, and whether it took the name from one
@@ -93,6 +96,7 @@ impl Streams {
                 peer: s.peer.to_string(),
                 restart_only: s.restart_only,
                 dry_run: s.dry_run,
+                restart_wait: s.restart_wait,
             },
         );
         let replaced = old.is_some();
@@ -156,11 +160,26 @@ impl Streams {
     }
 
     /// The agents here, each with whether its peer is restart-only.
-    pub fn peers(&self) -> HashMap<String, bool> {
+    pub fn peers(&self) -> HashMap<String, crate::signals::peers::PeerKind> {
         lock(&self.conns)
             .iter()
-            .map(|(a, c)| (a.clone(), c.restart_only))
+            .map(|(a, c)| {
+                let kind = crate::signals::peers::PeerKind {
+                    restart_only: c.restart_only,
+                    restart_wait: c.restart_wait,
+                };
+                (a.clone(), kind)
+            })
             .collect()
+    }
+
+    /// What the sidecar whose stream for `agent` is here said its restart
+    /// may take (zero: none here, or not said).
+    pub fn restart_wait_of(&self, agent: &str) -> std::time::Duration {
+        lock(&self.conns)
+            .get(agent)
+            .filter(|c| c.restart_only)
+            .map_or(std::time::Duration::ZERO, |c| c.restart_wait)
     }
 
     /// Sidecars here that only say what they would do.
@@ -198,6 +217,7 @@ mod tests {
                 peer,
                 restart_only,
                 dry_run: false,
+                restart_wait: std::time::Duration::ZERO,
             },
             rx,
         )
