@@ -303,3 +303,44 @@ fn a_kubernetes_configuration_is_checked() {
         assert!(e.starts_with(&format!("{field}:")), "{e}");
     }
 }
+
+/// A pod watch the API server ends at once, with no event (as a proxy in
+/// between may), is asked again after a backoff, never in a hot loop:
+/// over a 4 s `ready_timeout`, a handful of watches, and the restart
+/// fails with what was last seen.
+#[tokio::test]
+async fn a_watch_that_ends_at_once_is_asked_again_after_a_backoff() {
+    let (c, kube, stop, _dir) = setup(Replacement::NEVER, |f| {
+        f.ready_timeout = Duration::from_secs(4)
+    })
+    .await;
+    kube.end_watches_at_once();
+    let before = kube.watches();
+    let id = reconnect(&c).await;
+    let row = outcome(&c, id, "failed").await;
+    let asked = kube.watches() - before;
+    assert!(
+        (1..=24).contains(&asked),
+        "{asked} watches in 4 s: backed off, not a hot loop ({row})"
+    );
+    stop.cancel();
+}
+
+/// A pod whose state Secret comes to name another host (its state was
+/// reset) is spoken for under the new host ID at the next round, and the
+/// stream under the old one ends.
+#[tokio::test]
+async fn a_pod_whose_host_id_changes_is_spoken_for_under_the_new_one() {
+    let (c, kube, stop, _dir) = setup(Replacement::after(200), |_| {}).await;
+    assert!(c.ll().hub.reachable(HOST));
+    kube.set_host(POD, "agent-00002");
+    // The sidecar reads the Secrets every 30 s.
+    crate::support::real_timeout(Duration::from_secs(45), async {
+        while !(c.ll().hub.reachable("agent-00002") && !c.ll().hub.reachable(HOST)) {
+            crate::support::real_sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("within a round (30 s): the stream under the new host ID, none under the old");
+    stop.cancel();
+}

@@ -17,6 +17,16 @@ use tokio::net::TcpStream;
 
 use crate::support::Cluster;
 
+/// Raises the descriptor limit to the hard one, and fails unless it holds
+/// `n` (the test process holds both ends of every socket).
+fn needs_descriptors(n: u64) {
+    let (_, soft, _) = lifeline::app::fds::raise();
+    assert!(
+        soft.is_none_or(|s| s >= n),
+        "this test needs {n} file descriptors; the limit is {soft:?}"
+    );
+}
+
 /// Whether the server has closed `s` (EOF or reset) within `within`.
 async fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
     let mut buf = [0u8; 4096];
@@ -38,12 +48,7 @@ async fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
 /// kept-alive connection within the idle timeout; every closing counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_http_listener_holds_its_cap_and_closes_slow_and_idle_clients() {
-    // The test process holds both ends of every socket.
-    let (_, soft, _) = lifeline::app::fds::raise();
-    assert!(
-        soft.is_none_or(|s| s >= 8_000),
-        "this test needs 8000 file descriptors; the hard limit is {soft:?}"
-    );
+    needs_descriptors(8_000);
     let c = Cluster::new()
         .agents(3)
         .config(|cfg| {
@@ -408,11 +413,7 @@ async fn silent(to: std::net::SocketAddr, until: tokio::time::Instant, offset: D
 /// within 100 ms; `/metrics` says which connections were closed and why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_senders_and_silent_sockets_never_lock_out_the_api_or_the_admin_port() {
-    let (_, soft, _) = lifeline::app::fds::raise();
-    assert!(
-        soft.is_none_or(|s| s >= 12_000),
-        "this test needs 12000 file descriptors; the limit is {soft:?}"
-    );
+    needs_descriptors(12_000);
     let c = Cluster::new()
         .agents(3)
         .config(|cfg| {

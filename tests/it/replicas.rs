@@ -245,6 +245,22 @@ async fn replica_a(test: &str) -> Option<Running> {
     Some(c)
 }
 
+/// A second replica, `replica-b`, on replica-a's database and clock.
+async fn replica_b(a: &Running) -> Lifeline {
+    let mut cfg_b = a.cfg.clone();
+    cfg_b.storage.replica = Some("replica-b".into());
+    Lifeline::start_tuned(
+        &cfg_b,
+        a.clock,
+        Tuning {
+            waits: lifeline::store::Waits::patient(Duration::from_secs(3600)),
+            ..Tuning::default()
+        },
+    )
+    .await
+    .expect("a second replica starts on the same database")
+}
+
 /// replica-a, ready, once it has recorded the six agent streams it holds:
 /// the set-up of the tests that record signals for those agents.
 async fn replica_a_with_streams(test: &str) -> Option<(Running, Db)> {
@@ -310,18 +326,7 @@ async fn two_replicas_share_one_database_and_hand_over_cleanly() {
     let Some(mut c) = replica_a("two_replicas").await else {
         return;
     };
-    let mut cfg_b = c.cfg.clone();
-    cfg_b.storage.replica = Some("replica-b".into());
-    let b = Lifeline::start_tuned(
-        &cfg_b,
-        c.clock,
-        Tuning {
-            waits: lifeline::store::Waits::patient(Duration::from_secs(3600)),
-            ..Tuning::default()
-        },
-    )
-    .await
-    .expect("a second replica starts on the same database");
+    let b = replica_b(&c).await;
     c.other_watchers.push(b.stats.clone());
     let base_b = b.base_url();
     until("replica-b sees replica-a lead", || async {
@@ -889,18 +894,7 @@ async fn a_sign_in_on_one_replica_holds_for_a_form_posted_to_another() {
     let Some(c) = replica_a("sessions").await else {
         return;
     };
-    let mut cfg_b = c.cfg.clone();
-    cfg_b.storage.replica = Some("replica-b".into());
-    let b = Lifeline::start_tuned(
-        &cfg_b,
-        c.clock,
-        Tuning {
-            waits: lifeline::store::Waits::patient(Duration::from_secs(3600)),
-            ..Tuning::default()
-        },
-    )
-    .await
-    .expect("a second replica starts on the same database");
+    let b = replica_b(&c).await;
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()

@@ -238,16 +238,57 @@ pub fn prove(pid: i32, wanted: &Wanted, readyz_pid: Option<u32>) -> Result<Targe
 impl Target {
     /// SIGHUP, Teleport's graceful restart, to the pinned process only.
     pub fn hang_up(&self) -> Result<(), String> {
-        rustix::process::pidfd_send_signal(&self.pidfd, Signal::HUP).map_err(|e| match e {
-            rustix::io::Errno::SRCH => format!("PID {} exited before it was signalled", self.pid),
-            e => format!("cannot send SIGHUP to PID {}: {e}", self.pid),
-        })
+        rustix::process::pidfd_send_signal(&self.pidfd, Signal::HUP)
+            .map_err(|e| signal_error(self.pid, e))
+    }
+}
+
+/// The capabilities `restart = "pidfile"` needs to act on a Teleport
+/// running as another user (root), and nothing more: the unit's drop-in
+/// names exactly these.
+pub const PIDFILE_CAPABILITIES: [&str; 2] = ["CAP_KILL", "CAP_SYS_PTRACE"];
+
+/// Why a SIGHUP could not be sent, naming what would let it.
+fn signal_error(pid: i32, e: rustix::io::Errno) -> String {
+    match e {
+        rustix::io::Errno::SRCH => format!("PID {pid} exited before it was signalled"),
+        rustix::io::Errno::PERM => format!(
+            "cannot send SIGHUP to PID {pid}: not permitted; the sidecar must run as Teleport's user or with CAP_KILL"
+        ),
+        e => format!("cannot send SIGHUP to PID {pid}: {e}"),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// pidfile mode needs exactly CAP_KILL (the signal) and CAP_SYS_PTRACE
+    /// (reading another user's /proc/<pid>/exe to prove the target): the
+    /// packaged unit's drop-in grants exactly those, and each refusal for
+    /// want of one names it.
+    #[test]
+    fn pidfile_needs_exactly_cap_kill_and_cap_sys_ptrace_and_says_which() {
+        let unit = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../deploy/lifeline-agent.service"),
+        )
+        .unwrap();
+        for key in ["CapabilityBoundingSet=", "AmbientCapabilities="] {
+            let granted: Vec<&str> = unit
+                .lines()
+                .filter_map(|l| l.trim_start_matches('#').trim().strip_prefix(key))
+                .filter(|v| !v.is_empty())
+                .flat_map(str::split_whitespace)
+                .collect();
+            assert_eq!(granted, PIDFILE_CAPABILITIES, "{key} in the drop-in");
+        }
+        let e = signal_error(42, rustix::io::Errno::PERM);
+        assert!(e.contains("CAP_KILL"), "{e}");
+        assert!(signal_error(42, rustix::io::Errno::SRCH).contains("exited"));
+        let src = include_str!("target.rs");
+        assert!(src.contains("or with CAP_SYS_PTRACE to prove its target"));
+    }
     use std::os::unix::fs::PermissionsExt;
 
     fn file(dir: &Path, name: &str, body: &[u8], mode: u32) -> PathBuf {

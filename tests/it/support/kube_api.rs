@@ -66,6 +66,11 @@ struct World {
     /// The StatefulSet replaces the pod just as an eviction arrives: the
     /// race the eviction's UID precondition closes.
     replaced_on_evict: bool,
+    /// Every watch ends at once, with no event (a proxy in between that
+    /// closes long requests).
+    watches_end_at_once: bool,
+    /// Watches asked for.
+    watches: usize,
 }
 
 #[derive(Clone)]
@@ -164,6 +169,8 @@ impl KubeApi {
             resource_version: 1,
             evictions: Vec::new(),
             replaced_on_evict: false,
+            watches_end_at_once: false,
+            watches: 0,
         };
         for (name, host) in pods {
             world
@@ -209,6 +216,16 @@ impl KubeApi {
             diag_port,
             shared,
         }
+    }
+
+    /// From now on every watch ends at once, with no event.
+    pub fn end_watches_at_once(&self) {
+        lock(&self.shared.world).watches_end_at_once = true;
+    }
+
+    /// How many watches were asked for.
+    pub fn watches(&self) -> usize {
+        lock(&self.shared.world).watches
     }
 
     /// Whether a PodDisruptionBudget lets a pod go now.
@@ -316,6 +333,13 @@ async fn pods_list(
             "items": items,
         }))
         .into_response();
+    }
+    {
+        let mut w = lock(&s.world);
+        w.watches += 1;
+        if w.watches_end_at_once {
+            return Body::empty().into_response();
+        }
     }
     // A watch from "0": the pods now as ADDED, then every change.
     let line = |kind: &str, p: &Pod| -> Result<Bytes, std::io::Error> {
