@@ -39,20 +39,33 @@ impl Lifeline {
 
     /// Builds every room in the order of the data flow, each from the
     /// shared runtime: the store, the fleet, the hub, the replicas, the
-    /// automatic signals, the listeners, then ingest.
+    /// automatic signals, the listeners, then ingest. A start that fails
+    /// part way stops what it had started, as on shutdown: its tasks end
+    /// with the shutdown token already cancelled, so none is reported as
+    /// a failure after the cause was told.
     pub async fn start_tuned(
         cfg: &Config,
         clock: Clock,
         tuning: Tuning,
     ) -> Result<Lifeline, StartError> {
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let started = Self::start_under(cfg, clock, tuning, shutdown.clone()).await;
+        if started.is_err() {
+            shutdown.cancel();
+        }
+        started
+    }
+
+    async fn start_under(
+        cfg: &Config,
+        clock: Clock,
+        tuning: Tuning,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) -> Result<Lifeline, StartError> {
         cfg.validate()?;
         let engine = cfg.storage.engine()?;
         let (cfg, descriptors) = &fds::planned(cfg, store::descriptors(&engine));
-        let mut rt = Runtime::new(clock, Arc::new(Stats::default()));
-        // A start that fails part way stops what it had started: its
-        // tasks end as on shutdown, not as failures after the cause was
-        // already told.
-        let unwind = rt.shutdown.clone().drop_guard();
+        let mut rt = Runtime::under(clock, Arc::new(Stats::default()), shutdown);
         let _ = rt.stats.descriptors.set(descriptors.clone());
         // Identity and CA files first: a bad one stops start-up before
         // anything listens.
@@ -175,7 +188,6 @@ impl Lifeline {
         store::retention::start(&db, leadership.clone(), policy, prune_every, &mut rt);
         rt.spawn_upkeep();
         info!(%http_addr, %grpc_addr, admin_addr = ?admin_addr, cluster = %cfg.cluster.addr, db = %engine, engine = engine.name(), "Lifeline started");
-        unwind.disarm();
         Ok(Lifeline {
             http_addr,
             grpc_addr,

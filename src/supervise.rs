@@ -47,7 +47,15 @@ pub struct Runtime {
 
 impl Runtime {
     pub fn new(clock: crate::clock::Clock, stats: Arc<crate::stats::Stats>) -> Runtime {
-        let shutdown = CancellationToken::new();
+        Self::under(clock, stats, CancellationToken::new())
+    }
+
+    /// A runtime whose shutdown is `shutdown`.
+    pub fn under(
+        clock: crate::clock::Clock,
+        stats: Arc<crate::stats::Stats>,
+        shutdown: CancellationToken,
+    ) -> Runtime {
         Runtime {
             clock,
             stats,
@@ -127,6 +135,10 @@ impl Tasks {
         let outer = tokio::spawn(async move {
             let why = match inner.await {
                 Ok(()) if stop.is_cancelled() || !critical => return,
+                // A start that failed part way drops what it had made, and
+                // its tasks end a moment before it cancels the shutdown:
+                // not a failure of theirs.
+                Ok(()) if ended_by_shutdown(&stop).await => return,
                 Ok(()) => "it ended before shutdown".to_string(),
                 Err(e) if e.is_panic() => format!("it panicked: {}", panic_text(e.into_panic())),
                 Err(e) => format!("it was cancelled: {e}"),
@@ -163,6 +175,17 @@ impl Tasks {
             }
         }
     }
+}
+
+/// How long a critical task that ended by itself waits to see whether a
+/// shutdown (or a failed start's unwinding) is what ended it.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Whether `stop` fires within [`SHUTDOWN_GRACE`].
+async fn ended_by_shutdown(stop: &CancellationToken) -> bool {
+    tokio::time::timeout(SHUTDOWN_GRACE, stop.cancelled())
+        .await
+        .is_ok()
 }
 
 /// Reads and waits for the first critical failure.
@@ -333,5 +356,19 @@ mod tests {
         stop.cancel();
         t.join().await;
         assert_eq!(watch.get(), None, "ending at shutdown is no failure");
+
+        // A failed start drops its tasks a moment before it cancels.
+        let stop = CancellationToken::new();
+        let mut t = Tasks::new(stop.clone());
+        let watch = t.failure();
+        t.critical("writer", tokio::spawn(async {}));
+        tokio::task::yield_now().await;
+        stop.cancel();
+        t.join().await;
+        assert_eq!(
+            watch.get(),
+            None,
+            "ended as a failed start unwound: no failure"
+        );
     }
 }
