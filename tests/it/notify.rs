@@ -212,8 +212,10 @@ async fn the_next_lifeline_delivers_what_the_last_one_left_mid_delivery(store) {
     assert_eq!(left.first(), Some(&first));
     // The simulated agents know the first Lifeline's port only: the next
     // one goes on from the database alone.
-    c.restart_lifeline().await;
+    // The receiver answers from now on (the hung request stays hung):
+    // whatever the next Lifeline sends first is answered.
     rx.answer(Answer::Ok);
+    c.restart_lifeline().await;
     c.eventually("the next Lifeline leads", || async { c.ll().hub.leads() }).await;
     c.advance_until("what the first left is delivered", Duration::from_secs(60), || async {
         let got = delivered(&rx.got());
