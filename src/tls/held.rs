@@ -172,7 +172,7 @@ struct Shared {
     bounds: Bounds,
     places: Arc<Semaphore>,
     evictable: Evictable,
-    counters: Arc<Stats>,
+    stats: Arc<Stats>,
     which: Listener,
     /// Said once per spell at the cap.
     full: AtomicBool,
@@ -201,8 +201,8 @@ impl Listener {
 impl Shared {
     fn counters(&self) -> &HeldCounters {
         match self.which {
-            Listener::Http => &self.counters.http,
-            Listener::Admin => &self.counters.admin,
+            Listener::Http => &self.stats.http,
+            Listener::Admin => &self.stats.admin,
         }
     }
 
@@ -226,7 +226,7 @@ pub async fn serve<L>(
         bounds,
         places: Arc::new(Semaphore::new(bounds.max_connections)),
         evictable: Evictable::default(),
-        counters: stats,
+        stats,
         which: bounds.which,
         full: AtomicBool::new(false),
         // A timing site: how long a socket has been quiet, on tokio's
@@ -263,7 +263,7 @@ struct Place {
 
 impl Drop for Place {
     fn drop(&mut self) {
-        // A place handed over by an eviction was uncounted then.
+        // A place handed over by an eviction is counted by its new holder.
         if take(&self.permit).is_some() {
             self.shared.counters().open.fetch_sub(1, Ordering::Relaxed);
         }
@@ -274,13 +274,17 @@ impl Drop for Place {
 /// has held no whole request for longest; `None`: refused.
 fn admit(shared: &Arc<Shared>, peer: SocketAddr) -> Option<Place> {
     let counters = shared.counters();
+    // The gauge counts places: a fresh one adds to it, a handed-over one
+    // (and its count) only changes hands.
     let permit = match shared.places.clone().try_acquire_owned() {
-        Ok(p) => Some(p),
-        Err(_) => shared.evictable.evict_first().inspect(|_| {
-            Stats::inc(&counters.evicted);
-            // The evicted connection holds its place no more.
-            counters.open.fetch_sub(1, Ordering::Relaxed);
-        }),
+        Ok(p) => {
+            counters.open.fetch_add(1, Ordering::Relaxed);
+            Some(p)
+        }
+        Err(_) => shared
+            .evictable
+            .evict_first()
+            .inspect(|_| Stats::inc(&counters.evicted)),
     };
     let Some(permit) = permit else {
         Stats::inc(&counters.refused);
@@ -297,7 +301,6 @@ fn admit(shared: &Arc<Shared>, peer: SocketAddr) -> Option<Place> {
     if shared.full.swap(false, Ordering::Relaxed) {
         debug!(listener = ?shared.which, "connections below the cap again");
     }
-    counters.open.fetch_add(1, Ordering::Relaxed);
     Some(Place {
         permit: Arc::new(Mutex::new(Some(permit))),
         shared: shared.clone(),

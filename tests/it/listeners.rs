@@ -404,6 +404,24 @@ async fn silent(to: std::net::SocketAddr, until: tokio::time::Instant, offset: D
     }
 }
 
+/// Sends `req`; a failure (not 200, or no answer within its timeout) is
+/// added to `failures` as `what`. How long it took.
+async fn answered_200(
+    req: reqwest::RequestBuilder,
+    what: &str,
+    failures: &mut Vec<String>,
+) -> Duration {
+    let began = std::time::Instant::now();
+    let r = req.send().await;
+    let took = began.elapsed();
+    match r {
+        Ok(r) if r.status() == 200 => {}
+        Ok(r) => failures.push(format!("{what} answered {}", r.status())),
+        Err(e) => failures.push(format!("{what}: {e} after {took:?}")),
+    }
+    took
+}
+
 /// The lock-out attack, without a token: at the default cap (1 024),
 /// 1 100 connections each sending a sign-in body one byte every 5 s, each
 /// from its own address and opening again whenever closed, plus 3 000
@@ -459,33 +477,17 @@ async fn slow_senders_and_silent_sockets_never_lock_out_the_api_or_the_admin_por
     while tokio::time::Instant::now() < until {
         second.tick().await;
         asked += 1;
-        let began = std::time::Instant::now();
-        let r = api
+        let summary = api
             .get(format!("http://{addr}/api/v1/summary"))
             .bearer_auth(crate::support::READER)
-            .timeout(Duration::from_secs(2))
-            .send()
-            .await;
-        let took = began.elapsed();
+            .timeout(Duration::from_secs(2));
+        let took = answered_200(summary, &format!("second {asked}: API"), &mut failures).await;
         slowest_api = slowest_api.max(took);
-        match r {
-            Ok(r) if r.status() == 200 => {}
-            Ok(r) => failures.push(format!("second {asked}: API answered {}", r.status())),
-            Err(e) => failures.push(format!("second {asked}: API: {e} after {took:?}")),
-        }
-        let began = std::time::Instant::now();
-        let r = api
+        let healthz = api
             .get(format!("http://{admin}/healthz"))
-            .timeout(Duration::from_millis(100))
-            .send()
-            .await;
-        let took = began.elapsed();
+            .timeout(Duration::from_millis(100));
+        let took = answered_200(healthz, &format!("second {asked}: admin"), &mut failures).await;
         slowest_admin = slowest_admin.max(took);
-        match r {
-            Ok(r) if r.status() == 200 => {}
-            Ok(r) => failures.push(format!("second {asked}: admin answered {}", r.status())),
-            Err(e) => failures.push(format!("second {asked}: admin: {e} after {took:?}")),
-        }
     }
     let closed: u32 = attack.join_all().await.into_iter().sum();
     assert!(

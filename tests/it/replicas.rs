@@ -900,30 +900,7 @@ async fn a_sign_in_on_one_replica_holds_for_a_form_posted_to_another() {
         .build()
         .expect("client");
     let (base_a, base_b) = (c.ll().base_url(), b.base_url());
-    let (csrf_cookie, csrf) = crate::support::signin_csrf(&client, &base_a).await;
-    let signed = bounded(
-        "sign-in on replica-a",
-        client
-            .post(format!("{base_a}/signin"))
-            .header("cookie", &csrf_cookie)
-            .form(&[
-                ("csrf", csrf.as_str()),
-                ("token", ADMIN),
-                ("next", "/agents"),
-            ])
-            .send(),
-    )
-    .await
-    .expect("answer");
-    assert_eq!(signed.status().as_u16(), 303);
-    let session = signed.headers()["set-cookie"]
-        .to_str()
-        .expect("cookie")
-        .split(';')
-        .next()
-        .expect("pair")
-        .to_string();
-    let both = format!("{csrf_cookie}; {session}");
+    let both = crate::support::signed_in(&client, &base_a, ADMIN).await;
     // replica-b knows who signed in on replica-a ...
     let page = bounded(
         "a page on replica-b",

@@ -219,7 +219,13 @@ async fn a_teleport_jwt_signs_its_user_in_and_every_bad_one_is_refused_by_name()
     let mut oncall = claims(&c, "carol", &["access"]);
     oncall["traits"]["team"] = json!(["oncall"]);
     let r = post(sign(&rsa, &oncall)).await.expect("POST");
-    assert_ne!(r.status(), 403, "team=oncall grants update");
+    // Signed in with `update`: asked (202), or held back by the agent's
+    // manual-reconnect interval since alice's (429); never 401 or 403.
+    assert!(
+        [202, 429].contains(&r.status().as_u16()),
+        "team=oncall grants update: {}",
+        r.status()
+    );
     // Tokens keep working beside it.
     let (status, _) = c
         .get_text_as("/api/v1/summary", crate::support::READER)

@@ -219,9 +219,7 @@ pub fn prove(pid: i32, wanted: &Wanted, readyz_pid: Option<u32>) -> Result<Targe
         Err(e) => {
             return Err(Refusal::Unknown {
                 pid,
-                error: format!(
-                    "cannot read /proc/{pid}/exe ({e}): the sidecar must run as Teleport's user or with CAP_SYS_PTRACE to prove its target"
-                ),
+                error: exe_error(pid, &e),
             })
         }
     };
@@ -247,6 +245,14 @@ impl Target {
 /// running as another user (root), and nothing more: the unit's drop-in
 /// names exactly these.
 pub const PIDFILE_CAPABILITIES: [&str; 2] = ["CAP_KILL", "CAP_SYS_PTRACE"];
+
+/// Why the target's executable could not be read, naming what would let
+/// it be.
+fn exe_error(pid: i32, e: &std::io::Error) -> String {
+    format!(
+        "cannot read /proc/{pid}/exe ({e}): the sidecar must run as Teleport's user or with CAP_SYS_PTRACE to prove its target"
+    )
+}
 
 /// Why a SIGHUP could not be sent, naming what would let it.
 fn signal_error(pid: i32, e: rustix::io::Errno) -> String {
@@ -286,8 +292,24 @@ mod tests {
         let e = signal_error(42, rustix::io::Errno::PERM);
         assert!(e.contains("CAP_KILL"), "{e}");
         assert!(signal_error(42, rustix::io::Errno::SRCH).contains("exited"));
-        let src = include_str!("target.rs");
-        assert!(src.contains("or with CAP_SYS_PTRACE to prove its target"));
+        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let e = exe_error(42, &denied);
+        assert!(
+            e.contains("CAP_SYS_PTRACE") && e.contains("/proc/42/exe"),
+            "{e}"
+        );
+        // Each capability the drop-in grants is one a refusal names.
+        for cap in PIDFILE_CAPABILITIES {
+            assert!(
+                [
+                    signal_error(42, rustix::io::Errno::PERM),
+                    exe_error(42, &denied)
+                ]
+                .iter()
+                .any(|m| m.contains(cap)),
+                "{cap} is named by no refusal"
+            );
+        }
     }
     use std::os::unix::fs::PermissionsExt;
 

@@ -111,16 +111,18 @@ impl Hub {
         stamp: Ts,
     ) {
         let agents: Vec<String> = rows.iter().map(|r| r.agent.clone()).collect();
-        let here = self.restart_only_of(&agents);
+        // Sidecars here, with what each said its restart takes: one look.
+        let here = self.streams.restart_waits_of(&agents);
         for r in rows {
             let there = elsewhere.get(&r.agent).filter(|h| h.restart_only);
-            r.restart = here.contains(&r.agent) || there.is_some();
-            let said = if here.contains(&r.agent) {
-                self.streams.restart_wait_of(&r.agent)
-            } else {
-                there.map_or(Duration::ZERO, |h| h.restart_wait)
+            let said = match (here.get(&r.agent), there) {
+                (Some(wait), _) => Some(*wait),
+                (None, Some(h)) => Some(h.restart_wait),
+                (None, None) => None,
             };
-            r.deadline = Some(stamp.saturating_add(self.ack_wait(r.restart, said)));
+            r.restart = said.is_some();
+            let wait = self.ack_wait(r.restart, said.unwrap_or(Duration::ZERO));
+            r.deadline = Some(stamp.saturating_add(wait));
         }
     }
 

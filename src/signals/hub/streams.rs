@@ -173,6 +173,19 @@ impl Streams {
             .collect()
     }
 
+    /// Of `agents`, those whose stream here is a sidecar's, each with what
+    /// it said its restart may take (zero: not said).
+    pub fn restart_waits_of(&self, agents: &[String]) -> HashMap<String, std::time::Duration> {
+        let conns = lock(&self.conns);
+        agents
+            .iter()
+            .filter_map(|a| {
+                let c = conns.get(a.as_str()).filter(|c| c.restart_only)?;
+                Some((a.clone(), c.restart_wait))
+            })
+            .collect()
+    }
+
     /// What the sidecar whose stream for `agent` is here said its restart
     /// may take (zero: none here, or not said).
     pub fn restart_wait_of(&self, agent: &str) -> std::time::Duration {

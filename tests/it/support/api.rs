@@ -97,6 +97,36 @@ pub async fn signin_csrf(client: &reqwest::Client, base: &str) -> (String, Strin
     (cookie, csrf)
 }
 
+/// Signs in at `base` with `token` from the sign-in page's form (its CSRF
+/// cookie and token): the cookies a signed-in browser then sends (the
+/// CSRF cookie and the session).
+pub async fn signed_in(client: &reqwest::Client, base: &str, token: &str) -> String {
+    let (csrf_cookie, csrf) = signin_csrf(client, base).await;
+    let signed = bounded(
+        "sign-in",
+        client
+            .post(format!("{base}/signin"))
+            .header("cookie", &csrf_cookie)
+            .form(&[
+                ("csrf", csrf.as_str()),
+                ("token", token),
+                ("next", "/agents"),
+            ])
+            .send(),
+    )
+    .await
+    .expect("answer");
+    assert_eq!(signed.status().as_u16(), 303, "signed in");
+    let session = signed.headers()["set-cookie"]
+        .to_str()
+        .expect("cookie")
+        .split(';')
+        .next()
+        .expect("pair")
+        .to_string();
+    format!("{csrf_cookie}; {session}")
+}
+
 /// The CSRF token of a dashboard page fetched with `cookies` (the form
 /// token a signed-in browser's pages carry).
 pub async fn page_csrf(client: &reqwest::Client, base: &str, cookies: &str) -> String {
