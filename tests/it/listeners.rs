@@ -27,6 +27,20 @@ fn needs_descriptors(n: u64) {
     );
 }
 
+/// The value of `series` (name and labels, as written) in a /metrics
+/// text; 0 when absent.
+fn series_value(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .parse::<f64>()
+                .ok()
+        })
+        .unwrap_or(0.0)
+}
+
 /// Whether the server has closed `s` (EOF or reset) within `within`.
 async fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
     let mut buf = [0u8; 4096];
@@ -179,16 +193,7 @@ async fn the_http_listener_holds_its_cap_and_closes_slow_and_idle_clients() {
     assert!(most <= 500, "at most the cap held at once: {most}");
     assert!(most >= 400, "the cap was reached: {most}");
     let (_, m) = c.get_text("/metrics").await;
-    let total = |series: &str| {
-        m.lines()
-            .find_map(|l| {
-                l.strip_prefix(series)?
-                    .strip_prefix(' ')?
-                    .parse::<f64>()
-                    .ok()
-            })
-            .unwrap_or(0.0)
-    };
+    let total = |series: &str| series_value(&m, series);
     let refused = total(r#"lifeline_http_connections_refused_total{reason="at_limit"}"#)
         + total(r#"lifeline_http_connections_refused_total{reason="evicted"}"#);
     assert!(
@@ -498,16 +503,7 @@ async fn slow_senders_and_silent_sockets_never_lock_out_the_api_or_the_admin_por
     );
     assert!(asked >= 85, "asked every second: {asked}");
     let (_, m) = c.get_text_as("/metrics", crate::support::READER).await;
-    let total = |series: &str| {
-        m.lines()
-            .find_map(|l| {
-                l.strip_prefix(series)?
-                    .strip_prefix(' ')?
-                    .parse::<f64>()
-                    .ok()
-            })
-            .unwrap_or(0.0)
-    };
+    let total = |series: &str| series_value(&m, series);
     let too_slow = total(r#"lifeline_http_connections_closed_total{reason="too_slow"}"#);
     let evicted = total(r#"lifeline_http_connections_refused_total{reason="evicted"}"#);
     eprintln!(

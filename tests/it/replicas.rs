@@ -902,18 +902,7 @@ async fn a_sign_in_on_one_replica_holds_for_a_form_posted_to_another() {
     let (base_a, base_b) = (c.ll().base_url(), b.base_url());
     let both = crate::support::signed_in(&client, &base_a, ADMIN).await;
     // replica-b knows who signed in on replica-a ...
-    let page = bounded(
-        "a page on replica-b",
-        client
-            .get(format!("{base_b}/agents"))
-            .header("cookie", &both)
-            .send(),
-    )
-    .await
-    .expect("page")
-    .text()
-    .await
-    .expect("html");
+    let page = crate::support::agents_page(&client, &base_b, &both).await;
     assert!(
         page.contains("<span>admin</span>"),
         "signed in on replica-b too"

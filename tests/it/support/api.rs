@@ -127,10 +127,9 @@ pub async fn signed_in(client: &reqwest::Client, base: &str, token: &str) -> Str
     format!("{csrf_cookie}; {session}")
 }
 
-/// The CSRF token of a dashboard page fetched with `cookies` (the form
-/// token a signed-in browser's pages carry).
-pub async fn page_csrf(client: &reqwest::Client, base: &str, cookies: &str) -> String {
-    let html = bounded(
+/// The agents page at `base`, as a browser sending `cookies` gets it.
+pub async fn agents_page(client: &reqwest::Client, base: &str, cookies: &str) -> String {
+    bounded(
         "a dashboard page",
         client
             .get(format!("{base}/agents"))
@@ -141,7 +140,13 @@ pub async fn page_csrf(client: &reqwest::Client, base: &str, cookies: &str) -> S
     .expect("page")
     .text()
     .await
-    .expect("html");
+    .expect("html")
+}
+
+/// The CSRF token of a dashboard page fetched with `cookies` (the form
+/// token a signed-in browser's pages carry).
+pub async fn page_csrf(client: &reqwest::Client, base: &str, cookies: &str) -> String {
+    let html = agents_page(client, base, cookies).await;
     let at = html.find("name=\"csrf\" value=\"").expect("CSRF field") + 19;
     html[at..at + html[at..].find('"').expect("end")].to_string()
 }
