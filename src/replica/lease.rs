@@ -452,7 +452,24 @@ pub async fn sweep_unanswered(
 
 #[cfg(test)]
 mod tests {
-    use super::parse_signals;
+    use super::{holders, parse_signals};
+
+    /// Another replica's word on a sidecar's restart wait is bounded as
+    /// this one's is: a negative figure is none, a huge one an hour.
+    #[test]
+    fn a_restart_wait_read_from_another_replica_is_bounded() {
+        let row = |agent: &str, wait_ms: i64| (agent.to_string(), "b".to_string(), 1, wait_ms);
+        let h = holders(vec![
+            row("neg", -5),
+            row("huge", i64::MAX),
+            row("fine", 330_000),
+        ]);
+        let wait = |a: &str| h[a].restart_wait;
+        assert_eq!(wait("neg"), std::time::Duration::ZERO);
+        assert_eq!(wait("huge"), crate::signals::hub::MAX_RESTART_WAIT);
+        assert_eq!(wait("fine"), std::time::Duration::from_secs(330));
+        assert!(h["fine"].restart_only);
+    }
 
     #[test]
     fn a_signals_payload_names_its_replica_and_ids() {
