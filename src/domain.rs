@@ -302,6 +302,33 @@ impl AgentState {
 
 named_enum! {
     "snake_case";
+    /// How every surface counts an agent: the four partition the fleet
+    /// (each agent is in exactly one). A *planned* agent is one whose
+    /// degradation or stranding a maintenance window or a rollout explains:
+    /// it is in no degraded or stranded figure and in no agent-minutes
+    /// stranded, it is not acted on, and it is not notified.
+    pub enum Standing {
+        Healthy,
+        Degraded,
+        Stranded,
+        Planned,
+    }
+}
+
+impl Standing {
+    /// The one rule: the classifier's state, unless a plan explains it.
+    pub fn of(state: AgentState, cause: Option<&Cause>) -> Standing {
+        match state {
+            AgentState::Healthy => Standing::Healthy,
+            _ if cause.is_some_and(|c| c.planned.is_some()) => Standing::Planned,
+            AgentState::Degraded => Standing::Degraded,
+            AgentState::Stranded => Standing::Stranded,
+        }
+    }
+}
+
+named_enum! {
+    "snake_case";
     /// Why an agent is not healthy. The first three strand it; the last degrades it.
     pub enum Reason {
         AuthUnhealthy,

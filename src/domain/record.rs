@@ -50,6 +50,9 @@ pub struct IncidentRecord {
     pub ended: Option<Ts>,
     pub peak_stranded: u32,
     pub peak_degraded: u32,
+    /// Most agents at once of a planned incident (its agents are all
+    /// planned, so its stranded and degraded peaks stay 0).
+    pub peak_planned: u32,
     /// Agents it held, each counted once.
     pub agents: u32,
     /// Signals sent to its agents while they were in it.

@@ -99,6 +99,9 @@ pub struct Model {
     generations_dirty: bool,
     /// Agents connected to Lifeline's signal stream.
     links: HashMap<String, Link>,
+    /// Agents' own tunnel reports that came before the cluster's listing
+    /// of agents and proxies (the latest of each): applied once it is in.
+    held_reports: HashMap<String, (Vec<String>, String)>,
     /// Failure traces by (cause, resource, since): later agents stranded by
     /// the same failure join its trace. At `MAX_FAILURE_TRACES` it is
     /// emptied: a failure seen again after that starts a new trace.
@@ -140,6 +143,7 @@ impl Model {
             live_generations: HashMap::default(),
             generations_dirty: true,
             links: HashMap::default(),
+            held_reports: HashMap::default(),
             failures: HashMap::default(),
             after_resync: false,
             out: Effects::default(),

@@ -23,7 +23,7 @@ use super::model::{Model, Readiness};
 use super::view::{self, AgentCounts, AgentFilter, AgentPage, AuthView, ProxyView, Summary};
 use super::view::{ProxyCounts, TtlWindow};
 use crate::clock::Ts;
-use crate::domain::AgentState;
+use crate::domain::Standing;
 
 /// The most often the fleet publishes on its own while it changes.
 pub const PUBLISH_EVERY: Duration = Duration::from_millis(250);
@@ -54,17 +54,17 @@ pub struct Published {
 }
 
 impl Published {
-    /// Reads the fleet's aggregates now.
-    pub fn of(f: &Model) -> Published {
+    /// Reads the fleet's aggregates now, as read model `generation`.
+    pub fn of(f: &Model, generation: u64) -> Published {
         let _s = tracing::debug_span!("fleet.publish").entered();
         let filter = AgentFilter {
-            state: Some(AgentState::Stranded),
+            state: Some(Standing::Stranded),
             limit: STRANDED_ROWS,
             ..AgentFilter::default()
         };
         let (stranded, stranded_last_signals) = view::agents_with_last_signal(f, &filter);
         Published {
-            summary: view::summary(f),
+            summary: view::summary(f, generation),
             auth_servers: view::auth_servers(f),
             proxies: view::proxies(f),
             soonest: view::ttl_soonest(f, SOONEST_ROWS),
@@ -78,6 +78,7 @@ impl Published {
         Published {
             summary: Summary {
                 generated_at: at,
+                generation: 0,
                 agents: AgentCounts::default(),
                 proxies: ProxyCounts::default(),
                 auth_servers: BTreeMap::new(),

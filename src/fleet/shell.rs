@@ -439,7 +439,8 @@ impl Shell {
     pub(super) fn publish(&mut self) {
         #[allow(clippy::disallowed_methods)] // what a publish costs, to schedule the next
         let started = std::time::Instant::now();
-        let p = Arc::new(Published::of(&self.model));
+        let generation = self.published.borrow().summary.generation + 1;
+        let p = Arc::new(Published::of(&self.model, generation));
         self.published.send_replace(p);
         let unhealthy = self.model.unhealthy_count();
         self.pacer

@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::model::destination::LiveProxies;
 use super::model::{Model, Readiness, ResEntry, WatchState};
 use crate::clock::{dur_micros, Ts};
-use crate::domain::{AgentState, CauseKind, Health, Kind, Plan, Planned, Reasons};
+use crate::domain::{AgentState, CauseKind, Health, Kind, Plan, Planned, Reasons, Standing};
 
 /// Name cursors are opaque to clients: the hex of the last key of a page,
 /// and the page after it starts after that key. Anything that is not such
@@ -51,6 +51,9 @@ pub mod cursor {
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Summary {
     pub generated_at: Ts,
+    /// The read model's generation: every surface rendered from the same
+    /// generation shows the same figures (it grows with each publish).
+    pub generation: u64,
     pub agents: AgentCounts,
     pub proxies: ProxyCounts,
     pub auth_servers: BTreeMap<&'static str, usize>,
@@ -61,19 +64,45 @@ pub struct Summary {
     pub root_causes: Vec<RootCause>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
+/// Agents by standing: `healthy + degraded + stranded + planned = total`
+/// (see [`Standing`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct AgentCounts {
     pub total: usize,
     pub healthy: usize,
+    /// Degraded, unplanned.
     pub degraded: usize,
+    /// Stranded, unplanned.
     pub stranded: usize,
-    /// Degraded or stranded agents a Reconnect cannot help yet: there is no
-    /// live proxy they are not already on. They are signalled as soon as one
-    /// turns live.
-    pub waiting_for_live_proxy: usize,
-    /// Degraded or stranded agents whose stranding is planned (a
-    /// maintenance window, a rollout): counted above too.
+    /// Degraded or stranded with a plan that explains it (a maintenance
+    /// window, a rollout): in neither figure above.
     pub planned: usize,
+    /// Of the degraded and stranded (planned ones are not moved), those a
+    /// Reconnect cannot help yet: every live proxy is one they are already
+    /// on, or none is live. They are signalled as soon as one turns live.
+    pub waiting_for_live_proxy: usize,
+}
+
+impl AgentCounts {
+    /// Counts one more agent of `standing`.
+    pub fn add(&mut self, standing: Standing) {
+        self.total += 1;
+        match standing {
+            Standing::Healthy => self.healthy += 1,
+            Standing::Degraded => self.degraded += 1,
+            Standing::Stranded => self.stranded += 1,
+            Standing::Planned => self.planned += 1,
+        }
+    }
+
+    pub fn of(&self, standing: Standing) -> usize {
+        match standing {
+            Standing::Healthy => self.healthy,
+            Standing::Degraded => self.degraded,
+            Standing::Stranded => self.stranded,
+            Standing::Planned => self.planned,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
@@ -83,40 +112,49 @@ pub struct ProxyCounts {
     pub expired: usize,
 }
 
-/// Stranded agents grouped by what stranded them: one failure, one line.
+/// Agents that are not healthy, grouped by what made them so: one
+/// failure, one line. Every such agent is under exactly one root cause.
 #[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct RootCause {
     pub cause: CauseKind,
     pub resource: String,
-    /// Planned: its agents are shown, not acted on or notified.
+    /// Planned: its agents are shown, not acted on or notified, and they
+    /// are all `planned` (none degraded or stranded).
     pub planned: Option<Planned>,
+    /// Every agent under it: `degraded + stranded`, or all planned.
     pub agents: usize,
+    pub degraded: usize,
+    pub stranded: usize,
     pub since: Ts,
 }
 
 /// Agents by state, and when they were counted. Walks only the agents
 /// that are not healthy (only those can wait for a live proxy).
 pub fn summary_counts(f: &Model) -> (Ts, AgentCounts) {
-    let mut agents = AgentCounts {
-        total: f.agent_count(),
-        ..AgentCounts::default()
-    };
+    let mut agents = AgentCounts::default();
     let live = f.live_proxies();
     for (name, a) in f.unhealthy_agents() {
-        match a.state {
-            AgentState::Healthy => {}
-            AgentState::Degraded => agents.degraded += 1,
-            AgentState::Stranded => agents.stranded += 1,
-        }
-        if f.waiting_for_live_proxy(name, a, live) {
+        agents.add(standing(a));
+        if waiting(f, name, a, live) {
             agents.waiting_for_live_proxy += 1;
         }
-        if a.cause.as_ref().is_some_and(|c| c.planned.is_some()) {
-            agents.planned += 1;
-        }
     }
-    agents.healthy = agents.total - agents.degraded - agents.stranded;
+    let unhealthy = agents.total;
+    agents.total = f.agent_count().max(unhealthy);
+    agents.healthy = agents.total - unhealthy + agents.healthy;
     (f.now(), agents)
+}
+
+/// An agent's standing (the one rule is [`Standing::of`]).
+pub fn standing(a: &super::model::AgentEntry) -> Standing {
+    Standing::of(a.state, a.cause.as_ref())
+}
+
+/// Waiting for a live proxy: a Reconnect would move it, but there is no
+/// live proxy it is not already on. Planned agents are not moved, so
+/// they never wait.
+fn waiting(f: &Model, name: &str, a: &super::model::AgentEntry, live: LiveProxies) -> bool {
+    standing(a) != Standing::Planned && f.waiting_for_live_proxy(name, a, live)
 }
 
 fn proxy_counts(f: &Model) -> ProxyCounts {
@@ -140,10 +178,11 @@ fn auth_counts(f: &Model) -> BTreeMap<&'static str, usize> {
     auth_servers
 }
 
-pub fn summary(f: &Model) -> Summary {
+pub fn summary(f: &Model, generation: u64) -> Summary {
     let (_, agents) = summary_counts(f);
     Summary {
         generated_at: f.now(),
+        generation,
         agents,
         proxies: proxy_counts(f),
         auth_servers: auth_counts(f),
@@ -154,22 +193,29 @@ pub fn summary(f: &Model) -> Summary {
 }
 
 pub fn root_causes(f: &Model) -> Vec<RootCause> {
-    let mut groups: BTreeMap<(CauseKind, &str, Option<Plan>), (usize, Ts)> = BTreeMap::new();
+    // Per group: agents, degraded, stranded (unplanned), earliest since.
+    type Group = (usize, usize, usize, Ts);
+    let mut groups: BTreeMap<(CauseKind, &str, Option<Plan>), Group> = BTreeMap::new();
     for (_, a) in f.unhealthy_agents() {
-        if a.state != AgentState::Stranded {
+        if a.state == AgentState::Healthy {
             continue;
         }
         let (kind, res, plan) = match &a.cause {
             Some(c) => (c.kind, c.resource.as_str(), c.planned),
             None => (CauseKind::NoTunnels, "", None),
         };
-        let g = groups.entry((kind, res, plan)).or_insert((0, a.since));
+        let g = groups.entry((kind, res, plan)).or_insert((0, 0, 0, a.since));
         g.0 += 1;
-        g.1 = g.1.min(a.since);
+        match Standing::of(a.state, a.cause.as_ref()) {
+            Standing::Degraded => g.1 += 1,
+            Standing::Stranded => g.2 += 1,
+            Standing::Healthy | Standing::Planned => {}
+        }
+        g.3 = g.3.min(a.since);
     }
     let mut out: Vec<RootCause> = groups
         .into_iter()
-        .map(|((kind, res, plan), (n, min_since))| {
+        .map(|((kind, res, plan), (n, degraded, stranded, min_since))| {
             // Prefer the resource's own moment ("proxy-2 expired 41 s ago").
             let since = match kind {
                 CauseKind::ProxyExpired => f.proxy(res).map(|p| p.server.expires),
@@ -189,6 +235,8 @@ pub fn root_causes(f: &Model) -> Vec<RootCause> {
                 resource: res.to_string(),
                 planned: plan.map(Planned::from),
                 agents: n,
+                degraded,
+                stranded,
                 since,
             }
         })
@@ -216,7 +264,10 @@ pub struct CauseView {
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct AgentItem {
     pub name: String,
+    /// What the classifier says, planned or not.
     pub state: AgentState,
+    /// How every figure counts it: its state, or `planned`.
+    pub standing: Standing,
     pub reasons: Reasons,
     pub since: Ts,
     pub cause: Option<CauseView>,
@@ -234,7 +285,7 @@ pub struct AgentItem {
 
 #[derive(Debug, Clone, Default)]
 pub struct AgentFilter {
-    pub state: Option<AgentState>,
+    pub state: Option<Standing>,
     pub proxy: Option<String>,
     pub auth_server: Option<String>,
     /// Substring of the name.
@@ -274,6 +325,7 @@ fn agent_item(f: &Model, name: &str, now: Ts, live: LiveProxies) -> Option<Agent
     Some(AgentItem {
         name: name.to_string(),
         state: a.state,
+        standing: standing(a),
         reasons: a.reasons,
         since: a.since,
         cause: a.cause.as_ref().map(|c| CauseView {
@@ -288,7 +340,7 @@ fn agent_item(f: &Model, name: &str, now: Ts, live: LiveProxies) -> Option<Agent
         expires_at: s.expires,
         ttl_ms: dur_micros(s.ttl) / 1000,
         stale: !f.classification_enabled(),
-        waiting_for_live_proxy: f.waiting_for_live_proxy(name, a, live),
+        waiting_for_live_proxy: waiting(f, name, a, live),
     })
 }
 
@@ -306,7 +358,7 @@ pub fn agents(f: &Model, filter: &AgentFilter) -> AgentPage {
         let Some(a) = f.agent(name) else {
             return false;
         };
-        if filter.state.is_some_and(|s| s != a.state) {
+        if filter.state.is_some_and(|s| s != standing(a)) {
             return false;
         }
         if let Some(auth) = &filter.auth_server {
@@ -338,7 +390,7 @@ pub fn agents(f: &Model, filter: &AgentFilter) -> AgentPage {
     // substring few names hold is found by the packed scan; otherwise the
     // walk over every name stops at a page.
     let names: Box<dyn Iterator<Item = &str>> = match (filter.state, q) {
-        (Some(AgentState::Degraded | AgentState::Stranded), _) => Box::new(
+        (Some(Standing::Degraded | Standing::Stranded | Standing::Planned), _) => Box::new(
             f.unhealthy_names()
                 .range::<str, _>(bounds)
                 .map(String::as_str)

@@ -181,8 +181,10 @@ async fn summary(State(s): State<AppState>) -> Result<Json<SummaryResponse>, Api
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct AgentsQuery {
-    /// Only agents in this state.
-    state: Option<AgentState>,
+    /// Only agents in this standing (`planned`: degraded or stranded
+    /// with a plan that explains it; `degraded` and `stranded` leave
+    /// those out).
+    state: Option<crate::domain::Standing>,
     /// Only agents with a tunnel to this proxy.
     #[param(min_length = 1)]
     proxy: Option<String>,

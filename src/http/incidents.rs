@@ -339,23 +339,28 @@ pub fn draft(i: &Incident, f: &Facts, now: Ts) -> String {
             esc(&mv.title)
         );
     }
-    let _ = writeln!(
-        md,
-        "- **Peak at once:** {} stranded, {} degraded",
-        i.peak_stranded, i.peak_degraded
-    );
-    // The incident's own sum counts every agent; the episodes read may not.
-    let stranded = i.agent_minutes_stranded.max(agent_minutes(stranded_us));
-    let _ = writeln!(
-        md,
-        "- **Agent-minutes:** {stranded:.1} stranded, {:.1} degraded{}",
-        agent_minutes(degraded_us),
-        if f.more {
-            format!(" (from the newest {REPORT_EPISODES} episodes only)")
-        } else {
-            String::new()
-        }
-    );
+    let _ = writeln!(md, "- **Peak at once:** {}", i.peak_words());
+    // Stranded minutes are the incident's own figure (it counts every
+    // agent); the rest are read from its episodes, which may not.
+    let from_episodes = if f.more {
+        format!(" (from the newest {REPORT_EPISODES} episodes only)")
+    } else {
+        String::new()
+    };
+    if i.planned.is_some() {
+        let _ = writeln!(
+            md,
+            "- **Agent-minutes:** {:.1} planned, none stranded or degraded (planned time is not counted){from_episodes}",
+            agent_minutes(stranded_us + degraded_us),
+        );
+    } else {
+        let _ = writeln!(
+            md,
+            "- **Agent-minutes:** {:.1} stranded, {:.1} degraded{from_episodes}",
+            i.agent_minutes_stranded,
+            agent_minutes(degraded_us),
+        );
+    }
     let _ = writeln!(md, "\n## What Lifeline did\n");
     if f.signals.is_empty() {
         let _ = writeln!(md, "- No signals were sent to its agents.");
@@ -442,7 +447,9 @@ struct HistoryQuery {
     /// (default 1m).
     #[param(schema_with = super::contract::step)]
     step: Option<String>,
-    /// From: RFC 3339, or a duration back from now (default 24h).
+    /// From: RFC 3339, or a duration back from now (default 24h). The
+    /// answer starts no earlier than the oldest kept count, and covers at
+    /// most 10,000 steps (the newest); its `since` says where it starts.
     #[param(schema_with = super::contract::since)]
     since: Option<String>,
 }
@@ -451,6 +458,8 @@ struct HistoryQuery {
 #[derive(Serialize, utoipa::ToSchema)]
 struct HistoryResponse {
     step_seconds: u64,
+    /// Where the answer starts: the `since` asked, or later (see the
+    /// parameter).
     since: Ts,
     until: Ts,
     /// Each step's start, then what each asked series counted in it: the
@@ -511,15 +520,17 @@ async fn history(
     };
     let until = s.fleet.settled().await?;
     // A `since` after now asks for nothing yet: no points, not an error.
-    let since = since_param(&s, "since", q.since.as_deref().or(Some("24h")))
+    let asked = since_param(&s, "since", q.since.as_deref().or(Some("24h")))
         .await?
         .unwrap_or(until);
-    let points = until.since(since).as_secs() / step.as_secs();
-    if points > MAX_POINTS {
-        return Err(ApiError::BadParameter(format!(
-            "{points} points asked: at most {MAX_POINTS} (a larger step or a later since)"
-        )));
-    }
+    // Nothing is counted before the oldest kept sample, and at most
+    // MAX_POINTS steps are answered: the answer starts at the latest of
+    // the three, and its `since` says where.
+    let kept = incidents::oldest_sample(&s.db)
+        .await?
+        .map_or(until, |t| t.floor_to(step));
+    let newest = until.saturating_sub(step.saturating_mul(MAX_POINTS as u32));
+    let since = asked.max(kept).max(newest).min(until);
     let rows: Vec<Point> = incidents::history(&s.db, since, until, step).await?;
     let points = rows
         .into_iter()

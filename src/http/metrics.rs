@@ -83,18 +83,14 @@ fn flag(on: bool) -> f64 {
 fn state_gauges(s: &AppState, g: &Summary) {
     let f = gauge(
         metric::AGENTS,
-        "Agents by state (healthy, degraded, stranded).",
+        "Agents by standing (healthy, degraded, stranded, planned): each agent in exactly one.",
     );
-    for (state, n) in [
-        ("healthy", g.agents.healthy),
-        ("degraded", g.agents.degraded),
-        ("stranded", g.agents.stranded),
-    ] {
-        f.set(&[("state", state)], n as f64);
+    for &standing in crate::domain::Standing::ALL {
+        f.set(&[("state", standing.as_str())], g.agents.of(standing) as f64);
     }
     gauge(
         metric::AGENTS_WAITING_FOR_LIVE_PROXY,
-        "Degraded or stranded agents with no live proxy to move to (not signalled until one turns live).",
+        "Degraded or stranded agents (planned ones left out) with no live proxy they are not already on (not signalled until one turns live).",
     )
     .set(&[], g.agents.waiting_for_live_proxy as f64);
     let f = gauge(metric::PROXIES, "Proxies by status: live or expired.");
@@ -191,7 +187,14 @@ fn named_series(text: &mut String, g: &Summary, auths: &[AuthView]) {
         sanitize_label_value as escape, write_help_line, write_type_line,
     };
     use std::fmt::Write;
-    let causes = &g.root_causes[..g.root_causes.len().min(ROOT_CAUSE_SERIES)];
+    // The stranded figure per cause (planned and degraded agents are in
+    // no stranded figure): what the stranded alert reads.
+    let causes: Vec<_> = g
+        .root_causes
+        .iter()
+        .filter(|rc| rc.stranded > 0)
+        .take(ROOT_CAUSE_SERIES)
+        .collect();
     let cause_labels = |rc: &crate::fleet::view::RootCause| {
         format!(
             "cause=\"{}\",resource=\"{}\"",
@@ -208,8 +211,8 @@ fn named_series(text: &mut String, g: &Summary, auths: &[AuthView]) {
     };
     family(
         metric::ROOT_CAUSE_AGENTS,
-        "Stranded agents per root cause, by cause and the resource at fault (the largest causes only).",
-        &mut causes.iter().map(|rc| (cause_labels(rc), rc.agents as f64)),
+        "Stranded agents (planned ones left out) per root cause, by cause and the resource at fault (the largest causes only).",
+        &mut causes.iter().map(|rc| (cause_labels(rc), rc.stranded as f64)),
     );
     family(
         metric::ROOT_CAUSE_AGE_SECONDS,

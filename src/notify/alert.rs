@@ -103,11 +103,10 @@ pub fn alert(i: &Incident, cx: &Context, now: Ts, ends_after: Duration, severity
 /// Agents, peak, and what Lifeline did, in one sentence or two.
 pub fn description(i: &Incident) -> String {
     let mut s = format!(
-        "{} agent{} held (peak {} stranded, {} degraded). Lifeline sent {} signal{} to them.",
+        "{} agent{} held (peak {}). Lifeline sent {} signal{} to them.",
         i.agents,
         plural(i.agents),
-        i.peak_stranded,
-        i.peak_degraded,
+        i.peak_words(),
         i.signals_sent,
         plural(i.signals_sent),
     );
@@ -139,6 +138,7 @@ mod tests {
             ended,
             peak_stranded,
             peak_degraded: 3,
+            peak_planned: 0,
             agents: 12,
             signals: 4,
             stranded_us: 0,

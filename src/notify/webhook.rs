@@ -334,10 +334,16 @@ fn slack_text(v: &Value) -> String {
     let i = &v["data"]["incident"];
     if i.is_object() {
         let verb = kind.strip_prefix("incident.").unwrap_or(kind);
+        let n = |k: &str| u32::try_from(i[k].as_u64().unwrap_or(0)).unwrap_or(u32::MAX);
+        let peak = crate::store::incidents::peak_words(
+            n("peak_stranded"),
+            n("peak_degraded"),
+            n("peak_planned"),
+        );
         format!(
-            "[{cluster}] Incident {} {verb}: {} ({}). {} agents, peak {} stranded; {} signals sent. <{}|Open in Lifeline>",
+            "[{cluster}] Incident {} {verb}: {} ({}). {} agents, peak {peak}; {} signals sent. <{}|Open in Lifeline>",
             i["id"], i["title"].as_str().unwrap_or(""), i["severity"].as_str().unwrap_or(""),
-            i["agents"], i["peak_stranded"], i["signals_sent"], i["url"].as_str().unwrap_or(""),
+            i["agents"], i["signals_sent"], i["url"].as_str().unwrap_or(""),
         )
     } else if v["data"]["window"].is_object() {
         let w = &v["data"]["window"];

@@ -126,7 +126,9 @@ pub struct Guard {
     pub share_limit: f64,
     /// Agents waiting for their next automatic reconnect.
     pub agents_retrying: usize,
-    /// Agents automatic reconnects hold back: no live proxy to move them to.
+    /// Agents automatic reconnects hold back: no live proxy to move them
+    /// to. The loop's own queue, as of its last pass: once it has reached
+    /// them, the same agents as the fleet's `waiting_for_live_proxy`.
     pub agents_waiting_for_live_proxy: usize,
     /// Why automatic restarts (of agents a sidecar restarts) wait, if they
     /// do: the last restarts did not bring their agents back.

@@ -413,7 +413,7 @@ where
 {
     let mut q = QueryBuilder::new(
         "INSERT INTO incidents (id, cause, resource, started_us, ended_us, peak_stranded, peak_degraded, \
-         agents, signals, stranded_us, recover_p50_us, recover_max_us, planned, window_id) ",
+         peak_planned, agents, signals, stranded_us, recover_p50_us, recover_max_us, planned, window_id) ",
     );
     q.push_values(rows, |mut r, i| {
         r.push_bind(i.id)
@@ -423,6 +423,7 @@ where
             .push_bind(i.ended.map(Ts::as_micros))
             .push_bind(i64::from(i.peak_stranded))
             .push_bind(i64::from(i.peak_degraded))
+            .push_bind(i64::from(i.peak_planned))
             .push_bind(i64::from(i.agents))
             .push_bind(i64::from(i.signals))
             .push_bind(i.stranded_us)
@@ -435,7 +436,7 @@ where
         " ON CONFLICT (id) DO UPDATE SET cause = excluded.cause, resource = excluded.resource, \
          started_us = excluded.started_us, ended_us = excluded.ended_us, \
          peak_stranded = excluded.peak_stranded, peak_degraded = excluded.peak_degraded, \
-         agents = excluded.agents, signals = excluded.signals, stranded_us = excluded.stranded_us, \
+         peak_planned = excluded.peak_planned, agents = excluded.agents, signals = excluded.signals, stranded_us = excluded.stranded_us, \
          recover_p50_us = excluded.recover_p50_us, recover_max_us = excluded.recover_max_us, \
          planned = excluded.planned, window_id = excluded.window_id",
     );

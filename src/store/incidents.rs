@@ -21,6 +21,7 @@ struct Row {
     ended_us: Option<i64>,
     peak_stranded: i64,
     peak_degraded: i64,
+    peak_planned: i64,
     agents: i64,
     signals: i64,
     stranded_us: i64,
@@ -32,7 +33,7 @@ struct Row {
 
 const COLUMNS: &str =
     "SELECT id, cause, resource, started_us, ended_us, peak_stranded, peak_degraded, \
-     agents, signals, stranded_us, recover_p50_us, recover_max_us, planned, window_id FROM incidents";
+     peak_planned, agents, signals, stranded_us, recover_p50_us, recover_max_us, planned, window_id FROM incidents";
 
 fn count(n: i64) -> u32 {
     u32::try_from(n.max(0)).unwrap_or(u32::MAX)
@@ -50,6 +51,7 @@ impl Row {
             ended: self.ended_us.map(Ts),
             peak_stranded: count(self.peak_stranded),
             peak_degraded: count(self.peak_degraded),
+            peak_planned: count(self.peak_planned),
             agents: count(self.agents),
             signals: count(self.signals),
             stranded_us: self.stranded_us.max(0),
@@ -97,9 +99,11 @@ pub struct Incident {
     /// `null` while open.
     pub ended: Option<Ts>,
     pub open: bool,
-    /// Most agents stranded, and degraded, at once.
+    /// Most agents stranded, degraded, and planned, at once (a planned
+    /// incident's agents are all planned; an unplanned one has none).
     pub peak_stranded: u32,
     pub peak_degraded: u32,
+    pub peak_planned: u32,
     /// Agents it held, each counted once.
     pub agents: u32,
     /// Signals sent to its agents while they were in it.
@@ -114,6 +118,28 @@ pub struct Incident {
     /// Why it is planned, when it is (`null` otherwise): its agents were
     /// not acted on and it was not notified; its minutes are not counted.
     pub planned: Option<Planned>,
+}
+
+impl Incident {
+    /// Its peak in words (see [`peak_words`]).
+    pub fn peak_words(&self) -> String {
+        peak_words(self.peak_stranded, self.peak_degraded, self.peak_planned)
+    }
+}
+
+/// An incident's peak in words, by standing, as every surface says it:
+/// "38 stranded, 2 degraded", "133 degraded", "200 planned".
+pub fn peak_words(stranded: u32, degraded: u32, planned: u32) -> String {
+    let parts: Vec<String> = [(stranded, "stranded"), (degraded, "degraded"), (planned, "planned")]
+        .into_iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, w)| format!("{n} {w}"))
+        .collect();
+    if parts.is_empty() {
+        "0 agents".into()
+    } else {
+        parts.join(", ")
+    }
 }
 
 /// What an incident's cause and resource say, in words.
@@ -157,6 +183,7 @@ impl From<IncidentRecord> for Incident {
             open: r.ended.is_none(),
             peak_stranded: r.peak_stranded,
             peak_degraded: r.peak_degraded,
+            peak_planned: r.peak_planned,
             agents: r.agents,
             signals_sent: r.signals,
             agent_minutes_stranded: r.stranded_us as f64 / 60e6,
@@ -283,6 +310,16 @@ pub struct Point {
     pub agents: u32,
     pub stranded: u32,
     pub degraded: u32,
+}
+
+/// The oldest kept count (`samples`), if any.
+pub async fn oldest_sample(db: &Db) -> Result<Option<Ts>, sqlx::Error> {
+    on_pool!(db, pool => {
+    let (at,): (Option<i64>,) = sqlx::query_as("SELECT MIN(at_us) FROM samples")
+        .fetch_one(pool)
+        .await?;
+    Ok(at.map(Ts))
+    })
 }
 
 /// The counts between `from` and `to`, a point per `step` that holds a

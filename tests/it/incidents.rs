@@ -132,7 +132,6 @@ async fn proxies_expiring_are_incidents_from_stranding_to_recovery(store) {
         ("/api/v1/incidents?cause=fire", "cause must be one of"),
         ("/api/v1/history?step=30s", "(a number and one of m, h, d)"),
         ("/api/v1/history?series=weather", "series must list"),
-        ("/api/v1/history?step=1m&since=30d", "points asked"),
         ("/api/v1/incidents?since=yesterday", "since"),
         ("/api/v1/incidents/99999999999999999999", "not a positive integer"),
         ("/api/v1/episodes?incident=0", "incident must be"),
@@ -140,6 +139,16 @@ async fn proxies_expiring_are_incidents_from_stranding_to_recovery(store) {
         let (status, body) = c.get(path).await;
         assert_eq!(status, 400, "{path}: {body}");
         assert!(body["error"]["message"].as_str().unwrap_or_default().contains(what), "{path}: {body}");
+    }
+    // A since before anything kept, or asking more steps than are
+    // answered, starts at the oldest kept count (or the newest 10,000
+    // steps) and says so.
+    for far in ["30d", "0246-08-28T03:00:44Z"] {
+        let v = c.ok(&format!("/api/v1/history?step=1m&since={far}")).await;
+        let first = v["points"][0]["at"].as_str().unwrap_or_default().to_string();
+        let since = v["since"].as_str().unwrap_or_default();
+        assert!(!first.is_empty() && since <= first.as_str(), "{far}: {v}");
+        assert!(since > "2000", "{far}: starts at kept data: {v}");
     }
     // A since after now asks for nothing yet.
     let later = c.ok("/api/v1/history?since=2999-01-01T00:00:00Z").await;

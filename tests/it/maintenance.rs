@@ -84,6 +84,15 @@ async fn planned_and_unplanned_strandings_side_by_side_then_the_window_ends(stor
     let planned_id = planned[0]["id"].as_i64().expect("id");
     assert!(planned[0]["title"].as_str().unwrap_or("").contains(&format!("maintenance window {id}")));
     assert_eq!(planned[0]["open"], true);
+    // Its agent is planned: in no stranded figure, no agent-minutes.
+    assert_eq!(
+        (&planned[0]["peak_stranded"], &planned[0]["peak_degraded"], &planned[0]["peak_planned"]),
+        (&json!(0), &json!(0), &json!(1)),
+        "{:?}",
+        planned[0]
+    );
+    assert_eq!(planned[0]["agent_minutes_stranded"], json!(0.0), "{:?}", planned[0]);
+    assert_eq!(summary["agents"]["stranded"], 0, "the planned one is not stranded too: {summary}");
 
     // A manual reconnect of a target goes, and names the window.
     let (status, r) = c.post("/api/v1/agents/agent-00003/reconnect", "").await;

@@ -59,12 +59,23 @@ async fn proxy_expiry_strands_its_agents(store) {
     let states = strs(&agent["tunnels"], "proxy_state");
     assert_eq!(states, vec!["expired", "expired"]);
 
-    // One failure, one line.
+    // One failure, one line; every agent not healthy is under one, the
+    // degraded too (the two that lost one of their tunnels).
     let s = c.summary().await;
     let causes = s["root_causes"].as_array().unwrap();
-    assert_eq!(causes.len(), 1, "{causes:?}");
+    let stranding: Vec<&serde_json::Value> =
+        causes.iter().filter(|c| c["stranded"].as_u64() > Some(0)).collect();
+    assert_eq!(stranding.len(), 1, "{causes:?}");
+    let under: u64 = causes.iter().filter_map(|c| c["agents"].as_u64()).sum();
+    let a = &s["agents"];
+    let not_healthy = ["degraded", "stranded", "planned"]
+        .iter()
+        .filter_map(|k| a[*k].as_u64())
+        .sum::<u64>();
+    assert_eq!(under, not_healthy, "{s}");
+    let causes = stranding;
     assert_eq!(causes[0]["cause"], "proxy_expired");
-    assert_eq!(causes[0]["agents"], 2);
+    assert_eq!(causes[0]["stranded"], 2);
     assert_eq!(ts(&causes[0]["since"]).as_millis(), last.as_millis());
     assert_eq!(s["proxies"]["expired"], 2);
 

@@ -277,7 +277,7 @@ async fn overview_tells_what_failed_and_when() {
     let c = fleet().start().await;
     c.ready().await;
     let html = page(&c, "/").await;
-    assert!(html.contains("No stranded agents"), "calm before");
+    assert!(html.contains("Every agent is healthy"), "calm before");
     assert!(html.contains("✓ auth-1</strong> SERVING"), "auth strip");
     c.strand_two().await;
 
@@ -541,7 +541,7 @@ async fn live_stream_follows_the_fleet_and_is_capped() {
     while !seen.contains("\n\n") {
         seen.push_str(&next_chunk(&mut body).await.expect("first event"));
     }
-    assert!(seen.contains("No stranded agents"), "{seen}");
+    assert!(seen.contains("Every agent is healthy"), "{seen}");
 
     let (status, v) = c.get("/live/overview").await;
     assert_eq!(status, 503);
@@ -582,7 +582,7 @@ async fn bad_queries_get_an_error_page_that_says_why() {
         (
             "/agents?state=bogus",
             400,
-            "state must be healthy, degraded or stranded",
+            "state must be healthy, degraded, stranded or planned",
         ),
         (
             "/agents?limit=0",

@@ -7,6 +7,10 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use super::schedule::TimerKey;
+
+/// Tunnel reports held at most while the cluster's listing is not in (one
+/// per agent with a signal stream; past it a report is refused, counted).
+pub const MAX_HELD_REPORTS: usize = 1_000_000;
 use super::{AgentEntry, AuthEntry, Link, Model, ResEntry, TunnelEntry};
 use super::{BoardOp, HealthUpdate, Ingested};
 use crate::clock::{dur_micros, Ts};
@@ -396,6 +400,8 @@ impl Model {
                 self.links.insert(agent.to_string(), l);
             }
             None => {
+                // A stream that closed has nothing left to say.
+                self.held_reports.remove(agent);
                 if self.links.remove(agent).is_some() {
                     self.note(
                         Subject::Agent,
@@ -420,8 +426,35 @@ impl Model {
     /// count: a report from an agent it does not know is refused, and a
     /// proxy it does not know is left out (both counted), so a report can
     /// neither make tunnels nor grow the fleet beyond what the cluster
-    /// says exists.
-    pub fn report(&mut self, agent: &str, mut proxies: Vec<String>, auth_server: String) {
+    /// says exists. Before the cluster's listing of agents and proxies is
+    /// in, nothing is known yet: the report is held (the latest of each
+    /// agent, up to [`MAX_HELD_REPORTS`]) and applied once it is.
+    pub fn report(&mut self, agent: &str, proxies: Vec<String>, auth_server: String) {
+        if !(self.fresh(Kind::Agent) && self.fresh(Kind::Proxy)) {
+            let room = self.held_reports.len() < MAX_HELD_REPORTS;
+            if room || self.held_reports.contains_key(agent) {
+                self.held_reports
+                    .insert(agent.to_string(), (proxies, auth_server));
+            } else {
+                self.out.tally.agent_messages_rejected += 1;
+                tracing::debug!(agent, "tunnel report refused: too many held before the listing");
+            }
+            return;
+        }
+        self.apply_report(agent, proxies, auth_server);
+    }
+
+    /// Applies the reports held for the listing, once it is in.
+    pub(super) fn apply_held_reports(&mut self) {
+        if self.held_reports.is_empty() || !(self.fresh(Kind::Agent) && self.fresh(Kind::Proxy)) {
+            return;
+        }
+        for (agent, (proxies, auth_server)) in std::mem::take(&mut self.held_reports) {
+            self.apply_report(&agent, proxies, auth_server);
+        }
+    }
+
+    fn apply_report(&mut self, agent: &str, mut proxies: Vec<String>, auth_server: String) {
         if !self.agents.contains_key(agent) {
             self.out.tally.agent_messages_rejected += 1;
             tracing::debug!(
@@ -517,6 +550,32 @@ mod tests {
             .any(|t| t.tunnel.agent == "a1" && t.tunnel.proxy == "p1"));
         let refused = f.out.tally.agent_messages_rejected;
         assert_eq!(refused, 2);
+    }
+
+    /// Guards the healthy start: an agent's first tunnel report often
+    /// comes before the cluster's listing. It is held, applied once the
+    /// listing is in, and counted as nothing wrong.
+    #[test]
+    fn a_report_before_the_listing_is_held_and_applied_not_refused() {
+        let mut f = crate::fleet::model::test_model(START);
+        f.report("a1", vec!["p1".into()], "auth-1".into());
+        f.report("a1", vec!["p2".into()], "auth-1".into());
+        assert_eq!(f.tunnels.len(), 0, "nothing is known yet");
+        f.resync(crate::fleet::model::Resync {
+            generation: 1,
+            snapshots: listing(&[("p1", 100), ("p2", 100)], &["a1"]),
+            rejected: Vec::new(),
+        });
+        // The listing has a1 on both; its latest report says p2 only.
+        let on: Vec<&str> = f
+            .tunnels
+            .values()
+            .filter(|t| t.tunnel.agent == "a1")
+            .map(|t| t.tunnel.proxy.as_str())
+            .collect();
+        assert_eq!(on, ["p2"], "the latest report applied");
+        assert_eq!(f.out.tally.agent_messages_rejected, 0);
+        assert!(f.held_reports.is_empty());
     }
 
     /// Guards what counts as a heartbeat: a PUT that moves the expiry, in

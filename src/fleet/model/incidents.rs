@@ -29,9 +29,10 @@ const MAX_AFFECTED_NAMED: usize = 2_000_000;
 #[derive(Debug)]
 struct Open {
     row: IncidentRecord,
-    /// Agents held now, by state.
+    /// Agents held now, by standing (a planned incident's are all planned).
     stranded: u32,
     degraded: u32,
+    planned: u32,
     affected: HashSet<String>,
     /// Each recovered agent's time from joining to healthy, in µs: fixed
     /// memory, however many recover.
@@ -156,7 +157,9 @@ impl Incidents {
             m.state = state;
             m.state_since = since;
             let stranded_us = match was {
-                AgentState::Stranded => since.max(self.clock).since(state_since).as_micros() as i64,
+                AgentState::Stranded if key.2.is_none() => {
+                    since.max(self.clock).since(state_since).as_micros() as i64
+                }
                 _ => 0,
             };
             self.tally(&key, was, -1);
@@ -217,7 +220,8 @@ impl Incidents {
             return;
         };
         o.count(m.state, -1);
-        if m.state == AgentState::Stranded {
+        // Planned agents are in no agent-minutes stranded.
+        if m.state == AgentState::Stranded && o.row.planned.is_none() {
             let us = at.max(self.clock).since(m.state_since).as_micros() as i64;
             o.row.stranded_us = o.row.stranded_us.saturating_add(us);
         }
@@ -225,7 +229,7 @@ impl Incidents {
             o.recoveries
                 .record(i64::try_from(at.since(m.since).as_micros()).unwrap_or(i64::MAX));
         }
-        if o.stranded + o.degraded == 0 {
+        if o.held() == 0 {
             if let Some(o) = self.open.remove(&m.key) {
                 rows.push(o.end(at));
             }
@@ -275,6 +279,7 @@ impl Incidents {
                     o.row.stranded_us = o.row.stranded_us.max(s.stranded_us);
                     o.row.peak_stranded = o.row.peak_stranded.max(s.peak_stranded);
                     o.row.peak_degraded = o.row.peak_degraded.max(s.peak_degraded);
+                    o.row.peak_planned = o.row.peak_planned.max(s.peak_planned);
                     taken.insert(key);
                 }
                 _ => rows.push(IncidentRecord {
@@ -328,7 +333,7 @@ impl Incidents {
         let empty: Vec<Key> = self
             .open
             .iter()
-            .filter(|(_, o)| o.stranded + o.degraded == 0)
+            .filter(|(_, o)| o.held() == 0)
             .map(|(k, _)| k.clone())
             .collect();
         empty
@@ -349,6 +354,7 @@ impl Open {
             ended: None,
             peak_stranded: 0,
             peak_degraded: 0,
+            peak_planned: 0,
             agents: 0,
             signals: 0,
             stranded_us: 0,
@@ -364,20 +370,30 @@ impl Open {
             row,
             stranded: 0,
             degraded: 0,
+            planned: 0,
             affected: HashSet::default(),
             recoveries: Recoveries::default(),
         }
     }
 
+    /// Counts an agent in or out by its standing ([`crate::domain::Standing`]):
+    /// every agent of a planned incident is planned.
     fn count(&mut self, state: AgentState, by: i32) {
         let n = match state {
+            AgentState::Healthy => return,
+            _ if self.row.planned.is_some() => &mut self.planned,
             AgentState::Stranded => &mut self.stranded,
             AgentState::Degraded => &mut self.degraded,
-            AgentState::Healthy => return,
         };
         *n = n.saturating_add_signed(by);
         self.row.peak_stranded = self.row.peak_stranded.max(self.stranded);
         self.row.peak_degraded = self.row.peak_degraded.max(self.degraded);
+        self.row.peak_planned = self.row.peak_planned.max(self.planned);
+    }
+
+    /// Agents it holds now.
+    fn held(&self) -> u32 {
+        self.stranded + self.degraded + self.planned
     }
 
     /// The row of the incident ended at `at`, with its recovery figures.

@@ -195,6 +195,7 @@ impl Model {
     fn resynced(&mut self) {
         self.dirty_all = true;
         self.after_resync = true;
+        self.apply_held_reports();
         self.auth_targets_changed();
         self.readiness_changed();
     }

@@ -63,10 +63,11 @@ pub struct Counts {
     pub healthy: usize,
     pub degraded: usize,
     pub stranded: usize,
+    pub planned: usize,
     pub proxies_live: usize,
     pub proxies_total: usize,
     pub connected: usize,
-    /// Degraded or stranded with no live proxy to move to.
+    /// Degraded or stranded (unplanned) with no live proxy to move to.
     pub waiting: usize,
     /// Of the connected, sidecars that restart their agent, and how many
     /// of those restarts are awaiting their agent now.

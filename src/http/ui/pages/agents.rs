@@ -39,9 +39,9 @@ pub async fn agents(
     let state_s = field(q.state);
     let state = match state_s.as_deref() {
         None | Some("all") => None,
-        Some(s) => Some(AgentState::parse(s).ok_or_else(|| {
+        Some(s) => Some(s.parse::<crate::domain::Standing>().map_err(|_| {
             ApiError::BadParameter(format!(
-                "state must be healthy, degraded or stranded, got {s:?}"
+                "state must be healthy, degraded, stranded or planned, got {s:?}"
             ))
         })?),
     };
@@ -116,6 +116,7 @@ pub async fn agents(
                 healthy: counts.healthy,
                 degraded: counts.degraded,
                 stranded: counts.stranded,
+                planned: counts.planned,
                 proxies_live: 0,
                 proxies_total: 0,
                 connected: st.hub.connected(),

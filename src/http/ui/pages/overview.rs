@@ -53,66 +53,63 @@ async fn day_strip(st: &AppState, now: Ts) -> Result<std::sync::Arc<Strip>, UiEr
 fn cause_line(now: Ts, c: &RootCause) -> CauseLine {
     let n = c.agents;
     let agents = if n == 1 { "agent" } else { "agents" };
+    // The standing its agents are in, as the counts above say it.
+    let (s, d) = (c.stranded, c.degraded);
+    let (lead, state) = if c.planned.is_some() {
+        (format!("{n} {agents} planned:"), "planned")
+    } else if d == 0 {
+        (format!("{n} {agents} stranded:"), "stranded")
+    } else if s == 0 {
+        (format!("{n} {agents} degraded:"), "degraded")
+    } else {
+        let agents = if s == 1 { "agent" } else { "agents" };
+        (format!("{s} {agents} stranded, {d} degraded:"), "stranded")
+    };
     let r = &c.resource;
-    let (lead, rest, href) = match c.cause {
-        CauseKind::ProxyExpired => (
-            format!("{n} {agents} stranded:"),
-            format!("{r} expired {}", fmt::ago(now, c.since)),
-            format!("/agents?state=stranded&proxy={}", enc(r)),
-        ),
+    let by_proxy = format!("/agents?state={state}&proxy={}", enc(r));
+    let by_auth = format!("/agents?state={state}&auth_server={}", enc(r));
+    let any = format!("/agents?state={state}");
+    let (rest, href) = match c.cause {
+        CauseKind::ProxyExpired => (format!("{r} expired {}", fmt::ago(now, c.since)), by_proxy),
         CauseKind::AuthNotServing => (
-            format!("{n} {agents}:"),
             format!("{r} NOT_SERVING since {}", fmt::hms(c.since)),
-            format!("/agents?state=stranded&auth_server={}", enc(r)),
+            by_auth,
         ),
         CauseKind::AuthUnknown => (
-            format!("{n} {agents}:"),
             format!(
                 "{r} health UNKNOWN, counted unhealthy since {}",
                 fmt::hms(c.since)
             ),
-            format!("/agents?state=stranded&auth_server={}", enc(r)),
+            by_auth,
         ),
         CauseKind::AuthExpired => (
-            format!("{n} {agents}:"),
             format!(
                 "auth server {r} stopped heartbeating {} (its health is not watched)",
                 fmt::ago(now, c.since)
             ),
-            format!("/agents?state=stranded&auth_server={}", enc(r)),
+            by_auth,
         ),
         CauseKind::ProxyMissing => (
-            format!("{n} {agents} stranded:"),
             format!("their tunnels point at {r}, a proxy Lifeline no longer knows"),
-            format!("/agents?state=stranded&proxy={}", enc(r)),
+            by_proxy,
         ),
         CauseKind::ProxyDeparted => (
-            format!("{n} {agents} stranded:"),
             format!(
                 "{r} departed (shut down gracefully) {}",
                 fmt::ago(now, c.since)
             ),
-            format!("/agents?state=stranded&proxy={}", enc(r)),
+            by_proxy,
         ),
-        CauseKind::TunnelExpired => (
-            format!("{n} {agents} stranded:"),
-            "their tunnel records expired".to_string(),
-            "/agents?state=stranded".to_string(),
-        ),
+        CauseKind::TunnelExpired => ("their tunnel records expired".to_string(), any),
         CauseKind::AgentExpired => (
-            format!("{n} {agents} stranded:"),
             format!(
                 "their own heartbeat expired (auth server {}) {}",
                 if r.is_empty() { "?" } else { r },
                 fmt::ago(now, c.since)
             ),
-            "/agents?state=stranded".to_string(),
+            any,
         ),
-        CauseKind::NoTunnels => (
-            format!("{n} {agents} stranded:"),
-            "no tunnels at all".to_string(),
-            "/agents?state=stranded".to_string(),
-        ),
+        CauseKind::NoTunnels => ("no tunnels at all".to_string(), any),
     };
     let rest = match c.planned {
         Some(p) => format!("{rest} ({})", super::planned_words(p)),
@@ -211,6 +208,7 @@ pub async fn overview_model(st: &AppState) -> Result<LiveOverview, UiError> {
             healthy: summary.agents.healthy,
             degraded: summary.agents.degraded,
             stranded: summary.agents.stranded,
+            planned: summary.agents.planned,
             proxies_live: summary.proxies.live,
             proxies_total: summary.proxies.total,
             connected: st.hub.connected(),
