@@ -279,6 +279,7 @@ pub struct Histograms {
 /// rename reaches all three (and a test checks them against a scrape).
 pub mod metric {
     pub const AGENTS: &str = "lifeline_agents";
+    pub const READ_MODEL_GENERATION: &str = "lifeline_read_model_generation";
     pub const AGENTS_WAITING_FOR_LIVE_PROXY: &str = "lifeline_agents_waiting_for_live_proxy";
     pub const PROXIES: &str = "lifeline_proxies";
     pub const AUTH_SERVERS: &str = "lifeline_auth_servers";

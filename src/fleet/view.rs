@@ -141,7 +141,7 @@ pub fn summary_counts(f: &Model) -> (Ts, AgentCounts) {
     }
     let unhealthy = agents.total;
     agents.total = f.agent_count().max(unhealthy);
-    agents.healthy = agents.total - unhealthy + agents.healthy;
+    agents.healthy += agents.total - unhealthy;
     (f.now(), agents)
 }
 
@@ -204,7 +204,9 @@ pub fn root_causes(f: &Model) -> Vec<RootCause> {
             Some(c) => (c.kind, c.resource.as_str(), c.planned),
             None => (CauseKind::NoTunnels, "", None),
         };
-        let g = groups.entry((kind, res, plan)).or_insert((0, 0, 0, a.since));
+        let g = groups
+            .entry((kind, res, plan))
+            .or_insert((0, 0, 0, a.since));
         g.0 += 1;
         match Standing::of(a.state, a.cause.as_ref()) {
             Standing::Degraded => g.1 += 1,

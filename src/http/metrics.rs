@@ -81,12 +81,20 @@ fn flag(on: bool) -> f64 {
 }
 
 fn state_gauges(s: &AppState, g: &Summary) {
+    gauge(
+        metric::READ_MODEL_GENERATION,
+        "The fleet's read model these figures were rendered from: surfaces with the same generation show the same figures.",
+    )
+    .set(&[], g.generation as f64);
     let f = gauge(
         metric::AGENTS,
         "Agents by standing (healthy, degraded, stranded, planned): each agent in exactly one.",
     );
     for &standing in crate::domain::Standing::ALL {
-        f.set(&[("state", standing.as_str())], g.agents.of(standing) as f64);
+        f.set(
+            &[("state", standing.as_str())],
+            g.agents.of(standing) as f64,
+        );
     }
     gauge(
         metric::AGENTS_WAITING_FOR_LIVE_PROXY,

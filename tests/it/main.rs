@@ -25,6 +25,7 @@ mod listeners;
 mod maintenance;
 mod metrics;
 mod notify;
+mod one_truth;
 mod openapi;
 mod partition;
 mod reconnect;

@@ -22,5 +22,6 @@ pub mod wire;
 pub use agent::{join_request, AgentEvent, AgentOptions, SimAgent};
 pub use auth::AuthFlavor;
 pub use cluster::{
-    write_private, DeleteShape, SimCluster, SimService, SimSpec, TeleportSpec, SIM_JOIN_TOKEN,
+    auth_name, proxy_name, write_private, DeleteShape, SimCluster, SimService, SimSpec,
+    TeleportSpec, SIM_JOIN_TOKEN,
 };

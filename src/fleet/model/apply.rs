@@ -437,7 +437,10 @@ impl Model {
                     .insert(agent.to_string(), (proxies, auth_server));
             } else {
                 self.out.tally.agent_messages_rejected += 1;
-                tracing::debug!(agent, "tunnel report refused: too many held before the listing");
+                tracing::debug!(
+                    agent,
+                    "tunnel report refused: too many held before the listing"
+                );
             }
             return;
         }

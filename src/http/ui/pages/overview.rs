@@ -12,6 +12,8 @@ pub struct CauseLine {
 /// The part of the overview that the live stream re-renders.
 pub struct LiveOverview {
     pub as_of: String,
+    /// The read model's generation it was rendered from.
+    pub generation: u64,
     pub counts: Counts,
     pub banners: Vec<Banner>,
     pub causes: Vec<CauseLine>,
@@ -203,6 +205,7 @@ pub async fn overview_model(st: &AppState) -> Result<LiveOverview, UiError> {
     let strip = day_strip(st, now).await?;
     Ok(LiveOverview {
         as_of: format!("{} UTC", fmt::hms(now)),
+        generation: summary.generation,
         counts: Counts {
             total: summary.agents.total,
             healthy: summary.agents.healthy,
