@@ -97,7 +97,14 @@ impl Ts {
         humantime::format_rfc3339_millis(t.to_system()).to_string()
     }
 
+    /// Any RFC 3339 time: `Z` or `z`, or an offset (`+02:00`), taken to
+    /// UTC; also the weaker forms people type (a space for the `T`, no
+    /// zone: UTC). The one parser of times from the wire.
     pub fn parse_rfc3339(s: &str) -> Option<Ts> {
+        use time::format_description::well_known::Rfc3339;
+        if let Ok(t) = time::OffsetDateTime::parse(s, &Rfc3339) {
+            return i64::try_from(t.unix_timestamp_nanos() / 1000).ok().map(Ts);
+        }
         humantime::parse_rfc3339_weak(s).ok().map(Ts::from_system)
     }
 }
@@ -387,5 +394,14 @@ mod tests {
         assert_eq!(s, "2023-11-14T22:13:20.123Z");
         assert_eq!(Ts::parse_rfc3339(&s), Some(t));
         assert_eq!(Ts::parse_rfc3339("yesterday"), None);
+        // Offsets and a lowercase z are RFC 3339 too; all land in UTC.
+        for same in [
+            "2023-11-15T00:13:20.123+02:00",
+            "2023-11-14T22:13:20.123z",
+            "2023-11-14t22:13:20.123Z",
+            "2023-11-14T17:13:20.123-05:00",
+        ] {
+            assert_eq!(Ts::parse_rfc3339(same), Some(t), "{same}");
+        }
     }
 }

@@ -25,10 +25,8 @@ enum Since {
 /// An RFC 3339 time (any offset), or a duration written in
 /// `contract::SINCE_UNITS`.
 fn since(v: &str) -> Option<Since> {
-    use time::format_description::well_known::Rfc3339;
-    if let Ok(t) = time::OffsetDateTime::parse(v, &Rfc3339) {
-        let us = t.unix_timestamp_nanos() / 1000;
-        return Some(Since::At(Ts(i64::try_from(us).ok()?)));
+    if let Some(t) = Ts::parse_rfc3339(v) {
+        return Some(Since::At(t));
     }
     super::contract::written(v, super::contract::SINCE_UNITS).map(Since::Ago)
 }
