@@ -265,6 +265,15 @@ impl Client {
         self.call(self.http.delete(&url), &url).await
     }
 
+    /// The server's time: the fleet's, as its summary says it.
+    pub async fn server_now(&self) -> Result<Option<lifeline::clock::Ts>, ClientError> {
+        let url = format!("{}/api/v1/summary", self.base);
+        let v = self.call(self.http.get(&url), &url).await?;
+        Ok(v["generated_at"]
+            .as_str()
+            .and_then(lifeline::clock::Ts::parse_rfc3339))
+    }
+
     /// `GET /api/v1/maintenance` (one page of up to 1000).
     pub async fn maintenance_list(&self, all: bool) -> Result<Value, ClientError> {
         let url = format!("{}/api/v1/maintenance?over={all}&limit=1000", self.base);

@@ -118,15 +118,24 @@ pub(super) async fn maintenance(
             from,
             reason,
         } => {
-            let until = match (until, length) {
-                (Some(u), _) => u,
+            let (from, until) = match (until, length) {
+                (Some(u), _) => (from, u),
                 (None, Some(d)) => {
+                    // `--for` is exact: the window starts at the `from` it
+                    // sends (the server's now, when not given: this
+                    // machine's clock may differ), to the millisecond the
+                    // API keeps, and ends `d` after it.
                     let start = match &from {
                         Some(f) => lifeline::clock::Ts::parse_rfc3339(f)
                             .with_context(|| format!("--from {f:?} is not an RFC 3339 time"))?,
-                        None => lifeline::clock::Clock::system().now(),
+                        None => match client.server_now().await? {
+                            Some(t) => t,
+                            None => lifeline::clock::Clock::system().now(),
+                        },
                     };
-                    start.saturating_add(d).rfc3339()
+                    let start =
+                        lifeline::clock::Ts(start.as_micros() - start.as_micros().rem_euclid(1000));
+                    (Some(start.rfc3339()), start.saturating_add(d).rfc3339())
                 }
                 (None, None) => anyhow::bail!("give --for or --until"),
             };
