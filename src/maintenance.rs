@@ -72,6 +72,10 @@ pub enum MaintenanceError {
     Missing(i64),
     #[error("maintenance window {0} is already over")]
     AlreadyOver(i64),
+    #[error("{} maintenance windows are scheduled or active, the most there may be: end or delete one first", rows::MAX_IN_FORCE)]
+    Full,
+    #[error("maintenance window {0} is already deleted")]
+    AlreadyDeleted(i64),
     #[error("the store: {0}")]
     Store(#[from] sqlx::Error),
 }
@@ -83,6 +87,8 @@ impl MaintenanceError {
             self,
             MaintenanceError::Missing(_)
                 | MaintenanceError::AlreadyOver(_)
+                | MaintenanceError::Full
+                | MaintenanceError::AlreadyDeleted(_)
                 | MaintenanceError::Store(_)
         )
     }
@@ -224,7 +230,9 @@ impl Maintenance {
     ) -> Result<Window, MaintenanceError> {
         let now = self.clock.now();
         let new = validate(req, now)?;
-        let w = rows::create(&self.db, &new, actor, now).await?;
+        let w = rows::create(&self.db, &new, actor, now)
+            .await?
+            .ok_or(MaintenanceError::Full)?;
         info!(
             window = w.id,
             actor,
@@ -253,12 +261,13 @@ impl Maintenance {
     pub async fn delete(&self, id: i64, actor: &str) -> Result<Window, MaintenanceError> {
         let now = self.clock.now();
         match rows::delete(&self.db, id, actor, now).await? {
-            Some(w) => {
+            Ended::Done(w) => {
                 info!(window = id, actor, "maintenance window deleted");
                 self.reload().await;
                 Ok(w)
             }
-            None => Err(MaintenanceError::Missing(id)),
+            Ended::AlreadyOver(_) => Err(MaintenanceError::AlreadyDeleted(id)),
+            Ended::Missing => Err(MaintenanceError::Missing(id)),
         }
     }
 
@@ -362,6 +371,19 @@ mod tests {
             (ok.targets.len(), ok.from, ok.reason.as_str()),
             (1, now, "patching")
         );
+        // Any RFC 3339 time: an offset or a lowercase z, kept in UTC.
+        let offset = validate(
+            &req(
+                &["proxy/p1"],
+                Some("2026-11-28t14:30:00+02:00"),
+                "2026-11-28T13:00:00z",
+                "x",
+            ),
+            now,
+        )
+        .unwrap();
+        assert_eq!(offset.from.rfc3339(), "2026-11-28T12:30:00.000Z");
+        assert_eq!(offset.until.rfc3339(), "2026-11-28T13:00:00.000Z");
         let many: Vec<String> = (0..=MAX_TARGETS).map(|i| format!("agent/a{i}")).collect();
         let many: Vec<&str> = many.iter().map(String::as_str).collect();
         let cases: Vec<(WindowRequest, &str)> = vec![

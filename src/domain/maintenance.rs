@@ -169,9 +169,11 @@ pub struct Window {
     pub reason: String,
     pub created_by: String,
     pub created_at: Ts,
-    /// Ended early: by whom, when.
+    /// Ended early: by whom, when (a delete ends it too).
     pub ended_by: Option<String>,
     pub ended_at: Option<Ts>,
+    /// Deleted, when: kept (with its audit), ended, shown as deleted.
+    pub deleted_at: Option<Ts>,
 }
 
 impl Window {
@@ -187,7 +189,9 @@ impl Window {
 
     /// `scheduled`, `active` or `over` at `now`.
     pub fn status(&self, now: Ts) -> &'static str {
-        if self.active(now) {
+        if self.deleted_at.is_some() {
+            "deleted"
+        } else if self.active(now) {
             "active"
         } else if now < self.from {
             "scheduled"
@@ -291,6 +295,7 @@ mod tests {
             created_at: t(0),
             ended_by: None,
             ended_at: None,
+            deleted_at: None,
         }
     }
 

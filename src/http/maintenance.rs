@@ -38,6 +38,14 @@ impl From<MaintenanceError> for ApiError {
                 code: "already_over",
                 message,
             },
+            MaintenanceError::AlreadyDeleted(_) => ApiError::Conflict {
+                code: "already_deleted",
+                message,
+            },
+            MaintenanceError::Full => ApiError::Conflict {
+                code: "too_many_windows",
+                message,
+            },
             MaintenanceError::Store(e) => ApiError::from(e),
             _ => ApiError::BadBody(message),
         }
@@ -187,8 +195,9 @@ async fn end(
 
 /// Deletes a maintenance window.
 ///
-/// As if it had never been declared, from now on (its audit stays).
-/// Needs the `update` role.
+/// As if it had never been declared, from now on: it ends now (by the
+/// caller), and is kept as `deleted`, with its audit. Needs the `update`
+/// role.
 #[utoipa::path(
     delete,
     path = "/api/v1/maintenance/{id}",

@@ -17,8 +17,8 @@ use crate::domain::{NoticeKind, Target, Window};
 /// The PostgreSQL channel a change of windows is announced on.
 pub const CHANNEL: &str = "lifeline_maintenance";
 
-/// The most windows read for the fleet at once: more not yet over than
-/// this is a mistake, and the oldest are the ones kept.
+/// The most windows not yet over (scheduled or active): one more is
+/// refused, so every accepted window is read for the fleet and enforced.
 pub const MAX_IN_FORCE: i64 = 1000;
 
 #[derive(sqlx::FromRow)]
@@ -32,10 +32,11 @@ struct Row {
     created_us: i64,
     ended_by: Option<String>,
     ended_us: Option<i64>,
+    deleted_us: Option<i64>,
 }
 
 const COLUMNS: &str = "SELECT id, targets, from_us, until_us, reason, created_by, created_us, \
-     ended_by, ended_us FROM maintenance_windows";
+     ended_by, ended_us, deleted_us FROM maintenance_windows";
 
 impl Row {
     /// `None` for a row whose targets do not parse (written by another
@@ -68,6 +69,7 @@ impl Row {
             created_at: Ts(self.created_us),
             ended_by: self.ended_by,
             ended_at: self.ended_us.map(Ts),
+            deleted_at: self.deleted_us.map(Ts),
         })
     }
 }
@@ -93,10 +95,13 @@ pub struct WindowView {
     pub reason: String,
     pub created_by: String,
     pub created_at: Ts,
-    /// Ended early: by whom and when (`null` otherwise).
+    /// Ended early (or deleted): by whom and when (`null` otherwise).
     pub ended_by: Option<String>,
     pub ended_at: Option<Ts>,
-    /// `scheduled`, `active` or `over`, at the time it was read.
+    /// Deleted: when (`null` otherwise). A deleted window is kept, with
+    /// its audit; it ended when it was deleted, by `ended_by`.
+    pub deleted_at: Option<Ts>,
+    /// `scheduled`, `active`, `over` or `deleted`, at the time it was read.
     pub status: &'static str,
 }
 
@@ -112,6 +117,7 @@ impl WindowView {
             created_at: w.created_at,
             ended_by: w.ended_by.clone(),
             ended_at: w.ended_at,
+            deleted_at: w.deleted_at,
             status: w.status(now),
         }
     }
@@ -212,10 +218,31 @@ macro_rules! announce {
 }
 
 /// Creates a window and its audit row; returns it as stored.
-pub async fn create(db: &Db, new: &NewWindow, actor: &str, now: Ts) -> Result<Window, sqlx::Error> {
+/// Stores a new window with its audit row, or `None` when [`MAX_IN_FORCE`]
+/// windows are already not over (every accepted window is enforced, so
+/// no more are accepted). The count and the insert are one transaction
+/// (on PostgreSQL under a lock of the table, so two replicas cannot both
+/// take the last place).
+pub async fn create(
+    db: &Db,
+    new: &NewWindow,
+    actor: &str,
+    now: Ts,
+) -> Result<Option<Window>, sqlx::Error> {
     let texts: Vec<&str> = new.targets.iter().map(Target::as_str).collect();
     let targets = serde_json::Value::from(texts).to_string();
     let window = in_tx!(db, tx => {
+        if matches!(db, Db::Postgres(_)) {
+            sqlx::query("LOCK TABLE maintenance_windows IN SHARE ROW EXCLUSIVE MODE")
+                .execute(&mut *tx)
+                .await?;
+        }
+        let mut q = sqlx::QueryBuilder::new("SELECT COUNT(*) FROM maintenance_windows WHERE 1 = 1");
+        push_not_over(&mut q, now);
+        let (n,): (i64,) = q.build_query_as().fetch_one(&mut *tx).await?;
+        if n >= MAX_IN_FORCE {
+            None
+        } else {
         let (id,): (i64,) = sqlx::query_as(
             "INSERT INTO maintenance_windows (targets, from_us, until_us, reason, created_by, created_us) \
              VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
@@ -238,10 +265,12 @@ pub async fn create(db: &Db, new: &NewWindow, actor: &str, now: Ts) -> Result<Wi
             created_at: now,
             ended_by: None,
             ended_at: None,
+            deleted_at: None,
         };
         audit!(tx, &w, "created", actor, now);
         announce!(db, tx, id);
-        w
+        Some(w)
+        }
     });
     Ok(window)
 }
@@ -286,13 +315,14 @@ pub async fn end(db: &Db, id: i64, actor: &str, now: Ts) -> Result<Ended, sqlx::
     Ok(out)
 }
 
-/// Deletes a window (its audit stays). One that had started and was not
-/// yet told to have ended is told so now.
-pub async fn delete(db: &Db, id: i64, actor: &str, now: Ts) -> Result<Option<Window>, sqlx::Error> {
+/// Deletes a window: its row stays, ended now by `actor` (unless it was
+/// already over) and marked deleted, with its audit. One that had started
+/// and was not yet told to have ended is told so now, as deleted.
+pub async fn delete(db: &Db, id: i64, actor: &str, now: Ts) -> Result<Ended, sqlx::Error> {
     let out = in_tx!(db, tx => {
         let mut q = sqlx::QueryBuilder::new(
             "SELECT id, targets, from_us, until_us, reason, created_by, created_us, ended_by, ended_us, \
-             told_start, told_end FROM maintenance_windows",
+             deleted_us, told_start, told_end FROM maintenance_windows",
         );
         q.push(" WHERE id = ").push_bind(id);
         if matches!(db, Db::Postgres(_)) {
@@ -300,35 +330,45 @@ pub async fn delete(db: &Db, id: i64, actor: &str, now: Ts) -> Result<Option<Win
         }
         let row: Option<ToldRow> = q.build_query_as().fetch_optional(&mut *tx).await?;
         match row {
-            None => None,
+            None => Ended::Missing,
+            Some(ToldRow { row, .. }) if row.deleted_us.is_some() => match row.into_window() {
+                Some(w) => Ended::AlreadyOver(w),
+                None => Ended::Missing,
+            },
             Some(ToldRow { row, told_start, told_end }) => {
                 let id = row.id;
-                let w = row.into_window();
-                sqlx::query("DELETE FROM maintenance_windows WHERE id = $1")
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await?;
-                if let Some(w) = &w {
+                let mut w = row.into_window();
+                // It ends now, by whoever deleted it, unless it was over.
+                let ends_now = w.as_ref().is_none_or(|w| w.end() > now);
+                sqlx::query(
+                    "UPDATE maintenance_windows SET deleted_us = $1, \
+                     ended_by = CASE WHEN $2 = 1 THEN $3 ELSE ended_by END, \
+                     ended_us = CASE WHEN $2 = 1 THEN $1 ELSE ended_us END, \
+                     told_start = 1, told_end = 1 WHERE id = $4",
+                )
+                .bind(now.as_micros())
+                .bind(i64::from(ends_now))
+                .bind(actor)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+                if let Some(w) = &mut w {
+                    if ends_now {
+                        w.ended_by = Some(actor.to_string());
+                        w.ended_at = Some(now);
+                    }
+                    w.deleted_at = Some(now);
                     audit!(tx, w, "deleted", actor, now);
                     if told_start != 0 && told_end == 0 {
-                        let mut ended = w.clone();
-                        ended.ended_at = Some(ended.end().min(now));
-                        event!(tx, &ended, NoticeKind::MaintenanceEnded, now);
+                        event!(tx, w, NoticeKind::MaintenanceEnded, w.end());
                     }
                 }
                 announce!(db, tx, id);
-                // A row that no longer parses is deleted all the same.
-                Some(w.unwrap_or(Window {
-                    id,
-                    targets: Vec::new(),
-                    from: Ts(0),
-                    until: Ts(0),
-                    reason: String::new(),
-                    created_by: String::new(),
-                    created_at: Ts(0),
-                    ended_by: None,
-                    ended_at: None,
-                }))
+                match w {
+                    Some(w) => Ended::Done(w),
+                    // A row that no longer parses is deleted all the same.
+                    None => Ended::Missing,
+                }
             }
         }
     });

@@ -225,7 +225,14 @@ async fn windows_are_checked_ended_deleted_and_audited() {
         )
         .await;
     assert_eq!(status, 200, "{gone}");
+    // Kept, as deleted, with its audit.
     let (status, e) = c.get(&format!("/api/v1/maintenance/{id}")).await;
+    assert_eq!(
+        (status, e["status"].as_str()),
+        (200, Some("deleted")),
+        "{e}"
+    );
+    let (status, e) = c.get("/api/v1/maintenance/424242").await;
     assert_eq!(
         (status, e["error"]["code"].as_str()),
         (404, Some("not_found")),
@@ -286,6 +293,10 @@ async fn the_cli_starts_lists_ends_and_deletes_windows() {
         "{out}"
     );
     assert!(out.contains("kernel upgrade, by updater"), "{out}");
+    // `--for 2h` is two hours to the millisecond.
+    let w = c.ok("/api/v1/maintenance/1").await;
+    let (from, until) = (support::ts(&w["from"]), support::ts(&w["until"]));
+    assert_eq!(until.since(from), Duration::from_secs(7200), "{w}");
     let (code, out, _) = cli(&c, &["maintenance", "list"]).await;
     assert_eq!(code, 0);
     assert!(out.trim_start().starts_with("1  active"), "{out}");
@@ -325,6 +336,80 @@ async fn the_cli_starts_lists_ends_and_deletes_windows() {
     assert_eq!(code, 0, "{err}");
     let (code, _, err) = cli(&c, &["maintenance", "delete", "1"]).await;
     assert_ne!(code, 0);
+    assert!(err.contains("already deleted"), "{err}");
+    let (code, _, err) = cli(&c, &["maintenance", "delete", "99"]).await;
+    assert_ne!(code, 0);
     assert!(err.contains("not found"), "{err}");
     c.shutdown().await;
+}
+
+on_both_engines! {
+/// Every accepted window is enforced: with the most windows there may be
+/// scheduled, one more is refused with a clear 409, never accepted and
+/// left unread.
+#[tokio::test(start_paused = true)]
+async fn a_window_past_the_bound_is_refused_not_ignored(store) {
+    use lifeline::store::maintenance::{create, NewWindow, MAX_IN_FORCE};
+    let c = Cluster::six_legacy().store(store).start().await;
+    c.ready().await;
+    let now = c.clock.now();
+    let later = NewWindow {
+        targets: vec![lifeline::domain::Target::parse("agent/agent-00003").expect("a target")],
+        from: now.saturating_add(Duration::from_secs(86_400)),
+        until: now.saturating_add(Duration::from_secs(2 * 86_400)),
+        reason: "later".into(),
+    };
+    for _ in 0..MAX_IN_FORCE {
+        let w = create(&c.ll().db, &later, "admin", now).await.expect("stored");
+        assert!(w.is_some(), "below the bound");
+    }
+    let until = now.saturating_add(Duration::from_secs(60));
+    let body = json!({"targets": ["agent/agent-00003"], "until": until.rfc3339(), "reason": "now"});
+    let (status, v) = c.post("/api/v1/maintenance", &body.to_string()).await;
+    assert_eq!(status, 409, "{v}");
+    assert_eq!(v["error"]["code"], "too_many_windows", "{v}");
+    assert!(v["error"]["message"].as_str().unwrap_or("").contains("end or delete one first"), "{v}");
+    c.shutdown().await;
+}
+}
+
+on_both_engines! {
+/// Deleting an active window keeps it, with its audit: it ends now, by
+/// whoever deleted it, reads as `deleted`, and is told as deleted, by
+/// them. A second delete is refused.
+#[tokio::test(start_paused = true)]
+async fn a_deleted_window_is_kept_with_its_audit_and_told_as_deleted(store) {
+    let c = Cluster::six_legacy().store(store).start().await;
+    c.ready().await;
+    let until = c.clock.now().saturating_add(Duration::from_secs(600));
+    // An offset and a lowercase z are RFC 3339 too: kept in UTC.
+    let local = until.rfc3339().replace('Z', "z");
+    let body = json!({"targets": ["agent/agent-00003"], "until": local, "reason": "patch"});
+    let (status, w) = c.post("/api/v1/maintenance", &body.to_string()).await;
+    assert_eq!(status, 201, "{w}");
+    assert_eq!(w["until"], until.rfc3339(), "{w}");
+    let id = w["id"].as_i64().expect("an id");
+    c.advance(Duration::from_secs(31)).await;
+    let (status, gone) = c.call(reqwest::Method::DELETE, &format!("/api/v1/maintenance/{id}"), Some(support::ADMIN), None).await;
+    assert_eq!(status, 200, "{gone}");
+    let kept = c.ok(&format!("/api/v1/maintenance/{id}")).await;
+    assert_eq!(kept["status"], "deleted", "{kept}");
+    assert_eq!(kept["ended_by"], "admin", "{kept}");
+    let actions: Vec<&str> = kept["audit"].as_array().into_iter().flatten().filter_map(|a| a["action"].as_str()).collect();
+    assert_eq!(actions, ["created", "deleted"], "{kept}");
+    let (status, again) = c.call(reqwest::Method::DELETE, &format!("/api/v1/maintenance/{id}"), Some(support::ADMIN), None).await;
+    assert_eq!(status, 409, "{again}");
+    assert_eq!(again["error"]["code"], "already_deleted", "{again}");
+    c.advance(Duration::from_secs(31)).await;
+    let events = outbox::after(&c.ll().db, 0, 1000).await.expect("events");
+    let ended: Vec<Value> = events
+        .iter()
+        .filter(|e| e.kind == "maintenance.ended")
+        .filter_map(|e| serde_json::from_str(&e.body).ok())
+        .collect();
+    assert_eq!(ended.len(), 1, "told once: {ended:?}");
+    assert_eq!(ended[0]["window"]["status"], "deleted", "{:?}", ended[0]);
+    assert_eq!(ended[0]["window"]["ended_by"], "admin", "{:?}", ended[0]);
+    c.shutdown().await;
+}
 }

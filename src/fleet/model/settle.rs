@@ -422,6 +422,7 @@ mod tests {
             created_at: at(0),
             ended_by: None,
             ended_at: None,
+            deleted_at: None,
         }]));
         advance_to(&mut f, at(10));
         let planned =
