@@ -138,17 +138,26 @@ pub struct Layout {
     pub maintenance: Option<String>,
 }
 
-/// The active maintenance windows, in one line for the banner.
+/// The active maintenance windows, in one line for the banner: every one
+/// is named (the first ten by id), so the window a root cause names is
+/// always among them.
 fn maintenance_line(active: &[crate::domain::Window]) -> Option<String> {
     let first = active.first()?;
+    if active.len() > 1 {
+        let ids: Vec<String> = active.iter().take(10).map(|w| w.id.to_string()).collect();
+        let more = if active.len() > 10 { ", …" } else { "" };
+        let soonest = active.iter().map(|w| w.end()).min().unwrap_or(first.end());
+        return Some(format!(
+            "{} maintenance windows active: {}{more} (the first ends {})",
+            active.len(),
+            ids.join(", "),
+            soonest.rfc3339()
+        ));
+    }
     let targets: Vec<&str> = first.targets.iter().take(3).map(|t| t.as_str()).collect();
     let more = if first.targets.len() > 3 { " …" } else { "" };
-    let others = match active.len() {
-        1 => String::new(),
-        n => format!(" (and {} more)", n - 1),
-    };
     Some(format!(
-        "Maintenance window {} active until {}: {}{more} ({}){others}",
+        "Maintenance window {} active until {}: {}{more} ({})",
         first.id,
         first.end().rfc3339(),
         targets.join(" "),

@@ -130,11 +130,15 @@ impl Incident {
 /// An incident's peak in words, by standing, as every surface says it:
 /// "38 stranded, 2 degraded", "133 degraded", "200 planned".
 pub fn peak_words(stranded: u32, degraded: u32, planned: u32) -> String {
-    let parts: Vec<String> = [(stranded, "stranded"), (degraded, "degraded"), (planned, "planned")]
-        .into_iter()
-        .filter(|(n, _)| *n > 0)
-        .map(|(n, w)| format!("{n} {w}"))
-        .collect();
+    let parts: Vec<String> = [
+        (stranded, "stranded"),
+        (degraded, "degraded"),
+        (planned, "planned"),
+    ]
+    .into_iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, w)| format!("{n} {w}"))
+    .collect();
     if parts.is_empty() {
         "0 agents".into()
     } else {

@@ -320,7 +320,7 @@ async fn operator_reconnects_a_stranded_agent_in_a_real_browser() {
             .await
             .as_str()
             .unwrap_or_default()
-            .contains("stranded:"),
+            .contains("agents stranded"),
         "the root cause line is shown"
     );
 

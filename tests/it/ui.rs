@@ -286,7 +286,7 @@ async fn overview_tells_what_failed_and_when() {
         html.contains("<title>2 stranded · Lifeline</title>"),
         "title counts"
     );
-    assert!(html.contains("2 agents stranded:"), "root cause lead");
+    assert!(html.contains("2 agents stranded"), "root cause lead");
     assert!(
         html.contains("proxy-1 expired") || html.contains("proxy-2 expired"),
         "root cause names the proxy"
@@ -554,11 +554,11 @@ async fn live_stream_follows_the_fleet_and_is_capped() {
         if let Some(chunk) = next_chunk(&mut body).await {
             later.push_str(&chunk);
         }
-        if later.contains("2 agents stranded:") {
+        if later.contains("2 agents stranded") {
             break;
         }
     }
-    assert!(later.contains("2 agents stranded:"), "live update: {later}");
+    assert!(later.contains("2 agents stranded"), "live update: {later}");
     // Shutdown with the stream still open.
     c.shutdown().await;
 }

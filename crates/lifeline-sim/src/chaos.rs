@@ -1,11 +1,17 @@
-//! The chaos loop of `lifeline demo`: every `period`, one step of
-//! 1. a proxy stops heartbeating (its agents turn degraded once it expires),
-//! 2. an auth server turns NOT_SERVING (its agents are stranded),
-//! 3. that auth server heals,
-//! 4. a second proxy stops too (agents on both are stranded: no live tunnel),
-//! 5. two steps later, both proxies heal (so the outage outlasts the TTL).
+//! The chaos loop of `lifeline demo`: every `period`, one of [`STEPS`]
+//! (the demo's banner prints the same list), then again with the next
+//! proxies and auth server.
 //!
-//! Then again with the next proxies and auth server.
+//! With the demo's three proxies and two tunnels per agent, the second
+//! proxy's stop strands no one: by then Lifeline has moved the agents off
+//! the first, so each holds a tunnel to the third, live proxy. They are
+//! degraded, and those already on the one live proxy *wait for a live
+//! proxy* (moving them cannot help). With two proxies, it strands them.
+//!
+//! Agents Lifeline reconnects while an auth server is NOT_SERVING attach
+//! to the other one; from the second round on, every agent is on the
+//! auth server that fails next, so its failure strands the whole fleet at
+//! once and trips the storm guard, as it should for a mass stranding.
 
 use std::time::Duration;
 
@@ -16,6 +22,16 @@ use tracing::info;
 use super::cluster::{auth_name, proxy_name, SimCluster};
 use lifeline::domain::Kind;
 
+/// One round, in order; the last waits two periods (so the outage
+/// outlasts the TTL).
+pub const STEPS: [&str; 5] = [
+    "a proxy stops heartbeating (its agents turn degraded when its TTL runs out, and Lifeline moves them)",
+    "an auth server turns NOT_SERVING (its agents are stranded at once)",
+    "the auth server heals",
+    "a second proxy stops heartbeating (its agents stay degraded: they hold a tunnel to a live proxy)",
+    "both proxies heal",
+];
+
 pub async fn run(sim: SimCluster, period: Duration, stop: CancellationToken) {
     let (proxies, auths) = (sim.spec().proxies, sim.spec().auth_servers);
     let mut round = 0usize;
@@ -23,14 +39,7 @@ pub async fn run(sim: SimCluster, period: Duration, stop: CancellationToken) {
         let a = (proxies > 0).then(|| proxy_name(round % proxies));
         let c = (proxies > 1).then(|| proxy_name((round + 1) % proxies));
         let auth = (auths > 0).then(|| auth_name(round % auths));
-        let steps: [&str; 5] = [
-            "proxy stops heartbeating",
-            "auth server NOT_SERVING",
-            "auth server heals",
-            "second proxy stops heartbeating",
-            "proxies heal",
-        ];
-        for (i, step) in steps.iter().enumerate() {
+        for (i, step) in STEPS.iter().enumerate() {
             let wait = if i == 4 { period * 2 } else { period };
             tokio::select! {
                 _ = stop.cancelled() => return,

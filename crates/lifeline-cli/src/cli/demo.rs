@@ -96,9 +96,12 @@ fn banner(demo: &Demo, o: &DemoOptions, token: &str) {
         {
             println!("Chaos every {p}: a proxy stops heartbeating, then heals (this Auth serves no health: its own heartbeat decides).")
         }
-        Some(p) => println!(
-            "Chaos every {p}: a proxy stops heartbeating, an auth server turns NOT_SERVING, both heal."
-        ),
+        Some(p) => {
+            println!("Chaos every {p}, one step at a time, round after round:");
+            for (i, step) in lifeline_sim::chaos::STEPS.iter().enumerate() {
+                println!("  {}. {step}", i + 1);
+            }
+        }
         None => println!("Chaos is off."),
     }
     println!("Press Ctrl-C to stop.");
