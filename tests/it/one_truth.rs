@@ -399,21 +399,12 @@ async fn check_incidents(c: &Running, got: &[Value]) -> (usize, usize, usize) {
                 now[k] += i64::from(d);
                 most[k] = most[k].max(now[k]);
             }
-            // Its episodes never show more at once than its peak. That they
-            // always reach it is not yet held (an agent whose state and
-            // cause change in one step can be counted at the peak while
-            // its episode row says otherwise): said, until it is.
-            assert!(
-                most[0] as u64 <= ps && most[1] as u64 <= pd,
-                "{} (timeline {most:?})",
-                why("its peaks are at least the most of its timeline")
+            assert_eq!(
+                (most[0] as u64, most[1] as u64),
+                (ps, pd),
+                "{}",
+                why("its stranded and degraded peaks are the most of its timeline")
             );
-            if (most[0] as u64, most[1] as u64) != (ps, pd) {
-                eprintln!(
-                    "one truth: incident {id}: peaks {ps}/{pd}, its episodes' timeline {}/{}",
-                    most[0], most[1]
-                );
-            }
             timelines += 1;
             let integral = stranded_us as f64 / 60e6;
             assert!(

@@ -173,7 +173,13 @@ impl Model {
             return;
         };
         if v.state != a.state {
-            let since = if v.state == AgentState::Healthy {
+            // A worse state is dated from its cause (it was true since
+            // then, whenever Lifeline learned it), never before the state
+            // it replaces began; a better one (healthy, or stranded to
+            // degraded) from now: the worse state held until it cleared,
+            // and its episode, its incident's minutes and its peak all say
+            // so alike.
+            let since = if v.state < a.state {
                 now
             } else {
                 v.since.clamp(a.since, now)
@@ -311,7 +317,7 @@ impl Model {
 #[cfg(test)]
 mod tests {
     use crate::domain::EpisodeChange;
-    use crate::domain::{Kind, Server};
+    use crate::domain::{AgentState, Kind, Server};
     use crate::fleet::model::fixture::*;
 
     fn ended_by(f: &super::Model, id: i64) -> Option<Option<i64>> {
@@ -365,6 +371,30 @@ mod tests {
 
     /// Guards `ended_by_signal`: an episode that ends after a signal sent
     /// during it names that signal; a signal sent before it began does not.
+    /// Guards when a better state begins: stranded until its cause
+    /// cleared, so the stranded episode ends then, not back at the start
+    /// of the degraded state's cause; its incident counts the same time.
+    #[test]
+    fn a_stranded_agent_turning_degraded_was_stranded_until_then() {
+        let mut f = ready(&[("p1", 10), ("p2", 20)], &["a1"]);
+        advance_to(&mut f, at(10));
+        assert_eq!(f.agents["a1"].state, AgentState::Degraded);
+        advance_to(&mut f, at(20));
+        assert_eq!(f.agents["a1"].state, AgentState::Stranded);
+        let stranded = f.agents["a1"].episode.expect("an open episode");
+        advance_to(&mut f, at(25));
+        heartbeat(&mut f, server(Kind::Proxy, "p1", at(60)));
+        assert_eq!(f.agents["a1"].state, AgentState::Degraded);
+        let ended = f.out.writes.episodes.iter().find_map(|e| match e {
+            EpisodeChange::Close { id, ended, .. } if *id == stranded => Some(*ended),
+            _ => None,
+        });
+        assert_eq!(ended, Some(at(25)), "stranded until p1 came back");
+        assert_eq!(f.agents["a1"].since, at(25));
+        let stranded_us: i64 = f.out.writes.incidents.values().map(|r| r.stranded_us).sum();
+        assert_eq!(stranded_us, 5_000_000, "its incident counts the same 5 s");
+    }
+
     #[test]
     fn an_episode_names_the_signal_that_ended_it() {
         // (signal sent at, names it)
