@@ -31,14 +31,35 @@ pub const MAX_LENGTH: Duration = Duration::from_secs(366 * 24 * 3600);
 /// (it also wakes at the next one it knows of, and after every change).
 const TELL_EVERY: Duration = Duration::from_secs(30);
 
+/// `targets` in the contract: 1 to 100, each as [`TARGET_PATTERN`] says.
+fn targets_schema() -> utoipa::openapi::schema::Array {
+    use crate::domain::maintenance::{MAX_TARGET, TARGET_PATTERN};
+    use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Type};
+    ArrayBuilder::new()
+        .items(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some(TARGET_PATTERN))
+                .max_length(Some(MAX_TARGET)),
+        )
+        .min_items(Some(1))
+        .max_items(Some(MAX_TARGETS))
+        .build()
+}
+
 /// What an operator asks for.
 #[derive(Clone, Debug, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WindowRequest {
     /// `kind/name-or-glob`: `proxy/proxy-2`, `auth_server/auth-*`,
-    /// `agent/node-1?` (globs: `*`, `?`, `[a-z]`).
-    #[schema(min_items = 1, max_items = 100)]
+    /// `agent/node-1?` (globs: `*`, `?`, `[a-z]`, `[!a-z]`). A name of
+    /// only `*` names every resource of its kind, and needs `all`.
+    #[schema(schema_with = targets_schema)]
     pub targets: Vec<String>,
+    /// Say `true` to declare a window over every agent or every proxy
+    /// (a target such as `agent/*`): one that wide is never an accident.
+    #[serde(default)]
+    pub all: bool,
     /// RFC 3339; now when left out.
     #[serde(default)]
     #[schema(format = DateTime)]
@@ -68,6 +89,8 @@ pub enum MaintenanceError {
     TooLong,
     #[error("reason: {0}")]
     Reason(String),
+    #[error("target {0} names every resource of its kind: say \"all\": true (--all) to mean it")]
+    Everything(String),
     #[error("no maintenance window {0}")]
     Missing(i64),
     #[error("maintenance window {0} is already over")]
@@ -111,6 +134,9 @@ pub fn validate(req: &WindowRequest, now: Ts) -> Result<NewWindow, MaintenanceEr
     let mut targets: Vec<Target> = Vec::with_capacity(req.targets.len());
     for (index, t) in req.targets.iter().enumerate() {
         let t = Target::parse(t).map_err(|error| MaintenanceError::Target { index, error })?;
+        if t.is_everything() && !req.all {
+            return Err(MaintenanceError::Everything(t.as_str().to_string()));
+        }
         if !targets.contains(&t) {
             targets.push(t);
         }
@@ -223,13 +249,28 @@ impl Maintenance {
         self.clock.now()
     }
 
+    /// Creates a window; with it, a warning for each target that names
+    /// nothing the fleet knows now (likely a typo: it is enforced all the
+    /// same, for what may appear).
     pub async fn create(
         &self,
         req: &WindowRequest,
         actor: &str,
-    ) -> Result<Window, MaintenanceError> {
+    ) -> Result<(Window, Vec<String>), MaintenanceError> {
         let now = self.clock.now();
         let new = validate(req, now)?;
+        let known = self
+            .fleet
+            .known_targets(new.targets.clone())
+            .await
+            .unwrap_or_default();
+        let warnings: Vec<String> = new
+            .targets
+            .iter()
+            .zip(known)
+            .filter(|(_, k)| !k)
+            .map(|(t, _)| format!("target {} names nothing Lifeline knows now", t.as_str()))
+            .collect();
         let w = rows::create(&self.db, &new, actor, now)
             .await?
             .ok_or(MaintenanceError::Full)?;
@@ -242,7 +283,7 @@ impl Maintenance {
             "maintenance window created"
         );
         self.reload().await;
-        Ok(w)
+        Ok((w, warnings))
     }
 
     pub async fn end(&self, id: i64, actor: &str) -> Result<Window, MaintenanceError> {
@@ -351,6 +392,7 @@ mod tests {
             from: from.map(str::to_string),
             until: until.into(),
             reason: reason.into(),
+            all: false,
         }
     }
 

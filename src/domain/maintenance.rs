@@ -13,8 +13,11 @@ use super::named_enum;
 
 /// The most targets one window names.
 pub const MAX_TARGETS: usize = 100;
-/// The longest target pattern, in bytes.
+/// The longest name a target's pattern may need (a DNS name's).
 pub const MAX_PATTERN: usize = 253;
+/// The longest target, in characters: the longest kind, `/`, and the
+/// longest name (the schema's `maxLength`).
+pub const MAX_TARGET: usize = "auth_server/".len() + MAX_PATTERN;
 /// The longest reason, in characters.
 pub const MAX_REASON: usize = 1000;
 
@@ -54,12 +57,49 @@ pub enum TargetError {
     Kind(String),
     #[error("a target's name is empty")]
     Empty,
-    #[error("a target's name is longer than {MAX_PATTERN} bytes")]
+    #[error("a target is longer than {MAX_TARGET} characters")]
     TooLong,
     #[error("a target's name {0}")]
     Unsafe(String),
     #[error("a target's glob does not parse: {0}")]
     Glob(String),
+}
+
+/// A target as the API's schema states it (`pattern`): a kind, `/`, and a
+/// name of safe characters where `[` and `]` only open and close a class
+/// (`[a-z]`, `[!0-9]`). [`Target::parse`] accepts exactly this (and a name
+/// of at most [`MAX_PATTERN`] characters).
+pub const TARGET_PATTERN: &str = r"^(proxy|auth_server|agent)/([^\[\]\u0000-\u001f\u007f-\u009f\u2028\u2029]|\[(![^\[\]\u0000-\u001f\u007f-\u009f\u2028\u2029]|[^!\[\]\u0000-\u001f\u007f-\u009f\u2028\u2029])[^\[\]\u0000-\u001f\u007f-\u009f\u2028\u2029]*\])+$";
+
+/// Whether a name is written as [`TARGET_PATTERN`] says (after its kind).
+fn glob_problem(name: &str) -> Option<String> {
+    let mut chars = name.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            ']' => return Some("has a ] that closes no [".into()),
+            '[' => {
+                let mut class = String::new();
+                loop {
+                    match chars.next() {
+                        None => return Some("has a [ that is never closed".into()),
+                        Some('[') => return Some("has a [ inside a [class]".into()),
+                        Some(']') => break,
+                        Some(c) => class.push(c),
+                    }
+                }
+                if class.is_empty() || class == "!" {
+                    return Some("has an empty [class]".into());
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Whether a name is only `*`: it matches every name of its kind.
+fn matches_everything(name: &str) -> bool {
+    !name.is_empty() && name.chars().all(|c| c == '*')
 }
 
 impl Target {
@@ -71,18 +111,38 @@ impl Target {
         if name.is_empty() {
             return Err(TargetError::Empty);
         }
-        if name.len() > MAX_PATTERN {
+        if s.chars().count() > MAX_TARGET {
             return Err(TargetError::TooLong);
         }
         if let Some(p) = super::text::name_problem(name) {
             return Err(TargetError::Unsafe(p));
         }
-        let pattern = glob::Pattern::new(name).map_err(|e| TargetError::Glob(e.msg.to_string()))?;
+        if let Some(p) = glob_problem(name) {
+            return Err(TargetError::Glob(p));
+        }
+        // Names hold no path, so a run of `*` is one `*` (the glob crate
+        // reads `**` as a path's wildcard, and refuses it inside a name).
+        let mut glob = String::with_capacity(name.len());
+        for c in name.chars() {
+            if !(c == '*' && glob.ends_with('*')) {
+                glob.push(c);
+            }
+        }
+        let pattern =
+            glob::Pattern::new(&glob).map_err(|e| TargetError::Glob(e.msg.to_string()))?;
         Ok(Target {
             kind,
             text: s.to_string(),
             pattern,
         })
+    }
+
+    /// It names every resource of its kind (`agent/*`): a window with it
+    /// needs `all`.
+    pub fn is_everything(&self) -> bool {
+        self.text
+            .split_once('/')
+            .is_some_and(|(_, n)| matches_everything(n))
     }
 
     /// As written: `proxy/proxy-2`.
@@ -314,7 +374,7 @@ mod tests {
         assert!(!ok.matches(TargetKind::Agent, "proxy-12"));
         assert!(!ok.matches(TargetKind::Proxy, "edge-1"));
         assert_eq!(ok.as_str(), "proxy/proxy-*");
-        let long = format!("agent/{}", "a".repeat(MAX_PATTERN + 1));
+        let long = format!("agent/{}", "a".repeat(MAX_TARGET));
         let cases: [(&str, TargetError); 6] = [
             ("proxy-1", TargetError::NoKind),
             ("node/a", TargetError::Kind("node".into())),
@@ -326,11 +386,64 @@ mod tests {
             ),
             (
                 "agent/[a",
-                TargetError::Glob("invalid range pattern".into()),
+                TargetError::Glob("has a [ that is never closed".into()),
             ),
         ];
         for (s, want) in cases {
             assert_eq!(Target::parse(s).err(), Some(want), "{s:?}");
+        }
+        // Names hold no path: `**` is `*`, wherever it is.
+        let stars = Target::parse("agent/node-**").unwrap();
+        assert!(stars.matches(TargetKind::Agent, "node-1"));
+        assert!(Target::parse("agent/*").unwrap().is_everything());
+        assert!(Target::parse("proxy/***").unwrap().is_everything());
+        assert!(!stars.is_everything());
+    }
+
+    /// Guards the contract: the schema's pattern and the parser accept
+    /// exactly the same targets (so every schema-valid target is taken).
+    #[test]
+    fn the_schemas_pattern_is_what_the_parser_accepts() {
+        let re = regex::Regex::new(TARGET_PATTERN).expect("the pattern compiles");
+        let names = [
+            "p",
+            "proxy-*",
+            "a?b",
+            "[a-z]x",
+            "[!0-9]",
+            "[]",
+            "[!]",
+            "[",
+            "]",
+            "a]b",
+            "[[a]",
+            "[a[b]",
+            "**",
+            "a**b",
+            "é*",
+            "x\u{7f}",
+            "x\u{85}",
+            "x\u{2028}",
+            "x\ty",
+            "x/y",
+            "[a-]",
+            "[-a]",
+            "[z-a]",
+            "[!!]",
+            "a b",
+            "",
+        ];
+        for kind in ["proxy", "auth_server", "agent", "node"] {
+            for name in names {
+                let t = format!("{kind}/{name}");
+                let schema = re.is_match(&t) && t.chars().count() <= MAX_TARGET;
+                let parsed = Target::parse(&t);
+                assert_eq!(
+                    schema,
+                    parsed.is_ok(),
+                    "{t:?}: schema says {schema}, parser {parsed:?}"
+                );
+            }
         }
     }
 

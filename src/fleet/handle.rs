@@ -90,6 +90,7 @@ pub enum Query {
     },
     AgentList(AgentFilter, Reply<AgentList>),
     Select(Selection, Reply<Option<Vec<String>>>),
+    KnownTargets(Vec<crate::domain::Target>, Reply<Vec<bool>>),
     /// For each (agent, proxy it names): what admitting a signal needs.
     Facts(
         Vec<(String, Option<String>)>,
@@ -134,6 +135,7 @@ impl Query {
                 }));
             }
             Query::Select(sel, r) => drop(r.send(f.select(&sel))),
+            Query::KnownTargets(t, r) => drop(r.send(f.known_targets(&t))),
             Query::Facts(asks, r) => {
                 let live = f.live_proxies();
                 let answer = asks
@@ -411,6 +413,14 @@ impl FleetHandle {
 
     /// The agents `sel` names, in name order; `None` when it names a proxy
     /// or auth server the fleet does not know.
+    /// For each target, whether it names a resource the fleet knows.
+    pub async fn known_targets(
+        &self,
+        targets: Vec<crate::domain::Target>,
+    ) -> Result<Vec<bool>, FleetError> {
+        self.query(|r| Query::KnownTargets(targets, r)).await
+    }
+
     pub async fn select(&self, sel: Selection) -> Result<Option<Vec<String>>, FleetError> {
         self.query(|r| Query::Select(sel, r)).await
     }

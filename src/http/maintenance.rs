@@ -109,16 +109,32 @@ async fn list(
     request_body(content = WindowRequest, content_type = "application/json",
         example = json!({"targets": ["proxy/proxy-2"], "from": "2099-01-01T02:00:00Z", "until": "2099-01-01T04:00:00Z", "reason": "kernel upgrade"})),
     security(("bearer" = [])),
-    responses((status = 201, description = "The window, stored and audited.", body = WindowView), WriteErrors)
+    responses((status = 201, description = "The window, stored and audited, and what may be wrong with it.", body = CreatedWindow), WriteErrors)
 )]
 async fn create(
     State(s): State<AppState>,
     caller: Caller,
     ApiJson(req): ApiJson<WindowRequest>,
-) -> Result<(StatusCode, Json<WindowView>), ApiError> {
+) -> Result<(StatusCode, Json<CreatedWindow>), ApiError> {
     let m = &s.maintenance;
-    let w = m.create(&req, &caller.actor()).await?;
-    Ok((StatusCode::CREATED, Json(WindowView::of(&w, m.now()))))
+    let (w, warnings) = m.create(&req, &caller.actor()).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(CreatedWindow {
+            window: WindowView::of(&w, m.now()),
+            warnings,
+        }),
+    ))
+}
+
+/// A window just created, and what may be wrong with it.
+#[derive(Serialize, utoipa::ToSchema)]
+struct CreatedWindow {
+    #[serde(flatten)]
+    window: WindowView,
+    /// Targets that name nothing Lifeline knows now (enforced all the
+    /// same, for what may appear): likely typos.
+    warnings: Vec<String>,
 }
 
 /// A window with its audit.

@@ -413,3 +413,89 @@ async fn a_deleted_window_is_kept_with_its_audit_and_told_as_deleted(store) {
     c.shutdown().await;
 }
 }
+
+/// What an operator may get wrong: a target that names nothing is said
+/// (a warning, in the answer and from the CLI), a target over everything
+/// needs `all`, and a signed-out visitor is offered no button they cannot
+/// use.
+#[tokio::test(start_paused = true)]
+async fn typos_and_everything_are_said_and_signed_out_visitors_get_no_buttons() {
+    use support::cli;
+    let c = Cluster::six_legacy().store(Store::Sqlite).start().await;
+    c.ready().await;
+    let until = c
+        .clock
+        .now()
+        .saturating_add(Duration::from_secs(600))
+        .rfc3339();
+    let typo = json!({"targets": ["proxy/nosuchproxy", "proxy/proxy-1"], "until": until, "reason": "typo"});
+    let (status, w) = c.post("/api/v1/maintenance", &typo.to_string()).await;
+    assert_eq!(status, 201, "{w}");
+    assert_eq!(
+        w["warnings"],
+        json!(["target proxy/nosuchproxy names nothing Lifeline knows now"]),
+        "{w}"
+    );
+    let every = json!({"targets": ["agent/*"], "until": until, "reason": "all of them"});
+    let (status, e) = c.post("/api/v1/maintenance", &every.to_string()).await;
+    assert_eq!(status, 400, "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("\"all\": true"),
+        "{e}"
+    );
+    let every =
+        json!({"targets": ["agent/*"], "until": until, "reason": "all of them", "all": true});
+    let (status, w) = c.post("/api/v1/maintenance", &every.to_string()).await;
+    assert_eq!(status, 201, "{w}");
+    let empty = json!({"targets": [""], "until": until, "reason": "x"});
+    let (status, e) = c.post("/api/v1/maintenance", &empty.to_string()).await;
+    assert_eq!(status, 400, "{e}");
+    let (code, _, err) = cli(
+        &c,
+        &[
+            "maintenance",
+            "start",
+            "--target",
+            "auth_server/auth-9",
+            "--for",
+            "1h",
+            "--reason",
+            "typo",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("warning: target auth_server/auth-9 names nothing"),
+        "{err}"
+    );
+    let (code, _, err) = cli(
+        &c,
+        &[
+            "maintenance",
+            "start",
+            "--target",
+            "proxy/*",
+            "--all",
+            "--for",
+            "1h",
+            "--reason",
+            "all",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    // Signed out: the windows, but no End now and no form.
+    let (status, page) = c.get_text("/maintenance").await;
+    assert_eq!(status, 200);
+    assert!(page.contains("window-1"), "the windows are shown");
+    assert!(
+        !page.contains("End now") && !page.contains("action=\"/maintenance\""),
+        "{page}"
+    );
+    assert!(page.contains("to declare or end a window"), "{page}");
+    c.shutdown().await;
+}

@@ -145,6 +145,20 @@ impl Model {
         self.auths.keys().cloned().collect()
     }
 
+    /// For each target, whether it names at least one resource the fleet
+    /// knows (a window over nothing is likely a typo, and is said so).
+    pub(in crate::fleet) fn known_targets(&self, targets: &[crate::domain::Target]) -> Vec<bool> {
+        use crate::domain::TargetKind;
+        targets
+            .iter()
+            .map(|t| match t.kind {
+                TargetKind::Proxy => self.proxies.keys().any(|p| t.matches(t.kind, p)),
+                TargetKind::AuthServer => self.auths.keys().any(|a| t.matches(t.kind, a)),
+                TargetKind::Agent => self.agent_order.iter().any(|a| t.matches(t.kind, a)),
+            })
+            .collect()
+    }
+
     pub(in crate::fleet) fn select(&self, sel: &Selection) -> Option<Vec<String>> {
         use Selection;
         match sel {

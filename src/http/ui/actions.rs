@@ -256,6 +256,8 @@ pub struct MaintenanceForm {
     targets: String,
     length: String,
     reason: String,
+    /// The "every agent or proxy" checkbox (present when ticked).
+    all: Option<String>,
 }
 
 impl CsrfForm for MaintenanceForm {
@@ -288,17 +290,28 @@ pub async fn start_maintenance(
         from: None,
         until: m.now().saturating_add(length).rfc3339(),
         reason: form.reason,
+        all: form.all.is_some(),
     };
-    let w = m
+    let (w, warnings) = m
         .create(&req, &caller.actor())
         .await
         .map_err(|e| with(e.into()))?;
     info!(window = w.id, actor = %caller.actor(), "maintenance window started from the dashboard");
     Ok(if json {
-        Json(crate::store::maintenance::WindowView::of(&w, m.now())).into_response()
+        Json(serde_json::json!({
+            "window": crate::store::maintenance::WindowView::of(&w, m.now()),
+            "warnings": warnings,
+        }))
+        .into_response()
     } else {
+        let said = if warnings.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", warnings.join("; "))
+        };
         see_other(&format!(
-            "/maintenance?done=window+{}+started#window-{0}",
+            "/maintenance?done={}#window-{}",
+            super::fmt::enc(&format!("window {} started{said}", w.id)),
             w.id
         ))
     })

@@ -169,6 +169,9 @@ pub enum MaintenanceOp {
         /// Why: shown on the dashboard and audited.
         #[arg(long)]
         reason: String,
+        /// The window covers every agent or proxy (`agent/*`): say so.
+        #[arg(long)]
+        all: bool,
     },
     /// End a window now.
     End { id: i64 },

@@ -117,6 +117,7 @@ pub(super) async fn maintenance(
             until,
             from,
             reason,
+            all,
         } => {
             let (from, until) = match (until, length) {
                 (Some(u), _) => (from, u),
@@ -144,9 +145,13 @@ pub(super) async fn maintenance(
                 "from": from,
                 "until": until,
                 "reason": reason,
+                "all": all,
             });
             let w = client.maintenance_start(&body).await?;
             println!("maintenance window started:\n{}", window_line(&w));
+            for warning in w["warnings"].as_array().into_iter().flatten() {
+                eprintln!("warning: {}", warning.as_str().unwrap_or_default());
+            }
         }
         MaintenanceOp::End { id } => {
             let w = client.maintenance_end(id).await?;
