@@ -31,6 +31,20 @@ pub const MAX_LENGTH: Duration = Duration::from_secs(366 * 24 * 3600);
 /// (it also wakes at the next one it knows of, and after every change).
 const TELL_EVERY: Duration = Duration::from_secs(30);
 
+/// The contract's rule between `targets` and `all`: a target over
+/// everything (a name of only `*`) needs `"all": true`. Added to the
+/// request's schema as `if`/`then` (OpenAPI 3.1), which the derive cannot
+/// say.
+pub fn all_rule() -> serde_json::Value {
+    serde_json::json!({
+        "if": {
+            "properties": {"targets": {"contains": {"pattern": "^(proxy|auth_server|agent)/\\*+$"}}},
+            "required": ["targets"]
+        },
+        "then": {"properties": {"all": {"const": true}}, "required": ["all"]}
+    })
+}
+
 /// `targets` in the contract: 1 to 100, each as [`TARGET_PATTERN`] says.
 fn targets_schema() -> utoipa::openapi::schema::Array {
     use crate::domain::maintenance::{MAX_TARGET, TARGET_PATTERN};
@@ -68,8 +82,9 @@ pub struct WindowRequest {
     /// `from`.
     #[schema(format = DateTime)]
     pub until: String,
-    /// Why: shown on the dashboard and in the audit.
-    #[schema(min_length = 1, max_length = 1000)]
+    /// Why: shown on the dashboard and in the audit (something besides
+    /// spaces).
+    #[schema(min_length = 1, max_length = 1000, pattern = r"\S")]
     pub reason: String,
 }
 
@@ -81,12 +96,8 @@ pub enum MaintenanceError {
     Target { index: usize, error: TargetError },
     #[error("{field}: not an RFC 3339 time between 1970 and 9999")]
     Time { field: &'static str },
-    #[error("until must be after from")]
-    Order,
-    #[error("until is already past")]
-    Past,
-    #[error("a window may last at most 366 days")]
-    TooLong,
+    #[error("the window would never be active: until ({until}) is not after its start ({from}; a window starts now at the earliest)")]
+    NeverActive { from: Ts, until: Ts },
     #[error("reason: {0}")]
     Reason(String),
     #[error("target {0} names every resource of its kind: say \"all\": true (--all) to mean it")]
@@ -112,19 +123,30 @@ impl MaintenanceError {
                 | MaintenanceError::AlreadyOver(_)
                 | MaintenanceError::Full
                 | MaintenanceError::AlreadyDeleted(_)
+                | MaintenanceError::NeverActive { .. }
                 | MaintenanceError::Store(_)
         )
     }
 }
 
 fn time(field: &'static str, s: &str) -> Result<Ts, MaintenanceError> {
-    Ts::parse_rfc3339(s)
-        .filter(|t| t.in_range())
-        .ok_or(MaintenanceError::Time { field })
+    Ts::parse_rfc3339(s).ok_or(MaintenanceError::Time { field })
 }
 
-/// Checks a request against the rules, at `now`.
-pub fn validate(req: &WindowRequest, now: Ts) -> Result<NewWindow, MaintenanceError> {
+/// Checks a request against the rules, at `now`; with the window, what was
+/// taken differently from what was asked (said, not refused: the rule
+/// is between fields and the clock, which the schema cannot state).
+///
+/// - A window starts now at the earliest: an earlier `from` is now.
+/// - One whose `until` is not after its start would never be active, and
+///   is refused as a conflict with the clock (409), like ending one that
+///   is already over.
+/// - One longer than 366 days ends 366 days after its start.
+pub fn validate(
+    req: &WindowRequest,
+    now: Ts,
+) -> Result<(NewWindow, Vec<String>), MaintenanceError> {
+    let mut warnings = Vec::new();
     if req.targets.is_empty() {
         return Err(MaintenanceError::Targets("at least one is needed".into()));
     }
@@ -142,18 +164,18 @@ pub fn validate(req: &WindowRequest, now: Ts) -> Result<NewWindow, MaintenanceEr
         }
     }
     let from = match &req.from {
-        Some(f) => time("from", f)?,
+        Some(f) => time("from", f)?.max(now),
         None => now,
     };
-    let until = time("until", &req.until)?;
+    let mut until = time("until", &req.until)?;
     if until <= from {
-        return Err(MaintenanceError::Order);
-    }
-    if until <= now {
-        return Err(MaintenanceError::Past);
+        return Err(MaintenanceError::NeverActive { from, until });
     }
     if until.since(from) > MAX_LENGTH {
-        return Err(MaintenanceError::TooLong);
+        until = from.saturating_add(MAX_LENGTH);
+        warnings.push(format!(
+            "a window lasts at most 366 days: this one ends at {until}"
+        ));
     }
     let reason = req.reason.trim();
     if reason.is_empty() {
@@ -166,12 +188,15 @@ pub fn validate(req: &WindowRequest, now: Ts) -> Result<NewWindow, MaintenanceEr
             "at most {MAX_REASON} characters"
         )));
     }
-    Ok(NewWindow {
-        targets,
-        from,
-        until,
-        reason: text::clean(reason).into_owned(),
-    })
+    Ok((
+        NewWindow {
+            targets,
+            from,
+            until,
+            reason: text::clean(reason).into_owned(),
+        },
+        warnings,
+    ))
 }
 
 /// The room's front, shared by the API and the replica room.
@@ -258,19 +283,19 @@ impl Maintenance {
         actor: &str,
     ) -> Result<(Window, Vec<String>), MaintenanceError> {
         let now = self.clock.now();
-        let new = validate(req, now)?;
+        let (new, mut warnings) = validate(req, now)?;
         let known = self
             .fleet
             .known_targets(new.targets.clone())
             .await
             .unwrap_or_default();
-        let warnings: Vec<String> = new
-            .targets
-            .iter()
-            .zip(known)
-            .filter(|(_, k)| !k)
-            .map(|(t, _)| format!("target {} names nothing Lifeline knows now", t.as_str()))
-            .collect();
+        warnings.extend(
+            new.targets
+                .iter()
+                .zip(known)
+                .filter(|(_, k)| !k)
+                .map(|(t, _)| format!("target {} names nothing Lifeline knows now", t.as_str())),
+        );
         let w = rows::create(&self.db, &new, actor, now)
             .await?
             .ok_or(MaintenanceError::Full)?;
@@ -399,7 +424,7 @@ mod tests {
     #[test]
     fn a_request_is_refused_with_what_is_wrong() {
         let now = Ts::parse_rfc3339("2026-11-28T12:00:00Z").unwrap();
-        let ok = validate(
+        let (ok, _) = validate(
             &req(
                 &["proxy/p1", "proxy/p1"],
                 None,
@@ -414,7 +439,7 @@ mod tests {
             (1, now, "patching")
         );
         // Any RFC 3339 time: an offset or a lowercase z, kept in UTC.
-        let offset = validate(
+        let (offset, _) = validate(
             &req(
                 &["proxy/p1"],
                 Some("2026-11-28t14:30:00+02:00"),
@@ -446,35 +471,8 @@ mod tests {
                 "until: not an RFC 3339",
             ),
             (
-                req(
-                    &["agent/a"],
-                    Some("0000-01-01T00:00:00Z"),
-                    "2026-11-28T13:00:00Z",
-                    "x",
-                ),
-                "from: not an RFC 3339",
-            ),
-            (
-                req(
-                    &["agent/a"],
-                    Some("2026-11-28T14:00:00Z"),
-                    "2026-11-28T13:00:00Z",
-                    "x",
-                ),
-                "until must be after from",
-            ),
-            (
-                req(
-                    &["agent/a"],
-                    Some("2026-11-28T10:00:00Z"),
-                    "2026-11-28T11:00:00Z",
-                    "x",
-                ),
-                "already past",
-            ),
-            (
-                req(&["agent/a"], None, "2030-11-28T13:00:00Z", "x"),
-                "at most 366 days",
+                req(&["agent/*"], None, "2026-11-28T13:00:00Z", "x"),
+                "names every resource",
             ),
             (
                 req(&["agent/a"], None, "2026-11-28T13:00:00Z", "  "),
@@ -495,7 +493,37 @@ mod tests {
             assert!(e.to_string().contains(want), "{e} does not say {want:?}");
             assert!(e.is_bad_request());
         }
-        let ctl = validate(
+        // Between fields and the clock: never active is a conflict (409);
+        // an earlier start is now; too long ends at 366 days, said.
+        for (from, until) in [
+            (Some("2026-11-28T14:00:00Z"), "2026-11-28T13:00:00Z"),
+            (Some("2026-11-28T10:00:00Z"), "2026-11-28T11:00:00Z"),
+            (None, "0001-01-01T00:00:00Z"),
+        ] {
+            let e = validate(&req(&["agent/a"], from, until, "x"), now).expect_err(until);
+            assert!(matches!(e, MaintenanceError::NeverActive { .. }), "{e}");
+            assert!(!e.is_bad_request());
+        }
+        let (early, said) = validate(
+            &req(
+                &["agent/a"],
+                Some("0001-01-01T00:00:00Z"),
+                "2026-11-28T13:00:00Z",
+                "x",
+            ),
+            now,
+        )
+        .unwrap();
+        assert_eq!(
+            (early.from, said.len()),
+            (now, 0),
+            "an earlier start is now"
+        );
+        let (long, said) =
+            validate(&req(&["agent/a"], None, "2030-11-28T13:00:00Z", "x"), now).unwrap();
+        assert_eq!(long.until, now.saturating_add(MAX_LENGTH));
+        assert!(said[0].contains("at most 366 days"), "{said:?}");
+        let (ctl, _) = validate(
             &req(&["agent/a"], None, "2026-11-28T13:00:00Z", "a\u{7}b"),
             now,
         )

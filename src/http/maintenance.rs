@@ -38,6 +38,10 @@ impl From<MaintenanceError> for ApiError {
                 code: "already_over",
                 message,
             },
+            MaintenanceError::NeverActive { .. } => ApiError::Conflict {
+                code: "never_active",
+                message,
+            },
             MaintenanceError::AlreadyDeleted(_) => ApiError::Conflict {
                 code: "already_deleted",
                 message,

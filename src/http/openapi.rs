@@ -94,6 +94,13 @@ pub fn router() -> axum::Router<AppState> {
     DOC.get_or_init(|| {
         let mut doc = serde_json::to_value(&doc).unwrap_or_default();
         per_setting(&mut doc);
+        if let Some(serde_json::Value::Object(req)) =
+            doc.pointer_mut("/components/schemas/WindowRequest")
+        {
+            if let serde_json::Value::Object(rule) = crate::maintenance::all_rule() {
+                req.extend(rule);
+            }
+        }
         super::notify::document_webhooks(&mut doc);
         serde_json::to_string_pretty(&doc).unwrap_or_else(|_| "{}".into())
     });

@@ -176,16 +176,25 @@ async fn windows_are_checked_ended_deleted_and_audited() {
             json!({"targets": ["agent/a"], "until": until.rfc3339(), "reason": "x", "extra": 1}),
             "unknown field",
         ),
-        (
-            json!({"targets": ["agent/a"], "from": until.rfc3339(), "until": until.rfc3339(), "reason": "x"}),
-            "after from",
-        ),
     ];
     for (body, says) in bad {
         let (status, e) = c.post("/api/v1/maintenance", &body.to_string()).await;
         assert_eq!(status, 400, "{body} → {e}");
         let msg = e["error"]["message"].as_str().unwrap_or_default();
         assert!(msg.contains(says), "{body}: {msg:?} does not say {says:?}");
+    }
+    // A window that would never be active conflicts with the clock (409),
+    // whether its until is at its from or already past.
+    for body in [
+        json!({"targets": ["agent/a"], "from": until.rfc3339(), "until": until.rfc3339(), "reason": "x"}),
+        json!({"targets": ["agent/a"], "until": "2001-01-01T00:00:00Z", "reason": "x"}),
+    ] {
+        let (status, e) = c.post("/api/v1/maintenance", &body.to_string()).await;
+        assert_eq!(
+            (status, e["error"]["code"].as_str()),
+            (409, Some("never_active")),
+            "{body} → {e}"
+        );
     }
     let (_, list) = c.get("/api/v1/maintenance").await;
     assert_eq!(list["items"], json!([]), "nothing stored");
