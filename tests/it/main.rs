@@ -14,6 +14,7 @@ mod bench;
 mod browser;
 mod cli;
 mod config_keys;
+mod demo;
 mod deploy;
 mod discovery;
 mod faults;
