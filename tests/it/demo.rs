@@ -78,6 +78,7 @@ async fn a_healthy_demo_start_counts_nothing_wrong() {
     };
     // Every agent in, healthy and connected (real time: the demo runs on
     // its own clock), polled until a bound.
+    #[allow(clippy::disallowed_methods)] // the demo is another process, on real time
     let start = Instant::now();
     let summary = loop {
         let s: Value = get("/api/v1/summary")

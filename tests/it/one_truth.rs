@@ -19,6 +19,17 @@ use serde_json::{json, Value};
 use support::{Cluster, Running};
 use tonic_health::ServingStatus;
 
+/// Records a broken invariant: the checker reports every one it finds,
+/// named, then fails.
+macro_rules! hold {
+    ($v:expr, $ok:expr, $($msg:tt)+) => {
+        let held: bool = $ok;
+        if !held {
+            $v.push(format!($($msg)+));
+        }
+    };
+}
+
 /// Agents in the run: a few thousand, each with a signal stream.
 const AGENTS: usize = 2000;
 const STANDINGS: [&str; 4] = ["healthy", "degraded", "stranded", "planned"];
@@ -45,7 +56,7 @@ struct Surfaces {
     overview: String,
     /// Per standing: the agents the list holds, and of those how many
     /// it marks as waiting for a live proxy.
-    listed: BTreeMap<&'static str, (usize, usize)>,
+    listed: BTreeMap<&'static str, Option<(usize, usize, usize)>>,
 }
 
 fn metric(m: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
@@ -71,35 +82,40 @@ fn count(v: &Value) -> u64 {
     v.as_u64().unwrap_or(u64::MAX)
 }
 
-/// Every agent of `standing`, paged through the API.
-async fn listed(c: &Running, standing: &str) -> (usize, usize) {
-    let (mut n, mut waiting) = (0, 0);
+/// Every agent of `standing`, paged through the API: how many, how many
+/// it marks waiting, and how many say another standing (`None` when the
+/// list cannot filter by it).
+async fn listed(c: &Running, standing: &str) -> Option<(usize, usize, usize)> {
+    let (mut n, mut waiting, mut other) = (0, 0, 0);
     let mut cursor = String::new();
     loop {
-        let page = c
-            .ok(&format!(
+        let (status, page) = c
+            .get(&format!(
                 "/api/v1/agents?state={standing}&limit=500{cursor}"
             ))
             .await;
+        if status != 200 {
+            return None;
+        }
         for a in page["items"].as_array().into_iter().flatten() {
-            assert_eq!(
-                a["standing"], standing,
-                "the agent list's filter and each agent's standing agree: {a}"
-            );
             n += 1;
+            other += usize::from(a["standing"] != standing);
             waiting += usize::from(a["waiting_for_live_proxy"] == true);
         }
         match page["next_cursor"].as_str() {
             Some(next) => cursor = format!("&cursor={next}"),
-            None => return (n, waiting),
+            None => return Some((n, waiting, other)),
         }
     }
 }
 
 /// Reads every surface, again until they were all rendered from one
-/// read-model generation (a quiescent fleet publishes no new one).
-async fn read(c: &Running) -> Surfaces {
-    for _ in 0..20 {
+/// read-model generation (a quiescent fleet publishes no new one); after
+/// twenty tries, the last read, with that said.
+async fn read(v: &mut Vec<String>, step: &str, c: &Running) -> Surfaces {
+    let mut tries = 0;
+    loop {
+        tries += 1;
         let summary = c.summary().await;
         let generation = count(&summary["generation"]);
         let (_, text) = c.get_text("/metrics").await;
@@ -115,7 +131,12 @@ async fn read(c: &Running) -> Surfaces {
             == Some(generation as f64)
             && overview.contains(&format!("data-generation=\"{generation}\""))
             && again == generation;
-        if same {
+        if same || tries == 20 {
+            hold!(
+                v,
+                same,
+                "[{step}] the surfaces say which read model they show, and it is one"
+            );
             return Surfaces {
                 generation,
                 summary,
@@ -126,11 +147,10 @@ async fn read(c: &Running) -> Surfaces {
         }
         c.advance(Duration::from_millis(250)).await;
     }
-    panic!("no quiescent read: the read model's generation kept moving");
 }
 
 /// The invariants of one read, each failure named.
-fn check(step: &str, s: &Surfaces) {
+fn check(v: &mut Vec<String>, step: &str, s: &Surfaces) {
     let sum = &s.summary;
     let a = &sum["agents"];
     let by: BTreeMap<&str, u64> = STANDINGS.iter().map(|k| (*k, count(&a[*k]))).collect();
@@ -139,13 +159,18 @@ fn check(step: &str, s: &Surfaces) {
     let why = |rule: &str| format!("[{step}, generation {}] {rule}: {sum}", s.generation);
 
     // 1. The standings partition the fleet.
-    assert_eq!(
-        by.values().sum::<u64>(),
-        total,
+    hold!(
+        v,
+        (by.values().sum::<u64>()) == (total),
         "{}",
         why("standings partition the fleet")
     );
-    assert_eq!(total, AGENTS as u64, "{}", why("every agent is counted"));
+    hold!(
+        v,
+        (total) == (AGENTS as u64),
+        "{}",
+        why("every agent is counted")
+    );
 
     // 2. Every agent not healthy is under exactly one root cause.
     let causes = sum["root_causes"].as_array().cloned().unwrap_or_default();
@@ -157,17 +182,17 @@ fn check(step: &str, s: &Surfaces) {
             count(&rc["stranded"]),
         );
         if rc["planned"].is_object() {
-            assert_eq!(
-                (d, st),
-                (0, 0),
+            hold!(
+                v,
+                (d, st) == (0, 0),
                 "{}",
                 why("a planned cause's agents are all planned")
             );
             *under.entry("planned").or_default() += n;
         } else {
-            assert_eq!(
-                n,
-                d + st,
+            hold!(
+                v,
+                (n) == (d + st),
                 "{}",
                 why("a cause's agents are its degraded and stranded")
             );
@@ -176,16 +201,17 @@ fn check(step: &str, s: &Surfaces) {
         }
     }
     for k in ["degraded", "stranded", "planned"] {
-        assert_eq!(
-            under.get(k).copied().unwrap_or(0),
-            by[k],
+        hold!(
+            v,
+            (under.get(k).copied().unwrap_or(0)) == (by[k]),
             "{}",
             why(&format!("every {k} agent is under exactly one root cause"))
         );
     }
 
     // 3. Waiting for a live proxy: only degraded or stranded agents.
-    assert!(
+    hold!(
+        v,
         waiting <= by["degraded"] + by["stranded"],
         "{}",
         why("waiting agents are degraded or stranded, never planned")
@@ -193,16 +219,17 @@ fn check(step: &str, s: &Surfaces) {
 
     // 4. /metrics says the same.
     for k in STANDINGS {
-        assert_eq!(
-            metric(&s.metrics, "lifeline_agents", &[("state", k)]),
-            Some(by[k] as f64),
+        hold!(
+            v,
+            (metric(&s.metrics, "lifeline_agents", &[("state", k)])) == (Some(by[k] as f64)),
             "{}",
             why(&format!("lifeline_agents{{state={k}}} is the summary's"))
         );
     }
-    assert_eq!(
-        metric(&s.metrics, "lifeline_agents_waiting_for_live_proxy", &[]),
-        Some(waiting as f64),
+    hold!(
+        v,
+        (metric(&s.metrics, "lifeline_agents_waiting_for_live_proxy", &[]))
+            == (Some(waiting as f64)),
         "{}",
         why("the waiting gauge is the summary's")
     );
@@ -216,9 +243,9 @@ fn check(step: &str, s: &Surfaces) {
             _ => None,
         })
         .sum();
-    assert_eq!(
-        per_cause,
-        by["stranded"] as f64,
+    hold!(
+        v,
+        (per_cause) == (by["stranded"] as f64),
         "{}",
         why("stranded per root cause adds up")
     );
@@ -231,16 +258,16 @@ fn check(step: &str, s: &Surfaces) {
         ("stranded", "✕ "),
         ("planned", "▢ "),
     ] {
-        assert_eq!(
-            shown(o, &format!("<span class=\"n\">{icon}")),
-            Some(by[k]),
+        hold!(
+            v,
+            (shown(o, &format!("<span class=\"n\">{icon}"))) == (Some(by[k])),
             "{}",
             why(&format!("the overview's {k} count is the summary's"))
         );
     }
-    assert_eq!(
-        shown(o, "<span class=\"n\">◌ ").unwrap_or(0),
-        waiting,
+    hold!(
+        v,
+        (shown(o, "<span class=\"n\">◌ ").unwrap_or(0)) == (waiting),
         "{}",
         why("the overview's waiting count is the summary's")
     );
@@ -249,25 +276,28 @@ fn check(step: &str, s: &Surfaces) {
         count(&sum["proxies"]["live"]),
         count(&sum["proxies"]["total"])
     );
-    assert!(
+    hold!(
+        v,
         o.contains(&proxies),
         "{}",
         why("the overview's proxies are the summary's")
     );
     if causes.is_empty() {
-        assert_eq!(
-            by["healthy"],
-            total,
+        hold!(
+            v,
+            (by["healthy"]) == (total),
             "{}",
             why("no root cause only when all are healthy")
         );
-        assert!(
+        hold!(
+            v,
             o.contains("Every agent is healthy"),
             "{}",
             why("the overview says all healthy")
         );
     } else {
-        assert!(
+        hold!(
+            v,
             !o.contains("Every agent is healthy"),
             "{}",
             why("the overview shows the causes")
@@ -275,18 +305,34 @@ fn check(step: &str, s: &Surfaces) {
     }
 
     // 6. The agent lists hold exactly the counted agents.
+    let mut marked = 0;
     for k in STANDINGS {
-        assert_eq!(
-            s.listed[k].0 as u64,
-            by[k],
+        let Some((n, w, other)) = s.listed[k] else {
+            hold!(
+                v,
+                false,
+                "{}",
+                why(&format!("the agent list can list the {k}"))
+            );
+            continue;
+        };
+        marked += w;
+        hold!(
+            v,
+            n as u64 == by[k],
             "{}",
             why(&format!("the {k} list holds the {k} count"))
         );
+        hold!(
+            v,
+            other == 0,
+            "{}",
+            why(&format!("each agent the {k} list holds is {k}"))
+        );
     }
-    let marked: usize = s.listed.values().map(|l| l.1).sum();
-    assert_eq!(
-        marked as u64,
-        waiting,
+    hold!(
+        v,
+        marked as u64 == waiting,
         "{}",
         why("the lists mark the waiting agents")
     );
@@ -295,7 +341,7 @@ fn check(step: &str, s: &Surfaces) {
 /// Every agent-minute and peak of an incident, from its own episodes.
 /// Returns how many incidents each check covered: all, their timelines,
 /// their notifications.
-async fn check_incidents(c: &Running, got: &[Value]) -> (usize, usize, usize) {
+async fn check_incidents(v: &mut Vec<String>, c: &Running, got: &[Value]) -> (usize, usize, usize) {
     c.flush().await;
     let list = c.ok("/api/v1/incidents?limit=500").await;
     let items = list["items"].as_array().cloned().unwrap_or_default();
@@ -317,23 +363,28 @@ async fn check_incidents(c: &Running, got: &[Value]) -> (usize, usize, usize) {
         );
         let minutes = i["agent_minutes_stranded"].as_f64().unwrap_or(-1.0);
         if i["planned"].is_object() {
-            assert_eq!(
-                (ps, pd),
-                (0, 0),
+            hold!(
+                v,
+                (ps, pd) == (0, 0),
                 "{}",
                 why("a planned incident's agents are in no stranded or degraded peak")
             );
-            assert_eq!(
-                minutes,
-                0.0,
+            hold!(
+                v,
+                (minutes) == (0.0),
                 "{}",
                 why("planned agents are in no agent-minutes stranded")
             );
-            assert!(pp > 0, "{}", why("a planned incident has a planned peak"));
+            hold!(
+                v,
+                pp > 0,
+                "{}",
+                why("a planned incident has a planned peak")
+            );
         } else {
-            assert_eq!(
-                pp,
-                0,
+            hold!(
+                v,
+                (pp) == (0),
                 "{}",
                 why("an unplanned incident has no planned peak")
             );
@@ -364,7 +415,8 @@ async fn check_incidents(c: &Running, got: &[Value]) -> (usize, usize, usize) {
         // An agent that moved out and came back is in both: each is
         // counted once.
         let held = count(&i["agents"]);
-        assert!(
+        hold!(
+            v,
             agents.len() as u64 <= held && held <= agents.len() as u64 + moved,
             "{} ({} in its episodes, {moved} moved out)",
             why("its agents are its episodes' agents plus those it says moved"),
@@ -399,15 +451,16 @@ async fn check_incidents(c: &Running, got: &[Value]) -> (usize, usize, usize) {
                 now[k] += i64::from(d);
                 most[k] = most[k].max(now[k]);
             }
-            assert_eq!(
-                (most[0] as u64, most[1] as u64),
-                (ps, pd),
+            hold!(
+                v,
+                (most[0] as u64, most[1] as u64) == (ps, pd),
                 "{}",
                 why("its stranded and degraded peaks are the most of its timeline")
             );
             timelines += 1;
             let integral = stranded_us as f64 / 60e6;
-            assert!(
+            hold!(
+                v,
                 (integral - minutes).abs() <= 1.0,
                 "{} (timeline {integral:.3})",
                 why("its agent-minutes are its timeline's integral, to within one sample")
@@ -424,9 +477,9 @@ async fn check_incidents(c: &Running, got: &[Value]) -> (usize, usize, usize) {
                     "signals_sent",
                     "agent_minutes_stranded",
                 ] {
-                    assert_eq!(
-                        body[k],
-                        i[k],
+                    hold!(
+                        v,
+                        (body[k]) == (i[k]),
                         "{}",
                         why(&format!("its last notification carries the same {k}"))
                     );
@@ -499,8 +552,9 @@ async fn every_surface_tells_one_truth_under_chaos() {
         .await;
     c.ready().await;
     // A healthy start: nothing is wrong, so nothing counts as wrong.
-    let s = read(&c).await;
-    check("start", &s);
+    let mut broken = Vec::new();
+    let s = read(&mut broken, "start", &c).await;
+    check(&mut broken, "start", &s);
     for m in &s.metrics.samples {
         let wrong = ["_rejected", "_refused", "_failed"]
             .iter()
@@ -579,7 +633,8 @@ async fn every_surface_tells_one_truth_under_chaos() {
             _ => c.advance(Duration::from_secs(40)).await,
         }
         c.advance(Duration::from_secs(15)).await;
-        check(step, &read(&c).await);
+        let s = read(&mut broken, step, &c).await;
+        check(&mut broken, step, &s);
     }
     // Everything heals; every incident ends and is told.
     c.advance_until("every agent healthy", Duration::from_secs(300), || async {
@@ -587,10 +642,17 @@ async fn every_surface_tells_one_truth_under_chaos() {
     })
     .await;
     c.advance(Duration::from_secs(60)).await;
-    check("healed", &read(&c).await);
+    let s = read(&mut broken, "healed", &c).await;
+    check(&mut broken, "healed", &s);
     let got: Vec<Value> = rx.got().iter().map(|r| r.json()).collect();
-    let (n, timelines, notified) = check_incidents(&c, &got).await;
+    let (n, timelines, notified) = check_incidents(&mut broken, &c, &got).await;
     eprintln!("one truth: {n} incidents checked, {timelines} against their timelines, {notified} against their notifications");
+    assert!(
+        broken.is_empty(),
+        "{} invariants broken:\n{}",
+        broken.len(),
+        broken.join("\n")
+    );
     assert!(
         n >= 4 && timelines >= 1 && notified >= 1,
         "the run made incidents to check: {n}, {timelines}, {notified}"
