@@ -321,6 +321,7 @@ impl Maintenance {
             }
             Ended::Missing => Err(MaintenanceError::Missing(id)),
             Ended::AlreadyOver(_) => Err(MaintenanceError::AlreadyOver(id)),
+            Ended::AlreadyDeleted => Err(MaintenanceError::AlreadyDeleted(id)),
         }
     }
 
@@ -332,8 +333,8 @@ impl Maintenance {
                 self.reload().await;
                 Ok(w)
             }
-            Ended::AlreadyOver(_) => Err(MaintenanceError::AlreadyDeleted(id)),
-            Ended::Missing => Err(MaintenanceError::Missing(id)),
+            Ended::AlreadyDeleted => Err(MaintenanceError::AlreadyDeleted(id)),
+            Ended::AlreadyOver(_) | Ended::Missing => Err(MaintenanceError::Missing(id)),
         }
     }
 

@@ -283,6 +283,8 @@ pub enum Ended {
     Missing,
     /// It was already over (ended, or past its `until`).
     AlreadyOver(Window),
+    /// It was already deleted.
+    AlreadyDeleted,
 }
 
 /// Ends a window early, now (one not yet started ends before it starts).
@@ -331,10 +333,7 @@ pub async fn delete(db: &Db, id: i64, actor: &str, now: Ts) -> Result<Ended, sql
         let row: Option<ToldRow> = q.build_query_as().fetch_optional(&mut *tx).await?;
         match row {
             None => Ended::Missing,
-            Some(ToldRow { row, .. }) if row.deleted_us.is_some() => match row.into_window() {
-                Some(w) => Ended::AlreadyOver(w),
-                None => Ended::Missing,
-            },
+            Some(ToldRow { row, .. }) if row.deleted_us.is_some() => Ended::AlreadyDeleted,
             Some(ToldRow { row, told_start, told_end }) => {
                 let id = row.id;
                 let mut w = row.into_window();

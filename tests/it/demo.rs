@@ -13,26 +13,6 @@ use tokio::process::Command;
 const TOKEN: &str = "demo-test-token";
 const AGENTS: u64 = 200;
 
-/// Every figure under a key that names something wrong, and where.
-fn wrong_figures(path: &str, v: &Value, out: &mut Vec<String>) {
-    let Some(o) = v.as_object() else { return };
-    for (k, x) in o {
-        let at = format!("{path}.{k}");
-        let wrong = [
-            "rejected", "refused", "failed", "failures", "dropped", "errors",
-        ]
-        .iter()
-        .any(|w| k.contains(w));
-        match x {
-            Value::Number(n) if wrong && n.as_f64() != Some(0.0) => out.push(format!("{at} = {n}")),
-            Value::Object(m) if wrong && !m.values().all(|n| n.as_f64() == Some(0.0)) => {
-                out.push(format!("{at} = {x}"))
-            }
-            _ => wrong_figures(&at, x, out),
-        }
-    }
-}
-
 #[tokio::test]
 async fn a_healthy_demo_start_counts_nothing_wrong() {
     let dir = tempfile::tempdir().expect("dir");
@@ -101,7 +81,7 @@ async fn a_healthy_demo_start_counts_nothing_wrong() {
         start.elapsed()
     );
     let mut wrong = Vec::new();
-    wrong_figures("summary", &summary, &mut wrong);
+    crate::support::wrong_figures("summary", &summary, &mut wrong);
     let metrics = get("/metrics").await.expect("metrics");
     for line in metrics.lines().filter(|l| !l.starts_with('#')) {
         let Some((series, value)) = line.rsplit_once(' ') else {

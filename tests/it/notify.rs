@@ -9,26 +9,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use lifeline::clock::Clock;
-use lifeline::config::{WebhookConfig, WebhookFormat};
+use lifeline::config::WebhookConfig;
 use lifeline::notify::sign;
 use lifeline::store::outbox;
 use lifeline_sim::receiver::{Answer, Received, Receiver};
 use support::{Cluster, Running, Store};
 
 const SECRET: &str = "whsec_test_secret";
-
-fn webhook(name: &str, url: String, secret: &Path) -> WebhookConfig {
-    WebhookConfig {
-        name: name.into(),
-        url,
-        secret_file: secret.to_path_buf(),
-        events: Vec::new(),
-        format: WebhookFormat::Json,
-        ca_file: None,
-        timeout: Duration::from_secs(10),
-        max_age: Duration::from_secs(24 * 3600),
-    }
-}
 
 fn secret_file(dir: &Path) -> PathBuf {
     let p = dir.join("webhook-secret");
@@ -41,7 +28,7 @@ async fn cluster(store: Store, dir: &Path, hooks: Vec<(&str, String)>) -> Runnin
     let secret = secret_file(dir);
     let hooks: Vec<WebhookConfig> = hooks
         .into_iter()
-        .map(|(n, u)| webhook(n, u, &secret))
+        .map(|(n, u)| support::webhook(n, u, &secret))
         .collect();
     let c = Cluster::six_legacy()
         .store(store)
@@ -301,7 +288,7 @@ async fn the_storm_guard_pausing_and_resuming_is_told() {
     let rx = Receiver::start(Clock::manual()).await.expect("receiver");
     let dir = tempfile::tempdir().expect("dir");
     let secret = secret_file(dir.path());
-    let mut hook = webhook("pauses", rx.url("/p"), &secret);
+    let mut hook = support::webhook("pauses", rx.url("/p"), &secret);
     hook.events = vec![
         lifeline::domain::NoticeKind::RestartsPaused,
         lifeline::domain::NoticeKind::RestartsResumed,

@@ -8,11 +8,9 @@
 
 use crate::support;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 use std::time::Duration;
 
 use lifeline::clock::Clock;
-use lifeline::config::{WebhookConfig, WebhookFormat};
 use lifeline::domain::Kind;
 use lifeline_sim::receiver::Receiver;
 use serde_json::{json, Value};
@@ -33,19 +31,6 @@ macro_rules! hold {
 /// Agents in the run: a few thousand, each with a signal stream.
 const AGENTS: usize = 2000;
 const STANDINGS: [&str; 4] = ["healthy", "degraded", "stranded", "planned"];
-
-fn webhook(url: String, secret: &Path) -> WebhookConfig {
-    WebhookConfig {
-        name: "oncall".into(),
-        url,
-        secret_file: secret.to_path_buf(),
-        events: Vec::new(),
-        format: WebhookFormat::Json,
-        ca_file: None,
-        timeout: Duration::from_secs(10),
-        max_age: Duration::from_secs(24 * 3600),
-    }
-}
 
 /// What every surface said at one read-model generation.
 #[derive(Debug)]
@@ -492,38 +477,6 @@ async fn check_incidents(v: &mut Vec<String>, c: &Running, got: &[Value]) -> (us
     (items.len(), timelines, notified)
 }
 
-/// Every figure under a key that names something wrong (rejected,
-/// refused, failed, dropped, errors) is 0, or an empty map.
-fn nothing_wrong(v: &mut Vec<String>, path: &str, x: &Value) {
-    let Some(o) = x.as_object() else { return };
-    for (k, x) in o {
-        let at = format!("{path}.{k}");
-        let wrong = [
-            "rejected", "refused", "failed", "failures", "dropped", "errors",
-        ]
-        .iter()
-        .any(|w| k.contains(w));
-        if wrong && x.is_number() {
-            hold!(
-                v,
-                x.as_f64() == Some(0.0),
-                "[start] a healthy start counts nothing wrong: {at} = {x}"
-            );
-        } else if wrong && x.is_object() {
-            let zero = x
-                .as_object()
-                .is_some_and(|m| m.values().all(|n| n.as_f64() == Some(0.0)));
-            hold!(
-                v,
-                zero,
-                "[start] a healthy start counts nothing wrong: {at} = {x}"
-            );
-        } else {
-            nothing_wrong(v, &at, x);
-        }
-    }
-}
-
 /// Maintenance window over `targets` for `secs`, as an operator declares it.
 async fn window(c: &Running, targets: &[&str], secs: u64) -> i64 {
     let until = c.clock.now().saturating_add(Duration::from_secs(secs));
@@ -543,7 +496,7 @@ async fn every_surface_tells_one_truth_under_chaos() {
     let dir = tempfile::tempdir().expect("dir");
     let secret = dir.path().join("secret");
     std::fs::write(&secret, "whsec_checker\n").expect("secret");
-    let hook = webhook(rx.url("/hook"), &secret);
+    let hook = support::webhook("oncall", rx.url("/hook"), &secret);
     let c = Cluster::new()
         .agents(AGENTS)
         .proxies(4)
@@ -577,7 +530,15 @@ async fn every_surface_tells_one_truth_under_chaos() {
             }
         }
     }
-    nothing_wrong(&mut broken, "ingest", &s.summary["ingest"]);
+    let mut wrong = Vec::new();
+    support::wrong_figures("ingest", &s.summary["ingest"], &mut wrong);
+    for w in wrong {
+        hold!(
+            broken,
+            false,
+            "[start] a healthy start counts nothing wrong: {w}"
+        );
+    }
 
     let p = |i: usize| lifeline_sim::proxy_name(i);
     let auth = |i: usize| lifeline_sim::auth_name(i);

@@ -150,3 +150,45 @@ pub async fn page_csrf(client: &reqwest::Client, base: &str, cookies: &str) -> S
     let at = html.find("name=\"csrf\" value=\"").expect("CSRF field") + 19;
     html[at..at + html[at..].find('"').expect("end")].to_string()
 }
+
+/// Every figure under a key that names something wrong (rejected,
+/// refused, failed, failures, dropped, errors) that is not 0, or a map of
+/// such figures not all 0: each as `path.key = value`.
+pub fn wrong_figures(path: &str, v: &Value, out: &mut Vec<String>) {
+    let Some(o) = v.as_object() else { return };
+    for (k, x) in o {
+        let at = format!("{path}.{k}");
+        let wrong = [
+            "rejected", "refused", "failed", "failures", "dropped", "errors",
+        ]
+        .iter()
+        .any(|w| k.contains(w));
+        match x {
+            Value::Number(n) if wrong && n.as_f64() != Some(0.0) => out.push(format!("{at} = {n}")),
+            Value::Object(m) if wrong => {
+                if !m.values().all(|n| n.as_f64() == Some(0.0)) {
+                    out.push(format!("{at} = {x}"));
+                }
+            }
+            _ => wrong_figures(&at, x, out),
+        }
+    }
+}
+
+/// A JSON webhook `name` to `url`, signed with the secret in `secret`.
+pub fn webhook(
+    name: &str,
+    url: String,
+    secret: &std::path::Path,
+) -> lifeline::config::WebhookConfig {
+    lifeline::config::WebhookConfig {
+        name: name.into(),
+        url,
+        secret_file: secret.to_path_buf(),
+        events: Vec::new(),
+        format: lifeline::config::WebhookFormat::Json,
+        ca_file: None,
+        timeout: std::time::Duration::from_secs(10),
+        max_age: std::time::Duration::from_secs(24 * 3600),
+    }
+}
