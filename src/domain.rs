@@ -29,8 +29,8 @@ pub use lb_policy::{LbMode, LbPolicy, PolicyError};
 pub use maintenance::{Plan, Planned, Target, TargetError, TargetKind, Window, Windows};
 pub use notice::{IncidentMark, NoticeKind};
 pub use record::{
-    Census, EpisodeChange, HealthTransition, HistoryEntry, IncidentMove, IncidentRecord, Record,
-    ResourceChange, MAX_PENDING_EPISODES, MAX_PENDING_HEALTH,
+    Attribution, Census, EpisodeChange, HealthTransition, HistoryEntry, IncidentMove,
+    IncidentRecord, Record, ResourceChange, MAX_PENDING_EPISODES, MAX_PENDING_HEALTH,
 };
 pub use setting::{Origin, SettingAction};
 pub use signal::{Outcome, SignalKind};

@@ -57,9 +57,12 @@ pub struct IncidentRecord {
     pub agents: u32,
     /// Signals sent to its agents while they were in it.
     pub signals: u32,
-    /// Agent time stranded in it, summed, in µs (as of its agents' last
-    /// change while it is open).
+    /// Agent time stranded, degraded and (a planned incident's) planned
+    /// in it, summed, in µs (as of its agents' last change while it is
+    /// open): a planned incident's agents are in its planned time alone.
     pub stranded_us: i64,
+    pub degraded_us: i64,
+    pub planned_us: i64,
     /// Time from joining to healthy of the agents that recovered (once
     /// it has ended).
     pub recover_p50_us: Option<i64>,
@@ -79,6 +82,15 @@ pub struct IncidentMove {
     pub from: i64,
     pub to: i64,
     pub at: Ts,
+}
+
+/// Signal `signal` counts toward incident `incident`: its agent was in
+/// that incident when it was sent. Written with the incident's row, so
+/// an incident's signal figure is always the number of its signal rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attribution {
+    pub signal: i64,
+    pub incident: i64,
 }
 
 /// The agents by state at the start of a minute (`history`).
@@ -181,6 +193,8 @@ pub struct Record {
     pub samples: Vec<Census>,
     /// Agents whose open episode moved from one incident to another.
     pub moves: Vec<IncidentMove>,
+    /// Signals counted toward an incident.
+    pub attributions: Vec<Attribution>,
     /// History rows dropped while this record waited.
     pub dropped_events: u64,
 }
@@ -214,7 +228,8 @@ impl Record {
             && self.episodes.is_empty()
             && self.incidents.is_empty()
             && self.samples.is_empty()
-            && self.moves.is_empty())
+            && self.moves.is_empty()
+            && self.attributions.is_empty())
     }
 
     pub fn put_server(&mut self, s: &Server) {
@@ -326,6 +341,7 @@ impl Record {
             incidents: std::mem::take(&mut self.incidents),
             samples: std::mem::take(&mut self.samples),
             moves: std::mem::take(&mut self.moves),
+            attributions: std::mem::take(&mut self.attributions),
             dropped_events: std::mem::take(&mut self.dropped_events),
             ..Record::default()
         }

@@ -170,6 +170,8 @@ impl Outbox {
         newer.samples = older.samples;
         older.moves.append(&mut newer.moves);
         newer.moves = older.moves;
+        older.attributions.append(&mut newer.attributions);
+        newer.attributions = older.attributions;
         newer.dropped_events += older.dropped_events;
         newer.cap_events(self.max_events);
         // Compacted to half past the bound; what compaction cannot drop

@@ -153,7 +153,6 @@ async fn one(
         (id_cursor(q.episodes_cursor)?, id_cursor(q.signals_cursor)?);
     let incident = find(&s, &id).await?;
     let id = incident.id;
-    let now = s.fleet.published().at();
     let episodes = read::episodes(
         &s.db,
         &EpisodeFilter {
@@ -164,8 +163,8 @@ async fn one(
         },
     )
     .await?;
-    let signals = incidents::signals(&s.db, &incident, now, signals_before, limit).await?;
-    let signal_counts = incidents::signal_counts(&s.db, &incident, now).await?;
+    let signals = incidents::signals(&s.db, &incident, signals_before, limit).await?;
+    let signal_counts = incidents::signal_counts(&s.db, &incident).await?;
     let moved_out = incidents::moved_out(&s.db, id).await?;
     Ok(Json(IncidentResponse {
         incident,
@@ -196,7 +195,7 @@ async fn one(
 async fn report(State(s): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     let incident = find(&s, &id).await?;
     let now = s.fleet.published().at();
-    let facts = Facts::read(&s, &incident, now).await?;
+    let facts = Facts::read(&s, &incident).await?;
     let body = draft(&incident, &facts, now);
     Ok((
         [
@@ -211,8 +210,8 @@ async fn report(State(s): State<AppState>, Path(id): Path<String>) -> Result<Res
         .into_response())
 }
 
-/// Episodes read for a report at most (a larger incident's impact is
-/// counted from these and says so).
+/// Episodes a report reads at most, for its timeline's first agent (its
+/// figures are the incident's own).
 const REPORT_EPISODES: u32 = 10_000;
 
 /// What a report says beyond the incident's row.
@@ -220,18 +219,14 @@ pub struct Facts {
     pub episodes: Vec<Episode>,
     /// Where agents that left it went.
     pub moved_out: Vec<incidents::MovedOut>,
-    /// More episodes than [`REPORT_EPISODES`] exist.
-    pub more: bool,
     pub signals: Vec<SignalCount>,
     /// The first signal sent for it.
     pub first_signal: Option<Ts>,
 }
 
 impl Facts {
-    pub async fn read(s: &AppState, i: &Incident, now: Ts) -> Result<Facts, ApiError> {
-        let mut episodes = read::episodes_of_incident(&s.db, i.id, REPORT_EPISODES + 1).await?;
-        let more = episodes.len() > REPORT_EPISODES as usize;
-        episodes.truncate(REPORT_EPISODES as usize);
+    pub async fn read(s: &AppState, i: &Incident) -> Result<Facts, ApiError> {
+        let episodes = read::episodes_of_incident(&s.db, i.id, REPORT_EPISODES).await?;
         // Each agent's time in this incident: moved-in agents from their
         // move, moved-out ones until it.
         let moves = incidents::moves_of(&s.db, i.id).await?;
@@ -239,11 +234,10 @@ impl Facts {
             .into_iter()
             .map(|(e, _)| e)
             .collect();
-        let signals = incidents::signal_counts(&s.db, i, now).await?;
+        let signals = incidents::signal_counts(&s.db, i).await?;
         Ok(Facts {
             episodes,
             moved_out: incidents::moved_out(&s.db, i.id).await?,
-            more,
             first_signal: signals.iter().map(|c| c.first).min(),
             signals,
         })
@@ -282,17 +276,6 @@ fn minutes(d: Duration) -> String {
 
 /// The Markdown draft of `i` (`now` ends what is still open).
 pub fn draft(i: &Incident, f: &Facts, now: Ts) -> String {
-    let end = i.ended.unwrap_or(now);
-    let mut stranded_us: i64 = 0;
-    let mut degraded_us: i64 = 0;
-    for e in &f.episodes {
-        let lasted = e.ended_at.unwrap_or(end).since(e.started_at).as_micros() as i64;
-        match e.state {
-            crate::domain::AgentState::Stranded => stranded_us += lasted,
-            _ => degraded_us += lasted,
-        }
-    }
-    let agent_minutes = |us: i64| us as f64 / 60e6;
     let mut md = String::new();
     let status = if i.open { "open" } else { "resolved" };
     let title = esc(&i.title);
@@ -340,27 +323,18 @@ pub fn draft(i: &Incident, f: &Facts, now: Ts) -> String {
         );
     }
     let _ = writeln!(md, "- **Peak at once:** {}", i.peak_words());
-    // Stranded minutes are the incident's own figure (it counts every
-    // agent); the rest are read from its episodes, which may not.
-    let from_episodes = if f.more {
-        format!(" (from the newest {REPORT_EPISODES} episodes only)")
-    } else {
-        String::new()
-    };
-    if i.planned.is_some() {
-        let _ = writeln!(
-            md,
-            "- **Agent-minutes:** {:.1} planned, none stranded or degraded (planned time is not counted){from_episodes}",
-            agent_minutes(stranded_us + degraded_us),
-        );
-    } else {
-        let _ = writeln!(
-            md,
-            "- **Agent-minutes:** {:.1} stranded, {:.1} degraded{from_episodes}",
-            i.agent_minutes_stranded,
-            agent_minutes(degraded_us),
-        );
-    }
+    // The incident's own figures: it counts every agent, whatever the
+    // draft reads of its episodes.
+    let _ = writeln!(
+        md,
+        "- **Agent-minutes:** {}{}",
+        i.minutes_words(),
+        if i.planned.is_some() {
+            " (planned time is in no stranded or degraded figure)"
+        } else {
+            ""
+        }
+    );
     let _ = writeln!(md, "\n## What Lifeline did\n");
     if f.signals.is_empty() {
         let _ = writeln!(md, "- No signals were sent to its agents.");

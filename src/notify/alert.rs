@@ -142,6 +142,8 @@ mod tests {
             agents: 12,
             signals: 4,
             stranded_us: 0,
+            degraded_us: 0,
+            planned_us: 0,
             recover_p50_us: None,
             recover_max_us: None,
             planned: None,

@@ -226,8 +226,8 @@ macro_rules! phases {
                 Ok(())
             }
 
-            /// History rows, health transitions, the minute's censuses and the
-            /// agents that moved between incidents.
+            /// History rows, health transitions, the minute's censuses, the
+            /// agents that moved between incidents and the signals each counts.
             async fn history(&mut self, b: &WriteBatch) -> Result<(), sqlx::Error> {
                 let isolate = self.isolating();
                 if isolate {
@@ -281,6 +281,14 @@ macro_rules! phases {
                             .push_bind(m.at.as_micros());
                     });
                     exec!(self, (Subject::Agent, &chunk[0].agent, "incident_moves"), q.build());
+                }
+                // Signals counted toward an incident (its `signals` figure,
+                // written in this same transaction) are marked as its own.
+                for a in &b.attributions {
+                    exec!(self, (Subject::Store, &format!("signal {}", a.signal), "signals"),
+                        sqlx::query("UPDATE signals SET incident_id = $1 WHERE id = $2")
+                            .bind(a.incident)
+                            .bind(a.signal));
                 }
                 Ok(())
             }
@@ -413,7 +421,7 @@ where
 {
     let mut q = QueryBuilder::new(
         "INSERT INTO incidents (id, cause, resource, started_us, ended_us, peak_stranded, peak_degraded, \
-         peak_planned, agents, signals, stranded_us, recover_p50_us, recover_max_us, planned, window_id) ",
+         peak_planned, agents, signals, stranded_us, degraded_us, planned_us, recover_p50_us, recover_max_us, planned, window_id) ",
     );
     q.push_values(rows, |mut r, i| {
         r.push_bind(i.id)
@@ -427,6 +435,8 @@ where
             .push_bind(i64::from(i.agents))
             .push_bind(i64::from(i.signals))
             .push_bind(i.stranded_us)
+            .push_bind(i.degraded_us)
+            .push_bind(i.planned_us)
             .push_bind(i.recover_p50_us)
             .push_bind(i.recover_max_us)
             .push_bind(i.planned.map(Plan::kind))
@@ -437,6 +447,7 @@ where
          started_us = excluded.started_us, ended_us = excluded.ended_us, \
          peak_stranded = excluded.peak_stranded, peak_degraded = excluded.peak_degraded, \
          peak_planned = excluded.peak_planned, agents = excluded.agents, signals = excluded.signals, stranded_us = excluded.stranded_us, \
+         degraded_us = excluded.degraded_us, planned_us = excluded.planned_us, \
          recover_p50_us = excluded.recover_p50_us, recover_max_us = excluded.recover_max_us, \
          planned = excluded.planned, window_id = excluded.window_id",
     );

@@ -25,6 +25,8 @@ struct Row {
     agents: i64,
     signals: i64,
     stranded_us: i64,
+    degraded_us: i64,
+    planned_us: i64,
     recover_p50_us: Option<i64>,
     recover_max_us: Option<i64>,
     planned: Option<String>,
@@ -33,7 +35,8 @@ struct Row {
 
 const COLUMNS: &str =
     "SELECT id, cause, resource, started_us, ended_us, peak_stranded, peak_degraded, \
-     peak_planned, agents, signals, stranded_us, recover_p50_us, recover_max_us, planned, window_id FROM incidents";
+     peak_planned, agents, signals, stranded_us, degraded_us, planned_us, recover_p50_us, \
+     recover_max_us, planned, window_id FROM incidents";
 
 fn count(n: i64) -> u32 {
     u32::try_from(n.max(0)).unwrap_or(u32::MAX)
@@ -55,6 +58,8 @@ impl Row {
             agents: count(self.agents),
             signals: count(self.signals),
             stranded_us: self.stranded_us.max(0),
+            degraded_us: self.degraded_us.max(0),
+            planned_us: self.planned_us.max(0),
             recover_p50_us: self.recover_p50_us,
             recover_max_us: self.recover_max_us,
             planned: Plan::from_stored(self.planned.as_deref(), self.window_id),
@@ -106,11 +111,15 @@ pub struct Incident {
     pub peak_planned: u32,
     /// Agents it held, each counted once.
     pub agents: u32,
-    /// Signals sent to its agents while they were in it.
+    /// Signals sent to its agents while they were in it: as many as its
+    /// signal rows (`signals` on its page and in its API).
     pub signals_sent: u32,
-    /// Agent-minutes stranded in it (while open: as of its agents' last
-    /// change).
+    /// Agent-minutes stranded, degraded and planned in it (while open: as
+    /// of its agents' last change). A planned incident's are all planned;
+    /// an unplanned one has none planned.
     pub agent_minutes_stranded: f64,
+    pub agent_minutes_degraded: f64,
+    pub agent_minutes_planned: f64,
     /// Time from joining to healthy of the agents that recovered: median
     /// and longest, in milliseconds (once it has ended).
     pub recover_p50_ms: Option<f64>,
@@ -124,6 +133,19 @@ impl Incident {
     /// Its peak in words (see [`peak_words`]).
     pub fn peak_words(&self) -> String {
         peak_words(self.peak_stranded, self.peak_degraded, self.peak_planned)
+    }
+
+    /// Its agent-minutes in words, as every surface says them: "21.9
+    /// stranded, 3.0 degraded", or a planned incident's "21.9 planned".
+    pub fn minutes_words(&self) -> String {
+        if self.planned.is_some() {
+            format!("{:.1} planned", self.agent_minutes_planned)
+        } else {
+            format!(
+                "{:.1} stranded, {:.1} degraded",
+                self.agent_minutes_stranded, self.agent_minutes_degraded
+            )
+        }
     }
 }
 
@@ -191,6 +213,8 @@ impl From<IncidentRecord> for Incident {
             agents: r.agents,
             signals_sent: r.signals,
             agent_minutes_stranded: r.stranded_us as f64 / 60e6,
+            agent_minutes_degraded: r.degraded_us as f64 / 60e6,
+            agent_minutes_planned: r.planned_us as f64 / 60e6,
             recover_p50_ms: ms(r.recover_p50_us),
             recover_max_ms: ms(r.recover_max_us),
             planned: r.planned.map(Planned::from),
@@ -245,17 +269,17 @@ pub async fn get(db: &Db, id: i64) -> Result<Option<Incident>, sqlx::Error> {
     })
 }
 
-/// The signals sent to an incident's agents while it lasted, newest first,
-/// `limit` after the cursor `before` (an id).
+/// The signals counted toward an incident (each sent to an agent while
+/// the incident held it), newest first, `limit` after the cursor `before`
+/// (an id): as many in all as its `signals_sent`.
 pub async fn signals(
     db: &Db,
     i: &Incident,
-    now: Ts,
     before: Option<i64>,
     limit: u32,
 ) -> Result<Vec<SignalRecord>, sqlx::Error> {
     let f = super::signals::SignalFilter {
-        incident: Some((i.id, i.started, i.ended.unwrap_or(now))),
+        incident: Some(i.id),
         before_id: before,
         limit,
         ..Default::default()
@@ -263,8 +287,8 @@ pub async fn signals(
     super::signals::list(db, &f).await
 }
 
-/// How many signals of each kind and outcome an incident's agents were
-/// sent while it lasted.
+/// How many of an incident's signals there are of each kind and outcome
+/// (their sum is its `signals_sent`).
 #[derive(Clone, Debug, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct SignalCount {
     #[schema(value_type = String)]
@@ -276,21 +300,13 @@ pub struct SignalCount {
     pub first: Ts,
 }
 
-pub async fn signal_counts(
-    db: &Db,
-    i: &Incident,
-    now: Ts,
-) -> Result<Vec<SignalCount>, sqlx::Error> {
+pub async fn signal_counts(db: &Db, i: &Incident) -> Result<Vec<SignalCount>, sqlx::Error> {
     on_pool!(db, pool => {
     let rows: Vec<(SignalKind, Outcome, i64, i64)> = sqlx::query_as(
         "SELECT kind, outcome, count(*), MIN(created_us) FROM signals \
-         WHERE agent IN (SELECT agent FROM episodes WHERE incident_id = $1 \
-           UNION SELECT agent FROM incident_moves WHERE from_incident = $1) \
-         AND created_us >= $2 AND created_us <= $3 GROUP BY kind, outcome ORDER BY kind, outcome",
+         WHERE incident_id = $1 GROUP BY kind, outcome ORDER BY kind, outcome",
     )
     .bind(i.id)
-    .bind(i.started.as_micros())
-    .bind(i.ended.unwrap_or(now).as_micros())
     .fetch_all(pool)
     .await?;
     Ok(rows

@@ -133,16 +133,9 @@ const AUDIT_PRUNE_STEP: i64 = 1000;
 
 /// Deletes signal audit rows and closed episodes older than `before`, in
 /// small steps. Never a pending signal (not yet delivered, acked, failed or
-/// timed out), never an open episode or incident. Returns (signals,
-/// episodes, incidents).
+/// timed out) or one a kept incident counts, never an open episode or
+/// incident. Returns (signals, episodes, incidents).
 pub async fn prune_audit(pool: &Db, before: Ts) -> Result<(u64, u64, u64), sqlx::Error> {
-    let signals = prune_in_steps(
-        pool,
-        "DELETE FROM signals WHERE id IN (SELECT id FROM signals \
-         WHERE created_us < $1 AND outcome NOT IN ('pending', 'delivered') ORDER BY id LIMIT $2)",
-        before,
-    )
-    .await?;
     let episodes = prune_in_steps(
         pool,
         "DELETE FROM episodes WHERE id IN (SELECT id FROM episodes \
@@ -154,6 +147,18 @@ pub async fn prune_audit(pool: &Db, before: Ts) -> Result<(u64, u64, u64), sqlx:
         pool,
         "DELETE FROM incidents WHERE id IN (SELECT id FROM incidents \
          WHERE ended_us IS NOT NULL AND ended_us < $1 ORDER BY id LIMIT $2)",
+        before,
+    )
+    .await?;
+    // After the incidents: a signal is kept as long as the incident it
+    // counts toward, so a kept incident's figure is its rows.
+    let signals = prune_in_steps(
+        pool,
+        "DELETE FROM signals WHERE id IN (SELECT id FROM signals \
+         WHERE created_us < $1 AND outcome NOT IN ('pending', 'delivered') \
+         AND (incident_id IS NULL OR NOT EXISTS \
+           (SELECT 1 FROM incidents i WHERE i.id = signals.incident_id)) \
+         ORDER BY id LIMIT $2)",
         before,
     )
     .await?;

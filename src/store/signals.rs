@@ -472,8 +472,8 @@ pub struct SignalFilter {
     pub requested_by: Option<String>,
     /// Newest first, ids below this.
     pub before_id: Option<i64>,
-    /// Those sent to the agents of incident `.0` between `.1` and `.2`.
-    pub incident: Option<(i64, Ts, Ts)>,
+    /// Those counted toward this incident (sent to an agent it held).
+    pub incident: Option<i64>,
     pub limit: u32,
 }
 
@@ -506,16 +506,8 @@ pub async fn list(db: &Db, f: &SignalFilter) -> Result<Vec<SignalRecord>, sqlx::
     if let Some(b) = f.before_id {
         q.push(" AND id < ").push_bind(b);
     }
-    if let Some((incident, from, to)) = f.incident {
-        // Its agents: those it holds and those that moved out of it.
-        q.push(" AND agent IN (SELECT agent FROM episodes WHERE incident_id = ")
-            .push_bind(incident)
-            .push(" UNION SELECT agent FROM incident_moves WHERE from_incident = ")
-            .push_bind(incident)
-            .push(") AND created_us >= ")
-            .push_bind(from.as_micros())
-            .push(" AND created_us <= ")
-            .push_bind(to.as_micros());
+    if let Some(incident) = f.incident {
+        q.push(" AND incident_id = ").push_bind(incident);
     }
     q.push(" ORDER BY id DESC LIMIT ").push_bind(f.limit as i64);
     let rows: Vec<Row> = q.build_query_as().fetch_all(pool).await?;

@@ -220,9 +220,9 @@ async fn an_incident_whose_agents_changed_cause_says_where_they_went(store) {
     let (status, html) = c.get_text(&format!("/incidents/{x}")).await;
     assert_eq!(status, 200);
     let peak = api["peak_stranded"].as_u64().expect("peak");
-    assert_eq!(number_after(&html, "<dt>Peak at once</dt><dd>"), peak, "the page's peak");
+    assert_eq!(number_after(&html, "data-figure=\"peak\">"), peak, "the page's peak");
     assert_eq!(number_after(&html, "at most "), peak, "the timeline's peak");
-    assert_eq!(number_after(&html, "<dt>Agents</dt><dd>"), api["agents"].as_u64().expect("agents"));
+    assert_eq!(number_after(&html, "data-figure=\"agents\">"), api["agents"].as_u64().expect("agents"));
     let table = &html[html.find("<table class=\"agents\">").expect("the agents table")..];
     let table = &table[..table.find("</table>").expect("its end")];
     let listed: std::collections::BTreeSet<&str> = table

@@ -377,6 +377,8 @@ async fn check_incidents(v: &mut Vec<String>, c: &Running, got: &[Value]) -> (us
             );
         }
         let one = c.ok(&format!("/api/v1/incidents/{id}")).await;
+        check_signals(v, c, id, i, &one).await;
+        check_rendered(v, c, id, i).await;
         let moved: u64 = one["moved_out"]
             .as_array()
             .into_iter()
@@ -415,7 +417,7 @@ async fn check_incidents(v: &mut Vec<String>, c: &Running, got: &[Value]) -> (us
             let started = support::ts(&i["started"]);
             let ended = support::ts(&i["ended"]);
             let mut edges: Vec<(i64, i32, bool)> = Vec::new();
-            let mut stranded_us = 0i64;
+            let (mut stranded_us, mut degraded_us) = (0i64, 0i64);
             for e in &episodes {
                 let from = support::ts(&e["started_at"]).max(started);
                 let to = e["ended_at"]
@@ -429,6 +431,8 @@ async fn check_incidents(v: &mut Vec<String>, c: &Running, got: &[Value]) -> (us
                 edges.push((to.as_micros(), -1, is_stranded));
                 if is_stranded {
                     stranded_us += to.as_micros() - from.as_micros();
+                } else {
+                    degraded_us += to.as_micros() - from.as_micros();
                 }
             }
             edges.sort_by_key(|(t, d, _)| (*t, *d));
@@ -452,6 +456,14 @@ async fn check_incidents(v: &mut Vec<String>, c: &Running, got: &[Value]) -> (us
                 "{} (timeline {integral:.3})",
                 why("its agent-minutes are its timeline's integral, to within one sample")
             );
+            let degraded = degraded_us as f64 / 60e6;
+            let said = i["agent_minutes_degraded"].as_f64().unwrap_or(-1.0);
+            hold!(
+                v,
+                (degraded - said).abs() <= 1.0,
+                "{} (timeline {degraded:.3})",
+                why("its degraded agent-minutes are its timeline's integral, to within one sample")
+            );
         }
         if i["open"] == false {
             if let Some(body) = told.get(&id) {
@@ -463,6 +475,8 @@ async fn check_incidents(v: &mut Vec<String>, c: &Running, got: &[Value]) -> (us
                     "peak_planned",
                     "signals_sent",
                     "agent_minutes_stranded",
+                    "agent_minutes_degraded",
+                    "agent_minutes_planned",
                 ] {
                     hold!(
                         v,
@@ -474,7 +488,120 @@ async fn check_incidents(v: &mut Vec<String>, c: &Running, got: &[Value]) -> (us
             }
         }
     }
+    let signals: u64 = items.iter().map(|i| count(&i["signals_sent"])).sum();
+    eprintln!("one truth: the incidents count {signals} signals in all");
     (items.len(), timelines, notified)
+}
+
+/// An incident's signal figure is its signal rows: paged through its API,
+/// and summed by kind and outcome.
+async fn check_signals(v: &mut Vec<String>, c: &Running, id: i64, i: &Value, one: &Value) {
+    let sent = count(&i["signals_sent"]);
+    let by_kind: u64 = one["signal_counts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|k| count(&k["count"]))
+        .sum();
+    let mut rows = 0u64;
+    let mut page = one["signals"].clone();
+    loop {
+        rows += page["items"].as_array().map_or(0, |a| a.len() as u64);
+        match page["next_cursor"].as_str() {
+            Some(n) => {
+                page = c
+                    .ok(&format!("/api/v1/incidents/{id}?signals_cursor={n}"))
+                    .await["signals"]
+                    .clone()
+            }
+            None => break,
+        }
+    }
+    hold!(
+        v,
+        (rows, by_kind) == (sent, sent),
+        "incident {id}: its signals count is the number of its signal rows \
+         ({sent} sent, {rows} rows, {by_kind} by kind and outcome)"
+    );
+}
+
+/// The incident's page and its postmortem draft say the incident's own
+/// figures, in the words every surface uses.
+async fn check_rendered(v: &mut Vec<String>, c: &Running, id: i64, i: &Value) {
+    let words = |parts: &[(&str, String)]| -> String {
+        let said: Vec<String> = parts
+            .iter()
+            .filter(|(_, n)| n != "0")
+            .map(|(w, n)| format!("{n} {w}"))
+            .collect();
+        if said.is_empty() {
+            "0 agents".into()
+        } else {
+            said.join(", ")
+        }
+    };
+    let peak = words(&[
+        ("stranded", count(&i["peak_stranded"]).to_string()),
+        ("degraded", count(&i["peak_degraded"]).to_string()),
+        ("planned", count(&i["peak_planned"]).to_string()),
+    ]);
+    let m = |k: &str| format!("{:.1}", i[k].as_f64().unwrap_or(-1.0));
+    let minutes = if i["planned"].is_object() {
+        format!("{} planned", m("agent_minutes_planned"))
+    } else {
+        format!(
+            "{} stranded, {} degraded",
+            m("agent_minutes_stranded"),
+            m("agent_minutes_degraded")
+        )
+    };
+    let (_, page) = c.get_text(&format!("/incidents/{id}")).await;
+    let figure = |name: &str| -> Option<String> {
+        let marker = format!("data-figure=\"{name}\">");
+        let at = page.find(&marker)? + marker.len();
+        Some(page[at..].split('<').next()?.trim().to_string())
+    };
+    for (name, want) in [
+        ("peak", peak.clone()),
+        ("minutes", minutes.clone()),
+        ("agents", count(&i["agents"]).to_string()),
+        ("signals", count(&i["signals_sent"]).to_string()),
+    ] {
+        let got = figure(name);
+        hold!(
+            v,
+            got.as_deref() == Some(want.as_str()),
+            "incident {id}: its page shows its {name} as {want:?}, not {got:?}"
+        );
+    }
+    let (_, draft) = c.get_text(&format!("/api/v1/incidents/{id}/report")).await;
+    for line in [
+        format!("- **Agents affected:** {}", count(&i["agents"])),
+        format!("- **Peak at once:** {peak}"),
+        format!("- **Agent-minutes:** {minutes}"),
+    ] {
+        hold!(
+            v,
+            draft.lines().any(|l| l.starts_with(&line)),
+            "incident {id}: its postmortem draft says {line:?}"
+        );
+    }
+    let drafted: u64 = draft
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| signal"))
+        .filter_map(|l| {
+            l.trim_end_matches(" |")
+                .rsplit("| ")
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    hold!(
+        v,
+        drafted == count(&i["signals_sent"]),
+        "incident {id}: its postmortem draft's signals ({drafted}) are its signals_sent"
+    );
 }
 
 /// Maintenance window over `targets` for `secs`, as an operator declares it.

@@ -520,7 +520,8 @@ impl Model {
             a.last_signal = Some((id, at));
         }
         let mut rows = Vec::new();
-        self.incidents.signaled(agent, &mut rows);
+        self.incidents
+            .signaled(agent, id, &mut rows, &mut self.out.writes.attributions);
         self.out.writes.incidents(rows);
     }
 }

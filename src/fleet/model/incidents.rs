@@ -13,8 +13,8 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::quantiles::Recoveries;
 use crate::clock::Ts;
-use crate::domain::IncidentRecord;
 use crate::domain::{AgentState, Cause, CauseKind, Plan};
+use crate::domain::{Attribution, IncidentRecord};
 
 /// An incident's key: its root cause's kind and resource, and its plan: a
 /// planned stranding and an unplanned one of the same cause are two
@@ -156,16 +156,11 @@ impl Incidents {
             let (was, state_since) = (m.state, m.state_since);
             m.state = state;
             m.state_since = since;
-            let stranded_us = match was {
-                AgentState::Stranded if key.2.is_none() => {
-                    since.max(self.clock).since(state_since).as_micros() as i64
-                }
-                _ => 0,
-            };
+            let us = since.max(self.clock).since(state_since).as_micros() as i64;
             self.tally(&key, was, -1);
             self.tally(&key, state, 1);
             let o = self.open.get_mut(&key)?;
-            o.row.stranded_us = o.row.stranded_us.saturating_add(stranded_us);
+            o.spent(was, us);
             o.count(was, -1);
             o.count(state, 1);
             rows.push(o.row.clone());
@@ -220,11 +215,10 @@ impl Incidents {
             return;
         };
         o.count(m.state, -1);
-        // Planned agents are in no agent-minutes stranded.
-        if m.state == AgentState::Stranded && o.row.planned.is_none() {
-            let us = at.max(self.clock).since(m.state_since).as_micros() as i64;
-            o.row.stranded_us = o.row.stranded_us.saturating_add(us);
-        }
+        o.spent(
+            m.state,
+            at.max(self.clock).since(m.state_since).as_micros() as i64,
+        );
         if recovered {
             o.recoveries
                 .record(i64::try_from(at.since(m.since).as_micros()).unwrap_or(i64::MAX));
@@ -238,13 +232,24 @@ impl Incidents {
         }
     }
 
-    /// A signal was sent to `agent`: counted on its open incident.
-    pub fn signaled(&mut self, agent: &str, rows: &mut Vec<IncidentRecord>) {
+    /// Signal `id` was sent to `agent`: counted on its open incident, and
+    /// the signal row marked as that incident's (in the same write).
+    pub fn signaled(
+        &mut self,
+        agent: &str,
+        id: i64,
+        rows: &mut Vec<IncidentRecord>,
+        attributed: &mut Vec<Attribution>,
+    ) {
         let Some(m) = self.members.get(agent) else {
             return;
         };
         if let Some(o) = self.open.get_mut(&m.key) {
             o.row.signals = o.row.signals.saturating_add(1);
+            attributed.push(Attribution {
+                signal: id,
+                incident: o.row.id,
+            });
             rows.push(o.row.clone());
         }
     }
@@ -277,6 +282,8 @@ impl Incidents {
                     o.row.agents = o.row.agents.max(s.agents);
                     o.row.signals = o.row.signals.max(s.signals);
                     o.row.stranded_us = o.row.stranded_us.max(s.stranded_us);
+                    o.row.degraded_us = o.row.degraded_us.max(s.degraded_us);
+                    o.row.planned_us = o.row.planned_us.max(s.planned_us);
                     o.row.peak_stranded = o.row.peak_stranded.max(s.peak_stranded);
                     o.row.peak_degraded = o.row.peak_degraded.max(s.peak_degraded);
                     o.row.peak_planned = o.row.peak_planned.max(s.peak_planned);
@@ -358,6 +365,8 @@ impl Open {
             agents: 0,
             signals: 0,
             stranded_us: 0,
+            degraded_us: 0,
+            planned_us: 0,
             recover_p50_us: None,
             recover_max_us: None,
             planned: key.2,
@@ -378,6 +387,18 @@ impl Open {
 
     /// Counts an agent in or out by its standing ([`crate::domain::Standing`]):
     /// every agent of a planned incident is planned.
+    /// An agent of it was `state` for `us`: its minutes by standing
+    /// (planned agents are in no agent-minutes stranded or degraded).
+    fn spent(&mut self, state: AgentState, us: i64) {
+        let sum = match state {
+            AgentState::Healthy => return,
+            _ if self.row.planned.is_some() => &mut self.row.planned_us,
+            AgentState::Stranded => &mut self.row.stranded_us,
+            AgentState::Degraded => &mut self.row.degraded_us,
+        };
+        *sum = sum.saturating_add(us.max(0));
+    }
+
     fn count(&mut self, state: AgentState, by: i32) {
         let n = match state {
             AgentState::Healthy => return,
@@ -465,6 +486,35 @@ mod tests {
     }
 
     #[test]
+    fn an_incident_sums_its_agents_time_by_standing_and_a_planned_one_only_as_planned() {
+        let mut inc = Incidents::default();
+        let mut rows = Vec::new();
+        let p1 = cause(CauseKind::ProxyExpired, "p1");
+        inc.set("a1", AgentState::Degraded, Some(&p1), t(0), &mut rows);
+        inc.set("a1", AgentState::Stranded, Some(&p1), t(10), &mut rows);
+        inc.set("a1", AgentState::Degraded, Some(&p1), t(15), &mut rows);
+        inc.set("a1", AgentState::Healthy, None, t(18), &mut rows);
+        let end = rows.last().cloned().expect("a row");
+        assert_eq!(
+            (end.stranded_us, end.degraded_us, end.planned_us),
+            (5_000_000, 13_000_000, 0)
+        );
+        let planned = Cause {
+            planned: Some(crate::domain::Plan::Maintenance(7)),
+            ..cause(CauseKind::ProxyExpired, "p2")
+        };
+        inc.set("a2", AgentState::Stranded, Some(&planned), t(20), &mut rows);
+        inc.set("a2", AgentState::Degraded, Some(&planned), t(30), &mut rows);
+        inc.set("a2", AgentState::Healthy, None, t(32), &mut rows);
+        let end = rows.last().cloned().expect("a row");
+        assert_eq!(
+            (end.stranded_us, end.degraded_us, end.planned_us),
+            (0, 0, 12_000_000),
+            "planned time is in no stranded or degraded figure"
+        );
+    }
+
+    #[test]
     fn an_agent_that_moves_to_another_cause_moves_incident_without_recovering() {
         let mut inc = Incidents::default();
         let mut rows = Vec::new();
@@ -476,10 +526,17 @@ mod tests {
         let first = rows.iter().rfind(|r| r.id == 1).expect("the first");
         assert_eq!(first.ended, Some(t(5)));
         assert_eq!(first.recover_p50_us, None, "it did not recover");
-        let mut signals = Vec::new();
-        inc.signaled("a1", &mut signals);
+        let (mut signals, mut attributed) = (Vec::new(), Vec::new());
+        inc.signaled("a1", 9, &mut signals, &mut attributed);
         assert_eq!(signals[0].signals, 1);
         assert_eq!(signals[0].id, 2);
+        assert_eq!(
+            attributed,
+            [Attribution {
+                signal: 9,
+                incident: 2
+            }]
+        );
     }
 
     #[test]

@@ -24,6 +24,8 @@ pub struct IncidentRowView {
     pub lasted: String,
     /// In words, by standing ("38 stranded, 2 degraded").
     pub peak: String,
+    /// Agent-minutes in words, by standing.
+    pub minutes: String,
     pub agents: u32,
     pub signals: u32,
     pub recover: String,
@@ -55,6 +57,7 @@ fn row(now: Ts, i: Incident) -> IncidentRowView {
         lasted: lasted(&i, now),
         recover: recovery(&i),
         peak: i.peak_words(),
+        minutes: i.minutes_words(),
         agents: i.agents,
         signals: i.signals_sent,
         title: i.title,
@@ -187,10 +190,10 @@ pub async fn incident(
     let spans = inc::spans_in(n, &episodes, &moves);
     let moved_out = inc::moved_out(&st.db, n).await?;
     let episodes: Vec<_> = spans.iter().map(|(e, _)| e.clone()).collect();
-    let mut signals = inc::signals(&st.db, &i, now, None, PAGE_SIGNALS + 1).await?;
+    let mut signals = inc::signals(&st.db, &i, None, PAGE_SIGNALS + 1).await?;
     let signals_more = signals.len() > PAGE_SIGNALS as usize;
     signals.truncate(PAGE_SIGNALS as usize);
-    let counts = inc::signal_counts(&st.db, &i, now).await?;
+    let counts = inc::signal_counts(&st.db, &i).await?;
     let svg = incident_svg::timeline(i.started, i.ended, now, &episodes, &signals);
     let agents = spans
         .iter()
