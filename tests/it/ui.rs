@@ -260,12 +260,16 @@ async fn names_from_the_network_are_escaped_on_every_page() {
 }
 
 async fn first_live_event(c: &Running) -> String {
-    let resp = c
-        .http
-        .get(format!("{}/live/overview", c.ll().base_url()))
-        .send()
-        .await
-        .expect("live stream");
+    first_live_event_as(c, None).await
+}
+
+/// The live overview's first event, for a browser sending `cookie`.
+async fn first_live_event_as(c: &Running, cookie: Option<&str>) -> String {
+    let mut req = c.http.get(format!("{}/live/overview", c.ll().base_url()));
+    if let Some(cookie) = cookie {
+        req = req.header("cookie", cookie);
+    }
+    let resp = req.send().await.expect("live stream");
     assert_eq!(resp.status().as_u16(), 200);
     assert!(resp.headers()["content-type"]
         .to_str()
@@ -279,6 +283,55 @@ async fn first_live_event(c: &Running) -> String {
     }
     assert!(text.starts_with("event: overview\n"), "{text}");
     text
+}
+
+/// A signed-out visitor is shown no action they cannot take: no
+/// "reconnect all" on the overview or in its live stream, no Reconnect
+/// button in the agent list. Signed in, they are there.
+#[tokio::test(start_paused = true)]
+async fn signed_out_visitors_are_offered_no_reconnect() {
+    let c = Cluster::two_stranded_by_hand().await;
+    let base = c.ll().base_url();
+    let no_redirects = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    let cookie = support::signed_in(&no_redirects, &base, support::ADMIN).await;
+    let as_browser = |path: &'static str, cookie: Option<String>| {
+        let (c, base) = (&c, base.clone());
+        async move {
+            let mut req = c.http.get(format!("{base}{path}"));
+            if let Some(cookie) = cookie {
+                req = req.header("cookie", cookie);
+            }
+            let resp = req.send().await.expect("GET");
+            assert_eq!(resp.status().as_u16(), 200, "{path}");
+            resp.text().await.expect("body")
+        }
+    };
+    for (who, cookie) in [("signed out", None), ("signed in", Some(cookie))] {
+        let signed_in = cookie.is_some();
+        let overview = as_browser("/", cookie.clone()).await;
+        let live = first_live_event_as(&c, cookie.as_deref()).await;
+        let agents = as_browser("/agents?state=stranded", cookie.clone()).await;
+        assert!(agents.contains("agent-00001"), "{who}: {agents}");
+        for (surface, html, action) in [
+            ("overview", &overview, "href=\"/reconnect-stranded\""),
+            ("live overview", &live, "href=\"/reconnect-stranded\""),
+            (
+                "agent list",
+                &agents,
+                "<button type=\"submit\">Reconnect</button>",
+            ),
+        ] {
+            assert_eq!(
+                html.contains(action),
+                signed_in,
+                "{who}, the {surface} offers {action}: {html}"
+            );
+        }
+    }
+    c.shutdown().await;
 }
 
 /// Guards the overview's story during an incident: counts, the root-cause

@@ -8,7 +8,9 @@
 //! bytes through a `watch` channel, so a hundred open dashboards cost one
 //! render a second, and a slow browser only ever skips to the newest
 //! fragment (nothing queues). Streams are capped; each ends on shutdown.
-//! The fragment carries no per-browser data (no CSRF tokens).
+//! The fragment carries no per-browser data (no CSRF tokens); it is
+//! rendered twice, for those signed in and those not (who are shown no
+//! action they cannot take), and each stream gets its caller's.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -28,7 +30,7 @@ use tracing::{debug, warn, Instrument};
 
 use super::pages::{overview_model, OverviewLive};
 use super::UiError;
-use crate::http::caller::ClientIp;
+use crate::http::caller::{Caller, ClientIp};
 use crate::http::error::ApiError;
 use crate::http::AppState;
 use crate::stats::Stats;
@@ -36,8 +38,25 @@ use crate::stats::Stats;
 /// How often the shared fragment is re-rendered while watched.
 pub const EVERY: Duration = Duration::from_secs(1);
 
+/// The fragment as rendered for each kind of viewer.
+#[derive(Clone)]
+struct Shown {
+    signed_in: Arc<str>,
+    signed_out: Arc<str>,
+}
+
+impl Shown {
+    fn for_caller(&self, signed_in: bool) -> Arc<str> {
+        if signed_in {
+            self.signed_in.clone()
+        } else {
+            self.signed_out.clone()
+        }
+    }
+}
+
 pub struct Live {
-    tx: watch::Sender<Arc<str>>,
+    tx: watch::Sender<Shown>,
     streams: Arc<Semaphore>,
     max: usize,
     /// Open streams per client IP (entries leave at zero).
@@ -81,7 +100,10 @@ impl Live {
 impl Live {
     pub fn new(max_streams: usize, max_per_ip: usize) -> Self {
         Live {
-            tx: watch::Sender::new(Arc::from("")),
+            tx: watch::Sender::new(Shown {
+                signed_in: Arc::from(""),
+                signed_out: Arc::from(""),
+            }),
             streams: Arc::new(Semaphore::new(max_streams)),
             max: max_streams,
             per_ip: Arc::new(Mutex::new(HashMap::new())),
@@ -90,9 +112,22 @@ impl Live {
     }
 }
 
-async fn render(st: &AppState) -> Result<Arc<str>, UiError> {
+async fn render(st: &AppState) -> Result<Shown, UiError> {
     let live = overview_model(st).await?;
-    match (OverviewLive { live }).render() {
+    let mut page = OverviewLive {
+        live,
+        signed_in: true,
+    };
+    let signed_in = html_of(&page)?;
+    page.signed_in = false;
+    Ok(Shown {
+        signed_in,
+        signed_out: html_of(&page)?,
+    })
+}
+
+fn html_of(page: &OverviewLive) -> Result<Arc<str>, UiError> {
+    match page.render() {
         // SSE cannot carry a carriage return, and a name from the network
         // might hold one: as a character reference it means the same.
         Ok(html) if html.contains('\r') => Ok(Arc::from(html.replace('\r', "&#13;"))),
@@ -120,8 +155,8 @@ pub fn spawn(st: AppState) -> JoinHandle<()> {
                     continue;
                 }
                 match render(&st).await {
-                    Ok(html) => {
-                        st.ui.live.tx.send_replace(html);
+                    Ok(shown) => {
+                        st.ui.live.tx.send_replace(shown);
                     }
                     // The fleet is gone: Lifeline is stopping.
                     Err(UiError {
@@ -191,13 +226,15 @@ fn slots(st: &AppState, peer: IpAddr) -> Result<Slots, UiError> {
 pub async fn overview_stream(
     State(st): State<AppState>,
     ClientIp(peer): ClientIp,
+    caller: Caller,
 ) -> Result<impl IntoResponse, UiError> {
     let held = slots(&st, peer)?;
+    let signed_in = caller.0.is_some();
     let rx = st.ui.live.tx.subscribe();
-    let first = render(&st).await?;
+    let first = render(&st).await?.for_caller(signed_in);
     let stop = st.shutdown.clone();
     let stream = futures::stream::once(async move { first })
-        .chain(WatchStream::from_changes(rx))
+        .chain(WatchStream::from_changes(rx).map(move |s| s.for_caller(signed_in)))
         .map(move |html| {
             let _held = &held;
             Ok::<_, Infallible>(Event::default().event("overview").data(&*html))

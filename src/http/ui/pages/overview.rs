@@ -248,6 +248,8 @@ pub async fn overview_model(st: &AppState) -> Result<LiveOverview, UiError> {
 pub struct OverviewPage {
     pub layout: Layout,
     pub live: LiveOverview,
+    /// Whether the viewer may act (shown the reconnect link).
+    pub signed_in: bool,
 }
 
 /// The live fragment alone (what the stream sends).
@@ -255,6 +257,7 @@ pub struct OverviewPage {
 #[template(path = "overview_live.html")]
 pub struct OverviewLive {
     pub live: LiveOverview,
+    pub signed_in: bool,
 }
 
 pub async fn overview(State(st): State<AppState>, ctx: Ctx) -> Result<Response, UiError> {
@@ -269,6 +272,7 @@ pub async fn overview(State(st): State<AppState>, ctx: Ctx) -> Result<Response, 
         &OverviewPage {
             layout: ctx.layout(&st, "overview", title),
             live,
+            signed_in: ctx.caller.0.is_some(),
         },
     ))
 }
