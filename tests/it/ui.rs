@@ -806,6 +806,41 @@ async fn maintenance_windows_are_declared_shown_and_ended_from_the_dashboard() {
     .await;
     assert_eq!(status, 400);
     assert!(html.contains("unknown target kind"), "{html}");
+    // Refused on the form itself, with what was typed kept.
+    assert!(
+        html.contains("id=\"declare-error\" role=\"alert\">Not started:"),
+        "{html}"
+    );
+    assert!(
+        html.contains("value=\"node/x\"") && html.contains("value=\"x\""),
+        "{html}"
+    );
+    assert!(
+        html.contains("<h1>Maintenance</h1>"),
+        "the page, not an error page: {html}"
+    );
+    let (status, _, html) = post_form(
+        &c,
+        "/maintenance",
+        &[
+            ("csrf", &token),
+            ("targets", "agent/* proxy/<i>"),
+            ("length", "2 fortnights"),
+            ("reason", "patch <night>"),
+            ("all", "1"),
+        ],
+        Form::cookie(&cookie),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(html.contains("Not started: for:"), "{html}");
+    assert!(
+        html.contains("value=\"agent/* proxy/&#60;i&#62;\"")
+            && html.contains("value=\"2 fortnights\"")
+            && html.contains("value=\"patch &#60;night&#62;\"")
+            && html.contains("value=\"1\" checked"),
+        "kept, escaped: {html}"
+    );
     let (status, _, html) = post_form(
         &c,
         "/maintenance/1/end",

@@ -15,7 +15,7 @@ use serde_json::json;
 use tracing::info;
 
 use super::fmt::agent_href;
-use super::{csrf, wants_json, UiError};
+use super::{csrf, wants_json, Ctx, UiError};
 use crate::domain::AgentState;
 use crate::http::caller::Caller;
 use crate::http::error::ApiError;
@@ -270,16 +270,36 @@ impl CsrfForm for MaintenanceForm {
 /// the length typed (`2h`).
 pub async fn start_maintenance(
     State(st): State<AppState>,
-    caller: Caller,
+    ctx: Ctx,
     Checked { form, json }: Checked<MaintenanceForm>,
 ) -> Result<Response, UiError> {
-    let with = |err: ApiError| UiError { err, json };
+    let caller = &ctx.caller;
     let m = &st.maintenance;
-    let length = humantime::parse_duration(form.length.trim()).map_err(|e| {
-        with(ApiError::BadBody(format!(
-            "for: {e} (write a length such as 30m or 2h)"
-        )))
-    })?;
+    // Refused: JSON for the dashboard's script, else the page again with
+    // the form as typed and why.
+    let typed = super::pages::Declare {
+        targets: form.targets.clone(),
+        length: form.length.clone(),
+        reason: form.reason.clone(),
+        all: form.all.is_some(),
+        error: None,
+    };
+    let refuse = |err: ApiError| async {
+        if json {
+            Err(UiError { err, json })
+        } else {
+            super::pages::refused_maintenance(&st, &ctx, err, typed).await
+        }
+    };
+    let length = match humantime::parse_duration(form.length.trim()) {
+        Ok(l) => l,
+        Err(e) => {
+            return refuse(ApiError::BadBody(format!(
+                "for: {e} (write a length such as 30m or 2h)"
+            )))
+            .await
+        }
+    };
     let req = crate::maintenance::WindowRequest {
         targets: form
             .targets
@@ -292,10 +312,10 @@ pub async fn start_maintenance(
         reason: form.reason,
         all: form.all.is_some(),
     };
-    let (w, warnings) = m
-        .create(&req, &caller.actor())
-        .await
-        .map_err(|e| with(e.into()))?;
+    let (w, warnings) = match m.create(&req, &caller.actor()).await {
+        Ok(made) => made,
+        Err(e) => return refuse(e.into()).await,
+    };
     info!(window = w.id, actor = %caller.actor(), "maintenance window started from the dashboard");
     Ok(if json {
         Json(serde_json::json!({

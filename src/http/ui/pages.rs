@@ -20,7 +20,7 @@ pub use agents::agents;
 pub use auth::auth;
 pub use confirm::confirm_stranded;
 pub use incidents::{incident, incidents};
-pub use maintenance::maintenance;
+pub use maintenance::{maintenance, refused_maintenance, Declare};
 pub use overview::{overview, overview_model, OverviewLive};
 pub use settings::settings;
 pub use signals::signals;

@@ -55,6 +55,29 @@ pub struct MaintenancePage {
     rows: Vec<WindowRow>,
     /// What the last form did ("window 3 started").
     done: Option<String>,
+    form: Declare,
+}
+
+/// The declare form as shown: empty, or what was sent with why it was
+/// refused, so nothing typed is lost.
+pub struct Declare {
+    pub targets: String,
+    pub length: String,
+    pub reason: String,
+    pub all: bool,
+    pub error: Option<String>,
+}
+
+impl Default for Declare {
+    fn default() -> Self {
+        Declare {
+            targets: String::new(),
+            length: "1h".into(),
+            reason: String::new(),
+            all: false,
+            error: None,
+        }
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -67,6 +90,29 @@ pub async fn maintenance(
     ctx: Ctx,
     UiQuery(q): UiQuery<MaintenanceQuery>,
 ) -> Result<Response, UiError> {
+    let done = q.done.map(|d| crate::domain::text::bounded(&d, 200));
+    page(&st, &ctx, StatusCode::OK, done, Declare::default()).await
+}
+
+/// The page with the declare form refused: its status is the error's,
+/// and the form keeps what was typed and says why.
+pub async fn refused_maintenance(
+    st: &AppState,
+    ctx: &Ctx,
+    err: ApiError,
+    mut form: Declare,
+) -> Result<Response, UiError> {
+    form.error = Some(err.to_string());
+    page(st, ctx, err.status(), None, form).await
+}
+
+async fn page(
+    st: &AppState,
+    ctx: &Ctx,
+    status: StatusCode,
+    done: Option<String>,
+    form: Declare,
+) -> Result<Response, UiError> {
     let m = &st.maintenance;
     let now = m.now();
     let mut list = m.list(None, true, ROWS).await.map_err(ApiError::from)?;
@@ -76,11 +122,12 @@ pub async fn maintenance(
         (over, if over { Ts(-w.id) } else { w.end() })
     });
     Ok(ctx.render(
-        StatusCode::OK,
+        status,
         &MaintenancePage {
-            layout: ctx.layout(&st, "maintenance", "Maintenance · Lifeline".into()),
+            layout: ctx.layout(st, "maintenance", "Maintenance · Lifeline".into()),
             rows: list.iter().map(|w| row(w, now)).collect(),
-            done: q.done.map(|d| crate::domain::text::bounded(&d, 200)),
+            done,
+            form,
         },
     ))
 }
