@@ -350,7 +350,9 @@ impl Auto {
             ))
         } else if self.agents > 0 && self.recent.len() > limit {
             Some(format!(
-                "storm guard: {} of {} agents ({:.0}%) turned stranded within {:?}, more than the {:.0}% limit; automatic reconnects pause until the window passes (manual ones still work)",
+                "storm guard: {} of {} agents ({:.0}%) turned stranded within {:?}, more than the {:.0}% limit; automatic reconnects pause until the window passes (manual ones still work). \
+                 Expected when most of the fleet shares the server that failed: a stranding this wide is cluster-wide, or Lifeline's view of it \
+                 is wrong, and the pause lets a wrong view correct itself before the whole fleet is moved",
                 self.recent.len(),
                 self.agents,
                 100.0 * self.recent.len() as f64 / self.agents as f64,

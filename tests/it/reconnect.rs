@@ -232,6 +232,15 @@ async fn agents_with_nowhere_to_go_wait_for_a_live_proxy() {
     // The dashboard says so: the overview's count, each row, the agent page.
     let (_, overview) = c.get_text("/").await;
     assert!(overview.contains(r#"id="waiting-count""#), "overview count");
+    // With a proxy live, its card says why they wait all the same.
+    let proxies = &overview[overview
+        .find(r#"id="proxies-count""#)
+        .expect("proxies card")..];
+    let proxies = &proxies[..proxies.find("</a>").expect("its end")];
+    assert!(
+        proxies.contains("6 waiting agents are already on it"),
+        "{proxies}"
+    );
     let (_, rows) = c.get_text("/agents?state=degraded").await;
     assert_eq!(rows.matches("◌ waiting for a live proxy").count(), 6);
     let (_, page) = c.get_text("/agents/agent-00002").await;

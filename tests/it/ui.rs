@@ -406,6 +406,10 @@ async fn overview_says_when_automatic_reconnects_are_paused() {
     let html = page(&c, "/").await;
     assert!(html.contains("Automatic reconnects are paused"), "{html}");
     assert!(html.contains("storm guard"), "the reason");
+    assert!(
+        html.contains("Expected when most of the fleet shares the server that failed"),
+        "why a trip is expected: {html}"
+    );
     assert!(html.contains("automatic reconnects paused"));
     c.shutdown().await;
 }
