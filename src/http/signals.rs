@@ -15,7 +15,7 @@ use super::contract::{ReadErrors, ReadOneErrors, WriteErrors};
 use super::error::{ApiError, ApiJson};
 use super::paged::{ById, IdPage, Listed};
 use super::AppState;
-use crate::domain::{AgentState, Outcome, SignalKind};
+use crate::domain::{AgentState, Outcome, SignalKind, Standing};
 use crate::fleet::Selection;
 use crate::signals::dispatch::{Origin, Refusal};
 use crate::signals::hub::{Ask, SendError, SignalRequest};
@@ -252,7 +252,9 @@ impl utoipa::PartialSchema for Selector {
                             .into_iter()
                             .chain([serde_json::Value::Null]),
                     ))
-                    .description(Some("Every agent in this state.")),
+                    .description(Some(
+                        "Every agent in this state, as its figure counts them: planned agents are not included (reconnect one by name).",
+                    )),
             )
             .property(
                 "proxy",
@@ -387,7 +389,13 @@ pub(super) async fn select(
     let sel = match (&proxy, &auth) {
         (Some(p), _) => Selection::Proxy(p.clone()),
         (None, Some(a)) => Selection::AuthServer(a.clone()),
-        (None, None) => Selection::State(state.unwrap_or(AgentState::Stranded)),
+        // The agents the figure of that name counts: planned ones are
+        // reconnected by name only.
+        (None, None) => Selection::Standing(match state.unwrap_or(AgentState::Stranded) {
+            AgentState::Healthy => Standing::Healthy,
+            AgentState::Degraded => Standing::Degraded,
+            AgentState::Stranded => Standing::Stranded,
+        }),
     };
     let matched = s.fleet.select(sel).await?;
     let Some(agents) = matched else {

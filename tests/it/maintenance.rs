@@ -93,6 +93,12 @@ async fn planned_and_unplanned_strandings_side_by_side_then_the_window_ends(stor
     );
     assert_eq!(planned[0]["agent_minutes_stranded"], json!(0.0), "{:?}", planned[0]);
     assert_eq!(summary["agents"]["stranded"], 0, "the planned one is not stranded too: {summary}");
+    // "Reconnect every stranded agent" names the agents that figure
+    // counts: none; the planned one is reconnected by name only.
+    let (status, r) = c.post("/api/v1/reconnects", r#"{"state":"stranded"}"#).await;
+    assert_eq!((status, &r["matched"]), (202, &json!(0)), "{r}");
+    let (_, confirm) = c.get_text("/reconnect-stranded").await;
+    assert!(confirm.contains("No agent is stranded right now"), "{confirm}");
 
     // A manual reconnect of a target goes, and names the window.
     let (status, r) = c.post("/api/v1/agents/agent-00003/reconnect", "").await;

@@ -9,13 +9,14 @@
 
 use super::StateChange;
 use super::{AgentEntry, Model, TunnelEntry};
-use crate::domain::{AgentState, Tunnel};
+use crate::domain::{Standing, Tunnel};
 
 /// Which agents a bulk action names.
 #[derive(Clone, Debug)]
 pub enum Selection {
-    /// Every agent in this state.
-    State(AgentState),
+    /// Every agent of this standing (stranded ones are those the stranded
+    /// figure counts: not planned).
+    Standing(Standing),
     /// Every agent with a tunnel to this proxy.
     Proxy(String),
     /// Every agent attached to this auth server.
@@ -186,10 +187,14 @@ impl Model {
                         .unwrap_or_default(),
                 )
             }
-            Selection::State(st) => Some(
+            Selection::Standing(st) => Some(
                 self.agent_order
                     .iter()
-                    .filter(|n| self.agents.get(n).is_some_and(|a| a.state == *st))
+                    .filter(|n| {
+                        self.agents
+                            .get(n)
+                            .is_some_and(|a| Standing::of(a.state, a.cause.as_ref()) == *st)
+                    })
                     .cloned()
                     .collect(),
             ),
