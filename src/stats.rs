@@ -212,6 +212,8 @@ pub struct Stats {
     /// Notifications by channel ([`Channel`]) and outcome
     /// ([`NotifyOutcome`]).
     pub notify: [[AtomicU64; 3]; 2],
+    /// Of those dropped, by channel and why ([`DropReason`]).
+    pub notify_dropped: [[AtomicU64; 2]; 2],
     /// Latency and size distributions.
     pub hist: Histograms,
 }
@@ -232,6 +234,17 @@ pub enum NotifyOutcome {
     Delivered = 0,
     Failed = 1,
     Dropped = 2,
+}
+
+/// Why a notification was given up on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum DropReason {
+    /// Older than the channel's `max_age`, measured from the event's own
+    /// time: told late, it would page people about the past.
+    TooOld = 0,
+    /// Its stored body could not be read.
+    Unreadable = 1,
 }
 
 /// One HTTP listener's connections: held now, and each way one ended
@@ -256,6 +269,12 @@ impl Stats {
     /// Counts one notification.
     pub fn notified(&self, channel: Channel, outcome: NotifyOutcome) {
         self.notify[channel as usize][outcome as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one notification given up on, and why.
+    pub fn dropped(&self, channel: Channel, why: DropReason) {
+        self.notified(channel, NotifyOutcome::Dropped);
+        self.notify_dropped[channel as usize][why as usize].fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -341,6 +360,7 @@ pub mod metric {
     pub const TLS_HANDSHAKE_FAILURES_TOTAL: &str = "lifeline_tls_handshake_failures_total";
     pub const TLS_RELOADS_TOTAL: &str = "lifeline_tls_reloads_total";
     pub const NOTIFICATIONS_TOTAL: &str = "lifeline_notifications_total";
+    pub const NOTIFICATIONS_DROPPED_TOTAL: &str = "lifeline_notifications_dropped_total";
     pub const TLS_CERTIFICATE_EXPIRY: &str = "lifeline_tls_certificate_expiry_timestamp_seconds";
     // Labelled with resource names, rendered from the read model.
     pub const ROOT_CAUSE_AGENTS: &str = "lifeline_root_cause_agents";

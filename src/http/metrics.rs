@@ -22,7 +22,7 @@ use super::AppState;
 use crate::domain::{Health, Kind, Op, RejectCode};
 use crate::fleet::view::{AuthView, Summary};
 use crate::fleet::WatchState;
-use crate::stats::{metric, Channel, NotifyOutcome, SignalKind, SignalOutcome, Stats};
+use crate::stats::{metric, Channel, DropReason, NotifyOutcome, SignalKind, SignalOutcome, Stats};
 use crate::telemetry::SpanCounters;
 
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -528,6 +528,24 @@ fn counters(st: &Stats, spans: &SpanCounters) {
             f.total(
                 &[("channel", channel.into()), ("outcome", outcome.into())],
                 &st.notify[c][o],
+            );
+        }
+    }
+    let f = counter(
+        metric::NOTIFICATIONS_DROPPED_TOTAL,
+        "Notifications given up on, by channel and reason (too_old: older than max_age from the event's own time; unreadable: its stored body).",
+    );
+    for (c, channel) in [Channel::Alertmanager, Channel::Webhook]
+        .into_iter()
+        .enumerate()
+    {
+        for (r, reason) in [DropReason::TooOld, DropReason::Unreadable]
+            .into_iter()
+            .enumerate()
+        {
+            f.total(
+                &[("channel", channel.into()), ("reason", reason.into())],
+                &st.notify_dropped[c][r],
             );
         }
     }

@@ -21,7 +21,7 @@ use crate::backoff::Backoff;
 use crate::clock::{Clock, Ts};
 use crate::config::{WebhookConfig, WebhookFormat};
 use crate::domain::{text, NoticeKind};
-use crate::stats::{Channel, NotifyOutcome, Stats};
+use crate::stats::{Channel, DropReason, NotifyOutcome, Stats};
 use crate::store::outbox::{self, Delivery, DeliveryOutcome, Event};
 use crate::store::{Db, Leadership};
 
@@ -161,13 +161,16 @@ impl Webhook {
         leadership: &mut watch::Receiver<Leadership>,
         stop: &CancellationToken,
     ) -> Ended {
-        let first = self.clock.now();
+        // Its age counts from the event's own time, not from when this
+        // replica began to deliver it: a restart or a new leader resets
+        // nothing, and a receiver back after a day is not paged about it.
+        let born = Ts(ev.at_us);
+        let too_old = |now: Ts| now.since(born) >= self.cfg.max_age;
         let body = match self.body(ev) {
             Some(b) => b,
             None => {
                 warn!(event = ev.id, kind = %ev.kind, "an event's stored body is not JSON; dropped");
-                self.stats
-                    .notified(Channel::Webhook, NotifyOutcome::Dropped);
+                self.stats.dropped(Channel::Webhook, DropReason::Unreadable);
                 return self
                     .finish(
                         ev,
@@ -182,6 +185,26 @@ impl Webhook {
         };
         let mut attempts: u32 = 0;
         loop {
+            // Checked before every attempt, the first and each retry after
+            // its backoff: an event is never sent once it is too old.
+            if too_old(self.clock.now()) {
+                self.stats.dropped(Channel::Webhook, DropReason::TooOld);
+                warn!(event = ev.id, kind = %ev.kind, attempts, "a webhook event is older than max_age; dropped");
+                let why = format!(
+                    "older than max_age ({}) before it could be delivered",
+                    humantime::format_duration(self.cfg.max_age)
+                );
+                return self
+                    .finish(
+                        ev,
+                        DeliveryOutcome::Dropped,
+                        attempts,
+                        None,
+                        None,
+                        Some(why),
+                    )
+                    .await;
+            }
             attempts = attempts.saturating_add(1);
             let (status, latency, error) = tokio::select! {
                 _ = stop.cancelled() => return Ended::Interrupted,
@@ -192,12 +215,6 @@ impl Webhook {
                 self.stats
                     .notified(Channel::Webhook, NotifyOutcome::Delivered);
                 DeliveryOutcome::Delivered
-            } else if self.clock.now().since(first) >= self.cfg.max_age {
-                self.stats
-                    .notified(Channel::Webhook, NotifyOutcome::Dropped);
-                warn!(event = ev.id, kind = %ev.kind, attempts, error = error.as_deref().unwrap_or(""),
-                      "a webhook event failed for longer than max_age; dropped");
-                DeliveryOutcome::Dropped
             } else {
                 self.stats.notified(Channel::Webhook, NotifyOutcome::Failed);
                 if attempts == 1 {

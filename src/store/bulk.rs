@@ -86,6 +86,15 @@ pub(super) fn values_pieces<T>(rows: &[T], isolate: bool) -> Pieces<'_, T> {
 }
 
 impl Dialect<Sqlite> {
+    /// The outbox's write lock: SQLite's one writer already orders every
+    /// transaction (see `outbox::OUTBOX_LOCK`).
+    pub async fn lock_outbox(
+        &self,
+        _tx: &mut Transaction<'static, Sqlite>,
+    ) -> Result<(), sqlx::Error> {
+        Ok(())
+    }
+
     /// History rows, in `VALUES` statements.
     pub async fn write_events(
         &self,
@@ -176,6 +185,18 @@ impl Dialect<Sqlite> {
 const NO_HASH_JOIN: &str = "SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off";
 
 impl Dialect<Postgres> {
+    /// Takes `outbox::OUTBOX_LOCK` until the transaction ends.
+    pub async fn lock_outbox(
+        &self,
+        tx: &mut Transaction<'static, Postgres>,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(super::outbox::OUTBOX_LOCK)
+            .execute(&mut **tx)
+            .await
+            .map(|_| ())
+    }
+
     /// History rows: many by one binary `COPY` (no statement to plan, no
     /// executor per row; a row the database refuses fails the whole COPY
     /// and the writer then goes row by row), fewer by `UNNEST` inserts.

@@ -377,6 +377,9 @@ macro_rules! phases {
                         upsert_incidents(chunk).build());
                 }
                 let events = outbox::incident_events(&before, &incidents, b.events.last().map(|e| e.at));
+                if !events.is_empty() {
+                    self.sql.lock_outbox(&mut self.tx).await?;
+                }
                 for chunk in values_pieces(&events, self.isolating()) {
                     exec!(self, (Subject::Store, &format!("{} event", chunk[0].kind), "notify_events"),
                         outbox::insert_events(chunk).build());

@@ -190,9 +190,11 @@ macro_rules! audit {
     }};
 }
 
-/// The outbox event telling `kind` of `w`, in transaction `tx`.
+/// The outbox event telling `kind` of `w`, in transaction `tx` of `db`
+/// (under the outbox's lock, see `outbox::OUTBOX_LOCK`).
 macro_rules! event {
-    ($tx:ident, $w:expr, $kind:expr, $at:expr) => {{
+    ($db:expr, $tx:ident, $w:expr, $kind:expr, $at:expr) => {{
+        super::outbox::lock_outbox!($db, $tx);
         let body = serde_json::json!({ "window": WindowView::of($w, $at) }).to_string();
         sqlx::query("INSERT INTO notify_events (at_us, kind, incident_id, body) VALUES ($1, $2, NULL, $3)")
             .bind($at.as_micros())
@@ -359,7 +361,7 @@ pub async fn delete(db: &Db, id: i64, actor: &str, now: Ts) -> Result<Ended, sql
                     w.deleted_at = Some(now);
                     audit!(tx, w, "deleted", actor, now);
                     if told_start != 0 && told_end == 0 {
-                        event!(tx, w, NoticeKind::MaintenanceEnded, w.end());
+                        event!(db, tx, w, NoticeKind::MaintenanceEnded, w.end());
                     }
                 }
                 announce!(db, tx, id);
@@ -479,12 +481,12 @@ pub async fn tell_due(db: &Db, now: Ts) -> Result<usize, sqlx::Error> {
                 .fetch_optional(&mut *tx)
                 .await?;
             if started == Some(0) && w.from <= now && began {
-                event!(tx, &w, NoticeKind::MaintenanceStarted, w.from);
+                event!(db, tx, &w, NoticeKind::MaintenanceStarted, w.from);
                 told += 1;
             }
             let over = w.end() <= now;
             if over && began {
-                event!(tx, &w, NoticeKind::MaintenanceEnded, w.end());
+                event!(db, tx, &w, NoticeKind::MaintenanceEnded, w.end());
                 told += 1;
             }
             sqlx::query(

@@ -13,6 +13,29 @@ use super::{on_pool, Db};
 use crate::clock::Ts;
 use crate::domain::{IncidentMark, IncidentRecord, NoticeKind};
 
+/// The key of the PostgreSQL advisory lock every transaction that writes
+/// the outbox takes before its first event ("LLoutbox"). Held to its
+/// commit, it makes event ids commit in order: a transaction takes its ids
+/// only after the one before it committed, so once a reader has seen id
+/// n, every id below n that will ever exist is already visible, and a
+/// cursor `id > last` skips nothing. (Without it, a lower id committing
+/// after a higher one was read would never be delivered.) SQLite's one
+/// writer gives the same order.
+pub const OUTBOX_LOCK: i64 = 0x4c4c_6f75_7462_6f78;
+
+/// Takes [`OUTBOX_LOCK`] in transaction `$tx` of `$db` (PostgreSQL only).
+macro_rules! lock_outbox {
+    ($db:expr, $tx:expr) => {
+        if matches!($db, $crate::store::Db::Postgres(_)) {
+            sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                .bind($crate::store::outbox::OUTBOX_LOCK)
+                .execute(&mut *$tx)
+                .await?;
+        }
+    };
+}
+pub(super) use lock_outbox;
+
 /// Events read per page by a webhook's loop.
 pub const PAGE: i64 = 100;
 /// Delivery-log rows shown at most.
@@ -163,14 +186,17 @@ pub async fn append(
 ) -> Result<i64, sqlx::Error> {
     let body = body.to_string();
     on_pool!(db, pool => {
+        let mut tx = pool.begin().await?;
+        lock_outbox!(db, tx);
         let (id,): (i64,) = sqlx::query_as(
             "INSERT INTO notify_events (at_us, kind, incident_id, body) VALUES ($1, $2, NULL, $3) RETURNING id",
         )
         .bind(at.as_micros())
         .bind(kind.as_str())
         .bind(body.as_str())
-        .fetch_one(pool)
+        .fetch_one(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(id)
     })
 }
