@@ -26,7 +26,7 @@ pub use history::{EndReason, HistoryEvent, Subject};
 pub use kept::{Episode, LastHealth, Loaded};
 pub use labels::{LabelText, Labels};
 pub use lb_policy::{LbMode, LbPolicy, PolicyError};
-pub use maintenance::{Plan, Planned, Target, TargetError, TargetKind, Window, Windows};
+pub use maintenance::{Handling, Plan, Planned, Target, TargetError, TargetKind, Window, Windows};
 pub use notice::{IncidentMark, NoticeKind};
 pub use record::{
     Attribution, Census, EpisodeChange, HealthTransition, HistoryEntry, IncidentMove,

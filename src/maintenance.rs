@@ -366,6 +366,9 @@ impl Maintenance {
         let mut due = true;
         // The moment the next look is for (the clock may wake earlier).
         let mut at = self.clock.now();
+        // Whether `at` is a window's own start or end (else only the
+        // periodic look, which needs no new read of the list).
+        let mut at_a_change = false;
         let mut watching = true;
         loop {
             if due && leadership.borrow().leading {
@@ -382,9 +385,9 @@ impl Maintenance {
                 // moment, however long telling took.
                 let now = self.clock.now();
                 let latest = now.saturating_add(TELL_EVERY);
-                at = Windows::new(self.in_force().to_vec())
-                    .next_change(now)
-                    .map_or(latest, |t| t.min(latest));
+                let change = Windows::new(self.in_force().to_vec()).next_change(now);
+                at_a_change = change.is_some_and(|t| t <= latest);
+                at = change.map_or(latest, |t| t.min(latest));
             }
             tokio::select! {
                 _ = stop.cancelled() => return,
@@ -398,8 +401,8 @@ impl Maintenance {
                 }
                 _ = tokio::time::sleep_until(self.clock.instant_at(at)) => {
                     due = self.clock.now() >= at;
-                    if due {
-                        // One may have started or ended: read the list again.
+                    if due && at_a_change {
+                        // One started or ended: read the list again.
                         self.reload().await;
                     }
                 }

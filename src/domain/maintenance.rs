@@ -191,6 +191,36 @@ impl Plan {
         }
     }
 
+    /// What Lifeline does about a stranding this plan explains (`None`:
+    /// unplanned). The one rule: the outbox, Alertmanager and the
+    /// automatic reconnects each ask it.
+    ///
+    /// - unplanned: told, reconnected, restarted;
+    /// - an operator's window: none of them (they declared it; a manual
+    ///   reconnect still goes);
+    /// - a rollout: told (and says so), an agent that moves its own
+    ///   tunnels is reconnected, but a sidecar does not restart Teleport's
+    ///   agent for it (Teleport's agents find the new proxies themselves).
+    pub fn handling(plan: Option<Plan>) -> Handling {
+        match plan {
+            None => Handling {
+                told: true,
+                reconnected: true,
+                restarted: true,
+            },
+            Some(Plan::Maintenance(_)) => Handling {
+                told: false,
+                reconnected: false,
+                restarted: false,
+            },
+            Some(Plan::Rollout) => Handling {
+                told: true,
+                reconnected: true,
+                restarted: false,
+            },
+        }
+    }
+
     /// In words, for titles: "planned: maintenance window 3".
     pub fn words(self) -> String {
         match self {
@@ -208,6 +238,24 @@ pub struct Planned {
     pub kind: &'static str,
     /// The maintenance window, for `maintenance`.
     pub window: Option<i64>,
+}
+
+/// See [`Plan::handling`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Handling {
+    /// Notified: webhooks, Alertmanager.
+    pub told: bool,
+    /// Sent automatic reconnects.
+    pub reconnected: bool,
+    /// Restarted by its sidecar automatically.
+    pub restarted: bool,
+}
+
+impl Planned {
+    /// The plan it shows (`None` for a kind this build does not know).
+    pub fn plan(&self) -> Option<Plan> {
+        Plan::from_stored(Some(self.kind), self.window)
+    }
 }
 
 impl From<Plan> for Planned {

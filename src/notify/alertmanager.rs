@@ -111,11 +111,10 @@ impl Poster {
         let mut alerts: Vec<Alert> = Vec::new();
         let mut resolving = Vec::new();
         let mut severities = Vec::new();
-        // A maintenance window's incidents are shown, never told.
-        for i in list
-            .iter()
-            .filter(|i| i.planned.is_none_or(|p| p.kind != "maintenance"))
-        {
+        // What a plan explains is told only as its one rule says.
+        for i in list.iter().filter(|i| {
+            crate::domain::Plan::handling(i.planned.as_ref().and_then(|p| p.plan())).told
+        }) {
             let severity = alert::severity(i);
             let earlier = self.told.get(&i.id).copied();
             if let Some(old) = earlier.filter(|old| *old != severity) {

@@ -119,8 +119,12 @@ impl Webhook {
                         }
                         continue;
                     }
+                    // Whether the place is past what was last recorded:
+                    // a delivery records its own; skipped events do not.
+                    let mut unrecorded = false;
                     for ev in &events {
                         let wanted = ev.kind.parse::<NoticeKind>().is_ok_and(|k| self.cfg.wants(k));
+                        unrecorded = !wanted;
                         if wanted {
                             match self.deliver(ev, &mut leadership, &stop).await {
                                 Ended::Done => {}
@@ -131,9 +135,12 @@ impl Webhook {
                         }
                         cursor = ev.id;
                     }
-                    // Events it is not sent move its place too.
-                    if let Err(e) = outbox::skip(&self.db, &self.cfg.name, cursor).await {
-                        warn!(error = %e, "recording the webhook's place failed; events may be looked at again");
+                    // Events it is not sent move its place too (written only
+                    // when the page ended on one).
+                    if unrecorded {
+                        if let Err(e) = outbox::skip(&self.db, &self.cfg.name, cursor).await {
+                            warn!(error = %e, "recording the webhook's place failed; events may be looked at again");
+                        }
                     }
                 }
             }
@@ -344,11 +351,24 @@ pub fn envelope(ev: &Event, cx: &Context) -> Option<Value> {
     }))
 }
 
-/// One line for Slack: the cluster, what happened and a link.
-fn slack_text(v: &Value) -> String {
+/// Text from the network or an operator, safe in a Slack message: `&`,
+/// `<` and `>` escaped (Slack's own rule), so a name or a reason can
+/// neither mention (`<!channel>`) nor link.
+pub fn slack_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// One line for Slack, for every kind of event: the cluster, what
+/// happened and, for an incident, a link. Every name, title and reason
+/// is escaped.
+pub fn slack_text(v: &Value) -> String {
+    let e = |v: &Value| slack_escape(v.as_str().unwrap_or(""));
     let kind = v["type"].as_str().unwrap_or("event");
-    let cluster = v["cluster"].as_str().unwrap_or("");
-    let i = &v["data"]["incident"];
+    let cluster = e(&v["cluster"]);
+    let data = &v["data"];
+    let i = &data["incident"];
     if i.is_object() {
         let verb = kind.strip_prefix("incident.").unwrap_or(kind);
         let n = |k: &str| u32::try_from(i[k].as_u64().unwrap_or(0)).unwrap_or(u32::MAX);
@@ -357,28 +377,50 @@ fn slack_text(v: &Value) -> String {
             n("peak_degraded"),
             n("peak_planned"),
         );
+        // A link's URL may hold neither `|` nor `>`.
+        let url: String = i["url"]
+            .as_str()
+            .unwrap_or("")
+            .chars()
+            .filter(|c| !matches!(c, '|' | '<' | '>'))
+            .collect();
         format!(
-            "[{cluster}] Incident {} {verb}: {} ({}). {} agents, peak {peak}; {} signals sent. <{}|Open in Lifeline>",
-            i["id"], i["title"].as_str().unwrap_or(""), i["severity"].as_str().unwrap_or(""),
-            i["agents"], i["signals_sent"], i["url"].as_str().unwrap_or(""),
+            "[{cluster}] Incident {} {verb}: {} ({}). {} agents, peak {peak}; {} signals sent. <{url}|Open in Lifeline>",
+            n("id"),
+            e(&i["title"]),
+            e(&i["severity"]),
+            n("agents"),
+            n("signals_sent"),
         )
-    } else if v["data"]["window"].is_object() {
-        let w = &v["data"]["window"];
-        let targets: Vec<&str> = w["targets"]
+    } else if data["window"].is_object() {
+        let w = &data["window"];
+        let targets: Vec<String> = w["targets"]
             .as_array()
-            .map(|t| t.iter().filter_map(Value::as_str).collect())
+            .map(|t| t.iter().map(e).collect())
             .unwrap_or_default();
         format!(
             "[{cluster}] Maintenance window {} {}: {} ({} to {}): {}",
-            w["id"],
+            w["id"].as_i64().unwrap_or(0),
             kind.strip_prefix("maintenance.").unwrap_or(kind),
             targets.join(", "),
-            w["from"].as_str().unwrap_or(""),
-            w["until"].as_str().unwrap_or(""),
-            w["reason"].as_str().unwrap_or(""),
+            e(&w["from"]),
+            e(&w["until"]),
+            e(&w["reason"]),
         )
+    } else if kind == "restarts.paused" {
+        let what = match (
+            data["reconnects_paused"].as_bool().unwrap_or(false),
+            data["restarts_paused"].as_bool().unwrap_or(false),
+        ) {
+            (true, true) => "Automatic reconnects and restarts are paused",
+            (false, true) => "Automatic restarts are paused",
+            _ => "Automatic reconnects are paused",
+        };
+        format!("[{cluster}] {what}: {}", e(&data["reason"]))
+    } else if kind == "restarts.resumed" {
+        format!("[{cluster}] Automatic reconnects and restarts resumed")
     } else {
-        format!("[{cluster}] {kind}: {}", v["data"])
+        format!("[{cluster}] {}", slack_escape(kind))
     }
 }
 
@@ -401,5 +443,51 @@ async fn pause(stop: &CancellationToken, d: Duration) -> bool {
     tokio::select! {
         _ = stop.cancelled() => true,
         _ = tokio::time::sleep(d) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slack_text;
+    use serde_json::json;
+
+    #[test]
+    fn every_event_reads_as_a_sentence_with_names_and_reasons_escaped() {
+        let incident = json!({"type": "incident.opened", "cluster": "prod & <b>", "data": {"incident": {
+            "id": 7, "title": "<!channel> proxy-1 expired", "severity": "warning", "agents": 133,
+            "peak_stranded": 0, "peak_degraded": 133, "peak_planned": 0, "signals_sent": 2,
+            "url": "https://ll.example.com/incidents/7|x>"}}});
+        assert_eq!(
+            slack_text(&incident),
+            "[prod &amp; &lt;b&gt;] Incident 7 opened: &lt;!channel&gt; proxy-1 expired (warning). \
+             133 agents, peak 133 degraded; 2 signals sent. <https://ll.example.com/incidents/7x|Open in Lifeline>"
+        );
+        let window = json!({"type": "maintenance.started", "cluster": "prod", "data": {"window": {
+            "id": 3, "targets": ["proxy/<@U123>"], "from": "2026-11-29T02:00:00Z",
+            "until": "2026-11-29T04:00:00Z", "reason": "<https://evil.example|click here>"}}});
+        assert_eq!(
+            slack_text(&window),
+            "[prod] Maintenance window 3 started: proxy/&lt;@U123&gt; (2026-11-29T02:00:00Z to \
+             2026-11-29T04:00:00Z): &lt;https://evil.example|click here&gt;"
+        );
+        let paused = json!({"type": "restarts.paused", "cluster": "prod", "data": {
+            "reconnects_paused": false, "restarts_paused": true,
+            "reason": "the last 3 restarts did not bring their agents back", "agents": 10}});
+        assert_eq!(
+            slack_text(&paused),
+            "[prod] Automatic restarts are paused: the last 3 restarts did not bring their agents back"
+        );
+        let resumed = json!({"type": "restarts.resumed", "cluster": "prod", "data": {}});
+        assert_eq!(
+            slack_text(&resumed),
+            "[prod] Automatic reconnects and restarts resumed"
+        );
+        for v in [&incident, &window, &paused, &resumed] {
+            let t = slack_text(v);
+            assert!(
+                !t.contains('{') && !t.contains("_paused"),
+                "no raw JSON: {t}"
+            );
+        }
     }
 }

@@ -199,25 +199,20 @@ impl Auto {
     }
 
     fn note(&mut self, c: &StateChange) {
-        match c.planned {
-            // An operator's window: shown, never acted on automatically.
-            Some(Plan::Maintenance(_)) => {
-                self.forget(&c.agent);
-                return;
-            }
-            // A rollout: Teleport's agents find the new proxies on their
-            // own, so a sidecar's agent is not restarted for it; an agent
-            // that moves its own tunnels is still moved.
-            Some(Plan::Rollout) => {
-                let restarts = self
-                    .hub
-                    .restarted_by_sidecar(std::slice::from_ref(&c.agent));
-                if !restarts.is_empty() {
-                    self.forget(&c.agent);
-                    return;
-                }
-            }
-            None => {}
+        // What the plan's one rule lets automatic actions do.
+        let handling = Plan::handling(c.planned);
+        if !handling.reconnected {
+            self.forget(&c.agent);
+            return;
+        }
+        if !handling.restarted
+            && !self
+                .hub
+                .restarted_by_sidecar(std::slice::from_ref(&c.agent))
+                .is_empty()
+        {
+            self.forget(&c.agent);
+            return;
         }
         // A planned stranding is no part of a storm.
         if c.planned.is_none() && c.to == AgentState::Stranded && c.from != AgentState::Stranded {

@@ -38,6 +38,14 @@ struct Row {
 const COLUMNS: &str = "SELECT id, targets, from_us, until_us, reason, created_by, created_us, \
      ended_by, ended_us, deleted_us FROM maintenance_windows";
 
+/// A window due to be told, with whether its start was told already.
+#[derive(sqlx::FromRow)]
+struct Due {
+    #[sqlx(flatten)]
+    row: Row,
+    told_start: i64,
+}
+
 impl Row {
     /// `None` for a row whose targets do not parse (written by another
     /// build): left out, and said once here.
@@ -452,7 +460,10 @@ pub async fn audit_of(db: &Db, id: i64) -> Result<Vec<AuditRow>, sqlx::Error> {
 pub async fn tell_due(db: &Db, now: Ts) -> Result<usize, sqlx::Error> {
     let n = in_tx!(db, tx => {
         let at = now.as_micros();
-        let mut q = sqlx::QueryBuilder::new(COLUMNS);
+        let mut q = sqlx::QueryBuilder::new(
+            "SELECT id, targets, from_us, until_us, reason, created_by, created_us, \
+             ended_by, ended_us, deleted_us, told_start FROM maintenance_windows",
+        );
         q.push(" WHERE (told_start = 0 AND from_us <= ")
             .push_bind(at)
             .push(") OR (told_end = 0 AND (until_us <= ")
@@ -460,9 +471,9 @@ pub async fn tell_due(db: &Db, now: Ts) -> Result<usize, sqlx::Error> {
             .push(" OR ended_us <= ")
             .push_bind(at)
             .push(")) ORDER BY id LIMIT 100");
-        let rows: Vec<Row> = q.build_query_as().fetch_all(&mut *tx).await?;
+        let rows: Vec<Due> = q.build_query_as().fetch_all(&mut *tx).await?;
         let mut told = 0usize;
-        for row in rows {
+        for Due { row, told_start } in rows {
             let id = row.id;
             let Some(w) = row.into_window() else {
                 // Never told, never asked again.
@@ -476,11 +487,7 @@ pub async fn tell_due(db: &Db, now: Ts) -> Result<usize, sqlx::Error> {
             // however late this runs; one ended before it began is told
             // neither.
             let began = w.from < w.end();
-            let started: Option<i64> = sqlx::query_scalar("SELECT told_start FROM maintenance_windows WHERE id = $1")
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await?;
-            if started == Some(0) && w.from <= now && began {
+            if told_start == 0 && w.from <= now && began {
                 event!(db, tx, &w, NoticeKind::MaintenanceStarted, w.from);
                 told += 1;
             }

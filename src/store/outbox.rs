@@ -78,7 +78,7 @@ pub(super) fn incident_events(
         // An operator's window: shown, never told. An agent still
         // stranded when it ends opens an unplanned incident, which is. A
         // rollout's is told, and says so.
-        if matches!(r.planned, Some(crate::domain::Plan::Maintenance(_))) {
+        if !crate::domain::Plan::handling(r.planned).told {
             continue;
         }
         let after = mark(r);
@@ -228,15 +228,17 @@ pub async fn newest(db: &Db) -> Result<i64, sqlx::Error> {
 /// seen for the first time starts after `start`.
 pub async fn cursor(db: &Db, webhook: &str, start: i64) -> Result<i64, sqlx::Error> {
     on_pool!(db, pool => {
-        sqlx::query("INSERT INTO webhook_cursors (webhook, last_event) VALUES ($1, $2) ON CONFLICT (webhook) DO NOTHING")
-            .bind(webhook)
-            .bind(start)
-            .execute(pool)
-            .await?;
-        let (n,): (i64,) = sqlx::query_as("SELECT last_event FROM webhook_cursors WHERE webhook = $1")
-            .bind(webhook)
-            .fetch_one(pool)
-            .await?;
+        // One round trip: a new webhook's row is made, an existing one's
+        // left as it is, and either way its place comes back.
+        let (n,): (i64,) = sqlx::query_as(
+            "INSERT INTO webhook_cursors (webhook, last_event) VALUES ($1, $2) \
+             ON CONFLICT (webhook) DO UPDATE SET last_event = webhook_cursors.last_event \
+             RETURNING last_event",
+        )
+        .bind(webhook)
+        .bind(start)
+        .fetch_one(pool)
+        .await?;
         Ok(n)
     })
 }
