@@ -130,6 +130,9 @@ pub(crate) fn invalid(field: impl Into<String>, message: impl Into<String>) -> C
     }
 }
 
+/// The sections `lifeline demo --config` reads (see [`Config::load_demo`]).
+pub const DEMO_SECTIONS: [&str; 2] = ["notify", "access"];
+
 /// Where the TOML layer comes from.
 enum TomlSource<'a> {
     File(&'a Path),
@@ -160,6 +163,35 @@ impl Config {
         }
         let cfg = Config::layered(path.map(TomlSource::File), &env)?;
         cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// A file for `lifeline demo --config`: its `[notify]` and `[access]`
+    /// sections ([`DEMO_SECTIONS`]), each checked as `serve` checks it. The
+    /// demo makes its own cluster, database and listeners, so any other
+    /// section is refused by name rather than silently ignored.
+    pub fn load_demo(path: &Path) -> Result<Config, ConfigError> {
+        let at = || path.to_path_buf();
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: at(), source })?;
+        let table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| ConfigError::Parse {
+                path: at(),
+                message: e.to_string(),
+            })?;
+        if let Some(other) = table.keys().find(|k| !DEMO_SECTIONS.contains(&k.as_str())) {
+            return Err(ConfigError::Parse {
+                path: at(),
+                message: format!(
+                    "[{other}] makes no sense in a demo (it runs its own simulated cluster, \
+                     database and listeners); the demo reads only [notify] and [access]"
+                ),
+            });
+        }
+        let cfg = Config::layered(Some(TomlSource::File(path)), &|_: &str| None)?;
+        cfg.notify.validate()?;
+        cfg.access.validate()?;
         Ok(cfg)
     }
 

@@ -14,7 +14,7 @@ use crate::{chaos, write_private, AuthFlavor, SimAgent, SimCluster, SimSpec, Tel
 use lifeline::access;
 use lifeline::app::{Lifeline, StartError, Tuning};
 use lifeline::clock::Clock;
-use lifeline::config::{Config, Role, SourceKind, TokenConfig};
+use lifeline::config::{AccessConfig, Config, NotifyConfig, Role, SourceKind, TokenConfig};
 use lifeline::domain::LbPolicy;
 use lifeline::telemetry::SpanCounters;
 
@@ -50,6 +50,11 @@ pub struct DemoOptions {
     /// watch with an INIT that carries no WatchStatus, and refuses the
     /// whole watch for a kind its role cannot read.
     pub teleport_version: u32,
+    /// Whom to tell (`[notify]` of `--config`): none by default.
+    pub notify: NotifyConfig,
+    /// `[access]` of `--config`: its tokens and settings, beside the
+    /// demo's own token and its agents' join token.
+    pub access: Option<AccessConfig>,
 }
 
 /// The first Teleport major version whose Auth serves `grpc.health.v1`.
@@ -201,12 +206,18 @@ impl Demo {
         // off a NOT_SERVING auth server by themselves.
         cfg.signals.grpc_client_lb_policy = LbPolicy::reconnect().to_json();
         cfg.signals.auto_reconnect = o.auto_reconnect;
-        cfg.access.join_tokens = vec![access::hash_hex(&sim.spec().join_token).into()];
-        cfg.access.tokens = vec![TokenConfig {
+        if let Some(a) = &o.access {
+            cfg.access = a.clone();
+        }
+        cfg.access
+            .join_tokens
+            .push(access::hash_hex(&sim.spec().join_token).into());
+        cfg.access.tokens.push(TokenConfig {
             name: "demo".into(),
             sha256: access::hash_hex(&o.token),
             roles: Role::ALL.to_vec(),
-        }];
+        });
+        cfg.notify = o.notify.clone();
         let tls = if o.tls {
             Some(demo_tls(&mut cfg, &o.db)?)
         } else {

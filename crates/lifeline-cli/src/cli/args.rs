@@ -275,4 +275,8 @@ pub struct DemoArgs {
     /// whole watch.
     #[arg(long, default_value_t = 18)]
     pub teleport_version: u32,
+    /// A TOML file whose [notify] and [access] sections the demo uses
+    /// (whom to tell, more tokens); any other section is refused.
+    #[arg(long, env = "LIFELINE_CONFIG")]
+    pub config: Option<PathBuf>,
 }

@@ -21,6 +21,10 @@ pub async fn run(a: DemoArgs, spans: Arc<SpanCounters>) -> anyhow::Result<ExitCo
         (0.0..=1.0).contains(&a.legacy_share),
         "--legacy-share must be between 0 and 1"
     );
+    let file = match &a.config {
+        Some(p) => Some(lifeline::config::Config::load_demo(p).context("demo --config")?),
+        None => None,
+    };
     let opts = DemoOptions {
         listen: a.listen,
         grpc_listen: a.grpc_listen,
@@ -38,6 +42,8 @@ pub async fn run(a: DemoArgs, spans: Arc<SpanCounters>) -> anyhow::Result<ExitCo
         source: a.source,
         tls: a.tls,
         teleport_version: a.teleport_version,
+        notify: file.as_ref().map(|c| c.notify.clone()).unwrap_or_default(),
+        access: file.map(|c| c.access),
     };
     let demo = Demo::start(&opts, Clock::system())
         .await
@@ -80,6 +86,19 @@ fn banner(demo: &Demo, o: &DemoOptions, token: &str) {
         SourceKind::Lifeline => println!("  cluster    {} (simulated)", demo.sim.uri()),
     }
     println!("  database   {}", o.db.display());
+    let (hooks, ams) = (o.notify.webhooks.len(), o.notify.alertmanager.urls.len());
+    if hooks + ams > 0 {
+        // Names only: a URL may carry a secret.
+        let names: Vec<&str> = o.notify.webhooks.iter().map(|w| w.name.as_str()).collect();
+        println!(
+            "  notify     {ams} Alertmanager(s){}",
+            if names.is_empty() {
+                String::new()
+            } else {
+                format!(", webhooks {}", names.join(", "))
+            }
+        );
+    }
     println!("  sign in    {base}/signin with token {token}");
     println!("             (CLI: export LIFELINE_TOKEN={token})");
     if let Some(ca) = &demo.ca_file {
