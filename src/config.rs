@@ -38,7 +38,8 @@ pub use cluster::{
     AlpnUpgrade, ClusterConfig, FleetConfig, HealthConfig, SourceKind, StaticAuthServer,
 };
 pub use notify::{
-    AlertmanagerConfig, NotifyConfig, WebhookConfig, WebhookFormat, MAX_ALERTMANAGERS, MAX_WEBHOOKS,
+    AlertmanagerConfig, NotifyConfig, SilenceConfig, WebhookConfig, WebhookFormat,
+    MAX_ALERTMANAGERS, MAX_WEBHOOKS,
 };
 pub use server::{check_external_url, BadExternalUrl, ProbesConfig, ServerConfig};
 pub use signals::{RestartLimit, SignalsConfig, MAX_RECONNECT_INTERVAL};

@@ -4,7 +4,8 @@
 //! alert's shape in `alert.rs`), delivering the outbox's events to signed
 //! webhooks in order with retries (`webhook.rs`, signatures in
 //! `sign.rs`), the pause and resume of automatic signals as events
-//! (`pauses.rs`), and the HTTP clients both use (`client.rs`).
+//! (`pauses.rs`), maintenance windows as Alertmanager silences
+//! (`silences.rs`), and the HTTP clients they use (`client.rs`).
 //!
 //! Must not touch: incidents or their events. The fleet decides
 //! incidents; the store writes each with the events it tells, in one
@@ -18,6 +19,7 @@ mod alertmanager;
 mod client;
 mod pauses;
 pub mod sign;
+pub mod silences;
 pub mod webhook;
 
 use std::time::Duration;
@@ -73,6 +75,13 @@ pub fn start(
         rt.spawn(
             "notify: alertmanager",
             poster.run(leadership.clone(), newest.clone(), rt.shutdown.clone()),
+        );
+    }
+    if !n.alertmanager.urls.is_empty() && !n.alertmanager.silences.is_empty() {
+        let silencer = silences::Silencer::new(&n.alertmanager, db.clone(), rt)?;
+        rt.spawn(
+            "notify: alertmanager silences",
+            silencer.run(leadership.clone(), newest.clone(), rt.shutdown.clone()),
         );
     }
     for w in &n.webhooks {

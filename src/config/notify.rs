@@ -1,13 +1,14 @@
 //! `[notify]`: whom Lifeline tells about incidents, and how: Alertmanagers
 //! (`[notify.alertmanager]`) and signed webhooks (`[[notify.webhooks]]`).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::{invalid, positive, ConfigError};
-use crate::domain::NoticeKind;
+use crate::domain::{NoticeKind, TargetKind};
 
 /// The most webhooks one Lifeline delivers to.
 pub const MAX_WEBHOOKS: usize = 32;
@@ -54,6 +55,73 @@ pub struct AlertmanagerConfig {
     /// One post's limit.
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
+    /// Maintenance windows as Alertmanager silences: per target kind, the
+    /// labels an alert about that resource carries (`{name}` stands for
+    /// the target's name; a glob becomes a regex matcher). A kind left
+    /// empty is not silenced.
+    pub silences: SilenceConfig,
+}
+
+/// `[notify.alertmanager.silences]`: e.g. `proxy = { job =
+/// "teleport-proxy", instance = "{name}:3080" }`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SilenceConfig {
+    pub proxy: BTreeMap<String, String>,
+    pub auth_server: BTreeMap<String, String>,
+    pub agent: BTreeMap<String, String>,
+}
+
+/// The most labels one kind's silence matches on.
+pub const MAX_SILENCE_LABELS: usize = 16;
+
+impl SilenceConfig {
+    /// The labels for a target of `kind` (empty: it is not silenced).
+    pub fn of(&self, kind: TargetKind) -> &BTreeMap<String, String> {
+        match kind {
+            TargetKind::Proxy => &self.proxy,
+            TargetKind::AuthServer => &self.auth_server,
+            TargetKind::Agent => &self.agent,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.proxy.is_empty() && self.auth_server.is_empty() && self.agent.is_empty()
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        for (kind, labels) in [
+            ("proxy", &self.proxy),
+            ("auth_server", &self.auth_server),
+            ("agent", &self.agent),
+        ] {
+            let field = format!("notify.alertmanager.silences.{kind}");
+            if labels.len() > MAX_SILENCE_LABELS {
+                return Err(invalid(
+                    field,
+                    format!("at most {MAX_SILENCE_LABELS} labels"),
+                ));
+            }
+            for (name, value) in labels {
+                let ok = name.chars().enumerate().all(|(i, c)| {
+                    c == '_' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit())
+                });
+                if name.is_empty() || !ok {
+                    return Err(invalid(
+                        format!("{field}.{name}"),
+                        "a label name is [a-zA-Z_][a-zA-Z0-9_]*",
+                    ));
+                }
+                if value.is_empty() || value.len() > 256 || value.chars().any(char::is_control) {
+                    return Err(invalid(
+                        format!("{field}.{name}"),
+                        "a label value is 1 to 256 characters, none a control character ({name} stands for the target's name)",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Default for AlertmanagerConfig {
@@ -67,6 +135,7 @@ impl Default for AlertmanagerConfig {
             resend: Duration::from_secs(60),
             ends_after: Duration::from_secs(300),
             timeout: Duration::from_secs(10),
+            silences: SilenceConfig::default(),
         }
     }
 }
@@ -145,6 +214,7 @@ impl NotifyConfig {
             http_url(&format!("notify.alertmanager.urls[{i}]"), u)?;
         }
         positive("notify.alertmanager.resend", am.resend)?;
+        am.silences.validate()?;
         positive("notify.alertmanager.timeout", am.timeout)?;
         if am.ends_after <= am.resend {
             return Err(invalid(
@@ -220,6 +290,15 @@ mod tests {
         assert!(e.contains("ends_after"), "{e}");
         let e = err("[notify.alertmanager]\nbasic_auth_user = \"x\"\n");
         assert!(e.contains("basic_auth_password_file"), "{e}");
+        let e = err("[notify.alertmanager.silences]\nproxy = { \"9job\" = \"x\" }\n");
+        assert!(e.contains("notify.alertmanager.silences.proxy.9job"), "{e}");
+        let e = err("[notify.alertmanager.silences]\nagent = { host = \"\" }\n");
+        assert!(
+            e.contains("silences.agent.host") && e.contains("1 to 256"),
+            "{e}"
+        );
+        let e = err("[notify.alertmanager.silences]\nnode = { host = \"{name}\" }\n");
+        assert!(e.contains("node"), "an unknown kind: {e}");
         let e = err(&hook("a b", "https://h.example.com/x"));
         assert!(e.contains("notify.webhooks[0].name"), "{e}");
         let e = err(&format!(

@@ -150,6 +150,55 @@ impl Target {
         &self.text
     }
 
+    /// The name or glob after the kind: `proxy-2`, `db-*`.
+    pub fn name(&self) -> &str {
+        self.text.split_once('/').map_or("", |(_, n)| n)
+    }
+
+    /// Whether its name is a glob (`*`, `?`, `[class]`) rather than one
+    /// name.
+    pub fn is_glob(&self) -> bool {
+        self.name().contains(['*', '?', '['])
+    }
+
+    /// Its name as an anchored RE2 regex body (Alertmanager's matchers):
+    /// `*` is `.*`, `?` is `.`, `[!a-z]` is `[^a-z]`, and every other
+    /// character stands for itself.
+    pub fn regex(&self) -> String {
+        let mut out = String::new();
+        let mut chars = self.name().chars().peekable();
+        let mut in_class = false;
+        while let Some(c) = chars.next() {
+            match c {
+                '[' if !in_class => {
+                    in_class = true;
+                    out.push('[');
+                    if chars.peek() == Some(&'!') {
+                        chars.next();
+                        out.push('^');
+                    }
+                }
+                ']' if in_class => {
+                    in_class = false;
+                    out.push(']');
+                }
+                '\\' | '^' | '[' | ']' if in_class => {
+                    out.push('\\');
+                    out.push(c);
+                }
+                _ if in_class => out.push(c),
+                '*' => out.push_str(".*"),
+                '?' => out.push('.'),
+                c if "\\.+()|{}^$[]".contains(c) => {
+                    out.push('\\');
+                    out.push(c);
+                }
+                c => out.push(c),
+            }
+        }
+        out
+    }
+
     pub fn matches(&self, kind: TargetKind, name: &str) -> bool {
         self.kind == kind && self.pattern.matches(name)
     }

@@ -194,28 +194,43 @@ impl Poster {
 
     async fn post(&self, base: &str, body: Vec<u8>) -> Result<(), String> {
         let url = format!("{}/api/v2/alerts", base.trim_end_matches('/'));
-        let mut req = self
+        let req = self
             .client
             .post(url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
-        if let Some(f) = &self.cfg.bearer_token_file {
-            let token = client::secret(f).map_err(|e| e.to_string())?;
-            req = req.bearer_auth(String::from_utf8_lossy(&token));
-        }
-        if let (Some(user), Some(f)) = (
-            &self.cfg.basic_auth_user,
-            &self.cfg.basic_auth_password_file,
-        ) {
-            let pw = client::secret(f).map_err(|e| e.to_string())?;
-            req = req.basic_auth(user, Some(String::from_utf8_lossy(&pw)));
-        }
-        match req.send().await {
+        match authorized(&self.cfg, req)?.send().await {
             Ok(r) if r.status().is_success() => Ok(()),
             Ok(r) => Err(format!("answered {}", r.status())),
-            Err(e) if e.is_timeout() => Err("timed out".into()),
-            Err(e) if e.is_connect() => Err("could not connect".into()),
-            Err(_) => Err("the request failed".into()),
+            Err(e) => Err(failure(&e).into()),
         }
+    }
+}
+
+/// `req` with the Alertmanager's credentials (read at each request, so
+/// they can rotate); why not, in words with no secret.
+pub(super) fn authorized(
+    cfg: &AlertmanagerConfig,
+    mut req: reqwest::RequestBuilder,
+) -> Result<reqwest::RequestBuilder, String> {
+    if let Some(f) = &cfg.bearer_token_file {
+        let token = client::secret(f).map_err(|e| e.to_string())?;
+        req = req.bearer_auth(String::from_utf8_lossy(&token));
+    }
+    if let (Some(user), Some(f)) = (&cfg.basic_auth_user, &cfg.basic_auth_password_file) {
+        let pw = client::secret(f).map_err(|e| e.to_string())?;
+        req = req.basic_auth(user, Some(String::from_utf8_lossy(&pw)));
+    }
+    Ok(req)
+}
+
+/// A failed request in words that name no URL.
+pub(super) fn failure(e: &reqwest::Error) -> &'static str {
+    if e.is_timeout() {
+        "timed out"
+    } else if e.is_connect() {
+        "could not connect"
+    } else {
+        "the request failed"
     }
 }

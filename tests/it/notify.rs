@@ -747,3 +747,177 @@ async fn incidents_reach_a_real_alertmanager_resolve_and_obey_its_silences() {
     drop(am);
     c.shutdown().await;
 }
+
+/// Lifeline's silences in a real Alertmanager: `createdBy = "lifeline"`.
+async fn lifeline_silences(am: &Alertmanager) -> Vec<serde_json::Value> {
+    let all: serde_json::Value = reqwest::Client::new()
+        .get(format!("{}/api/v2/silences", am.url))
+        .send()
+        .await
+        .expect("silences read")
+        .json()
+        .await
+        .expect("json");
+    all.as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["createdBy"] == "lifeline")
+        .cloned()
+        .collect()
+}
+
+/// Real time, a real Alertmanager: a maintenance window on proxy-1 is a
+/// silence of the labels `[notify.alertmanager.silences]` gives proxies
+/// (`createdBy` lifeline, the window in its comment, ending with it); an
+/// alert the cluster's own monitoring posts for proxy-1 is silenced while
+/// it lasts and not after. A Lifeline restart mid-window neither
+/// duplicates nor loses the silence; ending the window early expires it;
+/// a glob target is a regex matcher.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_maintenance_window_silences_the_clusters_own_alerts_in_alertmanager() {
+    let Some(bin) = alertmanager_binary() else {
+        return;
+    };
+    let rx = Receiver::start(Clock::system()).await.expect("receiver");
+    let am = Alertmanager::start(&bin, &rx.url("/am")).await;
+    let am_url = am.url.clone();
+    let mut c = Cluster::six_legacy()
+        .config(move |cfg| {
+            cfg.notify.alertmanager.urls = vec![am_url];
+            cfg.notify.alertmanager.resend = Duration::from_secs(1);
+            cfg.notify.alertmanager.ends_after = Duration::from_secs(30);
+            cfg.notify.alertmanager.silences.proxy = [
+                ("job".to_string(), "teleport-proxy".to_string()),
+                ("instance".to_string(), "{name}:3080".to_string()),
+            ]
+            .into();
+        })
+        .start()
+        .await;
+    c.ready().await;
+    // The cluster's own monitoring fires about proxy-1.
+    let now = Clock::system().now();
+    let alert = serde_json::json!([{
+        "labels": {"alertname": "TeleportProxyDown", "job": "teleport-proxy", "instance": "proxy-1:3080"},
+        "startsAt": now.rfc3339(),
+        "endsAt": now.saturating_add(Duration::from_secs(3600)).rfc3339(),
+    }]);
+    let post_alert = || async {
+        let r = reqwest::Client::new()
+            .post(format!("{}/api/v2/alerts", am.url))
+            .json(&alert)
+            .send()
+            .await
+            .expect("alert posted");
+        assert!(r.status().is_success(), "{}", r.status());
+    };
+    post_alert().await;
+    let state = || async {
+        am.alerts("alertname=\"TeleportProxyDown\"").await[0]["status"]["state"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    c.eventually("the alert fires", || async { state().await == "active" })
+        .await;
+
+    let until = c.clock.now().saturating_add(Duration::from_secs(600));
+    let body = serde_json::json!({"targets": ["proxy/proxy-1", "proxy/edge-*"], "until": until.rfc3339(), "reason": "kernel upgrade"});
+    let (status, w) = c.post("/api/v1/maintenance", &body.to_string()).await;
+    assert_eq!(status, 201, "{w}");
+    let id = w["id"].as_i64().expect("an id");
+    c.eventually("two silences, one per target", || async {
+        lifeline_silences(&am)
+            .await
+            .iter()
+            .filter(|s| s["status"]["state"] == "active")
+            .count()
+            == 2
+    })
+    .await;
+    let silences = lifeline_silences(&am).await;
+    let exact = silences
+        .iter()
+        .find(|s| {
+            s["comment"]
+                .as_str()
+                .unwrap_or("")
+                .contains("(proxy/proxy-1)")
+        })
+        .expect("proxy-1's silence");
+    assert!(
+        exact["comment"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with(&format!(
+                "lifeline maintenance window {id} (proxy/proxy-1): kernel upgrade"
+            )),
+        "{exact}"
+    );
+    let ends = lifeline::Ts::parse_rfc3339(exact["endsAt"].as_str().unwrap_or("")).expect("endsAt");
+    assert!(
+        ends.since(until).as_secs() < 2 && until.since(ends).as_secs() < 2,
+        "{exact}"
+    );
+    let m = exact["matchers"].as_array().expect("matchers");
+    assert!(
+        m.iter().any(|m| m["name"] == "instance"
+            && m["value"] == "proxy-1:3080"
+            && m["isRegex"] == false),
+        "{exact}"
+    );
+    let glob = silences
+        .iter()
+        .find(|s| {
+            s["comment"]
+                .as_str()
+                .unwrap_or("")
+                .contains("(proxy/edge-*)")
+        })
+        .expect("the glob's silence");
+    assert!(
+        glob["matchers"]
+            .as_array()
+            .expect("matchers")
+            .iter()
+            .any(|m| {
+                m["name"] == "instance" && m["value"] == "edge-.*:3080" && m["isRegex"] == true
+            }),
+        "{glob}"
+    );
+    c.eventually("the alert is silenced", || async {
+        state().await == "suppressed"
+    })
+    .await;
+
+    // A restart mid-window: the same silences, none added.
+    c.restart_lifeline().await;
+    c.eventually("the next Lifeline leads", || async { c.ll().hub.leads() })
+        .await;
+    for _ in 0..3 {
+        support::real_sleep(Duration::from_millis(1200)).await;
+        let active: Vec<_> = lifeline_silences(&am)
+            .await
+            .into_iter()
+            .filter(|s| s["status"]["state"] == "active")
+            .collect();
+        assert_eq!(active.len(), 2, "{active:#?}");
+    }
+
+    // Ended early: its silences expire, and the alert fires again.
+    let (status, e) = c.post(&format!("/api/v1/maintenance/{id}/end"), "").await;
+    assert_eq!(status, 200, "{e}");
+    c.eventually("the silences expired", || async {
+        lifeline_silences(&am)
+            .await
+            .iter()
+            .all(|s| s["status"]["state"] == "expired")
+    })
+    .await;
+    post_alert().await;
+    c.eventually("the alert fires again", || async {
+        state().await == "active"
+    })
+    .await;
+    c.shutdown().await;
+}
