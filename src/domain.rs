@@ -27,7 +27,7 @@ pub use kept::{Episode, LastHealth, Loaded};
 pub use labels::{LabelText, Labels};
 pub use lb_policy::{LbMode, LbPolicy, PolicyError};
 pub use maintenance::{Handling, Plan, Planned, Target, TargetError, TargetKind, Window, Windows};
-pub use notice::{IncidentMark, NoticeKind};
+pub use notice::{IncidentMark, NoticeKind, PauseNotice};
 pub use record::{
     Attribution, Census, EpisodeChange, HealthTransition, HistoryEntry, IncidentMove,
     IncidentRecord, Record, ResourceChange, MAX_PENDING_EPISODES, MAX_PENDING_HEALTH,

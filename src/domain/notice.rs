@@ -160,3 +160,22 @@ mod tests {
         );
     }
 }
+
+/// The body of `restarts.paused` and `restarts.resumed`: whether automatic
+/// reconnects and restarts are held back, and why, as the storm guard
+/// said it then.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PauseNotice {
+    /// Automatic reconnects are paused (the storm guard, or cluster data
+    /// that is not current).
+    pub reconnects_paused: bool,
+    /// Automatic restarts wait: the last ones did not bring their agents
+    /// back.
+    pub restarts_paused: bool,
+    /// Why, in words (absent once resumed).
+    pub reason: Option<String>,
+    /// Agents that turned stranded within the storm guard's window.
+    pub stranded_in_window: u64,
+    /// Agents in the fleet then.
+    pub agents: u64,
+}

@@ -116,13 +116,18 @@ pub struct WebhookEvent {
     data: WebhookData,
 }
 
-/// What the event is about.
+/// What the event is about: `incident` with `incident.*` events, `window`
+/// with `maintenance.*` events, and the pause's own fields with
+/// `restarts.*` events.
 #[derive(Serialize, utoipa::ToSchema)]
 struct WebhookData {
     /// With `incident.*` events.
     incident: Option<IncidentEvent>,
     /// With `maintenance.*` events: the window as it was then.
     window: Option<crate::store::maintenance::WindowView>,
+    /// With `restarts.*` events.
+    #[serde(flatten)]
+    pause: Option<crate::domain::PauseNotice>,
 }
 
 /// An incident as the API shows it, with its severity and its page.

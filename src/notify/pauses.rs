@@ -3,13 +3,12 @@
 //! bring their agents back, and when that ends. Written to the outbox by
 //! the leader, each as it happens (no batch carries it).
 
-use serde_json::json;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::clock::Clock;
-use crate::domain::NoticeKind;
+use crate::domain::{NoticeKind, PauseNotice};
 use crate::signals::dispatch::Guard;
 use crate::store::{outbox, Db, Leadership};
 
@@ -51,13 +50,20 @@ pub async fn run(
         } else {
             NoticeKind::RestartsResumed
         };
-        let body = json!({
-            "reconnects_paused": g.paused,
-            "restarts_paused": g.restarts_paused.is_some(),
-            "reason": g.reason.clone().or(g.restarts_paused.clone()),
-            "stranded_in_window": g.stranded_in_window,
-            "agents": g.agents,
-        });
+        let body = PauseNotice {
+            reconnects_paused: g.paused,
+            restarts_paused: g.restarts_paused.is_some(),
+            reason: g.reason.clone().or(g.restarts_paused.clone()),
+            stranded_in_window: g.stranded_in_window as u64,
+            agents: g.agents as u64,
+        };
+        let body = match serde_json::to_value(&body) {
+            Ok(v) => v,
+            Err(e) => {
+                warn!(error = %e, kind = %kind, "a pause event did not serialise; it is not told");
+                continue;
+            }
+        };
         match outbox::append(&db, clock.now(), kind, &body).await {
             Ok(id) => debug!(event = id, kind = %kind, "pause event written"),
             Err(e) => {

@@ -74,6 +74,73 @@ fn assert_signed(got: &[Received]) {
     }
 }
 
+/// Every field of each webhook body is declared in the OpenAPI document's
+/// `WebhookEvent` schema (following `$ref`, `allOf`, `oneOf`, `anyOf`):
+/// what a receiver gets is what the contract says.
+async fn assert_documented(c: &Running, bodies: &[serde_json::Value]) {
+    use serde_json::Value;
+    fn resolve<'a>(doc: &'a Value, s: &'a Value) -> &'a Value {
+        match s["$ref"]
+            .as_str()
+            .and_then(|r| r.strip_prefix("#/components/schemas/"))
+        {
+            Some(name) => resolve(doc, &doc["components"]["schemas"][name]),
+            None => s,
+        }
+    }
+    /// The property schemas a schema declares, all its branches together.
+    fn properties<'a>(doc: &'a Value, s: &'a Value, out: &mut Vec<(&'a str, &'a Value)>) {
+        let s = resolve(doc, s);
+        if let Some(p) = s["properties"].as_object() {
+            out.extend(p.iter().map(|(k, v)| (k.as_str(), v)));
+        }
+        for key in ["allOf", "oneOf", "anyOf"] {
+            for b in s[key].as_array().into_iter().flatten() {
+                properties(doc, b, out);
+            }
+        }
+    }
+    fn check(doc: &Value, s: &Value, v: &Value, at: &str, wrong: &mut Vec<String>) {
+        let Some(o) = v.as_object() else { return };
+        let mut declared = Vec::new();
+        properties(doc, s, &mut declared);
+        for (k, x) in o {
+            let here = format!("{at}.{k}");
+            let mut found = declared.iter().filter(|(n, _)| n == k).peekable();
+            if found.peek().is_none() {
+                wrong.push(here);
+                continue;
+            }
+            if x.is_object() {
+                // Declared by any branch: its fields are checked against
+                // them all.
+                let merged = Value::Object(
+                    [(
+                        "allOf".to_string(),
+                        Value::Array(found.map(|(_, s)| (*s).clone()).collect()),
+                    )]
+                    .into_iter()
+                    .collect(),
+                );
+                check(doc, &merged, x, &here, wrong);
+            }
+        }
+    }
+    let doc = c.ok("/api/v1/openapi.json").await;
+    let event = doc["components"]["schemas"]["WebhookEvent"].clone();
+    assert!(event.is_object(), "WebhookEvent is documented");
+    let mut wrong = Vec::new();
+    for b in bodies {
+        check(&doc, &event, b, "body", &mut wrong);
+    }
+    wrong.sort();
+    wrong.dedup();
+    assert!(
+        wrong.is_empty(),
+        "fields the webhook schema does not declare: {wrong:?}"
+    );
+}
+
 /// Runs the verification recipe README gives (Python) on one delivery,
 /// with the receiver's clock at `now` (Unix seconds).
 fn readme_recipe(secret: &str, header: &str, body: &[u8], now: i64) -> bool {
@@ -139,6 +206,8 @@ async fn a_receiver_failing_for_two_minutes_gets_every_event_in_order(store) {
     let tried: Vec<i64> = got.iter().filter_map(|r| r.json()["id"].as_i64()).collect();
     assert!(tried.windows(2).all(|w| w[0] <= w[1]), "{tried:?}");
     assert_signed(&got);
+    let bodies: Vec<serde_json::Value> = got.iter().map(|r| r.json()).collect();
+    assert_documented(&c, &bodies).await;
     let body = got.last().expect("one").json();
     assert_eq!(body["cluster"], c.cfg.cluster.addr);
     assert!(body["data"]["incident"]["url"].as_str().is_some_and(|u| u.contains("/incidents/")), "{body}");
@@ -251,6 +320,8 @@ async fn a_receiver_down_longer_than_max_age_gets_only_the_events_still_young(st
         c.advance(Duration::from_secs(1)).await;
     }
     let got = rx.got();
+    let bodies: Vec<serde_json::Value> = got.iter().map(|r| r.json()).collect();
+    assert_documented(&c, &bodies).await;
     for id in &old {
         assert!(
             !got.iter().any(|r| r.status == Some(200) && r.json()["id"].as_i64() == Some(*id)),
@@ -517,6 +588,8 @@ async fn the_storm_guard_pausing_and_resuming_is_told() {
         kinds(&rx) == ["restarts.paused", "restarts.resumed"]
     })
     .await;
+    let bodies: Vec<serde_json::Value> = rx.got().iter().map(|r| r.json()).collect();
+    assert_documented(&c, &bodies).await;
     c.shutdown().await;
 }
 
