@@ -590,4 +590,37 @@ mod tests {
         assert_eq!(Plan::from_stored(None, Some(3)), None);
         assert_eq!(Plan::from_stored(Some("later"), None), None);
     }
+
+    #[test]
+    fn one_rule_says_what_each_plan_lets_lifeline_do() {
+        let h = |p| {
+            let h = Plan::handling(p);
+            (h.told, h.reconnected, h.restarted)
+        };
+        assert_eq!(h(None), (true, true, true), "unplanned: everything");
+        assert_eq!(
+            h(Some(Plan::Maintenance(3))),
+            (false, false, false),
+            "an operator's window: shown only"
+        );
+        assert_eq!(
+            h(Some(Plan::Rollout)),
+            (true, true, false),
+            "a rollout: told and moved, never a sidecar restart"
+        );
+    }
+
+    #[test]
+    fn a_glob_target_is_the_same_names_as_a_regex() {
+        let r = |t: &str| Target::parse(t).expect("target").regex();
+        assert_eq!(r("proxy/edge-*"), "edge-.*");
+        assert_eq!(r("proxy/db.[!x]?"), r"db\.[^x].");
+        assert_eq!(r("agent/a+b(c)"), r"a\+b\(c\)");
+        assert!(!Target::parse("proxy/p1").expect("target").is_glob());
+        assert!(Target::parse("proxy/p[12]").expect("target").is_glob());
+        assert_eq!(
+            Target::parse("auth_server/auth-1").expect("target").name(),
+            "auth-1"
+        );
+    }
 }

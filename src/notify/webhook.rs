@@ -448,8 +448,54 @@ async fn pause(stop: &CancellationToken, d: Duration) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::slack_text;
+    use super::{envelope, slack_text};
+    use crate::clock::Ts;
+    use crate::domain::{CauseKind, IncidentRecord};
+    use crate::store::incidents::Incident;
+    use crate::store::outbox::Event;
     use serde_json::json;
+
+    /// The text is read from the body the store writes (the API's
+    /// incident): a field renamed there fails here, not silently in Slack.
+    #[test]
+    fn slack_reads_the_figures_of_the_body_the_store_writes() {
+        let i = Incident::from(IncidentRecord {
+            id: 7,
+            cause: CauseKind::ProxyExpired,
+            resource: "proxy-1".into(),
+            started: Ts(1_700_000_000_000_000),
+            ended: None,
+            peak_stranded: 3,
+            peak_degraded: 2,
+            peak_planned: 0,
+            agents: 12,
+            signals: 5,
+            stranded_us: 0,
+            degraded_us: 0,
+            planned_us: 0,
+            recover_p50_us: None,
+            recover_max_us: None,
+            planned: None,
+        });
+        let ev = Event {
+            id: 1,
+            at_us: i.started.as_micros(),
+            kind: "incident.opened".into(),
+            incident_id: Some(7),
+            body: serde_json::to_string(&i).expect("json"),
+        };
+        let cx = crate::notify::alert::Context {
+            cluster: "prod".into(),
+            external_url: "https://ll.example.com".into(),
+            runbook_url: String::new(),
+        };
+        let v = envelope(&ev, &cx).expect("an envelope");
+        assert_eq!(
+            slack_text(&v),
+            "[prod] Incident 7 opened: proxy-1 expired (critical). 12 agents, peak 3 stranded, \
+             2 degraded; 5 signals sent. <https://ll.example.com/incidents/7|Open in Lifeline>"
+        );
+    }
 
     #[test]
     fn every_event_reads_as_a_sentence_with_names_and_reasons_escaped() {
