@@ -59,7 +59,7 @@ pub struct Wanted {
 /// whose kind has labels.
 pub fn wanted(cfg: &crate::config::SilenceConfig, windows: &[Window], now: Ts) -> Vec<Wanted> {
     let mut out = Vec::new();
-    for w in windows.iter().filter(|w| w.from <= now && now < w.end()) {
+    for w in windows.iter().filter(|w| w.active(now)) {
         for t in &w.targets {
             let labels = cfg.of(t.kind);
             if labels.is_empty() {

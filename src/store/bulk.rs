@@ -190,7 +190,7 @@ impl Dialect<Postgres> {
         &self,
         tx: &mut Transaction<'static, Postgres>,
     ) -> Result<(), sqlx::Error> {
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        sqlx::query(super::outbox::LOCK_OUTBOX)
             .bind(super::outbox::OUTBOX_LOCK)
             .execute(&mut **tx)
             .await

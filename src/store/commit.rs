@@ -283,12 +283,24 @@ macro_rules! phases {
                     exec!(self, (Subject::Agent, &chunk[0].agent, "incident_moves"), q.build());
                 }
                 // Signals counted toward an incident (its `signals` figure,
-                // written in this same transaction) are marked as its own.
+                // written in this same transaction) are marked as its own:
+                // one statement per incident and piece of ids, not per
+                // signal (a storm signals thousands at once).
+                let mut by_incident: std::collections::BTreeMap<i64, Vec<i64>> = Default::default();
                 for a in &b.attributions {
-                    exec!(self, (Subject::Store, &format!("signal {}", a.signal), "signals"),
-                        sqlx::query("UPDATE signals SET incident_id = $1 WHERE id = $2")
-                            .bind(a.incident)
-                            .bind(a.signal));
+                    by_incident.entry(a.incident).or_default().push(a.signal);
+                }
+                for (incident, ids) in &by_incident {
+                    for chunk in values_pieces(ids, isolate) {
+                        let mut q = QueryBuilder::new("UPDATE signals SET incident_id = ");
+                        q.push_bind(*incident).push(" WHERE id IN (");
+                        let mut sep = q.separated(", ");
+                        for id in chunk {
+                            sep.push_bind(*id);
+                        }
+                        q.push(")");
+                        exec!(self, (Subject::Store, &format!("signal {}", chunk[0]), "signals"), q.build());
+                    }
                 }
                 Ok(())
             }

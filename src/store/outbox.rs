@@ -23,11 +23,15 @@ use crate::domain::{IncidentMark, IncidentRecord, NoticeKind};
 /// writer gives the same order.
 pub const OUTBOX_LOCK: i64 = 0x4c4c_6f75_7462_6f78;
 
+/// The statement that takes [`OUTBOX_LOCK`] (PostgreSQL), the one text
+/// both [`lock_outbox`] and the batch writer's `Dialect::lock_outbox` run.
+pub(super) const LOCK_OUTBOX: &str = "SELECT pg_advisory_xact_lock($1)";
+
 /// Takes [`OUTBOX_LOCK`] in transaction `$tx` of `$db` (PostgreSQL only).
 macro_rules! lock_outbox {
     ($db:expr, $tx:expr) => {
         if matches!($db, $crate::store::Db::Postgres(_)) {
-            sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            sqlx::query($crate::store::outbox::LOCK_OUTBOX)
                 .bind($crate::store::outbox::OUTBOX_LOCK)
                 .execute(&mut *$tx)
                 .await?;
