@@ -131,6 +131,16 @@ impl serde::Serialize for Ts {
     }
 }
 
+/// Read back from what [`Ts`]'s `Serialize` wrote (a stored notice's
+/// body): an RFC 3339 time, or a clear error naming what it got.
+impl<'de> serde::Deserialize<'de> for Ts {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Ts, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        Ts::parse_rfc3339(&s)
+            .ok_or_else(|| serde::de::Error::custom(format!("not an RFC 3339 time: {s:?}")))
+    }
+}
+
 /// On the wire: an RFC 3339 time in UTC, milliseconds.
 impl utoipa::PartialSchema for Ts {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {

@@ -11,6 +11,7 @@ use crate::clock::Ts;
 
 mod change;
 mod history;
+pub mod incident;
 mod kept;
 mod labels;
 mod lb_policy;
@@ -23,11 +24,14 @@ pub mod text;
 
 pub use change::{Change, Op, RejectCode, Rejection, MAX_NAME_LEN};
 pub use history::{EndReason, HistoryEvent, Subject};
+pub use incident::{Incident, Severity};
 pub use kept::{Episode, LastHealth, Loaded};
 pub use labels::{LabelText, Labels};
 pub use lb_policy::{LbMode, LbPolicy, PolicyError};
 pub use maintenance::{Handling, Plan, Planned, Target, TargetError, TargetKind, Window, Windows};
-pub use notice::{IncidentMark, NoticeKind, PauseNotice};
+pub use notice::{
+    About, IncidentMark, Notice, NoticeError, NoticeKind, NoticeSubject, PauseNotice,
+};
 pub use record::{
     Attribution, Census, EpisodeChange, HealthTransition, HistoryEntry, IncidentMove,
     IncidentRecord, Record, ResourceChange, MAX_PENDING_EPISODES, MAX_PENDING_HEALTH,

@@ -300,6 +300,23 @@ pub struct Handling {
     pub restarted: bool,
 }
 
+/// [`Planned`] as read back (a stored notice): its kind must be one this
+/// build knows.
+#[derive(serde::Deserialize)]
+struct StoredPlanned {
+    kind: String,
+    window: Option<i64>,
+}
+
+impl<'de> serde::Deserialize<'de> for Planned {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Planned, D::Error> {
+        let s = StoredPlanned::deserialize(d)?;
+        Plan::from_stored(Some(&s.kind), s.window)
+            .map(Planned::from)
+            .ok_or_else(|| serde::de::Error::custom(format!("not a kind of plan: {:?}", s.kind)))
+    }
+}
+
 impl Planned {
     /// The plan it shows (`None` for a kind this build does not know).
     pub fn plan(&self) -> Option<Plan> {
@@ -312,6 +329,57 @@ impl From<Plan> for Planned {
         Planned {
             kind: p.kind(),
             window: p.window(),
+        }
+    }
+}
+
+named_enum! {
+    "snake_case";
+    /// Where a window stands at a time.
+    pub enum WindowStatus {
+        Scheduled,
+        Active,
+        Over,
+        Deleted,
+    }
+}
+
+/// A window as the API, the audit and a notice show it.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+pub struct WindowView {
+    pub id: i64,
+    /// `kind/name-or-glob`: `proxy/proxy-2`, `auth_server/auth-*`,
+    /// `agent/node-1?`.
+    pub targets: Vec<String>,
+    pub from: Ts,
+    pub until: Ts,
+    pub reason: String,
+    pub created_by: String,
+    pub created_at: Ts,
+    /// Ended early (or deleted): by whom and when (`null` otherwise).
+    pub ended_by: Option<String>,
+    pub ended_at: Option<Ts>,
+    /// Deleted: when (`null` otherwise). A deleted window is kept, with
+    /// its audit; it ended when it was deleted, by `ended_by`.
+    pub deleted_at: Option<Ts>,
+    /// Where it stood at the time it was read.
+    pub status: WindowStatus,
+}
+
+impl WindowView {
+    pub fn of(w: &Window, now: Ts) -> WindowView {
+        WindowView {
+            id: w.id,
+            targets: w.targets.iter().map(|t| t.as_str().to_string()).collect(),
+            from: w.from,
+            until: w.until,
+            reason: w.reason.clone(),
+            created_by: w.created_by.clone(),
+            created_at: w.created_at,
+            ended_by: w.ended_by.clone(),
+            ended_at: w.ended_at,
+            deleted_at: w.deleted_at,
+            status: w.status(now),
         }
     }
 }
@@ -344,16 +412,16 @@ impl Window {
         self.from <= now && now < self.end()
     }
 
-    /// `scheduled`, `active` or `over` at `now`.
-    pub fn status(&self, now: Ts) -> &'static str {
+    /// `scheduled`, `active`, `over` or `deleted` at `now`.
+    pub fn status(&self, now: Ts) -> WindowStatus {
         if self.deleted_at.is_some() {
-            "deleted"
+            WindowStatus::Deleted
         } else if self.active(now) {
-            "active"
+            WindowStatus::Active
         } else if now < self.from {
-            "scheduled"
+            WindowStatus::Scheduled
         } else {
-            "over"
+            WindowStatus::Over
         }
     }
 

@@ -1,7 +1,14 @@
-//! What Lifeline tells people: the kinds of event a webhook can be sent,
-//! each with one name from the config file to the webhook's body.
+//! What Lifeline tells people: a [`Notice`] is one event told, its kind
+//! (one name from the config file to the webhook's body) and what it is
+//! about, typed per kind. The store writes a notice in the transaction of
+//! its cause and reads it back as this type; every renderer (a webhook's
+//! JSON, Slack, Alertmanager) works from it, never from stored text.
 
 use serde::{Deserialize, Serialize};
+
+use super::incident::Incident;
+use super::maintenance::WindowView;
+use crate::clock::Ts;
 
 /// A kind of event told to webhooks (`[[notify.webhooks]] events`).
 #[derive(
@@ -54,6 +61,17 @@ pub enum NoticeKind {
 impl NoticeKind {
     pub const ALL: &'static [NoticeKind] = <NoticeKind as strum::VariantArray>::VARIANTS;
 
+    /// What a notice of this kind is about.
+    pub fn subject(self) -> NoticeSubject {
+        match self {
+            NoticeKind::IncidentOpened
+            | NoticeKind::IncidentUpdated
+            | NoticeKind::IncidentResolved => NoticeSubject::Incident,
+            NoticeKind::RestartsPaused | NoticeKind::RestartsResumed => NoticeSubject::Pause,
+            NoticeKind::MaintenanceStarted | NoticeKind::MaintenanceEnded => NoticeSubject::Window,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         self.into()
     }
@@ -100,6 +118,125 @@ impl std::fmt::Display for NoticeKind {
     }
 }
 
+/// What a kind of notice is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum NoticeSubject {
+    Incident,
+    Window,
+    Pause,
+}
+
+/// What one notice is about: the typed body of its kind.
+#[derive(Clone, Debug, PartialEq)]
+pub enum About {
+    /// `incident.*`: the incident as the API shows it then.
+    Incident(Incident),
+    /// `maintenance.*`: the window as it was then.
+    Window(WindowView),
+    /// `restarts.*`.
+    Pause(PauseNotice),
+}
+
+/// One event told: written once, in the transaction of its cause; its id
+/// orders it and is the receivers' key to deduplicate by.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Notice {
+    pub id: i64,
+    /// When what it tells happened.
+    pub at: Ts,
+    pub kind: NoticeKind,
+    pub about: About,
+}
+
+/// A notice that cannot be written or read as its kind says.
+#[derive(Debug, thiserror::Error)]
+pub enum NoticeError {
+    #[error("not a kind of notice: {0:?}")]
+    Kind(String),
+    #[error("a notice of kind {kind} cannot be about a {about}")]
+    Mismatch {
+        kind: NoticeKind,
+        about: &'static str,
+    },
+    #[error("a {kind} notice's body does not read as one: {why}")]
+    Body { kind: NoticeKind, why: String },
+}
+
+/// A window's stored body: `{"window": …}`.
+#[derive(Serialize, Deserialize)]
+struct StoredWindow<W> {
+    window: W,
+}
+
+impl About {
+    pub fn subject(&self) -> NoticeSubject {
+        match self {
+            About::Incident(_) => NoticeSubject::Incident,
+            About::Window(_) => NoticeSubject::Window,
+            About::Pause(_) => NoticeSubject::Pause,
+        }
+    }
+
+    /// The body column's text for a notice of `kind` about this: the
+    /// incident's JSON, `{"window": …}`, or the pause's JSON. Refused if
+    /// `kind` is about something else.
+    pub fn stored(&self, kind: NoticeKind) -> Result<String, NoticeError> {
+        if kind.subject() != self.subject() {
+            return Err(NoticeError::Mismatch {
+                kind,
+                about: self.subject().into(),
+            });
+        }
+        let json = match self {
+            About::Incident(i) => serde_json::to_string(i),
+            About::Window(w) => serde_json::to_string(&StoredWindow { window: w }),
+            About::Pause(p) => serde_json::to_string(p),
+        };
+        json.map_err(|e| NoticeError::Body {
+            kind,
+            why: e.to_string(),
+        })
+    }
+}
+
+impl Notice {
+    /// A notice as stored (id, time, kind name, body text), typed again;
+    /// a kind this build does not know or a body that does not read as
+    /// its kind is an error naming which.
+    pub fn read(id: i64, at: Ts, kind: &str, body: &str) -> Result<Notice, NoticeError> {
+        let kind: NoticeKind = kind
+            .parse()
+            .map_err(|_| NoticeError::Kind(super::text::excerpt(kind)))?;
+        let bad = |e: serde_json::Error| NoticeError::Body {
+            kind,
+            why: e.to_string(),
+        };
+        let about = match kind.subject() {
+            NoticeSubject::Incident => About::Incident(serde_json::from_str(body).map_err(bad)?),
+            NoticeSubject::Window => {
+                let w: StoredWindow<WindowView> = serde_json::from_str(body).map_err(bad)?;
+                About::Window(w.window)
+            }
+            NoticeSubject::Pause => About::Pause(serde_json::from_str(body).map_err(bad)?),
+        };
+        Ok(Notice {
+            id,
+            at,
+            kind,
+            about,
+        })
+    }
+
+    /// The incident it is about, if it is about one.
+    pub fn incident(&self) -> Option<&Incident> {
+        match &self.about {
+            About::Incident(i) => Some(i),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,6 +247,112 @@ mod tests {
             peak_stranded,
             ended,
         }
+    }
+
+    fn incident() -> Incident {
+        Incident::from(crate::domain::IncidentRecord {
+            id: 7,
+            cause: crate::domain::CauseKind::ProxyExpired,
+            resource: "proxy-1".into(),
+            started: Ts(1_700_000_000_123_000),
+            ended: None,
+            peak_stranded: 3,
+            peak_degraded: 2,
+            peak_planned: 0,
+            agents: 12,
+            signals: 5,
+            stranded_us: 60_000_000,
+            degraded_us: 0,
+            planned_us: 0,
+            recover_p50_us: None,
+            recover_max_us: None,
+            planned: Some(crate::domain::Plan::Rollout),
+        })
+    }
+
+    fn pause() -> PauseNotice {
+        PauseNotice {
+            reconnects_paused: true,
+            restarts_paused: false,
+            reason: Some("12 agents stranded within 30s".into()),
+            stranded_in_window: 12,
+            agents: 100,
+        }
+    }
+
+    /// Every kind is written and read back as the same typed notice: what
+    /// a renderer gets is what the store was given.
+    #[test]
+    fn every_kind_is_read_back_as_the_notice_that_was_written() {
+        let at = Ts(1_700_000_000_000_000);
+        let window = crate::domain::maintenance::Window {
+            id: 3,
+            targets: vec![crate::domain::Target::parse("proxy/proxy-*").expect("a target")],
+            from: at,
+            until: Ts(at.as_micros() + 3_600_000_000),
+            reason: "kernel update".into(),
+            created_by: "alice".into(),
+            created_at: at,
+            ended_by: None,
+            ended_at: None,
+            deleted_at: None,
+        };
+        for kind in NoticeKind::ALL {
+            let about = match kind.subject() {
+                NoticeSubject::Incident => About::Incident(incident()),
+                NoticeSubject::Window => About::Window(WindowView::of(&window, at)),
+                NoticeSubject::Pause => About::Pause(pause()),
+            };
+            let body = about.stored(*kind).expect("written");
+            let n = Notice::read(9, at, kind.as_str(), &body).expect("read back");
+            assert_eq!(
+                n,
+                Notice {
+                    id: 9,
+                    at,
+                    kind: *kind,
+                    about
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn a_notice_that_is_not_what_its_kind_says_is_refused_with_why() {
+        let mismatch = About::Pause(pause()).stored(NoticeKind::IncidentOpened);
+        assert_eq!(
+            mismatch.expect_err("refused").to_string(),
+            "a notice of kind incident.opened cannot be about a pause"
+        );
+        let unknown = Notice::read(1, Ts(0), "incident.closed", "{}").expect_err("refused");
+        assert_eq!(
+            unknown.to_string(),
+            "not a kind of notice: \"incident.closed\""
+        );
+        // A field renamed (or a row from another build) is an error, not
+        // an incident with zeros.
+        let mut v = serde_json::to_value(incident()).expect("json");
+        let peak = v["peak_stranded"].take();
+        v["peak"] = peak;
+        if let Some(o) = v.as_object_mut() {
+            o.remove("peak_stranded");
+        }
+        let renamed =
+            Notice::read(1, Ts(0), "incident.opened", &v.to_string()).expect_err("refused");
+        assert!(renamed.to_string().contains("peak_stranded"), "{renamed}");
+        let hostile = Notice::read(
+            1,
+            Ts(0),
+            "restarts.paused",
+            "{\"reconnects_paused\": \"\\u0000\"}",
+        )
+        .expect_err("refused");
+        assert!(
+            hostile
+                .to_string()
+                .starts_with("a restarts.paused notice's body does not read as one"),
+            "{hostile}"
+        );
     }
 
     #[test]

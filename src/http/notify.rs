@@ -100,47 +100,6 @@ async fn deliveries(
     Ok(Json(Page::by_id(items, page.limit, |d| d.event_id)))
 }
 
-/// What Lifeline posts to a webhook (`format = "json"`), signed in
-/// `X-Lifeline-Signature: t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<body>">`.
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct WebhookEvent {
-    /// The event's id: the same at every attempt (deduplicate by it).
-    id: i64,
-    #[serde(rename = "type")]
-    kind: NoticeKind,
-    /// When it happened.
-    #[schema(format = DateTime)]
-    created: String,
-    /// `[notify] cluster`.
-    cluster: String,
-    data: WebhookData,
-}
-
-/// What the event is about: `incident` with `incident.*` events, `window`
-/// with `maintenance.*` events, and the pause's own fields with
-/// `restarts.*` events.
-#[derive(Serialize, utoipa::ToSchema)]
-struct WebhookData {
-    /// With `incident.*` events.
-    incident: Option<IncidentEvent>,
-    /// With `maintenance.*` events: the window as it was then.
-    window: Option<crate::store::maintenance::WindowView>,
-    /// With `restarts.*` events.
-    #[serde(flatten)]
-    pause: Option<crate::domain::PauseNotice>,
-}
-
-/// An incident as the API shows it, with its severity and its page.
-#[derive(Serialize, utoipa::ToSchema)]
-struct IncidentEvent {
-    #[serde(flatten)]
-    incident: crate::store::incidents::Incident,
-    /// `critical` once it stranded an agent, `warning` while only degraded.
-    severity: String,
-    /// Its page on the dashboard.
-    url: String,
-}
-
 /// The document's `webhooks` (OpenAPI 3.1): one entry per event kind, each
 /// a POST of a [`WebhookEvent`] with its signature header.
 pub fn document_webhooks(doc: &mut serde_json::Value) {

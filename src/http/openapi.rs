@@ -37,7 +37,7 @@ pub const PATH: &str = "/api/v1/openapi.json";
         ErrorBody,
         super::error::ErrorDetail,
         crate::settings::Name,
-        super::notify::WebhookEvent
+        crate::notify::webhook::WebhookEvent
     )),
     tags(
         (name = "fleet", description = "Current state: agents, proxies, auth servers, TTL windows."),

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::clock::Ts;
-use crate::store::incidents::Incident;
+use crate::domain::{Incident, Severity};
 
 /// `alertname` of every incident alert.
 pub const ALERT_NAME: &str = "LifelineIncident";
@@ -24,23 +24,6 @@ pub struct Alert {
     pub ends_at: String,
     #[serde(rename = "generatorURL")]
     pub generator_url: String,
-}
-
-/// An incident's severity: `critical` once it has stranded an agent,
-/// `warning` while it has only degraded them. It only rises, so an
-/// incident's alert changes labels at most once.
-pub fn severity(i: &Incident) -> &'static str {
-    severity_of(u64::from(i.peak_stranded))
-}
-
-/// The severity of an incident that stranded at most `peak_stranded`
-/// agents at once.
-pub fn severity_of(peak_stranded: u64) -> &'static str {
-    if peak_stranded > 0 {
-        "critical"
-    } else {
-        "warning"
-    }
 }
 
 /// Where the alert points: the cluster it is about, Lifeline's external
@@ -62,7 +45,13 @@ impl Context {
 /// The incident's alert as of `now`: open, it ends `ends_after` from now
 /// unless posted again; ended, it ends when the incident did. `severity`
 /// names the labels' severity (an earlier one, to resolve it).
-pub fn alert(i: &Incident, cx: &Context, now: Ts, ends_after: Duration, severity: &str) -> Alert {
+pub fn alert(
+    i: &Incident,
+    cx: &Context,
+    now: Ts,
+    ends_after: Duration,
+    severity: Severity,
+) -> Alert {
     let ends = match i.ended {
         Some(e) => e,
         None => now.saturating_add(ends_after),
@@ -71,7 +60,7 @@ pub fn alert(i: &Incident, cx: &Context, now: Ts, ends_after: Duration, severity
         ("alertname", ALERT_NAME.to_string()),
         ("cause", i.cause.as_str().to_string()),
         ("resource", i.resource.clone()),
-        ("severity", severity.to_string()),
+        ("severity", severity.as_str().to_string()),
         ("cluster", cx.cluster.clone()),
         ("lifeline_incident", i.id.to_string()),
     ]);
@@ -167,7 +156,7 @@ mod tests {
                 &cx(),
                 i.started,
                 Duration::from_secs(300),
-                "critical"
+                Severity::Critical
             ))
             .expect("json")["labels"]
                 .get("planned")
@@ -181,7 +170,7 @@ mod tests {
             &cx(),
             i.started,
             Duration::from_secs(300),
-            "critical",
+            Severity::Critical,
         ))
         .expect("json");
         assert_eq!(v["labels"]["planned"], "rollout");
@@ -194,7 +183,7 @@ mod tests {
     fn an_open_incident_is_an_alert_with_its_labels_and_a_horizon() {
         let i = incident(5, None);
         let now = Ts(1_700_000_060_000_000);
-        let a = alert(&i, &cx(), now, Duration::from_secs(300), severity(&i));
+        let a = alert(&i, &cx(), now, Duration::from_secs(300), i.severity());
         let v = serde_json::to_value(&a).expect("json");
         assert_eq!(v["labels"]["alertname"], "LifelineIncident");
         assert_eq!(v["labels"]["cause"], "proxy_expired");
@@ -219,13 +208,13 @@ mod tests {
     fn an_ended_incident_resolves_at_its_end_and_degraded_only_is_a_warning() {
         let end = Ts(1_700_000_100_000_000);
         let i = incident(0, Some(end));
-        assert_eq!(severity(&i), "warning");
+        assert_eq!(i.severity(), Severity::Warning);
         let a = alert(
             &i,
             &cx(),
             Ts(1_700_000_200_000_000),
             Duration::from_secs(300),
-            "warning",
+            Severity::Warning,
         );
         assert_eq!(a.ends_at, end.rfc3339());
     }

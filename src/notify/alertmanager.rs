@@ -1,28 +1,35 @@
-//! Open incidents posted to every Alertmanager (`POST /api/v2/alerts`):
-//! at once when an incident is written, and again every `resend` while it
-//! is open, each post's `endsAt` `ends_after` ahead; once it has ended,
-//! one more post with `endsAt` at its end resolves it. What to post is
-//! read from the incidents table each time (open ones, and those ended
-//! within `ends_after`), so a new leader goes on where the old one
-//! stopped: it posts the open ones and resolves the recently ended.
+//! Incidents posted to every Alertmanager (`POST /api/v2/alerts`), driven
+//! by the same notices the webhooks deliver: each `incident.*` notice
+//! updates what this leader holds and is posted at once; every `resend`
+//! the open ones are posted again, each post's `endsAt` `ends_after`
+//! ahead; an `incident.resolved` is posted with `endsAt` at its end until
+//! every Alertmanager took it, then forgotten. A new leader starts from
+//! the database once (the incidents open or ended within `ends_after`,
+//! and the newest notice's id) and follows the notices from there, so
+//! nothing is re-listed round after round and nothing is lost to a change
+//! of leader.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, info_span, warn, Instrument};
+use tracing::{debug, info, info_span, warn, Instrument};
 
 use super::alert::{self, Alert, Context};
 use super::{client, NotifyError};
 use crate::clock::Clock;
 use crate::config::AlertmanagerConfig;
-use crate::stats::{Channel, NotifyOutcome, Stats};
+use crate::domain::{Incident, NoticeSubject, Plan, Severity};
+use crate::stats::{Channel, DropReason, NotifyOutcome, Stats};
 use crate::store::incidents::{self, IncidentFilter};
-use crate::store::{Db, Leadership};
+use crate::store::{outbox, Db, Leadership};
 
-/// The most incidents one round posts (the newest).
-const MAX_ALERTS: u32 = 1000;
+/// The most incidents held (and so posted) at once: past it, the oldest
+/// are let go (Alertmanager ends them at their last `endsAt`).
+const MAX_ALERTS: usize = 1000;
+/// How soon a start the database failed is tried again.
+const DB_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub struct Poster {
     cfg: AlertmanagerConfig,
@@ -31,12 +38,18 @@ pub struct Poster {
     db: Db,
     clock: Clock,
     stats: Arc<Stats>,
-    /// The severity each open incident was last posted with.
-    told: HashMap<i64, &'static str>,
-    /// Ended incidents every Alertmanager took as resolved.
-    resolved: HashSet<i64>,
+    /// The incidents this leader posts, by id: each as its newest notice
+    /// said, with the severity it was last posted under.
+    held: BTreeMap<i64, Held>,
+    /// The last notice read (`None`: this tenure has not started yet).
+    cursor: Option<i64>,
     /// Which Alertmanagers failed at the last post (logged once each).
     failing: HashSet<usize>,
+}
+
+struct Held {
+    incident: Incident,
+    posted: Option<Severity>,
 }
 
 impl Poster {
@@ -59,8 +72,8 @@ impl Poster {
             db,
             clock: rt.clock,
             stats: rt.stats.clone(),
-            told: HashMap::new(),
-            resolved: HashSet::new(),
+            held: BTreeMap::new(),
+            cursor: None,
             failing: HashSet::new(),
         })
     }
@@ -73,89 +86,179 @@ impl Poster {
     ) {
         let span = info_span!("notify.alertmanager", urls = self.cfg.urls.len());
         async move {
+            let mut resend = self.clock.instant();
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(self.cfg.resend) => {}
+                    _ = tokio::time::sleep_until(resend) => {}
                     _ = super::written(&mut newest) => {}
                     _ = super::standing_changed(&mut leadership) => {}
                 }
                 if !leadership.borrow().leading {
-                    // A leader again later goes on from the database.
-                    self.told.clear();
-                    self.resolved.clear();
+                    // A leader again later starts from the database.
+                    self.held.clear();
+                    self.cursor = None;
                     continue;
                 }
-                self.round().await;
+                let due = self.clock.instant() >= resend;
+                let mut changed = false;
+                if self.cursor.is_none() {
+                    changed = self.start().await;
+                }
+                if self.cursor.is_some() {
+                    changed |= self.follow().await;
+                }
+                if changed || due {
+                    self.post_held().await;
+                }
+                if due {
+                    resend = self.clock.deadline_in(self.cfg.resend);
+                }
+                if self.cursor.is_none() {
+                    // The database failed the start: tried again soon.
+                    resend = resend.min(self.clock.deadline_in(DB_RETRY));
+                }
             }
         }
         .instrument(span)
         .await
     }
 
-    /// Reads what to post and posts it to every Alertmanager.
-    async fn round(&mut self) {
-        let now = self.clock.now();
+    /// A tenure's start: the newest notice's id, then the incidents open
+    /// or ended within `ends_after` (a notice written in between is read
+    /// again by [`Self::follow`], which only brings an incident up to
+    /// date). True if it holds any.
+    async fn start(&mut self) -> bool {
+        let newest = match outbox::newest(&self.db).await {
+            Ok(n) => n,
+            Err(e) => {
+                warn!(error = %e, "reading where the notices stand failed; will retry");
+                return false;
+            }
+        };
         let filter = IncidentFilter {
-            since: Some(now.saturating_sub(self.cfg.ends_after)),
-            limit: MAX_ALERTS,
+            since: Some(self.clock.now().saturating_sub(self.cfg.ends_after)),
+            limit: MAX_ALERTS as u32,
             ..IncidentFilter::default()
         };
         let list = match incidents::list(&self.db, &filter).await {
             Ok(l) => l,
             Err(e) => {
-                warn!(error = %e, "reading incidents to post to Alertmanager failed; will retry");
-                return;
+                warn!(error = %e, "reading the incidents to post to Alertmanager failed; will retry");
+                return false;
             }
         };
+        // What a plan explains is told only as its one rule says (the
+        // notices are written by the same rule).
+        for i in list
+            .into_iter()
+            .filter(|i| Plan::handling(i.planned.as_ref().and_then(|p| p.plan())).told)
+        {
+            self.hold(i);
+        }
+        debug!(
+            held = self.held.len(),
+            after = newest,
+            "posting to Alertmanager from here"
+        );
+        self.cursor = Some(newest);
+        !self.held.is_empty()
+    }
+
+    /// Reads the notices after the cursor; true if any was about an
+    /// incident.
+    async fn follow(&mut self) -> bool {
+        let mut changed = false;
+        while let Some(after) = self.cursor {
+            let events = match outbox::after(&self.db, after, outbox::PAGE).await {
+                Ok(e) => e,
+                Err(e) => {
+                    warn!(error = %e, "reading notices for Alertmanager failed; will retry");
+                    return changed;
+                }
+            };
+            let Some(last) = events.last().map(|e| e.id) else {
+                return changed;
+            };
+            for ev in &events {
+                match ev.notice() {
+                    Ok(n) => {
+                        if let Some(i) = n.incident() {
+                            self.hold(i.clone());
+                            changed = true;
+                        }
+                    }
+                    Err(e) => {
+                        let incident = ev
+                            .kind
+                            .parse::<crate::domain::NoticeKind>()
+                            .ok()
+                            .map(|k| k.subject())
+                            == Some(NoticeSubject::Incident);
+                        if incident {
+                            self.stats
+                                .dropped(Channel::Alertmanager, DropReason::Unreadable);
+                            warn!(event = ev.id, error = %e, "a notice does not read as its kind; not posted");
+                        }
+                    }
+                }
+            }
+            self.cursor = Some(last);
+        }
+        changed
+    }
+
+    /// Holds `i` as its newest notice says (keeping what it was posted
+    /// under), within [`MAX_ALERTS`].
+    fn hold(&mut self, i: Incident) {
+        let posted = self.held.remove(&i.id).and_then(|h| h.posted);
+        self.held.insert(
+            i.id,
+            Held {
+                incident: i,
+                posted,
+            },
+        );
+        while self.held.len() > MAX_ALERTS {
+            if let Some((id, _)) = self.held.pop_first() {
+                debug!(
+                    incident = id,
+                    "more incidents than Alertmanager is posted; the oldest let go"
+                );
+            }
+        }
+    }
+
+    /// Posts every held incident to every Alertmanager; forgets the ended
+    /// ones once all took them.
+    async fn post_held(&mut self) {
+        if self.held.is_empty() {
+            return;
+        }
+        let now = self.clock.now();
         let mut alerts: Vec<Alert> = Vec::new();
-        let mut resolving = Vec::new();
-        let mut severities = Vec::new();
-        // What a plan explains is told only as its one rule says.
-        for i in list.iter().filter(|i| {
-            crate::domain::Plan::handling(i.planned.as_ref().and_then(|p| p.plan())).told
-        }) {
-            let severity = alert::severity(i);
-            let earlier = self.told.get(&i.id).copied();
-            if let Some(old) = earlier.filter(|old| *old != severity) {
+        for h in self.held.values() {
+            let i = &h.incident;
+            let severity = i.severity();
+            if let Some(old) = h.posted.filter(|old| *old != severity) {
                 // Its labels change: the alert under the old ones ends now.
                 let mut gone = alert::alert(i, &self.cx, now, self.cfg.ends_after, old);
                 gone.ends_at = now.rfc3339();
                 alerts.push(gone);
             }
-            if i.open {
-                alerts.push(alert::alert(
-                    i,
-                    &self.cx,
-                    now,
-                    self.cfg.ends_after,
-                    severity,
-                ));
-                severities.push((i.id, severity));
-            } else if !self.resolved.contains(&i.id) {
-                alerts.push(alert::alert(
-                    i,
-                    &self.cx,
-                    now,
-                    self.cfg.ends_after,
-                    earlier.unwrap_or(severity),
-                ));
-                resolving.push(i.id);
-            }
-        }
-        if alerts.is_empty() {
-            return;
+            let labels = if i.open {
+                severity
+            } else {
+                h.posted.unwrap_or(severity)
+            };
+            alerts.push(alert::alert(i, &self.cx, now, self.cfg.ends_after, labels));
         }
         if self.post_all(&alerts).await {
-            self.resolved.extend(resolving);
-            for (id, s) in severities {
-                self.told.insert(id, s);
+            self.held.retain(|_, h| h.incident.open);
+            for h in self.held.values_mut() {
+                h.posted = Some(h.incident.severity());
             }
         }
-        // Only what the window still holds is remembered.
-        let kept: HashSet<i64> = list.iter().map(|i| i.id).collect();
-        self.told.retain(|id, _| kept.contains(id));
-        self.resolved.retain(|id| kept.contains(id));
     }
 
     /// Posts `alerts` to every Alertmanager at once; true if all took them.

@@ -57,13 +57,6 @@ pub async fn run(
             stranded_in_window: g.stranded_in_window as u64,
             agents: g.agents as u64,
         };
-        let body = match serde_json::to_value(&body) {
-            Ok(v) => v,
-            Err(e) => {
-                warn!(error = %e, kind = %kind, "a pause event did not serialise; it is not told");
-                continue;
-            }
-        };
         match outbox::append(&db, clock.now(), kind, &body).await {
             Ok(id) => debug!(event = id, kind = %kind, "pause event written"),
             Err(e) => {

@@ -10,17 +10,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::json;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use super::alert::{self, Context};
+use super::alert::Context;
 use super::{client, sign, NotifyError};
 use crate::backoff::Backoff;
 use crate::clock::{Clock, Ts};
 use crate::config::{WebhookConfig, WebhookFormat};
-use crate::domain::{text, NoticeKind};
+use crate::domain::maintenance::WindowView;
+use crate::domain::{text, About, Incident, Notice, NoticeKind, PauseNotice, Severity};
 use crate::stats::{Channel, DropReason, NotifyOutcome, Stats};
 use crate::store::outbox::{self, Delivery, DeliveryOutcome, Event};
 use crate::store::{Db, Leadership};
@@ -173,20 +175,17 @@ impl Webhook {
         // nothing, and a receiver back after a day is not paged about it.
         let born = Ts(ev.at_us);
         let too_old = |now: Ts| now.since(born) >= self.cfg.max_age;
-        let body = match self.body(ev) {
-            Some(b) => b,
-            None => {
-                warn!(event = ev.id, kind = %ev.kind, "an event's stored body is not JSON; dropped");
+        let body = match ev
+            .notice()
+            .map_err(|e| e.to_string())
+            .and_then(|n| self.body(&n).map_err(|e| e.to_string()))
+        {
+            Ok(b) => b,
+            Err(why) => {
+                warn!(event = ev.id, kind = %ev.kind, error = %why, "an event's stored body does not read as its kind; dropped");
                 self.stats.dropped(Channel::Webhook, DropReason::Unreadable);
                 return self
-                    .finish(
-                        ev,
-                        DeliveryOutcome::Dropped,
-                        0,
-                        None,
-                        None,
-                        Some("the stored body is not JSON".into()),
-                    )
+                    .finish(ev, DeliveryOutcome::Dropped, 0, None, None, Some(why))
                     .await;
             }
         };
@@ -316,39 +315,85 @@ impl Webhook {
         Ended::Done
     }
 
-    /// The body sent for `ev`, in this webhook's format.
-    fn body(&self, ev: &Event) -> Option<Vec<u8>> {
-        let v = envelope(ev, &self.cx)?;
-        let out = match self.cfg.format {
-            WebhookFormat::Json => v,
-            WebhookFormat::Slack => json!({ "text": slack_text(&v) }),
-        };
-        serde_json::to_vec(&out).ok()
+    /// The body sent for `n`, in this webhook's format.
+    fn body(&self, n: &Notice) -> Result<Vec<u8>, serde_json::Error> {
+        match self.cfg.format {
+            WebhookFormat::Json => serde_json::to_vec(&envelope(n, &self.cx)),
+            WebhookFormat::Slack => serde_json::to_vec(&json!({ "text": slack_text(n, &self.cx) })),
+        }
     }
 }
 
-/// The event as a webhook receives it: `{id, type, created, cluster,
+/// What Lifeline posts to a webhook (`format = "json"`), signed in
+/// `X-Lifeline-Signature: t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<body>">`.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct WebhookEvent {
+    /// The event's id: the same at every attempt (deduplicate by it).
+    pub id: i64,
+    #[serde(rename = "type")]
+    pub kind: NoticeKind,
+    /// When it happened.
+    pub created: Ts,
+    /// `[notify] cluster`.
+    pub cluster: String,
+    pub data: WebhookData,
+}
+
+/// What the event is about: `incident` with `incident.*` events, `window`
+/// with `maintenance.*` events, and the pause's own fields with
+/// `restarts.*` events.
+#[derive(Clone, Debug, Default, Serialize, utoipa::ToSchema)]
+pub struct WebhookData {
+    /// With `incident.*` events.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub incident: Option<IncidentEvent>,
+    /// With `maintenance.*` events: the window as it was then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<WindowView>,
+    /// With `restarts.*` events.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub pause: Option<PauseNotice>,
+}
+
+/// An incident as the API shows it, with its severity and its page.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct IncidentEvent {
+    #[serde(flatten)]
+    pub incident: Incident,
+    pub severity: Severity,
+    /// Its page on the dashboard.
+    pub url: String,
+}
+
+/// The notice as a webhook receives it: `{id, type, created, cluster,
 /// data}`; an incident's `data.incident` is the API's incident with its
 /// severity and page.
-pub fn envelope(ev: &Event, cx: &Context) -> Option<Value> {
-    let stored: Value = serde_json::from_str(&ev.body).ok()?;
-    let data = match ev.incident_id {
-        Some(id) if stored.is_object() => {
-            let mut inc = stored;
-            let stranded = inc["peak_stranded"].as_u64().unwrap_or(0);
-            inc["severity"] = json!(alert::severity_of(stranded));
-            inc["url"] = json!(cx.page(id));
-            json!({ "incident": inc })
-        }
-        _ => stored,
+pub fn envelope(n: &Notice, cx: &Context) -> WebhookEvent {
+    let data = match &n.about {
+        About::Incident(i) => WebhookData {
+            incident: Some(IncidentEvent {
+                incident: i.clone(),
+                severity: i.severity(),
+                url: cx.page(i.id),
+            }),
+            ..WebhookData::default()
+        },
+        About::Window(w) => WebhookData {
+            window: Some(w.clone()),
+            ..WebhookData::default()
+        },
+        About::Pause(p) => WebhookData {
+            pause: Some(p.clone()),
+            ..WebhookData::default()
+        },
     };
-    Some(json!({
-        "id": ev.id,
-        "type": ev.kind,
-        "created": Ts(ev.at_us).rfc3339(),
-        "cluster": cx.cluster,
-        "data": data,
-    }))
+    WebhookEvent {
+        id: n.id,
+        kind: n.kind,
+        created: n.at,
+        cluster: cx.cluster.clone(),
+        data,
+    }
 }
 
 /// Text from the network or an operator, safe in a Slack message: `&`,
@@ -360,67 +405,58 @@ pub fn slack_escape(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
-/// One line for Slack, for every kind of event: the cluster, what
+/// One line for Slack, for every kind of notice: the cluster, what
 /// happened and, for an incident, a link. Every name, title and reason
 /// is escaped.
-pub fn slack_text(v: &Value) -> String {
-    let e = |v: &Value| slack_escape(v.as_str().unwrap_or(""));
-    let kind = v["type"].as_str().unwrap_or("event");
-    let cluster = e(&v["cluster"]);
-    let data = &v["data"];
-    let i = &data["incident"];
-    if i.is_object() {
-        let verb = kind.strip_prefix("incident.").unwrap_or(kind);
-        let n = |k: &str| u32::try_from(i[k].as_u64().unwrap_or(0)).unwrap_or(u32::MAX);
-        let peak = crate::store::incidents::peak_words(
-            n("peak_stranded"),
-            n("peak_degraded"),
-            n("peak_planned"),
-        );
-        // A link's URL may hold neither `|` nor `>`.
-        let url: String = i["url"]
-            .as_str()
-            .unwrap_or("")
-            .chars()
-            .filter(|c| !matches!(c, '|' | '<' | '>'))
-            .collect();
-        format!(
-            "[{cluster}] Incident {} {verb}: {} ({}). {} agents, peak {peak}; {} signals sent. <{url}|Open in Lifeline>",
-            n("id"),
-            e(&i["title"]),
-            e(&i["severity"]),
-            n("agents"),
-            n("signals_sent"),
-        )
-    } else if data["window"].is_object() {
-        let w = &data["window"];
-        let targets: Vec<String> = w["targets"]
-            .as_array()
-            .map(|t| t.iter().map(e).collect())
-            .unwrap_or_default();
-        format!(
-            "[{cluster}] Maintenance window {} {}: {} ({} to {}): {}",
-            w["id"].as_i64().unwrap_or(0),
-            kind.strip_prefix("maintenance.").unwrap_or(kind),
-            targets.join(", "),
-            e(&w["from"]),
-            e(&w["until"]),
-            e(&w["reason"]),
-        )
-    } else if kind == "restarts.paused" {
-        let what = match (
-            data["reconnects_paused"].as_bool().unwrap_or(false),
-            data["restarts_paused"].as_bool().unwrap_or(false),
-        ) {
-            (true, true) => "Automatic reconnects and restarts are paused",
-            (false, true) => "Automatic restarts are paused",
-            _ => "Automatic reconnects are paused",
-        };
-        format!("[{cluster}] {what}: {}", e(&data["reason"]))
-    } else if kind == "restarts.resumed" {
-        format!("[{cluster}] Automatic reconnects and restarts resumed")
-    } else {
-        format!("[{cluster}] {}", slack_escape(kind))
+pub fn slack_text(n: &Notice, cx: &Context) -> String {
+    let e = |s: &str| slack_escape(s);
+    let cluster = e(&cx.cluster);
+    let kind = n.kind.as_str();
+    match &n.about {
+        About::Incident(i) => {
+            let verb = kind.strip_prefix("incident.").unwrap_or(kind);
+            // A link's URL may hold neither `|` nor `>`.
+            let url: String = cx
+                .page(i.id)
+                .chars()
+                .filter(|c| !matches!(c, '|' | '<' | '>'))
+                .collect();
+            format!(
+                "[{cluster}] Incident {} {verb}: {} ({}). {} agents, peak {}; {} signals sent. <{url}|Open in Lifeline>",
+                i.id,
+                e(&i.title),
+                i.severity(),
+                i.agents,
+                i.peak_words(),
+                i.signals_sent,
+            )
+        }
+        About::Window(w) => {
+            let targets: Vec<String> = w.targets.iter().map(|t| e(t)).collect();
+            format!(
+                "[{cluster}] Maintenance window {} {}: {} ({} to {}): {}",
+                w.id,
+                kind.strip_prefix("maintenance.").unwrap_or(kind),
+                targets.join(", "),
+                w.from,
+                w.until,
+                e(&w.reason),
+            )
+        }
+        About::Pause(_) if n.kind == NoticeKind::RestartsResumed => {
+            format!("[{cluster}] Automatic reconnects and restarts resumed")
+        }
+        About::Pause(p) => {
+            let what = match (p.reconnects_paused, p.restarts_paused) {
+                (true, true) => "Automatic reconnects and restarts are paused",
+                (false, true) => "Automatic restarts are paused",
+                _ => "Automatic reconnects are paused",
+            };
+            format!(
+                "[{cluster}] {what}: {}",
+                e(p.reason.as_deref().unwrap_or(""))
+            )
+        }
     }
 }
 
@@ -450,23 +486,30 @@ async fn pause(stop: &CancellationToken, d: Duration) -> bool {
 mod tests {
     use super::{envelope, slack_text};
     use crate::clock::Ts;
-    use crate::domain::{CauseKind, IncidentRecord};
-    use crate::store::incidents::Incident;
+    use crate::domain::maintenance::{Target, Window, WindowView};
+    use crate::domain::{
+        About, CauseKind, Incident, IncidentRecord, Notice, NoticeKind, PauseNotice,
+    };
+    use crate::notify::alert::Context;
     use crate::store::outbox::Event;
-    use serde_json::json;
 
-    /// The text is read from the body the store writes (the API's
-    /// incident): a field renamed there fails here, not silently in Slack.
-    #[test]
-    fn slack_reads_the_figures_of_the_body_the_store_writes() {
-        let i = Incident::from(IncidentRecord {
+    fn cx(cluster: &str, external_url: &str) -> Context {
+        Context {
+            cluster: cluster.into(),
+            external_url: external_url.into(),
+            runbook_url: String::new(),
+        }
+    }
+
+    fn incident(resource: &str, peak_stranded: u32, peak_degraded: u32) -> Incident {
+        Incident::from(IncidentRecord {
             id: 7,
             cause: CauseKind::ProxyExpired,
-            resource: "proxy-1".into(),
+            resource: resource.into(),
             started: Ts(1_700_000_000_000_000),
             ended: None,
-            peak_stranded: 3,
-            peak_degraded: 2,
+            peak_stranded,
+            peak_degraded,
             peak_planned: 0,
             agents: 12,
             signals: 5,
@@ -476,60 +519,104 @@ mod tests {
             recover_p50_us: None,
             recover_max_us: None,
             planned: None,
-        });
+        })
+    }
+
+    /// The text is read from the very row the store writes, typed again:
+    /// a field renamed in the incident fails here, not silently in Slack.
+    #[test]
+    fn slack_reads_the_figures_of_the_row_the_store_writes() {
+        let i = incident("proxy-1", 3, 2);
+        let kind = NoticeKind::IncidentOpened;
         let ev = Event {
             id: 1,
             at_us: i.started.as_micros(),
-            kind: "incident.opened".into(),
+            kind: kind.as_str().into(),
             incident_id: Some(7),
-            body: serde_json::to_string(&i).expect("json"),
+            body: About::Incident(i).stored(kind).expect("stored"),
         };
-        let cx = crate::notify::alert::Context {
-            cluster: "prod".into(),
-            external_url: "https://ll.example.com".into(),
-            runbook_url: String::new(),
-        };
-        let v = envelope(&ev, &cx).expect("an envelope");
+        let n = ev.notice().expect("the stored row reads as its notice");
+        let cx = cx("prod", "https://ll.example.com");
         assert_eq!(
-            slack_text(&v),
+            slack_text(&n, &cx),
             "[prod] Incident 7 opened: proxy-1 expired (critical). 12 agents, peak 3 stranded, \
              2 degraded; 5 signals sent. <https://ll.example.com/incidents/7|Open in Lifeline>"
         );
+        let v = serde_json::to_value(envelope(&n, &cx)).expect("json");
+        assert_eq!(v["data"]["incident"]["severity"], "critical");
+        assert_eq!(
+            v["data"]["incident"]["url"],
+            "https://ll.example.com/incidents/7"
+        );
+        assert_eq!(v["type"], "incident.opened");
+        assert!(v["data"].get("window").is_none(), "{v}");
     }
 
     #[test]
     fn every_event_reads_as_a_sentence_with_names_and_reasons_escaped() {
-        let incident = json!({"type": "incident.opened", "cluster": "prod & <b>", "data": {"incident": {
-            "id": 7, "title": "<!channel> proxy-1 expired", "severity": "warning", "agents": 133,
-            "peak_stranded": 0, "peak_degraded": 133, "peak_planned": 0, "signals_sent": 2,
-            "url": "https://ll.example.com/incidents/7|x>"}}});
+        let at = Ts(1_700_000_000_000_000);
+        let notice = |kind, about| Notice {
+            id: 1,
+            at,
+            kind,
+            about,
+        };
+        let incident = notice(
+            NoticeKind::IncidentOpened,
+            About::Incident(incident("<!channel> proxy-1", 0, 133)),
+        );
+        let hostile = cx("prod & <b>", "https://ll.example.com|x>");
         assert_eq!(
-            slack_text(&incident),
+            slack_text(&incident, &hostile),
             "[prod &amp; &lt;b&gt;] Incident 7 opened: &lt;!channel&gt; proxy-1 expired (warning). \
-             133 agents, peak 133 degraded; 2 signals sent. <https://ll.example.com/incidents/7x|Open in Lifeline>"
+             12 agents, peak 133 degraded; 5 signals sent. <https://ll.example.comx/incidents/7|Open in Lifeline>"
         );
-        let window = json!({"type": "maintenance.started", "cluster": "prod", "data": {"window": {
-            "id": 3, "targets": ["proxy/<@U123>"], "from": "2026-11-29T02:00:00Z",
-            "until": "2026-11-29T04:00:00Z", "reason": "<https://evil.example|click here>"}}});
-        assert_eq!(
-            slack_text(&window),
-            "[prod] Maintenance window 3 started: proxy/&lt;@U123&gt; (2026-11-29T02:00:00Z to \
-             2026-11-29T04:00:00Z): &lt;https://evil.example|click here&gt;"
+        let from = Ts(1_764_381_600_000_000);
+        let w = Window {
+            id: 3,
+            targets: vec![Target::parse("proxy/node-<1>").expect("a target")],
+            from,
+            until: Ts(from.as_micros() + 7_200_000_000),
+            reason: "<https://evil.example|click here>".into(),
+            created_by: "alice".into(),
+            created_at: from,
+            ended_by: None,
+            ended_at: None,
+            deleted_at: None,
+        };
+        let window = notice(
+            NoticeKind::MaintenanceStarted,
+            About::Window(WindowView::of(&w, from)),
         );
-        let paused = json!({"type": "restarts.paused", "cluster": "prod", "data": {
-            "reconnects_paused": false, "restarts_paused": true,
-            "reason": "the last 3 restarts did not bring their agents back", "agents": 10}});
+        let prod = cx("prod", "https://ll.example.com");
+        let said = slack_text(&window, &prod);
+        assert!(
+            said.starts_with("[prod] Maintenance window 3 started: proxy/node-&lt;1&gt; ("),
+            "{said}"
+        );
+        assert!(
+            said.ends_with("): &lt;https://evil.example|click here&gt;"),
+            "{said}"
+        );
+        let pause = PauseNotice {
+            reconnects_paused: false,
+            restarts_paused: true,
+            reason: Some("the last 3 restarts did not bring their agents back".into()),
+            stranded_in_window: 0,
+            agents: 10,
+        };
+        let paused = notice(NoticeKind::RestartsPaused, About::Pause(pause.clone()));
         assert_eq!(
-            slack_text(&paused),
+            slack_text(&paused, &prod),
             "[prod] Automatic restarts are paused: the last 3 restarts did not bring their agents back"
         );
-        let resumed = json!({"type": "restarts.resumed", "cluster": "prod", "data": {}});
+        let resumed = notice(NoticeKind::RestartsResumed, About::Pause(pause));
         assert_eq!(
-            slack_text(&resumed),
+            slack_text(&resumed, &prod),
             "[prod] Automatic reconnects and restarts resumed"
         );
-        for v in [&incident, &window, &paused, &resumed] {
-            let t = slack_text(v);
+        for n in [&incident, &window, &paused, &resumed] {
+            let t = slack_text(n, &prod);
             assert!(
                 !t.contains('{') && !t.contains("_paused"),
                 "no raw JSON: {t}"

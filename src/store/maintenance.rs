@@ -12,6 +12,7 @@ use tracing::warn;
 
 use super::Db;
 use crate::clock::Ts;
+pub use crate::domain::maintenance::WindowView;
 use crate::domain::{NoticeKind, Target, Window};
 
 /// The PostgreSQL channel a change of windows is announced on.
@@ -20,6 +21,13 @@ pub const CHANNEL: &str = "lifeline_maintenance";
 /// The most windows not yet over (scheduled or active): one more is
 /// refused, so every accepted window is read for the fleet and enforced.
 pub const MAX_IN_FORCE: i64 = 1000;
+
+/// The PostgreSQL advisory lock that makes one window's count and insert
+/// atomic against another's ("LLwindow"). Only creations take it: a lock
+/// of the table would also queue every end, delete and telling of a
+/// window behind the creations, and under a burst of them (two replicas'
+/// APIs at once) past the connections' `lock_timeout`.
+pub const CREATE_LOCK: i64 = 0x4c4c_7769_6e64_6f77;
 
 #[derive(sqlx::FromRow)]
 struct Row {
@@ -89,46 +97,6 @@ struct ToldRow {
     row: Row,
     told_start: i64,
     told_end: i64,
-}
-
-/// A window as the API, the audit and a webhook show it.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq, utoipa::ToSchema)]
-pub struct WindowView {
-    pub id: i64,
-    /// `kind/name-or-glob`: `proxy/proxy-2`, `auth_server/auth-*`,
-    /// `agent/node-1?`.
-    pub targets: Vec<String>,
-    pub from: Ts,
-    pub until: Ts,
-    pub reason: String,
-    pub created_by: String,
-    pub created_at: Ts,
-    /// Ended early (or deleted): by whom and when (`null` otherwise).
-    pub ended_by: Option<String>,
-    pub ended_at: Option<Ts>,
-    /// Deleted: when (`null` otherwise). A deleted window is kept, with
-    /// its audit; it ended when it was deleted, by `ended_by`.
-    pub deleted_at: Option<Ts>,
-    /// `scheduled`, `active`, `over` or `deleted`, at the time it was read.
-    pub status: &'static str,
-}
-
-impl WindowView {
-    pub fn of(w: &Window, now: Ts) -> WindowView {
-        WindowView {
-            id: w.id,
-            targets: w.targets.iter().map(|t| t.as_str().to_string()).collect(),
-            from: w.from,
-            until: w.until,
-            reason: w.reason.clone(),
-            created_by: w.created_by.clone(),
-            created_at: w.created_at,
-            ended_by: w.ended_by.clone(),
-            ended_at: w.ended_at,
-            deleted_at: w.deleted_at,
-            status: w.status(now),
-        }
-    }
 }
 
 /// One audited action on a window.
@@ -203,13 +171,17 @@ macro_rules! audit {
 macro_rules! event {
     ($db:expr, $tx:ident, $w:expr, $kind:expr, $at:expr) => {{
         super::outbox::lock_outbox!($db, $tx);
-        let body = serde_json::json!({ "window": WindowView::of($w, $at) }).to_string();
-        sqlx::query("INSERT INTO notify_events (at_us, kind, incident_id, body) VALUES ($1, $2, NULL, $3)")
-            .bind($at.as_micros())
-            .bind(NoticeKind::as_str($kind))
-            .bind(body)
-            .execute(&mut *$tx)
-            .await?;
+        let body = crate::domain::About::Window(WindowView::of($w, $at))
+            .stored($kind)
+            .map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+        sqlx::query(
+            "INSERT INTO notify_events (at_us, kind, incident_id, body) VALUES ($1, $2, NULL, $3)",
+        )
+        .bind($at.as_micros())
+        .bind(NoticeKind::as_str($kind))
+        .bind(body)
+        .execute(&mut *$tx)
+        .await?;
     }};
 }
 
@@ -231,8 +203,8 @@ macro_rules! announce {
 /// Stores a new window with its audit row, or `None` when [`MAX_IN_FORCE`]
 /// windows are already not over (every accepted window is enforced, so
 /// no more are accepted). The count and the insert are one transaction
-/// (on PostgreSQL under a lock of the table, so two replicas cannot both
-/// take the last place).
+/// (on PostgreSQL under [`CREATE_LOCK`], so two replicas cannot both take
+/// the last place).
 pub async fn create(
     db: &Db,
     new: &NewWindow,
@@ -243,7 +215,8 @@ pub async fn create(
     let targets = serde_json::Value::from(texts).to_string();
     let window = in_tx!(db, tx => {
         if matches!(db, Db::Postgres(_)) {
-            sqlx::query("LOCK TABLE maintenance_windows IN SHARE ROW EXCLUSIVE MODE")
+            sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                .bind(CREATE_LOCK)
                 .execute(&mut *tx)
                 .await?;
         }
@@ -332,6 +305,9 @@ pub async fn end(db: &Db, id: i64, actor: &str, now: Ts) -> Result<Ended, sqlx::
 /// and was not yet told to have ended is told so now, as deleted.
 pub async fn delete(db: &Db, id: i64, actor: &str, now: Ts) -> Result<Ended, sqlx::Error> {
     let out = in_tx!(db, tx => {
+        // The outbox's lock before the window's row, in the order the
+        // teller takes them: the other order deadlocks with it.
+        super::outbox::lock_outbox!(db, tx);
         let mut q = sqlx::QueryBuilder::new(
             "SELECT id, targets, from_us, until_us, reason, created_by, created_us, ended_by, ended_us, \
              deleted_us, told_start, told_end FROM maintenance_windows",
@@ -459,6 +435,9 @@ pub async fn audit_of(db: &Db, id: i64) -> Result<Vec<AuditRow>, sqlx::Error> {
 /// mark that it was told. Returns how many were told.
 pub async fn tell_due(db: &Db, now: Ts) -> Result<usize, sqlx::Error> {
     let n = in_tx!(db, tx => {
+        // Taken first, before any row: every transaction that writes both
+        // the outbox and a window (a delete too) takes them in this order.
+        super::outbox::lock_outbox!(db, tx);
         let at = now.as_micros();
         let mut q = sqlx::QueryBuilder::new(
             "SELECT id, targets, from_us, until_us, reason, created_by, created_us, \

@@ -8,10 +8,11 @@ use std::collections::HashMap;
 use serde::Serialize;
 use sqlx::{Database, Encode, QueryBuilder, Type};
 
-use super::incidents::Incident;
 use super::{on_pool, Db};
 use crate::clock::Ts;
-use crate::domain::{IncidentMark, IncidentRecord, NoticeKind};
+use crate::domain::{
+    About, Incident, IncidentMark, IncidentRecord, Notice, NoticeError, NoticeKind, PauseNotice,
+};
 
 /// The key of the PostgreSQL advisory lock every transaction that writes
 /// the outbox takes before its first event ("LLoutbox"). Held to its
@@ -45,9 +46,8 @@ pub const PAGE: i64 = 100;
 /// Delivery-log rows shown at most.
 pub const MAX_LOG: u32 = 1000;
 
-/// One event as written: the body is the JSON of what it is about (an
-/// incident as the API shows it), without the envelope (id, kind, time)
-/// the deliverer adds.
+/// One event as written: the body is the JSON of what it is about (see
+/// [`About::stored`]); [`Event::notice`] types it again.
 #[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
 pub struct Event {
     pub id: i64,
@@ -55,6 +55,13 @@ pub struct Event {
     pub kind: String,
     pub incident_id: Option<i64>,
     pub body: String,
+}
+
+impl Event {
+    /// The notice it stores, typed (an error says why a row cannot be).
+    pub fn notice(&self) -> Result<Notice, NoticeError> {
+        Notice::read(self.id, Ts(self.at_us), &self.kind, &self.body)
+    }
 }
 
 /// An event about to be written.
@@ -90,14 +97,15 @@ pub(super) fn incident_events(
         if kinds.is_empty() {
             continue;
         }
-        let body = match serde_json::to_string(&Incident::from(r.clone())) {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::warn!(incident = r.id, error = %e, "an incident event could not be written as JSON; not told");
-                continue;
-            }
-        };
+        let about = About::Incident(Incident::from(r.clone()));
         for kind in kinds {
+            let body = match about.stored(kind) {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::warn!(incident = r.id, error = %e, "an incident event could not be written; not told");
+                    continue;
+                }
+            };
             let when = match kind {
                 NoticeKind::IncidentOpened => r.started,
                 NoticeKind::IncidentResolved => r.ended.unwrap_or(r.started),
@@ -107,7 +115,7 @@ pub(super) fn incident_events(
                 at: when,
                 kind,
                 incident: Some(r.id),
-                body: body.clone(),
+                body,
             });
         }
     }
@@ -180,15 +188,24 @@ where
     q
 }
 
-/// Writes one event on its own (a change that is not a batch's: the
+/// An event that could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum AppendError {
+    #[error(transparent)]
+    Notice(#[from] NoticeError),
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+/// Writes one pause event on its own (a change that is not a batch's: the
 /// storm guard pausing restarts).
 pub async fn append(
     db: &Db,
     at: Ts,
     kind: NoticeKind,
-    body: &serde_json::Value,
-) -> Result<i64, sqlx::Error> {
-    let body = body.to_string();
+    pause: &PauseNotice,
+) -> Result<i64, AppendError> {
+    let body = About::Pause(pause.clone()).stored(kind)?;
     on_pool!(db, pool => {
         let mut tx = pool.begin().await?;
         lock_outbox!(db, tx);

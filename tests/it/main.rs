@@ -28,6 +28,7 @@ mod metrics;
 mod notify;
 mod one_truth;
 mod openapi;
+mod outbox_order;
 mod partition;
 mod reconnect;
 mod replicas;

@@ -15,16 +15,16 @@ use lifeline::store::outbox;
 use lifeline_sim::receiver::{Answer, Received, Receiver};
 use support::{Cluster, Running, Store};
 
-const SECRET: &str = "whsec_test_secret";
+pub(crate) const SECRET: &str = "whsec_test_secret";
 
-fn secret_file(dir: &Path) -> PathBuf {
+pub(crate) fn secret_file(dir: &Path) -> PathBuf {
     let p = dir.join("webhook-secret");
     std::fs::write(&p, format!("{SECRET}\n")).expect("secret written");
     p
 }
 
 /// Six legacy agents on `store`, telling `hooks` (name, URL).
-async fn cluster(store: Store, dir: &Path, hooks: Vec<(&str, String)>) -> Running {
+pub(crate) async fn cluster(store: Store, dir: &Path, hooks: Vec<(&str, String)>) -> Running {
     let secret = secret_file(dir);
     let hooks: Vec<WebhookConfig> = hooks
         .into_iter()
@@ -40,14 +40,14 @@ async fn cluster(store: Store, dir: &Path, hooks: Vec<(&str, String)>) -> Runnin
 }
 
 /// Every event the outbox holds, by id.
-async fn written(c: &Running) -> Vec<outbox::Event> {
+pub(crate) async fn written(c: &Running) -> Vec<outbox::Event> {
     outbox::after(&c.ll().db, 0, 1000)
         .await
         .expect("events read")
 }
 
 /// The ids of the requests answered 2xx, in the order they came.
-fn delivered(got: &[Received]) -> Vec<i64> {
+pub(crate) fn delivered(got: &[Received]) -> Vec<i64> {
     got.iter()
         .filter(|r| r.status == Some(200))
         .filter_map(|r| r.json()["id"].as_i64())
@@ -347,94 +347,6 @@ async fn a_receiver_down_longer_than_max_age_gets_only_the_events_still_young(st
     assert_eq!(dropped.len(), old.len(), "{log}");
     c.shutdown().await;
 }
-}
-
-/// On PostgreSQL, a transaction that took an event id and has not
-/// committed (another replica's, writing the outbox under its lock) holds
-/// back every later event: the telling of a window declared meanwhile
-/// waits for it, so a webhook that reads the window's event has already
-/// been able to read the earlier one, and both are delivered. (Without
-/// the lock the window's higher id commits first, the webhook moves past
-/// it, and the earlier event, committed a moment later, is never
-/// delivered.)
-#[tokio::test(start_paused = true)]
-async fn an_event_committed_after_a_later_one_is_never_skipped_on_postgres() {
-    let Some(store) = Store::postgres("notify_order").await else {
-        return;
-    };
-    let rx = Receiver::start(Clock::manual()).await.expect("receiver");
-    let dir = tempfile::tempdir().expect("dir");
-    let c = cluster(store, dir.path(), vec![("oncall", rx.url("/hook"))]).await;
-    let lifeline::store::Db::Postgres(pool) = c.ll().db.clone() else {
-        panic!("a PostgreSQL store")
-    };
-    // Another writer's transaction: the lock, an event, no commit yet.
-    let mut other = pool.begin().await.expect("a transaction");
-    sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(outbox::OUTBOX_LOCK)
-        .execute(&mut *other)
-        .await
-        .expect("the outbox lock");
-    let body = r#"{"window":{"id":0,"targets":[],"reason":"another replica"}}"#;
-    let earlier: i64 = sqlx::query_scalar(
-        "INSERT INTO notify_events (at_us, kind, incident_id, body) \
-         VALUES ($1, 'maintenance.started', NULL, $2) RETURNING id",
-    )
-    .bind(c.clock.now().as_micros())
-    .bind(body)
-    .fetch_one(&mut *other)
-    .await
-    .expect("an event");
-    // Meanwhile an operator declares a window.
-    let until = c
-        .clock
-        .now()
-        .saturating_add(Duration::from_secs(600))
-        .rfc3339();
-    let req = c
-        .http
-        .post(format!("{}/api/v1/maintenance", c.ll().base_url()))
-        .bearer_auth(support::ADMIN)
-        .header("content-type", "application/json")
-        .body(
-            serde_json::json!({"targets": ["proxy/proxy-1"], "until": until, "reason": "patch"})
-                .to_string(),
-        );
-    let declared = tokio::spawn(async move { req.send().await.map(|r| r.status().as_u16()) });
-    // The webhook has every chance to read what is visible.
-    c.advance(Duration::from_secs(10)).await;
-    other.commit().await.expect("the other writer commits");
-    let status = support::real_timeout(Duration::from_secs(10), declared)
-        .await
-        .expect("the window is declared once the other commits")
-        .expect("joined")
-        .expect("answered");
-    assert_eq!(status, 201);
-    // The window is told as it starts (by the teller's own transaction).
-    c.advance_until("the window is told", Duration::from_secs(30), || async {
-        written(&c)
-            .await
-            .iter()
-            .any(|e| e.id != earlier && e.kind == "maintenance.started")
-    })
-    .await;
-    let ids: Vec<i64> = written(&c).await.iter().map(|e| e.id).collect();
-    assert!(ids.contains(&earlier), "{ids:?}");
-    c.advance_until(
-        "every event delivered, the earlier one too",
-        Duration::from_secs(60),
-        || async {
-            let got = delivered(&rx.got());
-            ids.iter().all(|id| got.contains(id))
-        },
-    )
-    .await;
-    let got = delivered(&rx.got());
-    assert!(
-        got.windows(2).all(|w| w[0] < w[1]),
-        "in order, each once: {got:?}"
-    );
-    c.shutdown().await;
 }
 
 on_both_engines! {

@@ -2,7 +2,7 @@
 //! (or of Alertmanager's `webhook_configs`) is, over real HTTP on
 //! loopback. It keeps every request it gets, in order, with the time it
 //! came and its headers, and answers as it is told: 200, 500 until a
-//! given time, or never (a receiver that hangs).
+//! given time, 200 after a random wait, or never (a receiver that hangs).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -23,6 +23,9 @@ pub enum Answer {
     FailUntil(Ts),
     /// Never answers.
     Hang,
+    /// 200, each after a random wait of up to this long (a receiver
+    /// under load).
+    Slow(std::time::Duration),
 }
 
 /// One request as it came.
@@ -51,6 +54,8 @@ struct Shared {
     clock: Clock,
     answer: Arc<Mutex<Answer>>,
     got: Arc<Mutex<Vec<Received>>>,
+    /// The waits of [`Answer::Slow`], from a fixed seed.
+    rng: Arc<Mutex<rand::rngs::SmallRng>>,
 }
 
 /// A running receiver; it stops when dropped.
@@ -69,6 +74,7 @@ impl Receiver {
             clock,
             answer: Arc::new(Mutex::new(Answer::Ok)),
             got: Arc::default(),
+            rng: Arc::new(Mutex::new(rand::SeedableRng::seed_from_u64(0x5eed))),
         };
         let app = Router::new()
             .route("/{*path}", post(take))
@@ -123,6 +129,7 @@ async fn take(
         Answer::FailUntil(t) if at < t => Some(StatusCode::INTERNAL_SERVER_ERROR),
         Answer::FailUntil(_) => Some(StatusCode::OK),
         Answer::Hang => None,
+        Answer::Slow(_) => Some(StatusCode::OK),
     };
     if let Ok(mut g) = s.got.lock() {
         g.push(Received {
@@ -132,6 +139,16 @@ async fn take(
             body,
             status: status.map(|s| s.as_u16()),
         });
+    }
+    if let Answer::Slow(max) = answer {
+        use rand::Rng;
+        let ms = u64::try_from(max.as_millis()).unwrap_or(u64::MAX);
+        let wait = s
+            .rng
+            .lock()
+            .map(|mut r| r.random_range(0..=ms))
+            .unwrap_or(ms);
+        tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
     }
     match status {
         Some(s) => s,

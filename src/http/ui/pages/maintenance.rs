@@ -2,6 +2,7 @@
 //! that are over; a form to declare one and a button to end each.
 
 use super::*;
+use crate::domain::maintenance::WindowStatus;
 use crate::domain::Window;
 
 /// Windows shown (the API pages through the rest).
@@ -24,11 +25,11 @@ fn row(w: &Window, now: Ts) -> WindowRow {
     let status = w.status(now);
     WindowRow {
         id: w.id,
-        status,
+        status: status.as_str(),
         class: match status {
-            "active" => "warn",
-            "scheduled" => "",
-            _ => "muted",
+            WindowStatus::Active => "warn",
+            WindowStatus::Scheduled => "",
+            WindowStatus::Over | WindowStatus::Deleted => "muted",
         },
         targets: w
             .targets
@@ -44,7 +45,7 @@ fn row(w: &Window, now: Ts) -> WindowRow {
             (Some(by), Some(at)) => format!("ended by {by} at {}", at.rfc3339()),
             _ => String::new(),
         },
-        open: status != "over",
+        open: matches!(status, WindowStatus::Scheduled | WindowStatus::Active),
     }
 }
 
