@@ -152,7 +152,17 @@ pub async fn run(s: Scenario, export: Option<Export<'_>>) -> Result<Value, Bench
             agents,
             events,
             rounds,
-        } => notify::notify(incidents, per_hour, agents, events, rounds).await,
+            fleet,
+            webhooks,
+            hung,
+        } => {
+            let hooks = notify::Hooks {
+                webhooks,
+                hung,
+                fleet,
+            };
+            notify::notify(incidents, per_hour, agents, events, rounds, hooks).await
+        }
         Scenario::Fanout {
             agents,
             rounds,

@@ -83,6 +83,15 @@ pub enum Scenario {
         /// Rounds of the ingest comparison (an off and an on leg each).
         #[arg(long, default_value_t = 5)]
         rounds: usize,
+        /// Agents of the latency leg's fleet (spread over its proxies).
+        #[arg(long, default_value_t = 100_000)]
+        fleet: usize,
+        /// Webhooks configured, each taking every event.
+        #[arg(long, default_value_t = 5)]
+        webhooks: usize,
+        /// Of them, how many go to a receiver that never answers.
+        #[arg(long, default_value_t = 1)]
+        hung: usize,
     },
     /// Latency from an expiry instant to the agents it strands being flagged.
     Detect {
