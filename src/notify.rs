@@ -1,18 +1,20 @@
 //! The notify room: tells people about incidents, from the leader.
 //!
-//! Owns: posting open incidents to Alertmanagers (`alertmanager.rs`, the
-//! alert's shape in `alert.rs`), delivering the outbox's events to signed
-//! webhooks in order with retries (`webhook.rs`, signatures in
-//! `sign.rs`), the pause and resume of automatic signals as events
-//! (`pauses.rs`), maintenance windows as Alertmanager silences
-//! (`silences.rs`), and the HTTP clients they use (`client.rs`).
+//! Owns: rendering and sending the outbox's notices, to signed webhooks
+//! in order with retries (`webhook.rs`, signatures in `sign.rs`) and to
+//! Alertmanagers (`alertmanager.rs`, the alert's shape in `alert.rs`);
+//! maintenance windows as Alertmanager silences (`silences.rs`); the
+//! storm guard's pauses written as notices (`pauses.rs`); the HTTP
+//! clients they use (`client.rs`).
 //!
-//! Must not touch: incidents or their events. The fleet decides
-//! incidents; the store writes each with the events it tells, in one
-//! transaction (`store::outbox`). This room only reads them, and records
-//! each webhook's deliveries and place through the store's functions.
-//! Only the leading replica sends; a new leader goes on from the
-//! database, so nothing is lost with a restart or a change of leader.
+//! Must not touch: incidents, or what a notice says. The fleet decides
+//! incidents; `domain` says what each change tells (`Notice`) and the
+//! plan's one rule (`Plan::handling`); the store writes each notice in
+//! its cause's transaction (`store::outbox`). This room reads notices
+//! typed, and writes only pause notices and each webhook's deliveries
+//! and place, through the store's functions. Only the leading replica
+//! sends; a new leader goes on from the database, so nothing is lost
+//! with a restart or a change of leader.
 
 pub mod alert;
 mod alertmanager;

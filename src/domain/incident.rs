@@ -43,8 +43,10 @@ pub struct Incident {
     /// and longest, in milliseconds (once it has ended).
     pub recover_p50_ms: Option<f64>,
     pub recover_max_ms: Option<f64>,
-    /// Why it is planned, when it is (`null` otherwise): its agents were
-    /// not acted on and it was not notified; its minutes are not counted.
+    /// Why it is planned, when it is (`null` otherwise): its minutes are
+    /// not counted as stranded; whether its agents were acted on and it
+    /// was told is the plan's one rule (`Plan::handling`): a window's
+    /// neither, a rollout's told.
     pub planned: Option<Planned>,
 }
 
