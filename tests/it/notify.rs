@@ -528,11 +528,22 @@ fn alertmanager_binary() -> Option<PathBuf> {
     found
 }
 
+fn spawn(bin: &Path, args: &[String]) -> std::process::Child {
+    std::process::Command::new(bin)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("alertmanager starts")
+}
+
 /// A real Alertmanager on a free port, its one route sending every
 /// alert (grouped per incident, at once) to `receiver`, resolved ones too.
 struct Alertmanager {
     child: std::process::Child,
     url: String,
+    bin: PathBuf,
+    args: Vec<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -553,28 +564,42 @@ impl Alertmanager {
             ),
         )
         .expect("config written");
-        let child = std::process::Command::new(bin)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.path={}",
-                dir.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .arg("--cluster.listen-address=")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("alertmanager starts");
-        let am = Alertmanager {
-            child,
+        let args = vec![
+            format!("--config.file={}", config.display()),
+            format!("--storage.path={}", dir.path().join("data").display()),
+            format!("--web.listen-address=127.0.0.1:{port}"),
+            "--cluster.listen-address=".to_string(),
+        ];
+        let mut am = Alertmanager {
+            child: spawn(bin, &args),
             url: format!("http://127.0.0.1:{port}"),
+            bin: bin.to_path_buf(),
+            args,
             _dir: dir,
         };
+        am.ready().await;
+        am
+    }
+
+    /// Killed outright (what it held in memory, alerts and unsaved
+    /// silences, is gone).
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Started again on the same port and storage.
+    async fn restart(&mut self) {
+        self.child = spawn(&self.bin, &self.args);
+        self.ready().await;
+    }
+
+    async fn ready(&mut self) {
         let http = reqwest::Client::new();
         for _ in 0..200 {
-            if let Ok(r) = http.get(format!("{}/-/ready", am.url)).send().await {
+            if let Ok(r) = http.get(format!("{}/-/ready", self.url)).send().await {
                 if r.status().is_success() {
-                    return am;
+                    return;
                 }
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -583,16 +608,21 @@ impl Alertmanager {
     }
 
     async fn alerts(&self, filter: &str) -> serde_json::Value {
-        reqwest::Client::new()
-            .get(format!("{}/api/v2/alerts", self.url))
-            .query(&[("filter", filter)])
-            .send()
-            .await
-            .expect("alerts read")
-            .json()
-            .await
-            .expect("json")
+        alerts(&self.url, filter).await
     }
+}
+
+/// The alerts of the Alertmanager at `url` that `filter` matches.
+async fn alerts(url: &str, filter: &str) -> serde_json::Value {
+    reqwest::Client::new()
+        .get(format!("{url}/api/v2/alerts"))
+        .query(&[("filter", filter)])
+        .send()
+        .await
+        .expect("alerts read")
+        .json()
+        .await
+        .expect("json")
 }
 
 impl Drop for Alertmanager {
@@ -764,8 +794,9 @@ async fn a_maintenance_window_silences_the_clusters_own_alerts_in_alertmanager()
         return;
     };
     let rx = Receiver::start(Clock::system()).await.expect("receiver");
-    let am = Alertmanager::start(&bin, &rx.url("/am")).await;
+    let mut am = Alertmanager::start(&bin, &rx.url("/am")).await;
     let am_url = am.url.clone();
+    let am_api = am.url.clone();
     let mut c = Cluster::six_legacy()
         .config(move |cfg| {
             cfg.notify.alertmanager.urls = vec![am_url];
@@ -789,7 +820,7 @@ async fn a_maintenance_window_silences_the_clusters_own_alerts_in_alertmanager()
     }]);
     let post_alert = || async {
         let r = reqwest::Client::new()
-            .post(format!("{}/api/v2/alerts", am.url))
+            .post(format!("{am_api}/api/v2/alerts"))
             .json(&alert)
             .send()
             .await
@@ -798,7 +829,7 @@ async fn a_maintenance_window_silences_the_clusters_own_alerts_in_alertmanager()
     };
     post_alert().await;
     let state = || async {
-        am.alerts("alertname=\"TeleportProxyDown\"").await[0]["status"]["state"]
+        alerts(&am_api, "alertname=\"TeleportProxyDown\"").await[0]["status"]["state"]
             .as_str()
             .unwrap_or("")
             .to_string()
@@ -806,10 +837,17 @@ async fn a_maintenance_window_silences_the_clusters_own_alerts_in_alertmanager()
     c.eventually("the alert fires", || async { state().await == "active" })
         .await;
 
+    // Alertmanager is down as the window starts: Lifeline's attempts
+    // fail, and once it is back (its alerts gone with it, the cluster's
+    // monitoring posts them again) the silences are made.
+    am.kill();
     let until = c.clock.now().saturating_add(Duration::from_secs(600));
     let body = serde_json::json!({"targets": ["proxy/proxy-1", "proxy/edge-*"], "until": until.rfc3339(), "reason": "kernel upgrade"});
     let (status, w) = c.post("/api/v1/maintenance", &body.to_string()).await;
     assert_eq!(status, 201, "{w}");
+    support::real_sleep(Duration::from_millis(2500)).await;
+    am.restart().await;
+    post_alert().await;
     let id = w["id"].as_i64().expect("an id");
     c.eventually("two silences, one per target", || async {
         lifeline_silences(&am)
