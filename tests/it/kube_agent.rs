@@ -7,7 +7,6 @@
 use std::time::Duration;
 
 use lifeline_agent::config::{FileConfig, List, Method};
-use lifeline_agent::session;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -51,7 +50,7 @@ async fn setup(
     tweak(&mut file);
     let cfg = file.check().expect("the sidecar's configuration checks");
     let stop = CancellationToken::new();
-    tokio::spawn(session::run(cfg, stop.clone()));
+    tokio::spawn(lifeline_agent::run(cfg, stop.clone()));
     c.eventually("the pod's stream open", || async {
         c.ll().hub.reachable(HOST)
     })
@@ -234,7 +233,7 @@ async fn a_pod_without_a_host_id_is_not_spoken_for() {
     let dir = tempfile::tempdir().expect("dir");
     let cfg = sidecar(&c, &kube, dir.path()).check().expect("checks");
     let stop = CancellationToken::new();
-    tokio::spawn(session::run(cfg, stop.clone()));
+    tokio::spawn(lifeline_agent::run(cfg, stop.clone()));
     c.eventually("the first pod's stream open", || async {
         c.ll().hub.reachable(HOST)
     })

@@ -176,7 +176,10 @@ async fn two_sidecars(c: &Running) -> (Vec<CancellationToken>, Vec<Teleport>) {
             ..sidecar_file(c, &t)
         };
         let stop = CancellationToken::new();
-        tokio::spawn(session::run(file.check().expect("checks"), stop.clone()));
+        tokio::spawn(lifeline_agent::run(
+            file.check().expect("checks"),
+            stop.clone(),
+        ));
         stops.push(stop);
         teleports.push(t);
     }
@@ -226,7 +229,7 @@ async fn setup(
     tweak(&mut file);
     let cfg = file.check().expect("the sidecar's configuration checks");
     let stop = CancellationToken::new();
-    tokio::spawn(session::run(cfg, stop.clone()));
+    tokio::spawn(lifeline_agent::run(cfg, stop.clone()));
     until(&c, "the sidecar's stream open", || {
         c.ll().hub.reachable(HOST)
     })
@@ -660,7 +663,7 @@ async fn refusals_never_pause_restarts_only_tried_failures_do() {
     }
     .check()
     .expect("checks");
-    tokio::spawn(session::run(cfg, dry.clone()));
+    tokio::spawn(lifeline_agent::run(cfg, dry.clone()));
     stream_open(&c).await;
     for _ in 0..3 {
         let row = outcome(&c, admitted(&c).await, "refused").await;
@@ -706,7 +709,7 @@ async fn refusals_never_pause_restarts_only_tried_failures_do() {
     }
     .check()
     .expect("checks");
-    tokio::spawn(session::run(cfg, acting.clone()));
+    tokio::spawn(lifeline_agent::run(cfg, acting.clone()));
     stream_open(&c).await;
     outcome(&c, admitted(&c).await, "failed").await;
     c.eventually(
@@ -782,7 +785,7 @@ async fn a_slow_restart_is_acked_not_swept_as_a_timeout() {
     }
     .check()
     .expect("checks");
-    tokio::spawn(session::run(cfg, stop.clone()));
+    tokio::spawn(lifeline_agent::run(cfg, stop.clone()));
     stream_open(&c).await;
     let id = admitted(&c).await;
     let sent = std::time::Instant::now();
@@ -1111,7 +1114,7 @@ async fn a_sidecar_on_several_replicas_is_one_sidecar_with_several_streams() {
     }
     .check()
     .expect("checks");
-    tokio::spawn(session::run(cfg, stop.clone()));
+    tokio::spawn(lifeline_agent::run(cfg, stop.clone()));
     let db = c.ll().db.clone();
     let rows = || {
         support::sql_i64(
@@ -1320,7 +1323,7 @@ async fn rotated_token_and_client_certificate_are_read_at_the_next_dial() {
     };
     let cfg = file.clone().check().expect("checks");
     let stop = CancellationToken::new();
-    tokio::spawn(session::run(cfg.clone(), stop.clone()));
+    tokio::spawn(lifeline_agent::run(cfg.clone(), stop.clone()));
     until(
         &c,
         "the sidecar's stream open on the first Lifeline",

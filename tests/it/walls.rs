@@ -297,7 +297,12 @@ fn the_server_depends_on_neither_the_simulator_nor_the_benches() {
 /// the siblings they name: `crate::<dir>::x`, or `super::x` from a file
 /// directly inside, `super::super::x` from one a folder further down.
 fn folder_modules(dir: &Path) -> Graph {
-    let rel = dir.strip_prefix(src()).expect("a folder of src/");
+    folder_modules_in(dir, &src())
+}
+
+/// [`folder_modules`] for a folder of the crate whose source is `root`.
+fn folder_modules_in(dir: &Path, root: &Path) -> Graph {
+    let rel = dir.strip_prefix(root).expect("a folder of the crate");
     let crate_path = std::iter::once("crate".to_string())
         .chain(
             rel.components()
@@ -317,12 +322,18 @@ fn folder_modules(dir: &Path) -> Graph {
         let text = std::fs::read_to_string(&f).expect("source is readable");
         let deps = g.entry(module.clone()).or_default();
         let relative = match depth {
+            // From a file at a crate's root, `super::` is the crate root,
+            // whose modules are that file's siblings all the same.
             1 => Some("super::"),
             2 => Some("super::super::"),
             _ => None,
         };
         let named = paths_after(&text, &crate_path)
             .chain(relative.into_iter().flat_map(|r| paths_after(&text, r)));
+        // The crate's root file declares the modules; it is no module.
+        if f.parent() == Some(root) && (f.ends_with("lib.rs") || f.ends_with("main.rs")) {
+            continue;
+        }
         for dep in named {
             if dep != module && (dir.join(format!("{dep}.rs")).exists() || dir.join(dep).is_dir()) {
                 deps.insert(dep.to_string());
@@ -378,5 +389,51 @@ fn a_circle_is_found_and_named() {
     assert_eq!(
         find_cycle(&g).map(|c| c.join(" → ")),
         Some("a → b → c → a".to_string())
+    );
+}
+
+/// Guards the crates' insides too (the sidecar, the CLI, the simulator,
+/// the benches): within each crate, and within any folder of one, the
+/// modules name each other in one direction only.
+#[test]
+fn no_crate_has_an_import_circle() {
+    let crates = crate::support::repo().join("crates");
+    let mut roots: Vec<PathBuf> = std::fs::read_dir(&crates)
+        .expect("crates/")
+        .flatten()
+        .map(|e| e.path().join("src"))
+        .filter(|p| p.is_dir())
+        .collect();
+    roots.sort();
+    assert!(roots.len() >= 4, "{roots:?}");
+    let mut circles = Vec::new();
+    let mut looked = 0;
+    for root in &roots {
+        let mut dirs = vec![root.clone()];
+        fn folders(d: &Path, out: &mut Vec<PathBuf>) {
+            for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+                if e.path().is_dir() {
+                    out.push(e.path());
+                    folders(&e.path(), out);
+                }
+            }
+        }
+        folders(root, &mut dirs);
+        for d in dirs {
+            looked += 1;
+            if let Some(c) = find_cycle(&folder_modules_in(&d, root)) {
+                circles.push(format!(
+                    "{}: {}",
+                    d.strip_prefix(&crates).unwrap_or(&d).display(),
+                    c.join(" → ")
+                ));
+            }
+        }
+    }
+    assert!(looked > roots.len(), "the crates' folders were read");
+    assert!(
+        circles.is_empty(),
+        "import circles:\n{}",
+        circles.join("\n")
     );
 }

@@ -11,7 +11,7 @@
 //! - `probe`: what the agent says of itself (`/readyz`, the PID file);
 //! - `target`: the process a SIGHUP goes to, proven to be Teleport;
 //! - `kube`: Teleport's kube agents, a StatefulSet's pods, restarted by
-//!   eviction.
+//!   eviction; `pods`: a session for each of them.
 //!
 //! Must not touch: anything of the server's. It shares only the generated
 //! wire code (`lifeline-proto`).
@@ -24,12 +24,28 @@ pub mod clock;
 pub mod config;
 #[cfg(feature = "kubernetes")]
 pub mod kube;
+#[cfg(feature = "kubernetes")]
+pub mod pods;
 pub mod probe;
 pub mod restart;
 pub mod session;
 pub mod target;
 
 pub use config::{AgentConfig, ConfigError, FileConfig};
+
+/// Speaks for this host until `stop`: a stream to every configured
+/// address (`session`), or with `restart = "kubernetes"` one per pod of
+/// the StatefulSet (`pods`).
+pub async fn run(cfg: AgentConfig, stop: tokio_util::sync::CancellationToken) {
+    #[cfg(feature = "kubernetes")]
+    if matches!(cfg.restart, config::Restart::Kubernetes(_)) {
+        if let Err(e) = pods::run(cfg, stop).await {
+            tracing::warn!(error = %e, "cannot speak for the StatefulSet's pods");
+        }
+        return;
+    }
+    session::run(cfg, stop).await;
+}
 
 /// The exit code of a configuration Lifeline-agent cannot run with
 /// (sysexits' EX_CONFIG).

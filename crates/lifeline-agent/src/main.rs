@@ -100,6 +100,6 @@ fn main() {
             }
             on_signal.cancel();
         });
-        lifeline_agent::session::run(cfg, stop).await;
+        lifeline_agent::run(cfg, stop).await;
     });
 }

@@ -44,16 +44,9 @@ pub enum SessionError {
     Closed,
 }
 
-/// Holds a stream to every configured address until `stop`; with
-/// `restart = "kubernetes"`, one per pod of the StatefulSet (`kube`).
+/// Holds a stream to every configured address for this host until
+/// `stop` (a StatefulSet's pods are `pods`'s: see [`crate::run`]).
 pub async fn run(cfg: AgentConfig, stop: CancellationToken) {
-    #[cfg(feature = "kubernetes")]
-    if matches!(cfg.restart, crate::config::Restart::Kubernetes(_)) {
-        if let Err(e) = crate::kube::run(cfg, stop).await {
-            warn!(error = %e, "cannot speak for the StatefulSet's pods");
-        }
-        return;
-    }
     let cfg = Arc::new(cfg);
     let restarter = Arc::new(Restarter::new(&cfg));
     info!(

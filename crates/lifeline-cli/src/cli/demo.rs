@@ -11,7 +11,7 @@ use lifeline::telemetry::SpanCounters;
 use lifeline_sim::demo::{Demo, DemoOptions, TELEPORT_HEALTH_SINCE};
 
 use super::args::DemoArgs;
-use super::run::run_until_stopped;
+use super::stop::run_until_stopped;
 
 /// Starts the demo, prints where everything is, and runs until stopped.
 pub async fn run(a: DemoArgs, spans: Arc<SpanCounters>) -> anyhow::Result<ExitCode> {

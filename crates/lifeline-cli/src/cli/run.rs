@@ -10,6 +10,7 @@ use anyhow::Context;
 
 use super::args::{Cli, Cmd, TokenOp};
 use super::remote;
+use super::stop::run_until_stopped;
 use lifeline::app::Tuning;
 use lifeline::config::{Config, TelemetryConfig};
 use lifeline::telemetry::sink::Sink;
@@ -19,21 +20,6 @@ use lifeline_bench::Export;
 
 /// sysexits' EX_CONFIG: the configuration is at fault.
 const EXIT_CONFIG: u8 = 78;
-/// A critical task stopped (sysexits' EX_SOFTWARE): restart me.
-const EXIT_TASK_FAILED: u8 = 70;
-
-/// Runs until Ctrl-C / SIGTERM (exit 0) or until a critical task stops
-/// (exit 70, so that a process supervisor restarts Lifeline).
-pub(super) async fn run_until_stopped(failed: lifeline::supervise::FailureWatch) -> ExitCode {
-    tokio::select! {
-        _ = wait_for_signal() => ExitCode::SUCCESS,
-        f = failed.wait() => {
-            eprintln!("lifeline: task {} stopped: {}; exiting", f.task, f.why);
-            ExitCode::from(EXIT_TASK_FAILED)
-        }
-    }
-}
-
 /// Each SIGHUP has the TLS certificate and the cluster identity read again
 /// now (systemd's `ExecReload`); never returns.
 async fn reread_on_hangup(ll: &Lifeline) {
@@ -327,28 +313,5 @@ async fn run(
             println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(ExitCode::SUCCESS)
         }
-    }
-}
-
-async fn wait_for_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
     }
 }
