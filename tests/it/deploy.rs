@@ -1,7 +1,9 @@
 //! What `deploy/` ships agrees with the binary: the Kubernetes base's
 //! PrometheusRule and Grafana dashboard ConfigMap are exactly what
 //! `lifeline alert-rules --kubernetes` and `lifeline grafana-dashboard
-//! --kubernetes` print, so neither drifts from the metrics.
+//! --kubernetes` print, so neither drifts from the metrics; the manual
+//! pages and shell completions the packages install are exactly what the
+//! binaries print, so neither drifts from the flags.
 
 use std::time::Duration;
 
@@ -42,6 +44,87 @@ fn the_dashboard_configmap_is_what_grafana_dashboard_prints() {
         &grafana::configmap_yaml(URL),
         &format!("lifeline grafana-dashboard --kubernetes --external-url {URL}"),
     );
+}
+
+/// What `lifeline <args>` prints.
+fn lifeline(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lifeline"))
+        .args(args)
+        .output()
+        .expect("lifeline runs");
+    assert!(out.status.success(), "lifeline {args:?}: {out:?}");
+    String::from_utf8(out.stdout).expect("UTF-8")
+}
+
+/// Every page in `deploy/man/` is what a binary prints, and every page a
+/// binary has is there: `lifeline`'s, one per subcommand (the top page
+/// names each), and `lifeline-agent`'s, each package's in a folder of its
+/// own. Likewise each completion script.
+#[test]
+fn the_man_pages_and_completions_are_what_the_binaries_print() {
+    let mut expected = vec!["lifeline.1".to_string()];
+    same(
+        "deploy/man/lifeline/lifeline.1",
+        &lifeline(&["man"]),
+        "lifeline man",
+    );
+    let top = lifeline(&["man"]);
+    for sub in subcommands() {
+        let page = format!("lifeline-{sub}.1");
+        assert!(
+            top.contains(&format!("lifeline\\-{}(1)", sub.replace('-', "\\-"))),
+            "the top page names {page}"
+        );
+        same(
+            &format!("deploy/man/lifeline/{page}"),
+            &lifeline(&["man", &sub]),
+            &format!("lifeline man {sub}"),
+        );
+        expected.push(page);
+    }
+    same(
+        "deploy/man/lifeline-agent/lifeline-agent.1",
+        &lifeline_agent::args::man_page(),
+        "lifeline-agent --man",
+    );
+    let mut there: Vec<String> =
+        std::fs::read_dir(crate::support::repo().join("deploy/man/lifeline"))
+            .expect("deploy/man/lifeline")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+    there.sort();
+    expected.sort();
+    assert_eq!(
+        there, expected,
+        "deploy/man/lifeline holds exactly the pages lifeline has"
+    );
+    for shell in ["bash", "zsh", "fish"] {
+        same(
+            &format!("deploy/completions/lifeline.{shell}"),
+            &lifeline(&["completions", shell]),
+            &format!("lifeline completions {shell}"),
+        );
+        let parsed: clap_complete::Shell = shell.parse().expect("a shell");
+        same(
+            &format!("deploy/completions/lifeline-agent.{shell}"),
+            &lifeline_agent::args::completions(parsed),
+            &format!("lifeline-agent --completions {shell}"),
+        );
+    }
+}
+
+/// The subcommands with a page of their own, as `lifeline man` says when
+/// asked for one it has not.
+fn subcommands() -> Vec<String> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lifeline"))
+        .args(["man", "no-such-subcommand"])
+        .output()
+        .expect("lifeline runs");
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let (_, list) = err.split_once("the subcommands are: ").expect("the list");
+    list.trim().split(", ").map(str::to_string).collect()
 }
 
 /// The lines of `text` from the one that contains `start` to the next

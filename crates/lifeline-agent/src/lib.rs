@@ -5,6 +5,7 @@
 //! stay on the parent until they end). This crate holds the signal stream
 //! on its host's behalf and turns a Reconnect into that restart.
 //!
+//! - `args`: the command line, its manual page and completions;
 //! - `config`: the file and `LIFELINE_AGENT_*` variables, checked;
 //! - `session`: the streams to every Lifeline replica, with backoff;
 //! - `restart`: the restart and the wait for a new, ready process;
@@ -20,6 +21,7 @@
 // returned, never unwrapped.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod args;
 pub mod clock;
 pub mod config;
 #[cfg(feature = "kubernetes")]

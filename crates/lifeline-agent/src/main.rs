@@ -5,32 +5,21 @@
 // returned, never unwrapped.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
-use std::path::PathBuf;
-
 use clap::Parser;
+use lifeline_agent::args::{completions, man_page, Args};
 use lifeline_agent::{FileConfig, EXIT_CONFIG};
 use tokio_util::sync::CancellationToken;
 
-#[derive(Parser)]
-#[command(
-    name = "lifeline-agent",
-    version,
-    about = "Holds Lifeline's signal stream for the Teleport agent beside it, and turns a reconnect into Teleport's graceful restart"
-)]
-struct Args {
-    /// The configuration file (TOML); `LIFELINE_AGENT_*` variables override it.
-    #[arg(long, short, env = "LIFELINE_AGENT_CONFIG")]
-    config: Option<PathBuf>,
-    /// Only say what a restart would do.
-    #[arg(long)]
-    dry_run: bool,
-    /// Check the configuration, print what it resolves to, and exit.
-    #[arg(long)]
-    check: bool,
-}
-
 fn main() {
     let args = Args::parse();
+    if args.man {
+        print!("{}", man_page());
+        return;
+    }
+    if let Some(shell) = args.completions {
+        print!("{}", completions(shell));
+        return;
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("LIFELINE_AGENT_LOG")

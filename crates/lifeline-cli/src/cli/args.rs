@@ -5,14 +5,14 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 
 use lifeline::config::{Role, SourceKind};
 use lifeline::telemetry::LogFormat;
 
 /// Lifeline: finds agents stranded by unhealthy auth servers or proxies.
 #[derive(Parser)]
-#[command(version, about)]
+#[command(name = "lifeline", version, about)]
 pub struct Cli {
     /// Log format on stderr.
     #[arg(long, global = true, value_enum, default_value = "text")]
@@ -21,8 +21,63 @@ pub struct Cli {
     pub cmd: Cmd,
 }
 
+/// The manual page (roff) of `lifeline`, or of one of its subcommands
+/// (`lifeline-serve(1)`, which the first names), as `lifeline man
+/// [SUBCOMMAND]` prints it and the packages install it. `None`: no such
+/// subcommand.
+pub fn man_page(subcommand: Option<&str>) -> Option<String> {
+    let top = Cli::command();
+    let cmd = match subcommand {
+        None => top,
+        Some(name) => {
+            let sub = top
+                .get_subcommands()
+                .find(|c| c.get_name() == name && !c.is_hide_set())?
+                .clone();
+            let page = format!("lifeline-{name}");
+            sub.name(page)
+                .bin_name(format!("lifeline {name}"))
+                .version(top.get_version().unwrap_or_default().to_string())
+        }
+    };
+    let mut out = Vec::new();
+    // Rendering into memory cannot fail on I/O.
+    if let Err(e) = clap_mangen::Man::new(cmd).render(&mut out) {
+        return Some(format!(
+            ".\\\" the manual page could not be rendered: {e}\n"
+        ));
+    }
+    Some(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// The subcommands that have a manual page of their own.
+pub fn man_subcommands() -> Vec<String> {
+    Cli::command()
+        .get_subcommands()
+        .filter(|c| !c.is_hide_set())
+        .map(|c| c.get_name().to_string())
+        .collect()
+}
+
+/// `shell`'s completion script for `lifeline`.
+pub fn completions(shell: clap_complete::Shell) -> String {
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "lifeline", &mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 #[derive(Subcommand)]
 pub enum Cmd {
+    /// Print the manual page (roff): `lifeline man | man -l -`.
+    Man {
+        /// A subcommand's own page instead (`lifeline man serve`).
+        subcommand: Option<String>,
+    },
+    /// Print a completion script for a shell (bash, zsh, fish, elvish, powershell).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Run against a real cluster, configured by a TOML file and LIFELINE_* variables.
     Serve {
         /// Config file (see lifeline.example.toml). Optional: defaults apply.

@@ -20,6 +20,8 @@ use lifeline_bench::Export;
 
 /// sysexits' EX_CONFIG: the configuration is at fault.
 const EXIT_CONFIG: u8 = 78;
+/// sysexits' EX_USAGE: the command line is at fault.
+const EXIT_USAGE: u8 = 64;
 /// Each SIGHUP has the TLS certificate and the cluster identity read again
 /// now (systemd's `ExecReload`); never returns.
 async fn reread_on_hangup(ll: &Lifeline) {
@@ -269,6 +271,18 @@ async fn run(
             }
         }
         Cmd::Demo(args) => super::demo::run(args, spans).await,
+        Cmd::Man { subcommand } => match super::args::man_page(subcommand.as_deref()) {
+            Some(page) => Ok(emit(&page)),
+            None => {
+                eprintln!(
+                    "lifeline: no manual page for {:?}; the subcommands are: {}",
+                    subcommand.unwrap_or_default(),
+                    super::args::man_subcommands().join(", ")
+                );
+                Ok(ExitCode::from(EXIT_USAGE))
+            }
+        },
+        Cmd::Completions { shell } => Ok(emit(&super::args::completions(shell))),
         Cmd::Reconnect {
             agent,
             stranded,
