@@ -186,6 +186,37 @@ fn mono_now() -> Instant {
     Instant::now()
 }
 
+/// Real time spent, for what something costs (a log line's duration, a
+/// histogram, the `Server-Timing` header, when to publish next): std's
+/// monotonic clock, which paused test time does not stop. Never for a
+/// rule: rules read [`Clock`]. The one place Lifeline starts a timer.
+#[derive(Clone, Copy, Debug)]
+pub struct Stopwatch(std::time::Instant);
+
+impl Stopwatch {
+    #[allow(clippy::disallowed_methods)] // the one timer of costs
+    pub fn start() -> Stopwatch {
+        Stopwatch(std::time::Instant::now())
+    }
+
+    #[allow(clippy::disallowed_methods)] // the one timer of costs
+    pub fn elapsed(&self) -> Duration {
+        self.0.elapsed()
+    }
+}
+
+/// tokio's monotonic time now (which paused test time moves): for
+/// bookkeeping that follows the rules' time, such as a connection's
+/// idleness.
+pub fn monotonic() -> Instant {
+    mono_now()
+}
+
+/// tokio's monotonic time since `t`.
+pub fn since(t: Instant) -> Duration {
+    mono_now().saturating_duration_since(t)
+}
+
 impl Clock {
     /// The system's wall clock, read on every call (production).
     pub fn system() -> Self {

@@ -226,8 +226,8 @@ impl Shell {
         if self.model.fire_due() > 0 {
             self.pacer.touched = true;
         }
-        #[allow(clippy::disallowed_methods)] // classification time, for the log
-        let started = std::time::Instant::now();
+        // Classification time, for the log.
+        let started = crate::clock::Stopwatch::start();
         self.model.settle();
         let changes = self.carry_out();
         // Once per pass: heartbeats that arrived together wake the agent
@@ -254,8 +254,8 @@ impl Shell {
             Command::Resync(r) => {
                 let generation = r.generation;
                 let _s = debug_span!("fleet.resync", generation).entered();
-                #[allow(clippy::disallowed_methods)] // resync duration, for the log
-                let started = std::time::Instant::now();
+                // Resync duration, for the log.
+                let started = crate::clock::Stopwatch::start();
                 m.resync(r);
                 tracing::debug!(
                     ms = started.elapsed().as_millis() as u64,
@@ -437,8 +437,8 @@ impl Shell {
 
     /// Publishes the read model now.
     pub(super) fn publish(&mut self) {
-        #[allow(clippy::disallowed_methods)] // what a publish costs, to schedule the next
-        let started = std::time::Instant::now();
+        // What a publish costs, to schedule the next.
+        let started = crate::clock::Stopwatch::start();
         let generation = self.published.borrow().summary.generation + 1;
         let p = Arc::new(Published::of(&self.model, generation));
         self.published.send_replace(p);

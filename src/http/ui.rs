@@ -22,7 +22,6 @@ mod signin;
 pub mod ttl_svg;
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use askama::Template;
 use axum::extract::FromRequestParts;
@@ -197,7 +196,7 @@ fn replica_line(l: &crate::store::Leadership) -> Option<String> {
 /// request started.
 pub struct Ctx {
     pub session: csrf::Session,
-    pub started: Instant,
+    pub started: crate::clock::Stopwatch,
     pub caller: crate::http::caller::Caller,
     /// Served over TLS: cookies are `Secure`.
     pub tls: bool,
@@ -211,8 +210,7 @@ impl FromRequestParts<AppState> for Ctx {
             tls: st.tls,
             session: csrf::session(&parts.headers, st.tls),
             // Server-Timing: how long the page took to render.
-            #[allow(clippy::disallowed_methods)]
-            started: Instant::now(),
+            started: crate::clock::Stopwatch::start(),
             caller: crate::http::caller::Caller::of(&parts.extensions),
         })
     }

@@ -104,8 +104,8 @@ async fn session(
         .filter(|k| !rejected.contains(k))
         .collect();
 
-    #[allow(clippy::disallowed_methods)] // list duration, for the log and histogram
-    let list_started = std::time::Instant::now();
+    // List duration, for the log and histogram.
+    let list_started = crate::clock::Stopwatch::start();
     // Kinds are listed concurrently: HTTP/2 multiplexes the calls, so the
     // source's encoding and our decoding overlap.
     let lists = accepted.iter().map(|kind| {

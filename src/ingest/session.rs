@@ -60,7 +60,7 @@ pub async fn hand_over(
     stats: &Stats,
     list_rejections: Vec<Ingested>,
     resync: Resync,
-    list_started: std::time::Instant,
+    list_started: crate::clock::Stopwatch,
 ) -> Result<(), WatchError> {
     let generation = resync.generation;
     let listed: usize = resync.snapshots.iter().map(Snapshot::len).sum();

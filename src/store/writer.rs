@@ -239,8 +239,8 @@ async fn commit_with_retry(pool: &Db, opts: &WriterOptions, mut batch: WriteBatc
     // Row by row once the database has refused a row for what it holds.
     let mut isolate = false;
     loop {
-        #[allow(clippy::disallowed_methods)] // commit duration histogram
-        let started = std::time::Instant::now();
+        // The commit duration histogram.
+        let started = crate::clock::Stopwatch::start();
         let e = match commit_batch(pool, &batch, isolate, opts.clock.now())
             .instrument(span.clone())
             .await

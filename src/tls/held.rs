@@ -207,7 +207,7 @@ impl Shared {
     }
 
     fn now_ms(&self) -> u64 {
-        u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX)
+        u64::try_from(crate::clock::since(self.base).as_millis()).unwrap_or(u64::MAX)
     }
 }
 
@@ -229,10 +229,9 @@ pub async fn serve<L>(
         stats,
         which: bounds.which,
         full: AtomicBool::new(false),
-        // A timing site: how long a socket has been quiet, on tokio's
-        // clock as hyper's header timer is.
-        #[allow(clippy::disallowed_methods)]
-        base: Instant::now(),
+        // How long a socket has been quiet, on tokio's clock as hyper's
+        // header timer is.
+        base: crate::clock::monotonic(),
     });
     let tracker = TaskTracker::new();
     loop {

@@ -11,6 +11,11 @@ pub fn instant() -> Instant {
     Instant::now()
 }
 
+/// Time on [`instant`]'s clock since `t`.
+pub fn since(t: Instant) -> std::time::Duration {
+    instant().saturating_duration_since(t)
+}
+
 #[allow(clippy::disallowed_methods)] // The one place the sidecar reads the wall clock.
 pub fn wall() -> SystemTime {
     SystemTime::now()

@@ -196,7 +196,7 @@ impl Restarter {
     pub async fn recent_look(&self, max_age: Duration) -> Seen {
         let cached = lock(&self.seen).clone();
         match cached {
-            Some((at, seen)) if at.elapsed() < max_age => seen,
+            Some((at, seen)) if clock::since(at) < max_age => seen,
             _ => self.look().await,
         }
     }
@@ -211,7 +211,7 @@ impl Restarter {
                 return Outcome::refused("a restart is already in progress");
             }
             if let Some(began) = st.began {
-                let since = began.elapsed();
+                let since = clock::since(began);
                 if since < self.cooldown {
                     return Outcome::refused(format!(
                         "cooling down: restarted {} ago, the next may go in {} (cooldown)",
@@ -290,7 +290,7 @@ impl Restarter {
         }
         match pod.replaced(&old, began + self.ready_timeout).await {
             Ok((new, seen)) => {
-                let took = began.elapsed();
+                let took = clock::since(began);
                 lock(&self.state).last.ready_after = Some(took);
                 info!(old = %old, new = %new, ready_after = ?took, "the replacement pod is ready");
                 let pid = seen
@@ -360,7 +360,7 @@ impl Restarter {
             // Evidence of a new process: a PID, not the one before.
             let new_pid = seen.pid.filter(|p| i64::from(*p) != i64::from(before.pid));
             if let (true, Some(now)) = (seen.ready, new_pid) {
-                let took = began.elapsed();
+                let took = clock::since(began);
                 lock(&self.state).last.ready_after = Some(took);
                 info!(pid = now, ready_after = ?took, "the restarted agent is ready");
                 return Outcome {

@@ -95,7 +95,7 @@ async fn hold(
             Ok(()) => return,
             Err(e) => warn!(error = %e, "signal stream down; dialling again"),
         }
-        if began.elapsed() >= STABLE {
+        if clock::since(began) >= STABLE {
             attempt = 0;
         }
         let wait = backoff(attempt);

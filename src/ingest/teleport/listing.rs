@@ -175,8 +175,8 @@ async fn attach(
     hosts: &mut Hosts,
     instances: &mut mpsc::Receiver<AuthOf>,
 ) -> (Vec<Server>, Vec<crate::domain::Tunnel>) {
-    #[allow(clippy::disallowed_methods)] // step durations, for the log
-    let folded = std::time::Instant::now();
+    // Step durations, for the log.
+    let folded = crate::clock::Stopwatch::start();
     let auth_of = match tokio::time::timeout(src.cfg.connect_timeout, instances.recv()).await {
         Ok(Some(m)) => m,
         _ => src.hosts.auth_of().clone(),

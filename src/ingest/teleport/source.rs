@@ -84,8 +84,8 @@ async fn session(
     };
     let confirmed = confirm(src, first, &kinds, &denied);
 
-    #[allow(clippy::disallowed_methods)] // list duration, for the log
-    let list_started = std::time::Instant::now();
+    // List duration, for the log.
+    let list_started = crate::clock::Stopwatch::start();
     // Auth attachments alongside the lists, so the agents' first listing
     // carries them.
     let (inst_tx, inst_rx) = mpsc::channel::<AuthOf>(1);
