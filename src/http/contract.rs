@@ -144,7 +144,8 @@ pub enum WriteErrors {
     #[response(status = 404)]
     NotFound(ErrorBody),
     /// Valid, but not now (`not_connected`, `no_such_tunnel`,
-    /// `already_exists`, `managed_by_config_file`).
+    /// `no_destination`, `already_exists`, `already_over`, …: every code
+    /// is in the error code table).
     #[response(status = 409)]
     Conflict(ErrorBody),
     /// The body is larger than `server.max_body_bytes` (`body_too_large`).

@@ -58,15 +58,86 @@ pub enum ApiError {
     Db(sqlx::Error),
 }
 
-/// A database error: a connection not had in time is `busy` (503, retry),
-/// anything else is internal.
+/// A database error: a connection or a lock not had in time is `busy`
+/// (503, retry), anything else is internal.
 impl From<sqlx::Error> for ApiError {
     fn from(e: sqlx::Error) -> Self {
         match e {
             sqlx::Error::PoolTimedOut => ApiError::busy("no database connection"),
+            sqlx::Error::Database(d) if lock_not_had(d.code().as_deref()) => {
+                ApiError::busy("the database did not grant a lock")
+            }
             e => ApiError::Db(e),
         }
     }
+}
+
+/// A database error code that means another transaction held what this
+/// one needed, and trying again will do: PostgreSQL's `lock_timeout`
+/// (55P03), a deadlock it broke (40P01) or a serialization failure
+/// (40001); SQLite's busy and locked (5, 6 and their extended codes).
+fn lock_not_had(code: Option<&str>) -> bool {
+    matches!(
+        code,
+        Some("55P03" | "40P01" | "40001" | "5" | "6" | "261" | "262" | "517")
+    )
+}
+
+/// One error code the API answers with: its status and what it means.
+pub struct ErrorCode {
+    pub code: &'static str,
+    pub status: u16,
+    pub means: &'static str,
+}
+
+/// Every error code, by status: the list the book and README show
+/// ([`codes_markdown`]), held to the source by a test (every code the
+/// source answers with is here, and nothing else).
+pub const CODES: &[ErrorCode] = &[
+    ErrorCode { code: "bad_parameter", status: 400, means: "a query parameter is unknown or malformed; the message names it" },
+    ErrorCode { code: "bad_body", status: 400, means: "the body is not JSON, not an object, or has a bad field; the message says which" },
+    ErrorCode { code: "unauthenticated", status: 401, means: "no credentials: send `Authorization: Bearer <token>` or sign in" },
+    ErrorCode { code: "invalid_token", status: 401, means: "the bearer token is not one Lifeline knows" },
+    ErrorCode { code: "bad_authorization", status: 401, means: "the `Authorization` header is not `Bearer <token>`" },
+    ErrorCode { code: "invalid_teleport_jwt", status: 401, means: "Teleport's app-access JWT did not verify (signature, audience, expiry or issuer)" },
+    ErrorCode { code: "forbidden", status: 403, means: "the caller lacks the role this needs (`update` for changes), or a setting must be created first" },
+    ErrorCode { code: "csrf", status: 403, means: "a dashboard form without its CSRF token: reload the page" },
+    ErrorCode { code: "cross_site", status: 403, means: "a change from another site (its `Origin` or `Sec-Fetch-Site`)" },
+    ErrorCode { code: "probe_target_not_allowed", status: 403, means: "a probe asked for a target outside the allowed list" },
+    ErrorCode { code: "not_found", status: 404, means: "no such agent, proxy, incident, window, webhook or signal" },
+    ErrorCode { code: "unknown_setting", status: 404, means: "no such setting; the message lists the known ones" },
+    ErrorCode { code: "no_route", status: 404, means: "no such path" },
+    ErrorCode { code: "method_not_allowed", status: 405, means: "the path exists; the method does not" },
+    ErrorCode { code: "not_connected", status: 409, means: "the agent holds no signal stream to Lifeline" },
+    ErrorCode { code: "no_such_tunnel", status: 409, means: "the agent holds no tunnel to that proxy" },
+    ErrorCode { code: "no_destination", status: 409, means: "the agent has no live proxy it is not already on: a reconnect cannot move it; it waits for one" },
+    ErrorCode { code: "restart_would_not_help", status: 409, means: "a sidecar restarts this agent, and a restart would not help it now" },
+    ErrorCode { code: "restarts_failing", status: 409, means: "automatic restarts wait: the last ones did not bring their agents back" },
+    ErrorCode { code: "already_exists", status: 409, means: "the setting exists; pass `force`" },
+    ErrorCode { code: "managed_by_config_file", status: 409, means: "the setting comes from the config file; change it there (or `force` and `confirm`)" },
+    ErrorCode { code: "already_over", status: 409, means: "the maintenance window has already ended" },
+    ErrorCode { code: "already_deleted", status: 409, means: "the maintenance window was deleted" },
+    ErrorCode { code: "never_active", status: 409, means: "the maintenance window would end before it starts" },
+    ErrorCode { code: "too_many_windows", status: 409, means: "as many maintenance windows as Lifeline enforces are scheduled or active" },
+    ErrorCode { code: "body_too_large", status: 413, means: "the body is larger than `server.max_body_bytes`" },
+    ErrorCode { code: "rate_limited", status: 429, means: "this agent was asked to reconnect too recently; `Retry-After` says when" },
+    ErrorCode { code: "restarts_in_flight", status: 429, means: "as many restarts as the cap allows are under way; `Retry-After` says when to try" },
+    ErrorCode { code: "too_many_streams_from_ip", status: 429, means: "this address holds as many live dashboard streams as it may" },
+    ErrorCode { code: "internal", status: 500, means: "a fault in Lifeline; the detail is logged, never returned" },
+    ErrorCode { code: "unavailable", status: 503, means: "Lifeline is stopping" },
+    ErrorCode { code: "busy", status: 503, means: "the fleet, a database connection or a database lock did not answer in time: retry" },
+    ErrorCode { code: "not_leader", status: 503, means: "no replica leads now, so no signal can be sent: retry" },
+    ErrorCode { code: "paused", status: 503, means: "automatic signals are paused (the storm guard); the message says why" },
+    ErrorCode { code: "too_many_streams", status: 503, means: "the dashboard's live streams are at their cap" },
+];
+
+/// [`CODES`] as a Markdown table, as the docs carry it.
+pub fn codes_markdown() -> String {
+    let mut out = String::from("| status | code | means |\n|---|---|---|\n");
+    for c in CODES {
+        out.push_str(&format!("| {} | `{}` | {} |\n", c.status, c.code, c.means));
+    }
+    out
 }
 
 impl From<crate::fleet::FleetError> for ApiError {

@@ -203,12 +203,22 @@ pub(super) async fn reconnect_agent(
             ),
             retry_after: 10,
         },
-        Refusal::NoSuchTunnel | Refusal::NoDestination | Refusal::RestartWouldNotHelp => ApiError::Conflict {
+        Refusal::NoSuchTunnel => ApiError::Conflict {
             code: "no_such_tunnel",
             message: format!(
                 "agent {name:?} holds no tunnel to proxy {:?}",
                 proxy.unwrap_or_default()
             ),
+        },
+        Refusal::NoDestination => ApiError::Conflict {
+            code: "no_destination",
+            message: format!(
+                "agent {name:?} has no live proxy it is not already on to move to; it waits for one"
+            ),
+        },
+        Refusal::RestartWouldNotHelp => ApiError::Conflict {
+            code: "restart_would_not_help",
+            message: format!("agent {name:?}: {}", why.text()),
         },
         Refusal::RateLimited(wait) => ApiError::TooMany {
             code: "rate_limited",

@@ -610,3 +610,83 @@ fn collect_rs(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
         }
     }
 }
+
+/// Every error code has one status and one line of meaning in
+/// `http::error::CODES`; README's table is that list (run with
+/// `LIFELINE_BLESS=1` to write it again); every code the server's source
+/// answers with is in it, and every code in it is answered somewhere.
+#[test]
+fn every_error_code_is_listed_once_with_its_status_and_the_docs_show_the_list() {
+    use lifeline::http::error::{codes_markdown, CODES};
+    let mut listed = BTreeSet::new();
+    for c in CODES {
+        assert!(listed.insert(c.code), "{} listed twice", c.code);
+        assert!((400..600).contains(&c.status), "{}: {}", c.code, c.status);
+    }
+    // The docs.
+    let path = crate::support::repo().join("README.md");
+    let readme = std::fs::read_to_string(&path).expect("README");
+    let (begin, end) = ("<!-- error-codes:begin -->\n", "<!-- error-codes:end -->");
+    let a = readme.find(begin).expect("the table's begin marker") + begin.len();
+    let b = readme[a..].find(end).expect("the table's end marker") + a;
+    let table = codes_markdown();
+    if readme[a..b] != table && std::env::var_os("LIFELINE_BLESS").is_some() {
+        let written = format!("{}{table}{}", &readme[..a], &readme[b..]);
+        std::fs::write(&path, written).expect("README written");
+    } else {
+        assert_eq!(
+            readme[a..b],
+            table,
+            "README's error codes differ from http::error::CODES; write them again with LIFELINE_BLESS=1 cargo test every_error_code"
+        );
+    }
+    // The source: `code: "x"` anywhere, and the fixed codes of
+    // `ApiError::code`.
+    let mut files = Vec::new();
+    fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                rust_files(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    rust_files(&crate::support::repo().join("src/http"), &mut files);
+    let quoted = |rest: &str| -> Option<String> {
+        let rest = rest.strip_prefix('"')?;
+        let end = rest.find('"')?;
+        let code = &rest[..end];
+        (!code.is_empty() && code.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+            .then(|| code.to_string())
+    };
+    let mut answered = BTreeSet::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).expect("source");
+        for line in text.lines().filter(|l| !l.contains("ErrorCode {")) {
+            if let Some(i) = line.find("code: ") {
+                answered.extend(quoted(&line[i + "code: ".len()..]));
+            }
+        }
+        if f.ends_with("error.rs") {
+            let from = text.find("pub fn code(&self)").expect("ApiError::code");
+            let body = &text[from..from + text[from..].find("\n    }\n").expect("its end")];
+            for line in body.lines() {
+                if let Some(i) = line.find("=> ") {
+                    answered.extend(quoted(&line[i + "=> ".len()..]));
+                }
+            }
+        }
+    }
+    let unlisted: Vec<_> = answered
+        .iter()
+        .filter(|c| !listed.contains(c.as_str()))
+        .collect();
+    assert!(
+        unlisted.is_empty(),
+        "answered but not in CODES: {unlisted:?}"
+    );
+    let unused: Vec<_> = listed.iter().filter(|c| !answered.contains(**c)).collect();
+    assert!(unused.is_empty(), "in CODES but never answered: {unused:?}");
+}

@@ -330,3 +330,74 @@ async fn an_event_committed_after_a_later_one_is_never_skipped_on_postgres() {
     );
     c.shutdown().await;
 }
+
+/// A window's row held by another transaction for longer than the
+/// connections' `lock_timeout` (2 s): ending it answers 503 `busy` (try
+/// again), not 500 `internal`, and once the other commits the same
+/// request ends it.
+#[tokio::test(start_paused = true)]
+async fn a_window_locked_past_lock_timeout_is_busy_not_internal() {
+    let Some(store) = Store::postgres("window_lock_busy").await else {
+        return;
+    };
+    // Virtual time runs on while the request waits on the database: the
+    // listener must not time it out first.
+    let c = Cluster::six_legacy()
+        .store(store)
+        .config(|cfg| cfg.server.http_request_timeout = Duration::from_secs(3600))
+        .start()
+        .await;
+    c.ready().await;
+    let until = c
+        .clock
+        .now()
+        .saturating_add(Duration::from_secs(600))
+        .rfc3339();
+    let body = json!({"targets": ["proxy/proxy-1"], "until": until, "reason": "patch"});
+    let (status, w) = c.post("/api/v1/maintenance", &body.to_string()).await;
+    assert_eq!(status, 201, "{w}");
+    let id = w["id"].as_i64().expect("an id");
+    let lifeline::store::Db::Postgres(pg) = c.ll().db.clone() else {
+        panic!("a PostgreSQL store")
+    };
+    let mut other = pg.pool.begin().await.expect("a transaction");
+    sqlx::query("SELECT id FROM maintenance_windows WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .execute(&mut *other)
+        .await
+        .expect("the row held");
+    let end = || {
+        let req = c
+            .http
+            .post(format!("{}/api/v1/maintenance/{id}/end", c.ll().base_url()))
+            .bearer_auth(ADMIN);
+        async move {
+            let r = req.send().await.expect("answered");
+            let status = r.status().as_u16();
+            (
+                status,
+                r.json::<serde_json::Value>().await.unwrap_or_default(),
+            )
+        }
+    };
+    // The holder stays busy (an idle one is cut off after 2 s by
+    // `idle_in_transaction_session_timeout`) while the end waits.
+    let (slept, answered) = tokio::join!(
+        sqlx::query("SELECT pg_sleep(4)").execute(&mut *other),
+        support::real_timeout(Duration::from_secs(20), end()),
+    );
+    slept.expect("the holder slept");
+    let (status, e) = answered.expect("answered once the lock wait timed out");
+    assert_eq!(status, 503, "{e}");
+    assert_eq!(e["error"]["code"], "busy", "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("lock") && m.contains("try again")),
+        "{e}"
+    );
+    other.rollback().await.expect("released");
+    let (status, e) = end().await;
+    assert_eq!(status, 200, "{e}");
+    c.shutdown().await;
+}
