@@ -95,6 +95,16 @@ impl Dialect<Sqlite> {
         Ok(())
     }
 
+    /// The signal rows a batch marks, locked first: SQLite's one writer
+    /// already orders every transaction.
+    pub async fn lock_signals(
+        &self,
+        _tx: &mut Transaction<'static, Sqlite>,
+        _ids: &[i64],
+    ) -> Result<(), sqlx::Error> {
+        Ok(())
+    }
+
     /// History rows, in `VALUES` statements.
     pub async fn write_events(
         &self,
@@ -185,6 +195,28 @@ impl Dialect<Sqlite> {
 const NO_HASH_JOIN: &str = "SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off";
 
 impl Dialect<Postgres> {
+    /// Locks the signal rows `ids` (sorted) until the transaction ends, in
+    /// one statement, in ascending id order. Every transaction that
+    /// updates several signal rows (these marks, and `signals::update`'s
+    /// deliveries and answers) takes them in that order: two that each
+    /// held a row the other wanted deadlocked, PostgreSQL broke the cycle
+    /// after `deadlock_timeout` by failing one, and a writer that kept
+    /// meeting acks fell behind.
+    pub async fn lock_signals(
+        &self,
+        tx: &mut Transaction<'static, Postgres>,
+        ids: &[i64],
+    ) -> Result<(), sqlx::Error> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        sqlx::query("SELECT id FROM signals WHERE id = ANY($1) ORDER BY id FOR UPDATE")
+            .bind(ids)
+            .execute(&mut **tx)
+            .await
+            .map(|_| ())
+    }
+
     /// Takes `outbox::OUTBOX_LOCK` until the transaction ends.
     pub async fn lock_outbox(
         &self,

@@ -290,6 +290,12 @@ macro_rules! phases {
                 for a in &b.attributions {
                     by_incident.entry(a.incident).or_default().push(a.signal);
                 }
+                // Their rows locked first, all at once in id order (the
+                // order every other writer of signals takes them).
+                let mut ids: Vec<i64> = b.attributions.iter().map(|a| a.signal).collect();
+                ids.sort_unstable();
+                ids.dedup();
+                self.sql.lock_signals(&mut self.tx, &ids).await?;
                 for (incident, ids) in &by_incident {
                     for chunk in values_pieces(ids, isolate) {
                         let mut q = QueryBuilder::new("UPDATE signals SET incident_id = ");

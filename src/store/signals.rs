@@ -99,6 +99,15 @@ pub enum SignalUpdate {
     },
 }
 
+impl SignalUpdate {
+    /// The signal it updates.
+    pub fn id(&self) -> i64 {
+        match self {
+            SignalUpdate::Delivered { id, .. } | SignalUpdate::Outcome { id, .. } => *id,
+        }
+    }
+}
+
 /// Where new signal ids come from. On SQLite one process owns the file:
 /// a counter after the highest stored id. On PostgreSQL several replicas
 /// insert signals: the table's own sequence hands each a distinct id.
@@ -321,8 +330,13 @@ pub async fn update(db: &Db, updates: &[SignalUpdate]) -> Result<(), sqlx::Error
     if updates.is_empty() {
         return Ok(());
     }
+    // Row locks in ascending id order, the order the batch writer takes
+    // them in (`Dialect::lock_signals`): in another order the two
+    // deadlock. A stable sort keeps one signal's updates in their order.
+    let mut sorted: Vec<&SignalUpdate> = updates.iter().collect();
+    sorted.sort_by_key(|u| u.id());
     let mut tx = pool.begin().await?;
-    for u in updates {
+    for u in sorted {
         match u {
             SignalUpdate::Delivered { id, at } => {
                 sqlx::query(
