@@ -32,6 +32,81 @@ use super::error::{ApiError, ApiQuery};
 use super::AppState;
 use crate::stats::Stats;
 
+/// One kind of line in `/readyz`'s `problems`: the words it opens with
+/// (fixed; what follows names the instance), whether it fails readiness,
+/// what it means and what to do. The book's troubleshooting page is this
+/// list ([`reasons_markdown`]); a test holds every line `readyz` writes
+/// to an entry here.
+pub struct ReadyReason {
+    pub opens: &'static str,
+    pub fails: bool,
+    pub means: &'static str,
+    pub action: &'static str,
+}
+
+/// Every kind of `/readyz` problem, in the order `readyz` checks them.
+pub const READY_REASONS: &[ReadyReason] = &[
+    ReadyReason {
+        opens: "task ",
+        fails: true,
+        means: "a critical task (named, with why) stopped; the process exits 70 for its supervisor to restart it",
+        action: "read the log line that names the task; systemd or Kubernetes restarts Lifeline, and the cause is in the lines before it",
+    },
+    ReadyReason {
+        opens: "cluster source: ",
+        fails: true,
+        means: "the watch of the cluster is not ready, and this is the source's last error (a refused dial, a handshake, a role)",
+        action: "check `cluster.addr`, the identity and CA files (`lifeline check-config`) and the role; `source_phase` says whether it is connecting, resyncing or retrying",
+    },
+    ReadyReason {
+        opens: "the store refuses writes since ",
+        fails: true,
+        means: "the database refuses Lifeline's writes; current state and episodes are held and retried, history is shed once the queue is full",
+        action: "check the disk (SQLite) or the database server and its logs (PostgreSQL); the error is quoted",
+    },
+    ReadyReason {
+        opens: "the cluster identity's certificate expired at ",
+        fails: true,
+        means: "the client certificate in `cluster.identity_file` has expired, so Lifeline cannot reach the cluster",
+        action: "renew it (tbot, or whoever signs it); Lifeline reads the new file at its next dial",
+    },
+    ReadyReason {
+        opens: "the listing hides ",
+        fails: false,
+        means: "the role's listings omit services the watch shows: a `*_labels` rule filters them",
+        action: "grant `'*': '*'` on the role's `node_labels`, `app_labels`, `db_labels`, `kubernetes_labels` and `windows_desktop_labels`",
+    },
+    ReadyReason {
+        opens: "connection caps lowered: ",
+        fails: false,
+        means: "the process may open fewer files than the configured connection caps need, so they were lowered",
+        action: "raise `LimitNOFILE` (systemd) or the container's limit, or lower the caps",
+    },
+    ReadyReason {
+        opens: "cluster kind ",
+        fails: false,
+        means: "a Teleport kind is left out of the watch (the role cannot read it, say); agents of that kind are not watched",
+        action: "let the role read that kind, or leave it out of `cluster.agent_kinds`",
+    },
+];
+
+/// [`READY_REASONS`] as the book's table.
+pub fn reasons_markdown() -> String {
+    let mut out = String::from(
+        "| a problem that opens with | fails `/readyz` | means | what to do |\n|---|---|---|---|\n",
+    );
+    for r in READY_REASONS {
+        out.push_str(&format!(
+            "| `{}…` | {} | {} | {} |\n",
+            r.opens.trim_end(),
+            if r.fails { "yes" } else { "no" },
+            r.means,
+            r.action
+        ));
+    }
+    out
+}
+
 pub fn router() -> Router<AppState> {
     health_router()
         .route("/probes/grpc/{target}", get(grpc))

@@ -34,6 +34,8 @@ struct Rule {
     description: String,
     /// The dashboard page, a path under `external_url` (may use labels).
     page: String,
+    /// What on-call should do, for the book's troubleshooting page.
+    action: &'static str,
 }
 
 fn rules(s: &AlertSettings) -> Vec<Rule> {
@@ -55,6 +57,7 @@ fn rules(s: &AlertSettings) -> Vec<Rule> {
                 "Agents have been stranded for more than {stranded_for}: root cause {{{{ $labels.cause }}}}, resource {{{{ $labels.resource }}}} (Lifeline {{{{ $labels.instance }}}}). Check that Lifeline's reconnect signals reach them and that a live proxy is left to move to."
             ),
             page: "/agents?state=stranded{{ if or (eq $labels.cause \"proxy_expired\") (eq $labels.cause \"proxy_missing\") }}&proxy={{ $labels.resource | urlquery }}{{ else if or (eq $labels.cause \"auth_not_serving\") (eq $labels.cause \"auth_unknown\") }}&auth_server={{ $labels.resource | urlquery }}{{ end }}".into(),
+            action: "Open the dashboard's stranded agents for that cause. If no signal reaches them (Signals page: undeliverable, timed out), check that their sidecars hold a stream; if every proxy is down, bring one back: reconnects need somewhere to go.",
         },
         Rule {
             alert: "LifelineAuthServerNotServing",
@@ -64,6 +67,7 @@ fn rules(s: &AlertSettings) -> Vec<Rule> {
             summary: "Auth server {{ $labels.auth_server }} is NOT_SERVING".into(),
             description: "Auth server {{ $labels.auth_server }} has answered NOT_SERVING on its gRPC health stream for a minute; the agents attached to it are stranded as auth_unhealthy (Lifeline {{ $labels.instance }}).".into(),
             page: "/auth".into(),
+            action: "Look at that Auth server's own logs and `/readyz`; restart or replace it. Lifeline moves its agents to a healthy Auth as they reconnect.",
         },
         Rule {
             alert: "LifelineWatcherStale",
@@ -73,6 +77,7 @@ fn rules(s: &AlertSettings) -> Vec<Rule> {
             summary: "Lifeline's watch of {{ $labels.kind }} is stale".into(),
             description: "Lifeline lost its watch stream for {{ $labels.kind }} two minutes ago and has not resynced; agent states are frozen, not computed, until it does (Lifeline {{ $labels.instance }}).".into(),
             page: "/".into(),
+            action: "Check Lifeline's log for the source's error and `/readyz`'s `source_phase`: the Auth address, its certificate and the identity's expiry are the usual causes.",
         },
         Rule {
             alert: "LifelineWatcherNotReady",
@@ -85,6 +90,7 @@ fn rules(s: &AlertSettings) -> Vec<Rule> {
             summary: "Lifeline's watch of {{ $labels.kind }} is {{ $labels.state }}".into(),
             description: "For five minutes Lifeline has not listed {{ $labels.kind }} (state {{ $labels.state }}: still initializing, or refused by the cluster's access rules); it cannot tell which agents are stranded by it (Lifeline {{ $labels.instance }}).".into(),
             page: "/".into(),
+            action: "A kind `rejected` or `unwatched` needs the role to read it (`/readyz` names it); one still `initializing` is a listing that has not finished: check the Auth's load and Lifeline's log.",
         },
         Rule {
             alert: "LifelineStormGuardPaused",
@@ -97,6 +103,7 @@ fn rules(s: &AlertSettings) -> Vec<Rule> {
                 metric::STORM_GUARD_STRANDED_IN_WINDOW
             ),
             page: "/".into(),
+            action: "Expected when a cluster-wide cause strands most agents at once. Find the cause on the overview; reconnects resume after `signals.storm_window`, or reconnect by hand.",
         },
         Rule {
             alert: "LifelineSignalsFailing",
@@ -109,6 +116,7 @@ fn rules(s: &AlertSettings) -> Vec<Rule> {
             summary: "{{ $value | humanizePercentage }} of Lifeline's signals fail or time out".into(),
             description: "Over ten minutes, more than one signal in ten ended failed, undeliverable or timed out: agents are not acting on reconnects (Lifeline {{ $labels.instance }}).".into(),
             page: "/signals".into(),
+            action: "Open the Signals page filtered by outcome: `undeliverable` means no stream to that agent, `failed` names the agent's reason, `timeout` a sidecar that did not answer.",
         },
         Rule {
             alert: "LifelineStoreFailing",
@@ -118,6 +126,7 @@ fn rules(s: &AlertSettings) -> Vec<Rule> {
             summary: "Lifeline's database refuses writes".into(),
             description: "For a minute the database has refused Lifeline's writes; state and episodes are held and retried, history is shed once the queue is full. Check the disk and the database's logs (Lifeline {{ $labels.instance }}).".into(),
             page: "/".into(),
+            action: "Check the disk (SQLite) or the database server and its logs (PostgreSQL); `/readyz`'s `store_failing` says the last error. Nothing is lost while it retries, until history is shed.",
         },
         Rule {
             alert: "LifelineStoreSheddingHistory",
@@ -130,6 +139,7 @@ fn rules(s: &AlertSettings) -> Vec<Rule> {
             summary: "Lifeline dropped {{ $value | humanize }} history rows".into(),
             description: "The database fell behind and Lifeline shed history rows in the last ten minutes; current state is kept (Lifeline {{ $labels.instance }}).".into(),
             page: "/".into(),
+            action: "The database is slower than the fleet's heartbeats: give it faster storage, or on PostgreSQL check its load; current state and episodes are kept.",
         },
         Rule {
             alert: "LifelineTraceSpansDropped",
@@ -142,6 +152,7 @@ fn rules(s: &AlertSettings) -> Vec<Rule> {
             summary: "Lifeline dropped {{ $value | humanize }} trace spans ({{ $labels.reason }})".into(),
             description: "Spans were lost in the last ten minutes ({{ $labels.reason }}: the export queue was full or the OTLP collector failed); traces of that time are incomplete (Lifeline {{ $labels.instance }}).".into(),
             page: "/".into(),
+            action: "Check the OTLP collector (`telemetry.otlp_endpoint`): is it up and keeping pace? Traces of the time shown are incomplete; nothing else is affected.",
         },
         Rule {
             alert: "LifelineClusterIdentityExpiring",
@@ -154,6 +165,7 @@ fn rules(s: &AlertSettings) -> Vec<Rule> {
             summary: "Lifeline's cluster identity expires {{ $value | humanizeDuration }} from now".into(),
             description: "The client certificate in cluster.identity_file expires within 15 minutes: its renewal (tbot, or whoever signs it) has stopped. When it expires Lifeline loses the cluster (Lifeline {{ $labels.instance }}).".into(),
             page: "/".into(),
+            action: "Renew `cluster.identity_file` now (tbot: check that it runs and can reach the cluster); Lifeline reads the new file at its next dial.",
         },
         Rule {
             alert: "LifelineTlsCertificateExpiring",
@@ -166,6 +178,7 @@ fn rules(s: &AlertSettings) -> Vec<Rule> {
             summary: "Lifeline's TLS certificate expires {{ $value | humanizeDuration }} from now".into(),
             description: "The certificate Lifeline serves on its HTTP and gRPC listeners (server.tls_cert) expires within 14 days. Write renewed files in place: Lifeline reloads them without a restart (Lifeline {{ $labels.instance }}).".into(),
             page: "/".into(),
+            action: "Renew `server.tls_cert` and `server.tls_key` in place; Lifeline reloads them without a restart.",
         },
     ]
 }
@@ -220,6 +233,26 @@ pub fn prometheus_rule_yaml(s: &AlertSettings) -> String {
         "# Lifeline's alerting rules for the Prometheus Operator: `lifeline alert-rules\n# --kubernetes` writes this file.\n",
     );
     yaml(&rule, 0, &mut out);
+    out
+}
+
+/// The rules as the book's table (`docs/src/reference/alerts.md`): each
+/// alert, its severity, how long it must hold, what it means and what to
+/// do.
+pub fn rules_markdown(s: &AlertSettings) -> String {
+    let cell = |t: &str| t.replace('|', "\\|").replace('\n', " ");
+    let mut out =
+        String::from("| alert | severity | for | means | what to do |\n|---|---|---|---|---|\n");
+    for r in rules(s) {
+        out.push_str(&format!(
+            "| `{}` | {} | {} | {} | {} |\n",
+            r.alert,
+            r.severity,
+            r.hold.unwrap_or("at once"),
+            cell(&r.description),
+            cell(r.action),
+        ));
+    }
     out
 }
 
