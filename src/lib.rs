@@ -1,5 +1,5 @@
 //! Lifeline: finds agents stranded by unhealthy auth servers or proxies, says
-//! why, and keeps the history. See README.md's Architecture section for the
+//! why, and keeps the history. See the book's Architecture page (docs/src/architecture/) for the
 //! rooms (`ingest` → `fleet` → `store` / `http`). The simulator, the benches
 //! and the `lifeline` command are crates of their own (`crates/`).
 

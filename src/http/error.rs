@@ -90,7 +90,7 @@ pub struct ErrorCode {
     pub means: &'static str,
 }
 
-/// Every error code, by status: the list the book and README show
+/// Every error code, by status: the list the book shows (docs/src/reference/errors.md)
 /// ([`codes_markdown`]), held to the source by a test (every code the
 /// source answers with is here, and nothing else).
 pub const CODES: &[ErrorCode] = &[

@@ -39,7 +39,7 @@ pub enum Refusal {
 }
 
 /// Checks `header` for `body` at `now_unix`, allowing `tolerance` seconds
-/// either way: what a receiver does (README's recipe, in Rust).
+/// either way: what a receiver does (the book's recipe, in Rust).
 pub fn verify(
     secret: &[u8],
     header: &str,
@@ -117,7 +117,7 @@ mod tests {
         }
     }
 
-    /// The value README's recipe (Python's `hmac`) computes for the same
+    /// The value the book's recipe (Python's `hmac`) computes for the same
     /// secret, time and body.
     #[test]
     fn the_signature_is_what_pythons_hmac_computes() {

@@ -2,7 +2,7 @@
 //! command line (the same binary and entry point an operator uses), its JSON
 //! checked for every field and for values that make sense: counts as
 //! expected, rates and latencies positive, nothing lost. No time threshold is
-//! ever asserted here: the figures belong in the README, from a release
+//! ever asserted here: the figures belong in the book, from a release
 //! build. A scenario that breaks fails this test, and so CI.
 
 use std::process::Command;

@@ -11,6 +11,7 @@ mod support;
 mod access;
 mod api;
 mod bench;
+mod book;
 mod browser;
 mod cli;
 mod config_keys;

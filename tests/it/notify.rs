@@ -141,11 +141,13 @@ async fn assert_documented(c: &Running, bodies: &[serde_json::Value]) {
     );
 }
 
-/// Runs the verification recipe README gives (Python) on one delivery,
+/// Runs the verification recipe the book gives (Python) on one delivery,
 /// with the receiver's clock at `now` (Unix seconds).
 fn readme_recipe(secret: &str, header: &str, body: &[u8], now: i64) -> bool {
-    let readme = std::fs::read_to_string(support::repo().join("README.md")).expect("README");
-    let start = readme.find("def verify(").expect("README's recipe");
+    let readme =
+        std::fs::read_to_string(support::repo().join("docs/src/operating/notifications.md"))
+            .expect("the notifications page");
+    let start = readme.find("def verify(").expect("the page's recipe");
     let head = &readme[..start];
     let from = head.rfind("```python\n").expect("its code block") + "```python\n".len();
     let to = start + readme[start..].find("```").expect("its end");
@@ -236,7 +238,7 @@ async fn a_receiver_failing_for_two_minutes_gets_every_event_in_order(store) {
     assert!(page.contains("oncall") && page.contains("incident.opened") && page.contains("delivered"));
     assert!(!page.contains(&rx.addr.to_string()), "the URL is never shown");
 
-    // README's recipe tells a good delivery from a forged or replayed one.
+    // The book's recipe tells a good delivery from a forged or replayed one.
     let r = got.last().expect("one");
     let header = r.header(sign::HEADER).expect("signed");
     let now = r.at.as_micros() / 1_000_000;

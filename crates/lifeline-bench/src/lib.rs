@@ -1,6 +1,6 @@
 //! `lifeline bench <scenario>`: benchmarks that drive the real pipeline
 //! (simulator → gRPC → watcher → fleet → SQLite) on loopback and print JSON.
-//! Run them from a release build; figures go in the README.
+//! Run them from a release build; figures go in the book (docs/src/performance.md).
 
 // Benchmarks and tests measure and bound real time: timing sites.
 #![allow(clippy::disallowed_methods)]

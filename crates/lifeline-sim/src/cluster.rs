@@ -69,7 +69,7 @@ pub struct SimSpec {
     /// outrun a health change still on its way. (With it on everywhere,
     /// proxies a test stops together can expire at one instant, and an
     /// incidents test then picks an incident whose agents' episodes all
-    /// name the other: README, Limits.)
+    /// name the other: the book, Limits.)
     pub nodelay: bool,
 }
 
