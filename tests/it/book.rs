@@ -485,3 +485,172 @@ fn the_readme_is_short_and_points_into_the_book() {
     }
     assert!(readme.contains("docs/src/"), "README points into the book");
 }
+
+/// The book's `console` examples print what the book says they print,
+/// run by `trycmd` against the binary the tests build.
+#[test]
+fn the_books_command_examples_print_what_they_say() {
+    trycmd::TestCases::new()
+        .register_bin("lifeline", Path::new(env!("CARGO_BIN_EXE_lifeline")))
+        .case(book().join("reference/cli.md"));
+}
+
+/// One `curl` example of the book, as a request.
+#[derive(Debug)]
+struct Curl {
+    page: String,
+    method: String,
+    path: String,
+    token: bool,
+    body: Option<String>,
+    /// The `jq` filter it pipes the answer through, if any.
+    jq: Option<String>,
+}
+
+/// Every `curl` of `localhost:8080/api/…` in the book's `sh` blocks
+/// (a line ending in `\` goes on on the next).
+fn curls() -> Vec<Curl> {
+    let mut all = Vec::new();
+    pages(&book(), &mut all);
+    let mut out = Vec::new();
+    for p in all {
+        let text = std::fs::read_to_string(&p).expect("page");
+        let page = p.strip_prefix(book()).unwrap_or(&p).display().to_string();
+        let mut in_sh = false;
+        let mut joined = String::new();
+        for line in text.lines() {
+            if line.starts_with("```") {
+                in_sh = line == "```sh";
+                continue;
+            }
+            if !in_sh {
+                continue;
+            }
+            joined.push_str(line.trim_end_matches('\\'));
+            if line.ends_with('\\') {
+                joined.push(' ');
+                continue;
+            }
+            let cmd = std::mem::take(&mut joined);
+            let cmd = cmd.trim();
+            if !cmd.starts_with("curl ") {
+                continue;
+            }
+            let (request, jq) = match cmd.split_once(" | jq") {
+                Some((r, j)) => (r, Some(shlex::split(j).unwrap_or_default().join(" "))),
+                None => (cmd, None),
+            };
+            let words = shlex::split(request).unwrap_or_else(|| panic!("{page}: {cmd}"));
+            let mut c = Curl {
+                page: page.clone(),
+                method: "GET".into(),
+                path: String::new(),
+                token: false,
+                body: None,
+                jq,
+            };
+            let mut it = words.iter().skip(1);
+            while let Some(w) = it.next() {
+                match w.as_str() {
+                    "-X" => c.method = it.next().expect("a method").clone(),
+                    "-H" => {
+                        c.token |= it
+                            .next()
+                            .expect("a header")
+                            .starts_with("Authorization: Bearer")
+                    }
+                    "-d" => c.body = it.next().cloned(),
+                    w if w.starts_with('-') => {}
+                    url => {
+                        if let Some((_, path)) = url.split_once("localhost:8080") {
+                            c.path = path.to_string();
+                        }
+                    }
+                }
+            }
+            if c.path.starts_with("/api/") {
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// The fields a `jq` filter of the book reads: `.a, .b` and
+/// `.items[] | {a, b}` (each item's).
+fn jq_fields(filter: &str) -> (Vec<String>, Vec<String>) {
+    let filter = filter.trim();
+    if let Some((_, fields)) = filter.split_once("| {") {
+        let item = fields
+            .trim_end_matches('}')
+            .split(',')
+            .map(|f| f.trim().to_string())
+            .collect();
+        return (vec!["items".into()], item);
+    }
+    let top = filter
+        .split(',')
+        .filter_map(|t| t.trim().strip_prefix('.'))
+        .filter(|t| !t.is_empty())
+        .map(|t| t.split(['.', '[']).next().unwrap_or("").to_string())
+        .collect();
+    (top, Vec::new())
+}
+
+/// Every `curl` example of the book's API answers 2xx from a running
+/// Lifeline, with the fields its `jq` filter reads.
+#[tokio::test(start_paused = true)]
+async fn the_books_api_examples_answer_as_they_say() {
+    let c = Cluster::six_legacy().store(Store::Sqlite).start().await;
+    c.ready().await;
+    c.strand_two().await;
+    let examples = curls();
+    assert!(examples.len() >= 4, "{examples:?}");
+    for ex in &examples {
+        let url = format!("{}{}", c.ll().base_url(), ex.path);
+        let method = reqwest::Method::from_bytes(ex.method.as_bytes()).expect("a method");
+        let mut req = c.http.request(method, &url);
+        if ex.token {
+            req = req.bearer_auth(support::ADMIN);
+        }
+        if let Some(b) = &ex.body {
+            req = req
+                .header("content-type", "application/json")
+                .body(b.clone());
+        }
+        let resp = crate::support::bounded(&format!("{} {}", ex.method, ex.path), req.send())
+            .await
+            .expect("answered");
+        let status = resp.status().as_u16();
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        assert!(
+            (200..300).contains(&status),
+            "{}: {} {} → {status} {body}",
+            ex.page,
+            ex.method,
+            ex.path
+        );
+        if let Some(filter) = &ex.jq {
+            let (top, item) = jq_fields(filter);
+            for f in &top {
+                assert!(
+                    body.get(f).is_some(),
+                    "{}: {} has no {f:?}: {body}",
+                    ex.page,
+                    ex.path
+                );
+            }
+            if let Some(first) = body["items"].as_array().and_then(|a| a.first()) {
+                for f in &item {
+                    assert!(
+                        first.get(f).is_some(),
+                        "{}: {}'s items have no {f:?}: {first}",
+                        ex.page,
+                        ex.path
+                    );
+                }
+            }
+        }
+    }
+    c.shutdown().await;
+}
