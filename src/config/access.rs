@@ -95,6 +95,8 @@ pub struct TokenConfig {
     pub name: String,
     /// Hex SHA-256 of the token.
     pub sha256: String,
+    /// What it may do: `read`, `update` (reconnects, maintenance),
+    /// `create` (what erases or widens: shortening retention, say).
     pub roles: Vec<Role>,
 }
 
@@ -102,6 +104,8 @@ pub struct TokenConfig {
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AccessConfig {
+    /// API tokens (`lifeline token new` prints an entry), each held as its
+    /// SHA-256 only.
     pub tokens: Vec<TokenConfig>,
     /// Hex SHA-256 of each join token agents may present on
     /// `AgentSignals.Connect` (`authorization: Bearer <token>` metadata).
@@ -181,9 +185,12 @@ pub struct TeleportAccessConfig {
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TraitGrant {
+    /// The Teleport trait the JWT carries (`logins`, say).
     #[serde(rename = "trait")]
     pub name: String,
+    /// The value that trait must hold.
     pub value: String,
+    /// The Lifeline roles a user holding it gets.
     pub roles: Vec<Role>,
 }
 

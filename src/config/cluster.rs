@@ -94,6 +94,7 @@ pub struct ClusterConfig {
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct StaticAuthServer {
+    /// The auth server's name, as the cluster's heartbeats name it.
     pub name: String,
     /// `host:port` serving grpc.health.v1.
     pub addr: String,
@@ -114,8 +115,11 @@ pub struct HealthConfig {
     /// Timeout for connecting and for each `Check`.
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
+    /// The first wait before a broken health stream is opened again
+    /// (doubling, full jitter).
     #[serde(with = "humantime_serde")]
     pub backoff_base: Duration,
+    /// The longest wait between tries of a health stream.
     #[serde(with = "humantime_serde")]
     pub backoff_cap: Duration,
 }

@@ -26,6 +26,8 @@ pub struct NotifyConfig {
     /// did).
     pub runbook_url: String,
     pub alertmanager: AlertmanagerConfig,
+    /// Signed webhooks (`[[notify.webhooks]]`), each told every event it
+    /// names, in order, once.
     pub webhooks: Vec<WebhookConfig>,
 }
 
@@ -43,6 +45,7 @@ pub struct AlertmanagerConfig {
     pub bearer_token_file: Option<PathBuf>,
     /// HTTP basic auth: the user, and a file holding the password.
     pub basic_auth_user: Option<String>,
+    /// The file holding basic auth's password, read at each post.
     pub basic_auth_password_file: Option<PathBuf>,
     /// How often open incidents are posted again (Alertmanager's
     /// convention: a minute).
@@ -67,8 +70,12 @@ pub struct AlertmanagerConfig {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SilenceConfig {
+    /// The labels a window's `proxy/…` target silences (`{name}`: the
+    /// proxy's name; a glob becomes a regex matcher).
     pub proxy: BTreeMap<String, String>,
+    /// The labels a window's `auth/…` target silences.
     pub auth_server: BTreeMap<String, String>,
+    /// The labels a window's `agent/…` target silences.
     pub agent: BTreeMap<String, String>,
 }
 
@@ -158,6 +165,8 @@ pub struct WebhookConfig {
     /// Its name in the delivery log and metrics (the URL is never shown:
     /// a Slack URL is itself a secret).
     pub name: String,
+    /// Where it is posted (`https://`, or `http://` on loopback); shown
+    /// nowhere.
     #[serde(serialize_with = "super::redact::url")]
     pub url: String,
     /// The signing secret, read from this file at each delivery.
@@ -165,6 +174,8 @@ pub struct WebhookConfig {
     /// The events it is sent; empty: every kind.
     #[serde(default)]
     pub events: Vec<NoticeKind>,
+    /// `json` (Lifeline's signed body) or `slack` (a Slack incoming
+    /// webhook's text).
     #[serde(default)]
     pub format: WebhookFormat,
     /// CA certificates (PEM) to trust for `https://`, besides the system's.

@@ -22,6 +22,8 @@ pub struct SignalsConfig {
     /// `full_discovery_interval` (Teleport before RFD 0226), instead of deltas.
     /// Env: `LIFELINE_FULL_DISCOVERY`.
     pub full_discovery: bool,
+    /// With `full_discovery`, how often every agent gets the full list
+    /// even without a change.
     #[serde(with = "humantime_serde")]
     pub full_discovery_interval: Duration,
     /// Proxy changes remembered for deltas; a stream further behind gets one
@@ -32,13 +34,18 @@ pub struct SignalsConfig {
     /// Reconnect agents stranded with `no_live_tunnel` or holding a tunnel to
     /// an expired proxy. Env: `LIFELINE_AUTO_RECONNECT`.
     pub auto_reconnect: bool,
+    /// The first wait before an automatic reconnect is sent again to an
+    /// agent still stranded (doubling, up to 50 % jitter).
     #[serde(with = "humantime_serde")]
     pub reconnect_backoff_base: Duration,
+    /// The longest wait between automatic reconnects of one agent.
     #[serde(with = "humantime_serde")]
     pub reconnect_backoff_cap: Duration,
     /// Automatic reconnects pause when more than this share of agents turn
     /// stranded within `storm_window`.
     pub storm_share: Ratio,
+    /// The window the storm guard counts strandings in, and how long it
+    /// keeps automatic reconnects paused after a trip.
     #[serde(with = "humantime_serde")]
     pub storm_window: Duration,
     /// Send every agent a Reconnect at this interval plus jitter; off when
@@ -54,6 +61,8 @@ pub struct SignalsConfig {
     /// topology has been still for `graceful_threshold` (randomised up to
     /// twice that). Env: `LIFELINE_GRACEFUL_TUNNEL_CLOSING`.
     pub graceful_tunnel_closing: bool,
+    /// How long the proxy topology must be still before tunnels are
+    /// closed gracefully.
     #[serde(with = "humantime_serde")]
     pub graceful_threshold: Duration,
     /// Signals queued per agent stream; a full queue makes a signal

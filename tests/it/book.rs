@@ -18,7 +18,7 @@ fn book() -> PathBuf {
 /// Holds the region of `page` between `<!-- name:begin -->` and
 /// `<!-- name:end -->` to `generated`; with `LIFELINE_BLESS` set, writes
 /// it instead. Returns what differed (an empty string when nothing did).
-fn region(page: &str, name: &str, generated: &str) -> String {
+pub(crate) fn region(page: &str, name: &str, generated: &str) -> String {
     let path = book().join(page);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{page}: {e}"));
     let (begin, end) = (

@@ -9,19 +9,58 @@
 //! and `key = …`, with or without a leading `#`.
 
 use std::cell::RefCell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use serde::de::value::Error as E;
 use serde::de::{self, DeserializeOwned, DeserializeSeed, IntoDeserializer, MapAccess, SeqAccess};
 use serde::de::{Deserializer, Visitor};
 
+/// What the walk learns of a key: the struct that holds it, and what it
+/// takes when it is no table (`boolean`, `integer`, `one of …`, …).
+#[derive(Clone, Debug, Default)]
+struct Found {
+    owner: &'static str,
+    takes: Option<String>,
+}
+
 /// Walks down `path` through a type's fields; at its end, a struct's
-/// fields are recorded (as `prefix.field`). Anything else is a leaf.
+/// fields are recorded (as `prefix.field`), and anything else is a leaf
+/// whose kind is recorded for `prefix`.
 struct Probe<'r> {
-    found: &'r RefCell<BTreeSet<String>>,
+    found: &'r RefCell<BTreeMap<String, Found>>,
     prefix: String,
     path: Vec<String>,
+    /// Inside an array at the path's end: the leaf is its element.
+    element: bool,
+}
+
+impl Probe<'_> {
+    /// At the path's end, records what `prefix` takes; always refuses
+    /// (the walk needs no value).
+    fn leaf<T>(self, takes: &str) -> Result<T, E> {
+        if self.path.is_empty() {
+            let takes = if self.element {
+                format!("array of {takes}")
+            } else {
+                takes.to_string()
+            };
+            self.found
+                .borrow_mut()
+                .entry(self.prefix)
+                .or_default()
+                .takes = Some(takes);
+        }
+        Err(de::Error::custom("a leaf"))
+    }
+}
+
+macro_rules! leaves {
+    ($($method:ident => $takes:literal),* $(,)?) => {
+        $(fn $method<V: Visitor<'de>>(self, _v: V) -> Result<V::Value, E> {
+            self.leaf($takes)
+        })*
+    };
 }
 
 fn join(prefix: &str, key: &str) -> String {
@@ -35,20 +74,45 @@ fn join(prefix: &str, key: &str) -> String {
 impl<'de> Deserializer<'de> for Probe<'_> {
     type Error = E;
 
-    fn deserialize_any<V: Visitor<'de>>(self, _v: V) -> Result<V::Value, E> {
-        Err(de::Error::custom("a leaf"))
+    leaves! {
+        deserialize_any => "a value",
+        deserialize_bool => "boolean",
+        deserialize_i8 => "integer", deserialize_i16 => "integer", deserialize_i32 => "integer",
+        deserialize_i64 => "integer", deserialize_i128 => "integer",
+        deserialize_u8 => "integer", deserialize_u16 => "integer", deserialize_u32 => "integer",
+        deserialize_u64 => "integer", deserialize_u128 => "integer",
+        deserialize_f32 => "number", deserialize_f64 => "number",
+        deserialize_char => "string", deserialize_str => "string", deserialize_string => "string",
+        deserialize_map => "table",
+    }
+
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        variants: &'static [&'static str],
+        _v: V,
+    ) -> Result<V::Value, E> {
+        let one_of: Vec<String> = variants.iter().map(|v| format!("`{v}`")).collect();
+        self.leaf(&format!("one of {}", one_of.join(", ")))
     }
 
     fn deserialize_struct<V: Visitor<'de>>(
         self,
-        _name: &'static str,
+        name: &'static str,
         fields: &'static [&'static str],
         v: V,
     ) -> Result<V::Value, E> {
         let Some((key, rest)) = self.path.split_first() else {
+            if self.element {
+                self.found
+                    .borrow_mut()
+                    .entry(self.prefix.clone())
+                    .or_default()
+                    .takes = Some("array of tables".into());
+            }
             let mut found = self.found.borrow_mut();
             for f in fields {
-                found.insert(join(&self.prefix, f));
+                found.entry(join(&self.prefix, f)).or_default().owner = name;
             }
             return v.visit_map(Down {
                 key: None,
@@ -59,6 +123,7 @@ impl<'de> Deserializer<'de> for Probe<'_> {
             found: self.found,
             prefix: join(&self.prefix, key),
             path: rest.to_vec(),
+            element: false,
         };
         v.visit_map(Down {
             key: Some(key.clone()),
@@ -73,7 +138,8 @@ impl<'de> Deserializer<'de> for Probe<'_> {
     // An array of tables (`[[auth_servers]]`): its element's keys are the
     // array's.
     fn deserialize_seq<V: Visitor<'de>>(self, v: V) -> Result<V::Value, E> {
-        v.visit_seq(One(Some(self)))
+        let element = self.path.is_empty();
+        v.visit_seq(One(Some(Probe { element, ..self })))
     }
 
     fn deserialize_newtype_struct<V: Visitor<'de>>(
@@ -85,9 +151,7 @@ impl<'de> Deserializer<'de> for Probe<'_> {
     }
 
     serde::forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
-        bytes byte_buf unit unit_struct map tuple tuple_struct enum
-        identifier ignored_any
+        bytes byte_buf unit unit_struct tuple tuple_struct identifier ignored_any
     }
 }
 
@@ -136,7 +200,12 @@ impl<'de> SeqAccess<'de> for One<'_> {
 
 /// Every key `T` takes, nested ones as `table.key`.
 fn keys_of<T: DeserializeOwned>() -> BTreeSet<String> {
-    let found = RefCell::new(BTreeSet::new());
+    walk::<T>().into_keys().collect()
+}
+
+/// Every key `T` takes, with what the walk learned of it.
+fn walk<T: DeserializeOwned>() -> BTreeMap<String, Found> {
+    let found = RefCell::new(BTreeMap::new());
     let mut seen = BTreeSet::new();
     let mut queue = vec![String::new()];
     while let Some(p) = queue.pop() {
@@ -150,14 +219,15 @@ fn keys_of<T: DeserializeOwned>() -> BTreeSet<String> {
             found: &found,
             prefix: String::new(),
             path,
+            element: false,
         });
-        for k in found.borrow().iter() {
+        for k in found.borrow().keys() {
             if seen.insert(k.clone()) {
                 queue.push(k.clone());
             }
         }
     }
-    seen
+    found.into_inner()
 }
 
 /// Every key a TOML file names, commented out or not, with every table
@@ -292,4 +362,155 @@ fn the_installed_configs_name_only_real_keys() {
             panic!("{rel}: {e}");
         }
     }
+}
+
+/// Each config struct's fields as the source documents them: (struct,
+/// key) → (doc comment, whether it is a duration), read from
+/// `src/config.rs` and `src/config/`. A field's key is its name, or its
+/// `#[serde(rename = "…")]`.
+fn field_docs() -> BTreeMap<(String, String), (String, bool)> {
+    let strukt = regex::Regex::new(r"^pub struct (\w+)").expect("regex");
+    let field = regex::Regex::new(r"^\s+(?:pub(?:\([a-z]+\))? )?(\w+): ").expect("regex");
+    let rename = regex::Regex::new(r#"rename = "([^"]+)""#).expect("regex");
+    let mut files = vec![path("src/config.rs")];
+    let mut dir: Vec<_> = std::fs::read_dir(path("src/config"))
+        .expect("src/config")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    dir.sort();
+    files.extend(dir);
+    let mut out = BTreeMap::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).expect("source");
+        let mut current: Option<String> = None;
+        let mut doc: Vec<String> = Vec::new();
+        let (mut duration, mut renamed) = (false, None::<String>);
+        let mut in_attr = false;
+        for line in text.lines() {
+            if let Some(c) = strukt.captures(line) {
+                current = Some(c[1].to_string());
+                doc.clear();
+                continue;
+            }
+            if line == "}" {
+                current = None;
+            }
+            let Some(owner) = &current else { continue };
+            let t = line.trim();
+            if let Some(d) = t.strip_prefix("///") {
+                doc.push(d.trim().to_string());
+            } else if t.starts_with("#[") || in_attr {
+                // An attribute, maybe over several lines.
+                in_attr = !t.ends_with(']');
+                duration |= t.contains("humantime_serde") || t.contains("duration_or_off");
+                if let Some(r) = rename.captures(t) {
+                    renamed = Some(r[1].to_string());
+                }
+            } else if let Some(c) = field.captures(line) {
+                let key = renamed.take().unwrap_or_else(|| c[1].to_string());
+                out.insert((owner.clone(), key), (doc.join(" "), duration));
+                doc.clear();
+                duration = false;
+            } else {
+                doc.clear();
+                duration = false;
+                renamed = None;
+            }
+        }
+    }
+    out
+}
+
+/// The default of `key` in the defaults' TOML, inline.
+fn default_of(defaults: &toml::Value, key: &str) -> Option<String> {
+    let mut v = defaults;
+    for part in key.split('.') {
+        v = v.get(part)?;
+    }
+    match v {
+        toml::Value::Table(_) => None,
+        toml::Value::String(s) if s.is_empty() => Some("`\"\"`".into()),
+        other => Some(format!("`{other}`")),
+    }
+}
+
+/// The configuration reference: every key the walk finds, under its
+/// table, with what it takes, its default and its doc comment.
+fn config_markdown() -> String {
+    let found = walk::<lifeline::Config>();
+    let docs = field_docs();
+    let defaults = toml::Value::Table(
+        toml::from_str(
+            &lifeline::Config::load(None, |_| None)
+                .expect("the defaults load")
+                .to_toml()
+                .expect("as TOML"),
+        )
+        .expect("TOML"),
+    );
+    let tables: BTreeSet<String> = found
+        .keys()
+        .filter_map(|k| k.rsplit_once('.').map(|(t, _)| t.to_string()))
+        .collect();
+    let mut by_table: BTreeMap<String, Vec<(&String, &Found)>> = BTreeMap::new();
+    for (k, f) in &found {
+        let plain_table = tables.contains(k) && f.takes.is_none();
+        if plain_table {
+            continue;
+        }
+        let table = k.rsplit_once('.').map_or("", |(t, _)| t).to_string();
+        by_table.entry(table).or_default().push((k, f));
+    }
+    let cell = |t: &str| t.replace('|', "\\|");
+    let mut out = String::new();
+    for (table, keys) in by_table {
+        let heading = if table.is_empty() {
+            "The top level".to_string()
+        } else {
+            format!("`[{table}]`")
+        };
+        out.push_str(&format!(
+            "\n### {heading}\n\n| key | takes | default | what it is |\n|---|---|---|---|\n"
+        ));
+        for (k, f) in keys {
+            let leaf = k.rsplit('.').next().unwrap_or(k);
+            let (doc, duration) = docs
+                .get(&(f.owner.to_string(), leaf.to_string()))
+                .cloned()
+                .unwrap_or_default();
+            let takes = match (&f.takes, duration) {
+                (_, true) => "duration (`30s`, `5m`, `1h`)".to_string(),
+                (Some(t), false) => t.clone(),
+                (None, false) => "table".to_string(),
+            };
+            let default = default_of(&defaults, k).unwrap_or_else(|| "none".into());
+            out.push_str(&format!(
+                "| `{leaf}` | {takes} | {default} | {} |\n",
+                cell(&doc)
+            ));
+        }
+    }
+    out
+}
+
+/// The configuration reference in the book is the walk's keys with their
+/// types, defaults and doc comments (`LIFELINE_BLESS=1` writes it again),
+/// and every key of it has a doc comment.
+#[test]
+fn the_configuration_reference_is_every_key_with_its_doc() {
+    let page = config_markdown();
+    let undocumented: Vec<&str> = page
+        .lines()
+        .filter(|l| l.starts_with("| `") && l.ends_with("|  |"))
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "keys without a doc comment in src/config: {undocumented:#?}"
+    );
+    let differ = crate::book::region("reference/config.md", "config-keys", &page);
+    assert!(
+        differ.is_empty(),
+        "{differ} differs from the configuration's keys; write it again with LIFELINE_BLESS=1 cargo test --test it config_keys::"
+    );
 }
