@@ -39,7 +39,6 @@ complete -c lifeline -n "__fish_lifeline_needs_command" -f -a "maintenance" -d '
 complete -c lifeline -n "__fish_lifeline_needs_command" -f -a "alert-rules" -d 'Print Prometheus alerting rules (YAML) over Lifeline\'s metrics'
 complete -c lifeline -n "__fish_lifeline_needs_command" -f -a "grafana-dashboard" -d 'Print a Grafana dashboard (JSON, for import) over Lifeline\'s metrics'
 complete -c lifeline -n "__fish_lifeline_needs_command" -f -a "token" -d 'Make API and join tokens'
-complete -c lifeline -n "__fish_lifeline_needs_command" -f -a "bench" -d 'Run a benchmark and print JSON (use a release build)'
 complete -c lifeline -n "__fish_lifeline_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c lifeline -n "__fish_lifeline_using_subcommand man" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
 json\t''"
@@ -194,160 +193,18 @@ complete -c lifeline -n "__fish_lifeline_using_subcommand token; and __fish_seen
 complete -c lifeline -n "__fish_lifeline_using_subcommand token; and __fish_seen_subcommand_from new" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c lifeline -n "__fish_lifeline_using_subcommand token; and __fish_seen_subcommand_from help" -f -a "new" -d 'Print a new random token and the config lines that admit it (only its SHA-256 goes in the config file)'
 complete -c lifeline -n "__fish_lifeline_using_subcommand token; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and not __fish_seen_subcommand_from ingest resync resync-scale notify detect fanout discovery-traffic reconnect recovery ui failover cluster agents help" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
-json\t''"
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and not __fish_seen_subcommand_from ingest resync resync-scale notify detect fanout discovery-traffic reconnect recovery ui failover cluster agents help" -s h -l help -d 'Print help'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and not __fish_seen_subcommand_from ingest resync resync-scale notify detect fanout discovery-traffic reconnect recovery ui failover cluster agents help" -f -a "ingest" -d 'Events/s from a ClusterEvents stream through the model into SQLite, against the raw batched-insert rate of the same rows'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and not __fish_seen_subcommand_from ingest resync resync-scale notify detect fanout discovery-traffic reconnect recovery ui failover cluster agents help" -f -a "resync" -d 'INIT + paged list + classify of a large cluster'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and not __fish_seen_subcommand_from ingest resync resync-scale notify detect fanout discovery-traffic reconnect recovery ui failover cluster agents help" -f -a "resync-scale" -d 'Cold resyncs at several fleet sizes in one run: time per agent against the smallest size\'s'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and not __fish_seen_subcommand_from ingest resync resync-scale notify detect fanout discovery-traffic reconnect recovery ui failover cluster agents help" -f -a "notify" -d 'How soon an incident is told (webhook `incident.opened`, first Alertmanager post; receivers in-process), and ingest\'s rate with a webhook and an Alertmanager configured against without'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and not __fish_seen_subcommand_from ingest resync resync-scale notify detect fanout discovery-traffic reconnect recovery ui failover cluster agents help" -f -a "detect" -d 'Latency from an expiry instant to the agents it strands being flagged'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and not __fish_seen_subcommand_from ingest resync resync-scale notify detect fanout discovery-traffic reconnect recovery ui failover cluster agents help" -f -a "fanout" -d 'Connected agents (in a child process); latency from a proxy heartbeat to its Discovery reaching every agent; server RSS per agent'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and not __fish_seen_subcommand_from ingest resync resync-scale notify detect fanout discovery-traffic reconnect recovery ui failover cluster agents help" -f -a "discovery-traffic" -d 'Discovery bytes and messages over a simulated hour: delta vs full_discovery. Needs a build with `--features virtual-time` (an hour on tokio\'s paused clock)'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and not __fish_seen_subcommand_from ingest resync resync-scale notify detect fanout discovery-traffic reconnect recovery ui failover cluster agents help" -f -a "reconnect" -d 'Latency from `POST /api/v1/agents/{name}/reconnect` to the agent\'s ack'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and not __fish_seen_subcommand_from ingest resync resync-scale notify detect fanout discovery-traffic reconnect recovery ui failover cluster agents help" -f -a "recovery" -d 'Expiry of two proxies → every stranded agent back on a live tunnel, with simulated agents and automatic reconnects'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and not __fish_seen_subcommand_from ingest resync resync-scale notify detect fanout discovery-traffic reconnect recovery ui failover cluster agents help" -f -a "ui" -d 'Server time to render the overview and the stranded agents page of a large fleet, and the overview\'s download size'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and not __fish_seen_subcommand_from ingest resync resync-scale notify detect fanout discovery-traffic reconnect recovery ui failover cluster agents help" -f -a "failover" -d 'Several `lifeline serve` replicas on one PostgreSQL database: the leader killed during an incident (SIGKILL → new lease → its first automatic signal → all recovered; audit and episodes checked), manual reconnects across replicas, and a leader cut off from the database'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and not __fish_seen_subcommand_from ingest resync resync-scale notify detect fanout discovery-traffic reconnect recovery ui failover cluster agents help" -f -a "cluster" -d '(internal) The simulated cluster of `resync`, in its own process so that Lifeline\'s memory is measured alone. Prints `listening <uri>`; `kill-streams` on stdin ends every watch stream; EOF stops it'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and not __fish_seen_subcommand_from ingest resync resync-scale notify detect fanout discovery-traffic reconnect recovery ui failover cluster agents help" -f -a "agents" -d '(internal) The agents process of `fanout` and `reconnect`'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and not __fish_seen_subcommand_from ingest resync resync-scale notify detect fanout discovery-traffic reconnect recovery ui failover cluster agents help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from ingest" -l agents -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from ingest" -l proxies -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from ingest" -l events -d 'Heartbeat events to stream' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from ingest" -l export-rounds -d 'Rounds of the export comparison (an off and an on leg each)' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from ingest" -l source-rounds -d 'Rounds of the source comparison (a lifeline-source and a teleport-source leg each); 0 skips it' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from ingest" -l postgres -d 'Also run the pipeline and the raw insert with the store on this PostgreSQL server (`postgres://user@host:port/db`; a database per leg is created on it and dropped after, so the user needs CREATEDB)' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from ingest" -l postgres-rounds -d 'Rounds of the engine comparison with `--postgres` (a SQLite and a PostgreSQL leg each)' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from ingest" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
-json\t''"
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from ingest" -l no-export -d 'Skip the trace-export comparison (off vs on, to a local OTLP receiver), which streams the events twice per round'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from ingest" -s h -l help -d 'Print help'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from resync" -l agents -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from resync" -l proxies -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from resync" -l tunnels-per-agent -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from resync" -l page-size -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from resync" -l source-rounds -d 'Rounds of the source comparison (a lifeline-source and a teleport-source leg each); 0 skips it' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from resync" -l source -d 'The source of the first leg, whose memory per agent is reported: `teleport` measures what a real cluster\'s agents cost (each carries its services, hostname and tunnel labels)' -r -f -a "lifeline\t'Lifeline\'s open `ClusterEvents` protocol (plaintext, or `https://`)'
-teleport\t'Teleport\'s own Auth API over mutual TLS with an identity file'"
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from resync" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
-json\t''"
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from resync" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from resync-scale" -l sizes -d 'Fleet sizes in agents, comma-separated; each sequence runs them smallest first' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from resync-scale" -l agents-per-proxy -d 'Proxies: one per this many agents (rounded up)' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from resync-scale" -l tunnels-per-agent -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from resync-scale" -l page-size -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from resync-scale" -l rounds -d 'Sequences, each running every size once, smallest first; a size\'s figure is the median of its legs' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from resync-scale" -l source -r -f -a "lifeline\t'Lifeline\'s open `ClusterEvents` protocol (plaintext, or `https://`)'
-teleport\t'Teleport\'s own Auth API over mutual TLS with an identity file'"
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from resync-scale" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
-json\t''"
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from resync-scale" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from notify" -l incidents -d 'Incidents, each a proxy that stops heartbeating' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from notify" -l per-hour -d 'The rate they open at' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from notify" -l agents -d 'Agents of the ingest comparison' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from notify" -l events -d 'Heartbeat events per ingest leg' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from notify" -l rounds -d 'Rounds of the ingest comparison (an off and an on leg each)' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from notify" -l fleet -d 'Agents of the latency leg\'s fleet (spread over its proxies)' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from notify" -l webhooks -d 'Webhooks configured, each taking every event' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from notify" -l hung -d 'Of them, how many go to a receiver that never answers' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from notify" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
-json\t''"
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from notify" -s h -l help -d 'Print help'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from detect" -l agents -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from detect" -l proxies -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from detect" -l expiring -d 'Consecutive proxies that expire (agents on two of them strand)' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from detect" -l spacing -d 'Time between consecutive expiries' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from detect" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
-json\t''"
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from detect" -s h -l help -d 'Print help'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from fanout" -l agents -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from fanout" -l rounds -d 'Heartbeats measured (each of a different proxy, 500 ms apart)' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from fanout" -l per-connection -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from fanout" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
-json\t''"
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from fanout" -s h -l help -d 'Print help'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from discovery-traffic" -l agents -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from discovery-traffic" -l proxies -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from discovery-traffic" -l ttl -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from discovery-traffic" -l duration -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from discovery-traffic" -l streams -d 'Real agent streams measured (the rest are the same sequence)' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from discovery-traffic" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
-json\t''"
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from discovery-traffic" -s h -l help -d 'Print help'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from reconnect" -l agents -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from reconnect" -l requests -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from reconnect" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
-json\t''"
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from reconnect" -s h -l help -d 'Print help'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from recovery" -l agents -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from recovery" -l legacy-share -d 'Share of agents that ignore TTLs (only Lifeline\'s signal moves them)' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from recovery" -l source -d '`teleport`: the cluster is Teleport\'s (proxy peering), its agents hold no signal stream, and a sidecar beside each restarts it' -r -f -a "lifeline\t'Lifeline\'s open `ClusterEvents` protocol (plaintext, or `https://`)'
-teleport\t'Teleport\'s own Auth API over mutual TLS with an identity file'"
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from recovery" -l restart -d 'With `--source teleport`: how long a simulated restart takes' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from recovery" -l restart-cap -d 'With `--source teleport`: `signals.max_restarts_in_flight.cap`' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from recovery" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
-json\t''"
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from recovery" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from ui" -l agents -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from ui" -l proxies -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from ui" -l expiring -d 'Consecutive proxies that expire (agents on two of them strand)' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from ui" -l requests -d 'Requests measured per page' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from ui" -l history-days -d 'Days of past incidents written before Lifeline starts' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from ui" -l incidents -d 'Past incidents over those days' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from ui" -l incident-agents -d 'Agents each past incident held' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from ui" -l postgres -d 'Also on PostgreSQL: a server URL whose user may create databases (each leg gets a fresh one, dropped after)' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from ui" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
-json\t''"
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from ui" -s h -l help -d 'Print help'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from failover" -l postgres -d 'The PostgreSQL server (`postgres://user@host:port/db`); a database is created on it for the run and dropped after' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from failover" -l replicas -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from failover" -l agents -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from failover" -l lease -d '`storage.leader_lease` of every replica' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from failover" -l requests -d 'Manual reconnects measured across replicas' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from failover" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
-json\t''"
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from failover" -s h -l help -d 'Print help'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from cluster" -l agents -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from cluster" -l proxies -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from cluster" -l tunnels-per-agent -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from cluster" -l teleport-identity -d 'Play Teleport\'s Auth API over mutual TLS, writing the identity file Lifeline needs here' -r -F
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from cluster" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
-json\t''"
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from cluster" -s h -l help -d 'Print help'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from agents" -l lifeline -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from agents" -l agents -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from agents" -l per-connection -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from agents" -l join-token -d 'The join token, from the parent benchmark\'s environment' -r
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from agents" -l log-format -d 'Log format on stderr' -r -f -a "text\t''
-json\t''"
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from agents" -s h -l help -d 'Print help'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from help" -f -a "ingest" -d 'Events/s from a ClusterEvents stream through the model into SQLite, against the raw batched-insert rate of the same rows'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from help" -f -a "resync" -d 'INIT + paged list + classify of a large cluster'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from help" -f -a "resync-scale" -d 'Cold resyncs at several fleet sizes in one run: time per agent against the smallest size\'s'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from help" -f -a "notify" -d 'How soon an incident is told (webhook `incident.opened`, first Alertmanager post; receivers in-process), and ingest\'s rate with a webhook and an Alertmanager configured against without'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from help" -f -a "detect" -d 'Latency from an expiry instant to the agents it strands being flagged'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from help" -f -a "fanout" -d 'Connected agents (in a child process); latency from a proxy heartbeat to its Discovery reaching every agent; server RSS per agent'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from help" -f -a "discovery-traffic" -d 'Discovery bytes and messages over a simulated hour: delta vs full_discovery. Needs a build with `--features virtual-time` (an hour on tokio\'s paused clock)'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from help" -f -a "reconnect" -d 'Latency from `POST /api/v1/agents/{name}/reconnect` to the agent\'s ack'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from help" -f -a "recovery" -d 'Expiry of two proxies → every stranded agent back on a live tunnel, with simulated agents and automatic reconnects'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from help" -f -a "ui" -d 'Server time to render the overview and the stranded agents page of a large fleet, and the overview\'s download size'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from help" -f -a "failover" -d 'Several `lifeline serve` replicas on one PostgreSQL database: the leader killed during an incident (SIGKILL → new lease → its first automatic signal → all recovered; audit and episodes checked), manual reconnects across replicas, and a leader cut off from the database'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from help" -f -a "cluster" -d '(internal) The simulated cluster of `resync`, in its own process so that Lifeline\'s memory is measured alone. Prints `listening <uri>`; `kill-streams` on stdin ends every watch stream; EOF stops it'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from help" -f -a "agents" -d '(internal) The agents process of `fanout` and `reconnect`'
-complete -c lifeline -n "__fish_lifeline_using_subcommand bench; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c lifeline -n "__fish_lifeline_using_subcommand help; and not __fish_seen_subcommand_from man completions serve check-config demo reconnect settings maintenance alert-rules grafana-dashboard token bench help" -f -a "man" -d 'Print the manual page (roff): `lifeline man | man -l -`'
-complete -c lifeline -n "__fish_lifeline_using_subcommand help; and not __fish_seen_subcommand_from man completions serve check-config demo reconnect settings maintenance alert-rules grafana-dashboard token bench help" -f -a "completions" -d 'Print a completion script for a shell (bash, zsh, fish, elvish, powershell)'
-complete -c lifeline -n "__fish_lifeline_using_subcommand help; and not __fish_seen_subcommand_from man completions serve check-config demo reconnect settings maintenance alert-rules grafana-dashboard token bench help" -f -a "serve" -d 'Run against a real cluster, configured by a TOML file and LIFELINE_* variables'
-complete -c lifeline -n "__fish_lifeline_using_subcommand help; and not __fish_seen_subcommand_from man completions serve check-config demo reconnect settings maintenance alert-rules grafana-dashboard token bench help" -f -a "check-config" -d 'Validate a config file (with LIFELINE_* overrides) and print the result'
-complete -c lifeline -n "__fish_lifeline_using_subcommand help; and not __fish_seen_subcommand_from man completions serve check-config demo reconnect settings maintenance alert-rules grafana-dashboard token bench help" -f -a "demo" -d 'Run Lifeline with a simulated cluster and chaos; dashboard on localhost'
-complete -c lifeline -n "__fish_lifeline_using_subcommand help; and not __fish_seen_subcommand_from man completions serve check-config demo reconnect settings maintenance alert-rules grafana-dashboard token bench help" -f -a "reconnect" -d 'Ask agents to reconnect through a running Lifeline\'s REST API, and print what became of each signal. Exits non-zero unless every signal was acked'
-complete -c lifeline -n "__fish_lifeline_using_subcommand help; and not __fish_seen_subcommand_from man completions serve check-config demo reconnect settings maintenance alert-rules grafana-dashboard token bench help" -f -a "settings" -d 'Read and change the dynamic settings of a running Lifeline (RFD 0016)'
-complete -c lifeline -n "__fish_lifeline_using_subcommand help; and not __fish_seen_subcommand_from man completions serve check-config demo reconnect settings maintenance alert-rules grafana-dashboard token bench help" -f -a "maintenance" -d 'Declare, end and list maintenance windows of a running Lifeline: while one is active, the strandings it explains are planned (shown, not acted on automatically, not notified)'
-complete -c lifeline -n "__fish_lifeline_using_subcommand help; and not __fish_seen_subcommand_from man completions serve check-config demo reconnect settings maintenance alert-rules grafana-dashboard token bench help" -f -a "alert-rules" -d 'Print Prometheus alerting rules (YAML) over Lifeline\'s metrics'
-complete -c lifeline -n "__fish_lifeline_using_subcommand help; and not __fish_seen_subcommand_from man completions serve check-config demo reconnect settings maintenance alert-rules grafana-dashboard token bench help" -f -a "grafana-dashboard" -d 'Print a Grafana dashboard (JSON, for import) over Lifeline\'s metrics'
-complete -c lifeline -n "__fish_lifeline_using_subcommand help; and not __fish_seen_subcommand_from man completions serve check-config demo reconnect settings maintenance alert-rules grafana-dashboard token bench help" -f -a "token" -d 'Make API and join tokens'
-complete -c lifeline -n "__fish_lifeline_using_subcommand help; and not __fish_seen_subcommand_from man completions serve check-config demo reconnect settings maintenance alert-rules grafana-dashboard token bench help" -f -a "bench" -d 'Run a benchmark and print JSON (use a release build)'
-complete -c lifeline -n "__fish_lifeline_using_subcommand help; and not __fish_seen_subcommand_from man completions serve check-config demo reconnect settings maintenance alert-rules grafana-dashboard token bench help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c lifeline -n "__fish_lifeline_using_subcommand help; and not __fish_seen_subcommand_from man completions serve check-config demo reconnect settings maintenance alert-rules grafana-dashboard token help" -f -a "man" -d 'Print the manual page (roff): `lifeline man | man -l -`'
+complete -c lifeline -n "__fish_lifeline_using_subcommand help; and not __fish_seen_subcommand_from man completions serve check-config demo reconnect settings maintenance alert-rules grafana-dashboard token help" -f -a "completions" -d 'Print a completion script for a shell (bash, zsh, fish, elvish, powershell)'
+complete -c lifeline -n "__fish_lifeline_using_subcommand help; and not __fish_seen_subcommand_from man completions serve check-config demo reconnect settings maintenance alert-rules grafana-dashboard token help" -f -a "serve" -d 'Run against a real cluster, configured by a TOML file and LIFELINE_* variables'
+complete -c lifeline -n "__fish_lifeline_using_subcommand help; and not __fish_seen_subcommand_from man completions serve check-config demo reconnect settings maintenance alert-rules grafana-dashboard token help" -f -a "check-config" -d 'Validate a config file (with LIFELINE_* overrides) and print the result'
+complete -c lifeline -n "__fish_lifeline_using_subcommand help; and not __fish_seen_subcommand_from man completions serve check-config demo reconnect settings maintenance alert-rules grafana-dashboard token help" -f -a "demo" -d 'Run Lifeline with a simulated cluster and chaos; dashboard on localhost'
+complete -c lifeline -n "__fish_lifeline_using_subcommand help; and not __fish_seen_subcommand_from man completions serve check-config demo reconnect settings maintenance alert-rules grafana-dashboard token help" -f -a "reconnect" -d 'Ask agents to reconnect through a running Lifeline\'s REST API, and print what became of each signal. Exits non-zero unless every signal was acked'
+complete -c lifeline -n "__fish_lifeline_using_subcommand help; and not __fish_seen_subcommand_from man completions serve check-config demo reconnect settings maintenance alert-rules grafana-dashboard token help" -f -a "settings" -d 'Read and change the dynamic settings of a running Lifeline (RFD 0016)'
+complete -c lifeline -n "__fish_lifeline_using_subcommand help; and not __fish_seen_subcommand_from man completions serve check-config demo reconnect settings maintenance alert-rules grafana-dashboard token help" -f -a "maintenance" -d 'Declare, end and list maintenance windows of a running Lifeline: while one is active, the strandings it explains are planned (shown, not acted on automatically, not notified)'
+complete -c lifeline -n "__fish_lifeline_using_subcommand help; and not __fish_seen_subcommand_from man completions serve check-config demo reconnect settings maintenance alert-rules grafana-dashboard token help" -f -a "alert-rules" -d 'Print Prometheus alerting rules (YAML) over Lifeline\'s metrics'
+complete -c lifeline -n "__fish_lifeline_using_subcommand help; and not __fish_seen_subcommand_from man completions serve check-config demo reconnect settings maintenance alert-rules grafana-dashboard token help" -f -a "grafana-dashboard" -d 'Print a Grafana dashboard (JSON, for import) over Lifeline\'s metrics'
+complete -c lifeline -n "__fish_lifeline_using_subcommand help; and not __fish_seen_subcommand_from man completions serve check-config demo reconnect settings maintenance alert-rules grafana-dashboard token help" -f -a "token" -d 'Make API and join tokens'
+complete -c lifeline -n "__fish_lifeline_using_subcommand help; and not __fish_seen_subcommand_from man completions serve check-config demo reconnect settings maintenance alert-rules grafana-dashboard token help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c lifeline -n "__fish_lifeline_using_subcommand help; and __fish_seen_subcommand_from settings" -f -a "get" -d 'Show every setting, or one with its history'
 complete -c lifeline -n "__fish_lifeline_using_subcommand help; and __fish_seen_subcommand_from settings" -f -a "set" -d 'Set a setting (origin becomes `dynamic`). The value is JSON when it parses as JSON (`true`, `0.3`, `{...}`), a string otherwise (`6h`)'
 complete -c lifeline -n "__fish_lifeline_using_subcommand help; and __fish_seen_subcommand_from settings" -f -a "rm" -d 'Reset a setting to its default (refused for config-file settings)'
@@ -356,16 +213,3 @@ complete -c lifeline -n "__fish_lifeline_using_subcommand help; and __fish_seen_
 complete -c lifeline -n "__fish_lifeline_using_subcommand help; and __fish_seen_subcommand_from maintenance" -f -a "delete" -d 'Delete a window (its audit stays)'
 complete -c lifeline -n "__fish_lifeline_using_subcommand help; and __fish_seen_subcommand_from maintenance" -f -a "list" -d 'List windows, newest first (only those not over, unless --all)'
 complete -c lifeline -n "__fish_lifeline_using_subcommand help; and __fish_seen_subcommand_from token" -f -a "new" -d 'Print a new random token and the config lines that admit it (only its SHA-256 goes in the config file)'
-complete -c lifeline -n "__fish_lifeline_using_subcommand help; and __fish_seen_subcommand_from bench" -f -a "ingest" -d 'Events/s from a ClusterEvents stream through the model into SQLite, against the raw batched-insert rate of the same rows'
-complete -c lifeline -n "__fish_lifeline_using_subcommand help; and __fish_seen_subcommand_from bench" -f -a "resync" -d 'INIT + paged list + classify of a large cluster'
-complete -c lifeline -n "__fish_lifeline_using_subcommand help; and __fish_seen_subcommand_from bench" -f -a "resync-scale" -d 'Cold resyncs at several fleet sizes in one run: time per agent against the smallest size\'s'
-complete -c lifeline -n "__fish_lifeline_using_subcommand help; and __fish_seen_subcommand_from bench" -f -a "notify" -d 'How soon an incident is told (webhook `incident.opened`, first Alertmanager post; receivers in-process), and ingest\'s rate with a webhook and an Alertmanager configured against without'
-complete -c lifeline -n "__fish_lifeline_using_subcommand help; and __fish_seen_subcommand_from bench" -f -a "detect" -d 'Latency from an expiry instant to the agents it strands being flagged'
-complete -c lifeline -n "__fish_lifeline_using_subcommand help; and __fish_seen_subcommand_from bench" -f -a "fanout" -d 'Connected agents (in a child process); latency from a proxy heartbeat to its Discovery reaching every agent; server RSS per agent'
-complete -c lifeline -n "__fish_lifeline_using_subcommand help; and __fish_seen_subcommand_from bench" -f -a "discovery-traffic" -d 'Discovery bytes and messages over a simulated hour: delta vs full_discovery. Needs a build with `--features virtual-time` (an hour on tokio\'s paused clock)'
-complete -c lifeline -n "__fish_lifeline_using_subcommand help; and __fish_seen_subcommand_from bench" -f -a "reconnect" -d 'Latency from `POST /api/v1/agents/{name}/reconnect` to the agent\'s ack'
-complete -c lifeline -n "__fish_lifeline_using_subcommand help; and __fish_seen_subcommand_from bench" -f -a "recovery" -d 'Expiry of two proxies → every stranded agent back on a live tunnel, with simulated agents and automatic reconnects'
-complete -c lifeline -n "__fish_lifeline_using_subcommand help; and __fish_seen_subcommand_from bench" -f -a "ui" -d 'Server time to render the overview and the stranded agents page of a large fleet, and the overview\'s download size'
-complete -c lifeline -n "__fish_lifeline_using_subcommand help; and __fish_seen_subcommand_from bench" -f -a "failover" -d 'Several `lifeline serve` replicas on one PostgreSQL database: the leader killed during an incident (SIGKILL → new lease → its first automatic signal → all recovered; audit and episodes checked), manual reconnects across replicas, and a leader cut off from the database'
-complete -c lifeline -n "__fish_lifeline_using_subcommand help; and __fish_seen_subcommand_from bench" -f -a "cluster" -d '(internal) The simulated cluster of `resync`, in its own process so that Lifeline\'s memory is measured alone. Prints `listening <uri>`; `kill-streams` on stdin ends every watch stream; EOF stops it'
-complete -c lifeline -n "__fish_lifeline_using_subcommand help; and __fish_seen_subcommand_from bench" -f -a "agents" -d '(internal) The agents process of `fanout` and `reconnect`'

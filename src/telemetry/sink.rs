@@ -1,4 +1,4 @@
-//! A minimal OTLP/gRPC trace receiver: the collector `lifeline bench ingest`
+//! A minimal OTLP/gRPC trace receiver: the collector `lifeline-bench ingest`
 //! exports to, and the one the tests read spans back from. It runs on its
 //! own thread and runtime, so a test may block on a flush while it answers.
 

@@ -1,4 +1,4 @@
-//! Every `lifeline bench` scenario, run at a tiny size through the real
+//! Every `lifeline-bench` scenario, run at a tiny size through the real
 //! command line (the same binary and entry point an operator uses), its JSON
 //! checked for every field and for values that make sense: counts as
 //! expected, rates and latencies positive, nothing lost. No time threshold is
@@ -9,28 +9,27 @@ use std::process::Command;
 
 use serde_json::Value;
 
-/// Runs `lifeline bench <args>`, whatever its outcome.
+/// Runs `lifeline-bench <args>`, whatever its outcome.
 fn run(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_lifeline"))
-        .arg("bench")
+    Command::new(env!("CARGO_BIN_EXE_lifeline-bench"))
         .args(args)
         .env_remove("LIFELINE_CONFIG")
         .output()
         .expect("the lifeline binary runs")
 }
 
-/// Runs `lifeline bench <args>` and parses its JSON.
+/// Runs `lifeline-bench <args>` and parses its JSON.
 fn bench(args: &[&str]) -> Value {
     let out = run(args);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
-        "lifeline bench {args:?} failed ({}):\n{stderr}\n{stdout}",
+        "lifeline-bench {args:?} failed ({}):\n{stderr}\n{stdout}",
         out.status
     );
     serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("lifeline bench {args:?}: not JSON ({e}):\n{stdout}"))
+        .unwrap_or_else(|e| panic!("lifeline-bench {args:?}: not JSON ({e}):\n{stdout}"))
 }
 
 /// The value at a `/`-separated path, which must exist.

@@ -293,6 +293,25 @@ fn the_server_depends_on_neither_the_simulator_nor_the_benches() {
     }
 }
 
+/// The `lifeline` command links none of the benches: they are the
+/// `lifeline-bench` binary's (`src/bench.rs`), and nothing the `lifeline`
+/// binary is made of names them, so its object files carry none of them.
+#[test]
+fn the_shipped_command_names_no_bench() {
+    let cli = crate::support::repo().join("crates/lifeline-cli/src");
+    let mut files = Vec::new();
+    rust_files(&cli, &mut files);
+    assert!(files.len() > 3, "{files:?}");
+    for f in files.iter().filter(|f| !f.ends_with("bench.rs")) {
+        let text = std::fs::read_to_string(f).expect("source is readable");
+        assert!(
+            !text.contains("lifeline_bench"),
+            "{} names lifeline_bench",
+            f.display()
+        );
+    }
+}
+
 /// The modules directly inside `dir` (a room, or a folder within one) →
 /// the siblings they name: `crate::<dir>::x`, or `super::x` from a file
 /// directly inside, `super::super::x` from one a folder further down.

@@ -3,7 +3,7 @@
 
 use super::*;
 
-/// This binary run again as `lifeline bench <args>` (a hidden scenario),
+/// This binary run again as `lifeline-bench <args>` (a hidden scenario),
 /// talking over its stdin and stdout, killed if dropped.
 pub(crate) struct BenchChild {
     proc: tokio::process::Child,
@@ -15,17 +15,18 @@ impl BenchChild {
     pub(crate) fn spawn(args: &[String], env: &[(&str, &str)]) -> Result<BenchChild, BenchError> {
         let exe = std::env::current_exe().map_err(|e| BenchError::Agents(e.to_string()))?;
         let mut proc = tokio::process::Command::new(exe)
-            .arg("bench")
             .args(args)
             .envs(env.iter().copied())
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| BenchError::Agents(format!("cannot start `bench {}`: {e}", args[0])))?;
+            .map_err(|e| {
+                BenchError::Agents(format!("cannot start `lifeline-bench {}`: {e}", args[0]))
+            })?;
         let (Some(stdin), Some(out)) = (proc.stdin.take(), proc.stdout.take()) else {
             return Err(BenchError::Agents(format!(
-                "`bench {}` has no stdio",
+                "`lifeline-bench {}` has no stdio",
                 args[0]
             )));
         };

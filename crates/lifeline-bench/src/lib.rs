@@ -1,4 +1,4 @@
-//! `lifeline bench <scenario>`: benchmarks that drive the real pipeline
+//! `lifeline-bench <scenario>`: benchmarks that drive the real pipeline
 //! (simulator → gRPC → watcher → fleet → SQLite) on loopback and print JSON.
 //! Run them from a release build; figures go in the book (docs/src/performance.md).
 
@@ -45,7 +45,24 @@ use lifeline::telemetry::SpanCounters;
 use lifeline_sim::cluster::{agent_name, proxy_name, put_server};
 use lifeline_sim::{SimCluster, SimSpec, SIM_JOIN_TOKEN};
 
-/// Where `bench ingest` exports its spans: a local receiver, and the
+/// The `lifeline` binary beside this one (`lifeline-bench`), which the
+/// failover benchmark starts as its replicas.
+pub(crate) fn lifeline_exe() -> std::io::Result<std::path::PathBuf> {
+    let exe = std::env::current_exe()?.with_file_name("lifeline");
+    if exe.exists() {
+        Ok(exe)
+    } else {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!(
+                "{} is not there: build both binaries (`cargo build --release -p lifeline-cli`)",
+                exe.display()
+            ),
+        ))
+    }
+}
+
+/// Where `lifeline-bench ingest` exports its spans: a local receiver, and the
 /// counters of the pipeline that sends to it.
 #[derive(Clone, Copy)]
 pub struct Export<'a> {

@@ -1,4 +1,4 @@
-//! The scenarios `lifeline bench` runs, with their options as the command
+//! The scenarios `lifeline-bench` runs, with their options as the command
 //! line takes them.
 
 use std::path::PathBuf;

@@ -3,7 +3,7 @@
 //! `recovery.rs`).
 //!
 //! `fanout` and `reconnect` run the agents in a child process
-//! (`lifeline bench agents`, hidden), so the server's memory is measured
+//! (`lifeline-bench agents`, hidden), so the server's memory is measured
 //! alone; both processes stamp times with the same system clock.
 
 // Benchmarks and tests measure and bound real time: timing sites.

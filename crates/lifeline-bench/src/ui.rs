@@ -1,4 +1,4 @@
-//! `lifeline bench ui`: server time to render the dashboard's pages (the
+//! `lifeline-bench ui`: server time to render the dashboard's pages (the
 //! overview, stranded agents, a filter matching nothing, incidents and an
 //! incident) against a large fleet with days of incidents behind it, the
 //! `history` API's round trip, and the bytes a browser downloads for the

@@ -159,7 +159,7 @@ roles = ["read", "update"]
         let log = s.scratch.db(&format!("{name}.log"));
         std::fs::write(&config, toml).map_err(|e| other(format!("{name}: config: {e}")))?;
         let stderr = std::fs::File::create(&log).map_err(|e| other(format!("{name}: log: {e}")))?;
-        let exe = std::env::current_exe().map_err(other)?;
+        let exe = crate::lifeline_exe().map_err(other)?;
         let mut cmd = tokio::process::Command::new(exe);
         // Only the file configures it, not whatever this shell exports.
         for (k, _) in std::env::vars_os() {

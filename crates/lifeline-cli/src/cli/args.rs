@@ -197,11 +197,6 @@ pub enum Cmd {
         #[command(subcommand)]
         op: TokenOp,
     },
-    /// Run a benchmark and print JSON (use a release build).
-    Bench {
-        #[command(subcommand)]
-        scenario: lifeline_bench::Scenario,
-    },
 }
 
 #[derive(Subcommand)]

@@ -1,6 +1,6 @@
 //! Running a subcommand: configuration and telemetry first, then the
-//! server, the demo, a benchmark or a client of a running Lifeline; the
-//! exit codes a supervisor reads.
+//! server, the demo or a client of a running Lifeline; the exit codes a
+//! supervisor reads.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,10 +13,8 @@ use super::remote;
 use super::stop::run_until_stopped;
 use lifeline::app::Tuning;
 use lifeline::config::{Config, TelemetryConfig};
-use lifeline::telemetry::sink::Sink;
 use lifeline::telemetry::{self, OtlpSettings, Pipeline, SpanCounters};
 use lifeline::{Clock, Lifeline};
-use lifeline_bench::Export;
 
 /// sysexits' EX_CONFIG: the configuration is at fault.
 const EXIT_CONFIG: u8 = 78;
@@ -96,19 +94,6 @@ fn external_url_of(config: Option<&PathBuf>, flag: Option<String>) -> Option<Str
 /// export, runs the subcommand, flushes what is still queued, and says how
 /// it ended in the exit code.
 pub async fn main(cli: Cli) -> ExitCode {
-    let quiet = matches!(cli.cmd, Cmd::Bench { .. });
-    // `bench ingest` exports to a local receiver, with export switched off
-    // until the legs that measure it.
-    let bench_sink = match &cli.cmd {
-        Cmd::Bench { scenario } if scenario.wants_export() => match Sink::start(0) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                eprintln!("lifeline: cannot start the local OTLP receiver: {e}");
-                return ExitCode::FAILURE;
-            }
-        },
-        _ => None,
-    };
     // `serve` reads its config before logging starts: it configures export.
     let (telemetry_cfg, serve_cfg) = match &cli.cmd {
         Cmd::Serve { config } => match load_config(config.as_ref()) {
@@ -121,16 +106,10 @@ pub async fn main(cli: Cli) -> ExitCode {
         Cmd::Demo { .. } => (Some(TelemetryConfig::default()), None),
         _ => (None, None),
     };
-    let settings = match &bench_sink {
-        Some(sink) => {
-            telemetry::otlp::set_enabled(false);
-            Ok(Some(OtlpSettings::to(sink.endpoint())))
-        }
-        None => telemetry_cfg
-            .map(|t| OtlpSettings::resolve(&t, |k| std::env::var(k).ok()))
-            .transpose()
-            .map(Option::flatten),
-    };
+    let settings = telemetry_cfg
+        .map(|t| OtlpSettings::resolve(&t, |k| std::env::var(k).ok()))
+        .transpose()
+        .map(Option::flatten);
     let pipeline = match settings {
         Ok(Some(s)) => match Pipeline::start(&s) {
             Ok(p) => Some(p),
@@ -149,23 +128,15 @@ pub async fn main(cli: Cli) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    telemetry::init(
-        cli.log_format,
-        if quiet {
-            "warn"
-        } else {
-            telemetry::DEFAULT_FILTER
-        },
-        pipeline.as_ref(),
-    );
-    if let (Some(p), None) = (&pipeline, &bench_sink) {
+    telemetry::init(cli.log_format, telemetry::DEFAULT_FILTER, pipeline.as_ref());
+    if let Some(p) = &pipeline {
         tracing::info!(endpoint = %p.endpoint, "exporting traces over OTLP/gRPC");
     }
     let spans = pipeline
         .as_ref()
         .map(Pipeline::counters)
         .unwrap_or_default();
-    let code = match run(cli.cmd, serve_cfg, bench_sink.as_ref(), spans).await {
+    let code = match run(cli.cmd, serve_cfg, spans).await {
         Ok(code) => code,
         Err(e) => {
             eprintln!("lifeline: {}", causes(&e));
@@ -182,7 +153,6 @@ pub async fn main(cli: Cli) -> ExitCode {
 async fn run(
     cmd: Cmd,
     serve_cfg: Option<Config>,
-    bench_sink: Option<&Sink>,
     spans: Arc<SpanCounters>,
 ) -> anyhow::Result<ExitCode> {
     match cmd {
@@ -317,15 +287,6 @@ async fn run(
         Cmd::Token { op } => {
             let TokenOp::New { name, roles, join } = op;
             remote::token_new(&name, &roles, join)
-        }
-        Cmd::Bench { scenario } => {
-            let export = bench_sink.map(|sink| Export {
-                sink,
-                spans: &spans,
-            });
-            let report = lifeline_bench::run(scenario, export).await?;
-            println!("{}", serde_json::to_string_pretty(&report)?);
-            Ok(ExitCode::SUCCESS)
         }
     }
 }
