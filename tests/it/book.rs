@@ -277,14 +277,7 @@ async fn the_pages_generated_from_a_running_lifeline_are_what_it_serves() {
 }
 
 fn pages(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).expect("readable").flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            pages(&p, out);
-        } else if p.extension().is_some_and(|x| x == "md") {
-            out.push(p);
-        }
-    }
+    support::files_ending(dir, "md", out);
 }
 
 /// A page's lines outside fenced code blocks.

@@ -601,14 +601,7 @@ async fn every_list_takes_one_page_declared_once() {
 }
 
 fn collect_rs(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
-    for e in std::fs::read_dir(dir).expect("readable").flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            collect_rs(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
+    crate::support::files_ending(dir, "rs", out);
 }
 
 /// Every error code has one status and one line of meaning in
@@ -627,17 +620,7 @@ fn every_error_code_is_listed_once_with_its_status_and_answered() {
     // The source: `code: "x"` anywhere, and the fixed codes of
     // `ApiError::code`.
     let mut files = Vec::new();
-    fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
-        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                rust_files(&p, out);
-            } else if p.extension().is_some_and(|x| x == "rs") {
-                out.push(p);
-            }
-        }
-    }
-    rust_files(&crate::support::repo().join("src/http"), &mut files);
+    collect_rs(&crate::support::repo().join("src/http"), &mut files);
     let quoted = |rest: &str| -> Option<String> {
         let rest = rest.strip_prefix('"')?;
         let end = rest.find('"')?;

@@ -38,6 +38,22 @@ pub fn repo() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// Every file under `dir`, however deep, whose name ends in `.{ext}`,
+/// added to `out` (none when `dir` cannot be read).
+pub fn files_ending(dir: &std::path::Path, ext: &str, out: &mut Vec<std::path::PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            files_ending(&p, ext, out);
+        } else if p.extension().is_some_and(|x| x == ext) {
+            out.push(p);
+        }
+    }
+}
+
 pub use api::*;
 pub use cluster::*;
 pub use pki::*;
