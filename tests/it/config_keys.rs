@@ -465,10 +465,14 @@ fn config_markdown() -> String {
     let cell = |t: &str| t.replace('|', "\\|");
     let mut out = String::new();
     for (table, keys) in by_table {
-        let heading = if table.is_empty() {
-            "The top level".to_string()
-        } else {
-            format!("`[{table}]`")
+        // An array of tables is written `[[name]]`, as in the file.
+        let array = found
+            .get(&table)
+            .is_some_and(|f| f.takes.as_deref() == Some("array of tables"));
+        let heading = match (table.is_empty(), array) {
+            (true, _) => "The top level".to_string(),
+            (false, true) => format!("`[[{table}]]`"),
+            (false, false) => format!("`[{table}]`"),
         };
         out.push_str(&format!(
             "\n### {heading}\n\n| key | takes | default | what it is |\n|---|---|---|---|\n"
