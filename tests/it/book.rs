@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use crate::deploy::{lifeline, subcommands};
 use crate::support::{self, Cluster, Store};
 
 fn book() -> PathBuf {
@@ -50,30 +51,6 @@ fn assert_none_differ(differ: Vec<String>) {
         differ.is_empty(),
         "generated pages differ from the code: {differ:?}; write them again with LIFELINE_BLESS=1 cargo test --test it book::"
     );
-}
-
-/// What `lifeline <args>` prints, with an environment that sets nothing
-/// (clap shows an `env` variable's value in the help when it is set).
-fn lifeline(args: &[&str]) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lifeline"))
-        .args(args)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .output()
-        .expect("lifeline runs");
-    assert!(out.status.success(), "lifeline {args:?}: {out:?}");
-    String::from_utf8(out.stdout).expect("UTF-8")
-}
-
-/// The subcommands, as `lifeline man` lists them.
-fn subcommands() -> Vec<String> {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lifeline"))
-        .args(["man", "no-such-subcommand"])
-        .output()
-        .expect("lifeline runs");
-    let err = String::from_utf8_lossy(&out.stderr);
-    let (_, list) = err.split_once("the subcommands are: ").expect("the list");
-    list.trim().split(", ").map(str::to_string).collect()
 }
 
 fn cli_markdown() -> String {
@@ -126,27 +103,39 @@ fn every_readyz_problem_is_in_the_troubleshooting_list() {
     let src = std::fs::read_to_string(support::repo().join("src/http/probes.rs")).expect("source");
     let body = &src[src.find("async fn readyz(").expect("readyz")..];
     let body = &body[..body.find("\n}\n").expect("its end")];
-    let mut written = Vec::new();
-    for part in body.split("problems.push(format!(").skip(1) {
-        let lit = part.trim_start();
+    // Problems written before readiness is decided fail it; after, not.
+    let decided = body
+        .find("let ready = ")
+        .expect("where readiness is decided");
+    let mut written: Vec<(String, bool)> = Vec::new();
+    for (at, _) in body.match_indices("problems.push(format!(") {
+        let lit = body[at + "problems.push(format!(".len()..].trim_start();
         let lit = lit.strip_prefix('"').expect("a literal");
-        written.push(lit[..lit.find(['{', '"']).expect("its end")].to_string());
+        written.push((
+            lit[..lit.find(['{', '"']).expect("its end")].to_string(),
+            at < decided,
+        ));
     }
     assert!(written.len() >= 7, "{written:?}");
     let reasons = lifeline::http::probes::READY_REASONS;
-    for w in &written {
+    let same = |w: &str, r: &lifeline::http::probes::ReadyReason| {
+        w.starts_with(r.opens) || r.opens.starts_with(w)
+    };
+    for (w, fails) in &written {
+        let listed = reasons.iter().find(|r| same(w, r));
         assert!(
-            reasons
-                .iter()
-                .any(|r| w.starts_with(r.opens) || r.opens.starts_with(w.as_str())),
+            listed.is_some(),
             "/readyz writes {w:?}, which READY_REASONS does not list"
+        );
+        assert_eq!(
+            listed.map(|r| r.fails),
+            Some(*fails),
+            "READY_REASONS says whether {w:?} fails /readyz otherwise than readyz does"
         );
     }
     for r in reasons {
         assert!(
-            written
-                .iter()
-                .any(|w| w.starts_with(r.opens) || r.opens.starts_with(w.as_str())),
+            written.iter().any(|(w, _)| same(w, r)),
             "READY_REASONS lists {:?}, which /readyz never writes",
             r.opens
         );

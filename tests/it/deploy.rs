@@ -46,10 +46,13 @@ fn the_dashboard_configmap_is_what_grafana_dashboard_prints() {
     );
 }
 
-/// What `lifeline <args>` prints.
-fn lifeline(args: &[&str]) -> String {
+/// What `lifeline <args>` prints, with an environment that sets nothing
+/// (clap's help shows an `env` variable's value when it is set).
+pub(crate) fn lifeline(args: &[&str]) -> String {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_lifeline"))
         .args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .output()
         .expect("lifeline runs");
     assert!(out.status.success(), "lifeline {args:?}: {out:?}");
@@ -116,7 +119,7 @@ fn the_man_pages_and_completions_are_what_the_binaries_print() {
 
 /// The subcommands with a page of their own, as `lifeline man` says when
 /// asked for one it has not.
-fn subcommands() -> Vec<String> {
+pub(crate) fn subcommands() -> Vec<String> {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_lifeline"))
         .args(["man", "no-such-subcommand"])
         .output()
