@@ -154,7 +154,7 @@ async fn teleport_legacy_init_confirms_every_kind() {
     c.shutdown().await;
 }
 
-/// DELETEs arrive in Teleport's shapes: a `ResourceHeader` for proxies
+/// DELETE events arrive in Teleport's shapes: a `ResourceHeader` for proxies
 /// and nodes; for app, database and Kubernetes services a header naming
 /// the host in `Description`, or the typed message with no `Spec` and the
 /// host in `Description`. Each takes its service off its host.

@@ -3,8 +3,8 @@
 //! kinds (partial success allowed); INIT's `WatchStatus` says which kinds
 //! were confirmed; then proxies and auth servers are listed through
 //! `PresenceService` (or `GET /v2/...` on servers too old for it), agents
-//! through `ListResources`, and the fleet gets one `Resync`; then PUTs and
-//! DELETEs follow. `GetInstances` is polled alongside for each host's Auth.
+//! through `ListResources`, and the fleet gets one `Resync`; then PUT and
+//! DELETE events follow. `GetInstances` is polled alongside for each host's Auth.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
