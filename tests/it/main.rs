@@ -44,5 +44,6 @@ mod stranded;
 mod teleport;
 mod tls;
 mod ui;
+mod upgrade;
 mod walls;
 mod watcher;

@@ -28,6 +28,8 @@ pub struct Cluster {
     /// Serve TLS; `Some(true)`: agents need a client certificate too.
     tls: Option<bool>,
     store: Store,
+    /// The wall time the clock starts at (default: now).
+    starting_at: Option<lifeline::clock::Ts>,
 }
 
 /// `Cluster::new().agents(6).proxies(3).start().await`
@@ -55,7 +57,16 @@ impl Cluster {
             desired_tunnels: None,
             tls: None,
             store: Store::Sqlite,
+            starting_at: None,
         }
+    }
+
+    /// Starts the clock at `wall` instead of now: a database made at
+    /// another time opens as it was then, with nothing aged out by
+    /// retention in the meantime.
+    pub fn starting_at(mut self, wall: lifeline::clock::Ts) -> Self {
+        self.starting_at = Some(wall);
+        self
     }
 
     /// Lifeline stores on `store` (SQLite in the temp dir by default).
@@ -227,7 +238,10 @@ impl Cluster {
     pub async fn start(self) -> Running {
         logs();
         let anchor = hold_clock();
-        let clock = Clock::manual();
+        let clock = match self.starting_at {
+            Some(wall) => Clock::starting_at(wall),
+            None => Clock::manual(),
+        };
         let sim = SimCluster::start(self.spec, clock)
             .await
             .expect("simulated cluster starts");
