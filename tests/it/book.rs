@@ -579,21 +579,48 @@ fn jq_fields(filter: &str) -> (Vec<String>, Vec<String>) {
     (top, Vec::new())
 }
 
-/// Every `curl` example of the book's API answers 2xx from a running
-/// Lifeline, with the fields its `jq` filter reads.
-#[tokio::test(start_paused = true)]
-async fn the_books_api_examples_answer_as_they_say() {
-    let c = Cluster::six_legacy().store(Store::Sqlite).start().await;
-    c.ready().await;
-    c.strand_two().await;
+/// Every `curl` example of the book's API answers 2xx from `lifeline
+/// demo`, started here as a reader starts it (on free ports), once its
+/// chaos has opened an incident, with the fields its `jq` filter reads.
+#[tokio::test]
+async fn the_books_api_examples_answer_as_they_say_on_the_demo() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (mut demo, base, _) = crate::demo::start_demo(
+        dir.path(),
+        &["--agents", "60", "--ttl", "4s", "--chaos-period", "2s"],
+        &[],
+    )
+    .await;
+    let http = reqwest::Client::new();
+    // Real time: the demo is its own process. Bounded, each poll a
+    // quarter of a second apart.
+    let waited = lifeline::clock::Stopwatch::start();
+    loop {
+        let incidents: Value = match http
+            .get(format!("{base}/api/v1/incidents?limit=1"))
+            .send()
+            .await
+        {
+            Ok(r) => r.json().await.unwrap_or(Value::Null),
+            Err(_) => Value::Null,
+        };
+        if incidents["items"].as_array().is_some_and(|a| !a.is_empty()) {
+            break;
+        }
+        assert!(
+            waited.elapsed() < std::time::Duration::from_secs(120),
+            "the demo's chaos opened no incident in 2 minutes: {incidents}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
     let examples = curls();
-    assert!(examples.len() >= 4, "{examples:?}");
+    assert!(examples.len() >= 10, "{examples:?}");
     for ex in &examples {
-        let url = format!("{}{}", c.ll().base_url(), ex.path);
+        let url = format!("{base}{}", ex.path);
         let method = reqwest::Method::from_bytes(ex.method.as_bytes()).expect("a method");
-        let mut req = c.http.request(method, &url);
+        let mut req = http.request(method, &url);
         if ex.token {
-            req = req.bearer_auth(support::ADMIN);
+            req = req.bearer_auth(crate::demo::TOKEN);
         }
         if let Some(b) = &ex.body {
             req = req
@@ -634,5 +661,5 @@ async fn the_books_api_examples_answer_as_they_say() {
             }
         }
     }
-    c.shutdown().await;
+    let _ = demo.kill().await;
 }

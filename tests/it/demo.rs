@@ -10,13 +10,13 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
-const TOKEN: &str = "demo-test-token";
+pub(crate) const TOKEN: &str = "demo-test-token";
 const AGENTS: u64 = 200;
 
 /// Starts `lifeline demo` with `args` on free ports, its database in
 /// `dir`: the process, and its dashboard's URL once it prints it (the
 /// rest of its output is drained).
-async fn start_demo(
+pub(crate) async fn start_demo(
     dir: &std::path::Path,
     args: &[&str],
     env: &[(&str, &str)],
