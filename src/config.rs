@@ -35,8 +35,10 @@ pub use access::{
     TeleportAccessConfig, TokenConfig, TraitGrant, TOKEN_NAME_RULE,
 };
 pub use cluster::{
-    AlpnUpgrade, ClusterConfig, FleetConfig, HealthConfig, SourceKind, StaticAuthServer,
+    valid_cluster_name, AlpnUpgrade, ClusterConfig, FleetConfig, HealthConfig, SourceKind,
+    StaticAuthServer, CLUSTER_NAME_RULE, DEFAULT_CLUSTER_NAME, MAX_CLUSTER_NAME,
 };
+pub use env::{cluster_var, env_token, CLUSTER_KEYS};
 pub use notify::{
     AlertmanagerConfig, NotifyConfig, SilenceConfig, WebhookConfig, WebhookFormat,
     MAX_ALERTMANAGERS, MAX_WEBHOOKS,
@@ -54,7 +56,16 @@ pub use telemetry::TelemetryConfig;
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub server: ServerConfig,
+    /// The one cluster Lifeline watches, in the short form; see
+    /// `[[clusters]]` for the named form.
     pub cluster: ClusterConfig,
+    /// The clusters Lifeline watches, each named (`[[clusters]]`, with
+    /// every key `[cluster]` takes), instead of `[cluster]`; the two are
+    /// not set together. A variable sets a key of one by its name:
+    /// `LIFELINE_CLUSTERS_<NAME>_ADDR` (also `_SOURCE`, `_ALPN_UPGRADE`,
+    /// `_IDENTITY_FILE`), NAME upper-cased with `_` for every other
+    /// character. This build watches one cluster per process.
+    pub clusters: Vec<ClusterConfig>,
     /// Auth servers to watch in addition to those the cluster announces.
     pub auth_servers: Vec<StaticAuthServer>,
     pub health: HealthConfig,
@@ -119,7 +130,7 @@ pub enum ConfigError {
     #[error("config file {path}: {message}")]
     Parse { path: PathBuf, message: String },
     #[error("environment variable {var}: {message}")]
-    Env { var: &'static str, message: String },
+    Env { var: String, message: String },
     #[error("config field `{field}`: {message}")]
     Invalid { field: String, message: String },
 }
@@ -145,7 +156,13 @@ impl Config {
     /// every key with its value, defaults included; what may be a secret
     /// (a database password, a webhook's path) redacted.
     pub fn to_toml(&self) -> Result<String, toml::ser::Error> {
-        toml::to_string_pretty(self)
+        if self.clusters.is_empty() {
+            return toml::to_string_pretty(self);
+        }
+        // The named form alone: `[cluster]` beside it would not load.
+        let mut table = toml::Table::try_from(self)?;
+        table.remove("cluster");
+        toml::to_string_pretty(&table)
     }
 
     /// Reads `path` (when given), applies `LIFELINE_*` overrides from `env`,
@@ -227,7 +244,7 @@ impl Config {
             let message = e.to_string().replace("key \"default.", "key \"");
             match overrides.iter().find(|o| o.named_in(&e)) {
                 Some(o) => ConfigError::Env {
-                    var: o.var,
+                    var: o.var.to_string(),
                     message,
                 },
                 None => ConfigError::Parse {
@@ -237,7 +254,53 @@ impl Config {
             }
         })?;
         cfg.explicit = sources(&fig);
+        for (key, from) in env::apply_cluster_overrides(env, &mut cfg.clusters)? {
+            cfg.explicit.insert(key, from);
+        }
+        cfg.resolve_clusters()?;
         Ok(cfg)
+    }
+
+    /// Names the one-cluster form (its `name`, else its `cluster_name`,
+    /// else `default`); refuses `[cluster]` beside `[[clusters]]`; and
+    /// makes a lone `[[clusters]]` entry the cluster Lifeline runs.
+    fn resolve_clusters(&mut self) -> Result<(), ConfigError> {
+        if self.clusters.is_empty() {
+            // A Teleport cluster name the rule refuses leaves the default:
+            // a file that loaded before still loads.
+            let from_teleport = self.cluster.cluster_name.trim();
+            if !self.is_explicit("cluster.name") && valid_cluster_name(from_teleport) {
+                self.cluster.name = from_teleport.to_string();
+            }
+            return Ok(());
+        }
+        if let Some((key, from)) = self
+            .explicit
+            .iter()
+            .find(|(k, _)| k.starts_with("cluster."))
+        {
+            return Err(invalid(
+                "cluster",
+                format!(
+                    "{key} (from {from}) sets the one-cluster form beside [[clusters]]: \
+                     use [[clusters]] alone, one entry per cluster"
+                ),
+            ));
+        }
+        if let [one] = self.clusters.as_slice() {
+            self.cluster = one.clone();
+        }
+        Ok(())
+    }
+
+    /// Every cluster Lifeline is configured to watch, named: the entries
+    /// of `[[clusters]]`, or the one of `[cluster]`.
+    pub fn clusters(&self) -> Vec<&ClusterConfig> {
+        if self.clusters.is_empty() {
+            vec![&self.cluster]
+        } else {
+            self.clusters.iter().collect()
+        }
     }
 
     /// True when the file or a variable set `section.key`.
@@ -264,7 +327,20 @@ impl Config {
             ));
         }
         self.probes.validate()?;
-        self.cluster.validate()?;
+        if self.clusters.is_empty() {
+            if !valid_cluster_name(&self.cluster.name) {
+                return Err(invalid(
+                    "cluster.name",
+                    format!(
+                        "{:?} is not a cluster name: {CLUSTER_NAME_RULE}",
+                        self.cluster.name
+                    ),
+                ));
+            }
+            self.cluster.validate("cluster")?;
+        } else {
+            cluster::validate_clusters(&self.clusters)?;
+        }
         cluster::validate_auth_servers(&self.auth_servers)?;
         self.health.validate()?;
         self.storage.validate()?;

@@ -40,17 +40,23 @@ pub enum AlpnUpgrade {
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClusterConfig {
-    /// `lifeline` or `teleport`. Env: `LIFELINE_CLUSTER_SOURCE`.
+    /// The cluster's name in Lifeline: what its pages, API and
+    /// notifications call it. 1 to 63 letters, digits, `-`, `_` and `.`,
+    /// starting with a letter or digit; unique among `[[clusters]]`. In
+    /// the one-cluster form `[cluster]`, it defaults to `cluster_name`
+    /// when that follows the rule, else to `default`.
+    pub name: String,
+    /// `lifeline` or `teleport`. Env: `LIFELINE_CLUSTER_SOURCE` (an entry of `[[clusters]]`: `LIFELINE_CLUSTERS_<NAME>_SOURCE`).
     pub source: SourceKind,
     /// `lifeline`: where `ClusterEvents` is served (`http://host:port`,
     /// `https://host:port` or `host:port`). `teleport`: an Auth server
     /// (`auth.example.com:3025`), or a proxy's web address with
-    /// `tls_routing`. Env: `LIFELINE_CLUSTER_ADDR`.
+    /// `tls_routing`. Env: `LIFELINE_CLUSTER_ADDR` (an entry of `[[clusters]]`: `LIFELINE_CLUSTERS_<NAME>_ADDR`).
     pub addr: String,
     /// `teleport`: the identity file `tctl auth sign --format=file` wrote.
     /// `lifeline` over `https://`: an optional client certificate in the
     /// same layout (key, then certificate). Env:
-    /// `LIFELINE_CLUSTER_IDENTITY_FILE`.
+    /// `LIFELINE_CLUSTER_IDENTITY_FILE` (an entry of `[[clusters]]`: `LIFELINE_CLUSTERS_<NAME>_IDENTITY_FILE`).
     pub identity_file: Option<PathBuf>,
     /// `lifeline` over `https://`: the CA certificates (PEM) that sign the
     /// source's certificate; defaults to the identity file's CAs.
@@ -69,7 +75,7 @@ pub struct ClusterConfig {
     pub cluster_name: String,
     /// `teleport` with `tls_routing`: `auto`, `always` or `never` use
     /// Teleport's ALPN connection upgrade, for a proxy behind a layer-7
-    /// load balancer. Env: `LIFELINE_CLUSTER_ALPN_UPGRADE`.
+    /// load balancer. Env: `LIFELINE_CLUSTER_ALPN_UPGRADE` (an entry of `[[clusters]]`: `LIFELINE_CLUSTERS_<NAME>_ALPN_UPGRADE`).
     pub alpn_upgrade: AlpnUpgrade,
     /// `teleport` with `tls_routing`: CA certificates (PEM) of the proxy's
     /// or its balancer's web certificate, when not a public CA's.
@@ -127,6 +133,7 @@ pub struct HealthConfig {
 impl Default for ClusterConfig {
     fn default() -> Self {
         ClusterConfig {
+            name: DEFAULT_CLUSTER_NAME.into(),
             source: SourceKind::Lifeline,
             addr: "http://127.0.0.1:3025".into(),
             identity_file: None,
@@ -192,6 +199,10 @@ impl Default for FleetConfig {
 impl ClusterConfig {
     /// The cluster address as a URI tonic can dial.
     pub fn uri(&self) -> Result<String, ConfigError> {
+        self.uri_at("cluster.addr")
+    }
+
+    fn uri_at(&self, field: &str) -> Result<String, ConfigError> {
         let v = &self.addr;
         let uri = if v.starts_with("http://") || v.starts_with("https://") {
             v.to_string()
@@ -199,41 +210,44 @@ impl ClusterConfig {
             format!("http://{v}")
         };
         let rest = uri.split_once("://").map(|(_, r)| r).unwrap_or_default();
-        host_port("cluster.addr", rest.trim_end_matches('/'))?;
+        host_port(field, rest.trim_end_matches('/'))?;
         Ok(uri)
     }
 
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+    /// Its own rules, each error naming the field under `at` (`cluster`,
+    /// or `clusters[NAME]`).
+    pub(super) fn validate(&self, at: &str) -> Result<(), ConfigError> {
+        let field = |key: &str| format!("{at}.{key}");
         match self.source {
             SourceKind::Lifeline => {
-                let uri = self.uri()?;
+                let uri = self.uri_at(&field("addr"))?;
                 if uri.starts_with("https://")
                     && self.ca_file.is_none()
                     && self.identity_file.is_none()
                 {
                     return Err(invalid(
-                        "cluster.ca_file",
+                        field("ca_file"),
                         "an https:// source needs the CA that signs its certificate (ca_file, or an identity_file with CAs)",
                     ));
                 }
             }
             SourceKind::Teleport => {
-                host_port("cluster.addr", self.addr.trim_start_matches("https://"))?;
+                host_port(&field("addr"), self.addr.trim_start_matches("https://"))?;
                 if self.identity_file.is_none() {
                     return Err(invalid(
-                        "cluster.identity_file",
+                        field("identity_file"),
                         "the teleport source needs an identity file (tctl auth sign --format=file)",
                     ));
                 }
                 if self.agent_kinds.is_empty() {
                     return Err(invalid(
-                        "cluster.agent_kinds",
+                        field("agent_kinds"),
                         "must name at least one agent service",
                     ));
                 }
                 if self.tls_routing && self.cluster_name.trim().is_empty() {
                     return Err(invalid(
-                        "cluster.cluster_name",
+                        field("cluster_name"),
                         "tls_routing needs the cluster's name (it is part of the ALPN protocol)",
                     ));
                 }
@@ -241,34 +255,103 @@ impl ClusterConfig {
                 // they would be silently ignored.
                 if !self.tls_routing && self.alpn_upgrade == AlpnUpgrade::Always {
                     return Err(invalid(
-                        "cluster.alpn_upgrade",
+                        field("alpn_upgrade"),
                         "\"always\" needs tls_routing (the upgrade reaches Auth through a proxy)",
                     ));
                 }
                 if !self.tls_routing && self.proxy_ca_file.is_some() {
                     return Err(invalid(
-                        "cluster.proxy_ca_file",
+                        field("proxy_ca_file"),
                         "needs tls_routing (it is the CA of the proxy's web address)",
                     ));
                 }
-                positive("cluster.instances_poll", self.instances_poll)?;
+                positive(&field("instances_poll"), self.instances_poll)?;
             }
         }
         if self.server_name.trim().is_empty() {
-            return Err(invalid("cluster.server_name", "must not be empty"));
+            return Err(invalid(field("server_name"), "must not be empty"));
         }
         if !(1..=10_000).contains(&self.page_size) {
-            return Err(invalid("cluster.page_size", "must be between 1 and 10000"));
+            return Err(invalid(field("page_size"), "must be between 1 and 10000"));
         }
         if self.max_message_bytes < 64 * 1024 {
             return Err(invalid(
-                "cluster.max_message_bytes",
+                field("max_message_bytes"),
                 "must be at least 65536",
             ));
         }
-        positive("cluster.connect_timeout", self.connect_timeout)?;
-        backoff_range("cluster.backoff", self.backoff_base, self.backoff_cap)
+        positive(&field("connect_timeout"), self.connect_timeout)?;
+        backoff_range(&field("backoff"), self.backoff_base, self.backoff_cap)
     }
+}
+
+/// The one-cluster form's name when neither `name` nor `cluster_name`
+/// gives one.
+pub const DEFAULT_CLUSTER_NAME: &str = "default";
+/// The longest cluster name (a DNS label's length).
+pub const MAX_CLUSTER_NAME: usize = 63;
+/// What a cluster name may be, as errors say it.
+pub const CLUSTER_NAME_RULE: &str =
+    "1 to 63 letters, digits, '-', '_' and '.', starting with a letter or digit";
+
+/// True when `name` follows [`CLUSTER_NAME_RULE`].
+pub fn valid_cluster_name(name: &str) -> bool {
+    name.len() <= MAX_CLUSTER_NAME
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// Checks `[[clusters]]`: each named by the rule, each name once, no two
+/// read as the same name in a variable, each entry by its own rules; and
+/// one entry at most, as this build watches one cluster per process.
+pub(super) fn validate_clusters(list: &[ClusterConfig]) -> Result<(), ConfigError> {
+    let mut names = HashSet::new();
+    let mut tokens = std::collections::HashMap::new();
+    for (i, c) in list.iter().enumerate() {
+        if !valid_cluster_name(&c.name) {
+            return Err(invalid(
+                format!("clusters[{i}].name"),
+                format!("{:?} is not a cluster name: {CLUSTER_NAME_RULE}", c.name),
+            ));
+        }
+        if !names.insert(c.name.as_str()) {
+            return Err(invalid(
+                format!("clusters[{i}].name"),
+                format!(
+                    "{:?} names two clusters (an entry without a name is named {DEFAULT_CLUSTER_NAME:?})",
+                    c.name
+                ),
+            ));
+        }
+        let token = super::env::env_token(&c.name);
+        if let Some(other) = tokens.insert(token.clone(), c.name.as_str()) {
+            return Err(invalid(
+                format!("clusters[{i}].name"),
+                format!(
+                    "{:?} and {other:?} read as the same name in a variable (LIFELINE_CLUSTERS_{token}_…)",
+                    c.name
+                ),
+            ));
+        }
+        c.validate(&format!("clusters[{}]", c.name))?;
+    }
+    if list.len() > 1 {
+        let all: Vec<&str> = list.iter().map(|c| c.name.as_str()).collect();
+        return Err(invalid(
+            "clusters",
+            format!(
+                "{} clusters are configured ({}); this build watches one cluster per process: run a Lifeline for each",
+                list.len(),
+                all.join(", ")
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Checks the statically listed auth servers: named once each, `host:port`.
@@ -315,5 +398,158 @@ impl FleetConfig {
             return Err(invalid("fleet.command_queue", "must be at least 1"));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Config, TomlSource};
+    use super::*;
+
+    /// Loads `toml` with `env` as `serve` does, validated; the error as text.
+    fn load(toml: &str, env: &[(&str, &str)]) -> Result<Config, String> {
+        let env = |k: &str| {
+            env.iter()
+                .find(|(var, _)| *var == k)
+                .map(|(_, v)| v.to_string())
+        };
+        let cfg = Config::layered(Some(TomlSource::Text(toml)), &env).map_err(|e| e.to_string())?;
+        cfg.validate().map_err(|e| e.to_string())?;
+        Ok(cfg)
+    }
+
+    const ONE: &str = "[[clusters]]\nname = \"eu-west\"\naddr = \"eu.example.com:3025\"\n";
+
+    #[test]
+    fn the_one_cluster_form_is_named_default_or_by_its_cluster_name() {
+        let c = load("", &[]).unwrap();
+        assert_eq!(c.cluster.name, "default");
+        assert_eq!(c.clusters().len(), 1);
+        let c = load("[cluster]\ncluster_name = \"teleport.example.com\"\n", &[]).unwrap();
+        assert_eq!(c.cluster.name, "teleport.example.com");
+        let c = load(
+            "[cluster]\nname = \"prod\"\ncluster_name = \"teleport.example.com\"\n",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.cluster.name, "prod");
+        // A Teleport name outside the rule leaves the default: the file
+        // loaded before names existed, and still does.
+        let c = load("[cluster]\ncluster_name = \"a cluster\"\n", &[]).unwrap();
+        assert_eq!(c.cluster.name, "default");
+        let e = load("[cluster]\nname = \"a cluster\"\n", &[]).unwrap_err();
+        assert!(
+            e.contains("cluster.name") && e.contains("letters, digits"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_lone_clusters_entry_is_the_cluster_lifeline_watches() {
+        let c = load(ONE, &[]).unwrap();
+        assert_eq!(c.cluster.name, "eu-west");
+        assert_eq!(c.cluster.addr, "eu.example.com:3025");
+        let names: Vec<&str> = c.clusters().iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["eu-west"]);
+        // check-config's TOML loads back as the same cluster.
+        let shown = c.to_toml().unwrap();
+        assert!(!shown.contains("[cluster]\n"), "{shown}");
+        let again = load(&shown, &[]).unwrap();
+        assert_eq!(again.cluster.name, "eu-west");
+        assert_eq!(again.cluster.addr, "eu.example.com:3025");
+    }
+
+    #[test]
+    fn clusters_entries_are_named_once_each_by_the_rule() {
+        for (toml, want) in [
+            ("[[clusters]]\nname = \"\"\n", "clusters[0].name"),
+            ("[[clusters]]\nname = \"-x\"\n", "clusters[0].name"),
+            ("[[clusters]]\nname = \"a/b\"\n", "not a cluster name"),
+            (
+                &format!("[[clusters]]\nname = \"{}\"\n", "a".repeat(64)),
+                "not a cluster name",
+            ),
+            (
+                "[[clusters]]\nname = \"a\"\n[[clusters]]\nname = \"a\"\n",
+                "names two clusters",
+            ),
+            (
+                "[[clusters]]\n[[clusters]]\n",
+                "an entry without a name is named \"default\"",
+            ),
+            (
+                "[[clusters]]\nname = \"eu-west\"\n[[clusters]]\nname = \"eu_west\"\n",
+                "LIFELINE_CLUSTERS_EU_WEST_",
+            ),
+        ] {
+            let e = load(toml, &[]).unwrap_err();
+            assert!(e.contains(want), "{toml}: {e}");
+        }
+    }
+
+    #[test]
+    fn an_entrys_errors_name_it() {
+        let e = load(
+            "[[clusters]]\nname = \"eu-west\"\nsource = \"teleport\"\naddr = \"auth:3025\"\n",
+            &[],
+        )
+        .unwrap_err();
+        assert!(e.contains("clusters[eu-west].identity_file"), "{e}");
+        let e = load(
+            "[[clusters]]\nname = \"eu-west\"\naddr = \"no port\"\n",
+            &[],
+        )
+        .unwrap_err();
+        assert!(e.contains("clusters[eu-west].addr"), "{e}");
+    }
+
+    #[test]
+    fn the_two_forms_are_not_set_together() {
+        let e = load(&format!("[cluster]\naddr = \"a:1\"\n{ONE}"), &[]).unwrap_err();
+        assert!(
+            e.contains("cluster.addr") && e.contains("use [[clusters]] alone"),
+            "{e}"
+        );
+        // The one-cluster form's variable counts as setting it.
+        let e = load(ONE, &[("LIFELINE_CLUSTER_ADDR", "b:2")]).unwrap_err();
+        assert!(e.contains("LIFELINE_CLUSTER_ADDR"), "{e}");
+    }
+
+    #[test]
+    fn several_clusters_are_refused_with_their_names() {
+        let toml = "[[clusters]]\nname = \"root\"\n[[clusters]]\nname = \"leaf-1\"\n";
+        let e = load(toml, &[]).unwrap_err();
+        assert!(
+            e.contains("2 clusters are configured (root, leaf-1)")
+                && e.contains("one cluster per process"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_variable_sets_a_key_of_the_cluster_it_names() {
+        let c = load(
+            ONE,
+            &[
+                ("LIFELINE_CLUSTERS_EU_WEST_ADDR", "other.example.com:3025"),
+                ("LIFELINE_CLUSTERS_EU_WEST_SOURCE", "teleport"),
+                ("LIFELINE_CLUSTERS_EU_WEST_IDENTITY_FILE", "/var/lib/id"),
+                // Names no configured cluster: not read.
+                ("LIFELINE_CLUSTERS_US_ADDR", "x:1"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.cluster.addr, "other.example.com:3025");
+        assert_eq!(c.cluster.source, SourceKind::Teleport);
+        assert_eq!(
+            c.source("clusters[eu-west].addr"),
+            Some("environment variable LIFELINE_CLUSTERS_EU_WEST_ADDR")
+        );
+        let e = load(ONE, &[("LIFELINE_CLUSTERS_EU_WEST_SOURCE", "consul")]).unwrap_err();
+        assert!(e.contains("LIFELINE_CLUSTERS_EU_WEST_SOURCE"), "{e}");
+        assert_eq!(
+            crate::config::cluster_var("eu-west.example.com", "ADDR"),
+            "LIFELINE_CLUSTERS_EU_WEST_EXAMPLE_COM_ADDR"
+        );
     }
 }

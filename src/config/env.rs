@@ -144,7 +144,10 @@ pub(super) fn overrides(
         let Some(text) = env(var) else {
             continue;
         };
-        let bad = |message: String| ConfigError::Env { var, message };
+        let bad = |message: String| ConfigError::Env {
+            var: var.to_string(),
+            message,
+        };
         let value = match form {
             Form::Text => Value::from(text),
             Form::Flag => Value::from(match text.trim() {
@@ -182,4 +185,67 @@ pub(super) fn overrides(
         out.push(Override { var, key, value });
     }
     Ok(out)
+}
+
+/// The keys a variable sets on one of `[[clusters]]`, by its name:
+/// `LIFELINE_CLUSTERS_<NAME>_<KEY>` ([`cluster_var`]), the same keys the
+/// one-cluster form's `LIFELINE_CLUSTER_*` set.
+pub const CLUSTER_KEYS: [(&str, &str); 4] = [
+    ("ADDR", "addr"),
+    ("SOURCE", "source"),
+    ("ALPN_UPGRADE", "alpn_upgrade"),
+    ("IDENTITY_FILE", "identity_file"),
+];
+
+/// A cluster's name as it reads in a variable: upper case, every
+/// character but a letter or digit as `_` (`eu-west.example.com` →
+/// `EU_WEST_EXAMPLE_COM`).
+pub fn env_token(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The variable that sets `suffix` (one of [`CLUSTER_KEYS`]) of the
+/// cluster named `name`.
+pub fn cluster_var(name: &str, suffix: &str) -> String {
+    format!("LIFELINE_CLUSTERS_{}_{suffix}", env_token(name))
+}
+
+/// Applies each set `LIFELINE_CLUSTERS_<NAME>_<KEY>` to the cluster of
+/// that name; returns each key it set (`clusters[NAME].addr`) with the
+/// variable that set it.
+pub(super) fn apply_cluster_overrides(
+    env: &dyn Fn(&str) -> Option<String>,
+    clusters: &mut [super::ClusterConfig],
+) -> Result<Vec<(String, String)>, ConfigError> {
+    let mut set = Vec::new();
+    for c in clusters.iter_mut() {
+        for (suffix, key) in CLUSTER_KEYS {
+            let var = cluster_var(&c.name, suffix);
+            let Some(text) = env(&var) else {
+                continue;
+            };
+            let bad = |message: String| ConfigError::Env {
+                var: var.clone(),
+                message,
+            };
+            let mut table = toml::Table::try_from(&*c).map_err(|e| bad(e.to_string()))?;
+            table.insert(key.to_string(), toml::Value::String(text));
+            *c = table
+                .try_into()
+                .map_err(|e: toml::de::Error| bad(e.to_string()))?;
+            set.push((
+                format!("clusters[{}].{key}", c.name),
+                format!("environment variable {var}"),
+            ));
+        }
+    }
+    Ok(set)
 }

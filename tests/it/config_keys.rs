@@ -424,6 +424,11 @@ fn field_docs() -> BTreeMap<(String, String), (String, bool)> {
 
 /// The default of `key` in the defaults' TOML, inline.
 fn default_of(defaults: &toml::Value, key: &str) -> Option<String> {
+    // A `[[clusters]]` entry takes what `[cluster]` takes, with the same
+    // defaults; the defaults hold no entry to read them from.
+    if let Some(rest) = key.strip_prefix("clusters.") {
+        return default_of(defaults, &format!("cluster.{rest}"));
+    }
     let mut v = defaults;
     for part in key.split('.') {
         v = v.get(part)?;

@@ -230,9 +230,20 @@ async fn run(
             match checked {
                 Ok(c) => {
                     let shown = c.to_toml().context("showing the configuration as TOML")?;
-                    Ok(emit(&format!(
-                        "# config OK: the effective configuration, defaults included, secrets redacted\n{shown}"
-                    )))
+                    let mut head = String::from(
+                        "# config OK: the effective configuration, defaults included, secrets redacted\n",
+                    );
+                    for cluster in c.clusters() {
+                        let source = toml::Value::try_from(cluster.source)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_string))
+                            .unwrap_or_default();
+                        head.push_str(&format!(
+                            "# watches cluster {:?}: {source} at {}\n",
+                            cluster.name, cluster.addr
+                        ));
+                    }
+                    Ok(emit(&format!("{head}{shown}")))
                 }
                 Err(e) => {
                     eprintln!("lifeline: {e}");
