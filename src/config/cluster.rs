@@ -488,7 +488,7 @@ mod tests {
     }
 
     #[test]
-    fn an_entrys_errors_name_it() {
+    fn errors_name_the_entry_they_are_in() {
         let e = load(
             "[[clusters]]\nname = \"eu-west\"\nsource = \"teleport\"\naddr = \"auth:3025\"\n",
             &[],
