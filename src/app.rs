@@ -4,6 +4,7 @@
 
 mod error;
 pub mod fds;
+pub mod memory;
 mod running;
 mod tuning;
 

@@ -87,7 +87,12 @@ impl Waits {
 /// audit, settings, the lease, the notification listener and API readers.
 const PG_CONNECTIONS: u32 = 10;
 /// SQLite's pool: one writer and readers.
-const SQLITE_CONNECTIONS: u32 = 4;
+pub const SQLITE_CONNECTIONS: u32 = 4;
+/// SQLite's page cache, per connection, in KiB (`PRAGMA cache_size` with
+/// a negative value counts KiB): the index pages of 100 k resources fit;
+/// the default 2 MiB does not. The memory budget counts it for every
+/// connection.
+pub const SQLITE_CACHE_KIB: u32 = 65_536;
 
 /// The file descriptors the store holds at most on `engine`: its pool's
 /// connections (SQLite's each hold the database, its WAL and shared
@@ -397,8 +402,7 @@ async fn open_sqlite(path: &Path, acquire_timeout: Duration) -> Result<SqlitePoo
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(SqliteSynchronous::Normal)
         .busy_timeout(Duration::from_secs(2))
-        // Index pages of 100k resources fit; the default 2 MiB does not.
-        .pragma("cache_size", "-65536")
+        .pragma("cache_size", format!("-{SQLITE_CACHE_KIB}"))
         .pragma("temp_store", "memory")
         .foreign_keys(false);
     let open_error = |source: sqlx::Error| {

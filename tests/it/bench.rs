@@ -409,6 +409,64 @@ fn bench_recovery_through_sidecar_restarts() {
     eq(&v, "signals/failed", 0.0);
 }
 
+/// Lifeline under chaos for a few seconds, its cluster in another process:
+/// every agent connected, memory sampled each second and set against the
+/// budget's parts. Whether it levels off is a figure of the full run (30
+/// minutes, the book's Memory budget page), never asserted here.
+#[test]
+fn bench_soak_samples_memory_against_the_budget() {
+    let v = bench(&[
+        "soak",
+        "--agents",
+        "60",
+        "--proxies",
+        "3",
+        "--duration",
+        "4s",
+        "--sample",
+        "1s",
+        "--chaos-period",
+        "1s",
+        "--ttl",
+        "2s",
+    ]);
+    assert_eq!(at(&v, "scenario"), "soak");
+    eq(&v, "agents", 60.0);
+    eq(&v, "streams", 60.0);
+    let samples = at(&v, "samples").as_array().expect("samples");
+    assert!(
+        samples.len() >= 5,
+        "a sample a second and one at the end: {v:#}"
+    );
+    for s in samples {
+        positive(s, "rss_kib");
+        positive(s, "anon_kib");
+        positive(s, "db_kib");
+    }
+    let ready = positive(&v, "rss_kib/ready");
+    assert!(num(&v, "rss_kib/max") >= ready, "{v:#}");
+    for part in ["fixed", "page_cache", "fleet", "streams"] {
+        positive(&v, &format!("budget_kib/{part}"));
+    }
+    let total = num(&v, "budget_kib/total");
+    let parts: f64 = ["fixed", "page_cache", "fleet", "streams"]
+        .iter()
+        .map(|p| num(&v, &format!("budget_kib/{p}")))
+        .sum();
+    assert!(
+        (total - parts).abs() <= 4.0,
+        "the total is its parts: {v:#}"
+    );
+    assert!(at(&v, "within_budget").is_boolean(), "{v:#}");
+    assert!(at(&v, "levelled_off").is_boolean(), "{v:#}");
+    assert_eq!(
+        at(&v, "rss_median_kib_by_quarter").as_array().map(Vec::len),
+        Some(4),
+        "{v:#}"
+    );
+    assert!(at(&v, "summary").is_object(), "{v:#}");
+}
+
 /// Three `lifeline serve` processes on one PostgreSQL database: the leader
 /// killed with SIGKILL during an incident, manual reconnects across
 /// replicas, and a leader cut off from the database. Times are bounded only

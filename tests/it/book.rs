@@ -93,6 +93,11 @@ fn the_pages_generated_from_the_code_are_what_it_says() {
             &lifeline::http::probes::reasons_markdown(),
         ),
         region("reference/cli.md", "cli", &cli_markdown()),
+        region(
+            "operating/memory.md",
+            "budget",
+            &lifeline::app::memory::parts_markdown(),
+        ),
     ]);
 }
 

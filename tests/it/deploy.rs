@@ -150,6 +150,50 @@ fn block<'a>(text: &'a str, start: &str) -> Vec<&'a str> {
     out
 }
 
+/// A Kubernetes quantity in bytes: `256Mi`, `1Gi`.
+fn quantity(q: &str) -> u64 {
+    let q = q.trim();
+    let (n, unit) = q.split_at(q.find(|c: char| !c.is_ascii_digit()).unwrap_or(q.len()));
+    let n: u64 = n.parse().unwrap_or_else(|_| panic!("a quantity: {q}"));
+    n * match unit {
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "" => 1,
+        u => panic!("a unit the manifests do not use: {u}"),
+    }
+}
+
+/// The Deployment's memory request and limit are the memory budget's, for
+/// the fleet it is sized for (`lifeline::app::memory`): the request is
+/// what Lifeline uses before SQLite's page cache fills, rounded up to
+/// 64 MiB; the limit is the whole budget with a quarter more for bursts,
+/// rounded up to 128 MiB.
+#[test]
+fn the_deployments_memory_is_derived_from_the_budget() {
+    use lifeline::app::memory::{Budget, Engine, KUBERNETES_AGENTS};
+    let b = Budget::of(Engine::Sqlite, KUBERNETES_AGENTS, KUBERNETES_AGENTS);
+    let up = |x: u64, step: u64| x.div_ceil(step) * step;
+    let want_request = up(b.without_page_cache(), 64 << 20);
+    let want_limit = up(b.total() + b.total() / 4, 128 << 20);
+    let deployment = committed("deploy/kubernetes/base/deployment.yaml");
+    let resources = block(&deployment, "resources:").join("\n");
+    let field = |section: &str| {
+        let at = resources
+            .find(section)
+            .unwrap_or_else(|| panic!("no {section} in {resources}"));
+        let rest = &resources[at..];
+        let m = rest.find("memory:").expect("a memory quantity");
+        quantity(rest[m + "memory:".len()..].lines().next().unwrap_or(""))
+    };
+    let mib = |x: u64| format!("{}Mi", x >> 20);
+    assert_eq!(
+        (mib(field("requests:")), mib(field("limits:"))),
+        (mib(want_request), mib(want_limit)),
+        "the Deployment's memory request and limit, from the budget of {KUBERNETES_AGENTS} agents: {b:?}"
+    );
+}
+
 /// kubelet probes the admin port, whose container port is the one the
 /// config's `server.admin_listen` names; Prometheus scrapes it through
 /// its own Service; the NetworkPolicy lets only the monitoring

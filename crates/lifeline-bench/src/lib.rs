@@ -22,6 +22,7 @@ mod resync;
 mod scenario;
 mod scratch;
 pub mod signals;
+mod soak;
 pub mod ui;
 
 pub(crate) use child::BenchChild;
@@ -230,6 +231,13 @@ pub async fn run(s: Scenario, export: Option<Export<'_>>) -> Result<Value, Bench
             lease,
             requests,
         } => failover::failover(&DbUrl::new(postgres), replicas, agents, lease, requests).await,
+        Scenario::Soak(o) => soak::soak(o).await,
+        Scenario::SoakCluster {
+            agents,
+            proxies,
+            ttl,
+            chaos_period,
+        } => soak::cluster_process(agents, proxies, ttl, chaos_period).await,
         Scenario::Cluster {
             agents,
             proxies,

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{resync, signals};
+use super::{resync, signals, soak};
 use lifeline::config::SourceKind;
 
 #[derive(clap::Subcommand, Debug, Clone)]
@@ -206,6 +206,25 @@ pub enum Scenario {
         /// Manual reconnects measured across replicas.
         #[arg(long, default_value_t = 500)]
         requests: usize,
+    },
+    /// Lifeline for a long time (30 minutes by default) under the demo's
+    /// chaos, the cluster and its agents in another process: resident
+    /// memory sampled against the memory budget, and whether it levels off.
+    Soak(soak::Soak),
+    /// (internal) The cluster, agents and chaos of `soak`, in their own
+    /// process. Prints `listening <uri>`; `lifeline <addr>` on stdin
+    /// connects the agents and starts the chaos (`agents <n>`); EOF stops
+    /// it.
+    #[command(hide = true)]
+    SoakCluster {
+        #[arg(long)]
+        agents: usize,
+        #[arg(long)]
+        proxies: usize,
+        #[arg(long, value_parser = humantime::parse_duration)]
+        ttl: Duration,
+        #[arg(long, value_parser = humantime::parse_duration)]
+        chaos_period: Duration,
     },
     /// (internal) The simulated cluster of `resync`, in its own process so
     /// that Lifeline's memory is measured alone. Prints `listening <uri>`;
