@@ -10,6 +10,7 @@
 pub mod api;
 pub mod auth;
 pub mod caller;
+pub mod clusters;
 pub mod contract;
 pub mod error;
 pub mod incidents;
@@ -74,6 +75,8 @@ pub struct AppState {
     /// The webhooks configured, as the API and the dashboard show them.
     pub webhooks: Arc<[notify::WebhookInfo]>,
     pub maintenance: Arc<crate::maintenance::Maintenance>,
+    /// The clusters configured, as the API names them.
+    pub clusters: Arc<[clusters::ClusterInfo]>,
 }
 
 /// The rooms the HTTP edge reads and acts through.
@@ -132,6 +135,7 @@ pub fn start(
             .map(notify::WebhookInfo::from)
             .collect(),
         maintenance: rooms.maintenance,
+        clusters: clusters::ClusterInfo::all(cfg).into(),
     };
     rt.tasks
         .track("live overview", ui::live::spawn(state.clone()));

@@ -79,6 +79,7 @@ static DOC: OnceLock<String> = OnceLock::new();
 fn api() -> (axum::Router<AppState>, Document) {
     OpenApiRouter::with_openapi(Frame::openapi())
         .merge(super::api::router())
+        .merge(super::clusters::router())
         .merge(super::settings::router())
         .merge(super::signals::router())
         .merge(super::incidents::router())

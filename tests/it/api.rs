@@ -259,3 +259,43 @@ async fn a_request_that_cannot_get_a_database_connection_is_a_clear_503(store) {
     c.shutdown().await;
 }
 }
+
+/// `/api/v1/clusters` has a row for the cluster Lifeline watches, under
+/// its configured name, with the summary's figures, its open incidents
+/// and its newest event; the one-cluster form is named `default`.
+#[tokio::test(start_paused = true)]
+async fn the_clusters_list_gives_each_clusters_watch_counts_and_incidents() {
+    let c = Cluster::new().start().await;
+    c.ready().await;
+    let v = c.ok("/api/v1/clusters").await;
+    let rows = v["items"].as_array().expect("items");
+    assert_eq!(rows.len(), 1, "{v}");
+    let row = &rows[0];
+    assert_eq!(row["name"], "default", "{v}");
+    assert_eq!(row["source"], "lifeline", "{v}");
+    assert_eq!(row["watch"], "ready", "{v}");
+    let summary = c.ok("/api/v1/summary").await;
+    assert_eq!(row["agents"], summary["agents"], "{v}");
+    assert_eq!(row["proxies"], summary["proxies"], "{v}");
+    assert_eq!(row["auth_servers"], summary["auth_servers"], "{v}");
+    assert_eq!(row["open_incidents"], 0, "{v}");
+    assert!(row["last_event_at"].is_string(), "{v}");
+    c.shutdown().await;
+
+    let c = Cluster::new()
+        .config(|cfg| cfg.cluster.name = "eu-west".into())
+        .start()
+        .await;
+    c.ready().await;
+    c.strand_two().await;
+    c.flush().await;
+    let v = c.ok("/api/v1/clusters").await;
+    let row = &v["items"][0];
+    assert_eq!(row["name"], "eu-west", "{v}");
+    let open = c.ok("/api/v1/incidents?open=true").await;
+    let n = open["items"].as_array().map(Vec::len).unwrap_or(0);
+    assert!(n >= 1, "{open}");
+    assert_eq!(row["open_incidents"], n, "{v}");
+    assert!(row["agents"]["stranded"].as_u64() > Some(0), "{v}");
+    c.shutdown().await;
+}

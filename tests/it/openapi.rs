@@ -11,6 +11,7 @@ use crate::support::{bounded, Cluster, Running, ADMIN};
 /// The operations the API has besides one setting's: (method, path).
 const OPERATIONS: &[(&str, &str)] = &[
     ("get", "/api/v1/summary"),
+    ("get", "/api/v1/clusters"),
     ("get", "/api/v1/agents"),
     ("get", "/api/v1/agents/{name}"),
     ("post", "/api/v1/agents/{name}/reconnect"),

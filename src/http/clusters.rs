@@ -1,0 +1,140 @@
+//! `GET /api/v1/clusters`: a row for each cluster Lifeline watches, with
+//! its watch's state, its agents by state, its proxies live, its auth
+//! servers' health, its open incidents and its last event. Thin: the
+//! figures are the fleet's summary and the store's, rendered here.
+
+use std::collections::BTreeMap;
+
+use axum::extract::State;
+use axum::Json;
+use serde::Serialize;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::contract::ReadErrors;
+use super::error::ApiError;
+use super::AppState;
+use crate::clock::Ts;
+use crate::config::{Config, SourceKind};
+use crate::fleet::model::WatchState;
+use crate::fleet::view::{self, AgentCounts, ProxyCounts};
+use crate::store::read::{self, EventFilter};
+
+/// A configured cluster, as the API names it.
+#[derive(Clone, Debug)]
+pub struct ClusterInfo {
+    pub name: String,
+    pub source: SourceKind,
+}
+
+impl ClusterInfo {
+    /// Every cluster `cfg` watches.
+    pub fn all(cfg: &Config) -> Vec<ClusterInfo> {
+        cfg.clusters()
+            .into_iter()
+            .map(|c| ClusterInfo {
+                name: c.name.clone(),
+                source: c.source,
+            })
+            .collect()
+    }
+}
+
+/// Where a cluster's watch stands, over all its kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Watch {
+    /// Every kind listed and followed (or rejected by the source).
+    Ready,
+    /// Some kind not listed yet.
+    Initializing,
+    /// Some kind's stream is down: its data is frozen, not trusted.
+    Stale,
+}
+
+impl Watch {
+    /// Stale when any kind is, else initializing while any kind is.
+    fn of(w: &crate::fleet::model::Readiness) -> Watch {
+        let states = || w.kinds.values().map(|k| k.state);
+        if states().any(|s| s == WatchState::Stale) {
+            Watch::Stale
+        } else if states().any(|s| s == WatchState::Initializing) || !w.ready {
+            Watch::Initializing
+        } else {
+            Watch::Ready
+        }
+    }
+}
+
+/// One cluster's row.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ClusterRow {
+    /// The cluster's name (`[[clusters]]` `name`, or the one-cluster
+    /// form's).
+    name: String,
+    /// `lifeline` or `teleport`.
+    #[schema(value_type = String, example = "teleport")]
+    source: SourceKind,
+    watch: Watch,
+    agents: AgentCounts,
+    proxies: ProxyCounts,
+    /// Auth servers by health.
+    auth_servers: BTreeMap<&'static str, usize>,
+    /// Incidents not over yet.
+    open_incidents: usize,
+    /// When its newest history event happened; none before the first.
+    last_event_at: Option<Ts>,
+}
+
+/// Every cluster Lifeline watches, in configuration order.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ClusterList {
+    items: Vec<ClusterRow>,
+}
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(list))
+}
+
+/// Every cluster Lifeline watches.
+///
+/// A row each: the watch's state, agents by state, proxies, auth servers'
+/// health, open incidents and the newest history event.
+#[utoipa::path(
+    get,
+    path = "/api/v1/clusters",
+    tag = "fleet",
+    operation_id = "list_clusters",
+    security((), ("bearer" = [])),
+    responses((status = 200, description = "The clusters.", body = ClusterList), ReadErrors)
+)]
+async fn list(State(s): State<AppState>) -> Result<Json<ClusterList>, ApiError> {
+    let summary: view::Summary = s.fleet.recent().await?.summary.clone();
+    let open_incidents = crate::store::incidents::open(&s.db).await?.0.len();
+    let last_event_at = read::events(
+        &s.db,
+        &EventFilter {
+            limit: 1,
+            ..EventFilter::default()
+        },
+    )
+    .await?
+    .first()
+    .map(|e| e.at);
+    // One cluster per process: the summary is its.
+    let items = s
+        .clusters
+        .iter()
+        .map(|c| ClusterRow {
+            name: c.name.clone(),
+            source: c.source,
+            watch: Watch::of(&summary.watcher),
+            agents: summary.agents.clone(),
+            proxies: summary.proxies.clone(),
+            auth_servers: summary.auth_servers.clone(),
+            open_incidents,
+            last_event_at,
+        })
+        .collect();
+    Ok(Json(ClusterList { items }))
+}
