@@ -37,6 +37,23 @@ impl BenchChild {
         })
     }
 
+    /// Spawns a child that serves something and says where on its first
+    /// line, `listening <where>`: the child, and where.
+    pub(crate) async fn spawn_listening(
+        args: &[String],
+        what: &'static str,
+    ) -> Result<(BenchChild, String), BenchError> {
+        let mut child = BenchChild::spawn(args, &[])?;
+        let line = child
+            .line(Instant::now() + Duration::from_secs(600), what)
+            .await?;
+        let at = line
+            .strip_prefix("listening ")
+            .ok_or_else(|| BenchError::Agents(format!("{what}: the child said {line:?}")))?
+            .to_string();
+        Ok((child, at))
+    }
+
     /// Its process ID, while it runs.
     pub(crate) fn pid(&self) -> Option<u32> {
         self.proc.id()

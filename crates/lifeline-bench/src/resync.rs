@@ -65,17 +65,7 @@ impl ClusterChild {
         if let Some(p) = teleport_identity {
             args.extend(["--teleport-identity".to_string(), p.display().to_string()]);
         }
-        let mut child = BenchChild::spawn(&args, &[])?;
-        let line = child
-            .line(
-                Instant::now() + Duration::from_secs(600),
-                "cluster process starting",
-            )
-            .await?;
-        let uri = line
-            .strip_prefix("listening ")
-            .ok_or_else(|| BenchError::Agents(format!("cluster process said {line:?}")))?
-            .to_string();
+        let (child, uri) = BenchChild::spawn_listening(&args, "cluster process starting").await?;
         Ok(ClusterChild { child, uri })
     }
 }

@@ -145,17 +145,7 @@ pub(super) async fn soak(o: Soak) -> Result<Value, BenchError> {
         "--chaos-period".into(),
         humantime::format_duration(o.chaos_period).to_string(),
     ];
-    let mut child = BenchChild::spawn(&args, &[])?;
-    let started = child
-        .line(
-            Instant::now() + Duration::from_secs(600),
-            "soak cluster starting",
-        )
-        .await?;
-    let uri = started
-        .strip_prefix("listening ")
-        .ok_or_else(|| BenchError::Agents(format!("soak cluster said {started:?}")))?
-        .to_string();
+    let (mut child, uri) = BenchChild::spawn_listening(&args, "soak cluster starting").await?;
     let mut cfg = config_for(&uri, SIM_JOIN_TOKEN, db.clone(), 5000);
     // As the demo runs: its short TTLs, its agents' policy.
     cfg.health.unknown_grace = o.ttl.min(Duration::from_secs(30));
