@@ -36,9 +36,9 @@ pub use access::{
 };
 pub use cluster::{
     valid_cluster_name, AlpnUpgrade, ClusterConfig, FleetConfig, HealthConfig, SourceKind,
-    StaticAuthServer, CLUSTER_NAME_RULE, DEFAULT_CLUSTER_NAME, MAX_CLUSTER_NAME,
+    StaticAuthServer, CLUSTER_NAME_RULE, DEFAULT_CLUSTER_NAME,
 };
-pub use env::{cluster_var, env_token, CLUSTER_KEYS};
+pub use env::cluster_var;
 pub use notify::{
     AlertmanagerConfig, NotifyConfig, SilenceConfig, WebhookConfig, WebhookFormat,
     MAX_ALERTMANAGERS, MAX_WEBHOOKS,
@@ -328,15 +328,6 @@ impl Config {
         }
         self.probes.validate()?;
         if self.clusters.is_empty() {
-            if !valid_cluster_name(&self.cluster.name) {
-                return Err(invalid(
-                    "cluster.name",
-                    format!(
-                        "{:?} is not a cluster name: {CLUSTER_NAME_RULE}",
-                        self.cluster.name
-                    ),
-                ));
-            }
             self.cluster.validate("cluster")?;
         } else {
             cluster::validate_clusters(&self.clusters)?;

@@ -218,6 +218,7 @@ impl ClusterConfig {
     /// or `clusters[NAME]`).
     pub(super) fn validate(&self, at: &str) -> Result<(), ConfigError> {
         let field = |key: &str| format!("{at}.{key}");
+        check_name(&self.name, &field("name"))?;
         match self.source {
             SourceKind::Lifeline => {
                 let uri = self.uri_at(&field("addr"))?;
@@ -306,6 +307,18 @@ pub fn valid_cluster_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
+/// `name` follows [`CLUSTER_NAME_RULE`], or `field` is refused.
+fn check_name(name: &str, field: &str) -> Result<(), ConfigError> {
+    if valid_cluster_name(name) {
+        Ok(())
+    } else {
+        Err(invalid(
+            field,
+            format!("{name:?} is not a cluster name: {CLUSTER_NAME_RULE}"),
+        ))
+    }
+}
+
 /// Checks `[[clusters]]`: each named by the rule, each name once, no two
 /// read as the same name in a variable, each entry by its own rules; and
 /// one entry at most, as this build watches one cluster per process.
@@ -313,12 +326,7 @@ pub(super) fn validate_clusters(list: &[ClusterConfig]) -> Result<(), ConfigErro
     let mut names = HashSet::new();
     let mut tokens = std::collections::HashMap::new();
     for (i, c) in list.iter().enumerate() {
-        if !valid_cluster_name(&c.name) {
-            return Err(invalid(
-                format!("clusters[{i}].name"),
-                format!("{:?} is not a cluster name: {CLUSTER_NAME_RULE}", c.name),
-            ));
-        }
+        check_name(&c.name, &format!("clusters[{i}].name"))?;
         if !names.insert(c.name.as_str()) {
             return Err(invalid(
                 format!("clusters[{i}].name"),

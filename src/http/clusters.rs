@@ -40,32 +40,6 @@ impl ClusterInfo {
     }
 }
 
-/// Where a cluster's watch stands, over all its kinds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Watch {
-    /// Every kind listed and followed (or rejected by the source).
-    Ready,
-    /// Some kind not listed yet.
-    Initializing,
-    /// Some kind's stream is down: its data is frozen, not trusted.
-    Stale,
-}
-
-impl Watch {
-    /// Stale when any kind is, else initializing while any kind is.
-    fn of(w: &crate::fleet::model::Readiness) -> Watch {
-        let states = || w.kinds.values().map(|k| k.state);
-        if states().any(|s| s == WatchState::Stale) {
-            Watch::Stale
-        } else if states().any(|s| s == WatchState::Initializing) || !w.ready {
-            Watch::Initializing
-        } else {
-            Watch::Ready
-        }
-    }
-}
-
 /// One cluster's row.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct ClusterRow {
@@ -75,7 +49,9 @@ pub struct ClusterRow {
     /// `lifeline` or `teleport`.
     #[schema(value_type = String, example = "teleport")]
     source: SourceKind,
-    watch: Watch,
+    /// Where its watch stands over every kind: `ready`, `initializing`
+    /// or `stale` (the fleet's own reading of its kinds).
+    watch: WatchState,
     agents: AgentCounts,
     proxies: ProxyCounts,
     /// Auth servers by health.
@@ -128,7 +104,7 @@ async fn list(State(s): State<AppState>) -> Result<Json<ClusterList>, ApiError> 
         .map(|c| ClusterRow {
             name: c.name.clone(),
             source: c.source,
-            watch: Watch::of(&summary.watcher),
+            watch: summary.watcher.overall(),
             agents: summary.agents.clone(),
             proxies: summary.proxies.clone(),
             auth_servers: summary.auth_servers.clone(),

@@ -39,6 +39,8 @@ struct Surfaces {
     summary: Value,
     metrics: prometheus_parse::Scrape,
     overview: String,
+    /// `GET /api/v1/clusters`: the one cluster's row.
+    clusters: Value,
     /// Per standing: the agents the list holds, and of those how many
     /// it marks as waiting for a live proxy.
     listed: BTreeMap<&'static str, Option<(usize, usize, usize)>>,
@@ -109,6 +111,7 @@ async fn read(v: &mut Vec<String>, step: &str, c: &Running) -> Surfaces {
         let metrics = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
             .expect("metrics parse");
         let (_, overview) = c.get_text("/").await;
+        let clusters = c.ok("/api/v1/clusters").await;
         let mut lists = BTreeMap::new();
         for s in STANDINGS {
             lists.insert(s, listed(c, s).await);
@@ -129,6 +132,7 @@ async fn read(v: &mut Vec<String>, step: &str, c: &Running) -> Surfaces {
                 summary,
                 metrics,
                 overview,
+                clusters,
                 listed: lists,
             };
         }
@@ -144,6 +148,18 @@ fn check(v: &mut Vec<String>, step: &str, s: &Surfaces) {
     let total = count(&a["total"]);
     let waiting = count(&a["waiting_for_live_proxy"]);
     let why = |rule: &str| format!("[{step}, generation {}] {rule}: {sum}", s.generation);
+
+    // 0. The clusters list shows the summary's figures, not its own.
+    let row = &s.clusters["items"][0];
+    hold!(
+        v,
+        (&row["agents"], &row["proxies"], &row["auth_servers"])
+            == (&sum["agents"], &sum["proxies"], &sum["auth_servers"]),
+        "{}",
+        why(&format!(
+            "the clusters row counts what the summary counts: {row}"
+        ))
+    );
 
     // 1. The standings partition the fleet.
     hold!(

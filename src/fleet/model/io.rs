@@ -41,6 +41,22 @@ pub struct Readiness {
     pub kinds: BTreeMap<&'static str, KindStatus>,
 }
 
+impl Readiness {
+    /// Where the watch stands over every kind: stale when any kind is,
+    /// else initializing while any kind is (or readiness is not reached),
+    /// else ready (a kind the source rejects counts as ready).
+    pub fn overall(&self) -> WatchState {
+        let states = || self.kinds.values().map(|k| k.state);
+        if states().any(|s| s == WatchState::Stale) {
+            WatchState::Stale
+        } else if !self.ready || states().any(|s| s == WatchState::Initializing) {
+            WatchState::Initializing
+        } else {
+            WatchState::Ready
+        }
+    }
+}
+
 /// One input from the watcher, in stream order.
 #[derive(Debug)]
 pub enum Ingested {
@@ -156,5 +172,38 @@ pub struct Replaced(pub Vec<Box<dyn Send + Sync>>);
 impl std::fmt::Debug for Replaced {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Replaced({} tables)", self.0.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn of(ready: bool, states: &[WatchState]) -> WatchState {
+        let kinds = ["proxy", "auth_server", "agent"]
+            .into_iter()
+            .zip(states)
+            .map(|(k, s)| {
+                (
+                    k,
+                    KindStatus {
+                        state: *s,
+                        generation: 1,
+                        since: Ts::from_micros(0),
+                    },
+                )
+            })
+            .collect();
+        Readiness { ready, kinds }.overall()
+    }
+
+    #[test]
+    fn the_watch_is_stale_if_any_kind_is_then_initializing_then_ready() {
+        use WatchState::*;
+        assert_eq!(of(true, &[Ready, Rejected, Ready]), Ready);
+        assert_eq!(of(true, &[Ready, Initializing, Ready]), Initializing);
+        assert_eq!(of(false, &[Ready, Ready, Ready]), Initializing);
+        assert_eq!(of(true, &[Initializing, Stale, Ready]), Stale);
+        assert_eq!(of(false, &[Stale, Rejected, Ready]), Stale);
     }
 }
