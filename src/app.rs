@@ -73,10 +73,20 @@ impl Lifeline {
         let dialers = Dialers::for_cluster(&cfg.cluster, clock.now(), &rt.stats)?;
         let server_tls = tls::ServerTls::start(&cfg.server, &mut rt)?;
         let db = store::open(&engine, tuning.waits).await?;
-        let loaded = store::read::load(&db).await.map_err(StoreError::Query)?;
+        let cluster = cfg.cluster.cluster();
+        let adopted = store::clusters::adopt(&db, &cluster)
+            .await
+            .map_err(StoreError::Query)?;
+        if adopted > 0 {
+            info!(%cluster, rows = adopted, "rows stored before clusters were named are now this cluster's");
+        }
+        let loaded = store::read::load(&db, &cluster)
+            .await
+            .map_err(StoreError::Query)?;
         let settings = Arc::new(Settings::start(db.clone(), cfg, clock).await?);
         let store_health = Arc::new(StoreHealth::default());
-        let writer = store::writer::start(&db, &store_health, tuning.writer_depth, &mut rt);
+        let writer =
+            store::writer::start(&db, &cluster, &store_health, tuning.writer_depth, &mut rt);
         let (http_listener, http_addr) = bind("HTTP", cfg.server.listen).await?;
         let (grpc_listener, grpc_addr) = bind("gRPC", cfg.server.grpc_listen).await?;
         let admin = match cfg.server.admin_listen {

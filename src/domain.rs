@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::clock::Ts;
 
 mod change;
+mod cluster;
 mod history;
 pub mod incident;
 mod kept;
@@ -23,6 +24,7 @@ mod signal;
 pub mod text;
 
 pub use change::{Change, Op, RejectCode, Rejection, MAX_NAME_LEN};
+pub use cluster::ClusterName;
 pub use history::{EndReason, HistoryEvent, Subject};
 pub use incident::{Incident, Severity};
 pub use kept::{Episode, LastHealth, Loaded};

@@ -11,6 +11,7 @@
 
 pub mod batch;
 mod bulk;
+pub mod clusters;
 mod commit;
 pub mod db_time;
 pub mod health;
@@ -121,6 +122,19 @@ pub enum StoreError {
     Migrate {
         path: String,
         source: sqlx::migrate::MigrateError,
+    },
+    #[error("database {path} was migrated by a newer Lifeline (schema {version}); this release knows schema {ours}: run the newer release on it, or a copy made before")]
+    Newer {
+        path: String,
+        version: i64,
+        ours: i64,
+    },
+    #[error("database {path} is at schema {applied} and this release changes it to schema {newest}, which the replicas still running on it ({replicas}) cannot write: stop them, then start this release (a rolling upgrade across a schema change is refused, never half-applied)")]
+    UpgradeWhileLive {
+        path: String,
+        applied: i64,
+        newest: i64,
+        replicas: String,
     },
     #[error("another live Lifeline runs as replica {name:?} on this database: give each replica a name of its own (storage.replica, LIFELINE_REPLICA)")]
     ReplicaNameTaken { name: String },
@@ -335,19 +349,91 @@ pub async fn open(engine: &Engine, waits: Waits) -> Result<Db, StoreError> {
                 .connect_with(opts)
                 .await
                 .map_err(open_error)?;
-            sqlx::migrate!("./migrations/postgres")
+            let migrator = sqlx::migrate!("./migrations/postgres");
+            if let Some(refusal) = schema_change_under_live_replicas(&pool, &migrator)
+                .await
+                .map_err(open_error)?
+            {
+                let (applied, replicas) = refusal;
+                return Err(StoreError::UpgradeWhileLive {
+                    path: shown,
+                    applied,
+                    newest: newest_schema(&migrator),
+                    replicas: replicas.join(", "),
+                });
+            }
+            migrator
                 .run(&pool)
                 .await
-                .map_err(|source| StoreError::Migrate {
-                    path: shown.clone(),
-                    source,
-                })?;
+                .map_err(|source| migrate_error(&shown, &migrator, source))?;
             Ok(Db::Postgres(Pg {
                 pool,
                 deadline: waits.query,
             }))
         }
     }
+}
+
+/// The schema version this release migrates to.
+fn newest_schema(m: &sqlx::migrate::Migrator) -> i64 {
+    m.iter().map(|m| m.version).max().unwrap_or(0)
+}
+
+/// A migration that failed, named: one a newer release applied says so.
+fn migrate_error(
+    path: &str,
+    m: &sqlx::migrate::Migrator,
+    source: sqlx::migrate::MigrateError,
+) -> StoreError {
+    match source {
+        sqlx::migrate::MigrateError::VersionMissing(version) => StoreError::Newer {
+            path: path.to_string(),
+            version,
+            ours: newest_schema(m),
+        },
+        source => StoreError::Migrate {
+            path: path.to_string(),
+            source,
+        },
+    }
+}
+
+/// Whether migrating now would change the schema under replicas that
+/// still run (each holds its name's advisory lock for as long as it
+/// lives, see `lease::hold_name`): the schema version applied and those
+/// replicas' names, or `None` when nothing is to be applied or nobody
+/// else is live. Those replicas run an earlier release: they would fail
+/// every write against the new keys.
+async fn schema_change_under_live_replicas(
+    pool: &PgPool,
+    m: &sqlx::migrate::Migrator,
+) -> Result<Option<(i64, Vec<String>)>, sqlx::Error> {
+    let tables: (Option<String>, Option<String>) = sqlx::query_as(
+        "SELECT to_regclass('_sqlx_migrations')::text, to_regclass('replicas')::text",
+    )
+    .fetch_one(pool)
+    .await?;
+    let (Some(_), Some(_)) = tables else {
+        return Ok(None);
+    };
+    let applied: Option<i64> =
+        sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations WHERE success")
+            .fetch_one(pool)
+            .await?;
+    let applied = applied.unwrap_or(0);
+    if applied >= newest_schema(m) {
+        return Ok(None);
+    }
+    let live: Vec<String> = sqlx::query_scalar(
+        "SELECT r.id FROM replicas r WHERE EXISTS (SELECT 1 FROM pg_locks l \
+           WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
+             AND ((l.classid::bigint << 32) | l.objid::bigint) \
+                 = hashtextextended('lifeline-replica:' || r.id, 0)) \
+         ORDER BY r.id",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok((!live.is_empty()).then_some((applied, live)))
 }
 
 /// Why bytes to the PostgreSQL server at `url` could be read or changed on
@@ -428,13 +514,11 @@ async fn open_sqlite(path: &Path, acquire_timeout: Duration) -> Result<SqlitePoo
         .execute(&pool)
         .await
         .map_err(open_error)?;
-    sqlx::migrate!("./migrations/sqlite")
+    let migrator = sqlx::migrate!("./migrations/sqlite");
+    migrator
         .run(&pool)
         .await
-        .map_err(|source| StoreError::Migrate {
-            path: shown.clone(),
-            source,
-        })?;
+        .map_err(|source| migrate_error(&shown, &migrator, source))?;
     Ok(pool)
 }
 

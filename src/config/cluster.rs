@@ -197,6 +197,12 @@ impl Default for FleetConfig {
 }
 
 impl ClusterConfig {
+    /// The name its resources, and everything that happened to them, are
+    /// kept under.
+    pub fn cluster(&self) -> crate::domain::ClusterName {
+        crate::domain::ClusterName::new(&self.name)
+    }
+
     /// The cluster address as a URI tonic can dial.
     pub fn uri(&self) -> Result<String, ConfigError> {
         self.uri_at("cluster.addr")

@@ -5,13 +5,17 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{CauseKind, IncidentRecord, Planned};
+use super::{CauseKind, ClusterName, IncidentRecord, Planned};
 use crate::clock::Ts;
 
 /// One incident, as the API shows it.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct Incident {
     pub id: i64,
+    /// The cluster it happened in.
+    #[schema(value_type = String, example = "default")]
+    #[serde(default)]
+    pub cluster: ClusterName,
     /// The root cause's kind (a `CauseKind` name).
     #[schema(value_type = String)]
     pub cause: CauseKind,
@@ -110,11 +114,13 @@ pub fn title(cause: CauseKind, r: &str) -> String {
     }
 }
 
-impl From<IncidentRecord> for Incident {
-    fn from(r: IncidentRecord) -> Self {
+impl Incident {
+    /// `cluster`'s incident `r`, as the API shows it.
+    pub fn of(cluster: ClusterName, r: IncidentRecord) -> Incident {
         let ms = |us: Option<i64>| us.map(|us| us as f64 / 1000.0);
         Incident {
             id: r.id,
+            cluster,
             cause: r.cause,
             title: match r.planned {
                 Some(p) => format!("{} ({})", title(r.cause, &r.resource), p.words()),

@@ -11,6 +11,9 @@ use crate::domain::{AgentState, CauseKind, EndReason, Health, IncidentRecord, Se
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Episode {
     pub id: i64,
+    /// The cluster of its agent.
+    #[schema(value_type = String, example = "default")]
+    pub cluster: super::ClusterName,
     pub agent: String,
     pub state: AgentState,
     pub reasons: Vec<String>,

@@ -203,6 +203,8 @@ pub const MAX_QUEUED_READS: usize = 64;
 /// The cloneable front of the fleet actor.
 #[derive(Clone)]
 pub struct FleetHandle {
+    /// The cluster whose resources this fleet holds.
+    pub(super) cluster: crate::domain::ClusterName,
     pub(super) tx: mpsc::Sender<Command>,
     pub(super) clock: crate::clock::Clock,
     pub(super) published: watch::Receiver<Arc<Published>>,
@@ -217,6 +219,11 @@ pub struct FleetHandle {
 }
 
 impl FleetHandle {
+    /// The cluster whose resources this fleet holds.
+    pub fn cluster(&self) -> &crate::domain::ClusterName {
+        &self.cluster
+    }
+
     /// The clock the fleet decides by.
     pub fn clock(&self) -> crate::clock::Clock {
         self.clock

@@ -52,11 +52,13 @@ pub use topology::{Selection, Sizes, Surplus};
 
 use crate::clock::Ts;
 use crate::domain::{CauseKind, HistoryEvent, Kind, Subject, Windows};
-use crate::domain::{HistoryEntry, Record};
+use crate::domain::{ClusterName, HistoryEntry, Record};
 use crate::telemetry::propagate::TraceRef;
 use schedule::Schedule;
 
 pub struct Model {
+    /// The cluster whose resources these are: every key below is within it.
+    cluster: ClusterName,
     /// The time of the current step, as the shell said.
     now: Ts,
     rules: Rules,
@@ -114,13 +116,14 @@ pub struct Model {
 }
 
 impl Model {
-    pub fn new(rules: Rules, now: Ts) -> Model {
+    pub fn new(cluster: ClusterName, rules: Rules, now: Ts) -> Model {
         let status = KindStatus {
             state: WatchState::Initializing,
             generation: 0,
             since: now,
         };
         let mut model = Model {
+            cluster,
             now,
             rules,
             kinds: [status; 4],
@@ -350,12 +353,18 @@ impl Model {
     pub fn link_of(&self, name: &str) -> Option<&Link> {
         self.links.get(name)
     }
+
+    /// The cluster whose resources these are.
+    pub fn cluster(&self) -> &ClusterName {
+        &self.cluster
+    }
 }
 
 /// A model starting at `start`, for the rule tests.
 #[cfg(test)]
 pub(crate) fn test_model(start: Ts) -> Model {
     Model::new(
+        ClusterName::new("default"),
         Rules {
             unknown_grace: std::time::Duration::from_secs(5),
             max_pending_events: 10,

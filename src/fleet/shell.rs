@@ -20,7 +20,7 @@ use super::model::{BoardOp, Changes, Effects, Model, Readiness, Rules, Tally};
 use super::outbox::Outbox;
 use super::published::{Published, MAX_AGE, PUBLISH_EVERY};
 use crate::clock::{Clock, Ts};
-use crate::domain::Loaded;
+use crate::domain::{ClusterName, Loaded};
 use crate::stats::Stats;
 use crate::store::writer::WriterMsg;
 use crate::store::{Fence, WriterHandle};
@@ -29,6 +29,8 @@ use crate::store::{Fence, WriterHandle};
 const DRAIN: usize = 256;
 
 struct FleetOptions {
+    /// The cluster whose resources it holds.
+    cluster: ClusterName,
     clock: Clock,
     rules: Rules,
     command_queue: usize,
@@ -54,6 +56,7 @@ pub fn start(
     rt: &mut crate::supervise::Runtime,
 ) -> FleetHandle {
     let opts = FleetOptions {
+        cluster: cfg.cluster.cluster(),
         clock: rt.clock,
         rules: Rules {
             unknown_grace: cfg.health.unknown_grace,
@@ -80,7 +83,7 @@ fn spawn(
 ) -> (FleetHandle, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::channel(opts.command_queue.max(1));
     let now = opts.clock.now();
-    let mut model = Model::new(opts.rules, now);
+    let mut model = Model::new(opts.cluster.clone(), opts.rules, now);
     model.load(loaded);
     for (name, addr) in &opts.static_auth {
         model.add_static_auth(name, addr);
@@ -89,6 +92,7 @@ fn spawn(
     shell.carry_out();
     shell.publish();
     let handle = FleetHandle {
+        cluster: opts.cluster.clone(),
         tx,
         clock: opts.clock,
         published: shell.published.subscribe(),
@@ -541,6 +545,7 @@ mod tests {
     /// A shell around `model` on a manual clock at the model's time.
     fn shell(model: Model) -> Shell {
         let opts = FleetOptions {
+            cluster: ClusterName::new("default"),
             clock: Clock::starting_at(model.now()),
             rules: *model.rules(),
             command_queue: 16,

@@ -11,7 +11,9 @@ use serde::Serialize;
 use super::model::destination::LiveProxies;
 use super::model::{Model, Readiness, ResEntry, WatchState};
 use crate::clock::{dur_micros, Ts};
-use crate::domain::{AgentState, CauseKind, Health, Kind, Plan, Planned, Reasons, Standing};
+use crate::domain::{
+    AgentState, CauseKind, ClusterName, Health, Kind, Plan, Planned, Reasons, Standing,
+};
 
 /// Name cursors are opaque to clients: the hex of the last key of a page,
 /// and the page after it starts after that key. Anything that is not such
@@ -265,6 +267,9 @@ pub struct CauseView {
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct AgentItem {
+    /// The cluster it belongs to.
+    #[schema(value_type = String, example = "default")]
+    pub cluster: ClusterName,
     pub name: String,
     /// What the classifier says, planned or not.
     pub state: AgentState,
@@ -325,6 +330,7 @@ fn agent_item(f: &Model, name: &str, now: Ts, live: LiveProxies) -> Option<Agent
     let a = f.agent(name)?;
     let s = &a.res.server;
     Some(AgentItem {
+        cluster: f.cluster().clone(),
         name: name.to_string(),
         state: a.state,
         standing: standing(a),
@@ -464,6 +470,9 @@ pub fn agent(f: &Model, name: &str) -> Option<AgentDetail> {
 /// The TTL window of one resource.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct TtlWindow {
+    /// The cluster it belongs to.
+    #[schema(value_type = String, example = "default")]
+    pub cluster: ClusterName,
     pub kind: Kind,
     pub name: String,
     pub last_heartbeat_at: Ts,
@@ -488,6 +497,7 @@ pub fn ttl_window(f: &Model, e: &ResEntry, now: Ts) -> TtlWindow {
     let max_interval = ttl_us / 2 + ttl_us / 10;
     let elapsed = now.as_micros().saturating_sub(last.as_micros());
     TtlWindow {
+        cluster: f.cluster().clone(),
         kind: s.kind,
         name: s.name.clone(),
         last_heartbeat_at: last,
@@ -570,6 +580,9 @@ pub fn ttl_windows(f: &Model, kind: Option<Kind>, after: Option<&str>, limit: us
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ProxyView {
+    /// The cluster it belongs to.
+    #[schema(value_type = String, example = "default")]
+    pub cluster: ClusterName,
     pub name: String,
     pub addr: String,
     pub version: String,
@@ -591,6 +604,7 @@ fn proxy_view(f: &Model, e: &ResEntry, now: Ts) -> ProxyView {
     let w = ttl_window(f, e, now);
     let s = &e.server;
     ProxyView {
+        cluster: f.cluster().clone(),
         name: s.name.clone(),
         addr: s.addr.clone(),
         version: s.version.clone(),
@@ -646,6 +660,9 @@ pub fn proxy(f: &Model, name: &str) -> Option<ProxyDetail> {
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct AuthView {
+    /// The cluster it belongs to.
+    #[schema(value_type = String, example = "default")]
+    pub cluster: ClusterName,
     pub name: String,
     pub addr: String,
     pub health: Health,
@@ -669,6 +686,7 @@ pub fn auth_servers(f: &Model) -> Vec<AuthView> {
     f.auths()
         .iter()
         .map(|(name, a)| AuthView {
+            cluster: f.cluster().clone(),
             name: name.clone(),
             addr: a.addr().to_string(),
             health: a.health,

@@ -7,8 +7,9 @@ use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::clusters::ClusterQuery;
 use super::contract::{ReadErrors, ReadOneErrors};
-use super::error::ApiError;
+use super::error::{ApiError, ApiQuery};
 use super::paged::{ById, ByName, IdPage, Listed, NamePage, Page};
 use super::AppState;
 use crate::clock::Ts;
@@ -80,17 +81,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(events))
 }
 
-pub(super) fn nonempty(name: &str, v: Option<String>) -> Result<Option<String>, ApiError> {
-    match v {
-        Some(s) if s.is_empty() => Err(ApiError::BadParameter(format!("{name} must not be empty"))),
-        // A name holding a NUL or another control character names nothing
-        // Lifeline holds (such names are refused where they enter), and
-        // PostgreSQL refuses a NUL in text: it is looked up cleaned, which
-        // finds nothing, instead of reaching the database raw.
-        Some(s) => Ok(Some(crate::domain::text::clean_owned(s))),
-        None => Ok(None),
-    }
-}
+pub(super) use super::error::nonempty;
 
 /// An optional parameter naming one value of `E` (its `strum` name); any
 /// other text is a 400 that lists the choices.
@@ -179,6 +170,9 @@ async fn summary(State(s): State<AppState>) -> Result<Json<SummaryResponse>, Api
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct AgentsQuery {
+    /// Only this cluster's (a name `/api/v1/clusters` lists).
+    #[param(min_length = 1, max_length = 63)]
+    cluster: Option<String>,
     /// Only agents in this standing (`planned`: degraded or stranded
     /// with a plan that explains it; `degraded` and `stranded` leave
     /// those out).
@@ -209,6 +203,8 @@ async fn agents(
     State(s): State<AppState>,
     Listed(q, page): Listed<AgentsQuery, ByName>,
 ) -> Result<Json<view::AgentPage>, ApiError> {
+    // One cluster per fleet: a name it does not hold was refused.
+    super::clusters::scope(&s, q.cluster)?;
     let filter = AgentFilter {
         state: q.state,
         proxy: nonempty("proxy", q.proxy)?,
@@ -256,6 +252,7 @@ async fn agent(
     let episodes = read::episodes(
         &s.db,
         &EpisodeFilter {
+            cluster: Some(s.fleet.cluster().clone()),
             agent: Some(name),
             limit: 50,
             ..Default::default()
@@ -279,10 +276,15 @@ pub(super) struct Items<T> {
     path = "/api/v1/proxies",
     tag = "fleet",
     operation_id = "list_proxies",
+    params(ClusterQuery),
     security((), ("bearer" = [])),
     responses((status = 200, description = "The proxies, by name.", body = Items<view::ProxyView>), ReadErrors)
 )]
-async fn proxies(State(s): State<AppState>) -> Result<Json<Items<view::ProxyView>>, ApiError> {
+async fn proxies(
+    State(s): State<AppState>,
+    ApiQuery(q): ApiQuery<ClusterQuery>,
+) -> Result<Json<Items<view::ProxyView>>, ApiError> {
+    super::clusters::scope(&s, q.cluster)?;
     let items = s.fleet.recent().await?.proxies.clone();
     Ok(Json(Items { items }))
 }
@@ -321,10 +323,15 @@ async fn proxy(
     path = "/api/v1/auth-servers",
     tag = "fleet",
     operation_id = "list_auth_servers",
+    params(ClusterQuery),
     security((), ("bearer" = [])),
     responses((status = 200, description = "The auth servers, by name.", body = Items<view::AuthView>), ReadErrors)
 )]
-async fn auth_servers(State(s): State<AppState>) -> Result<Json<Items<view::AuthView>>, ApiError> {
+async fn auth_servers(
+    State(s): State<AppState>,
+    ApiQuery(q): ApiQuery<ClusterQuery>,
+) -> Result<Json<Items<view::AuthView>>, ApiError> {
+    super::clusters::scope(&s, q.cluster)?;
     let items = s.fleet.recent().await?.auth_servers.clone();
     Ok(Json(Items { items }))
 }
@@ -371,7 +378,7 @@ async fn auth_server(
             what: "auth server",
             name: name.clone(),
         })?;
-    let transitions = read::transitions(&s.db, &name, 100)
+    let transitions = read::transitions(&s.db, s.fleet.cluster(), &name, 100)
         .await?
         .into_iter()
         .map(|t| TransitionView { at: t.at(), t })
@@ -383,6 +390,9 @@ async fn auth_server(
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct TtlQuery {
+    /// Only this cluster's (a name `/api/v1/clusters` lists).
+    #[param(min_length = 1, max_length = 63)]
+    cluster: Option<String>,
     /// proxy, auth_server or agent; none: proxies and auth servers.
     #[param(schema_with = super::contract::ttl_kind)]
     kind: Option<Kind>,
@@ -405,6 +415,7 @@ async fn ttl_windows(
     State(s): State<AppState>,
     Listed(q, page): Listed<TtlQuery, ByName>,
 ) -> Result<Json<view::TtlPage>, ApiError> {
+    super::clusters::scope(&s, q.cluster)?;
     if q.kind == Some(Kind::TunnelConnection) {
         return Err(ApiError::BadParameter(
             "kind must be proxy, auth_server or agent (tunnels have no announce TTL)".into(),
@@ -420,6 +431,9 @@ async fn ttl_windows(
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct EpisodesQuery {
+    /// Only this cluster's (a name `/api/v1/clusters` lists).
+    #[param(min_length = 1, max_length = 63)]
+    cluster: Option<String>,
     /// Only this agent's episodes.
     #[param(min_length = 1)]
     agent: Option<String>,
@@ -464,6 +478,7 @@ async fn episodes(
         ));
     }
     let f = EpisodeFilter {
+        cluster: super::clusters::scope(&s, q.cluster)?,
         agent: nonempty("agent", q.agent)?,
         state: q.state,
         open: q.open,
@@ -480,6 +495,9 @@ async fn episodes(
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct EventsQuery {
+    /// Only this cluster's (a name `/api/v1/clusters` lists).
+    #[param(min_length = 1, max_length = 63)]
+    cluster: Option<String>,
     /// RFC 3339 time, or a duration back from now ("15m").
     #[param(schema_with = super::contract::since)]
     since: Option<String>,
@@ -512,6 +530,7 @@ async fn events(
 ) -> Result<Json<Page<read::EventView>>, ApiError> {
     let since = since_param(&s, "since", q.since.as_deref()).await?;
     let f = EventFilter {
+        cluster: super::clusters::scope(&s, q.cluster)?,
         since,
         kind: choice::<Subject>("kind", q.kind.as_deref())?,
         name: nonempty("name", q.name)?,

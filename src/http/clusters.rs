@@ -16,6 +16,7 @@ use super::error::ApiError;
 use super::AppState;
 use crate::clock::Ts;
 use crate::config::{Config, SourceKind};
+use crate::domain::ClusterName;
 use crate::fleet::model::WatchState;
 use crate::fleet::view::{self, AgentCounts, ProxyCounts};
 use crate::store::read::{self, EventFilter};
@@ -38,6 +39,36 @@ impl ClusterInfo {
             })
             .collect()
     }
+}
+
+/// A list's `?cluster=`, checked against the clusters watched: the one
+/// it is narrowed to, or `None` for every cluster. A name no cluster is
+/// watched under is a bad parameter that lists the names that are.
+pub fn scope(s: &AppState, asked: Option<String>) -> Result<Option<ClusterName>, ApiError> {
+    let Some(name) = super::error::nonempty("cluster", asked)? else {
+        return Ok(None);
+    };
+    match s.clusters.iter().find(|c| c.name == name) {
+        Some(c) => Ok(Some(ClusterName::new(&c.name))),
+        None => {
+            let watched: Vec<&str> = s.clusters.iter().map(|c| c.name.as_str()).collect();
+            Err(ApiError::BadParameter(format!(
+                "cluster: no cluster named {:?} is watched (watched: {})",
+                crate::domain::text::bounded(&name, 80),
+                watched.join(", ")
+            )))
+        }
+    }
+}
+
+/// `?cluster=` alone, for the lists that take no other filter.
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterQuery {
+    /// Only this cluster's (a name `/api/v1/clusters` lists).
+    #[param(min_length = 1, max_length = 63)]
+    pub cluster: Option<String>,
 }
 
 /// One cluster's row.
@@ -86,10 +117,14 @@ pub fn router() -> OpenApiRouter<AppState> {
 )]
 async fn list(State(s): State<AppState>) -> Result<Json<ClusterList>, ApiError> {
     let summary: view::Summary = s.fleet.recent().await?.summary.clone();
-    let open_incidents = crate::store::incidents::open(&s.db).await?.0.len();
+    let open_incidents = crate::store::incidents::open(&s.db, s.fleet.cluster())
+        .await?
+        .0
+        .len();
     let last_event_at = read::events(
         &s.db,
         &EventFilter {
+            cluster: Some(s.fleet.cluster().clone()),
             limit: 1,
             ..EventFilter::default()
         },

@@ -358,3 +358,16 @@ pub(crate) fn clip(v: &str) -> String {
         None => v.to_string(),
     }
 }
+
+/// A text parameter: absent, or not empty (a 400 that names it), cleaned.
+pub fn nonempty(name: &str, v: Option<String>) -> Result<Option<String>, ApiError> {
+    match v {
+        Some(s) if s.is_empty() => Err(ApiError::BadParameter(format!("{name} must not be empty"))),
+        // A name holding a NUL or another control character names nothing
+        // Lifeline holds (such names are refused where they enter), and
+        // PostgreSQL refuses a NUL in text: it is looked up cleaned, which
+        // finds nothing, instead of reaching the database raw.
+        Some(s) => Ok(Some(crate::domain::text::clean_owned(s))),
+        None => Ok(None),
+    }
+}

@@ -41,6 +41,9 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct ListQuery {
+    /// Only this cluster's (a name `/api/v1/clusters` lists).
+    #[param(min_length = 1, max_length = 63)]
+    cluster: Option<String>,
     /// true: only open ones; false: only ended ones.
     open: Option<bool>,
     /// Only incidents of this root cause.
@@ -73,6 +76,7 @@ async fn list(
     Listed(q, page): Listed<ListQuery, ById>,
 ) -> Result<Json<Page<Incident>>, ApiError> {
     let f = IncidentFilter {
+        cluster: super::clusters::scope(&s, q.cluster)?,
         open: q.open,
         cause: choice::<CauseKind>("cause", nonempty("cause", q.cause)?.as_deref())?,
         resource: nonempty("resource", q.resource)?,

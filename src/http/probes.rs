@@ -133,6 +133,8 @@ struct ReadyBody {
     /// Where the cluster source is: connecting, resyncing, following or
     /// retrying (after a failed session, waiting out its backoff).
     source_phase: crate::stats::SourcePhase,
+    /// Each cluster watched, by name: where its watch stands.
+    clusters: Vec<ClusterReady>,
     /// Why it is not ready beyond the watcher, in words; empty when fine.
     problems: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -146,6 +148,16 @@ struct ReadyBody {
     /// for; `clamped` says when a configured cap was lowered.
     #[serde(skip_serializing_if = "Option::is_none")]
     descriptors: Option<crate::stats::Descriptors>,
+}
+
+/// One cluster's line in `/readyz`.
+#[derive(serde::Serialize)]
+struct ClusterReady {
+    name: crate::domain::ClusterName,
+    /// Every kind of its watch is ready (or rejected, and said).
+    ready: bool,
+    /// `ready`, `initializing` or `stale`: the fleet's reading of its kinds.
+    watch: crate::fleet::model::WatchState,
 }
 
 /// When the cluster identity expires, and how long that is from now.
@@ -200,6 +212,12 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
         ));
     }
     let ready = watcher.ready && problems.is_empty();
+    // One cluster per fleet: its watch is the watcher's.
+    let clusters = vec![ClusterReady {
+        name: s.fleet.cluster().clone(),
+        ready: watcher.ready,
+        watch: watcher.overall(),
+    }];
     // Said, but not failing readiness: the rest is watched.
     let hidden = s
         .stats
@@ -232,6 +250,7 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
                 kinds: watcher.kinds,
             },
             source_phase: s.stats.source_phase(),
+            clusters,
             problems,
             failed_task,
             store_failing,

@@ -468,6 +468,9 @@ pub(super) async fn reconnect_selected(
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct ListQuery {
+    /// Only this cluster's (a name `/api/v1/clusters` lists).
+    #[param(min_length = 1, max_length = 63)]
+    cluster: Option<String>,
     /// Only signals to this agent.
     #[param(min_length = 1)]
     agent: Option<String>,
@@ -520,6 +523,7 @@ async fn list(
     let items = audit::list(
         &s.db,
         &SignalFilter {
+            cluster: super::clusters::scope(&s, q.cluster)?,
             agent: nonempty("agent", q.agent)?,
             outcome,
             kind,

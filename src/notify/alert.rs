@@ -119,24 +119,27 @@ mod tests {
     use crate::domain::{CauseKind, IncidentRecord};
 
     fn incident(peak_stranded: u32, ended: Option<Ts>) -> Incident {
-        Incident::from(IncidentRecord {
-            id: 7,
-            cause: CauseKind::ProxyExpired,
-            resource: "proxy-1".into(),
-            started: Ts(1_700_000_000_000_000),
-            ended,
-            peak_stranded,
-            peak_degraded: 3,
-            peak_planned: 0,
-            agents: 12,
-            signals: 4,
-            stranded_us: 0,
-            degraded_us: 0,
-            planned_us: 0,
-            recover_p50_us: None,
-            recover_max_us: None,
-            planned: None,
-        })
+        Incident::of(
+            "default".into(),
+            IncidentRecord {
+                id: 7,
+                cause: CauseKind::ProxyExpired,
+                resource: "proxy-1".into(),
+                started: Ts(1_700_000_000_000_000),
+                ended,
+                peak_stranded,
+                peak_degraded: 3,
+                peak_planned: 0,
+                agents: 12,
+                signals: 4,
+                stranded_us: 0,
+                degraded_us: 0,
+                planned_us: 0,
+                recover_p50_us: None,
+                recover_max_us: None,
+                planned: None,
+            },
+        )
     }
 
     fn cx() -> Context {

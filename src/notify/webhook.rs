@@ -502,24 +502,27 @@ mod tests {
     }
 
     fn incident(resource: &str, peak_stranded: u32, peak_degraded: u32) -> Incident {
-        Incident::from(IncidentRecord {
-            id: 7,
-            cause: CauseKind::ProxyExpired,
-            resource: resource.into(),
-            started: Ts(1_700_000_000_000_000),
-            ended: None,
-            peak_stranded,
-            peak_degraded,
-            peak_planned: 0,
-            agents: 12,
-            signals: 5,
-            stranded_us: 0,
-            degraded_us: 0,
-            planned_us: 0,
-            recover_p50_us: None,
-            recover_max_us: None,
-            planned: None,
-        })
+        Incident::of(
+            "default".into(),
+            IncidentRecord {
+                id: 7,
+                cause: CauseKind::ProxyExpired,
+                resource: resource.into(),
+                started: Ts(1_700_000_000_000_000),
+                ended: None,
+                peak_stranded,
+                peak_degraded,
+                peak_planned: 0,
+                agents: 12,
+                signals: 5,
+                stranded_us: 0,
+                degraded_us: 0,
+                planned_us: 0,
+                recover_p50_us: None,
+                recover_max_us: None,
+                planned: None,
+            },
+        )
     }
 
     /// The text is read from the very row the store writes, typed again:

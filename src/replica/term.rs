@@ -116,8 +116,9 @@ pub(super) async fn lease_loop(p: Arc<Parts>, stop: CancellationToken) {
 /// This replica holds the lease in a new term: the fleet goes on from the
 /// database's open episodes, then the others may see it lead.
 async fn take_lead(p: &Parts, st: &mut Lease, term: i64) {
-    let open = match read::open_episodes(&p.rooms.db).await {
-        Ok(episodes) => crate::store::incidents::open(&p.rooms.db)
+    let cluster = p.rooms.fleet.cluster();
+    let open = match read::open_episodes(&p.rooms.db, cluster).await {
+        Ok(episodes) => crate::store::incidents::open(&p.rooms.db, cluster)
             .await
             .map(|incidents| (episodes, incidents)),
         Err(e) => Err(e),

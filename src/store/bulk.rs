@@ -18,7 +18,7 @@ use std::marker::PhantomData;
 use sqlx::{Pool, Postgres, QueryBuilder, Sqlite, Transaction};
 
 use crate::clock::{dur_micros, Ts};
-use crate::domain::HistoryEntry;
+use crate::domain::{ClusterName, HistoryEntry};
 use crate::domain::{Server, Tunnel};
 
 /// Rows per SQLite statement (well below its 32766 bound parameters). A
@@ -38,11 +38,24 @@ pub(super) const POSTGRES_ROWS: usize = 8192;
 /// every batch is one round trip per statement.
 pub(super) const COPY_MIN_ROWS: usize = 8 * 1024;
 
-/// The statements of one engine, chosen by the pool's type.
-pub(super) struct Dialect<DB>(PhantomData<DB>);
+/// The statements of one engine, chosen by the pool's type, for one
+/// cluster's rows: every row they write names it.
+pub(super) struct Dialect<DB> {
+    pub(super) cluster: ClusterName,
+    engine: PhantomData<DB>,
+}
 
-pub(super) fn dialect<DB: sqlx::Database>(_: &Pool<DB>) -> Dialect<DB> {
-    Dialect(PhantomData)
+impl<DB> Dialect<DB> {
+    pub fn cluster(&self) -> &str {
+        self.cluster.as_str()
+    }
+}
+
+pub(super) fn dialect<DB: sqlx::Database>(_: &Pool<DB>, cluster: &ClusterName) -> Dialect<DB> {
+    Dialect {
+        cluster: cluster.clone(),
+        engine: PhantomData,
+    }
 }
 
 /// Rows cut into statements: up to `cap` rows each; with `halving`, the
@@ -138,10 +151,12 @@ impl Dialect<Sqlite> {
 
     pub fn insert_events(&self, rows: &[HistoryEntry]) -> QueryBuilder<Sqlite> {
         let mut q = QueryBuilder::new(
-            "INSERT INTO events (at_us, kind, name, event, expires_us, ttl_us, detail) ",
+            "INSERT INTO events (cluster, at_us, kind, name, event, expires_us, ttl_us, detail) ",
         );
+        let cluster = self.cluster.as_str();
         q.push_values(rows, |mut r, e| {
-            r.push_bind(e.at.as_micros())
+            r.push_bind(cluster)
+                .push_bind(e.at.as_micros())
                 .push_bind(e.kind)
                 .push_bind(e.name.as_str())
                 .push_bind(e.event)
@@ -154,11 +169,13 @@ impl Dialect<Sqlite> {
 
     pub fn upsert_servers<R: Borrow<Server>>(&self, rows: &[R]) -> QueryBuilder<Sqlite> {
         let mut q = QueryBuilder::new(
-            "INSERT INTO resources (kind, name, addr, version, group_id, group_generation, expires_us, ttl_us, labels, auth_server) ",
+            "INSERT INTO resources (cluster, kind, name, addr, version, group_id, group_generation, expires_us, ttl_us, labels, auth_server) ",
         );
+        let cluster = self.cluster.as_str();
         q.push_values(rows, |mut r, s| {
             let s: &Server = s.borrow();
-            r.push_bind(s.kind.as_str())
+            r.push_bind(cluster)
+                .push_bind(s.kind.as_str())
                 .push_bind(s.name.as_str())
                 .push_bind(s.addr.as_str())
                 .push_bind(s.version.as_str())
@@ -175,11 +192,13 @@ impl Dialect<Sqlite> {
 
     pub fn upsert_tunnels<R: Borrow<Tunnel>>(&self, rows: &[R]) -> QueryBuilder<Sqlite> {
         let mut q = QueryBuilder::new(
-            "INSERT INTO tunnels (name, agent, proxy, last_heartbeat_us, expires_us) ",
+            "INSERT INTO tunnels (cluster, name, agent, proxy, last_heartbeat_us, expires_us) ",
         );
+        let cluster = self.cluster.as_str();
         q.push_values(rows, |mut r, t| {
             let t: &Tunnel = t.borrow();
-            r.push_bind(t.name.as_str())
+            r.push_bind(cluster)
+                .push_bind(t.name.as_str())
                 .push_bind(t.agent.as_str())
                 .push_bind(t.proxy.as_str())
                 .push_bind(t.last_heartbeat.map(Ts::as_micros))
@@ -245,7 +264,7 @@ impl Dialect<Postgres> {
         }
         let mut copy = tx
             .copy_in_raw(
-                "COPY events (at_us, kind, name, event, expires_us, ttl_us, detail) \
+                "COPY events (cluster, at_us, kind, name, event, expires_us, ttl_us, detail) \
                  FROM STDIN (FORMAT binary)",
             )
             .await?;
@@ -253,7 +272,8 @@ impl Dialect<Postgres> {
         let mut chunks = rows.chunks(POSTGRES_ROWS).peekable();
         while let Some(chunk) = chunks.next() {
             for e in chunk {
-                out.row(7);
+                out.row(8);
+                out.text(self.cluster.as_str());
                 out.int8(Some(e.at.as_micros()));
                 out.text(e.kind.as_str());
                 out.text(&e.name);
@@ -334,17 +354,21 @@ impl Dialect<Postgres> {
             .push_bind(column(rows, |s| dur_micros(s.ttl)))
             .push(
                 "::int8[]) AS u (kind, name, expires_us, ttl_us) \
-                 WHERE r.kind = u.kind AND r.name = u.name",
-            );
+                 WHERE r.cluster = ",
+            )
+            .push_bind(self.cluster.as_str())
+            .push(" AND r.kind = u.kind AND r.name = u.name");
         q
     }
 
     pub fn insert_events(&self, rows: &[HistoryEntry]) -> QueryBuilder<Postgres> {
         let mut q = QueryBuilder::new(
-            "INSERT INTO events (at_us, kind, name, event, expires_us, ttl_us, detail) \
-             SELECT * FROM UNNEST(",
+            "INSERT INTO events (cluster, at_us, kind, name, event, expires_us, ttl_us, detail) \
+             SELECT ",
         );
-        q.push_bind(column(rows, |e| e.at.as_micros()))
+        q.push_bind(self.cluster.as_str())
+            .push("::text, * FROM UNNEST(")
+            .push_bind(column(rows, |e| e.at.as_micros()))
             .push("::int8[], ")
             .push_bind(column(rows, |e| e.kind.as_str()))
             .push("::text[], ")
@@ -363,10 +387,12 @@ impl Dialect<Postgres> {
 
     pub fn upsert_servers<R: Borrow<Server>>(&self, rows: &[R]) -> QueryBuilder<Postgres> {
         let mut q = QueryBuilder::new(
-            "INSERT INTO resources (kind, name, addr, version, group_id, group_generation, expires_us, ttl_us, labels, auth_server) \
-             SELECT * FROM UNNEST(",
+            "INSERT INTO resources (cluster, kind, name, addr, version, group_id, group_generation, expires_us, ttl_us, labels, auth_server) \
+             SELECT ",
         );
-        q.push_bind(column(rows, |r| srv(r).kind.as_str()))
+        q.push_bind(self.cluster.as_str())
+            .push("::text, * FROM UNNEST(")
+            .push_bind(column(rows, |r| srv(r).kind.as_str()))
             .push("::text[], ")
             .push_bind(column(rows, |r| srv(r).name.as_str()))
             .push("::text[], ")
@@ -392,10 +418,12 @@ impl Dialect<Postgres> {
 
     pub fn upsert_tunnels<R: Borrow<Tunnel>>(&self, rows: &[R]) -> QueryBuilder<Postgres> {
         let mut q = QueryBuilder::new(
-            "INSERT INTO tunnels (name, agent, proxy, last_heartbeat_us, expires_us) \
-             SELECT * FROM UNNEST(",
+            "INSERT INTO tunnels (cluster, name, agent, proxy, last_heartbeat_us, expires_us) \
+             SELECT ",
         );
-        q.push_bind(column(rows, |r| tun(r).name.as_str()))
+        q.push_bind(self.cluster.as_str())
+            .push("::text, * FROM UNNEST(")
+            .push_bind(column(rows, |r| tun(r).name.as_str()))
             .push("::text[], ")
             .push_bind(column(rows, |r| tun(r).agent.as_str()))
             .push("::text[], ")
@@ -410,12 +438,14 @@ impl Dialect<Postgres> {
     }
 }
 
-const SERVERS_CONFLICT: &str = " ON CONFLICT (kind, name) DO UPDATE SET addr = excluded.addr, \
+const SERVERS_CONFLICT: &str =
+    " ON CONFLICT (cluster, kind, name) DO UPDATE SET addr = excluded.addr, \
      version = excluded.version, group_id = excluded.group_id, \
      group_generation = excluded.group_generation, expires_us = excluded.expires_us, \
      ttl_us = excluded.ttl_us, labels = excluded.labels, auth_server = excluded.auth_server";
 
-const TUNNELS_CONFLICT: &str = " ON CONFLICT (name) DO UPDATE SET agent = excluded.agent, \
+const TUNNELS_CONFLICT: &str =
+    " ON CONFLICT (cluster, name) DO UPDATE SET agent = excluded.agent, \
      proxy = excluded.proxy, last_heartbeat_us = excluded.last_heartbeat_us, \
      expires_us = excluded.expires_us";
 

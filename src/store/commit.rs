@@ -16,7 +16,7 @@ use super::lease::{CheckFence, Fence};
 use super::outbox;
 use super::{is_permanent, on_pool, Db};
 use crate::clock::Ts;
-use crate::domain::{text, HistoryEvent, Server, Subject, Tunnel, MAX_NAME_LEN};
+use crate::domain::{text, ClusterName, HistoryEvent, Server, Subject, Tunnel, MAX_NAME_LEN};
 use crate::domain::{EpisodeChange, HistoryEntry, IncidentRecord, Plan, ResourceChange};
 
 /// Incidents whose previous rows one statement reads.
@@ -32,10 +32,16 @@ pub enum Committed {
 }
 
 /// Commits one batch in one transaction, if its fence still holds.
-pub async fn commit(db: &Db, b: &WriteBatch) -> Result<Committed, sqlx::Error> {
+pub async fn commit(
+    db: &Db,
+    cluster: &ClusterName,
+    b: &WriteBatch,
+) -> Result<Committed, sqlx::Error> {
     // Not isolating: nothing is refused row by row, so no time is needed
     // for refusals.
-    commit_batch(db, b, false, Ts::ZERO).await.map(|(c, _)| c)
+    commit_batch(db, cluster, b, false, Ts::ZERO)
+        .await
+        .map(|(c, _)| c)
 }
 
 /// A row the database refused for what it holds: recorded as rejected
@@ -75,13 +81,14 @@ impl Refused {
     }
 }
 
-/// Commits one batch in one transaction, if its fence still holds. With
-/// `isolate`, row by row, each in a savepoint: what the database refuses
+/// Commits one batch of `cluster`'s rows in one transaction, if its fence
+/// still holds. With `isolate`, row by row, each in a savepoint: what the database refuses
 /// is returned (and recorded as rejected history in the same transaction,
 /// at the batch's last history row or, with none, at `now`) and
 /// everything else is written.
 pub async fn commit_batch(
     db: &Db,
+    cluster: &ClusterName,
     b: &WriteBatch,
     isolate: bool,
     now: Ts,
@@ -104,7 +111,7 @@ pub async fn commit_batch(
     on_pool!(db, pool => {
         let mut tx = Phases {
             tx: pool.begin_with(begin).await?,
-            sql: dialect(pool),
+            sql: dialect(pool, cluster),
             refused: isolate.then(Vec::new),
         };
         tx.resources(b).await?;
@@ -168,7 +175,8 @@ macro_rules! phases {
             async fn resources(&mut self, b: &WriteBatch) -> Result<(), sqlx::Error> {
                 let isolate = self.isolating();
                 for (kind, rows) in &b.replace_servers {
-                    sqlx::query("DELETE FROM resources WHERE kind = $1")
+                    sqlx::query("DELETE FROM resources WHERE cluster = $1 AND kind = $2")
+                        .bind(self.sql.cluster())
                         .bind(kind.as_str())
                         .execute(&mut *self.tx)
                         .await?;
@@ -195,7 +203,8 @@ macro_rules! phases {
                 self.sql.write_expiries(&mut self.tx, &expiries).await?;
                 for (kind, name) in dels {
                     exec!(self, (Subject::from(*kind), name, "resources"),
-                        sqlx::query("DELETE FROM resources WHERE kind = $1 AND name = $2")
+                        sqlx::query("DELETE FROM resources WHERE cluster = $1 AND kind = $2 AND name = $3")
+                            .bind(self.sql.cluster())
                             .bind(kind.as_str())
                             .bind(name.as_str()));
                 }
@@ -206,7 +215,10 @@ macro_rules! phases {
             async fn tunnels(&mut self, b: &WriteBatch) -> Result<(), sqlx::Error> {
                 let isolate = self.isolating();
                 if let Some(rows) = &b.replace_tunnels {
-                    sqlx::query("DELETE FROM tunnels").execute(&mut *self.tx).await?;
+                    sqlx::query("DELETE FROM tunnels WHERE cluster = $1")
+                        .bind(self.sql.cluster())
+                        .execute(&mut *self.tx)
+                        .await?;
                     for chunk in self.sql.pieces(rows, isolate) {
                         exec!(self, (Subject::TunnelConnection, &chunk[0].name, "tunnels"),
                             self.sql.upsert_tunnels(chunk).build());
@@ -221,7 +233,9 @@ macro_rules! phases {
                 }
                 for (name, _) in dels {
                     exec!(self, (Subject::TunnelConnection, name, "tunnels"),
-                        sqlx::query("DELETE FROM tunnels WHERE name = $1").bind(name.as_str()));
+                        sqlx::query("DELETE FROM tunnels WHERE cluster = $1 AND name = $2")
+                            .bind(self.sql.cluster())
+                            .bind(name.as_str()));
                 }
                 Ok(())
             }
@@ -240,10 +254,12 @@ macro_rules! phases {
                 }
                 for chunk in values_pieces(&b.health, isolate) {
                     let mut q = QueryBuilder::new(
-                        "INSERT INTO health_transitions (auth_server, addr, at_us, from_status, to_status, mode, detail) ",
+                        "INSERT INTO health_transitions (cluster, auth_server, addr, at_us, from_status, to_status, mode, detail) ",
                     );
+                    let cluster = self.sql.cluster();
                     q.push_values(chunk, |mut r, h| {
-                        r.push_bind(h.auth_server.as_str())
+                        r.push_bind(cluster)
+                            .push_bind(h.auth_server.as_str())
                             .push_bind(h.addr.as_str())
                             .push_bind(h.at.as_micros())
                             .push_bind(h.from)
@@ -256,15 +272,17 @@ macro_rules! phases {
                 }
                 for chunk in values_pieces(&b.samples, isolate) {
                     let mut q =
-                        QueryBuilder::new("INSERT INTO samples (at_us, agents, stranded, degraded) ");
+                        QueryBuilder::new("INSERT INTO samples (cluster, at_us, agents, stranded, degraded) ");
+                    let cluster = self.sql.cluster();
                     q.push_values(chunk, |mut r, s| {
-                        r.push_bind(s.at.as_micros())
+                        r.push_bind(cluster)
+                            .push_bind(s.at.as_micros())
                             .push_bind(i64::from(s.agents))
                             .push_bind(i64::from(s.stranded))
                             .push_bind(i64::from(s.degraded));
                     });
                     q.push(
-                        " ON CONFLICT (at_us) DO UPDATE SET agents = excluded.agents, \
+                        " ON CONFLICT (cluster, at_us) DO UPDATE SET agents = excluded.agents, \
                          stranded = excluded.stranded, degraded = excluded.degraded",
                     );
                     exec!(self, (Subject::Store, "samples", "samples"), q.build());
@@ -326,8 +344,8 @@ macro_rules! phases {
                         } => {
                             exec!(self, (Subject::Agent, agent, "episodes"),
                             sqlx::query(
-                                "INSERT INTO episodes (id, agent, state, reasons, cause, cause_resource, started_us, incident_id) \
-                                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                                "INSERT INTO episodes (id, agent, state, reasons, cause, cause_resource, started_us, incident_id, cluster) \
+                                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
                             )
                             .bind(id)
                             .bind(agent.as_str())
@@ -336,7 +354,8 @@ macro_rules! phases {
                             .bind(cause.as_ref().map_or("", |c| c.kind.as_str()))
                             .bind(cause.as_ref().map_or("", |c| c.resource.as_str()))
                             .bind(started.as_micros())
-                            .bind(*incident));
+                            .bind(*incident)
+                            .bind(self.sql.cluster()));
                         }
                         EpisodeChange::Update {
                             id,
@@ -392,9 +411,9 @@ macro_rules! phases {
                 }
                 for chunk in values_pieces(&incidents, self.isolating()) {
                     exec!(self, (Subject::Store, &format!("incident {}", chunk[0].id), "incidents"),
-                        upsert_incidents(chunk).build());
+                        upsert_incidents(self.sql.cluster(), chunk).build());
                 }
-                let events = outbox::incident_events(&before, &incidents, b.events.last().map(|e| e.at));
+                let events = outbox::incident_events(&self.sql.cluster, &before, &incidents, b.events.last().map(|e| e.at));
                 if !events.is_empty() {
                     self.sql.lock_outbox(&mut self.tx).await?;
                 }
@@ -432,7 +451,7 @@ macro_rules! phases {
 phases!(Sqlite);
 phases!(Postgres);
 
-fn upsert_incidents<DB: Database>(rows: &[&IncidentRecord]) -> QueryBuilder<DB>
+fn upsert_incidents<DB: Database>(cluster: &str, rows: &[&IncidentRecord]) -> QueryBuilder<DB>
 where
     DB::Arguments: Default,
     for<'t> &'t str: Encode<'t, DB> + Type<DB>,
@@ -441,11 +460,12 @@ where
     for<'t> Option<&'t str>: Encode<'t, DB> + Type<DB>,
 {
     let mut q = QueryBuilder::new(
-        "INSERT INTO incidents (id, cause, resource, started_us, ended_us, peak_stranded, peak_degraded, \
+        "INSERT INTO incidents (cluster, id, cause, resource, started_us, ended_us, peak_stranded, peak_degraded, \
          peak_planned, agents, signals, stranded_us, degraded_us, planned_us, recover_p50_us, recover_max_us, planned, window_id) ",
     );
     q.push_values(rows, |mut r, i| {
-        r.push_bind(i.id)
+        r.push_bind(cluster)
+            .push_bind(i.id)
             .push_bind(i.cause.as_str())
             .push_bind(i.resource.as_str())
             .push_bind(i.started.as_micros())

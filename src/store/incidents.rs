@@ -10,12 +10,13 @@ use super::signals::SignalRecord;
 use super::{on_pool, Db};
 use crate::clock::Ts;
 pub use crate::domain::incident::{peak_words, title, Incident};
-use crate::domain::IncidentRecord;
 use crate::domain::{CauseKind, Outcome, Plan, SignalKind};
+use crate::domain::{ClusterName, IncidentRecord};
 
 #[derive(sqlx::FromRow)]
 struct Row {
     id: i64,
+    cluster: String,
     cause: String,
     resource: String,
     started_us: i64,
@@ -35,7 +36,7 @@ struct Row {
 }
 
 const COLUMNS: &str =
-    "SELECT id, cause, resource, started_us, ended_us, peak_stranded, peak_degraded, \
+    "SELECT id, cluster, cause, resource, started_us, ended_us, peak_stranded, peak_degraded, \
      peak_planned, agents, signals, stranded_us, degraded_us, planned_us, recover_p50_us, \
      recover_max_us, planned, window_id FROM incidents";
 
@@ -44,6 +45,11 @@ fn count(n: i64) -> u32 {
 }
 
 impl Row {
+    fn into_incident(self) -> Option<Incident> {
+        let cluster = ClusterName::new(&self.cluster);
+        self.into_row().map(|r| Incident::of(cluster, r))
+    }
+
     /// `None` for a cause this build does not know (written by a newer
     /// one): left out rather than misnamed.
     fn into_row(self) -> Option<IncidentRecord> {
@@ -68,12 +74,18 @@ impl Row {
     }
 }
 
-/// The incidents still open, and the id the next one takes: what a
-/// replica that starts, or takes the lead, goes on from.
-pub async fn open(db: &Db) -> Result<(Vec<IncidentRecord>, i64), sqlx::Error> {
+/// `cluster`'s incidents still open, and the id the next one takes (above
+/// every cluster's): what a replica that starts, or takes the lead, goes
+/// on from.
+pub async fn open(
+    db: &Db,
+    cluster: &ClusterName,
+) -> Result<(Vec<IncidentRecord>, i64), sqlx::Error> {
     on_pool!(db, pool => {
     let mut q = QueryBuilder::new(COLUMNS);
-    q.push(" WHERE ended_us IS NULL ORDER BY id");
+    q.push(" WHERE ended_us IS NULL AND cluster = ")
+        .push_bind(cluster.as_str())
+        .push(" ORDER BY id");
     let rows: Vec<Row> = q.build_query_as().fetch_all(pool).await?;
     // Above every id ever written, not only those still kept: pruning
     // never hands an id out again.
@@ -93,15 +105,14 @@ pub async fn open(db: &Db) -> Result<(Vec<IncidentRecord>, i64), sqlx::Error> {
 /// Incidents from their rows as read (a row that does not decode is left
 /// out, as everywhere in this file).
 fn incidents_of(rows: Vec<Row>) -> Vec<Incident> {
-    rows.into_iter()
-        .filter_map(Row::into_row)
-        .map(Incident::from)
-        .collect()
+    rows.into_iter().filter_map(Row::into_incident).collect()
 }
 
 /// Filters for `/api/v1/incidents`. `before` is the paging cursor (an id).
 #[derive(Clone, Debug, Default)]
 pub struct IncidentFilter {
+    /// Only this cluster's.
+    pub cluster: Option<ClusterName>,
     pub open: Option<bool>,
     pub cause: Option<CauseKind>,
     pub resource: Option<String>,
@@ -116,6 +127,9 @@ pub async fn list(db: &Db, f: &IncidentFilter) -> Result<Vec<Incident>, sqlx::Er
     on_pool!(db, pool => {
     let mut q = QueryBuilder::new(COLUMNS);
     q.push(" WHERE 1 = 1");
+    if let Some(c) = &f.cluster {
+        q.push(" AND cluster = ").push_bind(c.as_str());
+    }
     super::push_open(&mut q, f.open);
     if let Some(c) = f.cause {
         q.push(" AND cause = ").push_bind(c.as_str());
@@ -142,7 +156,7 @@ pub async fn get(db: &Db, id: i64) -> Result<Option<Incident>, sqlx::Error> {
     let mut q = QueryBuilder::new(COLUMNS);
     q.push(" WHERE id = ").push_bind(id);
     let row: Option<Row> = q.build_query_as().fetch_optional(pool).await?;
-    Ok(row.and_then(Row::into_row).map(Incident::from))
+    Ok(row.and_then(Row::into_incident))
     })
 }
 

@@ -11,7 +11,8 @@ use sqlx::{Database, Encode, QueryBuilder, Type};
 use super::{on_pool, Db};
 use crate::clock::Ts;
 use crate::domain::{
-    About, Incident, IncidentMark, IncidentRecord, Notice, NoticeError, NoticeKind, PauseNotice,
+    About, ClusterName, Incident, IncidentMark, IncidentRecord, Notice, NoticeError, NoticeKind,
+    PauseNotice,
 };
 
 /// The key of the PostgreSQL advisory lock every transaction that writes
@@ -78,6 +79,7 @@ pub(super) struct NewEvent {
 /// last history row's time, for an update (an opening and an end carry
 /// their own).
 pub(super) fn incident_events(
+    cluster: &ClusterName,
     before: &HashMap<i64, IncidentMark>,
     rows: &[&IncidentRecord],
     at: Option<Ts>,
@@ -97,7 +99,7 @@ pub(super) fn incident_events(
         if kinds.is_empty() {
             continue;
         }
-        let about = About::Incident(Incident::from(r.clone()));
+        let about = About::Incident(Incident::of(cluster.clone(), r.clone()));
         for kind in kinds {
             let body = match about.stored(kind) {
                 Ok(b) => b,

@@ -8,7 +8,7 @@ use serde::Serialize;
 use sqlx::QueryBuilder;
 
 use super::{on_pool, Db};
-use crate::domain::{Episode, LastHealth, Loaded};
+use crate::domain::{ClusterName, Episode, LastHealth, Loaded};
 
 use crate::clock::Ts;
 use crate::domain::{
@@ -42,6 +42,7 @@ struct TunnelRow {
 #[derive(sqlx::FromRow)]
 struct EpisodeRow {
     id: i64,
+    cluster: String,
     agent: String,
     state: AgentState,
     reasons: String,
@@ -58,6 +59,7 @@ impl From<EpisodeRow> for Episode {
     fn from(r: EpisodeRow) -> Self {
         Episode {
             id: r.id,
+            cluster: ClusterName::new(&r.cluster),
             agent: r.agent,
             state: r.state,
             reasons: r
@@ -77,11 +79,15 @@ impl From<EpisodeRow> for Episode {
     }
 }
 
-pub async fn load(db: &Db) -> Result<Loaded, sqlx::Error> {
+/// What `cluster` last held: its resources, tunnels, open episodes and
+/// incidents, and each auth server's last health.
+pub async fn load(db: &Db, cluster: &ClusterName) -> Result<Loaded, sqlx::Error> {
     on_pool!(db, pool => {
     let rows: Vec<ResourceRow> = sqlx::query_as(
-        "SELECT kind, name, addr, version, group_id, group_generation, expires_us, ttl_us, labels, auth_server FROM resources",
+        "SELECT kind, name, addr, version, group_id, group_generation, expires_us, ttl_us, labels, auth_server \
+         FROM resources WHERE cluster = $1",
     )
+    .bind(cluster.as_str())
     .fetch_all(pool)
     .await?;
     let servers = rows
@@ -102,7 +108,8 @@ pub async fn load(db: &Db) -> Result<Loaded, sqlx::Error> {
         })
         .collect();
     let rows: Vec<TunnelRow> =
-        sqlx::query_as("SELECT name, agent, proxy, last_heartbeat_us, expires_us FROM tunnels")
+        sqlx::query_as("SELECT name, agent, proxy, last_heartbeat_us, expires_us FROM tunnels WHERE cluster = $1")
+            .bind(cluster.as_str())
             .fetch_all(pool)
             .await?;
     let tunnels = rows
@@ -115,12 +122,13 @@ pub async fn load(db: &Db) -> Result<Loaded, sqlx::Error> {
             expires: r.expires_us.map(Ts),
         })
         .collect();
-    let (open_episodes, next_episode_id) = open_episodes(db).await?;
-    let (open_incidents, next_incident_id) = super::incidents::open(db).await?;
+    let (open_episodes, next_episode_id) = open_episodes(db, cluster).await?;
+    let (open_incidents, next_incident_id) = super::incidents::open(db, cluster).await?;
     let rows: Vec<(String, String, Health, i64)> = sqlx::query_as(
         "SELECT auth_server, addr, to_status, at_us FROM health_transitions \
-         WHERE id IN (SELECT MAX(id) FROM health_transitions GROUP BY auth_server)",
+         WHERE id IN (SELECT MAX(id) FROM health_transitions WHERE cluster = $1 GROUP BY auth_server)",
     )
+    .bind(cluster.as_str())
     .fetch_all(pool)
     .await?;
     let health = rows
@@ -144,14 +152,19 @@ pub async fn load(db: &Db) -> Result<Loaded, sqlx::Error> {
     })
 }
 
-/// The open episodes, and the id the next one takes (one more than any
-/// stored): what a replica that starts, or takes the lead, goes on from.
-pub async fn open_episodes(db: &Db) -> Result<(Vec<Episode>, i64), sqlx::Error> {
+/// `cluster`'s open episodes, and the id the next one takes (one more
+/// than any stored, in any cluster): what a replica that starts, or takes
+/// the lead, goes on from.
+pub async fn open_episodes(
+    db: &Db,
+    cluster: &ClusterName,
+) -> Result<(Vec<Episode>, i64), sqlx::Error> {
     on_pool!(db, pool => {
     let rows: Vec<EpisodeRow> = sqlx::query_as(
-        "SELECT id, agent, state, reasons, cause, cause_resource, started_us, ended_us, ended_by_signal, end_reason, incident_id \
-         FROM episodes WHERE ended_us IS NULL ORDER BY id",
+        "SELECT id, cluster, agent, state, reasons, cause, cause_resource, started_us, ended_us, ended_by_signal, end_reason, incident_id \
+         FROM episodes WHERE ended_us IS NULL AND cluster = $1 ORDER BY id",
     )
+    .bind(cluster.as_str())
     .fetch_all(pool)
     .await?;
     let max: Option<i64> = sqlx::query_scalar("SELECT MAX(id) FROM episodes")
@@ -164,6 +177,8 @@ pub async fn open_episodes(db: &Db) -> Result<(Vec<Episode>, i64), sqlx::Error> 
 /// Filters for `/api/v1/episodes`. `before` is the paging cursor (an id).
 #[derive(Clone, Debug, Default)]
 pub struct EpisodeFilter {
+    /// Only this cluster's.
+    pub cluster: Option<ClusterName>,
     pub agent: Option<String>,
     pub state: Option<AgentState>,
     pub open: Option<bool>,
@@ -177,9 +192,12 @@ pub struct EpisodeFilter {
 pub async fn episodes(db: &Db, f: &EpisodeFilter) -> Result<Vec<Episode>, sqlx::Error> {
     on_pool!(db, pool => {
     let mut q = QueryBuilder::new(
-        "SELECT id, agent, state, reasons, cause, cause_resource, started_us, ended_us, ended_by_signal, end_reason, incident_id \
+        "SELECT id, cluster, agent, state, reasons, cause, cause_resource, started_us, ended_us, ended_by_signal, end_reason, incident_id \
          FROM episodes WHERE 1 = 1",
     );
+    if let Some(c) = &f.cluster {
+        q.push(" AND cluster = ").push_bind(c.as_str());
+    }
     if let Some(a) = &f.agent {
         q.push(" AND agent = ").push_bind(a.as_str());
     }
@@ -212,7 +230,7 @@ pub async fn episodes_of_incident(
 ) -> Result<Vec<Episode>, sqlx::Error> {
     on_pool!(db, pool => {
     let rows: Vec<EpisodeRow> = sqlx::query_as(
-        "SELECT id, agent, state, reasons, cause, cause_resource, started_us, ended_us, ended_by_signal, end_reason, incident_id \
+        "SELECT id, cluster, agent, state, reasons, cause, cause_resource, started_us, ended_us, ended_by_signal, end_reason, incident_id \
          FROM episodes WHERE incident_id = $1 OR id IN \
          (SELECT episode_id FROM incident_moves WHERE from_incident = $1 OR to_incident = $1) \
          ORDER BY id DESC LIMIT $2",
@@ -228,6 +246,7 @@ pub async fn episodes_of_incident(
 #[derive(sqlx::FromRow)]
 struct EventDbRow {
     id: i64,
+    cluster: String,
     at_us: i64,
     kind: Subject,
     name: String,
@@ -241,6 +260,9 @@ struct EventDbRow {
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct EventView {
     pub id: i64,
+    /// The cluster it happened in.
+    #[schema(value_type = String, example = "default")]
+    pub cluster: ClusterName,
     pub at: Ts,
     pub kind: Subject,
     pub name: String,
@@ -252,6 +274,8 @@ pub struct EventView {
 
 #[derive(Clone, Debug, Default)]
 pub struct EventFilter {
+    /// Only this cluster's.
+    pub cluster: Option<ClusterName>,
     pub since: Option<Ts>,
     pub kind: Option<Subject>,
     pub name: Option<String>,
@@ -263,8 +287,11 @@ pub struct EventFilter {
 pub async fn events(db: &Db, f: &EventFilter) -> Result<Vec<EventView>, sqlx::Error> {
     on_pool!(db, pool => {
     let mut q = QueryBuilder::new(
-        "SELECT id, at_us, kind, name, event, expires_us, ttl_us, detail FROM events WHERE 1 = 1",
+        "SELECT id, cluster, at_us, kind, name, event, expires_us, ttl_us, detail FROM events WHERE 1 = 1",
     );
+    if let Some(c) = &f.cluster {
+        q.push(" AND cluster = ").push_bind(c.as_str());
+    }
     if let Some(s) = f.since {
         q.push(" AND at_us >= ").push_bind(s.as_micros());
     }
@@ -287,6 +314,7 @@ pub async fn events(db: &Db, f: &EventFilter) -> Result<Vec<EventView>, sqlx::Er
         .into_iter()
         .map(|r| EventView {
             id: r.id,
+            cluster: ClusterName::new(&r.cluster),
             at: Ts(r.at_us),
             kind: r.kind,
             name: r.name,
@@ -319,16 +347,19 @@ impl Transition {
     }
 }
 
+/// `cluster`'s auth server's newest health transitions.
 pub async fn transitions(
     db: &Db,
+    cluster: &ClusterName,
     auth_server: &str,
     limit: u32,
 ) -> Result<Vec<Transition>, sqlx::Error> {
     on_pool!(db, pool => {
     sqlx::query_as(
         "SELECT id, auth_server, addr, at_us, from_status, to_status, mode, detail \
-         FROM health_transitions WHERE auth_server = $1 ORDER BY id DESC LIMIT $2",
+         FROM health_transitions WHERE cluster = $1 AND auth_server = $2 ORDER BY id DESC LIMIT $3",
     )
+    .bind(cluster.as_str())
     .bind(auth_server)
     .bind(i64::from(limit))
     .fetch_all(pool)

@@ -12,7 +12,7 @@ use super::lease::{CheckFence, Fence};
 use super::{on_pool, Db};
 
 use crate::clock::Ts;
-use crate::domain::{Outcome, SignalKind};
+use crate::domain::{ClusterName, Outcome, SignalKind};
 
 /// Rows per multi-row statement.
 const CHUNK: usize = 400;
@@ -21,6 +21,9 @@ const CHUNK: usize = 400;
 #[derive(Clone, Debug, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct SignalRecord {
     pub id: i64,
+    /// The cluster of the agent it was sent to.
+    #[schema(value_type = String, example = "default")]
+    pub cluster: ClusterName,
     pub kind: SignalKind,
     pub agent: String,
     pub proxy: String,
@@ -44,6 +47,7 @@ pub struct SignalRecord {
 #[derive(sqlx::FromRow)]
 struct Row {
     id: i64,
+    cluster: String,
     kind: SignalKind,
     agent: String,
     proxy: String,
@@ -63,6 +67,7 @@ impl From<Row> for SignalRecord {
     fn from(r: Row) -> Self {
         SignalRecord {
             id: r.id,
+            cluster: ClusterName::new(&r.cluster),
             kind: r.kind,
             agent: r.agent,
             proxy: r.proxy,
@@ -188,10 +193,11 @@ macro_rules! insert_rows_impl {
         let rows: Vec<&SignalRecord> = $rows.collect();
         for chunk in rows.chunks(CHUNK) {
             let mut q = QueryBuilder::new(
-                "INSERT INTO signals (id, kind, agent, proxy, reason, requested_by, created_us, delivered_us, acked_us, outcome, detail, latency_us, restart, deadline_us) ",
+                "INSERT INTO signals (id, cluster, kind, agent, proxy, reason, requested_by, created_us, delivered_us, acked_us, outcome, detail, latency_us, restart, deadline_us) ",
             );
             q.push_values(chunk, |mut b, r| {
                 b.push_bind(r.id)
+                    .push_bind(r.cluster.as_str())
                     .push_bind(r.kind)
                     .push_bind(r.agent.clone())
                     .push_bind(r.proxy.clone())
@@ -480,6 +486,8 @@ pub async fn update_isolating(db: &Db, updates: &[SignalUpdate]) -> Result<u64, 
 
 #[derive(Clone, Debug, Default)]
 pub struct SignalFilter {
+    /// Only this cluster's.
+    pub cluster: Option<ClusterName>,
     pub agent: Option<String>,
     pub outcome: Option<Outcome>,
     pub kind: Option<SignalKind>,
@@ -491,12 +499,15 @@ pub struct SignalFilter {
     pub limit: u32,
 }
 
-const COLUMNS: &str = "SELECT id, kind, agent, proxy, reason, requested_by, created_us, delivered_us, acked_us, outcome, detail, latency_us, restart, deadline_us FROM signals";
+const COLUMNS: &str = "SELECT id, cluster, kind, agent, proxy, reason, requested_by, created_us, delivered_us, acked_us, outcome, detail, latency_us, restart, deadline_us FROM signals";
 
 pub async fn list(db: &Db, f: &SignalFilter) -> Result<Vec<SignalRecord>, sqlx::Error> {
     on_pool!(db, pool => {
     let mut q = QueryBuilder::new(COLUMNS);
     q.push(" WHERE 1=1");
+    if let Some(c) = &f.cluster {
+        q.push(" AND cluster = ").push_bind(c.as_str().to_string());
+    }
     if let Some(a) = &f.agent {
         q.push(" AND agent = ").push_bind(a.clone());
     }

@@ -18,7 +18,7 @@ use super::batch::WriteBatch;
 pub use super::commit::{commit, commit_batch, Committed, Refused};
 use super::{is_permanent, Db, StoreError};
 use crate::clock::Ts;
-use crate::domain::HistoryEntry;
+use crate::domain::{ClusterName, HistoryEntry};
 use crate::domain::{HistoryEvent, Subject};
 use crate::stats::Stats;
 
@@ -79,6 +79,8 @@ impl WriterHandle {
 
 /// What the writer needs besides its channel.
 pub struct WriterOptions {
+    /// Whose rows this writer commits: every row it writes names it.
+    pub cluster: ClusterName,
     pub stats: Arc<Stats>,
     pub health: Arc<super::health::StoreHealth>,
     pub clock: crate::clock::Clock,
@@ -91,11 +93,13 @@ pub struct WriterOptions {
 /// Starts the writer on `rt` (a critical task): its handle.
 pub fn start(
     db: &Db,
+    cluster: &ClusterName,
     health: &Arc<super::health::StoreHealth>,
     depth: usize,
     rt: &mut crate::supervise::Runtime,
 ) -> WriterHandle {
     let opts = WriterOptions {
+        cluster: cluster.clone(),
         stats: rt.stats.clone(),
         health: health.clone(),
         clock: rt.clock,
@@ -241,7 +245,7 @@ async fn commit_with_retry(pool: &Db, opts: &WriterOptions, mut batch: WriteBatc
     loop {
         // The commit duration histogram.
         let started = crate::clock::Stopwatch::start();
-        let e = match commit_batch(pool, &batch, isolate, opts.clock.now())
+        let e = match commit_batch(pool, &opts.cluster, &batch, isolate, opts.clock.now())
             .instrument(span.clone())
             .await
         {

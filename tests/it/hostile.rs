@@ -100,6 +100,7 @@ fn spawn_writer(
     let (handle, run) = writer::writer(
         db.clone(),
         WriterOptions {
+            cluster: "default".into(),
             stats: stats.clone(),
             health: health.clone(),
             clock: Clock::system(),
@@ -335,7 +336,7 @@ async fn arbitrary_bytes_in_every_text_field_are_refused_or_stored(store) {
     }
     assert!(taken > 100 && refused > 0, "{taken} taken, {refused} refused");
     assert_eq!(
-        writer::commit(&db, &b).await.unwrap(),
+        writer::commit(&db, &"default".into(), &b).await.unwrap(),
         writer::Committed::Written
     );
     let stored = support::sql_i64(&db, "SELECT COUNT(*) FROM resources").await;

@@ -14,6 +14,7 @@ mod bench;
 mod book;
 mod browser;
 mod cli;
+mod clusters;
 mod config_keys;
 mod demo;
 mod deploy;

@@ -85,17 +85,26 @@ async fn a_batch_made_under_a_lease_that_moved_on_is_not_written() {
         replica: "a".into(),
         term: a.term,
     };
-    assert_eq!(commit(&db, &stale).await.unwrap(), Committed::Fenced);
+    assert_eq!(
+        commit(&db, &"default".into(), &stale).await.unwrap(),
+        Committed::Fenced
+    );
     let mut follower = one_event();
     follower.fence = Fence::Follower;
-    assert_eq!(commit(&db, &follower).await.unwrap(), Committed::Fenced);
+    assert_eq!(
+        commit(&db, &"default".into(), &follower).await.unwrap(),
+        Committed::Fenced
+    );
     assert_eq!(sql_i64(&db, "SELECT count(*) FROM events").await, 0);
     let mut current = one_event();
     current.fence = Fence::Leader {
         replica: "b".into(),
         term: b.term,
     };
-    assert_eq!(commit(&db, &current).await.unwrap(), Committed::Written);
+    assert_eq!(
+        commit(&db, &"default".into(), &current).await.unwrap(),
+        Committed::Written
+    );
     assert_eq!(sql_i64(&db, "SELECT count(*) FROM events").await, 1);
     db.close().await;
 }
@@ -137,12 +146,18 @@ async fn taking_back_ones_own_lease_is_a_new_term_that_fences_the_old_one() {
         replica: "a".into(),
         term: second.term,
     };
-    assert_eq!(commit(&db, &queued).await.unwrap(), Committed::Fenced);
+    assert_eq!(
+        commit(&db, &"default".into(), &queued).await.unwrap(),
+        Committed::Fenced
+    );
     queued.fence = Fence::Leader {
         replica: "a".into(),
         term: third.term,
     };
-    assert_eq!(commit(&db, &queued).await.unwrap(), Committed::Written);
+    assert_eq!(
+        commit(&db, &"default".into(), &queued).await.unwrap(),
+        Committed::Written
+    );
     db.close().await;
 }
 
@@ -178,7 +193,7 @@ async fn a_long_write_does_not_keep_the_lease_from_being_renewed() {
     };
     let writing = tokio::spawn({
         let db = db.clone();
-        async move { commit(&db, &batch).await }
+        async move { commit(&db, &"default".into(), &batch).await }
     });
     real_sleep(Duration::from_millis(500)).await;
     let renewed = lease::try_lead(pool, "a", lease, Some(a.term)).await;

@@ -167,7 +167,7 @@ async fn pruning_removes_history_past_retention(store) {
             100_000,
         );
     }
-    lifeline::store::writer::commit(&db, &b).await.unwrap();
+    lifeline::store::writer::commit(&db, &"default".into(), &b).await.unwrap();
     let n = lifeline::store::retention::prune(&db, lifeline::Ts(2_500_000))
         .await
         .unwrap();
@@ -467,11 +467,11 @@ async fn pruning_the_newest_incidents_never_hands_their_ids_out_again(store) {
     support::sql_exec(&db, "DELETE FROM incidents WHERE id >= 2").await;
     db.close().await;
     let db = store.open(dir.path()).await;
-    let (open, next) = lifeline::store::incidents::open(&db).await.unwrap();
+    let (open, next) = lifeline::store::incidents::open(&db, &"default".into()).await.unwrap();
     assert!(open.is_empty());
     assert_eq!(next, 5, "above the pruned incident 4");
     support::sql_exec(&db, "DELETE FROM incidents").await;
-    let (_, next) = lifeline::store::incidents::open(&db).await.unwrap();
+    let (_, next) = lifeline::store::incidents::open(&db, &"default".into()).await.unwrap();
     assert_eq!(next, 5, "even with none left");
 }
 }

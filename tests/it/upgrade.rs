@@ -76,7 +76,10 @@ async fn a_database_made_by_the_schema_17_release_opens_with_every_row_and_page(
         .agents(40)
         .proxies(3)
         .starting_at(lifeline::clock::Ts::from_micros(last_us + 60_000_000))
-        .config(move |cfg| cfg.storage.path = path)
+        .config(move |cfg| {
+            cfg.storage.path = path;
+            cfg.cluster.name = "prod-eu".into();
+        })
         .start()
         .await;
     c.ready().await;
@@ -163,5 +166,28 @@ async fn a_database_made_by_the_schema_17_release_opens_with_every_row_and_page(
         }
         let m = after.get(table).copied().unwrap_or(0);
         assert!(m >= *n, "{table}: {n} rows before, {m} after");
+    }
+    // Every row is the configured cluster's, none is left unnamed, and
+    // what the API lists says so.
+    let url = format!("sqlite://{}", ll_db.display());
+    let mut file = sqlx::SqliteConnection::connect(&url).await.expect("opens");
+    for table in lifeline::store::clusters::TABLES {
+        let other: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM {table} WHERE cluster <> 'prod-eu'"
+        )))
+        .fetch_one(&mut file)
+        .await
+        .expect("a count");
+        assert_eq!(other, 0, "{table}: rows of another cluster");
+    }
+    let unassigned: i64 = sqlx::query_scalar("SELECT count(*) FROM unassigned_rows")
+        .fetch_one(&mut file)
+        .await
+        .expect("a count");
+    assert_eq!(unassigned, 0, "the rows were named once");
+    for list in [&incidents, &signals] {
+        for i in list["items"].as_array().expect("items") {
+            assert_eq!(i["cluster"], "prod-eu", "{i}");
+        }
     }
 }

@@ -10,6 +10,7 @@ use sqlx::QueryBuilder;
 
 use super::BenchError;
 use lifeline::clock::Ts;
+use lifeline::domain::ClusterName;
 use lifeline::store::Db;
 use lifeline_sim::cluster::{agent_name, auth_name, proxy_name};
 
@@ -123,7 +124,13 @@ fn plan(h: &History, now: Ts, agents: usize, proxies: usize, auths: usize) -> Pl
 }
 
 /// Writes the plan's rows, a statement per `ROWS`.
-async fn write(db: &Db, plan: &Plan, agents: usize) -> Result<(), BenchError> {
+async fn write(
+    db: &Db,
+    cluster: &ClusterName,
+    plan: &Plan,
+    agents: usize,
+) -> Result<(), BenchError> {
+    let cluster = cluster.as_str();
     let Plan {
         start,
         incidents,
@@ -134,11 +141,12 @@ async fn write(db: &Db, plan: &Plan, agents: usize) -> Result<(), BenchError> {
     lifeline::on_pool!(db, pool => {
         for chunk in incidents.chunks(ROWS) {
             let mut q = QueryBuilder::new(
-                "INSERT INTO incidents (id, cause, resource, started_us, ended_us, peak_stranded, peak_degraded, \
+                "INSERT INTO incidents (cluster, id, cause, resource, started_us, ended_us, peak_stranded, peak_degraded, \
                  agents, signals, stranded_us, recover_p50_us, recover_max_us) ",
             );
             q.push_values(chunk, |mut r, (id, cause, resource, started, ended, k, stranded_us, p50, max)| {
-                r.push_bind(*id)
+                r.push_bind(cluster)
+                    .push_bind(*id)
                     .push_bind(*cause)
                     .push_bind(resource.as_str())
                     .push_bind(*started)
@@ -156,12 +164,13 @@ async fn write(db: &Db, plan: &Plan, agents: usize) -> Result<(), BenchError> {
         for (c, chunk) in episodes.chunks(ROWS).enumerate() {
             let first = (c * ROWS) as i64 + 1;
             let mut q = QueryBuilder::new(
-                "INSERT INTO episodes (id, agent, state, reasons, cause, cause_resource, started_us, ended_us, \
+                "INSERT INTO episodes (cluster, id, agent, state, reasons, cause, cause_resource, started_us, ended_us, \
                  ended_by_signal, end_reason, incident_id) ",
             );
             q.push_values(chunk.iter().enumerate(), |mut r, (j, (incident, agent, cause, resource, from, to))| {
                 let id = first + j as i64;
-                r.push_bind(id)
+                r.push_bind(cluster)
+                    .push_bind(id)
                     .push_bind(agent.as_str())
                     .push_bind("stranded")
                     .push_bind("no_live_tunnel")
@@ -175,12 +184,13 @@ async fn write(db: &Db, plan: &Plan, agents: usize) -> Result<(), BenchError> {
             });
             q.build().execute(pool).await?;
             let mut q = QueryBuilder::new(
-                "INSERT INTO signals (id, kind, agent, proxy, reason, requested_by, created_us, delivered_us, \
+                "INSERT INTO signals (cluster, id, kind, agent, proxy, reason, requested_by, created_us, delivered_us, \
                  acked_us, outcome, detail, latency_us, restart) ",
             );
             q.push_values(chunk.iter().enumerate(), |mut r, (j, (_, agent, _, resource, from, _))| {
                 let id = first + j as i64;
-                r.push_bind(id)
+                r.push_bind(cluster)
+                    .push_bind(id)
                     .push_bind("reconnect")
                     .push_bind(agent.as_str())
                     .push_bind(resource.as_str())
@@ -202,14 +212,15 @@ async fn write(db: &Db, plan: &Plan, agents: usize) -> Result<(), BenchError> {
             .map(|(m, (stranded, _))| (start - start.rem_euclid(MINUTE_US) + m as i64 * MINUTE_US, *stranded))
             .collect();
         for chunk in rows.chunks(ROWS) {
-            let mut q = QueryBuilder::new("INSERT INTO samples (at_us, agents, stranded, degraded) ");
+            let mut q = QueryBuilder::new("INSERT INTO samples (cluster, at_us, agents, stranded, degraded) ");
             q.push_values(chunk, |mut r, (at, stranded)| {
-                r.push_bind(*at)
+                r.push_bind(cluster)
+                    .push_bind(*at)
                     .push_bind(agents as i64)
                     .push_bind(*stranded)
                     .push_bind(0i64);
             });
-            q.push(" ON CONFLICT (at_us) DO NOTHING");
+            q.push(" ON CONFLICT (cluster, at_us) DO NOTHING");
             q.build().execute(pool).await?;
         }
         Ok::<(), sqlx::Error>(())
@@ -221,6 +232,7 @@ async fn write(db: &Db, plan: &Plan, agents: usize) -> Result<(), BenchError> {
 /// proxies and `auths` auth servers.
 pub async fn seed(
     db: &Db,
+    cluster: &ClusterName,
     h: History,
     now: Ts,
     agents: usize,
@@ -229,7 +241,7 @@ pub async fn seed(
 ) -> Result<Seeded, BenchError> {
     let n = h.incidents.max(1);
     let plan = plan(&h, now, agents, proxies, auths);
-    write(db, &plan, agents).await?;
+    write(db, cluster, &plan, agents).await?;
     // A database that has run for days has its planner statistics
     // (autovacuum's analyze); one written a moment ago has none yet.
     if let Db::Postgres(pg) = db {

@@ -310,7 +310,7 @@ async fn raw_insert(
             );
             b.put_server(&s);
         }
-        store::writer::commit(&db, &b).await?;
+        store::writer::commit(&db, &"default".into(), &b).await?;
         i += batch_size;
     }
     let raw = t0.elapsed();

@@ -234,7 +234,16 @@ async fn leg(
     };
     let db = lifeline::store::open(&engine, lifeline::store::Waits::PRODUCTION).await?;
     let auths = sim.spec().auth_servers;
-    let seeded = seed(&db, history, clock.now(), agents, proxies, auths).await?;
+    let seeded = seed(
+        &db,
+        &cfg.cluster.cluster(),
+        history,
+        clock.now(),
+        agents,
+        proxies,
+        auths,
+    )
+    .await?;
     db.close().await;
     let ll = Lifeline::start_tuned(&cfg, clock, Tuning::default()).await?;
     ll.fleet.wait_ready().await?;

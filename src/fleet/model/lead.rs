@@ -136,6 +136,7 @@ mod tests {
 
     fn stored(id: i64, agent: &str, state: AgentState) -> Episode {
         Episode {
+            cluster: "default".into(),
             id,
             agent: agent.into(),
             state,

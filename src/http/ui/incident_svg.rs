@@ -308,6 +308,7 @@ mod tests {
 
     fn ep(state: AgentState, from: i64, to: Option<i64>) -> Episode {
         Episode {
+            cluster: "default".into(),
             id: from,
             agent: "a".into(),
             state,

@@ -204,6 +204,7 @@ mod tests {
     fn w(name: &str, last_s: i64, ttl_s: i64, expired: bool) -> TtlWindow {
         let now = 1_000_000;
         TtlWindow {
+            cluster: "default".into(),
             kind: Kind::Proxy,
             name: name.into(),
             last_heartbeat_at: Ts((now + last_s * 1000) * 1000),

@@ -15,7 +15,7 @@ use super::flights::InFlight;
 use super::streams::Undeliverable;
 use super::{Ask, Hub, SendError, Sent, SignalRequest};
 use crate::clock::Ts;
-use crate::domain::Outcome;
+use crate::domain::{ClusterName, Outcome};
 use crate::fleet::Command;
 use crate::proto::to_timestamp;
 use crate::proto::v1 as pb;
@@ -66,7 +66,7 @@ impl Hub {
         let now = self.rt.clock.now();
         let stamp = self.audit_now();
         let ids = self.audit.ids.take(&self.audit.db, reqs.len()).await?;
-        let mut rows = rows_for(&reqs, ids, stamp);
+        let mut rows = rows_for(self.fleet.cluster(), &reqs, ids, stamp);
         let elsewhere = self.held_elsewhere(&rows).await;
         self.mark_restarts(&mut rows, &elsewhere, stamp);
         let left = self.record(&rows, &elsewhere, &fence, admit).await?;
@@ -252,11 +252,17 @@ impl Hub {
 }
 
 /// The rows the requests are recorded as, pending.
-fn rows_for(reqs: &[SignalRequest], ids: Vec<i64>, stamp: Ts) -> Vec<SignalRecord> {
+fn rows_for(
+    cluster: &ClusterName,
+    reqs: &[SignalRequest],
+    ids: Vec<i64>,
+    stamp: Ts,
+) -> Vec<SignalRecord> {
     reqs.iter()
         .zip(ids)
         .map(|(r, id)| SignalRecord {
             id,
+            cluster: cluster.clone(),
             kind: r.ask.kind(),
             agent: r.agent.clone(),
             proxy: r.ask.proxy().to_string(),

@@ -50,6 +50,7 @@ pub fn signal_row(
 ) -> lifeline::store::signals::SignalRecord {
     lifeline::store::signals::SignalRecord {
         id,
+        cluster: "default".into(),
         kind: lifeline::domain::SignalKind::Reconnect,
         agent: "agent-00001".into(),
         proxy: String::new(),

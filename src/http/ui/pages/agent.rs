@@ -80,6 +80,7 @@ pub async fn agent(
     let episodes = read::episodes(
         &st.db,
         &EpisodeFilter {
+            cluster: Some(st.fleet.cluster().clone()),
             agent: Some(name.clone()),
             limit: 50,
             ..EpisodeFilter::default()
@@ -92,6 +93,7 @@ pub async fn agent(
     let sigs = audit::list(
         &st.db,
         &SignalFilter {
+            cluster: Some(st.fleet.cluster().clone()),
             agent: Some(name.clone()),
             limit: 20,
             ..SignalFilter::default()

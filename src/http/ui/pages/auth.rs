@@ -32,7 +32,7 @@ pub async fn auth(State(st): State<AppState>, ctx: Ctx) -> Result<Response, UiEr
     let (auths, now) = (published.auth_servers.clone(), published.at());
     let mut sections = Vec::new();
     for chip in auth_chips(now, auths) {
-        let transitions = read::transitions(&st.db, &chip.name, 20)
+        let transitions = read::transitions(&st.db, st.fleet.cluster(), &chip.name, 20)
             .await?
             .into_iter()
             .map(|t| {

@@ -92,6 +92,7 @@ pub async fn incidents(
     let limit = page_limit(q.limit)?;
     let now = st.fleet.published().at();
     let filter = |open: Option<bool>, before: Option<i64>, limit: u32| IncidentFilter {
+        cluster: None,
         open,
         cause: cause_f,
         resource: resource.clone(),

@@ -53,6 +53,7 @@ pub async fn signals(
     let recs = audit::list(
         &st.db,
         &SignalFilter {
+            cluster: None,
             agent: agent.clone(),
             outcome: outcome_f,
             kind: kind_f,
