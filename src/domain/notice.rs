@@ -253,22 +253,12 @@ mod tests {
         Incident::of(
             "default".into(),
             crate::domain::IncidentRecord {
-                id: 7,
-                cause: crate::domain::CauseKind::ProxyExpired,
-                resource: "proxy-1".into(),
                 started: Ts(1_700_000_000_123_000),
-                ended: None,
                 peak_stranded: 3,
                 peak_degraded: 2,
-                peak_planned: 0,
-                agents: 12,
-                signals: 5,
                 stranded_us: 60_000_000,
-                degraded_us: 0,
-                planned_us: 0,
-                recover_p50_us: None,
-                recover_max_us: None,
                 planned: Some(crate::domain::Plan::Rollout),
+                ..crate::domain::IncidentRecord::example()
             },
         )
     }

@@ -72,6 +72,32 @@ pub struct IncidentRecord {
     pub planned: Option<super::Plan>,
 }
 
+#[cfg(test)]
+impl IncidentRecord {
+    /// The tests' incident: proxy-1 expired, open, 12 agents and 5
+    /// signals, with no figures yet; each test sets what it is about.
+    pub(crate) fn example() -> IncidentRecord {
+        IncidentRecord {
+            id: 7,
+            cause: CauseKind::ProxyExpired,
+            resource: "proxy-1".into(),
+            started: Ts(1_700_000_000_000_000),
+            ended: None,
+            peak_stranded: 0,
+            peak_degraded: 0,
+            peak_planned: 0,
+            agents: 12,
+            signals: 5,
+            stranded_us: 0,
+            degraded_us: 0,
+            planned_us: 0,
+            recover_p50_us: None,
+            recover_max_us: None,
+            planned: None,
+        }
+    }
+}
+
 /// An agent whose open episode left incident `from` for incident `to` at
 /// `at` (its cause changed while its state did not): the figures of `from`
 /// count it until then, those of `to` from then.

@@ -116,28 +116,17 @@ fn plural(n: u32) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{CauseKind, IncidentRecord};
+    use crate::domain::IncidentRecord;
 
     fn incident(peak_stranded: u32, ended: Option<Ts>) -> Incident {
         Incident::of(
             "default".into(),
             IncidentRecord {
-                id: 7,
-                cause: CauseKind::ProxyExpired,
-                resource: "proxy-1".into(),
-                started: Ts(1_700_000_000_000_000),
                 ended,
                 peak_stranded,
                 peak_degraded: 3,
-                peak_planned: 0,
-                agents: 12,
                 signals: 4,
-                stranded_us: 0,
-                degraded_us: 0,
-                planned_us: 0,
-                recover_p50_us: None,
-                recover_max_us: None,
-                planned: None,
+                ..IncidentRecord::example()
             },
         )
     }

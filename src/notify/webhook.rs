@@ -487,9 +487,7 @@ mod tests {
     use super::{envelope, slack_text};
     use crate::clock::Ts;
     use crate::domain::maintenance::{Target, Window, WindowView};
-    use crate::domain::{
-        About, CauseKind, Incident, IncidentRecord, Notice, NoticeKind, PauseNotice,
-    };
+    use crate::domain::{About, Incident, IncidentRecord, Notice, NoticeKind, PauseNotice};
     use crate::notify::alert::Context;
     use crate::store::outbox::Event;
 
@@ -505,22 +503,10 @@ mod tests {
         Incident::of(
             "default".into(),
             IncidentRecord {
-                id: 7,
-                cause: CauseKind::ProxyExpired,
                 resource: resource.into(),
-                started: Ts(1_700_000_000_000_000),
-                ended: None,
                 peak_stranded,
                 peak_degraded,
-                peak_planned: 0,
-                agents: 12,
-                signals: 5,
-                stranded_us: 0,
-                degraded_us: 0,
-                planned_us: 0,
-                recover_p50_us: None,
-                recover_max_us: None,
-                planned: None,
+                ..IncidentRecord::example()
             },
         )
     }
