@@ -82,7 +82,8 @@ pub struct SignalsConfig {
     pub restart_ack_timeout: Duration,
     /// Restarts in flight across the fleet at once, on top of the storm
     /// guard: a share of the sidecars connected and an absolute cap, the
-    /// smaller wins (at least one).
+    /// smaller wins (at least one). Each cluster counts its own restarts,
+    /// and pauses on its own failures.
     pub max_restarts_in_flight: RestartLimit,
     /// The least time between two automatic restarts of one agent (match
     /// the sidecars' `cooldown`).

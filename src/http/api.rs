@@ -8,7 +8,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::clusters::ClusterQuery;
-use super::contract::{ReadErrors, ReadOneErrors};
+use super::contract::{ListErrors, ReadErrors, ReadOneErrors};
 use super::error::{ApiError, ApiQuery};
 use super::paged::{ById, ByName, IdPage, Listed, NamePage, Page};
 use super::AppState;
@@ -197,7 +197,7 @@ struct AgentsQuery {
     operation_id = "list_agents",
     params(AgentsQuery, NamePage),
     security((), ("bearer" = [])),
-    responses((status = 200, description = "A page of agents.", body = view::AgentPage), ReadErrors)
+    responses((status = 200, description = "A page of agents.", body = view::AgentPage), ListErrors)
 )]
 async fn agents(
     State(s): State<AppState>,
@@ -278,7 +278,7 @@ pub(super) struct Items<T> {
     operation_id = "list_proxies",
     params(ClusterQuery),
     security((), ("bearer" = [])),
-    responses((status = 200, description = "The proxies, by name.", body = Items<view::ProxyView>), ReadErrors)
+    responses((status = 200, description = "The proxies, by name.", body = Items<view::ProxyView>), ListErrors)
 )]
 async fn proxies(
     State(s): State<AppState>,
@@ -325,7 +325,7 @@ async fn proxy(
     operation_id = "list_auth_servers",
     params(ClusterQuery),
     security((), ("bearer" = [])),
-    responses((status = 200, description = "The auth servers, by name.", body = Items<view::AuthView>), ReadErrors)
+    responses((status = 200, description = "The auth servers, by name.", body = Items<view::AuthView>), ListErrors)
 )]
 async fn auth_servers(
     State(s): State<AppState>,
@@ -409,7 +409,7 @@ struct TtlQuery {
     operation_id = "list_ttl_windows",
     params(TtlQuery, NamePage),
     security((), ("bearer" = [])),
-    responses((status = 200, description = "A page of TTL windows.", body = view::TtlPage), ReadErrors)
+    responses((status = 200, description = "A page of TTL windows.", body = view::TtlPage), ListErrors)
 )]
 async fn ttl_windows(
     State(s): State<AppState>,
@@ -461,7 +461,7 @@ struct EpisodesQuery {
     operation_id = "list_episodes",
     params(EpisodesQuery, IdPage),
     security((), ("bearer" = [])),
-    responses((status = 200, description = "A page of episodes.", body = Page<crate::domain::Episode>), ReadErrors)
+    responses((status = 200, description = "A page of episodes.", body = Page<crate::domain::Episode>), ListErrors)
 )]
 async fn episodes(
     State(s): State<AppState>,
@@ -522,7 +522,7 @@ struct EventsQuery {
     operation_id = "list_events",
     params(EventsQuery, IdPage),
     security((), ("bearer" = [])),
-    responses((status = 200, description = "A page of events.", body = Page<read::EventView>), ReadErrors)
+    responses((status = 200, description = "A page of events.", body = Page<read::EventView>), ListErrors)
 )]
 async fn events(
     State(s): State<AppState>,

@@ -43,7 +43,8 @@ impl ClusterInfo {
 
 /// A list's `?cluster=`, checked against the clusters watched: the one
 /// it is narrowed to, or `None` for every cluster. A name no cluster is
-/// watched under is a bad parameter that lists the names that are.
+/// watched under is a 404 (`unknown_cluster`) that lists the names that
+/// are.
 pub fn scope(s: &AppState, asked: Option<String>) -> Result<Option<ClusterName>, ApiError> {
     let Some(name) = super::error::nonempty("cluster", asked)? else {
         return Ok(None);
@@ -52,11 +53,13 @@ pub fn scope(s: &AppState, asked: Option<String>) -> Result<Option<ClusterName>,
         Some(c) => Ok(Some(ClusterName::new(&c.name))),
         None => {
             let watched: Vec<&str> = s.clusters.iter().map(|c| c.name.as_str()).collect();
-            Err(ApiError::BadParameter(format!(
-                "cluster: no cluster named {:?} is watched (watched: {})",
-                crate::domain::text::bounded(&name, 80),
-                watched.join(", ")
-            )))
+            Err(ApiError::UnknownCluster {
+                message: format!(
+                    "cluster: no cluster named {:?} is watched (watched: {})",
+                    crate::domain::text::bounded(&name, 80),
+                    watched.join(", ")
+                ),
+            })
         }
     }
 }

@@ -105,6 +105,28 @@ pub enum ReadErrors {
     Unavailable(ErrorBody),
 }
 
+/// A list of one cluster's things, or every cluster's: as [`ReadErrors`],
+/// and 404 `unknown_cluster` for a `cluster` no cluster is watched under.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)]
+pub enum ListErrors {
+    /// A parameter is unknown, malformed or out of range (`bad_parameter`).
+    #[response(status = 400)]
+    BadRequest(ErrorBody),
+    /// With `access.read_requires_token`: no token, or one that is not valid.
+    #[response(status = 401)]
+    Unauthorized(ErrorBody),
+    /// The token lacks the `read` role.
+    #[response(status = 403)]
+    Forbidden(ErrorBody),
+    /// `cluster` names no cluster watched (`unknown_cluster`).
+    #[response(status = 404)]
+    NotFound(ErrorBody),
+    /// Lifeline is busy or stopping (`busy`, `unavailable`); try again.
+    #[response(status = 503)]
+    Unavailable(ErrorBody),
+}
+
 /// A read of one named thing: as [`ReadErrors`], and 404 `not_found`.
 #[derive(utoipa::IntoResponses)]
 #[allow(dead_code)]

@@ -25,6 +25,9 @@ pub enum ApiError {
     /// An unknown setting; the message lists the known ones.
     #[error("{message}")]
     NotFoundSetting { name: String, message: String },
+    /// `?cluster=` names no cluster watched; the message lists those that are.
+    #[error("{message}")]
+    UnknownCluster { message: String },
     #[error("{0}")]
     BadBody(String),
     /// The request is valid but the target's state forbids it now.
@@ -106,6 +109,7 @@ pub const CODES: &[ErrorCode] = &[
     ErrorCode { code: "probe_target_not_allowed", status: 403, means: "a probe asked for a target outside the allowed list" },
     ErrorCode { code: "not_found", status: 404, means: "no such agent, proxy, incident, window, webhook or signal" },
     ErrorCode { code: "unknown_setting", status: 404, means: "no such setting; the message lists the known ones" },
+    ErrorCode { code: "unknown_cluster", status: 404, means: "`cluster` names no cluster Lifeline watches; the message lists those it does" },
     ErrorCode { code: "no_route", status: 404, means: "no such path" },
     ErrorCode { code: "method_not_allowed", status: 405, means: "the path exists; the method does not" },
     ErrorCode { code: "not_connected", status: 409, means: "the agent holds no signal stream to Lifeline" },
@@ -168,9 +172,10 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::BadParameter(_) => StatusCode::BAD_REQUEST,
-            ApiError::NotFound { .. } | ApiError::NoRoute(_) | ApiError::NotFoundSetting { .. } => {
-                StatusCode::NOT_FOUND
-            }
+            ApiError::NotFound { .. }
+            | ApiError::NoRoute(_)
+            | ApiError::NotFoundSetting { .. }
+            | ApiError::UnknownCluster { .. } => StatusCode::NOT_FOUND,
             ApiError::BadBody(_) => StatusCode::BAD_REQUEST,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
@@ -191,6 +196,7 @@ impl ApiError {
             ApiError::NotFound { .. } => "not_found",
             ApiError::NoRoute(_) => "no_route",
             ApiError::NotFoundSetting { .. } => "unknown_setting",
+            ApiError::UnknownCluster { .. } => "unknown_cluster",
             ApiError::BadBody(_) => "bad_body",
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::Conflict { code, .. } => code,

@@ -14,7 +14,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::api::{choice, duration_param, nonempty, since_param};
-use super::contract::{ReadErrors, ReadOneErrors};
+use super::contract::{ListErrors, ReadErrors, ReadOneErrors};
 use super::error::{ApiError, ApiQuery};
 use super::paged::{id_cursor, limit, ById, IdPage, Listed, Page};
 use super::AppState;
@@ -69,7 +69,7 @@ struct ListQuery {
     operation_id = "list_incidents",
     params(ListQuery, IdPage),
     security((), ("bearer" = [])),
-    responses((status = 200, description = "A page of incidents.", body = Page<Incident>), ReadErrors)
+    responses((status = 200, description = "A page of incidents.", body = Page<Incident>), ListErrors)
 )]
 async fn list(
     State(s): State<AppState>,

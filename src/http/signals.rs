@@ -11,7 +11,7 @@ use utoipa_axum::routes;
 
 use super::api::{choice, nonempty};
 use super::caller::Caller;
-use super::contract::{ReadErrors, ReadOneErrors, WriteErrors};
+use super::contract::{ListErrors, ReadOneErrors, WriteErrors};
 use super::error::{ApiError, ApiJson};
 use super::paged::{ById, IdPage, Listed};
 use super::AppState;
@@ -511,7 +511,7 @@ pub(super) fn signal_filter(
     operation_id = "list_signals",
     params(ListQuery, IdPage),
     security((), ("bearer" = [])),
-    responses((status = 200, description = "A page of signals.", body = SignalPage), ReadErrors)
+    responses((status = 200, description = "A page of signals.", body = SignalPage), ListErrors)
 )]
 async fn list(
     State(s): State<AppState>,

@@ -167,10 +167,13 @@ pub async fn insert(db: &Db, rows: &[SignalRecord]) -> Result<(), sqlx::Error> {
 }
 
 /// What restarts a batch may add, decided inside the transaction that
-/// records them (never from a count read before it).
+/// records them (never from a count read before it). Counted within the
+/// batch's cluster: a storm of restarts in one cluster neither fills
+/// another's cap nor pauses it.
 #[derive(Clone, Copy, Debug)]
 pub struct Admission {
-    /// Most restarts pending or delivered at once, across replicas.
+    /// Most restarts pending or delivered at once in the cluster, across
+    /// replicas.
     pub limit: usize,
     /// Automatic: none is admitted while the last `pause_after` answered
     /// restarts all failed or timed out.
@@ -271,16 +274,21 @@ async fn write(
             .execute(&mut *tx)
             .await?;
     }
+    // One send's rows are one fleet's, so one cluster's.
+    let cluster = rows.first().map_or("", |r| r.cluster.as_str()).to_string();
     let (in_flight,): (i64,) = sqlx::query_as(
-        "SELECT count(*) FROM signals WHERE restart = 1 AND outcome IN ('pending', 'delivered')",
+        "SELECT count(*) FROM signals WHERE restart = 1 AND outcome IN ('pending', 'delivered') AND cluster = $1",
     )
+    .bind(cluster.clone())
     .fetch_one(&mut *tx)
     .await?;
     let paused = match admit.pause_after {
         Some(n) if n > 0 => {
             let ended: Vec<Outcome> = sqlx::query_scalar(
-                "SELECT outcome FROM signals WHERE restart = 1 AND outcome IN ('acked', 'failed', 'timeout')                  ORDER BY id DESC LIMIT $1",
+                "SELECT outcome FROM signals WHERE restart = 1 AND outcome IN ('acked', 'failed', 'timeout') \
+                 AND cluster = $1 ORDER BY id DESC LIMIT $2",
             )
+            .bind(cluster.clone())
             .bind(i64::try_from(n).unwrap_or(i64::MAX))
             .fetch_all(&mut *tx)
             .await?;
@@ -390,20 +398,26 @@ pub struct Restarts {
     pub last: Vec<bool>,
 }
 
-/// The restarts in flight across replicas and how the last `last` answered
-/// ones ended (see [`Restarts`]); both read through the partial index of
-/// restart signals, which stays as small as restarts are rare.
-pub async fn restarts(db: &Db, last: usize) -> Result<Restarts, sqlx::Error> {
+/// `cluster`'s restarts in flight across replicas and how its last `last`
+/// answered ones ended (see [`Restarts`]); both read through the partial
+/// index of restart signals, which stays as small as restarts are rare.
+pub async fn restarts(
+    db: &Db,
+    cluster: &ClusterName,
+    last: usize,
+) -> Result<Restarts, sqlx::Error> {
     on_pool!(db, pool => {
     let (in_flight,): (i64,) = sqlx::query_as(
-        "SELECT count(*) FROM signals WHERE restart = 1 AND outcome IN ('pending', 'delivered')",
+        "SELECT count(*) FROM signals WHERE restart = 1 AND outcome IN ('pending', 'delivered') AND cluster = $1",
     )
+    .bind(cluster.as_str())
     .fetch_one(pool)
     .await?;
     let ended: Vec<Outcome> = sqlx::query_scalar(
         "SELECT outcome FROM signals WHERE restart = 1 AND outcome IN ('acked', 'failed', 'timeout') \
-         ORDER BY id DESC LIMIT $1",
+         AND cluster = $1 ORDER BY id DESC LIMIT $2",
     )
+    .bind(cluster.as_str())
     .bind(i64::try_from(last).unwrap_or(i64::MAX))
     .fetch_all(pool)
     .await?;

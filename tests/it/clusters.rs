@@ -109,7 +109,7 @@ async fn the_same_name_in_two_clusters_is_two_rows_and_each_loads_its_own(store)
 /// Guards "every item carries `cluster`" and "every list takes
 /// `?cluster=`": the fleet's lists and the history's each name the
 /// configured cluster; narrowed to it they are the same; a name no cluster
-/// is watched under is a 400 that lists the names that are; `/readyz`
+/// is watched under is a 404 that lists the names that are; `/readyz`
 /// reports the cluster by name.
 #[tokio::test(start_paused = true)]
 async fn every_item_names_its_cluster_and_every_list_narrows_to_one() {
@@ -143,7 +143,8 @@ async fn every_item_names_its_cluster_and_every_list_narrows_to_one() {
         let narrowed = c.ok(&format!("{path}?cluster=eu-west")).await;
         assert_eq!(narrowed["items"], all["items"], "{path}");
         let (status, body) = c.get(&format!("{path}?cluster=us-east")).await;
-        assert_eq!(status, 400, "{path}: {body}");
+        assert_eq!(status, 404, "{path}: {body}");
+        assert_eq!(body["error"]["code"], "unknown_cluster", "{path}: {body}");
         let message = body["error"]["message"].as_str().unwrap_or_default();
         assert!(
             message.contains("\"us-east\"") && message.contains("watched: eu-west"),
@@ -236,4 +237,51 @@ async fn a_schema_change_waits_for_the_earlier_releases_replicas_to_stop() {
         matches!(e, sqlx::migrate::MigrateError::VersionMissing(17)),
         "{e}"
     );
+}
+
+on_both_engines! {
+/// Guards "the restart cap works per cluster": restarts in flight in one
+/// cluster do not fill another's cap, and one cluster's run of failed
+/// restarts pauses its automatic restarts alone.
+#[tokio::test]
+async fn one_clusters_restarts_neither_fill_nor_pause_anothers(store) {
+    use lifeline::domain::Outcome;
+    use lifeline::store::signals::{insert_admitting, Admission};
+    let dir = tempfile::tempdir().unwrap();
+    let db = store.open(dir.path()).await;
+    let restart = |id: i64, cluster: &str, outcome| {
+        let mut r = support::signal_row(id, lifeline::Ts::from_micros(id * 1_000), outcome);
+        r.cluster = cluster.into();
+        r.restart = true;
+        r
+    };
+    let fence = lifeline::store::Fence::Sole;
+    let cap = Admission {
+        limit: 2,
+        pause_after: Some(3),
+    };
+    // East: three failed restarts, then three more asked for.
+    let failed: Vec<_> = (1..=3).map(|id| restart(id, "east", Outcome::Failed)).collect();
+    lifeline::store::signals::insert(&db, &failed).await.unwrap();
+    let east: Vec<_> = (4..=6).map(|id| restart(id, "east", Outcome::Pending)).collect();
+    let left = insert_admitting(&db, &east, &fence, cap).await.unwrap().unwrap();
+    assert_eq!(left.paused, [4, 5, 6], "east's failures pause east");
+
+    // West: its own cap of two, unpaused by east's failures.
+    let west: Vec<_> = (7..=9).map(|id| restart(id, "west", Outcome::Pending)).collect();
+    let left = insert_admitting(&db, &west, &fence, cap).await.unwrap().unwrap();
+    assert!(left.paused.is_empty(), "{left:?}");
+    assert_eq!(left.at_cap, [9], "west's cap is west's");
+
+    // A manual restart in east, past its pause, fills east's cap alone.
+    let manual = Admission {
+        limit: 2,
+        pause_after: None,
+    };
+    let east: Vec<_> = (10..=11).map(|id| restart(id, "east", Outcome::Pending)).collect();
+    let left = insert_admitting(&db, &east, &fence, manual).await.unwrap().unwrap();
+    assert!(left.at_cap.is_empty(), "west's two in flight are not east's: {left:?}");
+    let counted = lifeline::store::signals::restarts(&db, &"west".into(), 3).await.unwrap();
+    assert_eq!(counted.in_flight, 2);
+}
 }

@@ -34,7 +34,8 @@ impl Hub {
         if !self.cfg.peers.replicated() {
             return Ok(());
         }
-        let r = audit::restarts(&self.audit.db, RESTART_FAILURES_PAUSE).await?;
+        let r =
+            audit::restarts(&self.audit.db, self.fleet.cluster(), RESTART_FAILURES_PAUSE).await?;
         self.flights.set_fleet(r);
         Ok(())
     }
