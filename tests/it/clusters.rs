@@ -244,7 +244,7 @@ on_both_engines! {
 /// cluster do not fill another's cap, and one cluster's run of failed
 /// restarts pauses its automatic restarts alone.
 #[tokio::test]
-async fn one_clusters_restarts_neither_fill_nor_pause_anothers(store) {
+async fn one_clusters_restarts_neither_fill_nor_pause_another_cluster(store) {
     use lifeline::domain::Outcome;
     use lifeline::store::signals::{insert_admitting, Admission};
     let dir = tempfile::tempdir().unwrap();
