@@ -41,11 +41,17 @@ pub(super) const COPY_MIN_ROWS: usize = 8 * 1024;
 /// The statements of one engine, chosen by the pool's type, for one
 /// cluster's rows: every row they write names it.
 pub(super) struct Dialect<DB> {
-    pub(super) cluster: ClusterName,
+    cluster: ClusterName,
     engine: PhantomData<DB>,
 }
 
 impl<DB> Dialect<DB> {
+    /// The cluster whose rows it writes.
+    pub fn cluster_name(&self) -> &ClusterName {
+        &self.cluster
+    }
+
+    /// That cluster's name, as every row binds it.
     pub fn cluster(&self) -> &str {
         self.cluster.as_str()
     }

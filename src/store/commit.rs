@@ -413,7 +413,7 @@ macro_rules! phases {
                     exec!(self, (Subject::Store, &format!("incident {}", chunk[0].id), "incidents"),
                         upsert_incidents(self.sql.cluster(), chunk).build());
                 }
-                let events = outbox::incident_events(&self.sql.cluster, &before, &incidents, b.events.last().map(|e| e.at));
+                let events = outbox::incident_events(self.sql.cluster_name(), &before, &incidents, b.events.last().map(|e| e.at));
                 if !events.is_empty() {
                     self.sql.lock_outbox(&mut self.tx).await?;
                 }

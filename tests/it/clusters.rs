@@ -29,10 +29,19 @@ fn agent(name: &str, addr: &str) -> Server {
     }
 }
 
-/// One cluster's batch: the agent `node-1` at `addr`, its tunnel, and a
-/// heartbeat in its history.
-fn batch(addr: &str) -> WriteBatch {
+/// One cluster's batch: the agent `node-1` at `addr`, its tunnel, a
+/// heartbeat in its history and an episode (`episode`, its id).
+fn batch(addr: &str, episode: i64) -> WriteBatch {
     let mut b = WriteBatch::default();
+    b.episodes.push(lifeline::domain::EpisodeChange::Open {
+        id: episode,
+        agent: "node-1".into(),
+        state: lifeline::domain::AgentState::Stranded,
+        reasons: "no_live_tunnel".into(),
+        cause: None,
+        started: lifeline::Ts::from_micros(1_000_000),
+        incident: None,
+    });
     b.servers.insert(
         (Kind::Agent, "node-1".into()),
         ResourceChange::Put(agent("node-1", addr)),
@@ -73,8 +82,8 @@ async fn the_same_name_in_two_clusters_is_two_rows_and_each_loads_its_own(store)
     let db = store.open(dir.path()).await;
     let (east, west) = (ClusterName::new("east"), ClusterName::new("west"));
     let commit = lifeline::store::writer::commit;
-    commit(&db, &east, &batch("10.0.0.1:3022")).await.unwrap();
-    commit(&db, &west, &batch("10.9.0.1:3022")).await.unwrap();
+    commit(&db, &east, &batch("10.0.0.1:3022", 1)).await.unwrap();
+    commit(&db, &west, &batch("10.9.0.1:3022", 2)).await.unwrap();
     assert_eq!(support::sql_i64(&db, "SELECT COUNT(*) FROM resources").await, 2);
     assert_eq!(support::sql_i64(&db, "SELECT COUNT(*) FROM tunnels").await, 2);
 
@@ -103,6 +112,43 @@ async fn the_same_name_in_two_clusters_is_two_rows_and_each_loads_its_own(store)
     assert_eq!(west_events.len(), 1);
     assert_eq!(west_events[0].cluster, west);
     assert_eq!(west_events[0].detail, "10.9.0.1:3022");
+
+    // So do episodes (each cluster's open ones loaded, and listed by it)
+    // and signals.
+    assert_eq!(east_after.open_episodes.len(), 1);
+    assert_eq!(east_after.open_episodes[0].id, 1);
+    let episodes = lifeline::store::read::episodes(
+        &db,
+        &lifeline::store::read::EpisodeFilter {
+            cluster: Some(west.clone()),
+            limit: 10,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let got: Vec<(i64, &str)> = episodes.iter().map(|e| (e.id, e.cluster.as_str())).collect();
+    assert_eq!(got, [(2, "west")]);
+    let signal = |id: i64, cluster: &str| {
+        let mut r = support::signal_row(id, lifeline::Ts::from_micros(id), lifeline::domain::Outcome::Acked);
+        r.cluster = cluster.into();
+        r
+    };
+    lifeline::store::signals::insert(&db, &[signal(1, "east"), signal(2, "west")])
+        .await
+        .unwrap();
+    let signals = lifeline::store::signals::list(
+        &db,
+        &lifeline::store::signals::SignalFilter {
+            cluster: Some(east.clone()),
+            limit: 10,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let got: Vec<(i64, &str)> = signals.iter().map(|s| (s.id, s.cluster.as_str())).collect();
+    assert_eq!(got, [(1, "east")]);
 }
 }
 
