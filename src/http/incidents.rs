@@ -14,7 +14,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::api::{choice, duration_param, nonempty, since_param};
-use super::contract::{ListErrors, ReadErrors, ReadOneErrors};
+use super::contract::{ListErrors, ReadOneErrors};
 use super::error::{ApiError, ApiQuery};
 use super::paged::{id_cursor, limit, ById, IdPage, Listed, Page};
 use super::AppState;
@@ -430,6 +430,10 @@ struct HistoryQuery {
     /// most 10,000 steps (the newest); its `since` says where it starts.
     #[param(schema_with = super::contract::since)]
     since: Option<String>,
+    /// Only this cluster's counts (a name `/api/v1/clusters` lists);
+    /// without it, every cluster's added up minute by minute.
+    #[param(min_length = 1, max_length = 63)]
+    cluster: Option<String>,
 }
 
 /// One series' points: `[time, count]` per step.
@@ -467,12 +471,13 @@ struct HistoryPoint {
     operation_id = "history",
     params(HistoryQuery),
     security((), ("bearer" = [])),
-    responses((status = 200, description = "The counts over time.", body = HistoryResponse), ReadErrors)
+    responses((status = 200, description = "The counts over time.", body = HistoryResponse), ListErrors)
 )]
 async fn history(
     State(s): State<AppState>,
     ApiQuery(q): ApiQuery<HistoryQuery>,
 ) -> Result<Json<HistoryResponse>, ApiError> {
+    let cluster = super::clusters::scope(&s, q.cluster)?;
     let (mut stranded, mut degraded, mut agents) = (false, false, false);
     for name in q
         .series
@@ -504,12 +509,12 @@ async fn history(
     // Nothing is counted before the oldest kept sample, and at most
     // MAX_POINTS steps are answered: the answer starts at the latest of
     // the three, and its `since` says where.
-    let kept = incidents::oldest_sample(&s.db)
+    let kept = incidents::oldest_sample(&s.db, cluster.as_ref())
         .await?
         .map_or(until, |t| t.floor_to(step));
     let newest = until.saturating_sub(step.saturating_mul(MAX_POINTS as u32));
     let since = asked.max(kept).max(newest).min(until);
-    let rows: Vec<Point> = incidents::history(&s.db, since, until, step).await?;
+    let rows: Vec<Point> = incidents::history(&s.db, cluster.as_ref(), since, until, step).await?;
     let points = rows
         .into_iter()
         .map(|p| HistoryPoint {

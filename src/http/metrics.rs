@@ -2,7 +2,9 @@
 //! histograms and current-state gauges. Counters come from `stats` (one
 //! atomic read each), gauges from the read model the fleet publishes.
 //! Only three families carry a name from the cluster (root causes and
-//! auth servers' health), each capped, so cardinality stays bounded.
+//! auth servers' health), each capped, so cardinality stays bounded. The
+//! per-state gauges carry the `cluster` they count, by its configured
+//! name: as many series as clusters configured.
 //!
 //! Each metric's name is a constant in `stats::metric` (the alert rules
 //! and the dashboard use the same); its help and label names sit
@@ -38,7 +40,13 @@ async fn metrics(State(s): State<AppState>) -> Result<Response, ApiError> {
         counters(&s.stats, &s.spans);
         s.stats.hist.render()
     });
-    named_series(&mut text, &published.summary, &published.auth_servers);
+    let cluster = s.fleet.cluster().as_str();
+    named_series(
+        &mut text,
+        cluster,
+        &published.summary,
+        &published.auth_servers,
+    );
     Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response())
 }
 
@@ -60,6 +68,13 @@ fn labels(l: &[(&'static str, &'static str)]) -> Vec<Label> {
 }
 
 impl Family {
+    /// A series of `cluster`'s: its name first, then `l`.
+    fn set_in(&self, cluster: &str, l: &[(&'static str, &'static str)], v: f64) {
+        let mut labels = labels(l);
+        labels.insert(0, Label::new("cluster", cluster.to_owned()));
+        metrics::gauge!(self.0, labels).set(v);
+    }
+
     fn set(&self, l: &[(&'static str, &'static str)], v: f64) {
         metrics::gauge!(self.0, labels(l)).set(v);
     }
@@ -86,12 +101,14 @@ fn state_gauges(s: &AppState, g: &Summary) {
         "The fleet's read model these figures were rendered from: surfaces with the same generation show the same figures.",
     )
     .set(&[], g.generation as f64);
+    let cluster = s.fleet.cluster().as_str();
     let f = gauge(
         metric::AGENTS,
         "Agents by standing (healthy, degraded, stranded, planned): each agent in exactly one.",
     );
     for &standing in crate::domain::Standing::ALL {
-        f.set(
+        f.set_in(
+            cluster,
             &[("state", standing.as_str())],
             g.agents.of(standing) as f64,
         );
@@ -100,14 +117,14 @@ fn state_gauges(s: &AppState, g: &Summary) {
         metric::AGENTS_WAITING_FOR_LIVE_PROXY,
         "Degraded or stranded agents (planned ones left out) with no live proxy they are not already on (not signalled until one turns live).",
     )
-    .set(&[], g.agents.waiting_for_live_proxy as f64);
+    .set_in(cluster, &[], g.agents.waiting_for_live_proxy as f64);
     let f = gauge(metric::PROXIES, "Proxies by status: live or expired.");
-    f.set(&[("status", "live")], g.proxies.live as f64);
-    f.set(&[("status", "expired")], g.proxies.expired as f64);
+    f.set_in(cluster, &[("status", "live")], g.proxies.live as f64);
+    f.set_in(cluster, &[("status", "expired")], g.proxies.expired as f64);
     let f = gauge(metric::AUTH_SERVERS, "Auth servers by gRPC health.");
     for &h in Health::ALL {
         let n = g.auth_servers.get(h.as_str()).copied().unwrap_or(0);
-        f.set(&[("health", h.as_str())], n as f64);
+        f.set_in(cluster, &[("health", h.as_str())], n as f64);
     }
     let state = gauge(
         metric::WATCHER_STATE,
@@ -119,12 +136,13 @@ fn state_gauges(s: &AppState, g: &Summary) {
     );
     for (kind, status) in &g.watcher.kinds {
         for &st in WatchState::ALL {
-            state.set(
+            state.set_in(
+                cluster,
                 &[("kind", *kind), ("state", st.as_str())],
                 flag(status.state == st),
             );
         }
-        generation.set(&[("kind", *kind)], status.generation as f64);
+        generation.set_in(cluster, &[("kind", *kind)], status.generation as f64);
     }
     // The hub owns "connected": the fleet's links follow its streams.
     gauge(
@@ -190,7 +208,7 @@ pub const AUTH_SERVER_SERIES: usize = 64;
 /// root cause and each auth server's health. Names come from the cluster,
 /// so these are capped, and rendered here from the read model at every
 /// scrape (the recorder would keep a series that no longer exists).
-fn named_series(text: &mut String, g: &Summary, auths: &[AuthView]) {
+fn named_series(text: &mut String, cluster: &str, g: &Summary, auths: &[AuthView]) {
     use metrics_exporter_prometheus::formatting::{
         sanitize_label_value as escape, write_help_line, write_type_line,
     };
@@ -203,9 +221,10 @@ fn named_series(text: &mut String, g: &Summary, auths: &[AuthView]) {
         .filter(|rc| rc.stranded > 0)
         .take(ROOT_CAUSE_SERIES)
         .collect();
+    let cluster = escape(cluster);
     let cause_labels = |rc: &crate::fleet::view::RootCause| {
         format!(
-            "cause=\"{}\",resource=\"{}\"",
+            "cluster=\"{cluster}\",cause=\"{}\",resource=\"{}\"",
             rc.cause.as_str(),
             escape(&rc.resource)
         )
@@ -238,7 +257,7 @@ fn named_series(text: &mut String, g: &Summary, auths: &[AuthView]) {
         &mut auths.iter().take(AUTH_SERVER_SERIES).map(|a| {
             (
                 format!(
-                    "auth_server=\"{}\",health=\"{}\"",
+                    "cluster=\"{cluster}\",auth_server=\"{}\",health=\"{}\"",
                     escape(&a.name),
                     a.health.as_str()
                 ),

@@ -223,32 +223,43 @@ pub struct Point {
     pub degraded: u32,
 }
 
-/// The oldest kept count (`samples`), if any.
-pub async fn oldest_sample(db: &Db) -> Result<Option<Ts>, sqlx::Error> {
+/// The oldest kept count (`samples`) of `cluster`, or of any cluster
+/// for `None`, if any.
+pub async fn oldest_sample(
+    db: &Db,
+    cluster: Option<&ClusterName>,
+) -> Result<Option<Ts>, sqlx::Error> {
     on_pool!(db, pool => {
-    let (at,): (Option<i64>,) = sqlx::query_as("SELECT MIN(at_us) FROM samples")
-        .fetch_one(pool)
-        .await?;
+    let (at,): (Option<i64>,) =
+        sqlx::query_as("SELECT MIN(at_us) FROM samples WHERE ($1 IS NULL OR cluster = $1)")
+            .bind(cluster.map(ClusterName::as_str))
+            .fetch_one(pool)
+            .await?;
     Ok(at.map(Ts))
     })
 }
 
-/// The counts between `from` and `to`, a point per `step` that holds a
-/// count (minutes nobody counted, such as while no replica led, have
+/// The counts between `from` and `to` of `cluster`, or of every cluster
+/// added up minute by minute for `None`: a point per `step` that holds
+/// a count (minutes nobody counted, such as while no replica led, have
 /// none).
 pub async fn history(
     db: &Db,
+    cluster: Option<&ClusterName>,
     from: Ts,
     to: Ts,
     step: std::time::Duration,
 ) -> Result<Vec<Point>, sqlx::Error> {
     let rows: Vec<(i64, i64, i64, i64)> = on_pool!(db, pool => {
         sqlx::query_as(
-            "SELECT at_us, agents, stranded, degraded FROM samples \
-             WHERE at_us >= $1 AND at_us <= $2 ORDER BY at_us",
+            "SELECT at_us, CAST(SUM(agents) AS BIGINT), CAST(SUM(stranded) AS BIGINT), \
+             CAST(SUM(degraded) AS BIGINT) FROM samples \
+             WHERE at_us >= $1 AND at_us <= $2 AND ($3 IS NULL OR cluster = $3) \
+             GROUP BY at_us ORDER BY at_us",
         )
         .bind(from.as_micros())
         .bind(to.as_micros())
+        .bind(cluster.map(ClusterName::as_str))
         .fetch_all(pool)
         .await
     })?;

@@ -68,6 +68,16 @@ fn batch(addr: &str, episode: i64) -> WriteBatch {
         },
         100,
     );
+    // A count each minute: `episode` agents stranded of ten.
+    let stranded = u32::try_from(episode).unwrap();
+    for minute in 0..2 {
+        b.samples.push(lifeline::domain::Census {
+            at: lifeline::Ts::from_micros(60_000_000 * (minute + 1)),
+            agents: 10,
+            stranded,
+            degraded: 0,
+        });
+    }
     b
 }
 
@@ -149,6 +159,26 @@ async fn the_same_name_in_two_clusters_is_two_rows_and_each_loads_its_own(store)
     .unwrap();
     let got: Vec<(i64, &str)> = signals.iter().map(|s| (s.id, s.cluster.as_str())).collect();
     assert_eq!(got, [(1, "east")]);
+
+    // The counts over time: each cluster's own, or every cluster's added
+    // up minute by minute.
+    let counts = |c: Option<ClusterName>| {
+        let db = db.clone();
+        async move {
+            let (from, to) = (lifeline::Ts::from_micros(0), lifeline::Ts::from_micros(600_000_000));
+            let points = lifeline::store::incidents::history(&db, c.as_ref(), from, to, Duration::from_secs(60))
+                .await
+                .unwrap();
+            points.iter().map(|p| (p.agents, p.stranded)).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(counts(Some(east.clone())).await, [(10, 1), (10, 1)]);
+    assert_eq!(counts(Some(west.clone())).await, [(10, 2), (10, 2)]);
+    assert_eq!(counts(None).await, [(20, 3), (20, 3)]);
+    let oldest = lifeline::store::incidents::oldest_sample(&db, Some(&west)).await.unwrap();
+    assert_eq!(oldest, Some(lifeline::Ts::from_micros(60_000_000)));
+    let nobody = lifeline::store::incidents::oldest_sample(&db, Some(&"north".into())).await.unwrap();
+    assert_eq!(nobody, None);
 }
 }
 
@@ -156,7 +186,8 @@ async fn the_same_name_in_two_clusters_is_two_rows_and_each_loads_its_own(store)
 /// `?cluster=`": the fleet's lists and the history's each name the
 /// configured cluster; narrowed to it they are the same; a name no cluster
 /// is watched under is a 404 that lists the names that are; `/readyz`
-/// reports the cluster by name.
+/// reports the cluster by name; the history is the cluster's; the
+/// per-state metrics carry its name.
 #[tokio::test(start_paused = true)]
 async fn every_item_names_its_cluster_and_every_list_narrows_to_one() {
     let c = Cluster::new()
@@ -196,6 +227,61 @@ async fn every_item_names_its_cluster_and_every_list_narrows_to_one() {
             message.contains("\"us-east\"") && message.contains("watched: eu-west"),
             "{path}: {body}"
         );
+    }
+    // The counts over time are the cluster's.
+    let history = "/api/v1/history?series=agents&since=1h";
+    c.advance_until(
+        "a minute's count is kept",
+        Duration::from_secs(180),
+        || async {
+            c.ok(history).await["points"]
+                .as_array()
+                .is_some_and(|p| !p.is_empty())
+        },
+    )
+    .await;
+    c.flush().await;
+    let all = c.ok(history).await;
+    assert_eq!(c.ok(&format!("{history}&cluster=eu-west")).await, all);
+    let (status, body) = c.get(&format!("{history}&cluster=us-east")).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (404, Some("unknown_cluster")),
+        "{body}"
+    );
+    // The per-state gauges and the named series count the cluster, by name.
+    let text = c.get_text("/metrics").await.1;
+    let scrape =
+        prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).expect("parses");
+    let families = [
+        "lifeline_agents",
+        "lifeline_agents_waiting_for_live_proxy",
+        "lifeline_proxies",
+        "lifeline_auth_servers",
+        "lifeline_watcher_state",
+        "lifeline_watcher_generation",
+        "lifeline_root_cause_agents",
+        "lifeline_auth_server_health",
+    ];
+    for family in families {
+        let samples: Vec<_> = scrape
+            .samples
+            .iter()
+            .filter(|s| s.metric == family)
+            .collect();
+        // A root cause is a series only while it strands an agent.
+        assert!(
+            !samples.is_empty() || family == "lifeline_root_cause_agents",
+            "{family}: {text}"
+        );
+        for s in samples {
+            assert_eq!(
+                s.labels.get("cluster"),
+                Some("eu-west"),
+                "{family}: {:?}",
+                s.labels
+            );
+        }
     }
     let incident = c.ok("/api/v1/incidents").await["items"][0].clone();
     let one = c.ok(&format!("/api/v1/incidents/{}", incident["id"])).await;

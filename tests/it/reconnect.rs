@@ -225,7 +225,7 @@ async fn agents_with_nowhere_to_go_wait_for_a_live_proxy() {
     assert_eq!(s["signals"]["storm_guard"]["agents_retrying"], 0, "{s}");
     let (_, metrics) = c.get_text("/metrics").await;
     assert!(
-        metrics.contains("lifeline_agents_waiting_for_live_proxy 6"),
+        metrics.contains("lifeline_agents_waiting_for_live_proxy{cluster=\"default\"} 6"),
         "{metrics}"
     );
 

@@ -43,9 +43,14 @@ async fn day_strip(st: &AppState, now: Ts) -> Result<std::sync::Arc<Strip>, UiEr
         }
     }
     let from = now.saturating_sub(DAY);
-    let points =
-        crate::store::incidents::history(&st.db, from, now, crate::fleet::model::SAMPLE_EVERY)
-            .await?;
+    let points = crate::store::incidents::history(
+        &st.db,
+        None,
+        from,
+        now,
+        crate::fleet::model::SAMPLE_EVERY,
+    )
+    .await?;
     let incidents = crate::store::incidents::overlapping(&st.db, from, STRIP_INCIDENTS).await?;
     let s = std::sync::Arc::new(incident_svg::strip(from, now, &points, &incidents));
     st.ui.set_strip(now, s.clone());
