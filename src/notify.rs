@@ -59,11 +59,8 @@ pub fn start(
         return Ok(());
     }
     let cx = alert::Context {
-        cluster: if n.cluster.is_empty() {
-            cfg.cluster.addr.clone()
-        } else {
-            n.cluster.clone()
-        },
+        home: cfg.cluster.cluster(),
+        relabel: Some(n.cluster.clone()).filter(|c| !c.is_empty()),
         external_url: cfg.server.external_url(),
         runbook_url: n.runbook_url.clone(),
     };

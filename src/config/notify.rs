@@ -18,8 +18,10 @@ pub const MAX_ALERTMANAGERS: usize = 16;
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct NotifyConfig {
-    /// The `cluster` label on alerts and in webhook bodies; empty: the
-    /// cluster's address as `[cluster] addr` names it.
+    /// The one-cluster form's `cluster` label on alerts and in webhook
+    /// bodies, in place of its name; empty: each notice names its
+    /// cluster as Lifeline does (`name` of `[cluster]` or of its
+    /// `[[clusters]]` entry).
     pub cluster: String,
     /// The `runbook_url` annotation: what on-call does about an incident;
     /// empty: the incident's own page (its postmortem and what Lifeline

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::clock::Ts;
-use crate::domain::{Incident, Severity};
+use crate::domain::{About, ClusterName, Incident, Severity};
 
 /// `alertname` of every incident alert.
 pub const ALERT_NAME: &str = "LifelineIncident";
@@ -30,12 +30,31 @@ pub struct Alert {
 /// URL and the runbook (empty: the incident's own page).
 #[derive(Clone, Debug)]
 pub struct Context {
-    pub cluster: String,
+    /// The cluster a notice names none of is about (a pause, a window,
+    /// or an incident stored before clusters were named): the one
+    /// configured.
+    pub home: ClusterName,
+    /// `[notify] cluster`, where set: the one-cluster form's label
+    /// instead of its name.
+    pub relabel: Option<String>,
     pub external_url: String,
     pub runbook_url: String,
 }
 
 impl Context {
+    /// The `cluster` label and body field of a notice about `about`: its
+    /// incident's cluster, else the configured one; the one-cluster
+    /// form's `[notify] cluster` instead, where set.
+    pub fn cluster(&self, about: &About) -> String {
+        if let Some(label) = &self.relabel {
+            return label.clone();
+        }
+        match about {
+            About::Incident(i) if !i.cluster.as_str().is_empty() => i.cluster.to_string(),
+            _ => self.home.to_string(),
+        }
+    }
+
     /// The incident's page on the dashboard.
     pub fn page(&self, id: i64) -> String {
         format!("{}/incidents/{id}", self.external_url)
@@ -61,7 +80,7 @@ pub fn alert(
         ("cause", i.cause.as_str().to_string()),
         ("resource", i.resource.clone()),
         ("severity", severity.as_str().to_string()),
-        ("cluster", cx.cluster.clone()),
+        ("cluster", cx.cluster(&About::Incident(i.clone()))),
         ("lifeline_incident", i.id.to_string()),
     ]);
     // A rollout's incident is told as such: route or inhibit it on
@@ -133,10 +152,38 @@ mod tests {
 
     fn cx() -> Context {
         Context {
-            cluster: "prod".into(),
+            home: "default".into(),
+            relabel: Some("prod".into()),
             external_url: "https://lifeline.example.com".into(),
             runbook_url: String::new(),
         }
+    }
+
+    #[test]
+    fn the_cluster_label_is_the_incidents_cluster_unless_relabelled() {
+        let named = |relabel: Option<&str>| Context {
+            home: "home".into(),
+            relabel: relabel.map(Into::into),
+            ..cx()
+        };
+        let mut i = incident(5, None);
+        i.cluster = "eu-west".into();
+        let label = |cx: &Context, i: &Incident| {
+            alert(
+                i,
+                cx,
+                Ts::from_micros(0),
+                Duration::from_secs(60),
+                Severity::Critical,
+            )
+            .labels["cluster"]
+                .clone()
+        };
+        assert_eq!(label(&named(None), &i), "eu-west");
+        assert_eq!(label(&named(Some("prod")), &i), "prod");
+        // Stored before clusters were named: the configured one's.
+        i.cluster = "".into();
+        assert_eq!(label(&named(None), &i), "home");
     }
 
     #[test]

@@ -334,7 +334,8 @@ pub struct WebhookEvent {
     pub kind: NoticeKind,
     /// When it happened.
     pub created: Ts,
-    /// `[notify] cluster`.
+    /// The cluster it is about: an incident's own, else the one
+    /// configured (`[notify] cluster` instead, where set).
     pub cluster: String,
     pub data: WebhookData,
 }
@@ -391,7 +392,7 @@ pub fn envelope(n: &Notice, cx: &Context) -> WebhookEvent {
         id: n.id,
         kind: n.kind,
         created: n.at,
-        cluster: cx.cluster.clone(),
+        cluster: cx.cluster(&n.about),
         data,
     }
 }
@@ -410,7 +411,7 @@ pub fn slack_escape(s: &str) -> String {
 /// is escaped.
 pub fn slack_text(n: &Notice, cx: &Context) -> String {
     let e = |s: &str| slack_escape(s);
-    let cluster = e(&cx.cluster);
+    let cluster = e(&cx.cluster(&n.about));
     let kind = n.kind.as_str();
     match &n.about {
         About::Incident(i) => {
@@ -493,7 +494,8 @@ mod tests {
 
     fn cx(cluster: &str, external_url: &str) -> Context {
         Context {
-            cluster: cluster.into(),
+            home: "default".into(),
+            relabel: Some(cluster.into()),
             external_url: external_url.into(),
             runbook_url: String::new(),
         }

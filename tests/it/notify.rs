@@ -211,7 +211,9 @@ async fn a_receiver_failing_for_two_minutes_gets_every_event_in_order(store) {
     let bodies: Vec<serde_json::Value> = got.iter().map(|r| r.json()).collect();
     assert_documented(&c, &bodies).await;
     let body = got.last().expect("one").json();
-    assert_eq!(body["cluster"], c.cfg.cluster.addr);
+    // Each notice names its incident's cluster, by the name the pages use.
+    assert_eq!(body["cluster"], c.cfg.cluster.cluster().as_str(), "{body}");
+    assert_eq!(body["data"]["incident"]["cluster"], body["cluster"], "{body}");
     assert!(body["data"]["incident"]["url"].as_str().is_some_and(|u| u.contains("/incidents/")), "{body}");
     assert!(["critical", "warning"].contains(&body["data"]["incident"]["severity"].as_str().unwrap_or("")));
 
