@@ -245,7 +245,10 @@ impl Maintenance {
         let now = self.clock.now();
         match rows::in_force(&self.db, now).await {
             Ok(list) => {
-                self.fleet.set_windows(Windows::new(list.clone())).await;
+                // The fleet holds each window as it holds in its cluster.
+                let cluster = self.fleet.cluster();
+                let here = list.iter().filter_map(|w| w.in_cluster(cluster)).collect();
+                self.fleet.set_windows(Windows::new(here)).await;
                 self.in_force.send_replace(Arc::new(list));
                 self.changed.notify_one();
             }
@@ -295,6 +298,18 @@ impl Maintenance {
                 .zip(known)
                 .filter(|(_, k)| !k)
                 .map(|(t, _)| format!("target {} names nothing Lifeline knows now", t.as_str())),
+        );
+        let cluster = self.fleet.cluster();
+        warnings.extend(
+            new.targets
+                .iter()
+                .filter(|t| !t.in_cluster(cluster))
+                .map(|t| {
+                    format!(
+                        "target {} names no cluster Lifeline watches (watched: {cluster})",
+                        t.as_str()
+                    )
+                }),
         );
         let w = rows::create(&self.db, &new, actor, now)
             .await?

@@ -42,7 +42,8 @@ pub enum AlpnUpgrade {
 pub struct ClusterConfig {
     /// The cluster's name in Lifeline: what its pages, API and
     /// notifications call it. 1 to 63 letters, digits, `-`, `_` and `.`,
-    /// starting with a letter or digit; unique among `[[clusters]]`. In
+    /// starting with a letter or digit, and not `proxy`, `auth_server` or
+    /// `agent` (a maintenance target's kinds); unique among `[[clusters]]`. In
     /// the one-cluster form `[cluster]`, it defaults to `cluster_name`
     /// when that follows the rule, else to `default`.
     pub name: String,
@@ -299,11 +300,13 @@ pub const DEFAULT_CLUSTER_NAME: &str = "default";
 pub const MAX_CLUSTER_NAME: usize = 63;
 /// What a cluster name may be, as errors say it.
 pub const CLUSTER_NAME_RULE: &str =
-    "1 to 63 letters, digits, '-', '_' and '.', starting with a letter or digit";
+    "1 to 63 letters, digits, '-', '_' and '.', starting with a letter or digit, \
+     and not proxy, auth_server or agent (a maintenance target's kinds)";
 
 /// True when `name` follows [`CLUSTER_NAME_RULE`].
 pub fn valid_cluster_name(name: &str) -> bool {
-    name.len() <= MAX_CLUSTER_NAME
+    name.parse::<crate::domain::TargetKind>().is_err()
+        && name.len() <= MAX_CLUSTER_NAME
         && name
             .chars()
             .next()
@@ -479,6 +482,11 @@ mod tests {
             ("[[clusters]]\nname = \"\"\n", "clusters[0].name"),
             ("[[clusters]]\nname = \"-x\"\n", "clusters[0].name"),
             ("[[clusters]]\nname = \"a/b\"\n", "not a cluster name"),
+            // A maintenance target's kind: `proxy/…` must read one way.
+            (
+                "[[clusters]]\nname = \"proxy\"\n",
+                "not proxy, auth_server or agent",
+            ),
             (
                 &format!("[[clusters]]\nname = \"{}\"\n", "a".repeat(64)),
                 "not a cluster name",

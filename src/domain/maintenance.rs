@@ -15,9 +15,13 @@ use super::named_enum;
 pub const MAX_TARGETS: usize = 100;
 /// The longest name a target's pattern may need (a DNS name's).
 pub const MAX_PATTERN: usize = 253;
-/// The longest target, in characters: the longest kind, `/`, and the
-/// longest name (the schema's `maxLength`).
-pub const MAX_TARGET: usize = "auth_server/".len() + MAX_PATTERN;
+/// The longest cluster pattern a target may start with (a cluster name's
+/// length).
+pub const MAX_CLUSTER_PATTERN: usize = 63;
+/// The longest target, in characters: the longest cluster pattern, `/`,
+/// the longest kind, `/`, and the longest name (the schema's
+/// `maxLength`).
+pub const MAX_TARGET: usize = MAX_CLUSTER_PATTERN + "/auth_server/".len() + MAX_PATTERN;
 /// The longest reason, in characters.
 pub const MAX_REASON: usize = 1000;
 
@@ -32,11 +36,15 @@ named_enum! {
 }
 
 /// One target: a kind and a name or glob (`*`, `?`, `[a-z]`), written
-/// `proxy/proxy-2`, `auth_server/auth-*`, `agent/node-1?`.
+/// `proxy/proxy-2`, `auth_server/auth-*`, `agent/node-1?`, in every
+/// cluster; or after a cluster's name or glob (`*`, `?`), in those
+/// clusters only: `prod-eu/proxy/proxy-2`, `prod-*/agent/db-*`.
 #[derive(Clone, Debug)]
 pub struct Target {
     pub kind: TargetKind,
     text: String,
+    /// The clusters it names; `None`: every cluster.
+    cluster: Option<glob::Pattern>,
     pattern: glob::Pattern,
 }
 
@@ -63,13 +71,16 @@ pub enum TargetError {
     Unsafe(String),
     #[error("a target's glob does not parse: {0}")]
     Glob(String),
+    #[error("a target's cluster is 1 to {MAX_CLUSTER_PATTERN} letters, digits, '-', '_', '.', '*' and '?' before its kind (prod-eu/proxy/…)")]
+    Cluster,
 }
 
-/// A target as the API's schema states it (`pattern`): a kind, `/`, and a
-/// name of safe characters where `[` and `]` only open and close a class
+/// A target as the API's schema states it (`pattern`): optionally a
+/// cluster's name or glob and `/`, then a kind, `/`, and a name of safe
+/// characters where `[` and `]` only open and close a class
 /// (`[a-z]`, `[!0-9]`). [`Target::parse`] accepts exactly this (and a name
 /// of at most [`MAX_PATTERN`] characters).
-pub const TARGET_PATTERN: &str = r"^(proxy|auth_server|agent)/([^\[\]\u0000-\u001f\u007f-\u009f\u2028\u2029]|\[(![^\[\]\u0000-\u001f\u007f-\u009f\u2028\u2029]|[^!\[\]\u0000-\u001f\u007f-\u009f\u2028\u2029])[^\[\]\u0000-\u001f\u007f-\u009f\u2028\u2029]*\])+$";
+pub const TARGET_PATTERN: &str = r"^([A-Za-z0-9._*?-]{1,63}/)?(proxy|auth_server|agent)/([^\[\]\u0000-\u001f\u007f-\u009f\u2028\u2029]|\[(![^\[\]\u0000-\u001f\u007f-\u009f\u2028\u2029]|[^!\[\]\u0000-\u001f\u007f-\u009f\u2028\u2029])[^\[\]\u0000-\u001f\u007f-\u009f\u2028\u2029]*\])+$";
 
 /// Whether a name is written as [`TARGET_PATTERN`] says (after its kind).
 fn glob_problem(name: &str) -> Option<String> {
@@ -102,12 +113,48 @@ fn matches_everything(name: &str) -> bool {
     !name.is_empty() && name.chars().all(|c| c == '*')
 }
 
+/// A run of `*` as one `*`: names hold no path, and the glob crate reads
+/// `**` as a path's wildcard (and refuses it inside a name).
+fn one_star(s: &str) -> String {
+    let mut glob = String::with_capacity(s.len());
+    for c in s.chars() {
+        if !(c == '*' && glob.ends_with('*')) {
+            glob.push(c);
+        }
+    }
+    glob
+}
+
 impl Target {
     pub fn parse(s: &str) -> Result<Target, TargetError> {
-        let (kind, name) = s.split_once('/').ok_or(TargetError::NoKind)?;
-        let kind = kind
-            .parse::<TargetKind>()
-            .map_err(|_| TargetError::Kind(super::text::bounded(kind, 64)))?;
+        let (first, rest) = s.split_once('/').ok_or(TargetError::NoKind)?;
+        // `kind/name`, or `cluster/kind/name` when the first part is no
+        // kind and a kind follows it.
+        let (cluster, kind, name) = match first.parse::<TargetKind>() {
+            Ok(kind) => (None, kind, rest),
+            Err(_) => match rest.split_once('/') {
+                Some((kind, name)) => {
+                    let kind = kind
+                        .parse::<TargetKind>()
+                        .map_err(|_| TargetError::Kind(super::text::bounded(kind, 64)))?;
+                    (Some(first), kind, name)
+                }
+                None => return Err(TargetError::Kind(super::text::bounded(first, 64))),
+            },
+        };
+        let cluster = match cluster {
+            None => None,
+            Some(c) => {
+                let fits = (1..=MAX_CLUSTER_PATTERN).contains(&c.len())
+                    && c.chars().all(|c| {
+                        c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '*' | '?')
+                    });
+                if !fits {
+                    return Err(TargetError::Cluster);
+                }
+                Some(glob::Pattern::new(&one_star(c)).map_err(|_| TargetError::Cluster)?)
+            }
+        };
         if name.is_empty() {
             return Err(TargetError::Empty);
         }
@@ -120,29 +167,28 @@ impl Target {
         if let Some(p) = glob_problem(name) {
             return Err(TargetError::Glob(p));
         }
-        // Names hold no path, so a run of `*` is one `*` (the glob crate
-        // reads `**` as a path's wildcard, and refuses it inside a name).
-        let mut glob = String::with_capacity(name.len());
-        for c in name.chars() {
-            if !(c == '*' && glob.ends_with('*')) {
-                glob.push(c);
-            }
-        }
-        let pattern =
-            glob::Pattern::new(&glob).map_err(|e| TargetError::Glob(e.msg.to_string()))?;
+        let pattern = glob::Pattern::new(&one_star(name))
+            .map_err(|e| TargetError::Glob(e.msg.to_string()))?;
         Ok(Target {
             kind,
             text: s.to_string(),
+            cluster,
             pattern,
         })
     }
 
-    /// It names every resource of its kind (`agent/*`): a window with it
-    /// needs `all`.
+    /// It names every resource of its kind (`agent/*`, in one cluster or
+    /// all): a window with it needs `all`.
     pub fn is_everything(&self) -> bool {
-        self.text
-            .split_once('/')
-            .is_some_and(|(_, n)| matches_everything(n))
+        matches_everything(self.name())
+    }
+
+    /// Whether it names resources of `cluster`: a target without a
+    /// cluster names every cluster's.
+    pub fn in_cluster(&self, cluster: &super::ClusterName) -> bool {
+        self.cluster
+            .as_ref()
+            .is_none_or(|p| p.matches(cluster.as_str()))
     }
 
     /// As written: `proxy/proxy-2`.
@@ -152,7 +198,15 @@ impl Target {
 
     /// The name or glob after the kind: `proxy-2`, `db-*`.
     pub fn name(&self) -> &str {
-        self.text.split_once('/').map_or("", |(_, n)| n)
+        fn after_first(s: &str) -> &str {
+            s.split_once('/').map_or("", |(_, n)| n)
+        }
+        let rest = after_first(&self.text);
+        if self.cluster.is_some() {
+            after_first(rest)
+        } else {
+            rest
+        }
     }
 
     /// Whether its name is a glob (`*`, `?`, `[class]`) rather than one
@@ -429,6 +483,21 @@ impl Window {
     pub fn covers(&self, kind: TargetKind, name: &str) -> bool {
         self.targets.iter().any(|t| t.matches(kind, name))
     }
+
+    /// The window as it holds in `cluster`: only its targets there, or
+    /// `None` when it names nothing there.
+    pub fn in_cluster(&self, cluster: &super::ClusterName) -> Option<Window> {
+        let targets: Vec<Target> = self
+            .targets
+            .iter()
+            .filter(|t| t.in_cluster(cluster))
+            .cloned()
+            .collect();
+        (!targets.is_empty()).then(|| Window {
+            targets,
+            ..self.clone()
+        })
+    }
 }
 
 /// The kind of resource a cause names, when a window may name it.
@@ -505,6 +574,8 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    use crate::domain::ClusterName;
+
     fn t(s: u64) -> Ts {
         Ts::ZERO.saturating_add(Duration::from_secs(s))
     }
@@ -555,6 +626,32 @@ mod tests {
             ),
         ];
         for (s, want) in cases {
+            assert_eq!(Target::parse(s).err(), Some(want), "{s:?}");
+        }
+        // Before its kind, a cluster's name or glob; none: every cluster.
+        let (eu, us) = (ClusterName::new("prod-eu"), ClusterName::new("prod-us"));
+        let one = Target::parse("prod-eu/proxy/proxy-*").unwrap();
+        assert!(one.in_cluster(&eu) && !one.in_cluster(&us));
+        assert!(one.matches(TargetKind::Proxy, "proxy-12"));
+        assert_eq!(
+            (one.name(), one.as_str()),
+            ("proxy-*", "prod-eu/proxy/proxy-*")
+        );
+        let prods = Target::parse("prod-**/agent/*").unwrap();
+        assert!(prods.in_cluster(&eu) && prods.in_cluster(&us));
+        assert!(!prods.in_cluster(&ClusterName::new("staging")));
+        assert!(prods.is_everything());
+        let every = Target::parse("proxy/prod-eu/p1").unwrap();
+        assert_eq!(
+            (every.kind, every.name()),
+            (TargetKind::Proxy, "prod-eu/p1")
+        );
+        assert!(every.in_cluster(&us));
+        for (s, want) in [
+            ("prod/node/a", TargetError::Kind("node".into())),
+            ("pr[od]/agent/a", TargetError::Cluster),
+            ("prod eu/agent/a", TargetError::Cluster),
+        ] {
             assert_eq!(Target::parse(s).err(), Some(want), "{s:?}");
         }
         // Names hold no path: `**` is `*`, wherever it is.

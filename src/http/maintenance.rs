@@ -259,6 +259,7 @@ pub(super) async fn window_of(s: &AppState, agent: &str) -> Option<WindowNote> {
     m.in_force()
         .iter()
         .filter(|w| w.active(now))
+        .filter_map(|w| w.in_cluster(s.fleet.cluster()))
         .find(|w| Some(w.id) == planned || w.covers(crate::domain::TargetKind::Agent, agent))
         .map(|w| WindowNote {
             id: w.id,

@@ -147,12 +147,15 @@ impl Model {
     }
 
     /// For each target, whether it names at least one resource the fleet
-    /// knows (a window over nothing is likely a typo, and is said so).
+    /// knows in its cluster (a window over nothing is likely a typo, and is
+    /// said so).
     pub(in crate::fleet) fn known_targets(&self, targets: &[crate::domain::Target]) -> Vec<bool> {
+        let cluster = self.cluster();
         use crate::domain::TargetKind;
         targets
             .iter()
             .map(|t| match t.kind {
+                _ if !t.in_cluster(cluster) => false,
                 TargetKind::Proxy => self.proxies.keys().any(|p| t.matches(t.kind, p)),
                 TargetKind::AuthServer => self.auths.keys().any(|a| t.matches(t.kind, a)),
                 TargetKind::Agent => self.agent_order.iter().any(|a| t.matches(t.kind, a)),
