@@ -46,6 +46,7 @@ impl Principal {
 struct Join {
     hash: [u8; 32],
     agents: Option<Arc<[String]>>,
+    clusters: Option<Arc<[String]>>,
 }
 
 /// What one signal stream may call itself, decided when it opened: the
@@ -55,11 +56,23 @@ struct Join {
 pub struct AgentGrant {
     /// Patterns (`*` matches any run); `None`: any name.
     pub names: Option<Arc<[String]>>,
+    /// The clusters (by name) whose agents it admits; `None`: any.
+    pub clusters: Option<Arc<[String]>>,
     /// The certificate's CN and DNS/URI SANs; `None`: not checked.
     pub certificate: Option<Vec<String>>,
 }
 
 impl AgentGrant {
+    /// Whether this stream may speak for agents of `cluster`; why not.
+    pub fn admits_cluster(&self, cluster: &str) -> Result<(), NotAdmitted> {
+        match &self.clusters {
+            Some(c) if !c.iter().any(|c| c == cluster) => Err(NotAdmitted::TokenClusters {
+                clusters: c.join(", "),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// Whether `agent` is a name this stream may speak for; why not.
     pub fn admits(&self, agent: &str) -> Result<(), NotAdmitted> {
         if let Some(names) = &self.names {
@@ -87,6 +100,8 @@ impl AgentGrant {
 pub enum NotAdmitted {
     #[error("the join token admits only agents named {patterns}")]
     TokenNames { patterns: String },
+    #[error("the join token admits only agents of the clusters {clusters}")]
+    TokenClusters { clusters: String },
     #[error("access.agent_identity is \"certificate\" and the client certificate names no agent (no CN, DNS or URI SAN)")]
     CertificateNamesNone,
     #[error("access.agent_identity is \"certificate\" and the client certificate's CN and SANs do not name this agent")]
@@ -398,6 +413,7 @@ impl Access {
                     Some(Join {
                         hash: parse_hash(j.sha256())?,
                         agents: j.agents().map(Arc::from),
+                        clusters: j.clusters().map(Arc::from),
                     })
                 })
                 .collect(),
@@ -468,6 +484,7 @@ impl Access {
         let j = found?;
         Some(AgentGrant {
             names: j.agents.clone(),
+            clusters: j.clusters.clone(),
             certificate: (self.identity == AgentIdentity::Certificate)
                 .then(|| leaf.map(certificate_names).unwrap_or_default()),
         })
@@ -661,7 +678,8 @@ mod tests {
                     hash_hex("join-me").into(),
                     crate::config::JoinToken::Bound {
                         sha256: hash_hex("web-only"),
-                        agents: crate::config::AgentNames::One("web-*".into()),
+                        agents: Some(crate::config::AgentNames::One("web-*".into())),
+                        clusters: None,
                     },
                 ],
                 ..AccessConfig::default()
@@ -736,9 +754,30 @@ mod tests {
         assert!(certificate_names(b"not a certificate").is_empty());
         let g = AgentGrant {
             names: None,
+            clusters: None,
             certificate: Some(names),
         };
         assert!(g.admits("a01").is_ok() && g.admits("a02").is_err());
+        // A grant bound to clusters admits their agents only.
+        let g = AgentGrant {
+            names: None,
+            clusters: Some(Arc::from(vec![
+                "prod-eu".to_string(),
+                "prod-us".to_string(),
+            ])),
+            certificate: None,
+        };
+        assert!(g.admits_cluster("prod-us").is_ok());
+        assert_eq!(
+            g.admits_cluster("staging").unwrap_err().to_string(),
+            "the join token admits only agents of the clusters prod-eu, prod-us"
+        );
+        assert!(AgentGrant {
+            clusters: None,
+            ..g
+        }
+        .admits_cluster("staging")
+        .is_ok());
     }
 
     #[tokio::test(start_paused = true)]

@@ -333,11 +333,32 @@ impl Config {
             cluster::validate_clusters(&self.clusters)?;
         }
         cluster::validate_auth_servers(&self.auth_servers)?;
+        self.check_token_clusters()?;
         self.health.validate()?;
         self.storage.validate()?;
         self.fleet.validate()?;
         self.notify.validate()?;
         self.signals.validate()
+    }
+
+    /// Each join token's `clusters` names clusters configured here.
+    fn check_token_clusters(&self) -> Result<(), ConfigError> {
+        let configured: Vec<&str> = self.clusters().iter().map(|c| c.name.as_str()).collect();
+        for (i, j) in self.access.join_tokens.iter().enumerate() {
+            for name in j.clusters().unwrap_or_default() {
+                if !configured.contains(&name.as_str()) {
+                    return Err(invalid(
+                        format!("access.join_tokens[{i}].clusters"),
+                        format!(
+                            "names {:?}, which is no configured cluster's name (configured: {})",
+                            crate::domain::text::bounded(&name, 80),
+                            configured.join(", ")
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The parsed `signals.grpc_client_lb_policy`.
@@ -559,6 +580,48 @@ mod tests {
                 .to_string();
             assert!(e.contains(field), "{toml}: {e}");
         }
+    }
+
+    #[test]
+    fn a_join_token_binds_to_the_clusters_it_names_and_only_configured_ones() {
+        let h = "a".repeat(64);
+        let c = Config::from_toml(&format!(
+            "[cluster]\nname = \"prod-eu\"\n[access]\njoin_tokens = [{{ sha256 = \"{h}\", clusters = \"prod-eu\" }}, {{ sha256 = \"{h}\", agents = \"web-*\", clusters = [\"prod-eu\"] }}]\n"
+        ))
+        .unwrap();
+        c.validate().unwrap();
+        type Names = Option<Vec<String>>;
+        let bound: Vec<(Names, Names)> = c
+            .access
+            .join_tokens
+            .iter()
+            .map(|j| (j.agents(), j.clusters()))
+            .collect();
+        let prod = Some(vec!["prod-eu".to_string()]);
+        assert_eq!(
+            bound,
+            [
+                (None, prod.clone()),
+                (Some(vec!["web-*".to_string()]), prod)
+            ]
+        );
+        for (toml, want) in [
+            (
+                format!("[access]\njoin_tokens = [{{ sha256 = \"{h}\", clusters = \"prod-us\" }}]\n"),
+                "access.join_tokens[0].clusters`: names \"prod-us\", which is no configured cluster's name (configured: default)",
+            ),
+            (
+                format!("[access]\njoin_tokens = [{{ sha256 = \"{h}\", clusters = [] }}]\n"),
+                "access.join_tokens[0].clusters",
+            ),
+        ] {
+            let e = Config::from_toml(&toml).unwrap().validate().unwrap_err().to_string();
+            assert!(e.contains(want), "{toml}: {e}");
+        }
+        // A key it does not know is refused, not read as "any cluster".
+        let typo =
+            format!("[access]\njoin_tokens = [{{ sha256 = \"{h}\", cluster = \"prod-eu\" }}]\n");
+        assert!(Config::from_toml(&typo).is_err(), "{typo}");
     }
 
     #[test]

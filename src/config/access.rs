@@ -37,19 +37,26 @@ named_enum! {
     }
 }
 
-/// One entry of `access.join_tokens`: a hash alone admits any agent name;
-/// a table may list the names (`*` matches any run of characters) its
-/// token admits.
+/// One entry of `access.join_tokens`: a hash alone admits any agent name
+/// of any cluster; a table may list the names (`*` matches any run of
+/// characters) and the clusters (by name) its token admits.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
-#[serde(untagged)]
+#[serde(untagged, deny_unknown_fields)]
 pub enum JoinToken {
     /// Hex SHA-256 of the token.
     Any(String),
-    /// `{ sha256 = "…", agents = "web-*" }` or `agents = ["a", "b-*"]`.
-    Bound { sha256: String, agents: AgentNames },
+    /// `{ sha256 = "…", agents = "web-*" }` or `agents = ["a", "b-*"]`;
+    /// `clusters = "prod-eu"` or `clusters = ["prod-eu", "prod-us"]`.
+    Bound {
+        sha256: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        agents: Option<AgentNames>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        clusters: Option<AgentNames>,
+    },
 }
 
-/// One name pattern or several.
+/// One name (or pattern) or several.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(untagged)]
 pub enum AgentNames {
@@ -68,14 +75,24 @@ impl JoinToken {
     pub fn agents(&self) -> Option<Vec<String>> {
         match self {
             JoinToken::Any(_) => None,
-            JoinToken::Bound {
-                agents: AgentNames::One(p),
-                ..
-            } => Some(vec![p.clone()]),
-            JoinToken::Bound {
-                agents: AgentNames::Many(p),
-                ..
-            } => Some(p.clone()),
+            JoinToken::Bound { agents, .. } => agents.as_ref().map(AgentNames::to_vec),
+        }
+    }
+
+    /// The clusters (by name) whose agents it admits; `None`: any.
+    pub fn clusters(&self) -> Option<Vec<String>> {
+        match self {
+            JoinToken::Any(_) => None,
+            JoinToken::Bound { clusters, .. } => clusters.as_ref().map(AgentNames::to_vec),
+        }
+    }
+}
+
+impl AgentNames {
+    fn to_vec(&self) -> Vec<String> {
+        match self {
+            AgentNames::One(p) => vec![p.clone()],
+            AgentNames::Many(p) => p.clone(),
         }
     }
 }
@@ -110,7 +127,9 @@ pub struct AccessConfig {
     /// Hex SHA-256 of each join token agents may present on
     /// `AgentSignals.Connect` (`authorization: Bearer <token>` metadata).
     /// Empty: no agent can connect. An entry may be a table naming the
-    /// agents its token admits (`{ sha256 = "…", agents = "web-*" }`).
+    /// agents its token admits (`{ sha256 = "…", agents = "web-*" }`),
+    /// the clusters whose agents it admits (`clusters = "prod-eu"` or a
+    /// list, by their configured names), or both.
     pub join_tokens: Vec<JoinToken>,
     /// What proves an agent's name: `token` (the join token, and its
     /// `agents` when listed) or `certificate` (the client certificate's
@@ -364,7 +383,7 @@ impl AccessConfig {
             if !hex64(j.sha256()) {
                 return Err(invalid(
                     format!("access.join_tokens[{i}]"),
-                    "must be a join token's SHA-256 as 64 hex digits (see `lifeline token new`), or a table { sha256 = \"…\", agents = \"web-*\" }",
+                    "must be a join token's SHA-256 as 64 hex digits (see `lifeline token new`), or a table { sha256 = \"…\", agents = \"web-*\", clusters = \"prod-eu\" }",
                 ));
             }
             if let Some(names) = j.agents() {
@@ -380,6 +399,12 @@ impl AccessConfig {
                         "must name at least one agent pattern of 1 to 253 printable characters ('*' matches any run)",
                     ));
                 }
+            }
+            if j.clusters().is_some_and(|c| c.is_empty()) {
+                return Err(invalid(
+                    format!("access.join_tokens[{i}].clusters"),
+                    "must name at least one cluster (a [[clusters]] name), or be left out for any",
+                ));
             }
         }
         positive(

@@ -18,11 +18,21 @@ async fn open(
     Result<tonic::Streaming<pb::Signal>, tonic::Status>,
     tokio::sync::mpsc::Sender<pb::AgentMessage>,
 ) {
+    open_with(addr, token, pb::AgentMessage::hello(agent, "test", 2)).await
+}
+
+/// [`open`] with the Hello `hello`.
+async fn open_with(
+    addr: LifelineAddr,
+    token: &str,
+    hello: pb::AgentMessage,
+) -> (
+    Result<tonic::Streaming<pb::Signal>, tonic::Status>,
+    tokio::sync::mpsc::Sender<pb::AgentMessage>,
+) {
     let ch = lifeline_channel(addr).expect("channel");
     let (tx, rx) = tokio::sync::mpsc::channel(4);
-    tx.send(pb::AgentMessage::hello(agent, "test", 2))
-        .await
-        .expect("hello queued");
+    tx.send(hello).await.expect("hello queued");
     let r = async {
         let mut inbound = AgentSignalsClient::new(ch)
             .connect(join_request(ReceiverStream::new(rx), token))
@@ -87,7 +97,8 @@ async fn a_join_token_admits_only_the_names_it_lists() {
                 .join_tokens
                 .push(lifeline::config::JoinToken::Bound {
                     sha256: lifeline::access::hash_hex("web-token"),
-                    agents: lifeline::config::AgentNames::One("web-*".into()),
+                    agents: Some(lifeline::config::AgentNames::One("web-*".into())),
+                    clusters: None,
                 })
         })
         .start()
@@ -109,6 +120,76 @@ async fn a_join_token_admits_only_the_names_it_lists() {
     assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
     assert!(e.message().contains("web-*"), "{}", e.message());
     assert!(refused(&c).await >= 1.0);
+    c.shutdown().await;
+}
+
+/// Guards "a stream that claims an agent of another cluster is refused":
+/// a Hello naming no cluster is of the one watched, one naming it is
+/// admitted, one naming a cluster not watched here is refused (said and
+/// counted), and a token bound to the watched cluster admits its agents.
+#[tokio::test(start_paused = true)]
+async fn a_stream_that_names_another_cluster_is_refused() {
+    let c = Cluster::new()
+        .quiet()
+        .sim_agents(0.0)
+        .config(|cfg| {
+            cfg.cluster.name = "eu-west".into();
+            cfg.access
+                .join_tokens
+                .push(lifeline::config::JoinToken::Bound {
+                    sha256: lifeline::access::hash_hex("eu-token"),
+                    agents: None,
+                    clusters: Some(lifeline::config::AgentNames::One("eu-west".into())),
+                })
+        })
+        .start()
+        .await;
+    c.ready().await;
+    let grpc = || LifelineAddr::from(c.ll().grpc_addr);
+    let token = lifeline_sim::SIM_JOIN_TOKEN;
+    let hello =
+        |agent: &str, cluster: &str| pb::AgentMessage::hello(agent, "test", 2).in_cluster(cluster);
+    let (r, _a) = bounded(
+        "no cluster named",
+        open_with(grpc(), token, hello("x-1", "")),
+    )
+    .await;
+    r.expect("no cluster: the one watched");
+    let (r, _b) = bounded(
+        "its cluster",
+        open_with(grpc(), token, hello("x-2", "eu-west")),
+    )
+    .await;
+    r.expect("the cluster watched");
+    let (r, _c) = bounded(
+        "the cluster's token",
+        open_with(grpc(), "eu-token", hello("x-3", "eu-west")),
+    )
+    .await;
+    r.expect("a token bound to the cluster admits its agents");
+    let before = refused(&c).await;
+    let (r, _d) = bounded(
+        "another cluster",
+        open_with(grpc(), token, hello("x-4", "us-east")),
+    )
+    .await;
+    let e = r.expect_err("another cluster's agent");
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    assert!(
+        e.message().contains("\"us-east\"") && e.message().contains("watched: eu-west"),
+        "{}",
+        e.message()
+    );
+    let hostile = format!("a\0{}", "b".repeat(100_000));
+    let (r, _e) = bounded(
+        "a hostile cluster",
+        open_with(grpc(), token, hello("x-5", &hostile)),
+    )
+    .await;
+    let e = r.expect_err("a cluster name of NULs and bulk");
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    assert!(e.message().len() < 1_000, "bounded: {}", e.message().len());
+    assert_eq!(refused(&c).await, before + 2.0);
     c.shutdown().await;
 }
 

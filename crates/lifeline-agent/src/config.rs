@@ -99,6 +99,11 @@ pub struct FileConfig {
     /// (`$CREDENTIALS_DIRECTORY/host_uuid`, `LoadCredential=` in the unit),
     /// else `<teleport_data_dir>/host_uuid`.
     pub host_id: Option<String>,
+    /// The cluster this host's agent is of, by Lifeline's name for it
+    /// (its `[[clusters]]` `name`, as `/api/v1/clusters` lists it). Unset:
+    /// the one cluster Lifeline watches. Lifeline refuses a stream naming
+    /// a cluster it does not watch, or one the join token is not for.
+    pub cluster: Option<String>,
     pub teleport_data_dir: PathBuf,
     pub restart: Method,
     /// The unit `systemctl reload` names (`restart = "systemd"`).
@@ -149,6 +154,7 @@ impl Default for FileConfig {
             client_key: None,
             token_file: None,
             host_id: None,
+            cluster: None,
             teleport_data_dir: PathBuf::from(TELEPORT_DATA_DIR),
             restart: Method::Systemd,
             unit: TELEPORT_UNIT.into(),
@@ -290,6 +296,8 @@ pub struct AgentConfig {
     pub lifeline: Vec<String>,
     pub credentials: Credentials,
     pub host_id: String,
+    /// Empty: the one cluster Lifeline watches.
+    pub cluster: String,
     pub restart: Restart,
     pub pid_file: PathBuf,
     pub diag_addr: Option<String>,
@@ -329,6 +337,14 @@ pub fn is_object_name(s: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
         && !s.starts_with(['-', '.'])
         && !s.ends_with(['-', '.'])
+}
+
+/// Whether `s` follows Lifeline's rule for a cluster's name.
+pub fn is_cluster_name(s: &str) -> bool {
+    s.len() <= 63
+        && s.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 /// Longest host ID (a DNS name's length).
@@ -513,6 +529,13 @@ impl FileConfig {
                 format!("must be 1..={MAX_HOST_ID} printable characters"),
             ));
         }
+        let cluster = self.cluster.unwrap_or_default().trim().to_string();
+        if !cluster.is_empty() && !is_cluster_name(&cluster) {
+            return Err(invalid(
+                "cluster",
+                "must be a cluster's name in Lifeline: 1 to 63 letters, digits, '-', '_' and '.', starting with a letter or digit",
+            ));
+        }
         let restart = match self.restart {
             Method::Systemd => {
                 if self.unit.trim().is_empty() || self.unit.chars().any(|c| c.is_control()) {
@@ -588,6 +611,7 @@ impl FileConfig {
             lifeline,
             credentials,
             host_id,
+            cluster,
             restart,
             pid_file: self.pid_file,
             diag_addr: self.diag_addr,
@@ -657,6 +681,26 @@ mod tests {
         match e {
             ConfigError::Invalid { field, .. } => field,
             ConfigError::Load(m) => panic!("not a field's fault: {m}"),
+        }
+    }
+
+    #[test]
+    fn the_cluster_is_named_by_lifelines_rule_or_left_out() {
+        let with = |c: Option<&str>| {
+            FileConfig {
+                cluster: c.map(String::from),
+                ..base()
+            }
+            .check()
+        };
+        assert_eq!(with(None).expect("none").cluster, "");
+        assert_eq!(with(Some(" prod-eu ")).expect("named").cluster, "prod-eu");
+        for bad in ["-x", "a/b", "a\0b", &"a".repeat(64)] {
+            assert_eq!(
+                field_of(with(Some(bad)).expect_err(bad)),
+                "cluster",
+                "{bad:?}"
+            );
         }
     }
 

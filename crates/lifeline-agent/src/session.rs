@@ -186,7 +186,8 @@ async fn open(
         &restarter.method(),
         restarter.dry_run(),
         restarter.ack_within(),
-    );
+    )
+    .in_cluster(&cfg.cluster);
     let _ = tx.send(hello).await;
     let _ = tx.send(report(restarter, cfg.report_interval).await).await;
     let inbound = client

@@ -46,6 +46,7 @@ impl v1::AgentMessage {
                 version: version.to_string(),
                 desired_tunnels,
                 capabilities: None,
+                cluster: String::new(),
             })),
         }
     }
@@ -71,8 +72,17 @@ impl v1::AgentMessage {
                     dry_run,
                     restart_wait_seconds: u32::try_from(restart_wait.as_secs()).unwrap_or(u32::MAX),
                 }),
+                cluster: String::new(),
             })),
         }
+    }
+
+    /// A Hello that names the agent's cluster; any other message as it is.
+    pub fn in_cluster(mut self, cluster: &str) -> Self {
+        if let Some(v1::agent_message::Msg::Hello(h)) = &mut self.msg {
+            h.cluster = cluster.to_string();
+        }
+        self
     }
 
     pub fn report(report: v1::AgentReport) -> Self {

@@ -50,6 +50,29 @@ impl AgentSignals for Service {
             )));
         }
         let agent = hello.agent.clone();
+        // The cluster is the one it names (none: the one watched here),
+        // and must be this hub's; the join token may bind it too.
+        let here = hub.fleet.cluster();
+        let claimed = if hello.cluster.is_empty() {
+            here.as_str()
+        } else {
+            hello.cluster.as_str()
+        };
+        if claimed != here.as_str() {
+            Stats::inc(&hub.rt.stats.agent_join_refused);
+            let claimed = text::excerpt(claimed);
+            warn!(%peer, agent = %text::excerpt(&agent), cluster = %claimed, "agent signal stream refused: it names another cluster");
+            return Err(Status::permission_denied(format!(
+                "agent {agent:?} names cluster {claimed:?}; Lifeline watches no cluster of that name here (watched: {here})"
+            )));
+        }
+        if let Some(why) = grant.as_ref().and_then(|g| g.admits_cluster(claimed).err()) {
+            Stats::inc(&hub.rt.stats.agent_join_refused);
+            warn!(%peer, agent = %text::excerpt(&agent), cluster = %claimed, "agent signal stream refused: {why}");
+            return Err(Status::permission_denied(format!(
+                "this stream may not speak for agents of cluster {claimed:?}: {why}"
+            )));
+        }
         // The name is what the stream says; the join token (and the client
         // certificate, when it is the identity) say which names it may.
         if let Some(why) = grant.as_ref().and_then(|g| g.admits(&agent).err()) {
