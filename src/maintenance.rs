@@ -292,25 +292,18 @@ impl Maintenance {
             .known_targets(new.targets.clone())
             .await
             .unwrap_or_default();
-        warnings.extend(
-            new.targets
-                .iter()
-                .zip(known)
-                .filter(|(_, k)| !k)
-                .map(|(t, _)| format!("target {} names nothing Lifeline knows now", t.as_str())),
-        );
+        // One warning a target: a cluster not watched, else nothing known.
         let cluster = self.fleet.cluster();
-        warnings.extend(
-            new.targets
-                .iter()
-                .filter(|t| !t.in_cluster(cluster))
-                .map(|t| {
-                    format!(
-                        "target {} names no cluster Lifeline watches (watched: {cluster})",
-                        t.as_str()
-                    )
-                }),
-        );
+        warnings.extend(new.targets.iter().zip(known).filter_map(|(t, known)| {
+            if !t.in_cluster(cluster) {
+                Some(format!(
+                    "target {} names no cluster Lifeline watches (watched: {cluster})",
+                    t.as_str()
+                ))
+            } else {
+                (!known).then(|| format!("target {} names nothing Lifeline knows now", t.as_str()))
+            }
+        }));
         let w = rows::create(&self.db, &new, actor, now)
             .await?
             .ok_or(MaintenanceError::Full)?;

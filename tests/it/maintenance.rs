@@ -37,7 +37,8 @@ on_both_engines! {
 /// proxy-2 stop, stranding agent-00001 and agent-00005. The planned one
 /// is shown as planned, in an incident of its own, gets no automatic
 /// signal and is told to no one; the unplanned one is reconnected and
-/// told. A manual reconnect of a target still goes and names the
+/// told (its window names it in another cluster only, so it is not
+/// planned here). A manual reconnect of a target still goes and names the
 /// window. When the window ends, agent-00001 (still down) turns
 /// unplanned: it is reconnected, and its new incident is told.
 #[tokio::test(start_paused = true)]
@@ -46,7 +47,9 @@ async fn planned_and_unplanned_strandings_side_by_side_then_the_window_ends(stor
     c.ready().await;
     let until = c.clock.now().saturating_add(Duration::from_secs(90));
     let body = json!({
-        "targets": [format!("agent/{STRANDED}"), "agent/agent-00003"],
+        // Named in this cluster, in every cluster, and (OTHER) in another
+        // cluster only, which plans nothing here.
+        "targets": [format!("default/agent/{STRANDED}"), "agent/agent-00003".to_string(), format!("us-east/agent/{OTHER}")],
         "until": until.rfc3339(),
         "reason": "kernel patch",
     });
@@ -451,6 +454,23 @@ async fn typos_and_everything_are_said_and_signed_out_visitors_get_no_buttons() 
         json!(["target proxy/nosuchproxy names nothing Lifeline knows now"]),
         "{w}"
     );
+    // A target may name its cluster; one naming a cluster not watched is
+    // said so, once.
+    let elsewhere = json!({"targets": ["default/proxy/proxy-1", "us-*/proxy/proxy-1"], "until": until, "reason": "x"});
+    let (status, w) = c.post("/api/v1/maintenance", &elsewhere.to_string()).await;
+    assert_eq!(status, 201, "{w}");
+    assert_eq!(
+        w["warnings"],
+        json!(["target us-*/proxy/proxy-1 names no cluster Lifeline watches (watched: default)"]),
+        "{w}"
+    );
+    let (status, e) = c
+        .post(
+            "/api/v1/maintenance",
+            &json!({"targets": ["us east/proxy/p"], "until": until, "reason": "x"}).to_string(),
+        )
+        .await;
+    assert_eq!(status, 400, "{e}");
     let every = json!({"targets": ["agent/*"], "until": until, "reason": "all of them"});
     let (status, e) = c.post("/api/v1/maintenance", &every.to_string()).await;
     assert_eq!(status, 400, "{e}");
