@@ -35,12 +35,12 @@ pub fn router() -> Router<AppState> {
 
 async fn metrics(State(s): State<AppState>) -> Result<Response, ApiError> {
     let published = s.fleet.recent().await?;
+    let cluster = s.fleet.cluster().as_str();
     let mut text = s.stats.hist.with_recorder(|| {
-        state_gauges(&s, &published.summary);
+        state_gauges(&s, cluster, &published.summary);
         counters(&s.stats, &s.spans);
         s.stats.hist.render()
     });
-    let cluster = s.fleet.cluster().as_str();
     named_series(
         &mut text,
         cluster,
@@ -95,13 +95,12 @@ fn flag(on: bool) -> f64 {
     f64::from(u8::from(on))
 }
 
-fn state_gauges(s: &AppState, g: &Summary) {
+fn state_gauges(s: &AppState, cluster: &str, g: &Summary) {
     gauge(
         metric::READ_MODEL_GENERATION,
         "The fleet's read model these figures were rendered from: surfaces with the same generation show the same figures.",
     )
     .set(&[], g.generation as f64);
-    let cluster = s.fleet.cluster().as_str();
     let f = gauge(
         metric::AGENTS,
         "Agents by standing (healthy, degraded, stranded, planned): each agent in exactly one.",

@@ -46,12 +46,25 @@ impl Context {
     /// incident's cluster, else the configured one; the one-cluster
     /// form's `[notify] cluster` instead, where set.
     pub fn cluster(&self, about: &About) -> String {
-        if let Some(label) = &self.relabel {
-            return label.clone();
-        }
         match about {
-            About::Incident(i) if !i.cluster.as_str().is_empty() => i.cluster.to_string(),
-            _ => self.home.to_string(),
+            About::Incident(i) => self.incident_cluster(i),
+            _ => self.label(None),
+        }
+    }
+
+    /// [`Context::cluster`] of a notice about incident `i`, without
+    /// building the notice.
+    pub fn incident_cluster(&self, i: &Incident) -> String {
+        self.label(Some(&i.cluster))
+    }
+
+    /// The one rule: the relabel, else the cluster named (when it is
+    /// named), else the configured one.
+    fn label(&self, named: Option<&ClusterName>) -> String {
+        match (&self.relabel, named) {
+            (Some(label), _) => label.clone(),
+            (None, Some(c)) if !c.as_str().is_empty() => c.to_string(),
+            (None, _) => self.home.to_string(),
         }
     }
 
@@ -80,7 +93,7 @@ pub fn alert(
         ("cause", i.cause.as_str().to_string()),
         ("resource", i.resource.clone()),
         ("severity", severity.as_str().to_string()),
-        ("cluster", cx.cluster(&About::Incident(i.clone()))),
+        ("cluster", cx.incident_cluster(i)),
         ("lifeline_incident", i.id.to_string()),
     ]);
     // A rollout's incident is told as such: route or inhibit it on
